@@ -1,0 +1,80 @@
+# gpu-agent build. Never calls sudo: run as root where root is needed.
+#   make            build the shim, the mock CUDA stack and the Python venv
+#   make test       build, then run the test suite (needs root, bcc, Go pprof)
+#   make run        build, then start `gpu-agent run` system-wide into ./profiles/
+#   make bench      CPU-cost benchmark on the mock stack (figures, not a test)
+
+CUDA_HOME ?= /usr/local/cuda
+CUDA_INC  ?= $(CUDA_HOME)/include
+PYTHON    ?= python3
+BUILD     := build
+MOCK      := $(BUILD)/mock
+VENV      := .venv
+VPY       := $(VENV)/bin/python
+
+CC        ?= gcc
+CXX       ?= g++
+CFLAGS_COMMON := -O2 -g -fPIC -Wall -Wextra -Wno-unused-parameter -Wno-deprecated-declarations \
+                 -Ishim/include -I$(CUDA_INC)
+
+SHIM      := $(BUILD)/libgpu_agent_shim.so
+SHIM_SRCS := $(wildcard shim/src/*.cpp) $(wildcard shim/src/*.c)
+SHIM_HDRS := $(wildcard shim/src/*.h) shim/include/gpu_agent_probes.h
+
+MOCK_LIBS := $(MOCK)/libcuda.so.1 $(MOCK)/libcudart.so.13 $(MOCK)/libcupti.so.13
+MOCK_APP  := $(MOCK)/mock_workload
+
+.PHONY: all shim mock venv test run bench clean check-cuda-headers
+
+all: shim mock venv
+
+check-cuda-headers:
+	@test -f $(CUDA_INC)/cupti.h || { echo "error: CUDA/CUPTI headers not found in $(CUDA_INC); set CUDA_HOME=/path/to/cuda (CUDA 12 or 13)" >&2; exit 1; }
+
+shim: check-cuda-headers $(SHIM)
+
+$(SHIM): $(SHIM_SRCS) $(SHIM_HDRS) | $(BUILD)
+	$(CXX) $(CFLAGS_COMMON) -std=c++17 -fvisibility=hidden -fno-exceptions -fno-rtti \
+	    -shared -Wl,-soname,libgpu_agent_shim.so -Wl,-z,nodelete -o $@ $(SHIM_SRCS) -ldl -lpthread
+
+mock: check-cuda-headers $(MOCK_LIBS) $(MOCK_APP)
+
+$(MOCK)/libcuda.so.1: shim/mock/mock_cuda.c shim/mock/mock_internal.h | $(MOCK)
+	$(CC) $(CFLAGS_COMMON) -shared -Wl,-soname,libcuda.so.1 -o $@ $< -ldl -lpthread
+	ln -sf libcuda.so.1 $(MOCK)/libcuda.so
+
+$(MOCK)/libcudart.so.13: shim/mock/mock_cudart.c shim/mock/mock_internal.h $(MOCK)/libcuda.so.1
+	$(CC) $(CFLAGS_COMMON) -shared -Wl,-soname,libcudart.so.13 -o $@ $< -L$(MOCK) -lcuda -ldl -lpthread
+	ln -sf libcudart.so.13 $(MOCK)/libcudart.so
+
+$(MOCK)/libcupti.so.13: shim/mock/mock_cupti.c shim/mock/mock_internal.h $(MOCK)/libcuda.so.1
+	$(CC) $(CFLAGS_COMMON) -shared -Wl,-soname,libcupti.so.13 -o $@ $< -L$(MOCK) -lcuda -ldl -lpthread
+	ln -sf libcupti.so.13 $(MOCK)/libcupti.so
+
+# The workload keeps frame pointers off on purpose: stacks must come from eh_frame.
+$(MOCK_APP): shim/mock/workload.c $(MOCK)/libcuda.so.1 $(MOCK)/libcudart.so.13
+	$(CC) -O1 -g -fno-inline -fomit-frame-pointer -rdynamic -I$(CUDA_INC) -o $@ $< \
+	    -L$(MOCK) -lcudart -lcuda -Wl,-rpath,'$$ORIGIN' -lpthread
+
+$(BUILD) $(MOCK):
+	mkdir -p $@
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -e '.[test]'
+	touch $@
+
+test: all
+	$(VPY) -m pytest -x -q tests
+
+run: all
+	$(VENV)/bin/gpu-agent run --output-dir ./profiles
+
+bench: all
+	$(VPY) bench/launch_cost.py
+
+clean:
+	rm -rf $(BUILD) $(VENV) *.egg-info agent/*.egg-info
