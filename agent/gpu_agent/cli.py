@@ -1,0 +1,34 @@
+"""`gpu-agent` command line: one module per subcommand in gpu_agent.commands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import __version__
+from .commands import record, run, shim_path
+from .paths import MissingPartError
+from .preflight import PreflightError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpu-agent",
+        description="System-wide GPU profiler: which Python and native code burns GPU time.")
+    parser.add_argument("--version", action="version", version=f"gpu-agent {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for mod in (run, record, shim_path):
+        mod.add_parser(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (PreflightError, MissingPartError) as e:
+        print(f"gpu-agent: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,200 @@
+"""The join of the agent: BPF aggregates + sampled stacks + names -> one pprof per window.
+
+Flow of one kernel (the five files to read):
+  shim/src (CUPTI callback, sampled stack -> `cuda_correlation`; activity buffer ->
+  `kernel_batch`) -> bpf/gpu_agent.bpf.c (join by (pid, correlation id), exact
+  per-kernel totals) -> bpf_session.py (drain maps) -> this module (estimator +
+  symbolizer) -> pprof.py.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from . import estimator
+from .bpf_session import BpfSession
+from .pprof import FrameSpec, ProfileBuilder
+from .symbolize import Symbolizer, demangle_kernel
+
+UNSAMPLED = "[unsampled]"
+UNKNOWN_STACK = "[stack unavailable]"
+
+
+@dataclass
+class ProcInfo:
+    pid: int
+    comm: str
+    exited: bool = False
+
+
+@dataclass
+class Window:
+    """Aggregates drained from BPF over one profile window (merged over drains)."""
+
+    start_ns: int
+    totals: dict = field(default_factory=dict)
+    sampled: dict = field(default_factory=dict)
+
+    def merge(self, drain) -> None:
+        for dst, src in ((self.totals, drain.totals), (self.sampled, drain.sampled)):
+            for k, v in src.items():
+                old = dst.get(k)
+                dst[k] = v if old is None else type(v)(*(a + b for a, b in zip(old, v)))
+
+
+@dataclass
+class WindowStats:
+    processes: int = 0
+    kernels: int = 0
+    gpu_ns: int = 0
+    samples: int = 0
+    unnamed_kernels: int = 0
+    orphan_samples: int = 0
+    excluded_pids: int = 0
+
+
+def _read_comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
+class Collector:
+    """Owns the BPF session and everything needed to turn its maps into profiles.
+
+    pid_filter decides which processes a profile includes (`record` keeps only
+    its child's process tree); it is asked while the process is alive, on the
+    first event from it, and its answer is remembered.
+    """
+
+    def __init__(self, shim_path: str, *, pid_filter: Optional[Callable[[int], bool]] = None):
+        self.session = BpfSession(str(shim_path), on_new_stack=self._on_new_stack,
+                                  on_proc_exit=self._on_proc_exit)
+        self.symbolizer = Symbolizer()
+        self.pid_filter = pid_filter
+        self.procs: dict[int, ProcInfo] = {}
+        self._included: dict[int, bool] = {}
+        self._frames: dict[tuple[int, int], list] = {}
+        self.window = Window(start_ns=time.time_ns())
+
+    # -- lifecycle ---------------------------------------------------------
+    def open(self) -> None:
+        self.session.open()
+
+    def close(self) -> None:
+        self.session.close()
+
+    def poll(self, timeout_ms: int) -> None:
+        self.session.poll(timeout_ms)
+
+    def drain(self) -> None:
+        """Move what BPF aggregated so far into the current window."""
+        self.window.merge(self.session.drain())
+
+    def counters(self) -> dict:
+        return self.session.counters()
+
+    # -- events (called from session.poll) ---------------------------------
+    def _see(self, pid: int) -> Optional[ProcInfo]:
+        info = self.procs.get(pid)
+        if info is None:
+            info = ProcInfo(pid, _read_comm(pid))
+            self.procs[pid] = info
+            if self.pid_filter is not None:
+                self._included[pid] = bool(self.pid_filter(pid))
+            try:
+                self.symbolizer.snapshot(pid)
+            except Exception:  # process already gone: stacks fall back to raw addresses
+                pass
+        return info
+
+    def _on_new_stack(self, tgid: int, stack_id: int) -> None:
+        self._see(tgid)
+        self._symbolize(tgid, stack_id)
+
+    def _on_proc_exit(self, tgid: int) -> None:
+        info = self.procs.get(tgid)
+        if info is not None:
+            info.exited = True
+
+    def _symbolize(self, tgid: int, stack_id: int) -> list:
+        key = (tgid, stack_id)
+        frames = self._frames.get(key)
+        if frames is None:
+            ips = self.session.get_stack(tgid, stack_id)
+            if not ips:
+                return []
+            frames = self.symbolizer.symbolize(tgid, ips)
+            self._frames[key] = frames
+        return frames
+
+    def included(self, pid: int) -> bool:
+        if self.pid_filter is None:
+            return True
+        if pid not in self._included:
+            # First sight of this pid is in the maps: decide now if it is still alive.
+            self._included[pid] = os.path.exists(f"/proc/{pid}") and bool(self.pid_filter(pid))
+        return self._included[pid]
+
+    # -- profile -----------------------------------------------------------
+    def _kernel_name(self, kernel_id: int) -> tuple[str, str]:
+        raw = self.session.names.get(kernel_id)
+        if raw is None:
+            return f"[unknown kernel {kernel_id:#x}]", ""
+        mangled = raw.decode("utf-8", "replace") if isinstance(raw, (bytes, bytearray)) else raw
+        return demangle_kernel(mangled), mangled
+
+    def build_profile(self) -> tuple[ProfileBuilder, WindowStats]:
+        """Close the current window: returns its profile and stats, and starts a new window."""
+        self.drain()
+        win, now = self.window, time.time_ns()
+        self.window = Window(start_ns=now)
+        stats = WindowStats()
+        builder = ProfileBuilder(period_ns=1, duration_ns=max(0, now - win.start_ns),
+                                 time_nanos=win.start_ns)
+        totals = {k: v for k, v in win.totals.items() if self.included(k.tgid)}
+        stats.excluded_pids = len({k.tgid for k in win.totals} - {k.tgid for k in totals})
+        sampled = {k: v for k, v in win.sampled.items() if self.included(k.tgid)}
+        rows, stats.orphan_samples = estimator.apportion(totals, sampled)
+        pids = set()
+        for row in rows:
+            key = row.key
+            pids.add(key.tgid)
+            info = self._see(key.tgid)
+            name, mangled = self._kernel_name(key.kernel_id)
+            if mangled == "":
+                stats.unnamed_kernels += 1
+            leaf = FrameSpec.kernel(name, mangled or name)
+            if row.stack_id is None:
+                stack = [FrameSpec.marker(UNSAMPLED)]
+            else:
+                native = self._symbolize(key.tgid, row.stack_id)
+                stack = [FrameSpec.native(f) for f in native] or [FrameSpec.marker(UNKNOWN_STACK)]
+            labels = {"pid": str(key.tgid), "comm": info.comm,
+                      "cuda_device": str(key.device_id), "cuda_stream": str(key.stream_id)}
+            if key.graph_id:
+                labels["cuda_graph"] = str(key.graph_id)
+            builder.add([leaf] + stack, row.gpu_ns, row.launches, labels)
+            stats.gpu_ns += row.gpu_ns
+            stats.kernels += row.launches
+        stats.processes = len(pids)
+        stats.samples = sum(v.launches for v in sampled.values())
+        self._forget_exited()
+        return builder, stats
+
+    def _forget_exited(self) -> None:
+        """Exited processes have been reported once more; drop their caches so memory stays flat."""
+        gone = [pid for pid, info in self.procs.items() if info.exited]
+        for pid in gone:
+            del self.procs[pid]
+            self._included.pop(pid, None)
+            self.symbolizer.forget(pid)
+        if gone:
+            dead = set(gone)
+            for key in [k for k in self._frames if k[0] in dead]:
+                del self._frames[key]

@@ -1,0 +1,1 @@
+"""One module per `gpu-agent` subcommand."""

@@ -1,0 +1,28 @@
+"""Helpers shared by the commands that profile: duration parsing, status lines."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "": 1.0}
+
+
+def duration(text: str) -> float:
+    """'10s', '500ms', '2m', '1.5' (seconds) -> seconds."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h|)\s*", text)
+    if not m or float(m.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (examples: 10s, 500ms, 2m)")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def drops(counters: dict) -> int:
+    return sum(v for k, v in counters.items() if "drop" in k.lower())
+
+
+def status_line(stats, counters: dict) -> str:
+    dropped = {k: v for k, v in counters.items() if "drop" in k.lower() and v}
+    detail = " (" + ", ".join(f"{k}={v}" for k, v in sorted(dropped.items())) + ")" if dropped else ""
+    return (f"processes={stats.processes} kernels={stats.kernels} "
+            f"gpu_time={stats.gpu_ns / 1e6:.3f}ms samples={stats.samples} "
+            f"drops={drops(counters)}{detail}")

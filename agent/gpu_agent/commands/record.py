@@ -1,0 +1,100 @@
+"""`gpu-agent record -o FILE -- CMD ARGS...`: profile one command's process tree, like `perf record`.
+
+The command runs with the shim injected (CUDA_INJECTION64_PATH, inherited by
+its children), the probes are attached before it starts, and FILE is written
+when it exits. The exit code is the command's own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .. import preflight
+from ..collector import Collector
+from ..paths import shim_path
+from .common import status_line
+
+DRAIN_EVERY_S = 1.0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("record", help="run a command with the shim injected and profile it")
+    p.add_argument("-o", "--output", default="gpu.pb.gz", type=Path,
+                   help="gzip pprof file to write (default gpu.pb.gz)")
+    p.add_argument("--shim", default=None, help="shim library to inject (default: the bundled one)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no summary line on stderr")
+    p.add_argument("cmd", nargs="+", metavar="-- CMD ARGS", help="the command to profile")
+    p.set_defaults(func=main)
+
+
+def _ppid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
+def descends_from(root: int):
+    def check(pid: int) -> bool:
+        seen = 0
+        try:
+            while pid > 1 and seen < 4096:
+                if pid == root:
+                    return True
+                pid, seen = _ppid(pid), seen + 1
+        except (OSError, ValueError):
+            return False
+        return pid == root
+    return check
+
+
+def main(args) -> int:
+    preflight.check()
+    shim = Path(args.shim).resolve() if args.shim else shim_path()
+    cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
+    if not cmd:
+        print("gpu-agent: error: record needs a command: gpu-agent record -o out.pb.gz -- CMD ARGS",
+              file=sys.stderr)
+        return 2
+
+    root = {"pid": -1}
+    collector = Collector(str(shim), pid_filter=lambda pid: descends_from(root["pid"])(pid))
+    collector.open()  # probes are live before the command maps the shim
+    env = dict(os.environ)
+    env.setdefault("CUDA_INJECTION64_PATH", str(shim))
+    try:
+        child = subprocess.Popen(cmd, env=env)
+    except OSError as e:
+        collector.close()
+        print(f"gpu-agent: error: cannot run {cmd[0]}: {e.strerror}", file=sys.stderr)
+        return 127
+    root["pid"] = child.pid
+
+    # Forward the usual terminal signals to the child; the agent exits when it does.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda s, f: child.send_signal(s))
+
+    try:
+        last = time.monotonic()
+        while child.poll() is None:
+            collector.poll(100)
+            if time.monotonic() - last >= DRAIN_EVERY_S:
+                collector.drain()  # keep BPF maps small on long runs
+                last = time.monotonic()
+        # The shim flushes its last activity buffer from an exit handler, before the
+        # process is gone; collect what is left in the ring buffer and the maps.
+        collector.poll(50)
+        builder, stats = collector.build_profile()
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        builder.write(args.output)
+        if not args.quiet:
+            print(f"gpu-agent: {status_line(stats, collector.counters())} -> {args.output}",
+                  file=sys.stderr)
+    finally:
+        collector.close()
+    rc = child.returncode
+    return 128 + -rc if rc < 0 else rc

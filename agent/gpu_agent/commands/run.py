@@ -1,0 +1,79 @@
+"""`gpu-agent run`: profile every process on the node that loads the shim.
+
+Processes that start later are covered too: the probes are attached by library
+path, so the kernel instruments every mapping of the shim, present or future.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from .. import preflight
+from ..collector import Collector
+from ..paths import shim_path
+from .common import duration, status_line
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("run", help="profile every process on this node that loads the shim")
+    p.add_argument("--output-dir", default="./profiles", type=Path,
+                   help="directory for one gzip pprof per interval (default ./profiles)")
+    p.add_argument("--interval", default=10.0, type=duration,
+                   help="profile window, e.g. 10s, 500ms (default 10s)")
+    p.add_argument("--duration", default=None, type=duration,
+                   help="stop after this long (default: run until SIGINT/SIGTERM)")
+    p.add_argument("--shim", default=None, help="shim library to attach to (default: the bundled one)")
+    p.set_defaults(func=main)
+
+
+def write_window(collector: Collector, out_dir: Path, quiet: bool = False) -> Path | None:
+    builder, stats = collector.build_profile()
+    path = None
+    if stats.kernels:
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        path = out_dir / f"gpu-{stamp}-{time.time_ns() % 10**9:09d}.pb.gz"
+        builder.write(path)
+    if not quiet:
+        line = status_line(stats, collector.counters())
+        print(f"gpu-agent: {line}" + (f" -> {path}" if path else ""), flush=True)
+    return path
+
+
+def main(args) -> int:
+    preflight.check()
+    shim = Path(args.shim).resolve() if args.shim else shim_path()
+    out_dir = args.output_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stop = {"now": False}
+
+    def _stop(signum, frame):
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+
+    collector = Collector(str(shim))
+    collector.open()
+    print(f"gpu-agent: watching every process that maps {shim} (pid {os.getpid()}); "
+          f"profiles every {args.interval:g}s into {out_dir}", file=sys.stderr, flush=True)
+    started = time.monotonic()
+    next_window = started + args.interval
+    try:
+        while not stop["now"]:
+            now = time.monotonic()
+            if args.duration is not None and now - started >= args.duration:
+                break
+            collector.poll(int(max(1, min(100, (next_window - now) * 1000))))
+            if time.monotonic() >= next_window:
+                write_window(collector, out_dir)
+                next_window += args.interval
+        # Last partial window: nothing aggregated so far is lost on shutdown.
+        collector.poll(0)
+        write_window(collector, out_dir)
+    finally:
+        collector.close()
+    return 0
