@@ -1,0 +1,556 @@
+"""Native-stack and CUDA-kernel-name symbolization.
+
+One job: turn ``(pid, [return addresses])`` into human-readable frames, and
+mangled kernel names into demangled ones.
+
+* ``Symbolizer.snapshot(pid)`` reads ``/proc/PID/maps`` (executable,
+  file-backed mappings) and remembers them, plus the ELF identity (build-id,
+  PT_LOAD segments) of every mapped file.  Processes die before their stacks
+  are symbolized, so the agent snapshots early (when it first sees a pid) and
+  the symbolizer re-snapshots on a miss (an address outside every known
+  mapping: a library dlopened after the snapshot).
+* ``Symbolizer.symbolize(pid, ips)`` maps each return address to
+  ``Frame(function, filename, rel_addr, build_id, line)``.  Every address is a
+  return address (from ``_Unwind_GetIP``), so ``ip - 1`` is looked up: it
+  lies inside the call instruction, hence inside the calling function even
+  when the call is the last instruction of a ``noreturn`` caller.
+  ``rel_addr`` is the ELF virtual address (link-time address, what ``nm`` and
+  ``addr2line`` use) of ``ip - 1``.
+* Runtime address -> file offset (through the mapping) -> ELF vaddr (through
+  the PT_LOAD segment holding that offset) -> symbol (``.symtab``, falling
+  back to a separate debug file by build-id, then ``.dynsym``).  Works for
+  shared objects, PIE and non-PIE executables alike.
+* Unknown addresses never raise: they come back as function ``0x<rel_addr>
+  [<basename>]`` (or ``0x<ip> [unknown]`` outside every mapping).
+
+Files are opened through ``/proc/PID/root/<path>`` when the process lives in
+another mount namespace (containers) and through
+``/proc/PID/map_files/<start>-<end>`` when the mapped file was deleted.
+Parsed symbol tables are cached per build-id (fallback key: path, size,
+mtime) in a bounded LRU.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import logging
+import os
+import struct
+import threading
+import time
+from array import array
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import cxxfilt
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Frame", "Mapping", "Symbolizer", "demangle", "demangle_kernel"]
+
+_DELETED = " (deleted)"
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One symbolized native frame.
+
+    function: demangled function name, or ``0x<rel_addr> [<basename>]``.
+    filename: path of the library / binary (as the process sees it), or
+        ``[unknown]`` when the address is outside every mapping.
+    rel_addr: ELF virtual address of ``ip - 1`` inside ``filename`` (the
+        runtime address when no mapping covers it).
+    build_id: lowercase hex GNU build-id of ``filename``, or None.
+    line: source line (0: unknown; DWARF lines are not resolved yet).
+    """
+
+    function: str
+    filename: str
+    rel_addr: int
+    build_id: Optional[str]
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """One executable file-backed mapping from /proc/PID/maps."""
+
+    start: int
+    end: int
+    offset: int
+    inode: int
+    path: str  # without the " (deleted)" suffix
+    deleted: bool
+
+
+# --------------------------------------------------------------------------
+# Demangling
+
+
+_bfd_state = {"fn": None, "free": None, "tried": False}
+_DMGL_PARAMS_ANSI = 1 | 2
+_DMGL_NO_RECURSE_LIMIT = 1 << 18
+
+
+def _bfd_demangler():
+    """libiberty's cplus_demangle_v3 (exported by binutils' libbfd), or None.
+
+    libstdc++'s __cxa_demangle (what cxxfilt calls) refuses names whose
+    demangle tree is deeper than libiberty's recursion limit (1024): e.g. a
+    template argument pack of ~90 types.  cplus_demangle_v3 accepts
+    DMGL_NO_RECURSE_LIMIT (like ``c++filt -r``).
+    """
+    if _bfd_state["tried"]:
+        return _bfd_state["fn"]
+    _bfd_state["tried"] = True
+    import ctypes
+    import ctypes.util
+    import glob
+
+    names = []
+    found = ctypes.util.find_library("bfd")
+    if found:
+        names.append(found)
+    for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib"):
+        names.extend(sorted(glob.glob(os.path.join(d, "libbfd*.so*"))))
+    for name in names:
+        try:
+            lib = ctypes.CDLL(name)
+            fn = lib.cplus_demangle_v3
+            libc = ctypes.CDLL(None)
+        except (OSError, AttributeError):
+            continue
+        fn.restype = ctypes.c_void_p
+        fn.argtypes = [ctypes.c_char_p, ctypes.c_int]
+        free = libc.free
+        free.argtypes = [ctypes.c_void_p]
+        free.restype = None
+
+        def call(raw: bytes, fn=fn, free=free) -> Optional[bytes]:
+            p = fn(raw, _DMGL_PARAMS_ANSI | _DMGL_NO_RECURSE_LIMIT)
+            if not p:
+                return None
+            try:
+                return ctypes.string_at(p)
+            finally:
+                free(p)
+
+        _bfd_state["fn"] = call
+        return call
+    return None
+
+
+@functools.lru_cache(maxsize=16384)
+def _demangle_raw(raw: bytes) -> str:
+    text = raw.decode("utf-8", "replace")
+    if not raw.startswith(b"_Z"):
+        return text
+    try:
+        return cxxfilt.demangleb(raw, external_only=True).decode("utf-8", "replace")
+    except Exception:  # InvalidName, InternalError, LibraryNotFound...
+        pass
+    try:
+        fn = _bfd_demangler()
+        out = fn(raw) if fn is not None else None
+    except Exception:
+        out = None
+    return out.decode("utf-8", "replace") if out else text
+
+
+def demangle(name: Union[str, bytes]) -> str:
+    """Demangle a C++ (Itanium ABI) name; anything else comes back unchanged.
+
+    Never raises and never truncates: failures return the raw name.  A NUL
+    and anything after it is dropped.
+    """
+    if isinstance(name, str):
+        raw = name.encode("utf-8", "surrogateescape")
+    else:
+        raw = bytes(name)
+    return _demangle_raw(raw.split(b"\0", 1)[0])
+
+
+def demangle_kernel(name: Union[bytes, str]) -> str:
+    """Full demangled CUDA kernel name (never truncated; raw name on failure).
+
+    Kernel names arrive as mangled C++ (``_Z...``) or plain C strings, possibly
+    longer than 5000 bytes; a trailing NUL and anything after it is dropped.
+    """
+    return demangle(name)
+
+
+# --------------------------------------------------------------------------
+# ELF parsing
+
+
+@dataclass
+class _Segment:
+    offset: int
+    filesz: int
+    vaddr: int
+
+
+class _SymbolTable:
+    """Sorted function symbols of one ELF object, looked up with bisect."""
+
+    __slots__ = ("addrs", "sizes", "names", "_demangled")
+
+    def __init__(self, entries: List[Tuple[int, int, bytes]]):
+        # entries: (addr, size, raw name); keep one symbol per address,
+        # preferring a sized one (aliases at one address are common).
+        entries.sort(key=lambda e: (e[0], -e[1]))
+        self.addrs = array("Q")
+        self.sizes = array("Q")
+        self.names: List[bytes] = []
+        last = None
+        for addr, size, name in entries:
+            if addr == last:
+                continue
+            last = addr
+            self.addrs.append(addr)
+            self.sizes.append(size)
+            self.names.append(name)
+        self._demangled: Dict[int, str] = {}
+
+    def __len__(self) -> int:
+        return len(self.addrs)
+
+    def lookup(self, vaddr: int) -> Optional[str]:
+        i = bisect.bisect_right(self.addrs, vaddr) - 1
+        if i < 0:
+            return None
+        size = self.sizes[i]
+        if size and vaddr >= self.addrs[i] + size:
+            return None  # past the end of the nearest preceding symbol
+        name = self._demangled.get(i)
+        if name is None:
+            name = demangle(self.names[i])
+            self._demangled[i] = name
+        return name
+
+
+_FUNC_TYPES = (2, 10)  # STT_FUNC, STT_GNU_IFUNC
+
+
+def _read_symbols(elf: ELFFile, section_name: str) -> List[Tuple[int, int, bytes]]:
+    sec = elf.get_section_by_name(section_name)
+    if sec is None or sec["sh_type"] == "SHT_NOBITS" or sec["sh_entsize"] == 0:
+        return []
+    strsec = elf.get_section(sec["sh_link"])
+    if strsec is None or strsec["sh_type"] == "SHT_NOBITS":
+        return []
+    strtab = strsec.data()
+    data = sec.data()
+    little = elf.little_endian
+    e = "<" if little else ">"
+    # Raw parse (pyelftools' per-Symbol objects are ~50x slower on the
+    # 10^5..10^6-symbol tables of CUDA/PyTorch libraries).
+    if elf.elfclass == 64:
+        fmt = e + "IBBHQQ"  # name, info, other, shndx, value, size
+        ent = 24
+    else:
+        fmt = e + "IIIBBH"  # name, value, size, info, other, shndx
+        ent = 16
+    entsize = sec["sh_entsize"] or ent
+    if entsize != ent:
+        return []
+    n = len(data) // ent
+    out = []
+    for rec in struct.iter_unpack(fmt, data[: n * ent]):
+        if elf.elfclass == 64:
+            st_name, info, _other, shndx, value, size = rec
+        else:
+            st_name, value, size, info, _other, shndx = rec
+        if (info & 0xF) not in _FUNC_TYPES or shndx == 0 or value == 0:
+            continue
+        end = strtab.find(b"\0", st_name)
+        if end < 0:
+            end = len(strtab)
+        name = strtab[st_name:end]
+        if name:
+            out.append((value, size, name))
+    return out
+
+
+def _build_id(elf: ELFFile) -> Optional[str]:
+    try:
+        for seg in elf.iter_segments():
+            if seg["p_type"] != "PT_NOTE":
+                continue
+            for note in seg.iter_notes():
+                if note["n_type"] == "NT_GNU_BUILD_ID":
+                    desc = note["n_desc"]
+                    return desc if isinstance(desc, str) else bytes(desc).hex()
+    except (ELFError, ValueError, struct.error, KeyError):
+        return None
+    return None
+
+
+class _ElfInfo:
+    """Identity and address translation data of one mapped ELF file."""
+
+    __slots__ = ("open_path", "build_id", "segments", "cache_key", "display_path")
+
+    def __init__(self, open_path, build_id, segments, cache_key, display_path):
+        self.open_path = open_path
+        self.build_id = build_id
+        self.segments: List[_Segment] = segments
+        self.cache_key = cache_key
+        self.display_path = display_path
+
+    def vaddr(self, file_off: int) -> int:
+        for s in self.segments:
+            if s.offset <= file_off < s.offset + s.filesz:
+                return file_off - s.offset + s.vaddr
+        return file_off
+
+
+# --------------------------------------------------------------------------
+# /proc parsing
+
+
+def parse_maps(text: str) -> List[Mapping]:
+    """Executable, file-backed mappings of a /proc/PID/maps text."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 6:
+            continue
+        rng, perms, off, _dev, inode, path = parts
+        if "x" not in perms or not path.startswith("/"):
+            continue
+        deleted = path.endswith(_DELETED)
+        if deleted:
+            path = path[: -len(_DELETED)]
+        try:
+            lo, hi = rng.split("-")
+            out.append(Mapping(int(lo, 16), int(hi, 16), int(off, 16), int(inode), path, deleted))
+        except ValueError:
+            continue
+    out.sort(key=lambda m: m.start)
+    return out
+
+
+def _self_mnt_ns() -> Optional[str]:
+    try:
+        return os.readlink("/proc/self/ns/mnt")
+    except OSError:
+        return None
+
+
+class _ProcState:
+    __slots__ = ("maps", "starts", "files", "same_ns", "snap_time", "start_time")
+
+    def __init__(self):
+        self.maps: List[Mapping] = []
+        self.starts: List[int] = []
+        self.files: Dict[Tuple[str, int], _ElfInfo] = {}  # (path, inode) -> info
+        self.same_ns = True
+        self.snap_time = 0.0
+        self.start_time: Optional[int] = None
+
+    def find(self, addr: int) -> Optional[Mapping]:
+        i = bisect.bisect_right(self.starts, addr) - 1
+        if i >= 0 and addr < self.maps[i].end:
+            return self.maps[i]
+        return None
+
+
+def _proc_start_time(pid: int) -> Optional[int]:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        return int(data[data.rindex(b")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class Symbolizer:
+    """Per-process native-address symbolizer with a bounded symbol-table cache.
+
+    Not thread-safe per se; calls are serialized with an internal lock.
+    """
+
+    def __init__(
+        self,
+        max_tables: int = 64,
+        max_pids: int = 4096,
+        resnapshot_interval_s: float = 1.0,
+        proc_root: str = "/proc",
+    ):
+        self._tables: "OrderedDict[object, Optional[_SymbolTable]]" = OrderedDict()
+        self._max_tables = max(1, max_tables)
+        self._procs: "OrderedDict[int, _ProcState]" = OrderedDict()
+        self._max_pids = max(1, max_pids)
+        self._resnap_s = resnapshot_interval_s
+        self._proc = proc_root
+        self._self_ns = _self_mnt_ns()
+        self._lock = threading.RLock()
+
+    # -- process maps ------------------------------------------------------
+
+    def snapshot(self, pid: int) -> bool:
+        """Read and keep the executable file mappings of ``pid``.
+
+        Returns False when the process is gone / unreadable (the previous
+        snapshot, if any, is kept: its frames still symbolize after exit).
+        """
+        with self._lock:
+            return self._snapshot(pid)
+
+    def _snapshot(self, pid: int) -> bool:
+        try:
+            with open(f"{self._proc}/{pid}/maps", "r", errors="surrogateescape") as f:
+                text = f.read()
+        except OSError:
+            return False
+        maps = parse_maps(text)
+        old = self._procs.get(pid)
+        start_time = _proc_start_time(pid)
+        st = _ProcState()
+        st.start_time = start_time
+        if old is not None and (old.start_time == start_time or start_time is None):
+            st.files = old.files  # same process: keep already-identified files
+        try:
+            st.same_ns = os.readlink(f"{self._proc}/{pid}/ns/mnt") == self._self_ns
+        except OSError:
+            st.same_ns = True
+        st.maps = maps
+        st.starts = [m.start for m in maps]
+        st.snap_time = time.monotonic()
+        for m in maps:
+            key = (m.path, m.inode)
+            if key not in st.files:
+                info = self._identify(pid, m, st.same_ns)
+                if info is not None:
+                    st.files[key] = info
+        self._procs[pid] = st
+        self._procs.move_to_end(pid)
+        while len(self._procs) > self._max_pids:
+            self._procs.popitem(last=False)
+        return True
+
+    def forget(self, pid: int) -> None:
+        """Drop what is known about ``pid`` (after its last stack is symbolized)."""
+        with self._lock:
+            self._procs.pop(pid, None)
+
+    def known_pids(self) -> List[int]:
+        with self._lock:
+            return list(self._procs)
+
+    def _candidates(self, pid: int, m: Mapping, same_ns: bool) -> List[str]:
+        cands = []
+        if m.deleted:
+            cands.append(f"{self._proc}/{pid}/map_files/{m.start:x}-{m.end:x}")
+        if same_ns:
+            cands.append(m.path)
+        else:
+            cands.append(f"{self._proc}/{pid}/root{m.path}")
+        if not m.deleted:
+            cands.append(f"{self._proc}/{pid}/map_files/{m.start:x}-{m.end:x}")
+        return cands
+
+    def _identify(self, pid: int, m: Mapping, same_ns: bool) -> Optional[_ElfInfo]:
+        for path in self._candidates(pid, m, same_ns):
+            try:
+                with open(path, "rb") as f:
+                    st = os.fstat(f.fileno())
+                    if m.inode and path == m.path and st.st_ino != m.inode:
+                        continue  # the path now names another file
+                    elf = ELFFile(f)
+                    segs = [
+                        _Segment(s["p_offset"], s["p_filesz"], s["p_vaddr"])
+                        for s in elf.iter_segments()
+                        if s["p_type"] == "PT_LOAD"
+                    ]
+                    bid = _build_id(elf)
+            except (OSError, ELFError, ValueError, struct.error):
+                continue
+            key = ("bid", bid) if bid else ("file", m.path, st.st_size, st.st_mtime_ns)
+            return _ElfInfo(path, bid, segs, key, m.path)
+        return None
+
+    # -- symbolization -----------------------------------------------------
+
+    def symbolize(self, pid: int, ips: Sequence[int]) -> List[Frame]:
+        """Symbolize return addresses (innermost first) of process ``pid``.
+
+        Never raises; one Frame per input address, in the same order.
+        """
+        with self._lock:
+            try:
+                return self._symbolize(pid, ips)
+            except Exception:  # defensive: symbolization must never kill the agent
+                log.exception("symbolize(%d) failed", pid)
+                return [_unknown_frame(ip, None) for ip in ips]
+
+    def _symbolize(self, pid: int, ips: Sequence[int]) -> List[Frame]:
+        st = self._procs.get(pid)
+        if st is None:
+            self._snapshot(pid)
+            st = self._procs.get(pid)
+        elif any(st.find(max(ip - 1, 0)) is None for ip in ips):
+            if time.monotonic() - st.snap_time >= self._resnap_s:
+                self._snapshot(pid)  # miss: maybe a library dlopened later
+                st = self._procs.get(pid)
+        out = []
+        for ip in ips:
+            addr = max(ip - 1, 0)
+            m = st.find(addr) if st is not None else None
+            if m is None:
+                out.append(_unknown_frame(addr, None))
+                continue
+            info = st.files.get((m.path, m.inode))
+            file_off = addr - m.start + m.offset
+            if info is None:
+                out.append(_unknown_frame(file_off, m.path, None))
+                continue
+            rel = info.vaddr(file_off)
+            table = self._table(info)
+            name = table.lookup(rel) if table is not None else None
+            if name is None:
+                out.append(_unknown_frame(rel, m.path, info.build_id))
+            else:
+                out.append(Frame(name, m.path, rel, info.build_id))
+        return out
+
+    def _table(self, info: _ElfInfo) -> Optional[_SymbolTable]:
+        key = info.cache_key
+        if key in self._tables:
+            self._tables.move_to_end(key)
+            return self._tables[key]
+        table = self._load_table(info)
+        self._tables[key] = table
+        while len(self._tables) > self._max_tables:
+            self._tables.popitem(last=False)
+        return table
+
+    def _load_table(self, info: _ElfInfo) -> Optional[_SymbolTable]:
+        try:
+            with open(info.open_path, "rb") as f:
+                elf = ELFFile(f)
+                syms = _read_symbols(elf, ".symtab")
+                if not syms and info.build_id and len(info.build_id) > 2:
+                    dbg = f"/usr/lib/debug/.build-id/{info.build_id[:2]}/{info.build_id[2:]}.debug"
+                    try:
+                        with open(dbg, "rb") as g:
+                            syms = _read_symbols(ELFFile(g), ".symtab")
+                    except (OSError, ELFError, ValueError, struct.error):
+                        syms = []
+                if not syms:
+                    syms = _read_symbols(elf, ".dynsym")
+        except (OSError, ELFError, ValueError, struct.error) as e:
+            log.debug("cannot read symbols of %s: %s", info.display_path, e)
+            return None
+        return _SymbolTable(syms)
+
+
+def _unknown_frame(rel: int, path: Optional[str], build_id: Optional[str] = None) -> Frame:
+    if path is None:
+        return Frame(f"0x{rel:x} [unknown]", "[unknown]", rel, None)
+    return Frame(f"0x{rel:x} [{os.path.basename(path)}]", path, rel, build_id)
