@@ -18,6 +18,7 @@ CFLAGS_COMMON := -O2 -g -fPIC -Wall -Wextra -Wno-unused-parameter -Wno-deprecate
                  -Ishim/include -I$(CUDA_INC)
 
 SHIM      := $(BUILD)/libgpu_agent_shim.so
+SHIM_DEFS ?=   # e.g. -DGA_OMIT_CBID=307 (tests prove the cbid guard with it)
 SHIM_SRCS := $(wildcard shim/src/*.cpp) $(wildcard shim/src/*.c)
 SHIM_HDRS := $(wildcard shim/src/*.h) shim/include/gpu_agent_probes.h
 
@@ -34,7 +35,7 @@ check-cuda-headers:
 shim: check-cuda-headers $(SHIM)
 
 $(SHIM): $(SHIM_SRCS) $(SHIM_HDRS) | $(BUILD)
-	$(CXX) $(CFLAGS_COMMON) -std=c++17 -fvisibility=hidden -fno-exceptions -fno-rtti \
+	$(CXX) $(CFLAGS_COMMON) $(SHIM_DEFS) -std=c++17 -fvisibility=hidden -fno-exceptions -fno-rtti \
 	    -shared -Wl,-soname,libgpu_agent_shim.so -Wl,-z,nodelete -o $@ $(SHIM_SRCS) -ldl -lpthread
 
 mock: check-cuda-headers $(MOCK_LIBS) $(MOCK_APP)

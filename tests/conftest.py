@@ -1,0 +1,70 @@
+"""Shared fixtures: the built parts, the mock CUDA environment, and the real agent CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BUILD = REPO / "build"
+MOCK_DIR = BUILD / "mock"
+MOCK_APP = MOCK_DIR / "mock_workload"
+SHIM = BUILD / "libgpu_agent_shim.so"
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def need_ebpf() -> None:
+    """Tests that load BPF fail loudly (never skip) when they cannot: CI runs them as root."""
+    if os.geteuid() != 0:
+        pytest.fail("this test loads real eBPF and must run as root (make test as root)")
+
+
+def agent_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gpu_agent", *map(str, args)]
+
+
+def mock_env(ground_truth: Path | None = None, **extra: str) -> dict:
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = str(MOCK_DIR) + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    env.pop("CUDA_INJECTION64_PATH", None)
+    for k in [k for k in env if k.startswith("GPU_AGENT_") or k.startswith("MOCK_CUDA_")]:
+        del env[k]
+    if ground_truth is not None:
+        env["MOCK_CUDA_GROUND_TRUTH"] = str(ground_truth)
+    env.update(extra)
+    return env
+
+
+def demangle(names: list[str]) -> list[str]:
+    """Demangle with binutils' c++filt: an implementation independent of the agent's."""
+    out = subprocess.run(["c++filt"], input="\n".join(names) + "\n", capture_output=True, text=True, check=True)
+    return out.stdout.splitlines()[: len(names)]
+
+
+def ground_truth(path: Path) -> dict[str, tuple[int, int]]:
+    """The mock driver's exact per-kernel totals: demangled name -> (launches, gpu_ns)."""
+    rows = [line.split("\t") for line in path.read_text().splitlines()[1:] if line.strip()]
+    acc: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for name, (mangled, launches, ns) in zip(demangle([r[0] for r in rows]), rows):
+        acc[name][0] += int(launches)
+        acc[name][1] += int(ns)
+    return {k: (v[0], v[1]) for k, v in acc.items()}
+
+
+def list_paths() -> list[str]:
+    out = subprocess.run([str(MOCK_APP), "--list-paths"], env=mock_env(), capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+@pytest.fixture(scope="session")
+def built():
+    missing = [p for p in (SHIM, MOCK_APP, MOCK_DIR / "libcuda.so.1", MOCK_DIR / "libcupti.so.13") if not p.exists()]
+    if missing:
+        pytest.fail(f"not built: {', '.join(map(str, missing))}; run `make`")
+    return True

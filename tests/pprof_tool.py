@@ -1,0 +1,93 @@
+"""Read profiles through Go's real pprof binary (never our own decoder).
+
+`pprof -raw` prints exact integer values, location ids per sample and a
+location table; this module parses that text into plain Python values.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def pprof_binary() -> str:
+    for cand in (os.environ.get("PPROF"), str(REPO / "build" / "tools" / "pprof"), shutil.which("pprof")):
+        if cand and os.path.exists(cand):
+            return cand
+    raise RuntimeError("Go pprof not found: run `make build/tools/pprof` (needs golang-go and "
+                       "golang-github-google-pprof-dev)")
+
+
+def pprof(*args: str) -> str:
+    out = subprocess.run([pprof_binary(), *args], capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise AssertionError(f"pprof {' '.join(args)} failed: {out.stderr.strip()}")
+    return out.stdout
+
+
+@dataclass
+class Sample:
+    values: list[int]
+    frames: list[str]  # function names, leaf first
+    files: list[str]
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+_SAMPLE = re.compile(r"^\s*((?:-?\d+\s+)+)(-?\d+):\s*((?:\d+\s*)*)$")
+_LOC = re.compile(r"^\s*(\d+):\s+0x[0-9a-f]+\s+(?:M=\d+\s+)?(.*?)\s+(\S*):(-?\d+)\s+s=\d+\s*$")
+_LOC_CONT = re.compile(r"^\s+(.*?)\s+(\S*):(-?\d+)\s+s=\d+\s*$")
+
+
+def raw(path) -> list[Sample]:
+    text = pprof("-raw", str(path))
+    samples: list[tuple[list[int], list[int], dict]] = []
+    locs: dict[int, list[tuple[str, str]]] = {}
+    section = None
+    last_loc = None
+    for line in text.splitlines():
+        if line.startswith("Samples:"):
+            section = "samples"
+            continue
+        if line.startswith("Locations"):
+            section = "locations"
+            continue
+        if line.startswith("Mappings"):
+            section = None
+            continue
+        if section == "samples":
+            m = _SAMPLE.match(line)
+            if m:
+                vals = [int(v) for v in m.group(1).split()] + [int(m.group(2))]
+                samples.append((vals, [int(i) for i in m.group(3).split()], {}))
+            elif ":[" in line and samples:
+                # labels line: "key:[value] key2:[value2]"
+                for k, v in re.findall(r"(\w+):\[([^\]]*)\]", line):
+                    samples[-1][2][k] = v
+        elif section == "locations":
+            m = _LOC.match(line)
+            if m:
+                last_loc = int(m.group(1))
+                locs[last_loc] = [(m.group(2), m.group(3))]
+                continue
+            m = _LOC_CONT.match(line)
+            if m and last_loc is not None:
+                locs[last_loc].append((m.group(1), m.group(2)))
+    out = []
+    for vals, ids, labels in samples:
+        frames, files = [], []
+        for i in ids:
+            for fn, file in locs.get(i, [("?", "?")]):
+                frames.append(fn)
+                files.append(file)
+        out.append(Sample(vals, frames, files, labels))
+    return out
+
+
+def top(path, *extra: str) -> str:
+    return pprof("-top", *extra, str(path))

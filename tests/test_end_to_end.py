@@ -1,0 +1,110 @@
+"""The whole pipeline: mock CUDA app -> real shim -> real eBPF -> agent -> pprof, read by Go pprof."""
+
+from __future__ import annotations
+
+import subprocess
+from collections import defaultdict
+
+import pytest
+
+from conftest import (BUILD, MOCK_APP, REPO, SHIM, agent_cmd, ground_truth, list_paths, mock_env,
+                      need_ebpf)
+from pprof_tool import raw, top
+
+GRAPH_PATHS = {"cuGraphLaunch", "cuGraphLaunch_ptsz", "cudaGraphLaunch", "cudaGraphLaunch_ptsz"}
+
+
+def record(tmp_path, *workload_args, shim=None, env=None, name="out.pb.gz"):
+    out = tmp_path / name
+    cmd = ["record", "-o", out]
+    if shim:
+        cmd += ["--shim", shim]
+    proc = subprocess.run(agent_cmd(*cmd, "--", MOCK_APP, *workload_args), env=env or mock_env(),
+                          capture_output=True, text=True, timeout=180)
+    return proc, out
+
+
+def kernel_names(path: str) -> list[str]:
+    if path in GRAPH_PATHS:
+        return [f"k_{path}_node{i}(float*, int)" for i in range(3)]
+    return [f"k_{path}(float*, int)"]
+
+
+def assert_path_attributed(samples, path: str) -> None:
+    """The path's kernels are leaves, and some sample of each has launch_<path> in its stack."""
+    for kernel in kernel_names(path):
+        mine = [s for s in samples if s.frames and s.frames[0] == kernel]
+        assert mine, f"kernel {kernel} missing from the profile"
+        assert all(s.files[0] == "CUDA_KERNEL" for s in mine)
+        assert any(f"launch_{path}" in s.frames for s in mine), (
+            f"{kernel}: no stack contains launch_{path}; stacks: {[s.frames[:6] for s in mine]}")
+
+
+@pytest.fixture(scope="module")
+def all_paths_profile(tmp_path_factory, built):
+    need_ebpf()
+    tmp = tmp_path_factory.mktemp("allpaths")
+    gt = tmp / "truth.tsv"
+    proc, out = record(tmp, "--paths", "all", "--iters", "300", env=mock_env(gt))
+    assert proc.returncode == 0, proc.stderr
+    return raw(out), ground_truth(gt), out, proc
+
+
+def test_every_launch_path_has_kernel_leaf_and_launching_function(all_paths_profile):
+    samples, _, _, _ = all_paths_profile
+    paths = list_paths()
+    assert len(paths) >= 21, paths
+    for path in paths:
+        assert_path_attributed(samples, path)
+
+
+def test_per_kernel_gpu_ns_equals_ground_truth_exactly(all_paths_profile):
+    samples, truth, _, _ = all_paths_profile
+    got_ns, got_n = defaultdict(int), defaultdict(int)
+    for s in samples:
+        got_ns[s.frames[0]] += s.values[0]
+        got_n[s.frames[0]] += s.values[1]
+    assert dict(got_ns) == {k: v[1] for k, v in truth.items()}
+    assert dict(got_n) == {k: v[0] for k, v in truth.items()}
+
+
+def test_labels_and_long_names(all_paths_profile):
+    samples, truth, out, proc = all_paths_profile
+    assert all({"pid", "comm", "cuda_device", "cuda_stream"} <= s.labels.keys() for s in samples)
+    graph = [s for s in samples if s.frames[0].startswith("k_cuGraphLaunch_node")]
+    assert graph and all("cuda_graph" in s.labels for s in graph)
+    plain = [s for s in samples if s.frames[0] == "k_cuLaunchKernel(float*, int)"]
+    assert plain and all("cuda_graph" not in s.labels for s in plain)
+    longest = max(truth, key=len)
+    assert len(longest) > 5000
+    assert any(s.frames[0] == longest for s in samples), "the long kernel name was cut"
+    assert "gpu_time" in top(out) or "Type: gpu_time" in top(out)
+
+
+def test_removing_one_cbid_subscription_fails_the_path_check(tmp_path, built):
+    """Guard: a shim built without cuLaunchKernel's callback loses that path's stacks."""
+    need_ebpf()
+    variant = tmp_path / "libgpu_agent_shim.so"
+    subprocess.run(["make", "-s", "-C", str(REPO), f"SHIM={variant}", "SHIM_DEFS=-DGA_OMIT_CBID=307",
+                    str(variant)], check=True, capture_output=True, timeout=300)
+    proc, out = record(tmp_path, "--paths", "cuLaunchKernel,cudaLaunchKernel", "--iters", "50",
+                       shim=variant)
+    assert proc.returncode == 0, proc.stderr
+    samples = raw(out)
+    assert_path_attributed(samples, "cudaLaunchKernel")  # the runtime path still works
+    with pytest.raises(AssertionError, match="no stack contains launch_cuLaunchKernel"):
+        assert_path_attributed(samples, "cuLaunchKernel")
+    # ...and its time is still there, under [unsampled], never dropped.
+    assert any(s.frames[:2] == ["k_cuLaunchKernel(float*, int)", "[unsampled]"] for s in samples)
+
+
+def test_record_returns_the_commands_exit_code(tmp_path, built):
+    need_ebpf()
+    proc = subprocess.run(agent_cmd("record", "-o", tmp_path / "x.pb.gz", "--", "sh", "-c", "exit 7"),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 7, proc.stderr
+
+
+def test_shim_path_prints_the_built_shim(built):
+    out = subprocess.run(agent_cmd("shim-path"), capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(SHIM.resolve())
