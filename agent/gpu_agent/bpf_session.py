@@ -1,0 +1,452 @@
+"""Load bpf/gpu_agent.bpf.c, attach it to the shim by library path, read it back.
+
+Attach (open()):
+  1. The shim's .note.stapsdt is read (stapsdt.py) and checked against the
+     contract: every probe present, only `attach` with a semaphore.
+  2. bcc's USDT(path=shim) generates the bpf_usdt_readarg() code for the three
+     data probes from their argument specs (one switch case per probe site).
+  3. The data probes are attached as uprobes on the shim FILE (pid -1): every
+     process that maps the shim, running now or started later, is covered.
+  4. Last, `attach` gets a no-op program through libbcc's 7-argument
+     bpf_attach_uprobe() with ref_ctr_offset = the semaphore's file offset:
+     the kernel raises the semaphore in every process mapping the shim (now
+     and at every later mmap) and drops it when the uprobe goes away. The shim
+     polls it to switch CUPTI on; it then replays kernel names, which the data
+     probes (already attached) see.
+  All uprobes go through our own ctypes prototype of bpf_attach_uprobe, not
+  BPF.attach_uprobe(): bcc 0.26's Python binding declares only 6 of the
+  C function's 7 arguments, so ref_ctr_offset would be stack garbage.
+
+Drain (drain()): BPF_MAP_LOOKUP_AND_DELETE_BATCH per aggregation map, so each
+key is read and removed under the bucket lock and increments that land after
+it start a fresh key for the next interval. Per-CPU values are summed here.
+"""
+
+from __future__ import annotations
+
+import ctypes as ct
+import errno
+import os
+from dataclasses import dataclass
+from typing import Callable, NamedTuple, Optional
+
+from . import contract as C
+from . import paths, preflight, stapsdt
+
+DATA_PROBES = {  # contract probe -> BPF function
+    "cuda_correlation": "ga_cuda_correlation",
+    "kernel_batch": "ga_kernel_batch",
+    "kernel_name": "ga_kernel_name",
+}
+ATTACH_FN = "ga_attach"
+BATCH_CHUNK = 1024      # keys per BPF_MAP_LOOKUP_AND_DELETE_BATCH call
+MAX_PENDING_NAMES = 4096
+
+
+class BpfError(RuntimeError):
+    pass
+
+
+class AggKey(NamedTuple):
+    tgid: int
+    device_id: int
+    stream_id: int
+    graph_id: int
+    kernel_id: int
+    stack_id: int
+
+
+class AggVal(NamedTuple):
+    gpu_ns: int
+    launches: int
+    weighted_ns: int
+    weighted_launches: int
+
+
+@dataclass
+class Drain:
+    totals: dict[AggKey, AggVal]
+    sampled: dict[AggKey, AggVal]
+    counters: dict[str, int]
+
+
+class _PendingName:
+    __slots__ = ("total", "chunks")
+
+    def __init__(self, total: int):
+        self.total = total
+        self.chunks: dict[int, bytes] = {}
+
+    def assemble(self) -> Optional[bytes]:
+        """The whole name if the chunks cover [0, total) without gaps."""
+        pos = 0
+        parts = []
+        for off in sorted(self.chunks):
+            data = self.chunks[off]
+            if off > pos:
+                return None
+            if off + len(data) > pos:
+                parts.append(data[pos - off:])
+                pos = off + len(data)
+        if pos < self.total:
+            return None
+        return b"".join(parts)[:self.total]
+
+
+class BpfSession:
+    """One loaded copy of the BPF program, attached to one shim file.
+
+    Public API: open(), poll(timeout_ms) -> int, drain() -> Drain,
+    counters() -> dict[str, int], get_stack(tgid, stack_id) -> list[int] | None,
+    close(); attribute names: dict[int, bytes] (kernel_id -> mangled name).
+    Callbacks run inside poll(): on_new_stack(tgid, stack_id), on_proc_exit(tgid).
+    """
+
+    def __init__(self, shim_path: str, *,
+                 on_new_stack: Optional[Callable[[int, int], None]] = None,
+                 on_proc_exit: Optional[Callable[[int], None]] = None,
+                 cflags: Optional[list[str]] = None):
+        self.shim_path = os.path.realpath(shim_path)
+        self.on_new_stack = on_new_stack
+        self.on_proc_exit = on_proc_exit
+        self.extra_cflags = list(cflags or [])
+        self.names: dict[int, bytes] = {}
+        self._pending: dict[int, _PendingName] = {}
+        self._agent_counts = {"ev_corrupt": 0, "ev_unknown": 0, "name_conflict": 0,
+                              "names_complete": 0, "callback_errors": 0}
+        self._bpf = None
+        self._uprobes: list[tuple[bytes, int]] = []  # (ev_name, perf fd), attach order
+        self._cb_error: Optional[BaseException] = None
+        self._events = 0
+        self._ncpu = 0
+
+    # -- lifecycle ---------------------------------------------------------
+    def open(self) -> None:
+        bcc = preflight.import_bcc()
+        from bcc import BPF, USDT
+        from bcc.libbcc import lib
+        from bcc.utils import get_possible_cpus
+
+        self._lib = lib
+        self._ncpu = len(get_possible_cpus())
+        self._attach_uprobe = _attach_uprobe_fn(lib)
+        probes = self._check_shim()
+
+        usdt = USDT(path=self.shim_path)
+        for probe, fn in DATA_PROBES.items():
+            try:
+                usdt.enable_probe(f"{C.PROVIDER}:{probe}", fn)
+            except Exception as e:
+                raise BpfError(f"bcc cannot use probe {C.PROVIDER}:{probe} of {self.shim_path}: "
+                               f"{str(e).splitlines()[0]}") from None
+        usdt_text = usdt.get_text()
+
+        bpf_dir, inc_dir = paths.bpf_dir(), paths.include_dir()
+        src = (bpf_dir / "gpu_agent.bpf.c").read_text()
+        cflags = ["-DGA_BPF", f"-I{inc_dir}", "-Wno-comment"]
+        if _tracepoint_has_field("sched", "sched_process_exit", "group_dead"):
+            cflags.append("-DGA_HAVE_GROUP_DEAD")
+        cflags += self.extra_cflags
+        try:
+            # TRACEPOINT_PROBE (process exit) is attached by bcc itself here.
+            self._bpf = BPF(text=usdt_text + src, cflags=cflags)
+        except Exception as e:
+            raise BpfError(f"loading {bpf_dir / 'gpu_agent.bpf.c'} failed: {e}") from None
+        _ = bcc
+        try:
+            # Data probes first, by library path: every site bcc generated code for.
+            for binpath, fn_name, vaddr, _pid in usdt.enumerate_active_probes():
+                offset = stapsdt.vaddr_to_offset(self._loads, vaddr)
+                self._attach(fn_name.decode(), offset, 0)
+            # The semaphore last: the shim only starts CUPTI once everything listens.
+            att = probes["attach"][0]
+            self._attach(ATTACH_FN, att.pc_offset, att.semaphore_offset)
+        except BaseException:
+            self.close()
+            raise
+        self._bpf["events"].open_ring_buffer(self._on_event)
+        self._maps = {n: self._bpf[n] for n in ("kernel_totals", "kernel_sampled", "stacks",
+                                                "counters")}
+
+    def close(self) -> None:
+        """Detach `attach` first (semaphore drops, the shim stops CUPTI), then the rest."""
+        if self._bpf is None:
+            return
+        for ev_name, fd in reversed(self._uprobes):
+            self._lib.bpf_close_perf_event_fd(fd)
+            self._lib.bpf_detach_uprobe(ev_name)
+        self._uprobes.clear()
+        try:
+            self._bpf.cleanup()
+        finally:
+            self._bpf = None
+
+    def __enter__(self) -> "BpfSession":
+        self.open()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- attach ------------------------------------------------------------
+    def _check_shim(self) -> dict[str, list[stapsdt.SdtProbe]]:
+        if not os.path.isfile(self.shim_path):
+            raise BpfError(f"shim not found: {self.shim_path}")
+        try:
+            all_probes = stapsdt.read_probes(self.shim_path)
+            from elftools.elf.elffile import ELFFile
+            with open(self.shim_path, "rb") as f:
+                self._loads = [(s["p_vaddr"], s["p_offset"], s["p_filesz"])
+                               for s in ELFFile(f).iter_segments() if s["p_type"] == "PT_LOAD"]
+        except Exception as e:
+            raise BpfError(f"cannot read USDT notes of {self.shim_path}: {e}") from None
+        probes: dict[str, list[stapsdt.SdtProbe]] = {}
+        for p in all_probes:
+            if p.provider == C.PROVIDER:
+                probes.setdefault(p.name, []).append(p)
+        for name, args in C.PROBES.items():
+            sites = probes.get(name)
+            if not sites:
+                raise BpfError(f"{self.shim_path} has no USDT probe {C.PROVIDER}:{name}: "
+                               "not a gpu-agent shim, or built from another probe contract")
+            for s in sites:
+                if len(s.args) != len(args):
+                    raise BpfError(f"{self.shim_path}: probe {name} has {len(s.args)} arguments, "
+                                   f"the contract says {len(args)}")
+                if bool(s.semaphore) != (name == C.SEMAPHORE_PROBE):
+                    raise BpfError(f"{self.shim_path}: probe {name} "
+                                   f"{'lacks' if name == C.SEMAPHORE_PROBE else 'has'} a semaphore")
+        if len({p.semaphore for p in probes["attach"]}) != 1:
+            raise BpfError(f"{self.shim_path}: attach probe sites disagree on the semaphore")
+        return probes
+
+    def _attach(self, fn_name: str, offset: int, ref_ctr_offset: int) -> None:
+        from bcc import BPF
+        fn = self._bpf.load_func(fn_name.encode(), BPF.KPROBE)
+        ev_name = b"ga_%d_%s_0x%x" % (os.getpid(), fn_name.encode(), offset)
+        fd = self._attach_uprobe(fn.fd, 0, ev_name, self.shim_path.encode(), offset, -1,
+                                 ref_ctr_offset)
+        if fd < 0:
+            err = ct.get_errno()
+            why = os.strerror(err) if err else "unknown error"
+            hint = ""
+            if ref_ctr_offset:
+                hint = (" (the kernel refused the semaphore: another tracer may hold a uprobe "
+                        "on this probe with a different ref_ctr_offset)")
+            raise BpfError(f"cannot attach uprobe {fn_name} at {self.shim_path}+{offset:#x}: "
+                           f"{why}{hint}")
+        self._uprobes.append((ev_name, fd))
+
+    # -- ring buffer -------------------------------------------------------
+    def poll(self, timeout_ms: int) -> int:
+        """Handle pending ring-buffer events (waiting up to timeout_ms for the first).
+
+        Returns the number of events handled. An exception raised by a
+        callback is re-raised here, after the poll.
+        """
+        if self._bpf is None:
+            raise BpfError("session is not open")
+        before = self._events
+        self._bpf.ring_buffer_poll(timeout_ms)  # bcc 0.26 returns None, not a count
+        err, self._cb_error = self._cb_error, None
+        if err is not None:
+            raise err
+        return self._events - before
+
+    def _on_event(self, _ctx, data, size) -> int:
+        # Runs inside libbpf's poll through ctypes: never let anything escape.
+        self._events += 1
+        try:
+            self._handle(ct.string_at(data, size))
+        except Exception as e:  # a user callback failed
+            self._agent_counts["callback_errors"] += 1
+            if self._cb_error is None:
+                self._cb_error = e
+        return 0
+
+    def _handle(self, buf: bytes) -> None:
+        if len(buf) < ct.sizeof(C.EventHdr):
+            self._agent_counts["ev_corrupt"] += 1
+            return
+        hdr = C.EventHdr.from_buffer_copy(buf)
+        if hdr.type == C.EventType.GA_EV_NAME_CHUNK:
+            if len(buf) < C.EvNameChunk.data.offset:
+                self._agent_counts["ev_corrupt"] += 1
+                return
+            ev = C.EvNameChunk.from_buffer_copy(buf.ljust(ct.sizeof(C.EvNameChunk), b"\0"))
+            self._name_chunk(ev.kernel_id, ev.total_len, ev.offset, ev.len,
+                             buf[C.EvNameChunk.data.offset:])
+        elif hdr.type == C.EventType.GA_EV_NEW_STACK:
+            if len(buf) < ct.sizeof(C.EvNewStack):
+                self._agent_counts["ev_corrupt"] += 1
+                return
+            ev = C.EvNewStack.from_buffer_copy(buf)
+            if self.on_new_stack is not None:
+                self.on_new_stack(hdr.tgid, ev.stack_id)
+        elif hdr.type == C.EventType.GA_EV_PROC_EXIT:
+            if self.on_proc_exit is not None:
+                self.on_proc_exit(hdr.tgid)
+        else:
+            self._agent_counts["ev_unknown"] += 1
+
+    def _name_chunk(self, kernel_id: int, total: int, offset: int, length: int,
+                    payload: bytes) -> None:
+        if kernel_id in self.names:
+            return  # replay after an attach, or a second process: ids are name hashes
+        if (kernel_id == 0 or total == 0 or total > C.MAX_NAME_LEN or length > C.NAME_CHUNK
+                or length > len(payload) or offset + length > total):
+            self._agent_counts["ev_corrupt"] += 1
+            return
+        p = self._pending.get(kernel_id)
+        if p is None or p.total != total:
+            if p is not None:
+                self._agent_counts["name_conflict"] += 1
+            if len(self._pending) >= MAX_PENDING_NAMES:  # drop the oldest unfinished name
+                self._pending.pop(next(iter(self._pending)))
+            p = self._pending[kernel_id] = _PendingName(total)
+        p.chunks[offset] = payload[:length]
+        name = p.assemble()
+        if name is not None:
+            del self._pending[kernel_id]
+            self.names[kernel_id] = name
+            self._agent_counts["names_complete"] += 1
+
+    # -- maps --------------------------------------------------------------
+    def drain(self) -> Drain:
+        """Read and delete both aggregation maps; counters stay cumulative."""
+        if self._bpf is None:
+            raise BpfError("session is not open")
+        return Drain(totals=self._drain_map(self._maps["kernel_totals"]),
+                     sampled=self._drain_map(self._maps["kernel_sampled"]),
+                     counters=self.counters())
+
+    def _drain_map(self, table) -> dict[AggKey, AggVal]:
+        out: dict[AggKey, AggVal] = {}
+        nfields = len(C.AggValC._fields_)
+        stride = nfields * self._ncpu  # u64 per key: per-CPU values, each 8-aligned
+
+        def add(key: C.AggKeyC, vals: memoryview) -> None:
+            k = AggKey(key.tgid, key.device_id, key.stream_id, key.graph_id, key.kernel_id,
+                       key.stack_id)
+            v = AggVal(*(sum(vals[i::nfields]) for i in range(nfields)))
+            old = out.get(k)
+            out[k] = v if old is None else AggVal(*(a + b for a, b in zip(old, v)))
+
+        try:
+            self._drain_batch(table.map_fd, stride, add)
+        except _BatchUnsupported:
+            self._drain_per_key(table.map_fd, stride, add)
+        return out
+
+    def _drain_batch(self, fd: int, stride: int, add) -> None:
+        lib = self._lib
+        chunk = BATCH_CHUNK
+        keys = (C.AggKeyC * chunk)()
+        vals = (ct.c_uint64 * (stride * chunk))()
+        in_batch, out_batch = ct.c_uint32(0), ct.c_uint32(0)
+        count = ct.c_uint32(0)
+        first = True
+        while True:
+            count.value = chunk
+            res = lib.bpf_lookup_and_delete_batch(
+                fd, None if first else ct.byref(in_batch), ct.byref(out_batch),
+                ct.byref(keys), ct.byref(vals), ct.byref(count))
+            err = ct.get_errno() if res != 0 else 0
+            mv = memoryview(vals).cast("B").cast("Q")
+            for i in range(count.value):
+                add(keys[i], mv[i * stride:(i + 1) * stride])
+            if res != 0:
+                if err == errno.ENOENT:
+                    return  # walked every bucket
+                if err == errno.ENOSPC and count.value == 0:
+                    # One bucket holds more keys than the buffer: grow and retry.
+                    chunk *= 2
+                    keys = (C.AggKeyC * chunk)()
+                    vals = (ct.c_uint64 * (stride * chunk))()
+                    continue
+                if first and err in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+                    raise _BatchUnsupported()
+                raise BpfError(f"BPF_MAP_LOOKUP_AND_DELETE_BATCH failed: {os.strerror(err)}")
+            in_batch.value = out_batch.value
+            first = False
+
+    def _drain_per_key(self, fd: int, stride: int, add) -> None:
+        """Kernels without batch ops: per-key lookup-and-delete (5.14+), else lookup+delete."""
+        lib = self._lib
+        key, nxt = C.AggKeyC(), C.AggKeyC()
+        vals = (ct.c_uint64 * stride)()
+        keys = []
+        if lib.bpf_get_first_key(fd, ct.byref(key), ct.sizeof(key)) == 0:
+            keys.append(C.AggKeyC.from_buffer_copy(key))
+            while lib.bpf_get_next_key(fd, ct.byref(key), ct.byref(nxt)) == 0:
+                keys.append(C.AggKeyC.from_buffer_copy(nxt))
+                ct.memmove(ct.byref(key), ct.byref(nxt), ct.sizeof(key))
+        for k in keys:
+            if lib.bpf_lookup_and_delete(fd, ct.byref(k), ct.byref(vals)) != 0:
+                if ct.get_errno() == errno.ENOENT:
+                    continue
+                # Old kernel: not atomic, an increment between the two calls is lost.
+                if lib.bpf_lookup_elem(fd, ct.byref(k), ct.byref(vals)) != 0:
+                    continue
+                lib.bpf_delete_elem(fd, ct.byref(k))
+            add(k, memoryview(vals).cast("B").cast("Q"))
+
+    def counters(self) -> dict[str, int]:
+        """Cumulative BPF counters (contract names, see contract.counter_name) and
+        agent-side ones (prefixed agent_)."""
+        if self._bpf is None:
+            raise BpfError("session is not open")
+        fd = self._maps["counters"].map_fd
+        vals = (ct.c_uint64 * self._ncpu)()
+        out = {}
+        for c in C.Counter:
+            if c == C.Counter.GA_COUNTER_MAX:
+                continue
+            idx = ct.c_uint32(int(c))
+            total = 0
+            if self._lib.bpf_lookup_elem(fd, ct.byref(idx), ct.byref(vals)) == 0:
+                total = sum(vals)
+            out[C.counter_name(c)] = total
+        for k, v in self._agent_counts.items():
+            out["agent_" + k] = v
+        out["agent_names_pending"] = len(self._pending)
+        return out
+
+    def get_stack(self, tgid: int, stack_id: int) -> Optional[list[int]]:
+        """Frames of a stored stack, innermost first; None if unknown or evicted."""
+        if self._bpf is None:
+            raise BpfError("session is not open")
+        key = C.StackKey(tgid=tgid, pad=0, stack_id=stack_id)
+        val = C.Stack()
+        if self._lib.bpf_lookup_elem(self._maps["stacks"].map_fd, ct.byref(key),
+                                     ct.byref(val)) != 0:
+            return None
+        n = min(val.nframes, C.MAX_FRAMES)
+        return list(val.ips[:n])
+
+
+class _BatchUnsupported(Exception):
+    pass
+
+
+def _attach_uprobe_fn(lib):
+    """libbcc's bpf_attach_uprobe with its real 7-argument C signature.
+
+    int bpf_attach_uprobe(int progfd, enum bpf_probe_attach_type type,
+                          const char *ev_name, const char *binary_path,
+                          uint64_t offset, pid_t pid, uint32_t ref_ctr_offset)
+    A separate prototype, so bcc's own (6-argument) declaration is left alone.
+    """
+    proto = ct.CFUNCTYPE(ct.c_int, ct.c_int, ct.c_int, ct.c_char_p, ct.c_char_p,
+                         ct.c_uint64, ct.c_int, ct.c_uint32, use_errno=True)
+    return proto(("bpf_attach_uprobe", lib))
+
+
+def _tracepoint_has_field(category: str, event: str, field: str) -> bool:
+    for d in preflight.TRACEFS_DIRS:
+        try:
+            with open(os.path.join(d, "events", category, event, "format")) as f:
+                return any(f" {field};" in line for line in f)
+        except OSError:
+            continue
+    return False

@@ -1,0 +1,174 @@
+"""ctypes mirror of shim/include/gpu_agent_probes.h (the probe contract).
+
+Every size, offset and enum value the agent needs comes from here; nothing
+else in the agent hand-types an offset. tests/test_contract.py compiles the
+header with gcc and fails if anything below disagrees with it, and checks the
+shim's .note.stapsdt against PROBES.
+"""
+
+from __future__ import annotations
+
+import ctypes as ct
+from enum import IntEnum
+
+u8, u32, u64 = ct.c_uint8, ct.c_uint32, ct.c_uint64
+
+PROVIDER = "gpu_agent"
+SEMAPHORE_SYMBOL = "gpu_agent_attach_semaphore"
+
+MAX_FRAMES = 64
+BATCH_MAX = 1024
+NAME_CHUNK = 512
+MAX_NAME_LEN = 64 * 1024
+
+REC_GRAPH = 0x1
+
+# Probe name -> ordered (argument name, C type) pairs, as in the header comment.
+# Pointer arguments are "ptr" (8 bytes on the probe site).
+PROBES: dict[str, tuple[tuple[str, str], ...]] = {
+    "attach": (),
+    "cuda_correlation": (("correlation_id", "u32"), ("cbid", "u32"), ("stack_id", "u64"),
+                         ("frames", "ptr"), ("nframes", "u32"), ("weight", "u32")),
+    "kernel_batch": (("records", "ptr"), ("count", "u32"), ("record_size", "u32"),
+                     ("dropped", "u32")),
+    "kernel_name": (("kernel_id", "u64"), ("total_len", "u32"), ("offset", "u32"),
+                    ("chunk", "ptr"), ("chunk_len", "u32")),
+}
+# Only this probe carries a semaphore (the agent's presence flag for the shim).
+SEMAPHORE_PROBE = "attach"
+ARG_SIZES = {"u32": 4, "u64": 8, "ptr": 8}
+
+
+class KernelRecord(ct.Structure):
+    _fields_ = [
+        ("start_ns", u64),
+        ("end_ns", u64),
+        ("kernel_id", u64),
+        ("graph_node_id", u64),
+        ("correlation_id", u32),
+        ("device_id", u32),
+        ("context_id", u32),
+        ("stream_id", u32),
+        ("graph_id", u32),
+        ("flags", u32),
+        ("reserved", u64),
+    ]
+
+
+class CorrKey(ct.Structure):
+    _fields_ = [("tgid", u32), ("correlation_id", u32)]
+
+
+class CorrVal(ct.Structure):
+    _fields_ = [("stack_id", u64), ("weight", u32), ("cbid", u32)]
+
+
+class StackKey(ct.Structure):
+    _fields_ = [("tgid", u32), ("pad", u32), ("stack_id", u64)]
+
+
+class Stack(ct.Structure):
+    _fields_ = [("nframes", u32), ("cbid", u32), ("ips", u64 * MAX_FRAMES)]
+
+
+class AggKeyC(ct.Structure):
+    _fields_ = [
+        ("tgid", u32),
+        ("device_id", u32),
+        ("stream_id", u32),
+        ("graph_id", u32),
+        ("kernel_id", u64),
+        ("stack_id", u64),
+    ]
+
+
+class AggValC(ct.Structure):
+    _fields_ = [
+        ("gpu_ns", u64),
+        ("launches", u64),
+        ("weighted_ns", u64),
+        ("weighted_launches", u64),
+    ]
+
+
+class Counter(IntEnum):
+    GA_CNT_KERNELS = 0
+    GA_CNT_BATCHES = 1
+    GA_CNT_SAMPLES = 2
+    GA_CNT_UNSAMPLED = 3
+    GA_CNT_NEW_STACKS = 4
+    GA_CNT_NAME_CHUNKS = 5
+    GA_DROP_AGG_FULL = 6
+    GA_DROP_STACK_FULL = 7
+    GA_DROP_STACK_READ = 8
+    GA_DROP_RECORD_READ = 9
+    GA_DROP_BAD_RECORD = 10
+    GA_DROP_RINGBUF_FULL = 11
+    GA_DROP_NAME_READ = 12
+    GA_DROP_CUPTI = 13
+    GA_COUNTER_MAX = 14
+
+
+COUNTER_MAX = int(Counter.GA_COUNTER_MAX)
+
+
+def counter_name(c: Counter) -> str:
+    """GA_CNT_KERNELS -> "kernels", GA_DROP_AGG_FULL -> "drop_agg_full"."""
+    n = c.name[3:].lower()
+    return n[4:] if n.startswith("cnt_") else n
+
+
+class EventType(IntEnum):
+    GA_EV_NAME_CHUNK = 1
+    GA_EV_NEW_STACK = 2
+    GA_EV_PROC_EXIT = 3
+
+
+class EventHdr(ct.Structure):
+    _fields_ = [("type", u32), ("tgid", u32)]
+
+
+class EvNameChunk(ct.Structure):
+    _fields_ = [
+        ("hdr", EventHdr),
+        ("kernel_id", u64),
+        ("total_len", u32),
+        ("offset", u32),
+        ("len", u32),
+        ("pad", u32),
+        ("data", ct.c_char * NAME_CHUNK),
+    ]
+
+
+class EvNewStack(ct.Structure):
+    _fields_ = [("hdr", EventHdr), ("stack_id", u64)]
+
+
+class EvProcExit(ct.Structure):
+    _fields_ = [("hdr", EventHdr)]
+
+
+# C struct name -> ctypes mirror; the contract test walks this.
+STRUCTS: dict[str, type[ct.Structure]] = {
+    "ga_kernel_record": KernelRecord,
+    "ga_corr_key": CorrKey,
+    "ga_corr_val": CorrVal,
+    "ga_stack_key": StackKey,
+    "ga_stack": Stack,
+    "ga_agg_key": AggKeyC,
+    "ga_agg_val": AggValC,
+    "ga_event_hdr": EventHdr,
+    "ga_ev_name_chunk": EvNameChunk,
+    "ga_ev_new_stack": EvNewStack,
+    "ga_ev_proc_exit": EvProcExit,
+}
+ENUMS: dict[str, type[IntEnum]] = {"ga_counter": Counter, "ga_event_type": EventType}
+CONSTANTS: dict[str, int] = {
+    "GA_MAX_FRAMES": MAX_FRAMES,
+    "GA_BATCH_MAX": BATCH_MAX,
+    "GA_NAME_CHUNK": NAME_CHUNK,
+    "GA_MAX_NAME_LEN": MAX_NAME_LEN,
+    "GA_REC_GRAPH": REC_GRAPH,
+}
+STRING_CONSTANTS: dict[str, str] = {"GA_PROVIDER": PROVIDER,
+                                    "GA_SEMAPHORE_SYMBOL": SEMAPHORE_SYMBOL}

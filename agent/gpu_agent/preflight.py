@@ -1,0 +1,111 @@
+"""Checks run before anything touches eBPF, each failing with one actionable line.
+
+bcc's own failures (a clang error dump, "Failed to attach BPF to uprobe") do
+not say what is missing; these checks do. The CLI calls check() first.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+DIST_PACKAGES = "/usr/lib/python3/dist-packages"
+UPROBE_PMU = "/sys/bus/event_source/devices/uprobe"
+TRACEFS_DIRS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+CAP_SYS_ADMIN = 21
+CAP_BPF = 39
+CAP_PERFMON = 38
+
+
+class PreflightError(RuntimeError):
+    pass
+
+
+def import_bcc():
+    """Import bcc, falling back to the distribution's module directory.
+
+    Debian/Ubuntu ship bcc only for the system python3 (python3-bpfcc); a
+    virtualenv or pyenv interpreter does not see it, but the pure-Python
+    module works with any Python 3 once the directory is on sys.path.
+    """
+    try:
+        import bcc  # noqa: F401
+    except ImportError:
+        if os.path.isdir(os.path.join(DIST_PACKAGES, "bcc")) and DIST_PACKAGES not in sys.path:
+            sys.path.append(DIST_PACKAGES)
+        try:
+            import bcc  # noqa: F401
+        except ImportError as e:
+            raise PreflightError(
+                "the BCC Python module is not installed: apt-get install python3-bpfcc "
+                f"(Debian/Ubuntu) or the bcc-python package of your distribution ({e})") from None
+        except OSError as e:  # the module is there but libbcc.so.0 is not
+            raise PreflightError(f"libbcc cannot be loaded: apt-get install libbpfcc ({e})") from None
+    import bcc
+    return bcc
+
+
+def _cap_eff() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return int(line.split()[1], 16)
+    except OSError:
+        pass
+    return 0
+
+
+def _check_root() -> None:
+    if os.geteuid() == 0:
+        return
+    caps = _cap_eff()
+    if caps & (1 << CAP_SYS_ADMIN) or (caps & (1 << CAP_BPF) and caps & (1 << CAP_PERFMON)):
+        return
+    raise PreflightError("gpu-agent must run as root (or with CAP_BPF+CAP_PERFMON) "
+                         "to load eBPF programs: run it with sudo")
+
+
+def _check_headers() -> None:
+    release = os.uname().release
+    if os.environ.get("BCC_KERNEL_SOURCE"):
+        return
+    if os.path.isdir(f"/lib/modules/{release}/build"):
+        return
+    # bcc can also use headers built into the kernel (CONFIG_IKHEADERS).
+    if os.path.exists("/sys/kernel/kheaders.tar.xz"):
+        return
+    raise PreflightError(f"kernel headers for {release} not found (/lib/modules/{release}/build "
+                         f"is missing): apt-get install linux-headers-{release}")
+
+
+def _check_uprobes() -> None:
+    if not os.path.exists(os.path.join(UPROBE_PMU, "type")):
+        raise PreflightError("this kernel has no uprobe support (CONFIG_UPROBE_EVENTS): "
+                             "gpu-agent cannot attach to the shim's USDT probes")
+    if not os.path.exists(os.path.join(UPROBE_PMU, "format", "ref_ctr_offset")):
+        raise PreflightError("this kernel's uprobes lack USDT semaphore support "
+                             "(ref_ctr_offset, Linux >= 4.20): gpu-agent needs it")
+
+
+def _check_tracefs() -> None:
+    """bcc looks up tracepoint ids in tracefs; mount it if a container left it out."""
+    for d in TRACEFS_DIRS:
+        if os.path.isdir(os.path.join(d, "events")):
+            return
+    if os.geteuid() == 0 and os.path.isdir(TRACEFS_DIRS[0]):
+        subprocess.run(["mount", "-t", "tracefs", "tracefs", TRACEFS_DIRS[0]],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        if os.path.isdir(os.path.join(TRACEFS_DIRS[0], "events")):
+            return
+    raise PreflightError("tracefs is not mounted: mount -t tracefs tracefs /sys/kernel/tracing")
+
+
+def check() -> None:
+    """Raise PreflightError naming the first missing prerequisite."""
+    _check_root()
+    import_bcc()
+    _check_headers()
+    _check_uprobes()
+    _check_tracefs()

@@ -1,0 +1,19 @@
+/* The `attach` probe with its semaphore, in its own translation unit:
+ * _SDT_HAS_SEMAPHORES makes every probe of a unit reference a semaphore. */
+#define _SDT_HAS_SEMAPHORES 1
+#include <sys/sdt.h>
+#include "gpu_agent_probes.h"
+#include "firer.h"
+
+__extension__ unsigned short gpu_agent_attach_semaphore
+    __attribute__((unused)) __attribute__((section(".probes")));
+
+__attribute__((noinline)) void firer_attach(void)
+{
+    STAP_PROBE(gpu_agent, attach);
+}
+
+unsigned short firer_semaphore(void)
+{
+    return *(volatile unsigned short *)&gpu_agent_attach_semaphore;
+}
