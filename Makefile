@@ -35,7 +35,7 @@ check-cuda-headers:
 shim: check-cuda-headers $(SHIM)
 
 $(SHIM): $(SHIM_SRCS) $(SHIM_HDRS) | $(BUILD)
-	$(CXX) $(CFLAGS_COMMON) $(SHIM_DEFS) -std=c++17 -fvisibility=hidden -fno-exceptions -fno-rtti \
+	$(CXX) $(CFLAGS_COMMON) -Wno-comment $(SHIM_DEFS) -std=c++17 -fvisibility=hidden -fno-exceptions -fno-rtti \
 	    -shared -Wl,-soname,libgpu_agent_shim.so -Wl,-z,nodelete -o $@ $(SHIM_SRCS) -ldl -lpthread
 
 mock: check-cuda-headers $(MOCK_LIBS) $(MOCK_APP)

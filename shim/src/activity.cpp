@@ -1,0 +1,291 @@
+/* activity.cpp: CUPTI activity buffers -> kernel_batch probes, and kernel
+ * name interning -> kernel_name probes.
+ *
+ * Buffers: a bounded pool of GA_BUF_MAX buffers of GA_BUF_SIZE bytes, each
+ * followed by its own scratch array of GA_BATCH_MAX ga_kernel_records, so a
+ * completed buffer is converted without any shared state. When the pool is
+ * exhausted the request callback returns NULL; CUPTI then drops records and
+ * counts them, and the count (cuptiActivityGetNumDroppedRecords) is reported
+ * in the next kernel_batch's `dropped` argument.
+ *
+ * Names: kernel_id = FNV-1a 64 of the full mangled name (never 0). A
+ * lock-free cache maps CUPTI's name pointer to the id; on a miss the id is
+ * looked up under a mutex in the table of known names, and a new name is
+ * stored (bounded, GA_NAME_ARENA_MAX bytes) and announced with kernel_name
+ * probes. All known names are replayed at each attach. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ga_probes.h"
+#include "ga_internal.h"
+
+#define GA_BUF_SIZE (1u << 20)
+#define GA_BUF_MAX 16
+#define GA_SCRATCH_BYTES (GA_BATCH_MAX * sizeof(struct ga_kernel_record))
+
+std::atomic<uint64_t> ga_stat_batches;
+std::atomic<uint64_t> ga_stat_records;
+std::atomic<uint64_t> ga_stat_dropped;
+std::atomic<uint64_t> ga_stat_names;
+std::atomic<uint64_t> ga_stat_name_chunks;
+std::atomic<uint64_t> ga_stat_null_buffers;
+std::atomic<uint64_t> ga_stat_truncated_names;
+
+static std::atomic<uint64_t> pending_dropped;
+
+/* ---- buffer pool ---- */
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint8_t *pool_free[GA_BUF_MAX];
+static unsigned pool_nfree, pool_nalloc;
+
+void CUPTIAPI ga_buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) noexcept {
+    uint8_t *b = nullptr;
+    pthread_mutex_lock(&pool_mu);
+    if (pool_nfree) {
+        b = pool_free[--pool_nfree];
+    } else if (pool_nalloc < GA_BUF_MAX) {
+        b = (uint8_t *)aligned_alloc(64, GA_BUF_SIZE + GA_SCRATCH_BYTES);
+        if (b) pool_nalloc++;
+    }
+    pthread_mutex_unlock(&pool_mu);
+    if (!b) ga_stat_null_buffers.fetch_add(1, std::memory_order_relaxed);
+    *buffer = b;
+    *size = b ? GA_BUF_SIZE : 0;
+    *max_records = 0;
+}
+
+static void buffer_release(uint8_t *b) {
+    pthread_mutex_lock(&pool_mu);
+    if (pool_nfree < GA_BUF_MAX) {
+        pool_free[pool_nfree++] = b;
+        b = nullptr;
+    }
+    pthread_mutex_unlock(&pool_mu);
+    free(b); /* only if the buffer was somehow not ours to keep */
+}
+
+/* ---- name interning ---- */
+#define NC_CAP (1u << 14)           /* name-pointer cache */
+#define NC_PROBE 16
+#define ID_CAP (1u << 18)           /* known kernel ids */
+#define GA_NAME_ARENA_MAX (64u << 20)
+#define ARENA_BLOCK (1u << 20)
+
+static std::atomic<uintptr_t> nc_key[NC_CAP];
+static std::atomic<uint64_t> nc_val[NC_CAP];
+
+struct name_entry {
+    uint64_t id;
+    const char *str;
+    uint32_t len; /* stored (possibly cut) length */
+};
+static pthread_mutex_t names_mu = PTHREAD_MUTEX_INITIALIZER;
+static name_entry *id_tab;          /* calloc'd at first name: bounded */
+static uint32_t id_count;
+static char *arena_cur;
+static size_t arena_left, arena_total;
+
+static inline uint64_t mixp(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return x;
+}
+
+static uint64_t fnv1a64(const char *s, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h ? h : 1;
+}
+
+/* Fires kernel_name for one name, in GA_NAME_CHUNK pieces. */
+static void fire_name(uint64_t id, const char *s, uint32_t total) {
+    uint32_t off = 0;
+    do {
+        uint32_t len = total - off;
+        if (len > GA_NAME_CHUNK) len = GA_NAME_CHUNK;
+        const char *chunk = s + off;
+        STAP_PROBE5(gpu_agent, kernel_name, id, total, off, chunk, len);
+        ga_stat_name_chunks.fetch_add(1, std::memory_order_relaxed);
+        off += len;
+    } while (off < total);
+}
+
+static char *arena_copy(const char *s, uint32_t len) {
+    if (len + 1 > arena_left) {
+        size_t bs = len + 1 > ARENA_BLOCK ? len + 1 : ARENA_BLOCK;
+        if (arena_total + bs > GA_NAME_ARENA_MAX) return nullptr;
+        char *b = (char *)malloc(bs);
+        if (!b) return nullptr;
+        arena_total += bs;
+        arena_cur = b;
+        arena_left = bs;
+    }
+    char *d = arena_cur;
+    memcpy(d, s, len);
+    d[len] = 0;
+    arena_cur += len + 1;
+    arena_left -= len + 1;
+    return d;
+}
+
+static uint64_t intern_slow(const char *name) {
+    size_t full = strlen(name);
+    uint64_t id = fnv1a64(name, full);
+    uint32_t len = full > GA_MAX_NAME_LEN ? GA_MAX_NAME_LEN : (uint32_t)full;
+
+    pthread_mutex_lock(&names_mu);
+    if (!id_tab) id_tab = (name_entry *)calloc(ID_CAP, sizeof(name_entry));
+    name_entry *slot = nullptr;
+    bool known = false;
+    if (id_tab) {
+        uint32_t i = (uint32_t)mixp(id) & (ID_CAP - 1);
+        for (unsigned p = 0; p < 256; p++, i = (i + 1) & (ID_CAP - 1)) {
+            if (id_tab[i].id == id) { known = true; break; }
+            if (id_tab[i].id == 0) { slot = &id_tab[i]; break; }
+        }
+    }
+    if (!known) {
+        if (full > GA_MAX_NAME_LEN) ga_stat_truncated_names.fetch_add(1, std::memory_order_relaxed);
+        if (slot && id_count < ID_CAP / 4 * 3) {
+            const char *copy = arena_copy(name, len);
+            if (copy) {
+                slot->str = copy;
+                slot->len = len;
+                slot->id = id;
+                id_count++;
+            }
+        }
+        ga_stat_names.fetch_add(1, std::memory_order_relaxed);
+        /* Under the lock: a name is announced before any other thread can
+         * skip it as known. Probes are not CUDA calls. */
+        fire_name(id, name, len);
+    }
+    pthread_mutex_unlock(&names_mu);
+    return id;
+}
+
+static uint64_t kernel_id_for(const char *name) {
+    if (!name) name = "<unknown>";
+    uintptr_t key = (uintptr_t)name;
+    uint32_t h = (uint32_t)mixp(key) & (NC_CAP - 1);
+    uint32_t i = h;
+    for (unsigned p = 0; p < NC_PROBE; p++, i = (i + 1) & (NC_CAP - 1)) {
+        uintptr_t k = nc_key[i].load(std::memory_order_acquire);
+        if (k == key) {
+            uint64_t v = nc_val[i].load(std::memory_order_acquire);
+            if (v) return v;
+            break;
+        }
+        if (k == 0) break;
+    }
+    uint64_t id = intern_slow(name);
+    i = h;
+    for (unsigned p = 0; p < NC_PROBE; p++, i = (i + 1) & (NC_CAP - 1)) {
+        uintptr_t k = nc_key[i].load(std::memory_order_acquire);
+        if (k == 0 && nc_key[i].compare_exchange_strong(k, key, std::memory_order_acq_rel)) {
+            nc_val[i].store(id, std::memory_order_release);
+            break;
+        }
+        if (k == key) break;
+    }
+    return id;
+}
+
+void ga_replay_names(void) noexcept {
+    pthread_mutex_lock(&names_mu);
+    if (id_tab)
+        for (uint32_t i = 0; i < ID_CAP; i++)
+            if (id_tab[i].id) fire_name(id_tab[i].id, id_tab[i].str, id_tab[i].len);
+    pthread_mutex_unlock(&names_mu);
+}
+
+/* ---- completed buffers ---- */
+static void fire_batch(const struct ga_kernel_record *recs, uint32_t n) {
+    uint32_t dropped = 0;
+    uint64_t d = pending_dropped.exchange(0, std::memory_order_acq_rel);
+    if (d > 0xffffffffu) {
+        pending_dropped.fetch_add(d - 0xffffffffu, std::memory_order_relaxed);
+        d = 0xffffffffu;
+    }
+    dropped = (uint32_t)d;
+    uint32_t rs = (uint32_t)sizeof(struct ga_kernel_record);
+    STAP_PROBE4(gpu_agent, kernel_batch, recs, n, rs, dropped);
+    ga_stat_batches.fetch_add(1, std::memory_order_relaxed);
+    ga_stat_records.fetch_add(n, std::memory_order_relaxed);
+}
+
+void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer, size_t size,
+                                  size_t valid_size) noexcept {
+    if (ga_cupti.ActivityGetNumDroppedRecords) {
+        size_t dropped = 0;
+        if (ga_cupti.ActivityGetNumDroppedRecords(ctx, stream_id, &dropped) == CUPTI_SUCCESS &&
+            dropped) {
+            pending_dropped.fetch_add(dropped, std::memory_order_relaxed);
+            ga_stat_dropped.fetch_add(dropped, std::memory_order_relaxed);
+        }
+    }
+    bool fired = false;
+    static struct ga_kernel_record empty_batch[1];
+    if (buffer && size >= GA_BUF_SIZE) {
+        struct ga_kernel_record *out = (struct ga_kernel_record *)(buffer + GA_BUF_SIZE);
+        uint32_t n = 0;
+        CUpti_Activity *rec = nullptr;
+        for (;;) {
+            CUptiResult r = ga_cupti.ActivityGetNextRecord(buffer, valid_size, &rec);
+            if (r == CUPTI_ERROR_MAX_LIMIT_REACHED) break;
+            if (r != CUPTI_SUCCESS) {
+                ga_report_cupti_error("cuptiActivityGetNextRecord", r);
+                break;
+            }
+            if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL &&
+                rec->kind != CUPTI_ACTIVITY_KIND_KERNEL)
+                continue;
+            const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)rec;
+            struct ga_kernel_record *o = &out[n];
+            o->start_ns = k->start;
+            o->end_ns = k->end;
+            o->kernel_id = kernel_id_for(k->name);
+            o->graph_node_id = k->graphNodeId;
+            o->correlation_id = k->correlationId;
+            o->device_id = k->deviceId;
+            o->context_id = k->contextId;
+            o->stream_id = k->streamId;
+            o->graph_id = k->graphId;
+            o->flags = (k->graphId || k->graphNodeId) ? GA_REC_GRAPH : 0;
+            o->reserved = 0;
+            if (++n == GA_BATCH_MAX) {
+                fire_batch(out, n);
+                fired = true;
+                n = 0;
+            }
+        }
+        if (n) {
+            fire_batch(out, n);
+            fired = true;
+        }
+    }
+    if (!fired && pending_dropped.load(std::memory_order_relaxed)) fire_batch(empty_batch, 0);
+    if (buffer) {
+        if (size >= GA_BUF_SIZE) buffer_release(buffer);
+        /* a buffer we did not hand out is not ours to free */
+    }
+}
+
+void ga_activity_atfork_child(void) noexcept {
+    pthread_mutex_init(&pool_mu, nullptr);
+    pthread_mutex_init(&names_mu, nullptr);
+}
+
+uint64_t ga_activity_stat(int which) noexcept {
+    switch (which) {
+    case 0: return ga_stat_null_buffers.load();
+    case 1: return ga_stat_truncated_names.load();
+    case 2: return pool_nalloc;
+    }
+    return 0;
+}

@@ -1,0 +1,83 @@
+/* ga_internal.h: shared declarations of the gpu-agent CUPTI shim. */
+#ifndef GA_INTERNAL_H
+#define GA_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <atomic>
+
+#include <cupti.h>
+#include "gpu_agent_probes.h"
+
+#define GA_HIDDEN __attribute__((visibility("hidden")))
+#define GA_EXPORT __attribute__((visibility("default")))
+#define GA_LIKELY(x) __builtin_expect(!!(x), 1)
+#define GA_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* ---- logging (log.cpp / shim.cpp) ---- */
+GA_HIDDEN void ga_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+GA_HIDDEN void ga_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+GA_HIDDEN extern int ga_debug_on;
+
+/* ---- configuration (shim.cpp) ---- */
+struct ga_config {
+    uint32_t sample_period;       /* GPU_AGENT_SAMPLE_PERIOD, default 64 */
+    uint32_t graph_sample_period; /* GPU_AGENT_GRAPH_SAMPLE_PERIOD, default 8 */
+    uint32_t poll_ms;             /* GPU_AGENT_POLL_MS, default 100 */
+    uint32_t flush_ms;            /* GPU_AGENT_FLUSH_MS, default 1000 */
+};
+GA_HIDDEN extern ga_config ga_cfg;
+
+/* ---- attach semaphore (attach_probe.cpp) ---- */
+GA_HIDDEN unsigned ga_semaphore_value(void) noexcept;
+GA_HIDDEN void ga_fire_attach_probe(void) noexcept;
+
+/* ---- CUPTI function table (cupti_loader.cpp) ---- */
+struct ga_cupti_table {
+    CUptiResult (*Subscribe)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *);
+    CUptiResult (*Unsubscribe)(CUpti_SubscriberHandle);
+    CUptiResult (*EnableCallback)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain,
+                                  CUpti_CallbackId);
+    CUptiResult (*ActivityEnable)(CUpti_ActivityKind);
+    CUptiResult (*ActivityDisable)(CUpti_ActivityKind);
+    CUptiResult (*ActivityRegisterCallbacks)(CUpti_BuffersCallbackRequestFunc,
+                                             CUpti_BuffersCallbackCompleteFunc);
+    CUptiResult (*ActivityGetNextRecord)(uint8_t *, size_t, CUpti_Activity **);
+    CUptiResult (*ActivityGetNumDroppedRecords)(CUcontext, uint32_t, size_t *);
+    CUptiResult (*ActivityFlushAll)(uint32_t);
+    CUptiResult (*GetResultString)(CUptiResult, const char **); /* optional */
+    CUptiResult (*GetVersion)(uint32_t *);                     /* optional */
+};
+GA_HIDDEN extern ga_cupti_table ga_cupti;
+GA_HIDDEN extern void *ga_cupti_handle;
+/* Loads libcupti once; returns true when every required symbol is resolved.
+ * On failure *why is a static description. */
+GA_HIDDEN bool ga_cupti_load(const char **why, char *path_out, size_t path_len) noexcept;
+GA_HIDDEN const char *ga_cupti_err(CUptiResult r) noexcept;
+
+/* ---- launch callback and sampling (callbacks.cpp) ---- */
+GA_HIDDEN void CUPTIAPI ga_api_callback(void *userdata, CUpti_CallbackDomain domain,
+                                        CUpti_CallbackId cbid, const void *cbdata) noexcept;
+GA_HIDDEN void ga_sampler_reset_seen(void) noexcept;      /* at each attach */
+GA_HIDDEN void ga_compute_skip_ranges(void) noexcept;     /* once CUPTI is loaded */
+GA_HIDDEN extern std::atomic<uint64_t> ga_stat_samples;
+GA_HIDDEN extern std::atomic<uint64_t> ga_stat_forced;
+GA_HIDDEN extern std::atomic<uint64_t> ga_stat_launches;
+GA_HIDDEN extern std::atomic<int> ga_cuda_live;           /* CUDA used in this process */
+
+/* ---- activity buffers, kernel records and names (activity.cpp) ---- */
+GA_HIDDEN void CUPTIAPI ga_buffer_requested(uint8_t **buffer, size_t *size,
+                                            size_t *max_records) noexcept;
+GA_HIDDEN void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
+                                            size_t size, size_t valid_size) noexcept;
+GA_HIDDEN void ga_replay_names(void) noexcept;
+GA_HIDDEN extern std::atomic<uint64_t> ga_stat_batches;
+GA_HIDDEN extern std::atomic<uint64_t> ga_stat_records;
+GA_HIDDEN extern std::atomic<uint64_t> ga_stat_dropped;
+GA_HIDDEN extern std::atomic<uint64_t> ga_stat_names;
+GA_HIDDEN extern std::atomic<uint64_t> ga_stat_name_chunks;
+
+/* ---- errors raised inside CUPTI callbacks, handled by the poller ---- */
+GA_HIDDEN void ga_report_cupti_error(const char *what, CUptiResult r) noexcept;
+
+#endif
