@@ -164,6 +164,8 @@ def test_main_binary_and_cpp_library(built, proc_factory, exe):
     _check(frames[0], "main_marker_fn", built / exe, main_rel)
     _check(frames[1], "ns::Widget::compute(int)", built / "libfoo.so", foo_rel)
     _check(frames[2], "ns::Widget::compute(int)", built / "libfoo.so", foo_rel + 2)
+    assert frames[1].system_name == "_ZN2ns6Widget7computeEi"
+    assert frames[0].system_name == "main_marker_fn"
     assert frames[1].build_id and len(frames[1].build_id) >= 16
     assert frames[1].build_id == frames[2].build_id
     assert frames[0].line == 0

@@ -66,6 +66,7 @@ class Frame:
         runtime address when no mapping covers it).
     build_id: lowercase hex GNU build-id of ``filename``, or None.
     line: source line (0: unknown; DWARF lines are not resolved yet).
+    system_name: the raw (mangled) symbol name, "" when unknown.
     """
 
     function: str
@@ -73,6 +74,7 @@ class Frame:
     rel_addr: int
     build_id: Optional[str]
     line: int = 0
+    system_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -219,7 +221,8 @@ class _SymbolTable:
     def __len__(self) -> int:
         return len(self.addrs)
 
-    def lookup(self, vaddr: int) -> Optional[str]:
+    def lookup(self, vaddr: int) -> Optional[Tuple[str, str]]:
+        """(demangled name, raw name) of the function holding ``vaddr``."""
         i = bisect.bisect_right(self.addrs, vaddr) - 1
         if i < 0:
             return None
@@ -230,7 +233,7 @@ class _SymbolTable:
         if name is None:
             name = demangle(self.names[i])
             self._demangled[i] = name
-        return name
+        return name, self.names[i].decode("utf-8", "replace")
 
 
 _FUNC_TYPES = (2, 10)  # STT_FUNC, STT_GNU_IFUNC
@@ -512,11 +515,11 @@ class Symbolizer:
                 continue
             rel = info.vaddr(file_off)
             table = self._table(info)
-            name = table.lookup(rel) if table is not None else None
-            if name is None:
+            hit = table.lookup(rel) if table is not None else None
+            if hit is None:
                 out.append(_unknown_frame(rel, m.path, info.build_id))
             else:
-                out.append(Frame(name, m.path, rel, info.build_id))
+                out.append(Frame(hit[0], m.path, rel, info.build_id, 0, hit[1]))
         return out
 
     def _table(self, info: _ElfInfo) -> Optional[_SymbolTable]:
