@@ -319,3 +319,24 @@ def test_demangle_deep_pack_and_failures(tmp_path):
     assert demangle_kernel(b"_Z_not_valid!!") == "_Z_not_valid!!"
     assert demangle_kernel(b"\xff\xfe_raw") == "\ufffd\ufffd_raw"
     assert demangle_kernel("_Z6kernelPfi") == "kernel(float*, int)"
+
+
+def test_symbol_table_lookup_rules():
+    from gpu_agent.symbolize import _SymbolTable
+
+    t = _SymbolTable(
+        [
+            (0x1000, 0x10, b"__printf", 1),
+            (0x1000, 0x10, b"printf", 1),
+            (0x1000, 0x10, b"_IO_printf", 1),
+            (0x1000, 0x10, b"printf_local", 0),
+            (0x2000, 0, b"asm_label", 1),  # size 0: nearest preceding
+            (0x3000, 0x8, b"_ZN1a1bEv", 1),
+        ]
+    )
+    assert t.lookup(0x1000) == ("printf", "printf")
+    assert t.lookup(0x100F)[0] == "printf"
+    assert t.lookup(0x1010) is None  # past the end of a sized symbol
+    assert t.lookup(0x2FFF)[0] == "asm_label"
+    assert t.lookup(0x3004) == ("a::b()", "_ZN1a1bEv")
+    assert t.lookup(0xFFF) is None

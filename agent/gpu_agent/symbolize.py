@@ -201,15 +201,26 @@ class _SymbolTable:
 
     __slots__ = ("addrs", "sizes", "names", "_demangled")
 
-    def __init__(self, entries: List[Tuple[int, int, bytes]]):
-        # entries: (addr, size, raw name); keep one symbol per address,
-        # preferring a sized one (aliases at one address are common).
-        entries.sort(key=lambda e: (e[0], -e[1]))
+    def __init__(self, entries: List[Tuple[int, int, bytes, int]]):
+        # entries: (addr, size, raw name, binding); keep one symbol per
+        # address (aliases are common: printf/_IO_printf/__printf): prefer a
+        # sized one, then GLOBAL over WEAK over LOCAL, then fewer leading
+        # underscores, then the shorter name.
+        rank = {1: 0, 2: 1, 0: 2}  # STB_GLOBAL, STB_WEAK, STB_LOCAL
+        entries.sort(
+            key=lambda e: (
+                e[0],
+                e[1] == 0,
+                rank.get(e[3], 3),
+                len(e[2]) - len(e[2].lstrip(b"_")),
+                len(e[2]),
+            )
+        )
         self.addrs = array("Q")
         self.sizes = array("Q")
         self.names: List[bytes] = []
         last = None
-        for addr, size, name in entries:
+        for addr, size, name, _bind in entries:
             if addr == last:
                 continue
             last = addr
@@ -239,7 +250,7 @@ class _SymbolTable:
 _FUNC_TYPES = (2, 10)  # STT_FUNC, STT_GNU_IFUNC
 
 
-def _read_symbols(elf: ELFFile, section_name: str) -> List[Tuple[int, int, bytes]]:
+def _read_symbols(elf: ELFFile, section_name: str) -> List[Tuple[int, int, bytes, int]]:
     sec = elf.get_section_by_name(section_name)
     if sec is None or sec["sh_type"] == "SHT_NOBITS" or sec["sh_entsize"] == 0:
         return []
@@ -275,7 +286,7 @@ def _read_symbols(elf: ELFFile, section_name: str) -> List[Tuple[int, int, bytes
             end = len(strtab)
         name = strtab[st_name:end]
         if name:
-            out.append((value, size, name))
+            out.append((value, size, name, info >> 4))
     return out
 
 
@@ -392,6 +403,9 @@ class Symbolizer:
         self._resnap_s = resnapshot_interval_s
         self._proc = proc_root
         self._self_ns = _self_mnt_ns()
+        # (st_dev, st_ino, size, mtime) -> parsed identity, shared across pids.
+        self._idents: "OrderedDict[tuple, _ElfInfo]" = OrderedDict()
+        self._max_idents = 8192
         self._lock = threading.RLock()
 
     # -- process maps ------------------------------------------------------
@@ -461,10 +475,18 @@ class Symbolizer:
     def _identify(self, pid: int, m: Mapping, same_ns: bool) -> Optional[_ElfInfo]:
         for path in self._candidates(pid, m, same_ns):
             try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if m.inode and path == m.path and st.st_ino != m.inode:
+                continue  # the path now names another file
+            fkey = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            known = self._idents.get(fkey)
+            if known is not None:  # same file already parsed (another pid)
+                self._idents.move_to_end(fkey)
+                return _ElfInfo(path, known.build_id, known.segments, known.cache_key, m.path)
+            try:
                 with open(path, "rb") as f:
-                    st = os.fstat(f.fileno())
-                    if m.inode and path == m.path and st.st_ino != m.inode:
-                        continue  # the path now names another file
                     elf = ELFFile(f)
                     segs = [
                         _Segment(s["p_offset"], s["p_filesz"], s["p_vaddr"])
@@ -475,7 +497,11 @@ class Symbolizer:
             except (OSError, ELFError, ValueError, struct.error):
                 continue
             key = ("bid", bid) if bid else ("file", m.path, st.st_size, st.st_mtime_ns)
-            return _ElfInfo(path, bid, segs, key, m.path)
+            info = _ElfInfo(path, bid, segs, key, m.path)
+            self._idents[fkey] = info
+            while len(self._idents) > self._max_idents:
+                self._idents.popitem(last=False)
+            return info
         return None
 
     # -- symbolization -----------------------------------------------------
