@@ -149,7 +149,7 @@ class BpfSession:
         cflags += self.extra_cflags
         try:
             # TRACEPOINT_PROBE (process exit) is attached by bcc itself here.
-            self._bpf = BPF(text=usdt_text + src, cflags=cflags)
+            self._bpf = BPF(text=(usdt_text + src).encode(), cflags=cflags)
         except Exception as e:
             raise BpfError(f"loading {bpf_dir / 'gpu_agent.bpf.c'} failed: {e}") from None
         _ = bcc
@@ -164,8 +164,8 @@ class BpfSession:
         except BaseException:
             self.close()
             raise
-        self._bpf["events"].open_ring_buffer(self._on_event)
-        self._maps = {n: self._bpf[n] for n in ("kernel_totals", "kernel_sampled", "stacks",
+        self._bpf[b"events"].open_ring_buffer(self._on_event)
+        self._maps = {n: self._bpf[n.encode()] for n in ("kernel_totals", "kernel_sampled", "stacks",
                                                 "counters")}
 
     def close(self) -> None:

@@ -1,0 +1,253 @@
+"""BpfSession against real eBPF: the probe firer (tests/probe_firer) fires the
+contract's probes with crafted data and every number must come back exactly.
+
+Needs root; builds the firer with gcc into a temp dir.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import need_ebpf
+from gpu_agent import contract as C
+from gpu_agent import stapsdt
+from gpu_agent.bpf_session import AggKey, AggVal, BpfSession
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "probe_firer"))
+import firer_script as F  # noqa: E402
+
+K1, K2, K3, K4, K5 = 0x1111, 0x2222, 0x3333, 0x4444, 0x5555
+S1, S2, S3 = 0xA1, 0xA2, 0xA3
+FRAMES1 = [0x401000 + 16 * i for i in range(10)]
+FRAMES2 = [0x7F0000001000 + i for i in range(70)]  # more than GA_MAX_FRAMES: cut to 64
+FRAMES3 = [0x500000, 0x500100, 0x500200]
+LONG_NAME = b"_Z" + bytes(ord("a") + i % 26 for i in range(5998))  # 6000 bytes, 12 chunks
+GRAPH_NS = [10, 20, 30, 40, 50, 60]
+
+
+@pytest.fixture(scope="module")
+def firer(tmp_path_factory):
+    need_ebpf()
+    return F.build(tmp_path_factory.mktemp("firer"))
+
+
+class Events:
+    def __init__(self):
+        self.stacks: list[tuple[int, int]] = []
+        self.exits: list[int] = []
+
+
+def _open(lib: Path, ev: Events) -> BpfSession:
+    s = BpfSession(str(lib), on_new_stack=lambda t, i: ev.stacks.append((t, i)),
+                   on_proc_exit=ev.exits.append)
+    s.open()
+    return s
+
+
+def _main_script() -> F.Script:
+    sc = F.Script()
+    sc.corr(100, 211, S1, FRAMES1, 4)
+    sc.corr(101, 211, S1, FRAMES1, 4, alt=True)       # same stack, second probe site
+    sc.corr(200, 13, S2, FRAMES2, 2)
+    sc.corr(300, 300, S3, FRAMES3, 1, alt=True)       # graph launch, forced sample
+    sc.full_name(K1, LONG_NAME)
+    sc.full_name(K1, LONG_NAME)                       # replay (agent attached again)
+    sc.name(K2, 600, 512, b"y" * 88)                  # out of order
+    sc.name(K2, 600, 0, b"x" * 512)
+    sc.name(K2, 600, 0, b"x" * 512)                   # chunk for a complete name
+    sc.full_name(K3, b"graph_kernel")
+    sc.batch([F.rec(K1, 100, 1000), F.rec(K2, 101, 2000), F.rec(K2, 102, 500),
+              F.rec(K1, 200, 300, device=1, stream=3)]
+             + [F.rec(K3, 300, ns, stream=5, graph_id=9, node=i + 1)
+                for i, ns in enumerate(GRAPH_NS)], dropped=3)
+    sc.batch([F.rec(K4, 9999, 1, start=i) for i in range(C.BATCH_MAX)])
+    bad_end = F.rec(K4, 9999, 5)
+    bad_end.end_ns = bad_end.start_ns - 1
+    sc.batch([bad_end, F.rec(0, 9999, 5), F.rec(K4, 9999, 7)])
+    sc.batch([F.rec(K4, 9999, 1000)] * 2, record_size=60)        # wrong record size
+    sc.batch([F.rec(K4, 9999, 1000)] * (C.BATCH_MAX + 1), dropped=2)  # count too large
+    sc.attach()
+    return sc
+
+
+def _poll_until(session: BpfSession, cond, timeout=5.0) -> None:
+    end = time.monotonic() + timeout
+    while not cond() and time.monotonic() < end:
+        session.poll(50)
+    session.poll(0)
+
+
+@pytest.fixture(scope="class")
+def main_run(firer, tmp_path_factory):
+    lib, exe = firer
+    ev = Events()
+    s = _open(lib, ev)
+    try:
+        before = s.counters()
+        path = _main_script().write(tmp_path_factory.mktemp("script") / "main.bin")
+        # Started after open(): covered because probes are attached by file, not pid.
+        p = subprocess.run([str(exe), str(path)], capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0, p.stderr
+        pid = int(p.stdout.split()[1])
+        _poll_until(s, lambda: pid in ev.exits)
+        drain = s.drain()
+        yield dict(s=s, ev=ev, pid=pid, drain=drain, before=before, stdout=p.stdout)
+    finally:
+        s.close()
+
+
+def _delta(run) -> dict[str, int]:
+    after = run["drain"].counters
+    return {k: after[k] - run["before"].get(k, 0) for k in after}
+
+
+class TestMainScenario:
+    def test_semaphore_seen_by_new_process(self, main_run):
+        # "pid P sem 1" / "done 1": the kernel raised it at exec-time mmap.
+        lines = main_run["stdout"].split("\n")
+        assert lines[0].endswith("sem 1") and lines[-2] == "done 1", main_run["stdout"]
+
+    def test_totals_exact(self, main_run):
+        pid = main_run["pid"]
+        got = {k: v for k, v in main_run["drain"].totals.items() if k.tgid == pid}
+        want = {
+            AggKey(pid, 0, 7, 0, K1, 0): AggVal(1000, 1, 0, 0),
+            AggKey(pid, 0, 7, 0, K2, 0): AggVal(2500, 2, 0, 0),
+            AggKey(pid, 1, 3, 0, K1, 0): AggVal(300, 1, 0, 0),
+            AggKey(pid, 0, 5, 9, K3, 0): AggVal(sum(GRAPH_NS), len(GRAPH_NS), 0, 0),
+            AggKey(pid, 0, 7, 0, K4, 0): AggVal(C.BATCH_MAX + 7, C.BATCH_MAX + 1, 0, 0),
+        }
+        assert got == want
+
+    def test_sampled_attribution(self, main_run):
+        pid = main_run["pid"]
+        got = {k: v for k, v in main_run["drain"].sampled.items() if k.tgid == pid}
+        g = sum(GRAPH_NS)
+        want = {
+            AggKey(pid, 0, 7, 0, K1, S1): AggVal(1000, 1, 4000, 4),
+            AggKey(pid, 0, 7, 0, K2, S1): AggVal(2000, 1, 8000, 4),
+            AggKey(pid, 1, 3, 0, K1, S2): AggVal(300, 1, 600, 2),
+            # every kernel of the graph launch joins the one correlation's stack
+            AggKey(pid, 0, 5, 9, K3, S3): AggVal(g, len(GRAPH_NS), g, len(GRAPH_NS)),
+        }
+        assert got == want
+
+    def test_counters(self, main_run):
+        d = _delta(main_run)
+        assert d["batches"] == 5
+        assert d["kernels"] == 4 + len(GRAPH_NS) + C.BATCH_MAX + 1
+        assert d["samples"] == 4
+        assert d["new_stacks"] == 3
+        assert d["unsampled"] == 1 + C.BATCH_MAX + 1
+        assert d["drop_bad_record"] == 2 + 2   # two bad records, two bad batches
+        assert d["drop_cupti"] == 5
+        assert d["name_chunks"] == 12 * 2 + 3 + 1
+        for k in ("drop_agg_full", "drop_stack_full", "drop_stack_read", "drop_record_read",
+                  "drop_ringbuf_full", "drop_name_read", "agent_ev_corrupt",
+                  "agent_callback_errors", "agent_name_conflict"):
+            assert d[k] == 0, k
+
+    def test_stacks(self, main_run):
+        s, pid, ev = main_run["s"], main_run["pid"], main_run["ev"]
+        assert sorted(i for t, i in ev.stacks if t == pid) == [S1, S2, S3]
+        assert s.get_stack(pid, S1) == FRAMES1
+        assert s.get_stack(pid, S2) == FRAMES2[:C.MAX_FRAMES]
+        assert s.get_stack(pid, S3) == FRAMES3
+        assert s.get_stack(pid, 0xDEAD) is None
+
+    def test_names(self, main_run):
+        names = main_run["s"].names
+        assert names[K1] == LONG_NAME
+        assert names[K2] == b"x" * 512 + b"y" * 88
+        assert names[K3] == b"graph_kernel"
+
+    def test_proc_exit(self, main_run):
+        assert main_run["ev"].exits.count(main_run["pid"]) == 1
+
+    def test_drain_deletes(self, main_run):
+        d = main_run["s"].drain()
+        assert not any(k.tgid == main_run["pid"] for k in (*d.totals, *d.sampled))
+        assert d.counters["kernels"] >= main_run["drain"].counters["kernels"]  # cumulative
+
+
+def _semaphore(pid: int, lib: Path) -> int:
+    att = next(p for p in stapsdt.read_probes(str(lib)) if p.name == "attach")
+    real = os.path.realpath(lib)
+    base = None
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 6 and parts[5] == real and int(parts[2], 16) == 0:
+                base = int(parts[0].split("-")[0], 16)
+                break
+    assert base is not None, f"{real} not mapped in {pid}"
+    with open(f"/proc/{pid}/mem", "rb") as m:
+        m.seek(base + att.semaphore)  # first PT_LOAD has p_vaddr 0 in a .so
+        return int.from_bytes(m.read(2), "little")
+
+
+def _readline(p: subprocess.Popen, timeout=10.0) -> str:
+    r, _, _ = select.select([p.stdout], [], [], timeout)
+    assert r, "firer did not answer"
+    return p.stdout.readline().strip()
+
+
+def test_running_process_semaphore_and_data(firer, tmp_path):
+    """A process already running when the agent attaches: its semaphore rises
+    on attach and falls on close, and its probes are seen."""
+    lib, exe = firer
+    sc = F.Script().wait().attach().corr(7, 1, S1, FRAMES1, 3) \
+        .batch([F.rec(K5, 7, 77)]).wait()
+    path = sc.write(tmp_path / "running.bin")
+    p = subprocess.Popen([str(exe), str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True)
+    try:
+        first = _readline(p)
+        pid = int(first.split()[1])
+        assert first.endswith("sem 0")
+        assert _readline(p) == "wait 0"
+        assert _semaphore(pid, lib) == 0
+        ev = Events()
+        s = _open(lib, ev)
+        try:
+            assert _semaphore(pid, lib) == 1
+            p.stdin.write("go\n")
+            p.stdin.flush()
+            assert _readline(p) == "wait 1"
+            _poll_until(s, lambda: (pid, S1) in ev.stacks)
+            d = s.drain()
+            assert d.totals == {AggKey(pid, 0, 7, 0, K5, 0): AggVal(77, 1, 0, 0)}
+            assert d.sampled == {AggKey(pid, 0, 7, 0, K5, S1): AggVal(77, 1, 231, 3)}
+        finally:
+            s.close()
+        assert _semaphore(pid, lib) == 0
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        assert _readline(p) == "done 0"
+    finally:
+        p.kill()
+        p.wait()
+
+
+SHIM = Path(__file__).resolve().parent.parent / "build" / "libgpu_agent_shim.so"
+
+
+def test_real_shim_attaches():
+    """The real shim presents the contract and BpfSession attaches to it."""
+    if not SHIM.exists():
+        pytest.skip(f"{SHIM} not built (make shim)")
+    need_ebpf()
+    s = BpfSession(str(SHIM))
+    s.open()
+    try:
+        s.poll(0)
+        s.drain()
+    finally:
+        s.close()

@@ -1,0 +1,151 @@
+"""The probe contract: header (gcc) == contract.py (ctypes) == shim's .note.stapsdt."""
+
+from __future__ import annotations
+
+import ctypes as ct
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpu_agent import contract as C
+from gpu_agent import stapsdt
+
+REPO = Path(__file__).resolve().parent.parent
+HEADER = REPO / "shim" / "include" / "gpu_agent_probes.h"
+SHIM = REPO / "build" / "libgpu_agent_shim.so"
+
+
+def _c_layout_program() -> str:
+    lines = ['#include <stdio.h>', '#include <stddef.h>', '#include "gpu_agent_probes.h"',
+             "int main(void) {"]
+    for cname, py in C.STRUCTS.items():
+        lines.append(f'printf("size {cname} %zu\\n", sizeof(struct {cname}));')
+        for fname, *_ in py._fields_:
+            lines.append(f'printf("off {cname}.{fname} %zu %zu\\n", '
+                         f'offsetof(struct {cname}, {fname}), '
+                         f'sizeof(((struct {cname} *)0)->{fname}));')
+    for ename, py in C.ENUMS.items():
+        for member in py:
+            lines.append(f'printf("enum {member.name} %lld\\n", (long long){member.name});')
+    for name in C.CONSTANTS:
+        lines.append(f'printf("const {name} %lld\\n", (long long)({name}));')
+    for name in C.STRING_CONSTANTS:
+        lines.append(f'printf("str {name} %s\\n", {name});')
+    lines += ["return 0;", "}"]
+    return "\n".join(lines)
+
+
+@pytest.fixture(scope="module")
+def c_layout(tmp_path_factory) -> dict[str, tuple]:
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    d = tmp_path_factory.mktemp("contract")
+    src = d / "layout.c"
+    src.write_text(_c_layout_program())
+    exe = d / "layout"
+    subprocess.run([cc, "-Wall", "-Werror", "-Wno-comment", "-I", str(HEADER.parent), "-o",
+                    str(exe), str(src)], check=True)
+    out = {}
+    for line in subprocess.run([str(exe)], check=True, capture_output=True,
+                               text=True).stdout.splitlines():
+        kind, name, *vals = line.split()
+        out[(kind, name)] = tuple(vals)
+    return out
+
+
+def test_struct_layouts(c_layout):
+    for cname, py in C.STRUCTS.items():
+        assert int(c_layout[("size", cname)][0]) == ct.sizeof(py), cname
+        for fname, *_ in py._fields_:
+            off, size = map(int, c_layout[("off", f"{cname}.{fname}")])
+            field = getattr(py, fname)
+            assert (field.offset, field.size) == (off, size), f"{cname}.{fname}"
+
+
+def test_every_header_struct_is_mirrored():
+    structs = set(re.findall(r"^struct (\w+) \{", HEADER.read_text(), re.M))
+    assert structs == set(C.STRUCTS)
+
+
+def test_enums_and_constants(c_layout):
+    for py in C.ENUMS.values():
+        for member in py:
+            assert int(c_layout[("enum", member.name)][0]) == int(member), member.name
+    for name, val in C.CONSTANTS.items():
+        assert int(c_layout[("const", name)][0]) == val, name
+    for name, val in C.STRING_CONSTANTS.items():
+        assert c_layout[("str", name)][0] == val, name
+
+
+def test_every_header_enum_member_is_mirrored():
+    text = HEADER.read_text()
+    for ename, py in C.ENUMS.items():
+        body = re.search(r"enum %s \{(.*?)\};" % ename, text, re.S).group(1)
+        body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+        names = re.findall(r"^\s*(GA_\w+)", body, re.M)
+        assert names == [m.name for m in py], ename
+
+
+def test_every_header_constant_is_mirrored():
+    defines = set(re.findall(r"^#define (GA_\w+)\s+\S", HEADER.read_text(), re.M))
+    assert defines == set(C.CONSTANTS) | set(C.STRING_CONSTANTS)
+
+
+def _header_probe_list() -> dict[str, list[tuple[str, str]]]:
+    """Parse the probe list out of the header's comment block."""
+    text = HEADER.read_text()
+    block = text[text.index("Probes (name: arguments, in order):"):text.index("*/")]
+    block = re.sub(r"^\s*\*", "", block, flags=re.M)
+    probes = {}
+    for m in re.finditer(r"^\s{2,3}(\w+)\s+\(([^)]*)\)", block, re.M):
+        name, args = m.group(1), m.group(2)
+        parsed = []
+        if "no arguments" not in args:
+            for a in args.split(","):
+                a = " ".join(a.split())
+                t = "ptr" if "*" in a else a.split()[0]
+                parsed.append((a.replace("*", " ").split()[-1], t))
+        probes[name] = parsed
+    return probes
+
+
+def test_probe_list_matches_header_comment():
+    assert _header_probe_list() == {n: list(a) for n, a in C.PROBES.items()}
+
+
+def _check_shim_notes(path: Path) -> None:
+    sites: dict[str, list] = {}
+    for p in stapsdt.read_probes(str(path)):
+        assert p.provider == C.PROVIDER, p
+        sites.setdefault(p.name, []).append(p)
+    assert set(sites) == set(C.PROBES), sorted(sites)
+    for name, args in C.PROBES.items():
+        for s in sites[name]:
+            assert len(s.args) == len(args), (name, s.args)
+            for spec, (_, typ) in zip(s.args, args):
+                size = abs(int(spec.split("@")[0]))
+                assert size == C.ARG_SIZES[typ], (name, s.args)
+            assert bool(s.semaphore) == (name == C.SEMAPHORE_PROBE), name
+            if s.semaphore:
+                assert s.semaphore_offset > 0
+
+
+def test_shim_stapsdt_notes():
+    if not SHIM.exists():
+        pytest.skip(f"{SHIM} not built (make shim)")
+    _check_shim_notes(SHIM)
+
+
+def test_probe_firer_stapsdt_notes(tmp_path):
+    """The test firer must present the same contract as the shim."""
+    import sys
+    sys.path.insert(0, str(REPO / "tests" / "probe_firer"))
+    import firer_script as script
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc")
+    lib, _ = script.build(tmp_path)
+    _check_shim_notes(lib)
