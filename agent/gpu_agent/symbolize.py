@@ -516,7 +516,7 @@ class Symbolizer:
                 return self._symbolize(pid, ips)
             except Exception:  # defensive: symbolization must never kill the agent
                 log.exception("symbolize(%d) failed", pid)
-                return [_unknown_frame(ip, None) for ip in ips]
+                return [_unknown_frame(max(ip - 1, 0), None) for ip in ips]
 
     def _symbolize(self, pid: int, ips: Sequence[int]) -> List[Frame]:
         st = self._procs.get(pid)
