@@ -157,28 +157,30 @@ class Collector:
         stats = WindowStats()
         builder = ProfileBuilder(period_ns=1, duration_ns=max(0, now - win.start_ns),
                                  time_nanos=win.start_ns)
-        totals = {k: v for k, v in win.totals.items() if self.included(k.tgid)}
-        stats.excluded_pids = len({k.tgid for k in win.totals} - {k.tgid for k in totals})
-        sampled = {k: v for k, v in win.sampled.items() if self.included(k.tgid)}
-        rows, stats.orphan_samples = estimator.apportion(totals, sampled)
+        # BPF keys are (tgid, device, stream, graph, kernel, stack); totals carry stack 0.
+        totals = {tuple(k)[:5]: v for k, v in win.totals.items() if self.included(k[0])}
+        stats.excluded_pids = len({k[0] for k in win.totals} - {k[0] for k in totals})
+        sampled = {tuple(k): v for k, v in win.sampled.items() if self.included(k[0])}
+        est = estimator.estimate(totals, sampled)
+        stats.orphan_samples = est.orphan_entries
         pids = set()
-        for row in rows:
-            key = row.key
-            pids.add(key.tgid)
-            info = self._see(key.tgid)
-            name, mangled = self._kernel_name(key.kernel_id)
+        for row in est.rows:
+            tgid, device_id, stream_id, graph_id, kernel_id = row.key
+            pids.add(tgid)
+            info = self._see(tgid)
+            name, mangled = self._kernel_name(kernel_id)
             if mangled == "":
                 stats.unnamed_kernels += 1
-            leaf = FrameSpec.kernel(name, mangled or name)
+            leaf = FrameSpec.kernel(mangled or name, name)
             if row.stack_id is None:
                 stack = [FrameSpec.marker(UNSAMPLED)]
             else:
-                native = self._symbolize(key.tgid, row.stack_id)
+                native = self._symbolize(tgid, row.stack_id)
                 stack = [FrameSpec.native(f) for f in native] or [FrameSpec.marker(UNKNOWN_STACK)]
-            labels = {"pid": str(key.tgid), "comm": info.comm,
-                      "cuda_device": str(key.device_id), "cuda_stream": str(key.stream_id)}
-            if key.graph_id:
-                labels["cuda_graph"] = str(key.graph_id)
+            labels = {"pid": str(tgid), "comm": info.comm,
+                      "cuda_device": str(device_id), "cuda_stream": str(stream_id)}
+            if graph_id:
+                labels["cuda_graph"] = str(graph_id)
             builder.add([leaf] + stack, row.gpu_ns, row.launches, labels)
             stats.gpu_ns += row.gpu_ns
             stats.kernels += row.launches
