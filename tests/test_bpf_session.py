@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import subprocess
 import sys
 import time
@@ -239,15 +240,36 @@ def test_running_process_semaphore_and_data(firer, tmp_path):
 SHIM = Path(__file__).resolve().parent.parent / "build" / "libgpu_agent_shim.so"
 
 
-def test_real_shim_attaches():
-    """The real shim presents the contract and BpfSession attaches to it."""
+def test_real_shim_attaches(tmp_path):
+    """The real shim presents the contract; BpfSession attaches to it and the
+    semaphore rises (and falls) in a process that has it loaded.
+
+    Runs on a copy: uprobes belong to the inode, so an agent running elsewhere
+    on this machine (attached to build/) cannot raise this copy's semaphore."""
     if not SHIM.exists():
         pytest.skip(f"{SHIM} not built (make shim)")
     need_ebpf()
-    s = BpfSession(str(SHIM))
-    s.open()
+    shim = tmp_path / SHIM.name
+    shutil.copy(SHIM, shim)
+    env = dict(os.environ, LD_PRELOAD=str(shim))
+    p = subprocess.Popen(["sleep", "60"], env=env)
     try:
-        s.poll(0)
-        s.drain()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # wait until the loader mapped the shim
+            with open(f"/proc/{p.pid}/maps") as f:
+                if os.path.realpath(shim) in f.read():
+                    break
+            time.sleep(0.02)
+        assert _semaphore(p.pid, shim) == 0
+        s = BpfSession(str(shim))
+        s.open()
+        try:
+            assert _semaphore(p.pid, shim) == 1
+            s.poll(0)
+            s.drain()
+        finally:
+            s.close()
+        assert _semaphore(p.pid, shim) == 0
     finally:
-        s.close()
+        p.kill()
+        p.wait()
