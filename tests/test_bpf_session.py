@@ -194,10 +194,23 @@ def _semaphore(pid: int, lib: Path) -> int:
         return int.from_bytes(m.read(2), "little")
 
 
-def _readline(p: subprocess.Popen, timeout=10.0) -> str:
-    r, _, _ = select.select([p.stdout], [], [], timeout)
-    assert r, "firer did not answer"
-    return p.stdout.readline().strip()
+class _Lines:
+    """Line reader over a pipe fd with a timeout (select on a buffered file
+    object misses lines already sitting in its buffer)."""
+
+    def __init__(self, fd: int):
+        self.fd, self.buf = fd, b""
+
+    def __call__(self, timeout=10.0) -> str:
+        end = time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            r, _, _ = select.select([self.fd], [], [], max(0.0, end - time.monotonic()))
+            assert r, "firer did not answer"
+            chunk = os.read(self.fd, 4096)
+            assert chunk, "firer exited"
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.decode().strip()
 
 
 def test_running_process_semaphore_and_data(firer, tmp_path):
@@ -209,11 +222,12 @@ def test_running_process_semaphore_and_data(firer, tmp_path):
     path = sc.write(tmp_path / "running.bin")
     p = subprocess.Popen([str(exe), str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          text=True)
+    _readline = _Lines(p.stdout.fileno())
     try:
-        first = _readline(p)
+        first = _readline()
         pid = int(first.split()[1])
         assert first.endswith("sem 0")
-        assert _readline(p) == "wait 0"
+        assert _readline() == "wait 0"
         assert _semaphore(pid, lib) == 0
         ev = Events()
         s = _open(lib, ev)
@@ -221,7 +235,7 @@ def test_running_process_semaphore_and_data(firer, tmp_path):
             assert _semaphore(pid, lib) == 1
             p.stdin.write("go\n")
             p.stdin.flush()
-            assert _readline(p) == "wait 1"
+            assert _readline() == "wait 1"
             _poll_until(s, lambda: (pid, S1) in ev.stacks)
             d = s.drain()
             assert d.totals == {AggKey(pid, 0, 7, 0, K5, 0): AggVal(77, 1, 0, 0)}
@@ -231,7 +245,7 @@ def test_running_process_semaphore_and_data(firer, tmp_path):
         assert _semaphore(pid, lib) == 0
         p.stdin.write("go\n")
         p.stdin.flush()
-        assert _readline(p) == "done 0"
+        assert _readline() == "done 0"
     finally:
         p.kill()
         p.wait()
