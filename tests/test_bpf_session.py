@@ -287,3 +287,52 @@ def test_real_shim_attaches(tmp_path):
     finally:
         p.kill()
         p.wait()
+
+
+def test_per_key_drain_fallback(firer, tmp_path, monkeypatch):
+    """Kernels without batch map ops: the per-key lookup-and-delete path gives
+    the same numbers."""
+    from gpu_agent import bpf_session as B
+
+    def no_batch(*_a, **_k):
+        raise B._BatchUnsupported()
+
+    lib, exe = firer
+    ev = Events()
+    s = _open(lib, ev)
+    try:
+        monkeypatch.setattr(s, "_drain_batch", no_batch)
+        path = F.Script().corr(5, 1, S2, FRAMES3, 5) \
+            .batch([F.rec(K5, 5, 11), F.rec(K5, 5, 13), F.rec(K4, 6, 17)]).write(tmp_path / "s.bin")
+        p = subprocess.run([str(exe), str(path)], capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0, p.stderr
+        pid = int(p.stdout.split()[1])
+        d = s.drain()
+        assert {k: v for k, v in d.totals.items() if k.tgid == pid} == {
+            AggKey(pid, 0, 7, 0, K5, 0): AggVal(24, 2, 0, 0),
+            AggKey(pid, 0, 7, 0, K4, 0): AggVal(17, 1, 0, 0)}
+        assert {k: v for k, v in d.sampled.items() if k.tgid == pid} == {
+            AggKey(pid, 0, 7, 0, K5, S2): AggVal(24, 2, 120, 10)}
+        d = s.drain()
+        assert not any(k.tgid == pid for k in (*d.totals, *d.sampled))
+    finally:
+        s.close()
+
+
+def test_event_decoding_never_raises():
+    """Short, corrupt and unknown ring-buffer events are counted (no BPF needed)."""
+    import ctypes as ct
+    s = BpfSession("/nonexistent")
+    s._handle(b"\x01")                                          # shorter than the header
+    s._handle(bytes(C.EventHdr(type=C.EventType.GA_EV_NAME_CHUNK, tgid=1)))  # header only
+    s._handle(bytes(C.EventHdr(type=C.EventType.GA_EV_NEW_STACK, tgid=1)))
+    s._handle(bytes(C.EventHdr(type=99, tgid=1)))
+    bad = C.EvNameChunk(kernel_id=7, total_len=10, offset=8, len=5)  # runs past total_len
+    bad.hdr.type = C.EventType.GA_EV_NAME_CHUNK
+    s._handle(bytes(bad))
+    ok = C.EvNameChunk(kernel_id=7, total_len=3, offset=0, len=3)
+    ok.hdr.type = C.EventType.GA_EV_NAME_CHUNK
+    ct.memmove(ok.data, b"abc", 3)
+    s._handle(bytes(ok)[:C.EvNameChunk.data.offset + 3])        # truncated payload is fine
+    assert s.names == {7: b"abc"}
+    assert s._agent_counts["ev_corrupt"] == 4 and s._agent_counts["ev_unknown"] == 1
