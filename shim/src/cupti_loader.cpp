@@ -4,10 +4,11 @@
  *   1. $GPU_AGENT_CUPTI_PATH
  *   2. a libcupti already mapped in the process (e.g. by torch/kineto): the
  *      same copy must be used, two CUPTIs in one process do not mix
- *   3. libcupti.so, libcupti.so.13, libcupti.so.12 (loader search path)
- *   4. next to the loaded libcudart / libcuda (dl_iterate_phdr):
+ *   3. next to the loaded libcudart / libcuda (dl_iterate_phdr):
  *        <dir>/, <dir>/../extras/CUPTI/lib64/, <dir>/../../cuda_cupti/lib/
- *      (toolkit layout, CUDA extras, pip nvidia/cuda_cupti/lib layout). */
+ *      (toolkit layout, CUDA extras, pip nvidia/cuda_cupti/lib layout): the
+ *      CUPTI that belongs to the CUDA the application actually uses
+ *   4. libcupti.so, libcupti.so.13, libcupti.so.12 (loader search path) */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <link.h>
@@ -84,10 +85,6 @@ static void *open_cupti(char *path_out, size_t path_len) {
         void *h = try_open(lp, path_out, path_len);
         if (h) return h;
     }
-    for (const char *so : k_sonames) {
-        void *h = try_open(so, path_out, path_len);
-        if (h) return h;
-    }
     static const char *const libs[] = {"libcudart.so", "libcuda.so"};
     static const char *const rels[] = {"", "../extras/CUPTI/lib64/", "../../cuda_cupti/lib/"};
     for (const char *lib : libs) {
@@ -99,6 +96,10 @@ static void *open_cupti(char *path_out, size_t path_len) {
             void *h = try_dir(lp, rel, path_out, path_len);
             if (h) return h;
         }
+    }
+    for (const char *so : k_sonames) {
+        void *h = try_open(so, path_out, path_len);
+        if (h) return h;
     }
     return nullptr;
 }
