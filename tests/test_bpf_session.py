@@ -321,7 +321,6 @@ def test_per_key_drain_fallback(firer, tmp_path, monkeypatch):
 
 def test_event_decoding_never_raises():
     """Short, corrupt and unknown ring-buffer events are counted (no BPF needed)."""
-    import ctypes as ct
     s = BpfSession("/nonexistent")
     s._handle(b"\x01")                                          # shorter than the header
     s._handle(bytes(C.EventHdr(type=C.EventType.GA_EV_NAME_CHUNK, tgid=1)))  # header only
@@ -332,7 +331,7 @@ def test_event_decoding_never_raises():
     s._handle(bytes(bad))
     ok = C.EvNameChunk(kernel_id=7, total_len=3, offset=0, len=3)
     ok.hdr.type = C.EventType.GA_EV_NAME_CHUNK
-    ct.memmove(ok.data, b"abc", 3)
+    ok.data = b"abc"
     s._handle(bytes(ok)[:C.EvNameChunk.data.offset + 3])        # truncated payload is fine
     assert s.names == {7: b"abc"}
     assert s._agent_counts["ev_corrupt"] == 4 and s._agent_counts["ev_unknown"] == 1
