@@ -4,7 +4,7 @@
  * This one file defines every USDT probe the shim fires, the argument list of
  * each, every record the shim hands to BPF, and every BPF map key/value and
  * ring-buffer event the Python agent decodes. It is included verbatim by:
- *   - the shim (shim/src/*.cpp), built with a normal C/C++ compiler;
+ *   - the shim (shim/src/), built with a normal C/C++ compiler;
  *   - the BPF program (bpf/gpu_agent.bpf.c), compiled by bcc with -DGA_BPF;
  * and the Python decoder (agent/gpu_agent/contract.py) mirrors it with ctypes.
  * tests/test_contract.py compiles this header, prints every size and offset,
