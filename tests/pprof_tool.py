@@ -36,18 +36,20 @@ class Sample:
     values: list[int]
     frames: list[str]  # function names, leaf first
     files: list[str]
+    system_names: list[str]  # mangled names where they differ from the function name
     labels: dict[str, str] = field(default_factory=dict)
 
 
 _SAMPLE = re.compile(r"^\s*((?:-?\d+\s+)+)(-?\d+):\s*((?:\d+\s*)*)$")
-_LOC = re.compile(r"^\s*(\d+):\s+0x[0-9a-f]+\s+(?:M=\d+\s+)?(.*?)\s+(\S*):(-?\d+)\s+s=\d+\s*$")
-_LOC_CONT = re.compile(r"^\s+(.*?)\s+(\S*):(-?\d+)\s+s=\d+\s*$")
+# "  id: 0xaddr M=n function file:line s=start[(system_name)]"; inlined frames continue below.
+_LOC = re.compile(r"^\s*(\d+):\s+0x[0-9a-f]+\s+(?:M=\d+\s+)?(.*?)\s+(\S*):(-?\d+)\s+s=\d+(?:\((.*)\))?\s*$")
+_LOC_CONT = re.compile(r"^\s+(.*?)\s+(\S*):(-?\d+)\s+s=\d+(?:\(.*\))?\s*$")
 
 
 def raw(path) -> list[Sample]:
     text = pprof("-raw", str(path))
     samples: list[tuple[list[int], list[int], dict]] = []
-    locs: dict[int, list[tuple[str, str]]] = {}
+    locs: dict[int, list[tuple[str, str, str]]] = {}
     section = None
     last_loc = None
     for line in text.splitlines():
@@ -73,19 +75,20 @@ def raw(path) -> list[Sample]:
             m = _LOC.match(line)
             if m:
                 last_loc = int(m.group(1))
-                locs[last_loc] = [(m.group(2), m.group(3))]
+                locs[last_loc] = [(m.group(2), m.group(3), m.group(5) or m.group(2))]
                 continue
             m = _LOC_CONT.match(line)
             if m and last_loc is not None:
-                locs[last_loc].append((m.group(1), m.group(2)))
+                locs[last_loc].append((m.group(1), m.group(2), m.group(1)))
     out = []
     for vals, ids, labels in samples:
-        frames, files = [], []
+        frames, files, sys_names = [], [], []
         for i in ids:
-            for fn, file in locs.get(i, [("?", "?")]):
+            for fn, file, sysname in locs.get(i, [("?", "?", "?")]):
                 frames.append(fn)
                 files.append(file)
-        out.append(Sample(vals, frames, files, labels))
+                sys_names.append(sysname)
+        out.append(Sample(vals, frames, files, sys_names, labels))
     return out
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MOCK_APP, agent_cmd, mock_env, need_ebpf
+from conftest import MOCK_APP, SHIM, agent_cmd, mock_env, need_ebpf
 from pprof_tool import raw
 
 
@@ -34,7 +34,8 @@ class Agent:
 
 
 def workload(*args: str, **env) -> subprocess.Popen:
-    return subprocess.Popen([str(MOCK_APP), *args], env=mock_env(**env),
+    # Workloads load the shim the way users do: CUDA_INJECTION64_PATH=$(gpu-agent shim-path).
+    return subprocess.Popen([str(MOCK_APP), *args], env=mock_env(CUDA_INJECTION64_PATH=str(SHIM), **env),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
