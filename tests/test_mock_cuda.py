@@ -95,13 +95,13 @@ static void CUPTIAPI buf_done(CUcontext ctx, uint32_t sid, uint8_t *buf, size_t 
                 (unsigned long long)k->graphNodeId, k->streamId, (int)k->kind, k->gridX, k->blockX);
         n++;
     }
-    fprintf(out, "BUF %zu %d %s %d\n", valid, tid() != main_tid, at_exit ? "exit" : "run", n);
+    fprintf(out, "BUF %zu %d %s %d\n", valid, tid() != main_tid, __atomic_load_n(&at_exit, __ATOMIC_RELAXED) ? "exit" : "run", n);
     free(buf);
 }
 
 static void finish(void)
 {
-    at_exit = 1;
+    __atomic_store_n(&at_exit, 1, __ATOMIC_RELAXED);
     cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     size_t dropped = 0;
     cuptiActivityGetNumDroppedRecords(NULL, 0, &dropped);

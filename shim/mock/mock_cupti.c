@@ -1,0 +1,550 @@
+/*
+ * Mock libcupti.so.13: the callback and activity APIs of CUPTI on top of the
+ * mock driver.  It plugs into libcuda through mockcuda_register_cupti() (see
+ * mock_internal.h): libcuda invokes our hooks for enabled callbacks and for
+ * every executed kernel while kernel activity is on.
+ *
+ * Activity buffers follow real CUPTI: buffers come from the client's request
+ * callback, full buffers are handed back on a CUPTI-owned worker thread,
+ * cuptiActivityFlushAll hands back partial ones, cuptiActivityFlushPeriod makes
+ * the worker flush periodically.  No lock is held while calling the client.
+ */
+#define _GNU_SOURCE
+#include <cupti.h>
+#include "mock_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <errno.h>
+
+/* ------------------------------------------------------------ callbacks */
+
+struct CUpti_Subscriber_st {
+    CUpti_CallbackFunc callback;
+    void *userdata;
+};
+
+static pthread_mutex_t g_sub_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct CUpti_Subscriber_st g_sub;
+static int g_sub_taken;                       /* only one subscriber, like real CUPTI */
+
+static void hook_api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData *d)
+{
+    CUpti_CallbackFunc cb = __atomic_load_n(&g_sub.callback, __ATOMIC_ACQUIRE);
+    if (cb) cb(g_sub.userdata, domain, cbid, d);
+}
+
+static void hook_resource(CUpti_CallbackId cbid, const CUpti_ResourceData *d)
+{
+    CUpti_CallbackFunc cb = __atomic_load_n(&g_sub.callback, __ATOMIC_ACQUIRE);
+    if (cb) cb(g_sub.userdata, CUPTI_CB_DOMAIN_RESOURCE, cbid, d);
+}
+
+static void hook_kernel(const struct mock_kernel_exec *k);
+
+static const struct mock_cupti_hooks g_hooks = { hook_api, hook_resource, hook_kernel };
+
+static void ensure_registered(void)
+{
+    mockcuda_register_cupti(&g_hooks);
+}
+
+CUptiResult CUPTIAPI cuptiSubscribe(CUpti_SubscriberHandle *subscriber, CUpti_CallbackFunc callback, void *userdata)
+{
+    if (!subscriber) return CUPTI_ERROR_INVALID_PARAMETER;
+    pthread_mutex_lock(&g_sub_mu);
+    if (g_sub_taken) {
+        pthread_mutex_unlock(&g_sub_mu);
+        return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+    }
+    g_sub_taken = 1;
+    g_sub.userdata = userdata;
+    __atomic_store_n(&g_sub.callback, callback, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&g_sub_mu);
+    ensure_registered();
+    *subscriber = &g_sub;
+    return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiSubscribe_v2(CUpti_SubscriberHandle *subscriber, CUpti_CallbackFunc callback,
+                                       void *userdata, CUpti_SubscriberParams *pParams)
+{
+    return cuptiSubscribe(subscriber, callback, userdata);
+}
+
+static void clear_gate_api(void)
+{
+    memset((void *)mockcuda_gate.api, 0, sizeof mockcuda_gate.api);
+}
+
+CUptiResult CUPTIAPI cuptiUnsubscribe(CUpti_SubscriberHandle subscriber)
+{
+    pthread_mutex_lock(&g_sub_mu);
+    if (subscriber != &g_sub || !g_sub_taken) {
+        pthread_mutex_unlock(&g_sub_mu);
+        return CUPTI_ERROR_INVALID_PARAMETER;
+    }
+    clear_gate_api();
+    __atomic_store_n(&g_sub.callback, NULL, __ATOMIC_RELEASE);
+    g_sub_taken = 0;
+    pthread_mutex_unlock(&g_sub_mu);
+    return CUPTI_SUCCESS;
+}
+
+static int valid_domain(CUpti_CallbackDomain d)
+{
+    return d > CUPTI_CB_DOMAIN_INVALID && d < CUPTI_CB_DOMAIN_SIZE;
+}
+
+CUptiResult CUPTIAPI cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle subscriber,
+                                         CUpti_CallbackDomain domain, CUpti_CallbackId cbid)
+{
+    if (subscriber != &g_sub || !g_sub_taken || !valid_domain(domain) || cbid >= MOCK_MAX_CBID)
+        return CUPTI_ERROR_INVALID_PARAMETER;
+    mockcuda_gate.api[domain][cbid] = enable ? 1 : 0;
+    return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiEnableDomain(uint32_t enable, CUpti_SubscriberHandle subscriber,
+                                       CUpti_CallbackDomain domain)
+{
+    if (subscriber != &g_sub || !g_sub_taken || !valid_domain(domain)) return CUPTI_ERROR_INVALID_PARAMETER;
+    memset((void *)mockcuda_gate.api[domain], enable ? 1 : 0, MOCK_MAX_CBID);
+    return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiEnableAllDomains(uint32_t enable, CUpti_SubscriberHandle subscriber)
+{
+    if (subscriber != &g_sub || !g_sub_taken) return CUPTI_ERROR_INVALID_PARAMETER;
+    for (int d = CUPTI_CB_DOMAIN_DRIVER_API; d < CUPTI_CB_DOMAIN_SIZE; d++)
+        memset((void *)mockcuda_gate.api[d], enable ? 1 : 0, MOCK_MAX_CBID);
+    return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiGetCallbackState(uint32_t *enable, CUpti_SubscriberHandle subscriber,
+                                           CUpti_CallbackDomain domain, CUpti_CallbackId cbid)
+{
+    if (!enable || subscriber != &g_sub || !valid_domain(domain) || cbid >= MOCK_MAX_CBID)
+        return CUPTI_ERROR_INVALID_PARAMETER;
+    *enable = mockcuda_gate.api[domain][cbid];
+    return CUPTI_SUCCESS;
+}
+
+/* ------------------------------------------------------------- misc API */
+
+CUptiResult CUPTIAPI cuptiGetTimestamp(uint64_t *timestamp)
+{
+    if (!timestamp) return CUPTI_ERROR_INVALID_PARAMETER;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);   /* same clock as kernel start/end */
+    *timestamp = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiGetVersion(uint32_t *version)
+{
+    if (!version) return CUPTI_ERROR_INVALID_PARAMETER;
+    *version = CUPTI_API_VERSION;
+    return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiGetResultString(CUptiResult result, const char **str)
+{
+    if (!str) return CUPTI_ERROR_INVALID_PARAMETER;
+    switch (result) {
+#define R(code) case code: *str = #code; return CUPTI_SUCCESS;
+    R(CUPTI_SUCCESS) R(CUPTI_ERROR_INVALID_PARAMETER) R(CUPTI_ERROR_INVALID_DEVICE)
+    R(CUPTI_ERROR_INVALID_CONTEXT) R(CUPTI_ERROR_INVALID_OPERATION) R(CUPTI_ERROR_OUT_OF_MEMORY)
+    R(CUPTI_ERROR_MAX_LIMIT_REACHED) R(CUPTI_ERROR_NOT_READY) R(CUPTI_ERROR_NOT_COMPATIBLE)
+    R(CUPTI_ERROR_NOT_INITIALIZED) R(CUPTI_ERROR_INVALID_KIND) R(CUPTI_ERROR_NOT_SUPPORTED)
+    R(CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) R(CUPTI_ERROR_UNKNOWN)
+#undef R
+    default: *str = NULL; return CUPTI_ERROR_INVALID_PARAMETER;
+    }
+}
+
+CUptiResult CUPTIAPI cuptiGetContextId(CUcontext context, uint32_t *contextId)
+{
+    struct mock_ctx *c = (struct mock_ctx *)context;
+    if (!c || c->magic != MOCK_CTX_MAGIC || !contextId) return CUPTI_ERROR_INVALID_PARAMETER;
+    *contextId = c->uid;
+    return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiGetDeviceId(CUcontext context, uint32_t *deviceId)
+{
+    struct mock_ctx *c = (struct mock_ctx *)(context ? context : mockcuda_current_ctx());
+    if (!deviceId) return CUPTI_ERROR_INVALID_PARAMETER;
+    if (!c || c->magic != MOCK_CTX_MAGIC) return CUPTI_ERROR_INVALID_CONTEXT;
+    *deviceId = (uint32_t)c->device;
+    return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiGetStreamIdEx(CUcontext context, CUstream stream, uint8_t perThreadStream,
+                                        uint32_t *streamId)
+{
+    if (!streamId) return CUPTI_ERROR_INVALID_PARAMETER;
+    uint32_t id = mockcuda_stream_id(context, stream, perThreadStream);
+    if (!id) return CUPTI_ERROR_INVALID_PARAMETER;
+    *streamId = id;
+    return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiGetStreamId(CUcontext context, CUstream stream, uint32_t *streamId)
+{
+    return cuptiGetStreamIdEx(context, stream, 0, streamId);
+}
+
+CUptiResult CUPTIAPI cuptiGetGraphNodeId(CUgraphNode node, uint64_t *nodeId)
+{
+    struct mock_node *n = (struct mock_node *)node;
+    if (!n || n->magic != MOCK_NODE_MAGIC || !nodeId) return CUPTI_ERROR_INVALID_PARAMETER;
+    *nodeId = n->id;
+    return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiGetGraphId(CUgraph graph, uint32_t *pId)
+{
+    struct mock_graph *g = (struct mock_graph *)graph;
+    if (!g || g->magic != MOCK_GRAPH_MAGIC || !pId) return CUPTI_ERROR_INVALID_PARAMETER;
+    *pId = g->id;
+    return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiGetGraphExecId(CUgraphExec graphExec, uint32_t *pId)
+{
+    struct mock_exec *x = (struct mock_exec *)graphExec;
+    if (!x || x->magic != MOCK_EXEC_MAGIC || !pId) return CUPTI_ERROR_INVALID_PARAMETER;
+    *pId = x->id;
+    return CUPTI_SUCCESS;
+}
+
+/* -------------------------------------------------------------- activity */
+
+struct abuf {
+    uint8_t *base;       /* as given by the client */
+    size_t size, used;   /* used counts from base (includes alignment padding) */
+    size_t max_records, nrec;
+    struct abuf *next;
+};
+
+static pthread_mutex_t g_act_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_act_cv;              /* worker wake-up (CLOCK_MONOTONIC) */
+static pthread_cond_t g_idle_cv;             /* deliveries finished */
+static CUpti_BuffersCallbackRequestFunc g_req;
+static CUpti_BuffersCallbackCompleteFunc g_comp;
+static struct abuf *g_cur;                   /* buffer being filled */
+static struct abuf *g_spare;                 /* extra empty buffers obtained by racing threads */
+static struct abuf *g_done_head, *g_done_tail;
+static int g_in_flight;                      /* buffers being delivered right now */
+static size_t g_dropped;
+static uint32_t g_period_ms;
+static int g_worker_started, g_worker_stop;
+static pthread_t g_worker;
+static CUpti_ActivityKind g_kernel_kind;     /* record kind for kernels */
+static int g_kind_kernel, g_kind_conc;
+static _Atomic int64_t g_grid_ids;
+
+static void push_done(struct abuf *b)        /* g_act_mu held */
+{
+    b->next = NULL;
+    if (g_done_tail) g_done_tail->next = b; else g_done_head = b;
+    g_done_tail = b;
+    pthread_cond_signal(&g_act_cv);
+}
+
+static struct abuf *pop_done(void)           /* g_act_mu held */
+{
+    struct abuf *b = g_done_head;
+    if (b) {
+        g_done_head = b->next;
+        if (!g_done_head) g_done_tail = NULL;
+        g_in_flight++;
+    }
+    return b;
+}
+
+/* Deliver one popped buffer; called and returns with g_act_mu held, drops it around the callback. */
+static void deliver_locked(struct abuf *b)
+{
+    CUpti_BuffersCallbackCompleteFunc comp = g_comp;
+    pthread_mutex_unlock(&g_act_mu);
+    if (comp) comp(NULL, 0, b->base, b->size, b->used);
+    free(b);
+    pthread_mutex_lock(&g_act_mu);
+    g_in_flight--;
+    pthread_cond_broadcast(&g_idle_cv);
+}
+
+static size_t align_pad(const uint8_t *p)
+{
+    return (size_t)(-(uintptr_t)p & (ACTIVITY_RECORD_ALIGNMENT - 1));
+}
+
+static void *worker_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&g_act_mu);
+    while (!g_worker_stop) {
+        struct abuf *b = pop_done();
+        if (b) { deliver_locked(b); continue; }
+        if (g_period_ms) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)g_period_ms * 1000000ull;
+            ts.tv_sec += (time_t)(ns / 1000000000ull);
+            ts.tv_nsec = (long)(ns % 1000000000ull);
+            if (pthread_cond_timedwait(&g_act_cv, &g_act_mu, &ts) == ETIMEDOUT && g_cur && g_cur->nrec) {
+                push_done(g_cur);   /* periodic flush of the partial buffer */
+                g_cur = NULL;
+            }
+        } else {
+            pthread_cond_wait(&g_act_cv, &g_act_mu);
+        }
+    }
+    pthread_mutex_unlock(&g_act_mu);
+    return NULL;
+}
+
+static void start_worker_locked(void)
+{
+    if (g_worker_started) return;
+    g_worker_stop = 0;
+    g_worker_started = 1;
+    pthread_create(&g_worker, NULL, worker_main, NULL);
+}
+
+__attribute__((constructor)) static void mock_cupti_ctor(void)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);   /* periodic flush uses timedwait */
+    pthread_cond_init(&g_act_cv, &ca);
+    pthread_cond_init(&g_idle_cv, NULL);
+}
+
+CUptiResult CUPTIAPI cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc funcBufferRequested,
+                                                    CUpti_BuffersCallbackCompleteFunc funcBufferCompleted)
+{
+    if (!funcBufferRequested || !funcBufferCompleted) return CUPTI_ERROR_INVALID_PARAMETER;
+    pthread_mutex_lock(&g_act_mu);
+    g_req = funcBufferRequested;
+    g_comp = funcBufferCompleted;
+    start_worker_locked();
+    pthread_mutex_unlock(&g_act_mu);
+    return CUPTI_SUCCESS;
+}
+
+static void update_kernel_gate(void)
+{
+    g_kernel_kind = g_kind_conc ? CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL : CUPTI_ACTIVITY_KIND_KERNEL;
+    mockcuda_gate.kernel_activity = (g_kind_conc || g_kind_kernel) ? 1 : 0;
+}
+
+CUptiResult CUPTIAPI cuptiActivityEnable(CUpti_ActivityKind kind)
+{
+    if (kind <= CUPTI_ACTIVITY_KIND_INVALID || kind >= CUPTI_ACTIVITY_KIND_COUNT) return CUPTI_ERROR_INVALID_KIND;
+    ensure_registered();
+    /* Other kinds are accepted but produce no records in the mock. */
+    if (kind == CUPTI_ACTIVITY_KIND_KERNEL) g_kind_kernel = 1;
+    if (kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) g_kind_conc = 1;
+    update_kernel_gate();
+    return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiActivityDisable(CUpti_ActivityKind kind)
+{
+    if (kind <= CUPTI_ACTIVITY_KIND_INVALID || kind >= CUPTI_ACTIVITY_KIND_COUNT) return CUPTI_ERROR_INVALID_KIND;
+    if (kind == CUPTI_ACTIVITY_KIND_KERNEL) g_kind_kernel = 0;
+    if (kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) g_kind_conc = 0;
+    update_kernel_gate();
+    return CUPTI_SUCCESS;
+}
+
+static int fits(const struct abuf *b, size_t sz)
+{
+    return b->used + sz <= b->size && (!b->max_records || b->nrec < b->max_records);
+}
+
+static void append_record(const void *rec, size_t sz)
+{
+    pthread_mutex_lock(&g_act_mu);
+    for (;;) {
+        if (g_cur && fits(g_cur, sz)) {
+            memcpy(g_cur->base + g_cur->used, rec, sz);
+            g_cur->used += sz;
+            g_cur->nrec++;
+            break;
+        }
+        if (g_cur) {                     /* full: hand it to the worker */
+            push_done(g_cur);
+            g_cur = NULL;
+        }
+        if (g_spare) {
+            g_cur = g_spare;
+            g_spare = g_spare->next;
+            continue;
+        }
+        CUpti_BuffersCallbackRequestFunc req = g_req;
+        if (!req) { g_dropped++; break; }
+        pthread_mutex_unlock(&g_act_mu);  /* never call the client under our lock */
+        uint8_t *p = NULL;
+        size_t size = 0, maxr = 0;
+        req(&p, &size, &maxr);
+        pthread_mutex_lock(&g_act_mu);
+        struct abuf *nb = NULL;
+        if (p) {
+            nb = calloc(1, sizeof(*nb));
+            nb->base = p;
+            nb->size = size;
+            nb->used = align_pad(p);
+            nb->max_records = maxr;
+        }
+        if (!nb || !fits(nb, sz)) {
+            /* Declined or too small: the record is lost; give the buffer back empty. */
+            g_dropped++;
+            if (nb) { nb->used = 0; push_done(nb); }
+            break;
+        }
+        if (g_cur) { nb->next = g_spare; g_spare = nb; }   /* another thread won the race */
+        else g_cur = nb;
+    }
+    pthread_mutex_unlock(&g_act_mu);
+}
+
+static void hook_kernel(const struct mock_kernel_exec *k)
+{
+    CUpti_ActivityKernel10 r;
+    memset(&r, 0, sizeof r);
+    r.kind = g_kernel_kind;
+    r.registersPerThread = 32;
+    r.start = k->start;
+    r.end = k->end;
+    r.completed = k->end;
+    r.deviceId = k->device_id;
+    r.contextId = k->context_id;
+    r.streamId = k->stream_id;
+    r.gridX = (int32_t)k->grid[0]; r.gridY = (int32_t)k->grid[1]; r.gridZ = (int32_t)k->grid[2];
+    r.blockX = (int32_t)k->block[0]; r.blockY = (int32_t)k->block[1]; r.blockZ = (int32_t)k->block[2];
+    r.dynamicSharedMemory = (int32_t)k->shmem;
+    r.correlationId = k->correlation_id;
+    r.gridId = atomic_fetch_add(&g_grid_ids, 1) + 1;
+    r.name = k->func->name;                 /* stable: functions are never freed */
+    r.queued = CUPTI_TIMESTAMP_UNKNOWN;
+    r.submitted = CUPTI_TIMESTAMP_UNKNOWN;
+    r.launchType = k->launch_type;
+    r.graphNodeId = k->graph_node_id;
+    r.graphId = k->graph_id;
+    r.clusterX = r.clusterY = r.clusterZ = 1;
+    append_record(&r, sizeof r);
+}
+
+static size_t record_size(const CUpti_Activity *a)
+{
+    switch (a->kind) {
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+        return sizeof(CUpti_ActivityKernel10);
+    default:
+        return 0;
+    }
+}
+
+CUptiResult CUPTIAPI cuptiActivityGetNextRecord(uint8_t *buffer, size_t validBufferSizeBytes,
+                                                CUpti_Activity **record)
+{
+    if (!buffer || !record) return CUPTI_ERROR_INVALID_PARAMETER;
+    uint8_t *end = buffer + validBufferSizeBytes, *next;
+    if (!*record) {
+        next = buffer + align_pad(buffer);
+    } else {
+        size_t sz = record_size(*record);
+        if (!sz) return CUPTI_ERROR_INVALID_KIND;
+        next = (uint8_t *)*record + sz;
+    }
+    if (next + sizeof(CUpti_Activity) > end) return CUPTI_ERROR_MAX_LIMIT_REACHED;
+    size_t sz = record_size((CUpti_Activity *)next);
+    if (!sz) return CUPTI_ERROR_INVALID_KIND;
+    if (next + sz > end) return CUPTI_ERROR_MAX_LIMIT_REACHED;
+    *record = (CUpti_Activity *)next;
+    return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag)
+{
+    pthread_mutex_lock(&g_act_mu);
+    if (!g_req || !g_comp) {
+        pthread_mutex_unlock(&g_act_mu);
+        return CUPTI_ERROR_INVALID_OPERATION;
+    }
+    if (g_cur && g_cur->nrec) {
+        push_done(g_cur);
+        g_cur = NULL;
+    }
+    /* Deliver queued buffers from this thread, then wait for the worker's. */
+    struct abuf *b;
+    while ((b = pop_done())) deliver_locked(b);
+    while (g_in_flight) pthread_cond_wait(&g_idle_cv, &g_act_mu);
+    pthread_mutex_unlock(&g_act_mu);
+    return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiActivityFlush(CUcontext context, uint32_t streamId, uint32_t flag)
+{
+    return cuptiActivityFlushAll(flag);
+}
+
+CUptiResult CUPTIAPI cuptiActivityFlushPeriod(uint32_t time)
+{
+    pthread_mutex_lock(&g_act_mu);
+    g_period_ms = time;
+    start_worker_locked();
+    pthread_cond_signal(&g_act_cv);
+    pthread_mutex_unlock(&g_act_mu);
+    return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiActivityGetNumDroppedRecords(CUcontext context, uint32_t streamId, size_t *dropped)
+{
+    if (!dropped) return CUPTI_ERROR_INVALID_PARAMETER;
+    pthread_mutex_lock(&g_act_mu);
+    *dropped = g_dropped;   /* reset on read, as documented */
+    g_dropped = 0;
+    pthread_mutex_unlock(&g_act_mu);
+    return CUPTI_SUCCESS;
+}
+
+/* Detach: stop all callbacks and activity, hand back every buffer, stop the worker. */
+CUptiResult CUPTIAPI cuptiFinalize(void)
+{
+    g_kind_kernel = g_kind_conc = 0;
+    update_kernel_gate();
+    pthread_mutex_lock(&g_sub_mu);
+    clear_gate_api();
+    __atomic_store_n(&g_sub.callback, NULL, __ATOMIC_RELEASE);
+    g_sub_taken = 0;
+    pthread_mutex_unlock(&g_sub_mu);
+    mockcuda_register_cupti(NULL);
+    if (g_req && g_comp) cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    pthread_mutex_lock(&g_act_mu);
+    int join = g_worker_started && !pthread_equal(pthread_self(), g_worker);
+    if (g_worker_started) {
+        g_worker_stop = 1;
+        pthread_cond_signal(&g_act_cv);
+    }
+    struct abuf *b;
+    while ((b = pop_done())) deliver_locked(b);   /* e.g. empty buffers returned by a drop */
+    if (g_cur) { g_cur->used = 0; push_done(g_cur); g_cur = NULL; }
+    while (g_spare) { struct abuf *n = g_spare->next; g_spare->used = 0; push_done(g_spare); g_spare = n; }
+    while ((b = pop_done())) deliver_locked(b);
+    pthread_mutex_unlock(&g_act_mu);
+    if (join) pthread_join(g_worker, NULL);
+    pthread_mutex_lock(&g_act_mu);
+    g_worker_started = 0;
+    g_req = NULL;
+    g_comp = NULL;
+    g_period_ms = 0;
+    pthread_mutex_unlock(&g_act_mu);
+    return CUPTI_SUCCESS;
+}

@@ -1,0 +1,522 @@
+/*
+ * mock_workload: exercises every kernel-launch path of the (mock) CUDA stack,
+ * each from its own non-inlined function `launch_<api>` launching its own
+ * kernel `k_<api>(float*, int)` (mangled `_Z<len>k_<api>Pfi`), so a profiler's
+ * stacks and kernel names can be checked path by path.  Graph paths capture 3
+ * kernels `k_<api>_node<i>` in `capture_<api>` and launch the graph.
+ *
+ *   mock_workload [--paths all|p1,p2,...] [--iters N] [--sleep-ms M]
+ *                 [--duration S] [--threads T] [--list-paths]
+ *   mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel]
+ *
+ * Built -O1 -fno-inline -fomit-frame-pointer -rdynamic: stacks need eh_frame.
+ */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <fatbinary_section.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NOINLINE __attribute__((noinline))
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations" /* cuLaunch, cuLaunchGrid... on purpose */
+
+/* Per-thread-default-stream entry points are only declared by the headers
+ * under CUDA_API_PER_THREAD_DEFAULT_STREAM; we call both flavours explicitly. */
+CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                     unsigned, CUstream, void **, void **);
+CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *, CUfunction, void **, void **);
+CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                                unsigned, unsigned, CUstream, void **);
+CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec, CUstream);
+cudaError_t CUDARTAPI cudaLaunchKernel_ptsz(const void *, dim3, dim3, void **, size_t, cudaStream_t);
+cudaError_t CUDARTAPI cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *, const void *, void **);
+cudaError_t CUDARTAPI cudaLaunchCooperativeKernel_ptsz(const void *, dim3, dim3, void **, size_t, cudaStream_t);
+cudaError_t CUDARTAPI cudaGraphLaunch_ptsz(cudaGraphExec_t, cudaStream_t);
+/* Removed from the CUDA 13 headers (CUDA 12 ABI). */
+struct cudaLaunchParams { void *func; dim3 gridDim; dim3 blockDim; void **args; size_t sharedMem; cudaStream_t stream; };
+cudaError_t CUDARTAPI cudaLaunchCooperativeKernelMultiDevice(struct cudaLaunchParams *, unsigned, unsigned);
+void **CUDARTAPI __cudaRegisterFatBinary(void *);
+void CUDARTAPI __cudaRegisterFatBinaryEnd(void **);
+void CUDARTAPI __cudaRegisterFunction(void **, const char *, char *, const char *, int, uint3 *, uint3 *, dim3 *,
+                                      dim3 *, int *);
+
+/* ------------------------------------------------------------ helpers */
+
+static void ck_cu(CUresult r, const char *what)
+{
+    if (r == CUDA_SUCCESS) return;
+    const char *s = NULL;
+    cuGetErrorString(r, &s);
+    fprintf(stderr, "mock_workload: %s failed: %d (%s)\n", what, (int)r, s ? s : "?");
+    exit(1);
+}
+
+static void ck_rt(cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess) return;
+    fprintf(stderr, "mock_workload: %s failed: %d (%s)\n", what, (int)e, cudaGetErrorString(e));
+    exit(1);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ------------------------------------------------ runtime kernel stubs */
+
+/* Host stubs carry the kernel's mangled name as their symbol, like nvcc's. */
+#define STUB(sym, mangled)                                       \
+    void sym(float *p, int n) __asm__(mangled);                  \
+    NOINLINE void sym(float *p, int n) { __asm__ volatile("" ::"r"(p), "r"(n)); }
+STUB(stub_cudaLaunchKernel, "_Z18k_cudaLaunchKernelPfi")
+STUB(stub_cudaLaunchKernel_ptsz, "_Z23k_cudaLaunchKernel_ptszPfi")
+STUB(stub_cudaLaunchKernelExC, "_Z21k_cudaLaunchKernelExCPfi")
+STUB(stub_cudaLaunchKernelExC_ptsz, "_Z26k_cudaLaunchKernelExC_ptszPfi")
+STUB(stub_cudaLaunchCooperativeKernel, "_Z29k_cudaLaunchCooperativeKernelPfi")
+STUB(stub_cudaLaunchCooperativeKernel_ptsz, "_Z34k_cudaLaunchCooperativeKernel_ptszPfi")
+STUB(stub_cudaLaunchCooperativeKernelMultiDevice, "_Z40k_cudaLaunchCooperativeKernelMultiDevicePfi")
+STUB(stub_cudaGraphLaunch_node0, "_Z23k_cudaGraphLaunch_node0Pfi")
+STUB(stub_cudaGraphLaunch_node1, "_Z23k_cudaGraphLaunch_node1Pfi")
+STUB(stub_cudaGraphLaunch_node2, "_Z23k_cudaGraphLaunch_node2Pfi")
+STUB(stub_cudaGraphLaunch_ptsz_node0, "_Z28k_cudaGraphLaunch_ptsz_node0Pfi")
+STUB(stub_cudaGraphLaunch_ptsz_node1, "_Z28k_cudaGraphLaunch_ptsz_node1Pfi")
+STUB(stub_cudaGraphLaunch_ptsz_node2, "_Z28k_cudaGraphLaunch_ptsz_node2Pfi")
+
+/* What nvcc's generated registration code does, with a mock "fatbin" whose
+ * data is a `name=duration_ns` text image.  k_cudaLaunchCooperativeKernelMultiDevice
+ * is deliberately left unregistered: libcudart must name it via dladdr(). */
+static const char rt_image[] =
+    "_Z18k_cudaLaunchKernelPfi=21000\n"
+    "_Z23k_cudaLaunchKernel_ptszPfi=22000\n"
+    "_Z21k_cudaLaunchKernelExCPfi=23000\n"
+    "_Z26k_cudaLaunchKernelExC_ptszPfi=24000\n"
+    "_Z29k_cudaLaunchCooperativeKernelPfi=25000\n"
+    "_Z34k_cudaLaunchCooperativeKernel_ptszPfi=26000\n"
+    "_Z23k_cudaGraphLaunch_node0Pfi=27000\n"
+    "_Z23k_cudaGraphLaunch_node1Pfi=27100\n"
+    "_Z23k_cudaGraphLaunch_node2Pfi=27200\n"
+    "_Z28k_cudaGraphLaunch_ptsz_node0Pfi=28000\n"
+    "_Z28k_cudaGraphLaunch_ptsz_node1Pfi=28100\n"
+    "_Z28k_cudaGraphLaunch_ptsz_node2Pfi=28200\n";
+static __fatBinC_Wrapper_t rt_fatbin = { FATBINC_MAGIC, 1, (const unsigned long long *)rt_image, NULL };
+
+__attribute__((constructor)) static void register_kernels(void)
+{
+    void **h = __cudaRegisterFatBinary(&rt_fatbin);
+#define REG(stub, name) __cudaRegisterFunction(h, (const char *)stub, (char *)name, name, -1, 0, 0, 0, 0, 0)
+    REG(stub_cudaLaunchKernel, "_Z18k_cudaLaunchKernelPfi");
+    REG(stub_cudaLaunchKernel_ptsz, "_Z23k_cudaLaunchKernel_ptszPfi");
+    REG(stub_cudaLaunchKernelExC, "_Z21k_cudaLaunchKernelExCPfi");
+    REG(stub_cudaLaunchKernelExC_ptsz, "_Z26k_cudaLaunchKernelExC_ptszPfi");
+    REG(stub_cudaLaunchCooperativeKernel, "_Z29k_cudaLaunchCooperativeKernelPfi");
+    REG(stub_cudaLaunchCooperativeKernel_ptsz, "_Z34k_cudaLaunchCooperativeKernel_ptszPfi");
+    REG(stub_cudaGraphLaunch_node0, "_Z23k_cudaGraphLaunch_node0Pfi");
+    REG(stub_cudaGraphLaunch_node1, "_Z23k_cudaGraphLaunch_node1Pfi");
+    REG(stub_cudaGraphLaunch_node2, "_Z23k_cudaGraphLaunch_node2Pfi");
+    REG(stub_cudaGraphLaunch_ptsz_node0, "_Z28k_cudaGraphLaunch_ptsz_node0Pfi");
+    REG(stub_cudaGraphLaunch_ptsz_node1, "_Z28k_cudaGraphLaunch_ptsz_node1Pfi");
+    REG(stub_cudaGraphLaunch_ptsz_node2, "_Z28k_cudaGraphLaunch_ptsz_node2Pfi");
+#undef REG
+    __cudaRegisterFatBinaryEnd(h);
+}
+
+/* ---------------------------------------------------- driver kernels */
+
+enum {
+    K_cuLaunch, K_cuLaunchGrid, K_cuLaunchGridAsync, K_cuLaunchKernel, K_cuLaunchKernel_ptsz, K_cuLaunchKernelEx,
+    K_cuLaunchKernelEx_ptsz, K_cuLaunchCooperativeKernel, K_cuLaunchCooperativeKernel_ptsz,
+    K_cuLaunchCooperativeKernelMultiDevice, K_cuGraphLaunch_node0, K_cuGraphLaunch_node1, K_cuGraphLaunch_node2,
+    K_cuGraphLaunch_ptsz_node0, K_cuGraphLaunch_ptsz_node1, K_cuGraphLaunch_ptsz_node2, K_long, NK
+};
+static const char *const drv_kernel_api[NK] = {
+    "cuLaunch", "cuLaunchGrid", "cuLaunchGridAsync", "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx",
+    "cuLaunchKernelEx_ptsz", "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz",
+    "cuLaunchCooperativeKernelMultiDevice", "cuGraphLaunch_node0", "cuGraphLaunch_node1", "cuGraphLaunch_node2",
+    "cuGraphLaunch_ptsz_node0", "cuGraphLaunch_ptsz_node1", "cuGraphLaunch_ptsz_node2", NULL,
+};
+static CUfunction g_fn[NK];
+static CUcontext g_ctx;
+
+/* `void k_long_name<0, 1, ..., 999>(float*, int)`: a ~5.9 KB mangled name. */
+static char *long_kernel_name(void)
+{
+    size_t cap = 8192, len = 0;
+    char *s = malloc(cap);
+    len += (size_t)sprintf(s, "_Z11k_long_nameI");
+    for (int i = 0; i < 1000; i++) len += (size_t)sprintf(s + len, "Li%dE", i);
+    sprintf(s + len, "EvPfi");
+    return s;
+}
+
+/* Module image: `name=duration_ns` lines.  k_cuLaunch is left out on purpose
+ * so it gets the default fnv1a-derived duration. */
+static void load_driver_module(void)
+{
+    char *names[NK];
+    size_t cap = 16384, len = 0;
+    char *img = malloc(cap);
+    img[0] = 0;
+    for (int i = 0; i < NK; i++) {
+        if (drv_kernel_api[i]) {
+            names[i] = malloc(256);
+            snprintf(names[i], 256, "_Z%zuk_%sPfi", strlen(drv_kernel_api[i]) + 2, drv_kernel_api[i]);
+        } else {
+            names[i] = long_kernel_name();
+        }
+        if (i != K_cuLaunch) len += (size_t)snprintf(img + len, cap - len, "%s=%d\n", names[i], 2000 + 500 * i);
+    }
+    CUmodule mod;
+    ck_cu(cuModuleLoadData(&mod, img), "cuModuleLoadData");
+    for (int i = 0; i < NK; i++) {
+        ck_cu(cuModuleGetFunction(&g_fn[i], mod, names[i]), "cuModuleGetFunction");
+        free(names[i]);
+    }
+    free(img);
+    ck_cu(cuFuncSetBlockShape(g_fn[K_cuLaunch], 64, 1, 1), "cuFuncSetBlockShape");
+    ck_cu(cuFuncSetBlockShape(g_fn[K_cuLaunchGrid], 64, 1, 1), "cuFuncSetBlockShape");
+    ck_cu(cuFuncSetBlockShape(g_fn[K_cuLaunchGridAsync], 64, 1, 1), "cuFuncSetBlockShape");
+}
+
+/* --------------------------------------------------------- per thread */
+
+struct tctx {
+    CUstream s;                 /* driver-created stream */
+    cudaStream_t rs;            /* runtime-created stream */
+    float *buf;
+    int n;
+    void *args[2];
+    CUgraph g_cu, g_cu_ptsz;
+    CUgraphExec x_cu, x_cu_ptsz;
+    cudaGraph_t g_rt, g_rt_ptsz;
+    cudaGraphExec_t x_rt, x_rt_ptsz;
+};
+
+static const dim3 GRID = { 4, 1, 1 }, BLOCK = { 128, 1, 1 };
+
+/* Each launch_ function checks the result after the call, so the CUDA call
+ * is never a tail call and the function stays on the unwound stack. */
+NOINLINE void launch_cuLaunch(struct tctx *t) { ck_cu(cuLaunch(g_fn[K_cuLaunch]), "cuLaunch"); }
+NOINLINE void launch_cuLaunchGrid(struct tctx *t)
+{
+    ck_cu(cuLaunchGrid(g_fn[K_cuLaunchGrid], 4, 1), "cuLaunchGrid");
+}
+NOINLINE void launch_cuLaunchGridAsync(struct tctx *t)
+{
+    ck_cu(cuLaunchGridAsync(g_fn[K_cuLaunchGridAsync], 4, 1, t->s), "cuLaunchGridAsync");
+}
+NOINLINE void launch_cuLaunchKernel(struct tctx *t)
+{
+    ck_cu(cuLaunchKernel(g_fn[K_cuLaunchKernel], 4, 1, 1, 128, 1, 1, 0, t->s, t->args, NULL), "cuLaunchKernel");
+}
+NOINLINE void launch_cuLaunchKernel_ptsz(struct tctx *t)
+{
+    /* NULL stream + _ptsz = this thread's per-thread default stream. */
+    ck_cu(cuLaunchKernel_ptsz(g_fn[K_cuLaunchKernel_ptsz], 4, 1, 1, 128, 1, 1, 0, NULL, t->args, NULL),
+          "cuLaunchKernel_ptsz");
+}
+NOINLINE void launch_cuLaunchKernelEx(struct tctx *t)
+{
+    CUlaunchConfig c = { 4, 1, 1, 128, 1, 1, 0, t->s, NULL, 0 };
+    ck_cu(cuLaunchKernelEx(&c, g_fn[K_cuLaunchKernelEx], t->args, NULL), "cuLaunchKernelEx");
+}
+NOINLINE void launch_cuLaunchKernelEx_ptsz(struct tctx *t)
+{
+    CUlaunchConfig c = { 4, 1, 1, 128, 1, 1, 0, t->s, NULL, 0 };
+    ck_cu(cuLaunchKernelEx_ptsz(&c, g_fn[K_cuLaunchKernelEx_ptsz], t->args, NULL), "cuLaunchKernelEx_ptsz");
+}
+NOINLINE void launch_cuLaunchCooperativeKernel(struct tctx *t)
+{
+    ck_cu(cuLaunchCooperativeKernel(g_fn[K_cuLaunchCooperativeKernel], 4, 1, 1, 128, 1, 1, 0, t->s, t->args),
+          "cuLaunchCooperativeKernel");
+}
+NOINLINE void launch_cuLaunchCooperativeKernel_ptsz(struct tctx *t)
+{
+    ck_cu(cuLaunchCooperativeKernel_ptsz(g_fn[K_cuLaunchCooperativeKernel_ptsz], 4, 1, 1, 128, 1, 1, 0, t->s,
+                                         t->args),
+          "cuLaunchCooperativeKernel_ptsz");
+}
+NOINLINE void launch_cuLaunchCooperativeKernelMultiDevice(struct tctx *t)
+{
+    CUDA_LAUNCH_PARAMS lp = { g_fn[K_cuLaunchCooperativeKernelMultiDevice], 4, 1, 1, 128, 1, 1, 0, t->s, t->args };
+    ck_cu(cuLaunchCooperativeKernelMultiDevice(&lp, 1, 0), "cuLaunchCooperativeKernelMultiDevice");
+}
+
+NOINLINE void capture_cuGraphLaunch(struct tctx *t)
+{
+    ck_cu(cuStreamBeginCapture(t->s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
+    for (int i = 0; i < 3; i++)
+        ck_cu(cuLaunchKernel(g_fn[K_cuGraphLaunch_node0 + i], 4, 1, 1, 128, 1, 1, 0, t->s, t->args, NULL),
+              "cuLaunchKernel (capture)");
+    ck_cu(cuStreamEndCapture(t->s, &t->g_cu), "cuStreamEndCapture");
+    ck_cu(cuGraphInstantiate(&t->x_cu, t->g_cu, 0), "cuGraphInstantiate");
+}
+NOINLINE void launch_cuGraphLaunch(struct tctx *t) { ck_cu(cuGraphLaunch(t->x_cu, t->s), "cuGraphLaunch"); }
+
+NOINLINE void capture_cuGraphLaunch_ptsz(struct tctx *t)
+{
+    ck_cu(cuStreamBeginCapture(t->s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
+    for (int i = 0; i < 3; i++)
+        ck_cu(cuLaunchKernel(g_fn[K_cuGraphLaunch_ptsz_node0 + i], 4, 1, 1, 128, 1, 1, 0, t->s, t->args, NULL),
+              "cuLaunchKernel (capture)");
+    ck_cu(cuStreamEndCapture(t->s, &t->g_cu_ptsz), "cuStreamEndCapture");
+    ck_cu(cuGraphInstantiate(&t->x_cu_ptsz, t->g_cu_ptsz, 0), "cuGraphInstantiate");
+}
+NOINLINE void launch_cuGraphLaunch_ptsz(struct tctx *t)
+{
+    ck_cu(cuGraphLaunch_ptsz(t->x_cu_ptsz, NULL), "cuGraphLaunch_ptsz");
+}
+
+NOINLINE void launch_cudaLaunchKernel(struct tctx *t)
+{
+    ck_rt(cudaLaunchKernel((const void *)stub_cudaLaunchKernel, GRID, BLOCK, t->args, 0, t->rs), "cudaLaunchKernel");
+}
+NOINLINE void launch_cudaLaunchKernel_ptsz(struct tctx *t)
+{
+    ck_rt(cudaLaunchKernel_ptsz((const void *)stub_cudaLaunchKernel_ptsz, GRID, BLOCK, t->args, 0, NULL),
+          "cudaLaunchKernel_ptsz");
+}
+NOINLINE void launch_cudaLaunchKernelExC(struct tctx *t)
+{
+    cudaLaunchConfig_t c = { GRID, BLOCK, 0, t->rs, NULL, 0 };
+    ck_rt(cudaLaunchKernelExC(&c, (const void *)stub_cudaLaunchKernelExC, t->args), "cudaLaunchKernelExC");
+}
+NOINLINE void launch_cudaLaunchKernelExC_ptsz(struct tctx *t)
+{
+    cudaLaunchConfig_t c = { GRID, BLOCK, 0, t->rs, NULL, 0 };
+    ck_rt(cudaLaunchKernelExC_ptsz(&c, (const void *)stub_cudaLaunchKernelExC_ptsz, t->args),
+          "cudaLaunchKernelExC_ptsz");
+}
+NOINLINE void launch_cudaLaunchCooperativeKernel(struct tctx *t)
+{
+    ck_rt(cudaLaunchCooperativeKernel((const void *)stub_cudaLaunchCooperativeKernel, GRID, BLOCK, t->args, 0, t->rs),
+          "cudaLaunchCooperativeKernel");
+}
+NOINLINE void launch_cudaLaunchCooperativeKernel_ptsz(struct tctx *t)
+{
+    ck_rt(cudaLaunchCooperativeKernel_ptsz((const void *)stub_cudaLaunchCooperativeKernel_ptsz, GRID, BLOCK,
+                                           t->args, 0, t->rs),
+          "cudaLaunchCooperativeKernel_ptsz");
+}
+NOINLINE void launch_cudaLaunchCooperativeKernelMultiDevice(struct tctx *t)
+{
+    struct cudaLaunchParams lp = { (void *)stub_cudaLaunchCooperativeKernelMultiDevice, GRID, BLOCK, t->args, 0, t->rs };
+    ck_rt(cudaLaunchCooperativeKernelMultiDevice(&lp, 1, 0), "cudaLaunchCooperativeKernelMultiDevice");
+}
+
+NOINLINE void capture_cudaGraphLaunch(struct tctx *t)
+{
+    void (*const k[3])(float *, int) = { stub_cudaGraphLaunch_node0, stub_cudaGraphLaunch_node1,
+                                         stub_cudaGraphLaunch_node2 };
+    ck_rt(cudaStreamBeginCapture(t->rs, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    for (int i = 0; i < 3; i++)
+        ck_rt(cudaLaunchKernel((const void *)k[i], GRID, BLOCK, t->args, 0, t->rs), "cudaLaunchKernel (capture)");
+    ck_rt(cudaStreamEndCapture(t->rs, &t->g_rt), "cudaStreamEndCapture");
+    ck_rt(cudaGraphInstantiate(&t->x_rt, t->g_rt, 0), "cudaGraphInstantiate");
+}
+NOINLINE void launch_cudaGraphLaunch(struct tctx *t) { ck_rt(cudaGraphLaunch(t->x_rt, t->rs), "cudaGraphLaunch"); }
+
+NOINLINE void capture_cudaGraphLaunch_ptsz(struct tctx *t)
+{
+    void (*const k[3])(float *, int) = { stub_cudaGraphLaunch_ptsz_node0, stub_cudaGraphLaunch_ptsz_node1,
+                                         stub_cudaGraphLaunch_ptsz_node2 };
+    ck_rt(cudaStreamBeginCapture(t->rs, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    for (int i = 0; i < 3; i++)
+        ck_rt(cudaLaunchKernel((const void *)k[i], GRID, BLOCK, t->args, 0, t->rs), "cudaLaunchKernel (capture)");
+    ck_rt(cudaStreamEndCapture(t->rs, &t->g_rt_ptsz), "cudaStreamEndCapture");
+    ck_rt(cudaGraphInstantiate(&t->x_rt_ptsz, t->g_rt_ptsz, 0), "cudaGraphInstantiate");
+}
+NOINLINE void launch_cudaGraphLaunch_ptsz(struct tctx *t)
+{
+    ck_rt(cudaGraphLaunch_ptsz(t->x_rt_ptsz, NULL), "cudaGraphLaunch_ptsz");
+}
+
+NOINLINE void launch_long_name_kernel(struct tctx *t)
+{
+    ck_cu(cuLaunchKernel(g_fn[K_long], 4, 1, 1, 128, 1, 1, 0, t->s, t->args, NULL), "cuLaunchKernel (long name)");
+}
+
+/* ------------------------------------------------------------- paths */
+
+/* --list-paths prints the API paths only (each launches k_<path>); the
+ * long-name kernel is an extra path that `all` includes. */
+
+struct path {
+    const char *name;
+    void (*launch)(struct tctx *);
+    void (*capture)(struct tctx *);   /* graph paths: capture + instantiate once per thread */
+};
+#define P(api) { #api, launch_##api, NULL }
+#define G(api) { #api, launch_##api, capture_##api }
+static const struct path paths[] = {
+    P(cuLaunch), P(cuLaunchGrid), P(cuLaunchGridAsync), P(cuLaunchKernel), P(cuLaunchKernel_ptsz),
+    P(cuLaunchKernelEx), P(cuLaunchKernelEx_ptsz), P(cuLaunchCooperativeKernel), P(cuLaunchCooperativeKernel_ptsz),
+    P(cuLaunchCooperativeKernelMultiDevice), G(cuGraphLaunch), G(cuGraphLaunch_ptsz),
+    P(cudaLaunchKernel), P(cudaLaunchKernel_ptsz), P(cudaLaunchKernelExC), P(cudaLaunchKernelExC_ptsz),
+    P(cudaLaunchCooperativeKernel), P(cudaLaunchCooperativeKernel_ptsz), P(cudaLaunchCooperativeKernelMultiDevice),
+    G(cudaGraphLaunch), G(cudaGraphLaunch_ptsz),
+    P(long_name_kernel), /* must stay last: not listed */
+};
+#define NPATHS (sizeof paths / sizeof paths[0])
+#define NLISTED (NPATHS - 1)
+
+static int g_sel[NPATHS];
+static long g_iters = 1, g_sleep_ms;
+static double g_duration;
+
+static void thread_setup(struct tctx *t)
+{
+    ck_cu(cuCtxSetCurrent(g_ctx), "cuCtxSetCurrent");
+    ck_cu(cuStreamCreate(&t->s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    ck_rt(cudaStreamCreate(&t->rs), "cudaStreamCreate");
+    ck_rt(cudaMalloc((void **)&t->buf, 1 << 20), "cudaMalloc");
+    t->n = 1 << 18;
+    t->args[0] = &t->buf;
+    t->args[1] = &t->n;
+    for (size_t i = 0; i < NPATHS; i++)
+        if (g_sel[i] && paths[i].capture) paths[i].capture(t);
+}
+
+static void thread_teardown(struct tctx *t)
+{
+    if (t->x_cu) ck_cu(cuGraphExecDestroy(t->x_cu), "cuGraphExecDestroy");
+    if (t->g_cu) ck_cu(cuGraphDestroy(t->g_cu), "cuGraphDestroy");
+    if (t->x_cu_ptsz) ck_cu(cuGraphExecDestroy(t->x_cu_ptsz), "cuGraphExecDestroy");
+    if (t->g_cu_ptsz) ck_cu(cuGraphDestroy(t->g_cu_ptsz), "cuGraphDestroy");
+    if (t->x_rt) ck_rt(cudaGraphExecDestroy(t->x_rt), "cudaGraphExecDestroy");
+    if (t->g_rt) ck_rt(cudaGraphDestroy(t->g_rt), "cudaGraphDestroy");
+    if (t->x_rt_ptsz) ck_rt(cudaGraphExecDestroy(t->x_rt_ptsz), "cudaGraphExecDestroy");
+    if (t->g_rt_ptsz) ck_rt(cudaGraphDestroy(t->g_rt_ptsz), "cudaGraphDestroy");
+    ck_rt(cudaFree(t->buf), "cudaFree");
+}
+
+static void *thread_main(void *arg)
+{
+    struct tctx t;
+    memset(&t, 0, sizeof t);
+    thread_setup(&t);
+    double end = g_duration > 0 ? now_s() + g_duration : 0;
+    for (long it = 0; end ? now_s() < end : it < g_iters; it++) {
+        for (size_t i = 0; i < NPATHS; i++)
+            if (g_sel[i]) paths[i].launch(&t);
+        ck_cu(cuStreamSynchronize(t.s), "cuStreamSynchronize");
+        ck_rt(cudaStreamSynchronize(t.rs), "cudaStreamSynchronize");
+        ck_rt(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+        if (g_sleep_ms) usleep((useconds_t)g_sleep_ms * 1000);
+    }
+    thread_teardown(&t);
+    return arg;
+}
+
+static void select_paths(const char *spec)
+{
+    if (!strcmp(spec, "all")) {
+        for (size_t i = 0; i < NPATHS; i++) g_sel[i] = 1;
+        return;
+    }
+    char *dup = strdup(spec), *save = NULL;
+    for (char *tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        size_t i;
+        for (i = 0; i < NPATHS && strcmp(paths[i].name, tok); i++) {}
+        if (i == NPATHS) {
+            fprintf(stderr, "mock_workload: unknown path '%s' (see --list-paths)\n", tok);
+            exit(1);
+        }
+        g_sel[i] = 1;
+    }
+    free(dup);
+}
+
+/* Tight launch loop for measuring per-launch CPU cost. */
+static int bench(long n, const char *api)
+{
+    struct tctx t;
+    memset(&t, 0, sizeof t);
+    ck_cu(cuStreamCreate(&t.s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    t.args[0] = &t.buf;
+    t.args[1] = &t.n;
+    int rt = !strcmp(api, "cudaLaunchKernel");
+    if (!rt && strcmp(api, "cuLaunchKernel")) {
+        fprintf(stderr, "mock_workload: --api must be cuLaunchKernel or cudaLaunchKernel\n");
+        return 1;
+    }
+    CUfunction f = g_fn[K_cuLaunchKernel];
+    ck_rt(cudaLaunchKernel((const void *)stub_cudaLaunchKernel, GRID, BLOCK, t.args, 0, (cudaStream_t)t.s), "warmup");
+    double t0 = now_s();
+    if (rt) {
+        for (long i = 0; i < n; i++)
+            ck_rt(cudaLaunchKernel((const void *)stub_cudaLaunchKernel, GRID, BLOCK, t.args, 0, (cudaStream_t)t.s),
+                  "cudaLaunchKernel");
+    } else {
+        for (long i = 0; i < n; i++)
+            ck_cu(cuLaunchKernel(f, 4, 1, 1, 128, 1, 1, 0, t.s, t.args, NULL), "cuLaunchKernel");
+    }
+    double dt = now_s() - t0;
+    ck_cu(cuStreamSynchronize(t.s), "cuStreamSynchronize");
+    printf("ns_per_launch=%.2f\n", n ? dt * 1e9 / (double)n : 0.0);
+    return 0;
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: mock_workload [--paths all|p1,p2,...] [--iters N] [--sleep-ms M] [--duration S]\n"
+                    "                     [--threads T] [--list-paths]\n"
+                    "       mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel]\n");
+    exit(1);
+}
+
+int main(int argc, char **argv)
+{
+    const char *spec = "all", *api = "cuLaunchKernel";
+    long threads = 1, bench_n = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--list-paths")) {
+            for (size_t j = 0; j < NLISTED; j++) puts(paths[j].name);
+            return 0;
+        }
+        if (!v) usage();
+        if (!strcmp(a, "--paths")) spec = v;
+        else if (!strcmp(a, "--iters")) g_iters = atol(v);
+        else if (!strcmp(a, "--sleep-ms")) g_sleep_ms = atol(v);
+        else if (!strcmp(a, "--duration")) g_duration = atof(v);
+        else if (!strcmp(a, "--threads")) threads = atol(v);
+        else if (!strcmp(a, "--bench")) bench_n = atol(v);
+        else if (!strcmp(a, "--api")) api = v;
+        else usage();
+        i++;
+    }
+    if (threads < 1 || g_iters < 0) usage();
+    select_paths(spec);
+
+    int ndev = 0;
+    CUdevice dev;
+    char name[128];
+    ck_cu(cuInit(0), "cuInit");
+    ck_cu(cuDeviceGetCount(&ndev), "cuDeviceGetCount");
+    if (ndev < 1) { fprintf(stderr, "mock_workload: no device\n"); return 1; }
+    ck_cu(cuDeviceGet(&dev, 0), "cuDeviceGet");
+    ck_cu(cuDeviceGetName(name, sizeof name, dev), "cuDeviceGetName");
+    ck_cu(cuCtxCreate(&g_ctx, NULL, 0, dev), "cuCtxCreate");
+    ck_rt(cudaGetDeviceCount(&ndev), "cudaGetDeviceCount");
+    load_driver_module();
+
+    if (bench_n >= 0) return bench(bench_n, api);
+
+    pthread_t *tids = calloc((size_t)threads, sizeof *tids);
+    for (long i = 0; i < threads; i++)
+        if (pthread_create(&tids[i], NULL, thread_main, NULL)) { fprintf(stderr, "mock_workload: pthread_create\n"); return 1; }
+    for (long i = 0; i < threads; i++) pthread_join(tids[i], NULL);
+    free(tids);
+    ck_cu(cuCtxSynchronize(), "cuCtxSynchronize");
+    printf("mock_workload: ok (%s, %ld thread(s), device \"%s\")\n", spec, threads, name);
+    return 0;
+}
