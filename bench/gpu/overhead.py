@@ -1,0 +1,81 @@
+"""Per-step time of launch-bound PyTorch workloads, for overhead comparisons.
+
+One process measures one (workload, config) pair and prints one JSON line:
+  {"workload": ..., "config": ..., "us_per_step": median over repeats}
+Configs that need something in-process (torch.profiler) are switched here; the
+shim and the agent are configured by the driver (bench/gpu/run_overhead.py).
+
+Workloads (the issue-3 anchors):
+  eager : 20 tiny elementwise kernels per step
+  mlp   : 6 x (Linear 1024 + GELU), batch 16, fp16
+  graph : the same MLP captured with torch.cuda.graph, replayed
+"""
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+
+def make_step(workload):
+    torch.manual_seed(0)
+    if workload == "eager":
+        x = torch.zeros(1024, device="cuda")
+
+        def step():
+            for _ in range(20):
+                x.add_(1.0)
+        return step
+    model = torch.nn.Sequential(*[m for _ in range(6) for m in (torch.nn.Linear(1024, 1024), torch.nn.GELU())])
+    model = model.cuda().half()
+    x = torch.randn(16, 1024, device="cuda", dtype=torch.half)
+    if workload == "mlp":
+        return lambda: model(x)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            model(x)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        model(x)
+    return g.replay
+
+
+def measure(step, steps, repeats):
+    for _ in range(steps // 4):
+        step()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+        out.append((time.perf_counter() - t0) * 1e6 / steps)
+    return statistics.median(out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("workload", choices=["eager", "mlp", "graph"])
+    ap.add_argument("--config", default="baseline")
+    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--repeats", type=int, default=5)
+    a = ap.parse_args()
+    with torch.no_grad():
+        step = make_step(a.workload)
+        if a.config == "torch.profiler":
+            from torch.profiler import ProfilerActivity, profile
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+                us = measure(step, a.steps, a.repeats)
+        else:
+            us = measure(step, a.steps, a.repeats)
+    print(json.dumps({"workload": a.workload, "config": a.config, "us_per_step": round(us, 2)}))
+
+
+if __name__ == "__main__":
+    main()
