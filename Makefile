@@ -15,7 +15,7 @@ VPY       := $(VENV)/bin/python
 CC        ?= gcc
 CXX       ?= g++
 CFLAGS_COMMON := -O2 -g -fPIC -Wall -Wextra -Wno-unused-parameter -Wno-deprecated-declarations \
-                 -Ishim/include -I$(CUDA_INC)
+                 -Ishim/include -Ishim/third_party -I$(CUDA_INC)
 
 SHIM      := $(BUILD)/libgpu_agent_shim.so
 SHIM_DEFS ?=   # e.g. -DGA_OMIT_CBID=307 (tests prove the cbid guard with it)

@@ -34,6 +34,13 @@ static const struct ga_launch_cbid all_cbids[] = {
        GA_LK_MULTI_DEVICE),
     RT(cudaGraphLaunch, cudaGraphLaunch_v10000, GA_LK_GRAPH),
     RT(cudaGraphLaunch_ptsz, cudaGraphLaunch_ptsz_v10000, GA_LK_GRAPH),
+#if CUPTI_API_VERSION >= 130000
+    /* CUDA 13 routes `kernel<<<...>>>` through these; their params layout is not
+     * published, so they never give a forced first-launch key (launch_key -> 0),
+     * only random samples. The driver launch under them is deduplicated as usual. */
+    RT(__cudaLaunchKernel, __cudaLaunchKernel_v13000, GA_LK_FUNC),
+    RT(__cudaLaunchKernel_ptsz, __cudaLaunchKernel_ptsz_v13000, GA_LK_FUNC),
+#endif
 };
 
 #define N_ALL (sizeof(all_cbids) / sizeof(all_cbids[0]))
