@@ -35,10 +35,14 @@ C_NAMES, C_ATTACHES, C_DETACHES, C_POLLER = 6, 8, 9, 14
 # ---------------------------------------------------------------- fixtures
 
 @pytest.fixture(scope="session")
-def shim() -> Path:
+def shim(tmp_path_factory) -> Path:
+    """A private copy of the built shim: uprobes and semaphores are per inode, so an agent
+    that other tests (or a live `gpu-agent run`) attach to build/ cannot disturb these tests."""
     subprocess.run(["make", "-s", "-C", str(REPO), "shim"], check=True, capture_output=True, timeout=300)
     assert SHIM.is_file()
-    return SHIM
+    private = tmp_path_factory.mktemp("shim") / "libgpu_agent_shim.so"
+    shutil.copy(SHIM, private)
+    return private
 
 
 @pytest.fixture(scope="session")
