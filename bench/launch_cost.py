@@ -76,9 +76,13 @@ class AgentRun:
         self.p = subprocess.Popen([sys.executable, "-m", "gpu_agent", "run", "--output-dir", self.dir,
                                    "--interval", "2s"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                   text=True)
-        line = self.p.stderr.readline()
-        if "watching" not in line:
-            sys.exit(f"agent failed to start: {line}{self.p.stderr.read()}")
+        seen = []
+        for line in self.p.stderr:  # wait until every probe is attached
+            seen.append(line)
+            if "watching" in line:
+                break
+        else:
+            sys.exit("agent failed to start: " + "".join(seen))
 
     def stop(self):
         self.p.send_signal(signal.SIGTERM)

@@ -20,8 +20,13 @@ class Agent:
         self.proc = subprocess.Popen(agent_cmd("run", "--output-dir", out_dir, "--interval", "1s", *extra),
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # The agent prints "watching ..." on stderr once every probe is attached.
-        line = self.proc.stderr.readline()
-        assert "watching" in line, line + self.proc.stderr.read()
+        seen = []
+        for line in self.proc.stderr:
+            seen.append(line)
+            if "watching" in line:
+                break
+        else:
+            pytest.fail("agent did not start: " + "".join(seen))
 
     def stop(self) -> str:
         self.proc.send_signal(signal.SIGTERM)

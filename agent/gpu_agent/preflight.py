@@ -7,6 +7,7 @@ not say what is missing; these checks do. The CLI calls check() first.
 from __future__ import annotations
 
 import os
+import warnings
 import subprocess
 import sys
 
@@ -29,6 +30,10 @@ def import_bcc():
     virtualenv or pyenv interpreter does not see it, but the pure-Python
     module works with any Python 3 once the directory is on sys.path.
     """
+    # bcc 0.26 has non-raw regex strings that Python >= 3.12 warns about at compile
+    # time; the warning would be the agent's first line of output, so hide it.
+    warnings.filterwarnings("ignore", category=SyntaxWarning, module=r"bcc(\..*)?")
+    warnings.filterwarnings("ignore", category=SyntaxWarning, message=r".*invalid escape sequence.*")
     try:
         import bcc  # noqa: F401
     except ImportError:

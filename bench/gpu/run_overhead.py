@@ -19,13 +19,26 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 SHIM = REPO / "build" / "libgpu_agent_shim.so"
-CONFIGS = ["baseline", "shim, no agent", "shim + agent", "torch.profiler"]
+CONFIGS = ["baseline", "empty injection", "shim, no agent", "shim + agent", "torch.profiler"]
+# "empty injection" is a control: a CUDA_INJECTION64_PATH library whose
+# InitializeInjection does nothing. It separates what the driver's injection mode
+# costs from what the shim itself costs.
+EMPTY_INJECTION_C = "int InitializeInjection(void) { return 1; }\n"
 
 
-def one(workload, config, steps):
+def empty_injection() -> str:
+    d = Path(tempfile.mkdtemp(prefix="gpu-agent-empty-"))
+    (d / "empty.c").write_text(EMPTY_INJECTION_C)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(d / "libempty.so"), str(d / "empty.c")], check=True)
+    return str(d / "libempty.so")
+
+
+def one(workload, config, steps, empty_lib):
     env = {k: v for k, v in os.environ.items() if k != "CUDA_INJECTION64_PATH"}
     if config.startswith("shim"):
         env["CUDA_INJECTION64_PATH"] = str(SHIM)
+    elif config == "empty injection":
+        env["CUDA_INJECTION64_PATH"] = empty_lib
     out = subprocess.run([sys.executable, str(HERE / "overhead.py"), workload, "--config", config,
                           "--steps", str(steps)], env=env, capture_output=True, text=True, timeout=300)
     if out.returncode != 0:
@@ -39,23 +52,30 @@ def main():
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--workloads", default="eager,mlp,graph")
     ap.add_argument("--profiles", default=None, help="directory for the agent's profiles")
+    ap.add_argument("--configs", default=",".join(CONFIGS))
     a = ap.parse_args()
     workloads = a.workloads.split(",")
-    res = {(w, c): [] for w in workloads for c in CONFIGS}
+    configs = a.configs.split(",")
+    empty_lib = empty_injection()
+    res = {(w, c): [] for w in workloads for c in configs}
     prof_dir = a.profiles or tempfile.mkdtemp(prefix="gpu-agent-prof-")
     for r in range(a.rounds):
         for w in workloads:
-            for c in CONFIGS:
+            for c in configs:
                 agent = None
                 if c == "shim + agent":
                     agent = subprocess.Popen([sys.executable, "-m", "gpu_agent", "run", "--output-dir",
                                               prof_dir, "--interval", "5s"], stdout=subprocess.DEVNULL,
                                              stderr=subprocess.PIPE, text=True)
-                    line = agent.stderr.readline()
-                    if "watching" not in line:
-                        raise SystemExit(f"agent failed: {line}{agent.stderr.read()}")
+                    seen = []
+                    for line in agent.stderr:  # wait until every probe is attached
+                        seen.append(line)
+                        if "watching" in line:
+                            break
+                    else:
+                        raise SystemExit("agent failed: " + "".join(seen))
                 try:
-                    res[(w, c)].append(one(w, c, a.steps))
+                    res[(w, c)].append(one(w, c, a.steps, empty_lib))
                 finally:
                     if agent:
                         agent.send_signal(signal.SIGTERM)
@@ -63,7 +83,7 @@ def main():
                 print(f"round {r} {w:6} {c:16} {res[(w, c)][-1]:8.2f} us/step", file=sys.stderr, flush=True)
     print("| per step, µs | " + " | ".join(workloads) + " |")
     print("|---|" + "---|" * len(workloads))
-    for c in CONFIGS:
+    for c in configs:
         cells = []
         for w in workloads:
             m, base = statistics.median(res[(w, c)]), statistics.median(res[(w, "baseline")])
