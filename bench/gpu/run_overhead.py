@@ -19,8 +19,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 SHIM = REPO / "build" / "libgpu_agent_shim.so"
-CONFIGS = ["baseline", "empty injection", "shim, no agent", "shim + agent", "torch.profiler"]
-# "empty injection" is a control: a CUDA_INJECTION64_PATH library whose
+CONFIGS = ["baseline", "empty-injection", "shim-no-agent", "shim+agent", "torch.profiler"]
+# "empty-injection" is a control: a CUDA_INJECTION64_PATH library whose
 # InitializeInjection does nothing. It separates what the driver's injection mode
 # costs from what the shim itself costs.
 EMPTY_INJECTION_C = "int InitializeInjection(void) { return 1; }\n"
@@ -37,7 +37,7 @@ def one(workload, config, steps, empty_lib):
     env = {k: v for k, v in os.environ.items() if k != "CUDA_INJECTION64_PATH"}
     if config.startswith("shim"):
         env["CUDA_INJECTION64_PATH"] = str(SHIM)
-    elif config == "empty injection":
+    elif config == "empty-injection":
         env["CUDA_INJECTION64_PATH"] = empty_lib
     out = subprocess.run([sys.executable, str(HERE / "overhead.py"), workload, "--config", config,
                           "--steps", str(steps)], env=env, capture_output=True, text=True, timeout=300)
@@ -63,7 +63,7 @@ def main():
         for w in workloads:
             for c in configs:
                 agent = None
-                if c == "shim + agent":
+                if c == "shim+agent":
                     agent = subprocess.Popen([sys.executable, "-m", "gpu_agent", "run", "--output-dir",
                                               prof_dir, "--interval", "5s"], stdout=subprocess.DEVNULL,
                                              stderr=subprocess.PIPE, text=True)
