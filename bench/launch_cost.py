@@ -41,19 +41,17 @@ def env_for(shim: bool) -> dict:
     return env
 
 
-def run_app(n: int, api: str, shim: bool) -> tuple[float, float, float]:
-    """-> (loop ns/launch, process CPU ns/launch, launches/s)."""
-    t0 = time.perf_counter()
-    p = subprocess.Popen([str(APP), "--bench", str(n), "--api", api], env=env_for(shim),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def run_app(n: int, api: str, shim: bool, rate: float = 0) -> dict:
+    """One workload process -> {loop, thread_cpu, process_cpu} ns per launch, and launches/s."""
+    p = subprocess.Popen([str(APP), "--bench", str(n), "--api", api, "--rate", str(rate)],
+                         env=env_for(shim), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _, status, ru = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t0
     out = p.stdout.read()
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"workload failed: {p.stderr.read().strip()}")
-    loop_ns = float(out.split("ns_per_launch=")[1].split()[0])
-    cpu_ns = (ru.ru_utime + ru.ru_stime) * 1e9 / n
-    return loop_ns, cpu_ns, n / (loop_ns * n / 1e9) if loop_ns else n / wall
+    f = dict(kv.split("=") for kv in out.split())
+    return {"loop": float(f["ns_per_launch"]), "thread_cpu": float(f["cpu_ns_per_launch"]),
+            "process_cpu": (ru.ru_utime + ru.ru_stime) * 1e9 / n, "rate": float(f["launches_per_s"])}
 
 
 def proc_cpu_s(pid: int) -> float:
@@ -94,35 +92,52 @@ def main() -> None:
     ap.add_argument("--launches", type=int, default=2_000_000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--api", default="cuLaunchKernel")
+    ap.add_argument("--rate", type=float, default=250_000,
+                    help="paced launch rate for the agent-footprint phase (launches/s)")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench: run as root (the agent loads eBPF)")
 
+    # Phase 1: flat-out launch loops, interleaved none/idle/agent.
     res = {"none": [], "idle": [], "agent": []}
-    agent_cpu, agent_rss, rates = [], [], []
     for _ in range(a.rounds):
         res["none"].append(run_app(a.launches, a.api, shim=False))
         res["idle"].append(run_app(a.launches, a.api, shim=True))
         agent = AgentRun()
         try:
-            c0, t0 = proc_cpu_s(agent.p.pid), time.perf_counter()
-            r = run_app(a.launches, a.api, shim=True)
-            time.sleep(0.2)  # let the last batch be consumed
-            c1, t1 = proc_cpu_s(agent.p.pid), time.perf_counter()
-            res["agent"].append(r)
-            agent_cpu.append(100 * (c1 - c0) / (t1 - t0))
-            agent_rss.append(proc_rss_mb(agent.p.pid))
-            rates.append(r[2])
+            res["agent"].append(run_app(a.launches, a.api, shim=True))
         finally:
             agent.stop()
 
-    med = {k: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)) for k, v in res.items()}
+    def med(k, f):
+        return statistics.median(x[f] for x in res[k])
+
     print(f"mock launch cost, api={a.api}, {a.launches} launches x {a.rounds} interleaved rounds (medians)")
-    print(f"{'config':<8} {'loop ns/launch':>15} {'process CPU ns/launch':>22} {'over none (loop)':>17}")
+    print(f"{'config':<7} {'loop ns':>8} {'thread CPU ns':>14} {'process CPU ns':>15} {'process CPU over none':>22}")
     for k in ("none", "idle", "agent"):
-        print(f"{k:<8} {med[k][0]:>15.1f} {med[k][1]:>22.1f} {med[k][0] - med['none'][0]:>+17.1f}")
-    print(f"agent: CPU {statistics.median(agent_cpu):.1f}% of one core (max {max(agent_cpu):.1f}%), "
-          f"peak RSS {max(agent_rss):.0f} MB, at {statistics.median(rates) / 1e3:.0f}k launches/s")
+        print(f"{k:<7} {med(k, 'loop'):>8.1f} {med(k, 'thread_cpu'):>14.1f} {med(k, 'process_cpu'):>15.1f} "
+              f"{med(k, 'process_cpu') - med('none', 'process_cpu'):>+22.1f}")
+    print(f"flat-out rate with agent: {med('agent', 'rate') / 1e6:.2f}M launches/s")
+
+    # Phase 2: the agent's own footprint at a paced, realistic-but-high kernel rate.
+    n = int(a.rate * 4)  # about 4 s per run
+    cpu, rss, app_agent, app_none = [], [], [], []
+    for _ in range(max(1, a.rounds // 2)):
+        app_none.append(run_app(n, a.api, shim=False, rate=a.rate)["process_cpu"])
+        agent = AgentRun()
+        try:
+            c0, t0 = proc_cpu_s(agent.p.pid), time.perf_counter()
+            r = run_app(n, a.api, shim=True, rate=a.rate)
+            time.sleep(0.2)  # let the last batch be consumed
+            c1, t1 = proc_cpu_s(agent.p.pid), time.perf_counter()
+            cpu.append(100 * (c1 - c0) / (t1 - t0))
+            rss.append(proc_rss_mb(agent.p.pid))
+            app_agent.append(r["process_cpu"])
+        finally:
+            agent.stop()
+    print(f"at {a.rate / 1e3:.0f}k launches/s: agent CPU {statistics.median(cpu):.1f}% of one core "
+          f"(max {max(cpu):.1f}%), agent peak RSS {max(rss):.0f} MB; app process CPU per launch "
+          f"{statistics.median(app_none):.0f} ns without shim, {statistics.median(app_agent):.0f} ns with agent")
 
 
 if __name__ == "__main__":

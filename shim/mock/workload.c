@@ -434,8 +434,17 @@ static void select_paths(const char *spec)
     free(dup);
 }
 
-/* Tight launch loop for measuring per-launch CPU cost. */
-static int bench(long n, const char *api)
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Launch loop for measuring per-launch CPU cost. rate > 0 paces it to about
+ * `rate` launches/s (sleeping between blocks of 1000), for measuring the agent
+ * at a given kernel rate; 0 runs flat out. */
+static int bench(long n, const char *api, double rate)
 {
     struct tctx t;
     memset(&t, 0, sizeof t);
@@ -449,18 +458,25 @@ static int bench(long n, const char *api)
     }
     CUfunction f = g_fn[K_cuLaunchKernel];
     ck_rt(cudaLaunchKernel((const void *)stub_cudaLaunchKernel, GRID, BLOCK, t.args, 0, (cudaStream_t)t.s), "warmup");
-    double t0 = now_s();
-    if (rt) {
-        for (long i = 0; i < n; i++)
+    double t0 = now_s(), c0 = thread_cpu_s();
+    for (long i = 0; i < n; i++) {
+        if (rt)
             ck_rt(cudaLaunchKernel((const void *)stub_cudaLaunchKernel, GRID, BLOCK, t.args, 0, (cudaStream_t)t.s),
                   "cudaLaunchKernel");
-    } else {
-        for (long i = 0; i < n; i++)
+        else
             ck_cu(cuLaunchKernel(f, 4, 1, 1, 128, 1, 1, 0, t.s, t.args, NULL), "cuLaunchKernel");
+        if (rate > 0 && i % 1000 == 999) {
+            double ahead = (double)(i + 1) / rate - (now_s() - t0);
+            if (ahead > 0) {
+                struct timespec ts = {(time_t)ahead, (long)((ahead - (double)(time_t)ahead) * 1e9)};
+                nanosleep(&ts, NULL);
+            }
+        }
     }
-    double dt = now_s() - t0;
+    double dt = now_s() - t0, dc = thread_cpu_s() - c0;
     ck_cu(cuStreamSynchronize(t.s), "cuStreamSynchronize");
-    printf("ns_per_launch=%.2f\n", n ? dt * 1e9 / (double)n : 0.0);
+    printf("ns_per_launch=%.2f cpu_ns_per_launch=%.2f launches_per_s=%.0f\n", n ? dt * 1e9 / (double)n : 0.0,
+           n ? dc * 1e9 / (double)n : 0.0, dt > 0 ? (double)n / dt : 0.0);
     return 0;
 }
 
@@ -468,7 +484,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: mock_workload [--paths all|p1,p2,...] [--iters N] [--sleep-ms M] [--duration S]\n"
                     "                     [--threads T] [--list-paths]\n"
-                    "       mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel]\n");
+                    "       mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel] [--rate R]\n");
     exit(1);
 }
 
@@ -476,6 +492,7 @@ int main(int argc, char **argv)
 {
     const char *spec = "all", *api = "cuLaunchKernel";
     long threads = 1, bench_n = -1;
+    double rate = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -491,6 +508,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--threads")) threads = atol(v);
         else if (!strcmp(a, "--bench")) bench_n = atol(v);
         else if (!strcmp(a, "--api")) api = v;
+        else if (!strcmp(a, "--rate")) rate = atof(v);
         else usage();
         i++;
     }
@@ -509,7 +527,7 @@ int main(int argc, char **argv)
     ck_rt(cudaGetDeviceCount(&ndev), "cudaGetDeviceCount");
     load_driver_module();
 
-    if (bench_n >= 0) return bench(bench_n, api);
+    if (bench_n >= 0) return bench(bench_n, api, rate);
 
     pthread_t *tids = calloc((size_t)threads, sizeof *tids);
     for (long i = 0; i < threads; i++)
