@@ -4,7 +4,9 @@
 #   make run        build, then start `gpu-agent run` system-wide into ./profiles/
 #   make bench      CPU-cost benchmark on the mock stack (figures, not a test)
 
-CUDA_HOME ?= /usr/local/cuda
+# A CUDA 12/13 toolkit's headers; deploy/install-deps.sh puts pip-wheel headers in
+# /opt/gpu-agent-cuda when no toolkit is installed.
+CUDA_HOME ?= $(if $(wildcard /usr/local/cuda/include/cupti.h),/usr/local/cuda,/opt/gpu-agent-cuda)
 CUDA_INC  ?= $(CUDA_HOME)/include
 PYTHON    ?= python3
 BUILD     := build
@@ -25,9 +27,20 @@ SHIM_HDRS := $(wildcard shim/src/*.h) shim/include/gpu_agent_probes.h
 MOCK_LIBS := $(MOCK)/libcuda.so.1 $(MOCK)/libcudart.so.13 $(MOCK)/libcupti.so.13
 MOCK_APP  := $(MOCK)/mock_workload
 
-.PHONY: all shim mock venv test run bench clean check-cuda-headers
+.PHONY: all shim mock venv test run bench clean check-cuda-headers deps deps-check
 
 all: shim mock venv
+
+# System packages (bcc, kernel headers, Go pprof, toolchain, CUDA headers). `test` and
+# `run` install them only when something is missing, so a fresh machine just works.
+deps:
+	bash deploy/install-deps.sh
+
+deps-check:
+	@if [ ! -d /usr/lib/python3/dist-packages/bcc ] || [ ! -e /lib/modules/$$(uname -r)/build ] \
+	    || [ ! -d /usr/share/gocode/src/github.com/google/pprof ] || ! command -v gcc >/dev/null \
+	    || { [ ! -f /usr/local/cuda/include/cupti.h ] && [ ! -f /opt/gpu-agent-cuda/include/cupti.h ]; }; then \
+	    echo "make: installing missing system packages (deploy/install-deps.sh)"; bash deploy/install-deps.sh; fi
 
 check-cuda-headers:
 	@test -f $(CUDA_INC)/cupti.h || { echo "error: CUDA/CUPTI headers not found in $(CUDA_INC); set CUDA_HOME=/path/to/cuda (CUDA 12 or 13)" >&2; exit 1; }
@@ -74,10 +87,12 @@ $(PPROF):
 	mkdir -p $(BUILD)/tools
 	GO111MODULE=off GOPATH=/usr/share/gocode go build -o $@ github.com/google/pprof
 
-test: all $(PPROF)
+test: deps-check
+	$(MAKE) all $(PPROF)
 	$(VPY) -m pytest -q tests
 
-run: all
+run: deps-check
+	$(MAKE) all
 	$(VENV)/bin/gpu-agent run --output-dir ./profiles
 
 bench: all
