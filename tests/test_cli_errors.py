@@ -1,0 +1,66 @@
+"""Bad environments give one clear line naming the fix, and a non-zero exit, through the real CLI.
+
+Not-root is real (an unprivileged user namespace). The other cases hide one
+prerequisite from the agent's preflight (bcc, kernel headers, uprobes) inside a
+child interpreter, then run the real `gpu-agent run` entry point.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import agent_cmd, need_ebpf
+
+
+def one_line_error(proc) -> str:
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("gpu-agent: error: ")
+    return lines[0]
+
+
+def run_cli_with(setup: str, *args: str):
+    code = ("import sys\n" + setup + "\nfrom gpu_agent.cli import main\n"
+            f"sys.exit(main({list(args)!r}))\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+
+def test_not_root():
+    proc = subprocess.run(["unshare", "--user", *agent_cmd("run", "--duration", "1")],
+                          capture_output=True, text=True, timeout=60)
+    assert "must run as root" in one_line_error(proc)
+
+
+def test_record_not_root_does_not_run_the_command(tmp_path):
+    marker = tmp_path / "ran"
+    proc = subprocess.run(["unshare", "--user", *agent_cmd("record", "-o", tmp_path / "x.pb.gz", "--",
+                                                           "touch", marker)],
+                          capture_output=True, text=True, timeout=60)
+    assert "must run as root" in one_line_error(proc)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("setup, expect", [
+    # bcc missing: block the module and its distribution fallback directory.
+    ("sys.modules['bcc'] = None\nimport gpu_agent.preflight as p\np.DIST_PACKAGES = '/nonexistent'",
+     "apt-get install python3-bpfcc"),
+    # no kernel headers for the running kernel.
+    ("import os\n_u = os.uname()\n"
+     "class U: release = '0.0.0-no-such-kernel'; sysname = _u.sysname; machine = _u.machine\n"
+     "os.uname = lambda: U\nos.environ.pop('BCC_KERNEL_SOURCE', None)",
+     "apt-get install linux-headers-0.0.0-no-such-kernel"),
+    # a kernel without uprobes.
+    ("import gpu_agent.preflight as p\np.UPROBE_PMU = '/nonexistent/uprobe'", "no uprobe support"),
+])
+def test_missing_prerequisite(setup, expect):
+    need_ebpf()
+    assert expect in one_line_error(run_cli_with(setup, "run", "--duration", "1"))
+
+
+def test_bad_interval_is_a_usage_error():
+    proc = subprocess.run(agent_cmd("run", "--interval", "soon"), capture_output=True, text=True)
+    assert proc.returncode == 2 and "invalid duration 'soon'" in proc.stderr
