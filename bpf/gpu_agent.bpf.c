@@ -8,8 +8,12 @@
  *                       sampled share, joined on correlation id, into
  *                       kernel_sampled;
  *   kernel_name      -> forwarded to the agent through the ring buffer.
- * The agent (agent/gpu_agent/bpf_session.py) drains the aggregation maps with
- * lookup-and-delete, so the in-kernel state stays bounded.
+ * The aggregation maps come in two sets (totals0/sampled0, totals1/sampled1);
+ * `generation` says which one kernel_batch writes. The agent
+ * (agent/gpu_agent/bpf_session.py) drains by flipping the generation, waiting
+ * until no program can still be writing the old set, then reading and
+ * deleting the whole old set: no increment can land on a key being deleted,
+ * so totals stay exact across drains, and in-kernel state stays bounded.
  *
  * Compiled by bcc with -DGA_BPF -I<repo>/shim/include; bcc prepends the USDT
  * argument readers (bpf_usdt_readarg) generated from the shim's stapsdt note.
@@ -42,12 +46,29 @@
 BPF_TABLE("lru_hash", struct ga_corr_key, struct ga_corr_val, corr_stacks, GA_CORR_ENTRIES);
 BPF_TABLE("lru_hash", struct ga_stack_key, struct ga_stack, stacks, GA_STACK_ENTRIES);
 
-/* Per-CPU so the hot path needs no atomics; the agent sums CPUs. No prealloc:
- * a preallocated per-CPU map costs entries * ncpus * 32 bytes up front. */
-BPF_F_TABLE("percpu_hash", struct ga_agg_key, struct ga_agg_val, kernel_totals,
+/* kernel_totals and kernel_sampled of the contract, twice: generation g
+ * writes totals<g>/sampled<g>. Per-CPU so the hot path needs no atomics; the
+ * agent sums CPUs. No prealloc: a preallocated per-CPU map costs
+ * entries * ncpus * 32 bytes up front. */
+BPF_F_TABLE("percpu_hash", struct ga_agg_key, struct ga_agg_val, totals0,
             GA_AGG_ENTRIES, BPF_F_NO_PREALLOC);
-BPF_F_TABLE("percpu_hash", struct ga_agg_key, struct ga_agg_val, kernel_sampled,
+BPF_F_TABLE("percpu_hash", struct ga_agg_key, struct ga_agg_val, totals1,
+            GA_AGG_ENTRIES, BPF_F_NO_PREALLOC);
+BPF_F_TABLE("percpu_hash", struct ga_agg_key, struct ga_agg_val, sampled0,
             GA_SAMPLED_ENTRIES, BPF_F_NO_PREALLOC);
+BPF_F_TABLE("percpu_hash", struct ga_agg_key, struct ga_agg_val, sampled1,
+            GA_SAMPLED_ENTRIES, BPF_F_NO_PREALLOC);
+
+/* Which set kernel_batch writes (0 or 1); flipped by the agent at each drain
+ * and read once per batch, so one batch never spans both sets. */
+BPF_ARRAY(generation, u32, 1);
+
+/* Never read by a program. The agent stores generation's fd into it after a
+ * flip: the kernel answers a userspace update of a map-in-map only after
+ * synchronize_rcu() (syscall.c: maybe_wait_bpf_programs), i.e. after every
+ * running non-sleepable program has returned, and a program that starts later
+ * sees the new generation. */
+BPF_ARRAY_OF_MAPS(drain_barrier, "generation", 1);
 
 BPF_PERCPU_ARRAY(counters, u64, GA_COUNTER_MAX);
 
@@ -145,7 +166,24 @@ struct batch_ctx {
     u64 recs;
     u32 tgid;
     u32 count;
+    u32 gen;
 };
+
+/* The aggregation set of generation gen (see `generation`). */
+static __always_inline struct ga_agg_val *agg_lookup(u32 gen, int sampled, struct ga_agg_key *k)
+{
+    if (sampled)
+        return gen ? sampled1.lookup(k) : sampled0.lookup(k);
+    return gen ? totals1.lookup(k) : totals0.lookup(k);
+}
+
+static __always_inline int agg_insert(u32 gen, int sampled, struct ga_agg_key *k,
+                                      struct ga_agg_val *v)
+{
+    if (sampled)
+        return gen ? sampled1.update(k, v) : sampled0.update(k, v);
+    return gen ? totals1.update(k, v) : totals0.update(k, v);
+}
 
 static __always_inline int batch_one(u32 i, struct batch_ctx *bc)
 {
@@ -167,13 +205,13 @@ static __always_inline int batch_one(u32 i, struct batch_ctx *bc)
     k.kernel_id = r.kernel_id;
     k.stack_id = 0;
 
-    struct ga_agg_val *v = kernel_totals.lookup(&k);
+    struct ga_agg_val *v = agg_lookup(bc->gen, 0, &k);
     if (v) {
         v->gpu_ns += ns;
         v->launches += 1;
     } else {
         struct ga_agg_val nv = {.gpu_ns = ns, .launches = 1};
-        if (kernel_totals.update(&k, &nv) != 0) {
+        if (agg_insert(bc->gen, 0, &k, &nv) != 0) {
             count(GA_DROP_AGG_FULL, 1);
             return 0;
         }
@@ -188,7 +226,7 @@ static __always_inline int batch_one(u32 i, struct batch_ctx *bc)
     }
     k.stack_id = cv->stack_id;
     u64 w = cv->weight;
-    v = kernel_sampled.lookup(&k);
+    v = agg_lookup(bc->gen, 1, &k);
     if (v) {
         v->gpu_ns += ns;
         v->launches += 1;
@@ -197,7 +235,7 @@ static __always_inline int batch_one(u32 i, struct batch_ctx *bc)
     } else {
         struct ga_agg_val nv = {.gpu_ns = ns, .launches = 1,
                                 .weighted_ns = ns * w, .weighted_launches = w};
-        if (kernel_sampled.update(&k, &nv) != 0)
+        if (agg_insert(bc->gen, 1, &k, &nv) != 0)
             count(GA_DROP_AGG_FULL, 1);
     }
     return 0;
@@ -221,7 +259,9 @@ int ga_kernel_batch(struct pt_regs *ctx)
         count(GA_DROP_BAD_RECORD, 1);
         return 0;
     }
-    struct batch_ctx bc = {.recs = recs, .tgid = tgid, .count = n};
+    u32 zero = 0;
+    u32 *g = generation.lookup(&zero);
+    struct batch_ctx bc = {.recs = recs, .tgid = tgid, .count = n, .gen = (g && *g) ? 1 : 0};
     /* A bounded loop, not bpf_loop(): bcc 0.26 does not relocate BPF-to-BPF
      * function references, so bpf_loop's callback arrives as NULL and the
      * verifier rejects it ("R2 type=scalar expected=func"). The verifier

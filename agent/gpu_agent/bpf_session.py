@@ -17,9 +17,26 @@ Attach (open()):
   BPF.attach_uprobe(): bcc 0.26's Python binding declares only 6 of the
   C function's 7 arguments, so ref_ctr_offset would be stack garbage.
 
-Drain (drain()): BPF_MAP_LOOKUP_AND_DELETE_BATCH per aggregation map, so each
-key is read and removed under the bucket lock and increments that land after
-it start a fresh key for the next interval. Per-CPU values are summed here.
+Drain (drain()): exact across drains by a generation flip. The BPF program
+has two sets of aggregation maps (totals0/sampled0, totals1/sampled1) and
+kernel_batch reads the 1-entry array `generation` once per batch to pick the
+set it writes. drain():
+  1. writes the other generation;
+  2. waits for every program that may still hold the old generation: it
+     stores a map fd into the map-in-map `drain_barrier`, and the kernel
+     returns from a userspace map-in-map update only after synchronize_rcu()
+     (kernel/bpf/syscall.c, maybe_wait_bpf_programs(); the kernel's own
+     selftests use it as "kern_sync_rcu"). Uprobe programs that are not
+     sleepable run inside rcu_read_lock() (bpf_prog_run_array_uprobe), so
+     when the update returns every batch that read the old generation has
+     finished, and every later batch reads the new one. If the update fails
+     (it should not), a 10 ms sleep stands in: uprobe programs never sleep and
+     one batch takes microseconds, so that is a practical grace period, not a
+     guarantee; agent_barrier_fallbacks counts it;
+  3. reads and deletes the whole old set (BPF_MAP_LOOKUP_AND_DELETE_BATCH),
+     which nobody writes any more. Per-CPU values are summed here.
+A drain that fails half-way leaves keys in the old set; the next drain flips
+writes back onto them and the one after drains them: nothing is lost.
 """
 
 from __future__ import annotations
@@ -27,6 +44,7 @@ from __future__ import annotations
 import ctypes as ct
 import errno
 import os
+import time
 from dataclasses import dataclass
 from typing import Callable, NamedTuple, Optional
 
@@ -40,6 +58,7 @@ DATA_PROBES = {  # contract probe -> BPF function
 }
 ATTACH_FN = "ga_attach"
 BATCH_CHUNK = 1024      # keys per BPF_MAP_LOOKUP_AND_DELETE_BATCH call
+FALLBACK_GRACE_S = 0.010  # grace period if the synchronize_rcu() barrier is refused
 MAX_PENDING_NAMES = 4096
 
 
@@ -113,12 +132,14 @@ class BpfSession:
         self.names: dict[int, bytes] = {}
         self._pending: dict[int, _PendingName] = {}
         self._agent_counts = {"ev_corrupt": 0, "ev_unknown": 0, "name_conflict": 0,
-                              "names_complete": 0, "callback_errors": 0}
+                              "names_complete": 0, "callback_errors": 0,
+                              "barrier_fallbacks": 0}
         self._bpf = None
         self._uprobes: list[tuple[bytes, int]] = []  # (ev_name, perf fd), attach order
         self._cb_error: Optional[BaseException] = None
         self._events = 0
         self._ncpu = 0
+        self._gen = 0  # the aggregation set BPF writes now
 
     # -- lifecycle ---------------------------------------------------------
     def open(self) -> None:
@@ -165,8 +186,11 @@ class BpfSession:
             self.close()
             raise
         self._bpf[b"events"].open_ring_buffer(self._on_event)
-        self._maps = {n: self._bpf[n.encode()] for n in ("kernel_totals", "kernel_sampled", "stacks",
-                                                "counters")}
+        self._maps = {n: self._bpf[n.encode()] for n in (
+            "totals0", "totals1", "sampled0", "sampled1", "generation", "drain_barrier",
+            "stacks", "counters")}
+        self._gen = 0
+        self._set_generation(0)
 
     def close(self) -> None:
         """Detach `attach` first (semaphore drops, the shim stops CUPTI), then the rest."""
@@ -313,12 +337,33 @@ class BpfSession:
 
     # -- maps --------------------------------------------------------------
     def drain(self) -> Drain:
-        """Read and delete both aggregation maps; counters stay cumulative."""
+        """Everything aggregated since the last drain, exactly once (generation
+        flip, see the module doc); counters stay cumulative."""
         if self._bpf is None:
             raise BpfError("session is not open")
-        return Drain(totals=self._drain_map(self._maps["kernel_totals"]),
-                     sampled=self._drain_map(self._maps["kernel_sampled"]),
+        old = self._gen
+        self._set_generation(1 - old)
+        self._gen = 1 - old
+        self._wait_for_programs()
+        return Drain(totals=self._drain_map(self._maps[f"totals{old}"]),
+                     sampled=self._drain_map(self._maps[f"sampled{old}"]),
                      counters=self.counters())
+
+    def _set_generation(self, gen: int) -> None:
+        key, val = ct.c_uint32(0), ct.c_uint32(gen)
+        if self._lib.bpf_update_elem(self._maps["generation"].map_fd, ct.byref(key),
+                                     ct.byref(val), 0) != 0:
+            raise BpfError(f"cannot set the aggregation generation: "
+                           f"{os.strerror(ct.get_errno())}")
+
+    def _wait_for_programs(self) -> None:
+        """Return once no BPF program can still be running with the old generation."""
+        key = ct.c_uint32(0)
+        inner = ct.c_uint32(self._maps["generation"].map_fd)
+        if self._lib.bpf_update_elem(self._maps["drain_barrier"].map_fd, ct.byref(key),
+                                     ct.byref(inner), 0) != 0:
+            self._agent_counts["barrier_fallbacks"] += 1
+            time.sleep(FALLBACK_GRACE_S)
 
     def _drain_map(self, table) -> dict[AggKey, AggVal]:
         out: dict[AggKey, AggVal] = {}

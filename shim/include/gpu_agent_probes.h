@@ -110,7 +110,9 @@ struct ga_stack {
     ga_u64 ips[GA_MAX_FRAMES];
 };
 
-/* kernel_totals (stack_id = 0) and kernel_sampled: per-CPU hash maps.
+/* kernel_totals (stack_id = 0) and kernel_sampled: per-CPU hash maps (the
+ * BPF program keeps two generations of each and the agent drains the one no
+ * program writes; names totals<g>/sampled<g> there, same keys and values).
  * totals hold every kernel's exact GPU ns; sampled holds the records whose
  * launch was sampled, weighted by the inverse sampling probability. */
 struct ga_agg_key {
