@@ -27,7 +27,7 @@ SHIM_HDRS := $(wildcard shim/src/*.h) shim/include/gpu_agent_probes.h
 MOCK_LIBS := $(MOCK)/libcuda.so.1 $(MOCK)/libcudart.so.13 $(MOCK)/libcupti.so.13
 MOCK_APP  := $(MOCK)/mock_workload
 
-.PHONY: all shim mock venv test run bench clean check-cuda-headers deps deps-check
+.PHONY: all shim mock venv test run bench clean check-cuda-headers proto deps deps-check
 
 all: shim mock venv
 
@@ -38,7 +38,7 @@ deps:
 
 deps-check:
 	@if [ ! -d /usr/lib/python3/dist-packages/bcc ] || [ ! -e /lib/modules/$$(uname -r)/build ] \
-	    || [ ! -d /usr/share/gocode/src/github.com/google/pprof ] || ! command -v gcc >/dev/null \
+	    || [ ! -d /usr/share/gocode/src/github.com/google/pprof ] || ! command -v gcc >/dev/null || ! command -v prometheus >/dev/null \
 	    || { [ ! -f /usr/local/cuda/include/cupti.h ] && [ ! -f /opt/gpu-agent-cuda/include/cupti.h ]; }; then \
 	    echo "make: installing missing system packages (deploy/install-deps.sh)"; bash deploy/install-deps.sh; fi
 
@@ -80,6 +80,12 @@ $(VENV)/.installed: pyproject.toml
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q -e '.[test]'
 	touch $@
+
+# The gRPC/protobuf modules under agent/gpu_agent/proto/ are committed; regenerate
+# them after editing a .proto (grpcio-tools 1.85.1 from the test extras).
+proto: venv
+	$(VPY) -m grpc_tools.protoc -I agent --python_out=agent --grpc_python_out=agent \
+	    agent/gpu_agent/proto/parca_profilestore.proto
 
 # Go's real pprof reads every profile the tests write (built offline from Debian's sources).
 PPROF := $(BUILD)/tools/pprof

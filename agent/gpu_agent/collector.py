@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from . import estimator
-from .bpf_session import BpfSession
+from .bpf_session import BpfSession, Drain
 from .pprof import FrameSpec, ProfileBuilder
 from .symbolize import Symbolizer, demangle_kernel
 
@@ -28,6 +28,15 @@ class ProcInfo:
     pid: int
     comm: str
     exited: bool = False
+
+    @property
+    def pod(self) -> dict:
+        """pod/namespace/container where known (k8s.proc_labels; {} outside Kubernetes)."""
+        try:
+            from . import k8s
+            return k8s.proc_labels(self.pid)
+        except Exception:  # metadata is best effort
+            return {}
 
 
 @dataclass
@@ -43,6 +52,16 @@ class Window:
             for k, v in src.items():
                 old = dst.get(k)
                 dst[k] = v if old is None else type(v)(*(a + b for a, b in zip(old, v)))
+
+
+@dataclass
+class WindowProfiles:
+    """One closed window: the node-wide profile and, if asked, one profile per process."""
+
+    profile: ProfileBuilder
+    stats: "WindowStats"
+    per_pid: dict = field(default_factory=dict)   # pid -> ProfileBuilder
+    procs: dict = field(default_factory=dict)     # pid -> ProcInfo (as of this window)
 
 
 @dataclass
@@ -81,6 +100,10 @@ class Collector:
         self._included: dict[int, bool] = {}
         self._frames: dict[tuple[int, int], list] = {}
         self.window = Window(start_ns=time.time_ns())
+        # Called with every Drain, before it is merged into the window (metrics
+        # count from the very same data the profiles are built from).
+        self.drain_listeners: list[Callable[[Drain], None]] = []
+        self.exit_listeners: list[Callable[[int], None]] = []
 
     # -- lifecycle ---------------------------------------------------------
     def open(self) -> None:
@@ -94,7 +117,10 @@ class Collector:
 
     def drain(self) -> None:
         """Move what BPF aggregated so far into the current window."""
-        self.window.merge(self.session.drain())
+        d = self.session.drain()
+        for fn in self.drain_listeners:
+            fn(d)
+        self.window.merge(d)
 
     def counters(self) -> dict:
         return self.session.counters()
@@ -121,6 +147,8 @@ class Collector:
         info = self.procs.get(tgid)
         if info is not None:
             info.exited = True
+        for fn in self.exit_listeners:
+            fn(tgid)
 
     def _symbolize(self, tgid: int, stack_id: int) -> list:
         key = (tgid, stack_id)
@@ -149,14 +177,29 @@ class Collector:
         mangled = raw.decode("utf-8", "replace") if isinstance(raw, (bytes, bytearray)) else raw
         return demangle_kernel(mangled), mangled
 
+    def proc(self, pid: int) -> ProcInfo:
+        """comm and pod labels of pid (looked up on first sight, cached until it exits)."""
+        return self._see(pid)
+
     def build_profile(self) -> tuple[ProfileBuilder, WindowStats]:
         """Close the current window: returns its profile and stats, and starts a new window."""
+        w = self.build_profiles()
+        return w.profile, w.stats
+
+    def build_profiles(self, per_pid: bool = False) -> WindowProfiles:
+        """Close the current window; with per_pid, also one profile per process
+        (what a backend wants as one series per process)."""
         self.drain()
         win, now = self.window, time.time_ns()
         self.window = Window(start_ns=now)
         stats = WindowStats()
-        builder = ProfileBuilder(period_ns=1, duration_ns=max(0, now - win.start_ns),
-                                 time_nanos=win.start_ns)
+
+        def new_builder() -> ProfileBuilder:
+            return ProfileBuilder(period_ns=1, duration_ns=max(0, now - win.start_ns),
+                                  time_nanos=win.start_ns)
+
+        builder = new_builder()
+        out = WindowProfiles(builder, stats)
         # BPF keys are (tgid, device, stream, graph, kernel, stack); totals carry stack 0.
         totals = {tuple(k)[:5]: v for k, v in win.totals.items() if self.included(k[0])}
         stats.excluded_pids = len({k[0] for k in win.totals} - {k[0] for k in totals})
@@ -181,13 +224,20 @@ class Collector:
                       "cuda_device": str(device_id), "cuda_stream": str(stream_id)}
             if graph_id:
                 labels["cuda_graph"] = str(graph_id)
+            labels.update(info.pod)
             builder.add([leaf] + stack, row.gpu_ns, row.launches, labels)
+            if per_pid:
+                pb = out.per_pid.get(tgid)
+                if pb is None:
+                    pb = out.per_pid[tgid] = new_builder()
+                    out.procs[tgid] = info
+                pb.add([leaf] + stack, row.gpu_ns, row.launches, labels)
             stats.gpu_ns += row.gpu_ns
             stats.kernels += row.launches
         stats.processes = len(pids)
         stats.samples = sum(v.launches for v in sampled.values())
         self._forget_exited()
-        return builder, stats
+        return out
 
     def _forget_exited(self) -> None:
         """Exited processes have been reported once more; drop their caches so memory stays flat."""

@@ -16,29 +16,33 @@ from .. import preflight
 from ..collector import Collector
 from ..paths import shim_path
 from .common import duration, status_line
+from .outputs import Outputs, add_arguments as add_output_arguments
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("run", help="profile every process on this node that loads the shim")
-    p.add_argument("--output-dir", default="./profiles", type=Path,
-                   help="directory for one gzip pprof per interval (default ./profiles)")
+    p.add_argument("--output-dir", default=None, type=Path,
+                   help="directory for one gzip pprof per interval (default ./profiles when no "
+                        "--remote-store/--otlp-endpoint is given, else none)")
     p.add_argument("--interval", default=10.0, type=duration,
                    help="profile window, e.g. 10s, 500ms (default 10s)")
     p.add_argument("--duration", default=None, type=duration,
                    help="stop after this long (default: run until SIGINT/SIGTERM)")
     p.add_argument("--shim", default=None, help="shim library to attach to (default: the bundled one)")
+    add_output_arguments(p)
     p.set_defaults(func=main)
 
 
-def write_window(collector: Collector, out_dir: Path, quiet: bool = False) -> Path | None:
-    builder, stats = collector.build_profile()
-    path = None
-    if stats.kernels:
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        path = out_dir / f"gpu-{stamp}-{time.time_ns() % 10**9:09d}.pb.gz"
-        builder.write(path)
+def write_window(collector: Collector, outputs: Outputs, quiet: bool = False,
+                 final: bool = False) -> Path | None:
+    """Close the window and ship it (local file, backends); None if nothing was written
+    locally, or if backpressure keeps the window open."""
+    done = outputs.window_due(final=final)
+    if done is None:
+        return None
+    stats, path = done
     if not quiet:
-        line = status_line(stats, collector.counters())
+        line = status_line(stats, collector.counters()) + outputs.status()
         print(f"gpu-agent: {line}" + (f" -> {path}" if path else ""), flush=True)
     return path
 
@@ -46,8 +50,6 @@ def write_window(collector: Collector, out_dir: Path, quiet: bool = False) -> Pa
 def main(args) -> int:
     preflight.check()
     shim = Path(args.shim).resolve() if args.shim else shim_path()
-    out_dir = args.output_dir
-    out_dir.mkdir(parents=True, exist_ok=True)
     stop = {"now": False}
 
     def _stop(signum, frame):
@@ -57,9 +59,10 @@ def main(args) -> int:
     signal.signal(signal.SIGINT, _stop)
 
     collector = Collector(str(shim))
+    outputs = Outputs(args, collector)
     collector.open()
     print(f"gpu-agent: watching every process that maps {shim} (pid {os.getpid()}); "
-          f"profiles every {args.interval:g}s into {out_dir}", file=sys.stderr, flush=True)
+          f"profiles every {args.interval:g}s {outputs.describe()}", file=sys.stderr, flush=True)
     started = time.monotonic()
     next_window = started + args.interval
     try:
@@ -68,12 +71,14 @@ def main(args) -> int:
             if args.duration is not None and now - started >= args.duration:
                 break
             collector.poll(int(max(1, min(100, (next_window - now) * 1000))))
+            outputs.tick()
             if time.monotonic() >= next_window:
-                write_window(collector, out_dir)
+                write_window(collector, outputs)
                 next_window += args.interval
         # Last partial window: nothing aggregated so far is lost on shutdown.
         collector.poll(0)
-        write_window(collector, out_dir)
+        write_window(collector, outputs, final=True)
     finally:
         collector.close()
+        outputs.close()
     return 0

@@ -1,0 +1,267 @@
+"""Where `gpu-agent run` sends what it collects: a local pprof directory, Parca,
+an OTLP collector, and Prometheus /metrics. One object, driven by run's loop:
+
+  outputs = Outputs(args, collector)   # flags -> backends, metrics server
+  outputs.tick()                       # every loop turn: 1 s drains for /metrics
+  outputs.window_due()                 # at each interval: close the window, ship it
+  outputs.close()                      # last window, flush queues, stop the server
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from .common import duration
+
+
+def _label(text: str) -> tuple[str, str]:
+    from ..export.parca import valid_label_name
+
+    k, sep, v = text.partition("=")
+    k = k.strip()
+    if not sep or not valid_label_name(k):
+        raise argparse.ArgumentTypeError(
+            f"invalid --label {text!r}: expected NAME=VALUE with NAME matching [a-zA-Z_][a-zA-Z0-9_]*")
+    return k, v
+
+
+def _size(text: str) -> int:
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
+    num = t[:-1] if t[-1:] in "KMG" and t[-1:] else t
+    try:
+        v = int(float(num) * mult)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r} (examples: 64MiB, 512k, 1000000)")
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r}: must be positive")
+    return v
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def add_arguments(p) -> None:
+    g = p.add_argument_group("sending profiles to a backend (gRPC)")
+    g.add_argument("--remote-store", default=None, metavar="grpc[s]://HOST:PORT",
+                   help="Parca (or compatible) profile store: ProfileStoreService/WriteRaw")
+    g.add_argument("--otlp-endpoint", default=None, metavar="grpc[s]://HOST:PORT",
+                   help="OpenTelemetry collector: profiles v1development ProfilesService/Export")
+    g.add_argument("--otlp-include-pprof", action="store_true", default=False,
+                   help="also attach each process's gzip pprof as the OTLP profile's original_payload")
+    g.add_argument("--bearer-token-file", default=None, metavar="FILE",
+                   help="send 'authorization: Bearer <token>' (file re-read when it changes)")
+    g.add_argument("--ca-file", default=None, metavar="FILE",
+                   help="CA bundle for grpcs:// (default: the system CAs)")
+    g.add_argument("--insecure-skip-verify", action="store_true", default=False,
+                   help="grpcs:// without verifying the server certificate (testing only)")
+    g.add_argument("--label", action="append", type=_label, default=[], metavar="NAME=VALUE",
+                   help="extra label on every profile sent (repeatable)")
+    g.add_argument("--export-timeout", default=10.0, type=duration,
+                   help="deadline of one send (default 10s)")
+    g.add_argument("--queue-size", default=32, type=_positive_int,
+                   help="profiles waiting per backend while it is slow or down (default 32)")
+    g.add_argument("--queue-max-bytes", default=64 << 20, type=_size,
+                   help="bytes waiting per backend (default 64MiB)")
+    g.add_argument("--queue-policy", default="drop-oldest", choices=("drop-oldest", "backpressure"),
+                   help="when the queue is full: drop the oldest profile (default), or stop "
+                        "reading the BPF maps and let them aggregate until it drains")
+    g.add_argument("--retry-initial-backoff", default=0.5, type=duration,
+                   help="first retry delay; doubles per failure, with jitter (default 500ms)")
+    g.add_argument("--retry-max-backoff", default=30.0, type=duration,
+                   help="longest retry delay, also the retry period after an auth error (default 30s)")
+    m = p.add_argument_group("Prometheus /metrics")
+    m.add_argument("--metrics-addr", default=None, nargs="?", const="127.0.0.1:9464",
+                   metavar="HOST:PORT",
+                   help="serve /metrics (off by default; bare flag: 127.0.0.1:9464; a missing "
+                        "HOST means 127.0.0.1; 0.0.0.0:9464 listens on every interface)")
+    m.add_argument("--metrics-top-kernels", default=50, type=_positive_int,
+                   help="kernels with their own label; the rest are summed as kernel=\"other\" "
+                        "(default 50)")
+    m.add_argument("--metrics-ttl", default=300.0, type=duration,
+                   help="how long series of exited processes and demoted kernels stay (default 5m)")
+    m.add_argument("--metrics-drain-interval", default=1.0, type=duration,
+                   help="how often BPF is read for /metrics (default 1s)")
+
+
+def node_name(args) -> str:
+    return getattr(args, "node_name", None) or os.environ.get("NODE_NAME") or socket.gethostname()
+
+
+def _setup_logging() -> None:
+    log = logging.getLogger("gpu_agent")
+    if not log.handlers:
+        h = logging.StreamHandler(sys.stderr)
+        h.setFormatter(logging.Formatter("gpu-agent: %(message)s"))
+        log.addHandler(h)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+
+
+class Outputs:
+    def __init__(self, args, collector):
+        from ..export.backends import QueueOptions, make_backend
+        from ..export.endpoint import TransportOptions, parse_endpoint
+
+        _setup_logging()
+        self.collector = collector
+        self.node = node_name(args)
+        labels = dict(args.label or [])
+        remotes = [(k, v) for k, v in (("parca", args.remote_store), ("otlp", args.otlp_endpoint)) if v]
+        # The local directory is the default only when no remote is configured.
+        out_dir = args.output_dir
+        if out_dir is None and not remotes:
+            out_dir = Path("./profiles")
+        self.out_dir: Optional[Path] = Path(out_dir) if out_dir is not None else None
+        if self.out_dir is not None:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+        topts = TransportOptions(ca_file=args.ca_file, insecure_skip_verify=args.insecure_skip_verify,
+                                 bearer_token_file=args.bearer_token_file, timeout_s=args.export_timeout,
+                                 reconnect_max_s=min(args.retry_max_backoff, 10.0))
+        qopts = QueueOptions(max_items=args.queue_size, max_bytes=args.queue_max_bytes,
+                             policy=args.queue_policy, backoff_initial=args.retry_initial_backoff,
+                             backoff_max=args.retry_max_backoff)
+        self.policy = args.queue_policy
+        self.backends = []
+        for kind, url in remotes:
+            try:
+                ep = parse_endpoint(url)
+            except ValueError as e:
+                raise SystemExit(f"gpu-agent: --{'remote-store' if kind == 'parca' else 'otlp-endpoint'}: {e}")
+            self.backends.append(make_backend(kind, ep, topts, qopts, self.node, labels,
+                                              otlp_include_pprof=args.otlp_include_pprof))
+        self.metrics = None
+        self._server = None
+        self.metrics_url = None
+        self.drain_interval = args.metrics_drain_interval
+        self._next_drain = time.monotonic() + self.drain_interval
+        self._stalled_since: Optional[float] = None
+        self._profiles = {"written": 0, "sent": 0, "empty": 0, "deferred": 0}
+        if args.metrics_addr:
+            from .. import metrics as M
+            from ..symbolize import demangle_kernel
+
+            def kernel_name(kid: int) -> Optional[str]:
+                raw = collector.session.names.get(kid)
+                if raw is None:
+                    return None
+                return demangle_kernel(raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw)
+
+            self.metrics = M.Metrics(top_n=args.metrics_top_kernels, ttl_s=args.metrics_ttl,
+                                     proc_info=collector.proc, kernel_name=kernel_name)
+            collector.drain_listeners.append(self.metrics.on_drain)
+            collector.exit_listeners.append(self.metrics.on_exit)
+            for b in self.backends:
+                self.metrics.add_exporter(b)
+            try:
+                self._server, _t, (host, port) = M.serve(self.metrics, args.metrics_addr)
+            except (OSError, ValueError) as e:
+                raise SystemExit(f"gpu-agent: cannot serve /metrics on {args.metrics_addr}: {e}")
+            self.metrics_url = f"http://{host}:{port}/metrics"
+
+    def describe(self) -> str:
+        parts = []
+        if self.out_dir is not None:
+            parts.append(f"into {self.out_dir}")
+        for b in self.backends:
+            parts.append(f"to {b.name} {b.endpoint}")
+        if self.metrics_url:
+            parts.append(f"metrics on {self.metrics_url}")
+        return ", ".join(parts)
+
+    # -- the loop's hooks ----------------------------------------------------
+    def blocked(self) -> bool:
+        """Backpressure: a full queue stops reading BPF (windows stay open, maps aggregate)."""
+        if self.policy != "backpressure":
+            return False
+        full = any(not b.queue.has_room() for b in self.backends)
+        if full and self._stalled_since is None:
+            self._stalled_since = time.monotonic()
+            logging.getLogger("gpu_agent.export").warning(
+                "backpressure: a send queue is full; BPF maps aggregate in the kernel until it drains")
+        elif not full and self._stalled_since is not None:
+            logging.getLogger("gpu_agent.export").warning(
+                "backpressure released after %.1fs", time.monotonic() - self._stalled_since)
+            self._stalled_since = None
+        return full
+
+    def tick(self) -> None:
+        """Frequent drains for /metrics (the profile window keeps accumulating them)."""
+        if self.metrics is None or time.monotonic() < self._next_drain:
+            return
+        self._next_drain = time.monotonic() + self.drain_interval
+        if not self.blocked():
+            self.collector.drain()
+        self._health()
+
+    def _health(self) -> None:
+        if self.metrics is None:
+            return
+        c = self.collector.counters()
+        drops = {k[len("drop_"):]: v for k, v in c.items() if k.startswith("drop_")}
+        for k in ("agent_ev_corrupt", "agent_ev_unknown", "agent_callback_errors"):
+            if k in c:
+                drops[k] = c[k]
+        self.metrics.set_health(
+            attached_processes=sum(1 for p in self.collector.procs.values() if not p.exited),
+            bpf_events=getattr(self.collector.session, "_events", 0),
+            kernel_records=c.get("kernels", 0), sampled_launches=c.get("samples", 0),
+            drops=drops, profiles=dict(self._profiles))
+
+    def window_due(self, final: bool = False):
+        """Close the window and ship it: (stats, local path or None), or None when
+        backpressure keeps the window open (the final window is always closed)."""
+        if not final and self.blocked():
+            self._profiles["deferred"] += 1
+            self._health()
+            return None
+        w = self.collector.build_profiles(per_pid=bool(self.backends))
+        path = None
+        if w.stats.kernels:
+            if self.out_dir is not None:
+                stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+                path = self.out_dir / f"gpu-{stamp}-{time.time_ns() % 10**9:09d}.pb.gz"
+                w.profile.write(path)
+                self._profiles["written"] += 1
+            for b in self.backends:
+                b.submit(w)
+            if self.backends:
+                self._profiles["sent"] += 1
+        else:
+            self._profiles["empty"] += 1
+        self._health()
+        return w.stats, path
+
+    def status(self) -> str:
+        """' parca=sent:N,queued:N,dropped:N' per backend, for the status line."""
+        out = ""
+        for b in self.backends:
+            s = b.queue.snapshot()
+            out += f" {b.name}=sent:{s.sent},queued:{s.depth},dropped:{sum(s.dropped.values())}"
+        return out
+
+    def close(self, flush_timeout: float = 5.0) -> None:
+        for b in self.backends:
+            b.close(flush_timeout)
+            s = b.queue.snapshot()
+            if sum(s.dropped.values()):
+                print(f"gpu-agent: {b.name}: {s.sent} sent, dropped "
+                      + ", ".join(f"{k}={v}" for k, v in sorted(s.dropped.items())),
+                      file=sys.stderr, flush=True)
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
