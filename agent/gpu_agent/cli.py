@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import __version__
-from .commands import record, run, shim_path
+from . import __version__, config
+from .commands import health, install_shim, record, run, shim_path
 from .paths import MissingPartError
 from .preflight import PreflightError
 
@@ -18,13 +18,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gpu-agent {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for mod in (run, record, shim_path):
+    for mod in (run, record, shim_path, install_shim, health):
         mod.add_parser(sub)
     return parser
 
 
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser.parse_args(argv)
+    # Flags of commands that opted in may also come from the environment and a config file.
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return config.apply(parser, sub.choices[args.command], argv, args)
+
+
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     try:
         return args.func(args)
     except (PreflightError, MissingPartError) as e:

@@ -32,9 +32,58 @@ def _first(env: str, candidates: list[Path], what: str, fix: str) -> Path:
     raise MissingPartError(f"{what} not found (looked in {', '.join(map(str, candidates))}); {fix}")
 
 
+SHIM_NAME = "libgpu_agent_shim.so"
+CUDA_MAJORS = (13, 12)  # the shim variants the container image ships, newest first
+
+
+def shim_variants() -> dict[int, Path]:
+    """CUDA major -> shim built against that CUDA's headers (_native/cuda<N>/, image and wheel)."""
+    return {m: _SHIPPED / f"cuda{m}" / SHIM_NAME for m in CUDA_MAJORS
+            if (_SHIPPED / f"cuda{m}" / SHIM_NAME).exists()}
+
+
+def driver_cuda_major(proc_version: str = "/proc/driver/nvidia/version") -> int | None:
+    """The CUDA major version this node's NVIDIA driver supports, or None without a driver.
+
+    Asks libcuda (cuDriverGetVersion needs no cuInit and no GPU access) where it can be
+    loaded; else maps the kernel module's version (visible in every container's /proc):
+    CUDA 13 needs driver >= 580, CUDA 12 >= 525."""
+    try:
+        import ctypes
+        lib = ctypes.CDLL("libcuda.so.1")
+        v = ctypes.c_int(0)
+        if lib.cuDriverGetVersion(ctypes.byref(v)) == 0 and v.value > 0:
+            return v.value // 1000
+    except (OSError, AttributeError):
+        pass
+    try:
+        with open(proc_version) as f:
+            text = f.read()
+    except OSError:
+        return None
+    import re
+    m = re.search(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+)\.\d+", text) or re.search(r"\s(\d{3})\.\d+", text)
+    if not m:
+        return None
+    driver = int(m.group(1))
+    return 13 if driver >= 580 else 12 if driver >= 525 else 11
+
+
+def pick_variant(cuda_major: int | None, variants: dict[int, Path]) -> Path | None:
+    """The variant for this driver: the newest one not newer than the driver's CUDA, else the newest."""
+    if not variants:
+        return None
+    fitting = [m for m in variants if cuda_major is None or m <= cuda_major]
+    return variants[max(fitting or variants)]
+
+
 def shim_path() -> Path:
-    return _first("GPU_AGENT_SHIM", [_REPO / "build" / "libgpu_agent_shim.so",
-                                     _SHIPPED / "libgpu_agent_shim.so"],
+    candidates = [_REPO / "build" / SHIM_NAME]
+    variant = pick_variant(driver_cuda_major(), shim_variants())
+    if variant is not None:
+        candidates.append(variant)
+    candidates.append(_SHIPPED / SHIM_NAME)
+    return _first("GPU_AGENT_SHIM", candidates,
                   "the CUPTI shim", "run `make` in the gpu-agent checkout or set GPU_AGENT_SHIM")
 
 

@@ -169,6 +169,15 @@ static uint64_t intern_slow(const char *name) {
     return id;
 }
 
+/* The newest kernel record of the CUPTI we build against: CUDA 13 (the default build)
+ * has Kernel10, CUDA 12.x Kernel9 (the container image ships a shim built with each).
+ * Every field read below is in both. */
+#if CUPTI_API_VERSION >= 130000
+typedef CUpti_ActivityKernel10 ga_activity_kernel_t;
+#else
+typedef CUpti_ActivityKernel9 ga_activity_kernel_t;
+#endif
+
 static uint64_t kernel_id_for(const char *name) {
     if (!name) name = "<unknown>";
     uintptr_t key = (uintptr_t)name;
@@ -245,7 +254,7 @@ void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *bu
             if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL &&
                 rec->kind != CUPTI_ACTIVITY_KIND_KERNEL)
                 continue;
-            const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)rec;
+            const ga_activity_kernel_t *k = (const ga_activity_kernel_t *)rec;
             struct ga_kernel_record *o = &out[n];
             o->start_ns = k->start;
             o->end_ns = k->end;

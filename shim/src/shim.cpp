@@ -140,6 +140,8 @@ static void common_init(void) {
     char unknown[384] = "";
     for (char **e = environ; e && *e; e++) {
         if (strncmp(*e, "GPU_AGENT_", 10) != 0) continue;
+        /* gpu-agent run's own settings (GPU_AGENT_RUN_<FLAG>, agent/gpu_agent/config.py) */
+        if (strncmp(*e, "GPU_AGENT_RUN_", 14) == 0) continue;
         const char *eq = strchr(*e, '=');
         size_t nlen = eq ? (size_t)(eq - *e) : strlen(*e);
         bool known = false;

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from .. import preflight
+from .. import config, k8s, preflight
 from ..collector import Collector
 from ..paths import shim_path
 from .common import duration, status_line
@@ -30,6 +30,8 @@ def add_parser(sub) -> None:
                    help="stop after this long (default: run until SIGINT/SIGTERM)")
     p.add_argument("--shim", default=None, help="shim library to attach to (default: the bundled one)")
     add_output_arguments(p)
+    k8s.add_arguments(p)
+    config.enable(p, "run")  # every flag also from $GPU_AGENT_RUN_<FLAG> and the config file
     p.set_defaults(func=main)
 
 
@@ -58,6 +60,12 @@ def main(args) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
 
+    pods = k8s.from_args(args)
+    if pods is not None:
+        pods.start()
+        pods.wait_ready(5.0)  # the first list, so the first window already has pod labels
+        k8s.configure(pods)
+        print(f"gpu-agent: pod labels from {pods.source.url}", file=sys.stderr, flush=True)
     collector = Collector(str(shim))
     outputs = Outputs(args, collector)
     collector.open()
@@ -81,4 +89,7 @@ def main(args) -> int:
     finally:
         collector.close()
         outputs.close()
+        if pods is not None:
+            k8s.configure(None)
+            pods.stop()
     return 0

@@ -1,0 +1,78 @@
+"""`gpu-agent health`: exit 0 when a `gpu-agent run` of this container has its eBPF programs loaded.
+
+For the image's HEALTHCHECK and the DaemonSet's liveness/readiness probes. It
+finds the `gpu-agent run` process among those in the same cgroup as itself
+(the same container, also when the pod shares the host's PID namespace) and
+checks that it holds at least one BPF program (an fd whose fdinfo has
+`prog_type`): alive, past preflight and attached. One line on stdout says why.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("health", help="exit 0 if this container's `gpu-agent run` has its probes loaded")
+    p.add_argument("--pid", type=int, default=None, help="check this process instead of searching")
+    p.set_defaults(func=main)
+
+
+def _read(path: str, mode: str = "r"):
+    try:
+        with open(path, mode) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _is_agent_run(pid: int) -> bool:
+    raw = _read(f"/proc/{pid}/cmdline", "rb")
+    if not raw:
+        return False
+    argv = [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+    joined = " ".join(argv)
+    return ("gpu-agent" in joined or "gpu_agent" in joined) and "run" in argv[1:] and "health" not in argv
+
+
+def find_agents() -> list[int]:
+    mine = _read("/proc/self/cgroup")
+    me = os.getpid()
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        pid = int(name)
+        if _read(f"/proc/{pid}/cgroup") == mine and _is_agent_run(pid):
+            out.append(pid)
+    return sorted(out)
+
+
+def bpf_programs(pid: int) -> int:
+    n = 0
+    try:
+        fds = os.listdir(f"/proc/{pid}/fdinfo")
+    except OSError:
+        return -1
+    for fd in fds:
+        info = _read(f"/proc/{pid}/fdinfo/{fd}")
+        if info and "prog_type:" in info:
+            n += 1
+    return n
+
+
+def main(args) -> int:
+    pids = [args.pid] if args.pid else find_agents()
+    if not pids:
+        print("unhealthy: no `gpu-agent run` process in this container")
+        return 1
+    for pid in pids:
+        n = bpf_programs(pid)
+        if n > 0:
+            print(f"healthy: gpu-agent run (pid {pid}) holds {n} BPF programs")
+            return 0
+    print(f"unhealthy: gpu-agent run (pid {', '.join(map(str, pids))}) has no BPF program loaded "
+          "(starting, or failed preflight)")
+    sys.stdout.flush()
+    return 1
