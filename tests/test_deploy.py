@@ -189,11 +189,12 @@ def test_systemd_unit_verifies(tmp_path):
     sa = shutil.which("systemd-analyze")
     if sa is None:
         pytest.fail("systemd-analyze not found: apt-get install systemd")
-    # verify checks that ExecStart's binary exists: point it at this checkout's agent
+    # verify checks that ExecStart's binary exists and is executable: a stand-in at a temp path
     unit = (REPO / "deploy" / "systemd" / "gpu-agent.service").read_text()
-    agent = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin" / "gpu-agent"
-    if not agent.exists():
-        agent = REPO / ".venv" / "bin" / "gpu-agent"
+    agent = tmp_path / "bin" / "gpu-agent"
+    agent.parent.mkdir()
+    agent.write_text("#!/bin/sh\nexit 0\n")
+    agent.chmod(0o755)
     assert "ExecStart=/usr/local/bin/gpu-agent run" in unit
     f = tmp_path / "gpu-agent.service"
     f.write_text(unit.replace("/usr/local/bin/gpu-agent", str(agent)))
