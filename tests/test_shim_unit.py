@@ -37,10 +37,12 @@ C_NAMES, C_ATTACHES, C_DETACHES, C_POLLER = 6, 8, 9, 14
 @pytest.fixture(scope="session")
 def shim(tmp_path_factory) -> Path:
     """A private copy of the built shim: uprobes and semaphores are per inode, so an agent
-    that other tests (or a live `gpu-agent run`) attach to build/ cannot disturb these tests."""
+    that other tests (or a live `gpu-agent run`) attach to build/ cannot disturb these tests.
+    Not named libgpu_agent_shim.so: `gpu-agent run` attaches to every mapped file of that
+    name it finds in /proc/*/maps (copies baked into container images)."""
     subprocess.run(["make", "-s", "-C", str(REPO), "shim"], check=True, capture_output=True, timeout=300)
     assert SHIM.is_file()
-    private = tmp_path_factory.mktemp("shim") / "libgpu_agent_shim.so"
+    private = tmp_path_factory.mktemp("shim") / "libgpu_agent_shim-private.so"
     shutil.copy(SHIM, private)
     return private
 

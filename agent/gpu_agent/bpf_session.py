@@ -37,6 +37,18 @@ set it writes. drain():
      which nobody writes any more. Per-CPU values are summed here.
 A drain that fails half-way leaves keys in the old set; the next drain flips
 writes back onto them and the one after drains them: nothing is lost.
+
+Other copies of the shim (discover()): uprobes belong to an inode, so a
+container that bakes its own copy of the shim into its image is not covered
+by the attach to our file. discover() scans /proc/*/maps for mapped files named
+libgpu_agent_shim.so whose inode is not attached yet, checks their USDT notes
+against the contract and against the loaded program (bcc's generated argument
+readers switch on the probe site's address within its page and hard-code each
+site's argument locations, so a copy must have the same sites with the same
+argument specs: any copy of the same build does), and attaches the same BPF
+programs (one load, many uprobes) to the file through /proc/PID/root/PATH,
+which reaches into the process's mount namespace, or /proc/PID/map_files/
+when that path does not lead to the mapped inode. close() detaches them all.
 """
 
 from __future__ import annotations
@@ -45,7 +57,7 @@ import ctypes as ct
 import errno
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Optional
 
 from . import contract as C
@@ -60,6 +72,7 @@ ATTACH_FN = "ga_attach"
 BATCH_CHUNK = 1024      # keys per BPF_MAP_LOOKUP_AND_DELETE_BATCH call
 FALLBACK_GRACE_S = 0.010  # grace period if the synchronize_rcu() barrier is refused
 MAX_PENDING_NAMES = 4096
+SHIM_BASENAME = "libgpu_agent_shim.so"  # what discover() looks for in /proc/*/maps
 
 
 class BpfError(RuntimeError):
@@ -87,6 +100,16 @@ class Drain:
     totals: dict[AggKey, AggVal]
     sampled: dict[AggKey, AggVal]
     counters: dict[str, int]
+
+
+@dataclass
+class ShimFile:
+    """One shim file (inode) the programs are attached to."""
+
+    path: str                  # as first seen (in the owning process's mount namespace)
+    attach_path: str           # what the uprobes were attached through
+    pid: int                   # the process it was found in (0: the agent's own shim)
+    ids: set = field(default_factory=set)  # (st_dev, st_ino) pairs naming this file
 
 
 class _PendingName:
@@ -140,6 +163,10 @@ class BpfSession:
         self._events = 0
         self._ncpu = 0
         self._gen = 0  # the aggregation set BPF writes now
+        self._files: list[ShimFile] = []
+        self._known_ids: set[tuple[int, int]] = set()  # attached or rejected inodes
+        self._sites: frozenset = frozenset()  # data-probe sites bcc generated readers for
+        self.discover_errors: dict[str, str] = {}  # path -> why it was not attached
 
     # -- lifecycle ---------------------------------------------------------
     def open(self) -> None:
@@ -151,7 +178,7 @@ class BpfSession:
         self._lib = lib
         self._ncpu = len(get_possible_cpus())
         self._attach_uprobe = _attach_uprobe_fn(lib)
-        probes = self._check_shim()
+        probes = self._check_shim(self.shim_path)
 
         usdt = USDT(path=self.shim_path)
         for probe, fn in DATA_PROBES.items():
@@ -174,17 +201,21 @@ class BpfSession:
         except Exception as e:
             raise BpfError(f"loading {bpf_dir / 'gpu_agent.bpf.c'} failed: {e}") from None
         _ = bcc
+        self._sites = _data_sites(probes)
         try:
             # Data probes first, by library path: every site bcc generated code for.
             for binpath, fn_name, vaddr, _pid in usdt.enumerate_active_probes():
                 offset = stapsdt.vaddr_to_offset(self._loads, vaddr)
-                self._attach(fn_name.decode(), offset, 0)
+                self._attach(fn_name.decode(), self.shim_path, offset, 0)
             # The semaphore last: the shim only starts CUPTI once everything listens.
             att = probes["attach"][0]
-            self._attach(ATTACH_FN, att.pc_offset, att.semaphore_offset)
+            self._attach(ATTACH_FN, self.shim_path, att.pc_offset, att.semaphore_offset)
         except BaseException:
             self.close()
             raise
+        st = os.stat(self.shim_path)
+        self._files = [ShimFile(self.shim_path, self.shim_path, 0, {(st.st_dev, st.st_ino)})]
+        self._known_ids = {(st.st_dev, st.st_ino)}
         self._bpf[b"events"].open_ring_buffer(self._on_event)
         self._maps = {n: self._bpf[n.encode()] for n in (
             "totals0", "totals1", "sampled0", "sampled1", "generation", "drain_barrier",
@@ -200,6 +231,8 @@ class BpfSession:
             self._lib.bpf_close_perf_event_fd(fd)
             self._lib.bpf_detach_uprobe(ev_name)
         self._uprobes.clear()
+        self._files = []
+        self._known_ids = set()
         try:
             self._bpf.cleanup()
         finally:
@@ -213,17 +246,20 @@ class BpfSession:
         self.close()
 
     # -- attach ------------------------------------------------------------
-    def _check_shim(self) -> dict[str, list[stapsdt.SdtProbe]]:
-        if not os.path.isfile(self.shim_path):
-            raise BpfError(f"shim not found: {self.shim_path}")
+    def _check_shim(self, path: str) -> dict[str, list[stapsdt.SdtProbe]]:
+        """The gpu_agent probes of the shim at path, checked against the contract."""
+        if not os.path.isfile(path):
+            raise BpfError(f"shim not found: {path}")
         try:
-            all_probes = stapsdt.read_probes(self.shim_path)
+            all_probes = stapsdt.read_probes(path)
             from elftools.elf.elffile import ELFFile
-            with open(self.shim_path, "rb") as f:
-                self._loads = [(s["p_vaddr"], s["p_offset"], s["p_filesz"])
-                               for s in ELFFile(f).iter_segments() if s["p_type"] == "PT_LOAD"]
+            with open(path, "rb") as f:
+                loads = [(s["p_vaddr"], s["p_offset"], s["p_filesz"])
+                         for s in ELFFile(f).iter_segments() if s["p_type"] == "PT_LOAD"]
         except Exception as e:
-            raise BpfError(f"cannot read USDT notes of {self.shim_path}: {e}") from None
+            raise BpfError(f"cannot read USDT notes of {path}: {e}") from None
+        if path == self.shim_path:
+            self._loads = loads
         probes: dict[str, list[stapsdt.SdtProbe]] = {}
         for p in all_probes:
             if p.provider == C.PROVIDER:
@@ -231,25 +267,24 @@ class BpfSession:
         for name, args in C.PROBES.items():
             sites = probes.get(name)
             if not sites:
-                raise BpfError(f"{self.shim_path} has no USDT probe {C.PROVIDER}:{name}: "
+                raise BpfError(f"{path} has no USDT probe {C.PROVIDER}:{name}: "
                                "not a gpu-agent shim, or built from another probe contract")
             for s in sites:
                 if len(s.args) != len(args):
-                    raise BpfError(f"{self.shim_path}: probe {name} has {len(s.args)} arguments, "
+                    raise BpfError(f"{path}: probe {name} has {len(s.args)} arguments, "
                                    f"the contract says {len(args)}")
                 if bool(s.semaphore) != (name == C.SEMAPHORE_PROBE):
-                    raise BpfError(f"{self.shim_path}: probe {name} "
+                    raise BpfError(f"{path}: probe {name} "
                                    f"{'lacks' if name == C.SEMAPHORE_PROBE else 'has'} a semaphore")
         if len({p.semaphore for p in probes["attach"]}) != 1:
-            raise BpfError(f"{self.shim_path}: attach probe sites disagree on the semaphore")
+            raise BpfError(f"{path}: attach probe sites disagree on the semaphore")
         return probes
 
-    def _attach(self, fn_name: str, offset: int, ref_ctr_offset: int) -> None:
+    def _attach(self, fn_name: str, path: str, offset: int, ref_ctr_offset: int) -> None:
         from bcc import BPF
-        fn = self._bpf.load_func(fn_name.encode(), BPF.KPROBE)
-        ev_name = b"ga_%d_%s_0x%x" % (os.getpid(), fn_name.encode(), offset)
-        fd = self._attach_uprobe(fn.fd, 0, ev_name, self.shim_path.encode(), offset, -1,
-                                 ref_ctr_offset)
+        fn = self._bpf.load_func(fn_name.encode(), BPF.KPROBE)  # loaded once, cached by bcc
+        ev_name = b"ga_%d_%d_%s_0x%x" % (os.getpid(), len(self._files), fn_name.encode(), offset)
+        fd = self._attach_uprobe(fn.fd, 0, ev_name, path.encode(), offset, -1, ref_ctr_offset)
         if fd < 0:
             err = ct.get_errno()
             why = os.strerror(err) if err else "unknown error"
@@ -257,9 +292,101 @@ class BpfSession:
             if ref_ctr_offset:
                 hint = (" (the kernel refused the semaphore: another tracer may hold a uprobe "
                         "on this probe with a different ref_ctr_offset)")
-            raise BpfError(f"cannot attach uprobe {fn_name} at {self.shim_path}+{offset:#x}: "
+            raise BpfError(f"cannot attach uprobe {fn_name} at {path}+{offset:#x}: "
                            f"{why}{hint}")
         self._uprobes.append((ev_name, fd))
+
+    # -- other copies of the shim ----------------------------------------------
+    def attached_files(self) -> int:
+        """How many shim files (inodes) the programs are attached to."""
+        return len(self._files)
+
+    def files(self) -> list[ShimFile]:
+        return list(self._files)
+
+    def discover(self, proc: str = "/proc") -> list[ShimFile]:
+        """Attach to every shim file mapped by a running process that is not
+        attached yet (see the module doc). Returns the files newly attached.
+        A file that cannot be used is remembered (discover_errors) and not
+        retried; one whose process went away before the attach is retried."""
+        if self._bpf is None:
+            raise BpfError("session is not open")
+        new: list[ShimFile] = []
+        needle = SHIM_BASENAME.encode()
+        try:
+            pids = [int(d) for d in os.listdir(proc) if d.isdigit()]
+        except OSError:
+            return new
+        for pid in pids:
+            try:
+                with open(f"{proc}/{pid}/maps", "rb") as f:
+                    data = f.read()
+            except OSError:
+                continue  # gone, or a kernel thread
+            if needle not in data:
+                continue
+            for m in _shim_mappings(data):
+                if m.ident in self._known_ids:
+                    continue
+                sf = self._attach_copy(proc, pid, m)
+                if sf is not None:
+                    new.append(sf)
+        return new
+
+    def _attach_copy(self, proc: str, pid: int, m: "_Mapping") -> Optional[ShimFile]:
+        candidates = []
+        if not m.deleted:
+            candidates.append(f"{proc}/{pid}/root{m.path}")
+        candidates.append(f"{proc}/{pid}/map_files/{m.range}")
+        target, ids = None, {m.ident}
+        for c in candidates:
+            try:
+                st = os.stat(c)
+            except OSError:
+                continue
+            sid = (st.st_dev, st.st_ino)
+            if sid in self._known_ids:  # the same file, named by another device number
+                self._known_ids.add(m.ident)
+                for f in self._files:
+                    if sid in f.ids:
+                        f.ids.add(m.ident)
+                return None
+            if target is None and (sid == m.ident or c.endswith(m.range)):
+                target = c
+                ids.add(sid)
+        if target is None:
+            return None  # the process went away: try again at the next scan
+        try:
+            probes = self._check_shim(target)
+            if _data_sites(probes) - self._sites:
+                raise BpfError(
+                    f"{m.path} (pid {pid}) is another build of the shim: its probe sites or "
+                    f"argument locations differ from {self.shim_path}, which the loaded BPF "
+                    "program reads arguments for")
+        except BpfError as e:
+            self._known_ids |= ids
+            self.discover_errors[m.path] = str(e)
+            return None
+        first = len(self._uprobes)
+        sf = ShimFile(m.path, target, pid, ids)
+        try:
+            for name, fn in DATA_PROBES.items():
+                for site in probes[name]:
+                    self._attach(fn, target, site.pc_offset, 0)
+            att = probes["attach"][0]
+            self._attach(ATTACH_FN, target, att.pc_offset, att.semaphore_offset)
+        except BpfError as e:
+            for ev_name, fd in reversed(self._uprobes[first:]):
+                self._lib.bpf_close_perf_event_fd(fd)
+                self._lib.bpf_detach_uprobe(ev_name)
+            del self._uprobes[first:]
+            if os.path.exists(f"{proc}/{pid}"):  # not a vanished process: do not retry
+                self._known_ids |= ids
+                self.discover_errors[m.path] = str(e)
+            return None
+        self._files.append(sf)
+        self._known_ids |= ids
+        return sf
 
     # -- ring buffer -------------------------------------------------------
     def poll(self, timeout_ms: int) -> int:
@@ -472,6 +599,62 @@ class BpfSession:
 
 class _BatchUnsupported(Exception):
     pass
+
+
+class _Mapping(NamedTuple):
+    ident: tuple[int, int]   # (st_dev, st_ino) as /proc/PID/maps shows them
+    path: str                # in the process's mount namespace
+    range: str               # "start-end", the name under /proc/PID/map_files
+    deleted: bool
+
+
+def _shim_mappings(maps: bytes) -> list[_Mapping]:
+    """The mappings of files named SHIM_BASENAME in a /proc/PID/maps text, one per inode."""
+    out: dict[tuple[int, int], _Mapping] = {}
+    for line in maps.decode("utf-8", "surrogateescape").splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 6 or SHIM_BASENAME not in parts[5]:
+            continue
+        path, deleted = parts[5], False
+        if path.endswith(" (deleted)"):
+            path, deleted = path[:-len(" (deleted)")], True
+        if os.path.basename(path) != SHIM_BASENAME:
+            continue
+        try:
+            major, minor = (int(x, 16) for x in parts[3].split(":"))
+            ident = (os.makedev(major, minor), int(parts[4]))
+        except ValueError:
+            continue
+        if ident[1] == 0 or ident in out:
+            continue
+        out[ident] = _Mapping(ident, path, parts[0], deleted)
+    return list(out.values())
+
+
+def _data_sites(probes: dict[str, list[stapsdt.SdtProbe]]) -> frozenset:
+    """What bcc's generated argument readers depend on, per data-probe site:
+    the probe, the site's address within its page, its argument specs."""
+    return frozenset((name, p.pc & 0xFFF, p.args) for name in DATA_PROBES
+                     for p in probes.get(name, ()))
+
+
+def _splice_local_includes(src: str, bpf_dir) -> str:
+    """Inline `#include "x.h"` of headers that live in bpf/ (python_stack.h).
+
+    bcc rewrites map calls (`m.lookup(&k)`) only in the main source text; in an
+    #included file they stay calls through a NULL function pointer, which the
+    verifier refuses ("unknown opcode 8d"). So our own BPF headers are pasted in.
+    """
+    import re
+
+    def paste(m):
+        path = os.path.join(str(bpf_dir), m.group(1))
+        if not os.path.isfile(path):
+            return m.group(0)
+        with open(path) as f:
+            return f.read()
+
+    return re.sub(r'^#include "([\w.]+\.h)"[^\n]*$', paste, src, flags=re.M)
 
 
 def _attach_uprobe_fn(lib):

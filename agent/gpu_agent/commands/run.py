@@ -2,6 +2,10 @@
 
 Processes that start later are covered too: the probes are attached by library
 path, so the kernel instruments every mapping of the shim, present or future.
+Copies of the shim at other paths (a container image that bakes its own) are
+other files: they are found in /proc/*/maps at start and every
+--discover-interval, and the same programs are attached to them
+(BpfSession.discover).
 """
 
 from __future__ import annotations
@@ -29,10 +33,34 @@ def add_parser(sub) -> None:
     p.add_argument("--duration", default=None, type=duration,
                    help="stop after this long (default: run until SIGINT/SIGTERM)")
     p.add_argument("--shim", default=None, help="shim library to attach to (default: the bundled one)")
+    p.add_argument("--discover-interval", default=5.0, type=_interval_or_off,
+                   help="how often to look for other copies of the shim mapped by running "
+                        "processes, e.g. in containers (default 5s; 0 turns it off)")
     add_output_arguments(p)
     k8s.add_arguments(p)
     config.enable(p, "run")  # every flag also from $GPU_AGENT_RUN_<FLAG> and the config file
     p.set_defaults(func=main)
+
+
+def _interval_or_off(text: str) -> float:
+    return 0.0 if text.strip() in ("0", "off") else duration(text)
+
+
+def discover(collector: Collector) -> None:
+    """Attach to shim copies that appeared since the last scan; say so on stderr."""
+    session = collector.session
+    errors = dict(session.discover_errors)
+    try:
+        found = session.discover()
+    except Exception as e:  # a scan must never stop the agent; the next one retries
+        print(f"gpu-agent: looking for shim copies failed: {e}", file=sys.stderr, flush=True)
+        return
+    for f in found:
+        print(f"gpu-agent: also watching {f.path} (pid {f.pid}, through {f.attach_path})",
+              file=sys.stderr, flush=True)
+    for path, why in session.discover_errors.items():
+        if path not in errors:
+            print(f"gpu-agent: not watching {path}: {why}", file=sys.stderr, flush=True)
 
 
 def write_window(collector: Collector, outputs: Outputs, quiet: bool = False,
@@ -44,7 +72,8 @@ def write_window(collector: Collector, outputs: Outputs, quiet: bool = False,
         return None
     stats, path = done
     if not quiet:
-        line = status_line(stats, collector.counters()) + outputs.status()
+        line = (status_line(stats, collector.counters())
+                + f" shims={collector.session.attached_files()}" + outputs.status())
         print(f"gpu-agent: {line}" + (f" -> {path}" if path else ""), flush=True)
     return path
 
@@ -69,15 +98,21 @@ def main(args) -> int:
     collector = Collector(str(shim))
     outputs = Outputs(args, collector)
     collector.open()
+    if args.discover_interval:
+        discover(collector)  # processes already running with their own copy
     print(f"gpu-agent: watching every process that maps {shim} (pid {os.getpid()}); "
           f"profiles every {args.interval:g}s {outputs.describe()}", file=sys.stderr, flush=True)
     started = time.monotonic()
     next_window = started + args.interval
+    next_discover = started + args.discover_interval
     try:
         while not stop["now"]:
             now = time.monotonic()
             if args.duration is not None and now - started >= args.duration:
                 break
+            if args.discover_interval and now >= next_discover:
+                discover(collector)
+                next_discover = time.monotonic() + args.discover_interval
             collector.poll(int(max(1, min(100, (next_window - now) * 1000))))
             outputs.tick()
             if time.monotonic() >= next_window:
