@@ -6,9 +6,10 @@
  *                       store each distinct stack once;
  *   kernel_batch     -> exact per-kernel GPU time into kernel_totals, and the
  *                       sampled share, joined on correlation id, into
- *                       kernel_sampled;
+ *                       kernel_sampled; for sampled launches, kernel start
+ *                       minus launch time into the latency histogram;
  *   kernel_name      -> forwarded to the agent through the ring buffer.
- * The aggregation maps come in two sets (totals0/sampled0, totals1/sampled1);
+ * The aggregation maps come in two sets (totals0/sampled0/latency0, totals1/...);
  * `generation` says which one kernel_batch writes. The agent
  * (agent/gpu_agent/bpf_session.py) drains by flipping the generation, waiting
  * until no program can still be writing the old set, then reading and
@@ -36,6 +37,9 @@
 #ifndef GA_STACK_ENTRIES
 #define GA_STACK_ENTRIES 16384
 #endif
+#ifndef GA_LAT_ENTRIES
+#define GA_LAT_ENTRIES 8192 /* (tgid, device) pairs x the buckets they use */
+#endif
 #ifndef GA_RINGBUF_PAGES
 #define GA_RINGBUF_PAGES 1024 /* 4 MiB: a full name replay on attach fits */
 #endif
@@ -58,6 +62,13 @@ BPF_F_TABLE("percpu_hash", struct ga_agg_key, struct ga_agg_val, sampled0,
             GA_SAMPLED_ENTRIES, BPF_F_NO_PREALLOC);
 BPF_F_TABLE("percpu_hash", struct ga_agg_key, struct ga_agg_val, sampled1,
             GA_SAMPLED_ENTRIES, BPF_F_NO_PREALLOC);
+
+/* Launch-to-start latency histogram (struct ga_lat_key -> ga_lat_val), in the
+ * same two generations. */
+BPF_F_TABLE("percpu_hash", struct ga_lat_key, struct ga_lat_val, latency0, GA_LAT_ENTRIES,
+            BPF_F_NO_PREALLOC);
+BPF_F_TABLE("percpu_hash", struct ga_lat_key, struct ga_lat_val, latency1, GA_LAT_ENTRIES,
+            BPF_F_NO_PREALLOC);
 
 /* Which set kernel_batch writes (0 or 1); flipped by the agent at each drain
  * and read once per batch, so one batch never spans both sets. */
@@ -96,12 +107,12 @@ static __always_inline void see_proc(u32 tgid)
 }
 
 /* ---- cuda_correlation(u32 corr, u32 cbid, u64 stack_id, const u64 *frames,
- *                       u32 nframes, u32 weight) ---- */
+ *                       u32 nframes, u32 weight, u64 launch_ns) ---- */
 int ga_cuda_correlation(struct pt_regs *ctx)
 {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     u32 corr = 0, cbid = 0, nframes = 0, weight = 0;
-    u64 stack_id = 0, frames = 0;
+    u64 stack_id = 0, frames = 0, launch_ns = 0;
 
     bpf_usdt_readarg(1, ctx, &corr);
     bpf_usdt_readarg(2, ctx, &cbid);
@@ -109,11 +120,13 @@ int ga_cuda_correlation(struct pt_regs *ctx)
     bpf_usdt_readarg(4, ctx, &frames);
     bpf_usdt_readarg(5, ctx, &nframes);
     bpf_usdt_readarg(6, ctx, &weight);
+    bpf_usdt_readarg(7, ctx, &launch_ns);
     count(GA_CNT_SAMPLES, 1);
     see_proc(tgid);
 
     struct ga_corr_key ck = {.tgid = tgid, .correlation_id = corr};
-    struct ga_corr_val cv = {.stack_id = stack_id, .weight = weight, .cbid = cbid};
+    struct ga_corr_val cv = {.stack_id = stack_id, .weight = weight, .cbid = cbid,
+                             .launch_ns = launch_ns};
     corr_stacks.update(&ck, &cv);
 
     struct ga_stack_key sk = {.tgid = tgid, .pad = 0, .stack_id = stack_id};
@@ -185,6 +198,49 @@ static __always_inline int agg_insert(u32 gen, int sampled, struct ga_agg_key *k
     return gen ? totals1.update(k, v) : totals0.update(k, v);
 }
 
+static __always_inline void lat_add(u32 gen, struct ga_lat_key *k, u64 lat)
+{
+    struct ga_lat_val *v = gen ? latency1.lookup(k) : latency0.lookup(k);
+    if (v) {
+        v->count += 1;
+        v->sum_ns += lat;
+        return;
+    }
+    struct ga_lat_val nv = {.count = 1, .sum_ns = lat};
+    if ((gen ? latency1.update(k, &nv) : latency0.update(k, &nv)) != 0)
+        count(GA_DROP_AGG_FULL, 1);
+}
+
+/* floor(log2(x)) for x > 0; 0 for 0. Branch-free: inside the batch loop every
+ * branch multiplies the states the verifier walks. */
+static __always_inline u32 log2_u64(u64 x)
+{
+    x |= x >> 1;
+    x |= x >> 2;
+    x |= x >> 4;
+    x |= x >> 8;
+    x |= x >> 16;
+    x |= x >> 32;             /* every bit below the highest set bit is set */
+    x = x - ((x >> 1) & 0x5555555555555555ULL);
+    x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL);
+    x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0fULL;
+    u32 ones = (x * 0x0101010101010101ULL) >> 56;
+    return ones ? ones - 1 : 0;
+}
+
+/* Launch-to-start latency of a sampled, non-graph launch (the kernels of a
+ * graph share one launch: later nodes would count the earlier ones' time). */
+static __always_inline void latency_one(struct batch_ctx *bc, struct ga_kernel_record *r,
+                                        u64 launch_ns)
+{
+    if (!launch_ns || r->graph_id || (r->flags & GA_REC_GRAPH) || r->start_ns < launch_ns)
+        return;
+    u64 lat = r->start_ns - launch_ns;
+    struct ga_lat_key lk = {.tgid = bc->tgid, .device_id = r->device_id,
+                            .bucket = log2_u64(lat), .pad = 0};
+    lat_add(bc->gen, &lk, lat);
+}
+
 static __always_inline int batch_one(u32 i, struct batch_ctx *bc)
 {
     struct ga_kernel_record r;
@@ -226,6 +282,7 @@ static __always_inline int batch_one(u32 i, struct batch_ctx *bc)
     }
     k.stack_id = cv->stack_id;
     u64 w = cv->weight;
+    u64 launch_ns = cv->launch_ns;
     v = agg_lookup(bc->gen, 1, &k);
     if (v) {
         v->gpu_ns += ns;
@@ -238,6 +295,7 @@ static __always_inline int batch_one(u32 i, struct batch_ctx *bc)
         if (agg_insert(bc->gen, 1, &k, &nv) != 0)
             count(GA_DROP_AGG_FULL, 1);
     }
+    latency_one(bc, &r, launch_ns);
     return 0;
 }
 

@@ -304,6 +304,15 @@ def test_prometheus_scrapes_exact_kernel_totals(tmp_path, ebpf):
             assert r["metric"]["comm"] == "mock_workload" and r["metric"]["cuda_device"] == "0"
         busy = _query(base, f'gpu_agent_process_gpu_busy_seconds_total{{pid="{app.pid}"}}')
         assert abs(sum(float(r["value"][1]) for r in busy) - sum(v[1] for v in truth.values()) / 1e9) < 1e-9
+        # launch-to-start latency (sampled, non-graph launches): shim timestamp -> BPF histogram
+        lat_n = _query(base, f'gpu_agent_launch_queue_latency_seconds_count{{pid="{app.pid}"}}')
+        lat_s = _query(base, f'gpu_agent_launch_queue_latency_seconds_sum{{pid="{app.pid}"}}')
+        n = sum(float(r["value"][1]) for r in lat_n)
+        assert 0 < n <= sum(v[0] for v in truth.values())
+        assert 0 < sum(float(r["value"][1]) for r in lat_s) / n < 1.0  # mean under a second
+        q = _query(base, f'histogram_quantile(0.5, sum by (le) '
+                         f'(gpu_agent_launch_queue_latency_seconds_bucket{{pid="{app.pid}"}}))')
+        assert q and 0 < float(q[0]["value"][1]) < 1.0, q
         # the agent's own health is scraped too
         for name in ("gpu_agent_bpf_events_total", "gpu_agent_process_cpu_seconds_total",
                      "gpu_agent_process_resident_memory_bytes", "gpu_agent_attached_processes",

@@ -100,6 +100,9 @@ class Drain:
     totals: dict[AggKey, AggVal]
     sampled: dict[AggKey, AggVal]
     counters: dict[str, int]
+    # Launch-to-start latency of sampled launches: (tgid, device) ->
+    # (counts by floor(log2(ns)), a list of C.LAT_BUCKETS; sum of the latencies in ns).
+    latency: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -218,7 +221,8 @@ class BpfSession:
         self._known_ids = {(st.st_dev, st.st_ino)}
         self._bpf[b"events"].open_ring_buffer(self._on_event)
         self._maps = {n: self._bpf[n.encode()] for n in (
-            "totals0", "totals1", "sampled0", "sampled1", "generation", "drain_barrier",
+            "totals0", "totals1", "sampled0", "sampled1", "latency0", "latency1",
+            "generation", "drain_barrier",
             "stacks", "counters")}
         self._gen = 0
         self._set_generation(0)
@@ -474,7 +478,8 @@ class BpfSession:
         self._wait_for_programs()
         return Drain(totals=self._drain_map(self._maps[f"totals{old}"]),
                      sampled=self._drain_map(self._maps[f"sampled{old}"]),
-                     counters=self.counters())
+                     counters=self.counters(),
+                     latency=self._drain_latency(self._maps[f"latency{old}"]))
 
     def _set_generation(self, gen: int) -> None:
         key, val = ct.c_uint32(0), ct.c_uint32(gen)
@@ -510,10 +515,29 @@ class BpfSession:
             self._drain_per_key(table.map_fd, stride, add)
         return out
 
-    def _drain_batch(self, fd: int, stride: int, add) -> None:
+    def _drain_latency(self, table) -> dict:
+        out: dict = {}
+        stride = 2 * self._ncpu  # per-CPU ga_lat_val {count, sum_ns}
+
+        def add(key: C.LatKey, vals: memoryview) -> None:
+            if key.bucket >= C.LAT_BUCKETS:
+                return
+            acc = out.get((key.tgid, key.device_id))
+            if acc is None:
+                acc = out[(key.tgid, key.device_id)] = [[0] * C.LAT_BUCKETS, 0]
+            acc[0][key.bucket] += sum(vals[0::2])
+            acc[1] += sum(vals[1::2])
+
+        try:
+            self._drain_batch(table.map_fd, stride, add, C.LatKey)
+        except _BatchUnsupported:
+            self._drain_per_key(table.map_fd, stride, add, C.LatKey)
+        return {k: (v[0], v[1]) for k, v in out.items()}
+
+    def _drain_batch(self, fd: int, stride: int, add, key_type=C.AggKeyC) -> None:
         lib = self._lib
         chunk = BATCH_CHUNK
-        keys = (C.AggKeyC * chunk)()
+        keys = (key_type * chunk)()
         vals = (ct.c_uint64 * (stride * chunk))()
         in_batch, out_batch = ct.c_uint32(0), ct.c_uint32(0)
         count = ct.c_uint32(0)
@@ -533,7 +557,7 @@ class BpfSession:
                 if err == errno.ENOSPC and count.value == 0:
                     # One bucket holds more keys than the buffer: grow and retry.
                     chunk *= 2
-                    keys = (C.AggKeyC * chunk)()
+                    keys = (key_type * chunk)()
                     vals = (ct.c_uint64 * (stride * chunk))()
                     continue
                 if first and err in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
@@ -542,16 +566,16 @@ class BpfSession:
             in_batch.value = out_batch.value
             first = False
 
-    def _drain_per_key(self, fd: int, stride: int, add) -> None:
+    def _drain_per_key(self, fd: int, stride: int, add, key_type=C.AggKeyC) -> None:
         """Kernels without batch ops: per-key lookup-and-delete (5.14+), else lookup+delete."""
         lib = self._lib
-        key, nxt = C.AggKeyC(), C.AggKeyC()
+        key, nxt = key_type(), key_type()
         vals = (ct.c_uint64 * stride)()
         keys = []
         if lib.bpf_get_first_key(fd, ct.byref(key), ct.sizeof(key)) == 0:
-            keys.append(C.AggKeyC.from_buffer_copy(key))
+            keys.append(key_type.from_buffer_copy(key))
             while lib.bpf_get_next_key(fd, ct.byref(key), ct.byref(nxt)) == 0:
-                keys.append(C.AggKeyC.from_buffer_copy(nxt))
+                keys.append(key_type.from_buffer_copy(nxt))
                 ct.memmove(ct.byref(key), ct.byref(nxt), ct.sizeof(key))
         for k in keys:
             if lib.bpf_lookup_and_delete(fd, ct.byref(k), ct.byref(vals)) != 0:

@@ -22,13 +22,15 @@ NAME_CHUNK = 512
 MAX_NAME_LEN = 64 * 1024
 
 REC_GRAPH = 0x1
+LAT_BUCKETS = 64
 
 # Probe name -> ordered (argument name, C type) pairs, as in the header comment.
 # Pointer arguments are "ptr" (8 bytes on the probe site).
 PROBES: dict[str, tuple[tuple[str, str], ...]] = {
     "attach": (),
     "cuda_correlation": (("correlation_id", "u32"), ("cbid", "u32"), ("stack_id", "u64"),
-                         ("frames", "ptr"), ("nframes", "u32"), ("weight", "u32")),
+                         ("frames", "ptr"), ("nframes", "u32"), ("weight", "u32"),
+                         ("launch_ns", "u64")),
     "kernel_batch": (("records", "ptr"), ("count", "u32"), ("record_size", "u32"),
                      ("dropped", "u32")),
     "kernel_name": (("kernel_id", "u64"), ("total_len", "u32"), ("offset", "u32"),
@@ -60,7 +62,15 @@ class CorrKey(ct.Structure):
 
 
 class CorrVal(ct.Structure):
-    _fields_ = [("stack_id", u64), ("weight", u32), ("cbid", u32)]
+    _fields_ = [("stack_id", u64), ("weight", u32), ("cbid", u32), ("launch_ns", u64)]
+
+
+class LatKey(ct.Structure):
+    _fields_ = [("tgid", u32), ("device_id", u32), ("bucket", u32), ("pad", u32)]
+
+
+class LatVal(ct.Structure):
+    _fields_ = [("count", u64), ("sum_ns", u64)]
 
 
 class StackKey(ct.Structure):
@@ -157,6 +167,8 @@ STRUCTS: dict[str, type[ct.Structure]] = {
     "ga_stack": Stack,
     "ga_agg_key": AggKeyC,
     "ga_agg_val": AggValC,
+    "ga_lat_key": LatKey,
+    "ga_lat_val": LatVal,
     "ga_event_hdr": EventHdr,
     "ga_ev_name_chunk": EvNameChunk,
     "ga_ev_new_stack": EvNewStack,
@@ -169,6 +181,7 @@ CONSTANTS: dict[str, int] = {
     "GA_NAME_CHUNK": NAME_CHUNK,
     "GA_MAX_NAME_LEN": MAX_NAME_LEN,
     "GA_REC_GRAPH": REC_GRAPH,
+    "GA_LAT_BUCKETS": LAT_BUCKETS,
 }
 STRING_CONSTANTS: dict[str, str] = {"GA_PROVIDER": PROVIDER,
                                     "GA_SEMAPHORE_SYMBOL": SEMAPHORE_SYMBOL}

@@ -118,6 +118,9 @@ class Metrics:
                 s.launches += n
                 s.updated = now
             self._expire(now)
+        latency = getattr(drain, "latency", None)
+        if latency:
+            self.on_latency(latency)
 
     def on_latency(self, hist: dict) -> None:
         """hist: {(tgid, device): (buckets list[64] of counts by log2(ns), sum_ns)}."""

@@ -20,7 +20,8 @@
  *                     no CUPTI callback or activity work runs at all.
  *
  *   cuda_correlation  (u32 correlation_id, u32 cbid, u64 stack_id,
- *                      const u64 *frames, u32 nframes, u32 weight)
+ *                      const u64 *frames, u32 nframes, u32 weight,
+ *                      u64 launch_ns)
  *                     Fired at a *sampled* launch (API enter) on the launching
  *                     thread. frames[0] is the innermost return address
  *                     (the CUDA API), eh_frame-unwound by the shim, with the
@@ -28,6 +29,10 @@
  *                     64-bit hash of frames (never 0). weight is the inverse
  *                     sampling probability (1 for forced samples: first launch
  *                     of a function, first launch of a graph exec).
+ *                     launch_ns is cuptiGetTimestamp() at the launch, on the
+ *                     clock of the kernel records' start_ns (0: unknown); BPF
+ *                     turns start_ns - launch_ns into the launch-to-start
+ *                     latency histogram (sampled, non-graph launches only).
  *
  *   kernel_batch      (const struct ga_kernel_record *records, u32 count,
  *                      u32 record_size, u32 dropped)
@@ -96,6 +101,7 @@ struct ga_corr_val {
     ga_u64 stack_id;
     ga_u32 weight;
     ga_u32 cbid;
+    ga_u64 launch_ns;       /* cuda_correlation's launch_ns (0: unknown) */
 };
 
 /* stacks: LRU hash, (tgid, stack id) -> frames. */
@@ -128,6 +134,24 @@ struct ga_agg_val {
     ga_u64 launches;
     ga_u64 weighted_ns;     /* sum of gpu_ns * weight (sampled map only) */
     ga_u64 weighted_launches;
+};
+
+/* latency0/1: per-CPU hashes, generation-flipped like the aggregation maps:
+ * (tgid, device, bucket) -> launches whose kernel started start_ns - launch_ns
+ * in [2^bucket, 2^(bucket+1)) ns after the launch (bucket 0 also holds 0 ns),
+ * and the sum of those latencies. Sampled launches only, and not graph
+ * launches: the kernels of a graph share one launch, so later nodes would
+ * count the earlier ones' run time. */
+#define GA_LAT_BUCKETS 64
+struct ga_lat_key {
+    ga_u32 tgid;
+    ga_u32 device_id;
+    ga_u32 bucket;          /* floor(log2(ns)), 0..GA_LAT_BUCKETS-1 */
+    ga_u32 pad;
+};
+struct ga_lat_val {
+    ga_u64 count;
+    ga_u64 sum_ns;
 };
 
 /* counters: array map indexed by enum ga_counter. */

@@ -276,8 +276,12 @@ static uintptr_t launch_key(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
 }
 
 /* noinline: one cuda_correlation probe site, and the 512-byte frame buffer
- * is only on the stack for sampled launches. */
+ * is only on the stack for sampled launches. launch_ns: CUPTI's clock at the
+ * launch (API enter), the clock of kernel records' start: BPF turns it into
+ * launch-to-start latency. 0 if this CUPTI lacks cuptiGetTimestamp. */
 __attribute__((noinline)) static void take_sample(uint32_t corr, uint32_t cbid, uint32_t weight) {
+    uint64_t launch_ns = 0;
+    if (ga_cupti.GetTimestamp && ga_cupti.GetTimestamp(&launch_ns) != CUPTI_SUCCESS) launch_ns = 0;
     uint64_t frames[GA_MAX_FRAMES];
     unwind_state u;
     u.frames = frames;
@@ -287,7 +291,7 @@ __attribute__((noinline)) static void take_sample(uint32_t corr, uint32_t cbid, 
     uint32_t n = u.n;
     uint64_t stack_id = hash_stack(frames, n);
     const uint64_t *fp = frames;
-    STAP_PROBE6(gpu_agent, cuda_correlation, corr, cbid, stack_id, fp, n, weight);
+    STAP_PROBE7(gpu_agent, cuda_correlation, corr, cbid, stack_id, fp, n, weight, launch_ns);
     ga_stat_samples.fetch_add(1, std::memory_order_relaxed);
 }
 

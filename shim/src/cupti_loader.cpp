@@ -134,6 +134,7 @@ bool ga_cupti_load(const char **why, char *path_out, size_t path_len) noexcept {
 #undef SYM
     *(void **)&t.GetResultString = dlsym(h, "cuptiGetResultString");
     *(void **)&t.GetVersion = dlsym(h, "cuptiGetVersion");
+    *(void **)&t.GetTimestamp = dlsym(h, "cuptiGetTimestamp");
     ga_cupti = t;
     ga_cupti_handle = h;
     return true;

@@ -47,6 +47,7 @@ struct ga_cupti_table {
     CUptiResult (*ActivityFlushAll)(uint32_t);
     CUptiResult (*GetResultString)(CUptiResult, const char **); /* optional */
     CUptiResult (*GetVersion)(uint32_t *);                     /* optional */
+    CUptiResult (*GetTimestamp)(uint64_t *);                   /* optional: launch time */
 };
 GA_HIDDEN extern ga_cupti_table ga_cupti;
 GA_HIDDEN extern void *ga_cupti_handle;

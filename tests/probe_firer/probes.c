@@ -9,7 +9,8 @@ __attribute__((noinline)) void firer_correlation(ga_u32 corr, ga_u32 cbid, ga_u6
                                                  const ga_u64 *frames, ga_u32 nframes,
                                                  ga_u32 weight)
 {
-    STAP_PROBE6(gpu_agent, cuda_correlation, corr, cbid, stack_id, frames, nframes, weight);
+    STAP_PROBE7(gpu_agent, cuda_correlation, corr, cbid, stack_id, frames, nframes, weight,
+                (ga_u64)0 /* launch_ns: no latency sample */);
 }
 
 /* A second site of the same probe: the real shim may inline a probe in
@@ -19,7 +20,7 @@ __attribute__((noinline)) void firer_correlation_alt(ga_u32 corr, ga_u32 cbid, g
                                                      ga_u32 weight)
 {
     volatile ga_u64 sid = stack_id; /* different register allocation than site 1 */
-    STAP_PROBE6(gpu_agent, cuda_correlation, corr, cbid, sid, frames, nframes, weight);
+    STAP_PROBE7(gpu_agent, cuda_correlation, corr, cbid, sid, frames, nframes, weight, (ga_u64)0);
 }
 
 __attribute__((noinline)) void firer_batch(const struct ga_kernel_record *recs, ga_u32 count,
