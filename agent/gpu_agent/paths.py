@@ -45,17 +45,9 @@ def shim_variants() -> dict[int, Path]:
 def driver_cuda_major(proc_version: str = "/proc/driver/nvidia/version") -> int | None:
     """The CUDA major version this node's NVIDIA driver supports, or None without a driver.
 
-    Asks libcuda (cuDriverGetVersion needs no cuInit and no GPU access) where it can be
-    loaded; else maps the kernel module's version (visible in every container's /proc):
-    CUDA 13 needs driver >= 580, CUDA 12 >= 525."""
-    try:
-        import ctypes
-        lib = ctypes.CDLL("libcuda.so.1")
-        v = ctypes.c_int(0)
-        if lib.cuDriverGetVersion(ctypes.byref(v)) == 0 and v.value > 0:
-            return v.value // 1000
-    except (OSError, AttributeError):
-        pass
+    From the kernel module's version, which every container sees in /proc: CUDA 13 needs
+    driver >= 580, CUDA 12 >= 525. (libcuda is deliberately not loaded into the agent to ask
+    it: that would initialise a driver library inside a process that never uses the GPU.)"""
     try:
         with open(proc_version) as f:
             text = f.read()
