@@ -106,11 +106,14 @@ static __always_inline void see_proc(u32 tgid)
     }
 }
 
+#include "python_stack.h" /* ga_py_unwind: the launching thread's Python frames */
+
 /* ---- cuda_correlation(u32 corr, u32 cbid, u64 stack_id, const u64 *frames,
  *                       u32 nframes, u32 weight, u64 launch_ns) ---- */
 int ga_cuda_correlation(struct pt_regs *ctx)
 {
-    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    u64 pid_tgid = bpf_get_current_pid_tgid();
+    u32 tgid = pid_tgid >> 32;
     u32 corr = 0, cbid = 0, nframes = 0, weight = 0;
     u64 stack_id = 0, frames = 0, launch_ns = 0;
 
@@ -123,6 +126,8 @@ int ga_cuda_correlation(struct pt_regs *ctx)
     bpf_usdt_readarg(7, ctx, &launch_ns);
     count(GA_CNT_SAMPLES, 1);
     see_proc(tgid);
+    /* From here on stack_id also covers the Python frames, if any. */
+    stack_id = ga_py_unwind(tgid, (u32)pid_tgid, stack_id);
 
     struct ga_corr_key ck = {.tgid = tgid, .correlation_id = corr};
     struct ga_corr_val cv = {.stack_id = stack_id, .weight = weight, .cbid = cbid,
@@ -375,10 +380,22 @@ int ga_kernel_name(struct pt_regs *ctx)
     return 0;
 }
 
-/* ---- attach: no work. The uprobe exists so the kernel raises the
- * semaphore (ref_ctr_offset) in every process mapping the shim. ---- */
+/* ---- attach: the uprobe exists so the kernel raises the semaphore
+ * (ref_ctr_offset) in every process mapping the shim; the shim fires it once
+ * it has attached. The agent hears of the process here, before its first
+ * sampled launch, and sets up its Python stacks (py_procs). ---- */
 int ga_attach(struct pt_regs *ctx)
 {
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    see_proc(tgid);
+    struct ga_ev_proc_attach *ev = events.ringbuf_reserve(sizeof(*ev));
+    if (!ev) {
+        count(GA_DROP_RINGBUF_FULL, 1);
+        return 0;
+    }
+    ev->hdr.type = GA_EV_PROC_ATTACH;
+    ev->hdr.tgid = tgid;
+    events.ringbuf_submit(ev, 0);
     return 0;
 }
 

@@ -38,6 +38,7 @@ class Sample:
     files: list[str]
     system_names: list[str]  # mangled names where they differ from the function name
     labels: dict[str, str] = field(default_factory=dict)
+    lines: list[int] = field(default_factory=list)  # source line per frame (0: none)
 
 
 _SAMPLE = re.compile(r"^\s*((?:-?\d+\s+)+)(-?\d+):\s*((?:\d+\s*)*)$")
@@ -49,7 +50,7 @@ _LOC_CONT = re.compile(r"^\s+(.*?)\s+(\S*):(-?\d+)\s+s=\d+(?:\(.*\))?\s*$")
 def raw(path) -> list[Sample]:
     text = pprof("-raw", str(path))
     samples: list[tuple[list[int], list[int], dict]] = []
-    locs: dict[int, list[tuple[str, str, str]]] = {}
+    locs: dict[int, list[tuple[str, str, str, int]]] = {}
     section = None
     last_loc = None
     for line in text.splitlines():
@@ -75,20 +76,22 @@ def raw(path) -> list[Sample]:
             m = _LOC.match(line)
             if m:
                 last_loc = int(m.group(1))
-                locs[last_loc] = [(m.group(2), m.group(3), m.group(5) or m.group(2))]
+                locs[last_loc] = [(m.group(2), m.group(3), m.group(5) or m.group(2),
+                                   int(m.group(4)))]
                 continue
             m = _LOC_CONT.match(line)
             if m and last_loc is not None:
-                locs[last_loc].append((m.group(1), m.group(2), m.group(1)))
+                locs[last_loc].append((m.group(1), m.group(2), m.group(1), int(m.group(3))))
     out = []
     for vals, ids, labels in samples:
-        frames, files, sys_names = [], [], []
+        frames, files, sys_names, lines = [], [], [], []
         for i in ids:
-            for fn, file, sysname in locs.get(i, [("?", "?", "?")]):
+            for fn, file, sysname, line in locs.get(i, [("?", "?", "?", 0)]):
                 frames.append(fn)
                 files.append(file)
                 sys_names.append(sysname)
-        out.append(Sample(vals, frames, files, sys_names, labels))
+                lines.append(line)
+        out.append(Sample(vals, frames, files, sys_names, labels, lines))
     return out
 
 

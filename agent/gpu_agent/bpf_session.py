@@ -144,7 +144,10 @@ class BpfSession:
     Public API: open(), poll(timeout_ms) -> int, drain() -> Drain,
     counters() -> dict[str, int], get_stack(tgid, stack_id) -> list[int] | None,
     close(); attribute names: dict[int, bytes] (kernel_id -> mangled name).
-    Callbacks run inside poll(): on_new_stack(tgid, stack_id), on_proc_exit(tgid).
+    Callbacks run inside poll(): on_new_stack(tgid, stack_id), on_proc_exit(tgid),
+    on_proc_attach(tgid) (the shim in tgid attached: set up its Python stacks now).
+    Python stacks: set_py_config(tgid, C.PyConfig), del_py_config(tgid),
+    get_py_stack(tgid, stack_id) -> C.PyStack | None.
     """
 
     def __init__(self, shim_path: str, *,
@@ -154,6 +157,7 @@ class BpfSession:
         self.shim_path = os.path.realpath(shim_path)
         self.on_new_stack = on_new_stack
         self.on_proc_exit = on_proc_exit
+        self.on_proc_attach: Optional[Callable[[int], None]] = None
         self.extra_cflags = list(cflags or [])
         self.names: dict[int, bytes] = {}
         self._pending: dict[int, _PendingName] = {}
@@ -193,8 +197,8 @@ class BpfSession:
         usdt_text = usdt.get_text()
 
         bpf_dir, inc_dir = paths.bpf_dir(), paths.include_dir()
-        src = (bpf_dir / "gpu_agent.bpf.c").read_text()
-        cflags = ["-DGA_BPF", f"-I{inc_dir}", "-Wno-comment"]
+        src = _splice_local_includes((bpf_dir / "gpu_agent.bpf.c").read_text(), bpf_dir)
+        cflags = ["-DGA_BPF", f"-I{inc_dir}", f"-I{bpf_dir}", "-Wno-comment"]
         if _tracepoint_has_field("sched", "sched_process_exit", "group_dead"):
             cflags.append("-DGA_HAVE_GROUP_DEAD")
         cflags += self.extra_cflags
@@ -223,7 +227,7 @@ class BpfSession:
         self._maps = {n: self._bpf[n.encode()] for n in (
             "totals0", "totals1", "sampled0", "sampled1", "latency0", "latency1",
             "generation", "drain_barrier",
-            "stacks", "counters")}
+            "stacks", "counters", "py_procs", "py_stacks")}
         self._gen = 0
         self._set_generation(0)
 
@@ -441,6 +445,9 @@ class BpfSession:
         elif hdr.type == C.EventType.GA_EV_PROC_EXIT:
             if self.on_proc_exit is not None:
                 self.on_proc_exit(hdr.tgid)
+        elif hdr.type == C.EventType.GA_EV_PROC_ATTACH:
+            if self.on_proc_attach is not None:
+                self.on_proc_attach(hdr.tgid)
         else:
             self._agent_counts["ev_unknown"] += 1
 
@@ -619,6 +626,33 @@ class BpfSession:
             return None
         n = min(val.nframes, C.MAX_FRAMES)
         return list(val.ips[:n])
+
+    # -- Python stacks (bpf/python_stack.h) ----------------------------------
+    def set_py_config(self, tgid: int, cfg: C.PyConfig) -> None:
+        """Turn on Python stacks for tgid (its interpreter's layout, see python/layout.py)."""
+        if self._bpf is None:
+            raise BpfError("session is not open")
+        key = ct.c_uint32(tgid)
+        if self._lib.bpf_update_elem(self._maps["py_procs"].map_fd, ct.byref(key), ct.byref(cfg),
+                                     0) != 0:
+            raise BpfError(f"py_procs update for {tgid} failed: {os.strerror(ct.get_errno())}")
+
+    def del_py_config(self, tgid: int) -> None:
+        if self._bpf is None:
+            return
+        key = ct.c_uint32(tgid)
+        self._lib.bpf_delete_elem(self._maps["py_procs"].map_fd, ct.byref(key))
+
+    def get_py_stack(self, tgid: int, stack_id: int) -> Optional[C.PyStack]:
+        """Python frames stored with a stack (innermost first); None if it has none."""
+        if self._bpf is None:
+            raise BpfError("session is not open")
+        key = C.StackKey(tgid=tgid, pad=0, stack_id=stack_id)
+        val = C.PyStack()
+        if self._lib.bpf_lookup_elem(self._maps["py_stacks"].map_fd, ct.byref(key),
+                                     ct.byref(val)) != 0:
+            return None
+        return val
 
 
 class _BatchUnsupported(Exception):

@@ -17,6 +17,7 @@ from typing import Callable, Optional
 from . import estimator
 from .bpf_session import BpfSession, Drain
 from .pprof import FrameSpec, ProfileBuilder
+from .python import PythonStacks
 from .symbolize import Symbolizer, demangle_kernel
 
 UNSAMPLED = "[unsampled]"
@@ -91,10 +92,14 @@ class Collector:
     first event from it, and its answer is remembered.
     """
 
-    def __init__(self, shim_path: str, *, pid_filter: Optional[Callable[[int], bool]] = None):
+    def __init__(self, shim_path: str, *, pid_filter: Optional[Callable[[int], bool]] = None,
+                 python_stacks: bool = True):
         self.session = BpfSession(str(shim_path), on_new_stack=self._on_new_stack,
                                   on_proc_exit=self._on_proc_exit)
+        self.session.on_proc_attach = self._on_proc_attach
         self.symbolizer = Symbolizer()
+        # Python frames of launching threads (python/: BPF walks, we name and merge).
+        self.python = PythonStacks(self.session, enabled=python_stacks)
         self.pid_filter = pid_filter
         self.procs: dict[int, ProcInfo] = {}
         self._included: dict[int, bool] = {}
@@ -143,10 +148,16 @@ class Collector:
         self._see(tgid)
         self._symbolize(tgid, stack_id)
 
+    def _on_proc_attach(self, tgid: int) -> None:
+        self._see(tgid)
+        if self.included(tgid):
+            self.python.on_attach(tgid)
+
     def _on_proc_exit(self, tgid: int) -> None:
         info = self.procs.get(tgid)
         if info is not None:
             info.exited = True
+        self.python.forget(tgid)
         for fn in self.exit_listeners:
             fn(tgid)
 
@@ -158,6 +169,7 @@ class Collector:
             if not ips:
                 return []
             frames = self.symbolizer.symbolize(tgid, ips)
+            frames = self.python.frames(tgid, stack_id, frames)  # FrameSpec.python spliced in
             self._frames[key] = frames
         return frames
 
@@ -219,7 +231,8 @@ class Collector:
                 stack = [FrameSpec.marker(UNSAMPLED)]
             else:
                 native = self._symbolize(tgid, row.stack_id)
-                stack = [FrameSpec.native(f) for f in native] or [FrameSpec.marker(UNKNOWN_STACK)]
+                stack = [f if isinstance(f, FrameSpec) else FrameSpec.native(f)
+                         for f in native] or [FrameSpec.marker(UNKNOWN_STACK)]
             labels = {"pid": str(tgid), "comm": info.comm,
                       "cuda_device": str(device_id), "cuda_stream": str(stream_id)}
             if graph_id:

@@ -116,7 +116,11 @@ class Counter(IntEnum):
     GA_DROP_RINGBUF_FULL = 11
     GA_DROP_NAME_READ = 12
     GA_DROP_CUPTI = 13
-    GA_COUNTER_MAX = 14
+    GA_CNT_PY_STACKS = 14
+    GA_CNT_PY_NO_THREAD = 15
+    GA_DROP_PY_READ = 16
+    GA_DROP_PY_STACK_FULL = 17
+    GA_COUNTER_MAX = 18
 
 
 COUNTER_MAX = int(Counter.GA_COUNTER_MAX)
@@ -132,6 +136,7 @@ class EventType(IntEnum):
     GA_EV_NAME_CHUNK = 1
     GA_EV_NEW_STACK = 2
     GA_EV_PROC_EXIT = 3
+    GA_EV_PROC_ATTACH = 4
 
 
 class EventHdr(ct.Structure):
@@ -158,6 +163,72 @@ class EvProcExit(ct.Structure):
     _fields_ = [("hdr", EventHdr)]
 
 
+class EvProcAttach(ct.Structure):
+    _fields_ = [("hdr", EventHdr)]
+
+
+# ---- Python stacks (see the header's "Python stacks" section) ----
+PY_MAX_FRAMES = 128
+PY_MAX_THREADS = 256
+PY_NO_INSTR = 0xFFFFFFFF
+PYC_FRAMEOBJ = 0x1
+PYC_CFRAME = 0x2
+PYC_IS_ENTRY = 0x4
+PYC_OWNER = 0x8
+PYC_MATCH_PTHREAD = 0x10
+PY_STAMP_MUL = 0x100000001B3
+PYF_ENTRY = 0x1
+PYS_TRUNCATED = 0x1
+
+
+def py_stamp(name8: int, name_len: int, firstlineno: int) -> int:
+    """GA_PY_STAMP: the validation stamp BPF takes of a code object at a sample."""
+    m = (1 << 64) - 1
+    return (((name8 * PY_STAMP_MUL) & m) ^ ((name_len & 0xFFFFFFFF) << 32)
+            ^ (firstlineno & 0xFFFFFFFF))
+
+
+class PyConfig(ct.Structure):
+    _fields_ = [
+        ("runtime", u64),
+        ("code_type", u64),
+        ("pidns_dev", u64),
+        ("pidns_ino", u64),
+        ("version", u32),
+        ("flags", u32),
+        ("rt_interp_head", u32),
+        ("interp_next", u32),
+        ("interp_threads", u32),
+        ("ts_next", u32),
+        ("ts_thread_id", u32),
+        ("ts_native_tid", u32),
+        ("ts_frame", u32),
+        ("cframe_frame", u32),
+        ("fr_previous", u32),
+        ("fr_code", u32),
+        ("fr_instr", u32),
+        ("fr_owner", u32),
+        ("fr_size", u32),
+        ("owner_shim", u32),
+        ("co_firstlineno", u32),
+        ("co_name", u32),
+        ("co_code", u32),
+        ("co_size", u32),
+        ("str_length", u32),
+        ("str_data", u32),
+        ("task_fsbase", u32),
+        ("pad", u32),
+    ]
+
+
+class PyFrame(ct.Structure):
+    _fields_ = [("code", u64), ("stamp", u64), ("instr", u32), ("flags", u32)]
+
+
+class PyStack(ct.Structure):
+    _fields_ = [("nframes", u32), ("flags", u32), ("frames", PyFrame * PY_MAX_FRAMES)]
+
+
 # C struct name -> ctypes mirror; the contract test walks this.
 STRUCTS: dict[str, type[ct.Structure]] = {
     "ga_kernel_record": KernelRecord,
@@ -173,6 +244,10 @@ STRUCTS: dict[str, type[ct.Structure]] = {
     "ga_ev_name_chunk": EvNameChunk,
     "ga_ev_new_stack": EvNewStack,
     "ga_ev_proc_exit": EvProcExit,
+    "ga_ev_proc_attach": EvProcAttach,
+    "ga_py_config": PyConfig,
+    "ga_py_frame": PyFrame,
+    "ga_py_stack": PyStack,
 }
 ENUMS: dict[str, type[IntEnum]] = {"ga_counter": Counter, "ga_event_type": EventType}
 CONSTANTS: dict[str, int] = {
@@ -182,6 +257,17 @@ CONSTANTS: dict[str, int] = {
     "GA_MAX_NAME_LEN": MAX_NAME_LEN,
     "GA_REC_GRAPH": REC_GRAPH,
     "GA_LAT_BUCKETS": LAT_BUCKETS,
+    "GA_PY_MAX_FRAMES": PY_MAX_FRAMES,
+    "GA_PY_MAX_THREADS": PY_MAX_THREADS,
+    "GA_PY_NO_INSTR": PY_NO_INSTR,
+    "GA_PYC_FRAMEOBJ": PYC_FRAMEOBJ,
+    "GA_PYC_CFRAME": PYC_CFRAME,
+    "GA_PYC_IS_ENTRY": PYC_IS_ENTRY,
+    "GA_PYC_OWNER": PYC_OWNER,
+    "GA_PYC_MATCH_PTHREAD": PYC_MATCH_PTHREAD,
+    "GA_PY_STAMP_MUL": PY_STAMP_MUL,
+    "GA_PYF_ENTRY": PYF_ENTRY,
+    "GA_PYS_TRUNCATED": PYS_TRUNCATED,
 }
 STRING_CONSTANTS: dict[str, str] = {"GA_PROVIDER": PROVIDER,
                                     "GA_SEMAPHORE_SYMBOL": SEMAPHORE_SYMBOL}

@@ -1,0 +1,504 @@
+"""Find a process's CPython and compute the ga_py_config the BPF walker needs.
+
+Where the interpreter is: the mapping of a libpython3.X.so, or the main
+executable when it carries _PyRuntime itself (a static python). Its symbols
+(_PyRuntime, PyCode_Type, Py_Version) come from the file through pyelftools,
+moved by the load bias read from /proc/PID/maps.
+
+The version: Py_Version (3.11+), else the file name (libpython3.10.so,
+python3.10). The layout:
+  * 3.13 and later: _Py_DebugOffsets, which CPython puts at offset 0 of
+    _PyRuntime for out-of-process tools (cookie "xdebugpy"), read from the
+    process's memory. Free-threaded builds are refused.
+  * 3.10-3.12: a per-version table (offsetof() against the release headers;
+    see tests/test_python_layout.py).
+Either way the result is checked against the live process before the BPF
+program may use it: PyCode_Type.tp_members gives the interpreter's own
+offsets of co_filename/co_name/co_qualname/co_firstlineno/co_linetable,
+tp_basicsize gives where bytecode starts (3.11/3.12), every thread state
+found must point back to its interpreter, and the frames of every thread must
+lead to code objects. Anything unknown or inconsistent raises
+UnsupportedPython: the process keeps native-only stacks.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import struct
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .. import contract as C
+from .btf import task_fsbase_offset
+from .procmem import ProcMem, ProcMemError
+
+MIN_VERSION = (3, 10)
+# PyTypeObject (default build, 3.10-3.14): tp_basicsize @32, tp_members @240.
+TP_BASICSIZE = 32
+TP_MEMBERS = 240
+MEMBERDEF_SIZE = 40      # struct PyMemberDef {name, type, offset, flags, doc}
+MEMBERDEF_OFFSET = 16
+OB_TYPE = 8
+OB_SIZE = 16             # PyVarObject.ob_size
+BYTES_SVAL = 32          # PyBytesObject.ob_sval
+STR_STATE = 32           # PyASCIIObject.state
+
+
+class UnsupportedPython(Exception):
+    """This process's Python cannot be unwound (its stacks stay native-only)."""
+
+
+@dataclass
+class Interpreter:
+    """Where a process's CPython lives."""
+
+    pid: int
+    path: str               # the file as the process maps it
+    open_path: str          # how we open it (map_files / root)
+    bias: int               # runtime address - ELF vaddr
+    symbols: dict           # name -> runtime address
+    static: bool            # the python executable itself (no libpython)
+
+
+@dataclass
+class Layout:
+    """Everything both the BPF walker and the symbolizer need for one process."""
+
+    version: tuple          # (major, minor, micro)
+    version_hex: int
+    config: C.PyConfig
+    # agent-side (symbolizer) offsets
+    co_filename: int
+    co_name: int            # co_qualname on 3.11+, co_name on 3.10
+    co_firstlineno: int
+    co_linetable: int
+    co_code: int            # bytecode start (3.11+), 0 on 3.10
+    str_ascii_size: int     # sizeof(PyASCIIObject)
+    str_compact_size: int   # sizeof(PyCompactUnicodeObject)
+    str_length: int = 16
+    interpreter: Optional[Interpreter] = None
+    notes: list = field(default_factory=list)
+
+    @property
+    def version_str(self) -> str:
+        return ".".join(map(str, self.version))
+
+
+# ---- 3.10-3.12: offsetof() against pyenv's 3.10.13, 3.11.7, 3.12.1 headers ----
+# (the tests recompile these against every installed version's headers)
+_TABLE = {
+    (3, 10): dict(rt_interp_head=32, interp_next=0, interp_threads=8, ts_next=8, ts_interp=16,
+                  ts_thread_id=176, ts_native_tid=0, ts_frame=24, cframe_frame=0,
+                  fr_previous=24, fr_code=32, fr_instr=96, fr_owner=0,
+                  co_filename=104, co_name=112, co_qualname=None, co_firstlineno=40,
+                  co_linetable=120, co_code=0, ascii_size=48, compact_size=72),
+    (3, 11): dict(rt_interp_head=40, interp_next=0, interp_threads=16, ts_next=8, ts_interp=16,
+                  ts_thread_id=152, ts_native_tid=160, ts_frame=56, cframe_frame=8,
+                  fr_previous=48, fr_code=32, fr_instr=56, fr_owner=68,  # is_entry
+                  co_filename=112, co_name=120, co_qualname=128, co_firstlineno=72,
+                  co_linetable=136, co_code=184, ascii_size=48, compact_size=72),
+    (3, 12): dict(rt_interp_head=40, interp_next=0, interp_threads=72, ts_next=8, ts_interp=16,
+                  ts_thread_id=136, ts_native_tid=144, ts_frame=56, cframe_frame=0,
+                  fr_previous=8, fr_code=0, fr_instr=56, fr_owner=70,
+                  co_filename=112, co_name=120, co_qualname=128, co_firstlineno=68,
+                  co_linetable=136, co_code=192, ascii_size=40, compact_size=56),
+}
+# First owner value that is not a Python frame: FRAME_OWNED_BY_CSTACK (3) on
+# 3.12/3.13; 3.14 inserted FRAME_OWNED_BY_INTERPRETER (3) before CSTACK (4).
+OWNER_SHIM = 3
+
+# ---- _Py_DebugOffsets (3.13+): sections of u64 fields, in declaration order ----
+_DEBUG_313 = [
+    ("runtime_state", ["size", "finalizing", "interpreters_head"]),
+    ("interpreter_state", ["size", "id", "next", "threads_head", "gc", "imports_modules",
+                           "sysdict", "builtins", "ceval_gil", "gil_runtime_state",
+                           "gil_runtime_state_enabled", "gil_runtime_state_locked",
+                           "gil_runtime_state_holder"]),
+    ("thread_state", ["size", "prev", "next", "interp", "current_frame", "thread_id",
+                      "native_thread_id", "datastack_chunk", "status"]),
+    ("interpreter_frame", ["size", "previous", "executable", "instr_ptr", "localsplus",
+                           "owner"]),
+    ("code_object", ["size", "filename", "name", "qualname", "linetable", "firstlineno",
+                     "argcount", "localsplusnames", "localspluskinds", "co_code_adaptive"]),
+    ("pyobject", ["size", "ob_type"]),
+    ("type_object", ["size", "tp_name", "tp_repr", "tp_flags"]),
+    ("tuple_object", ["size", "ob_item", "ob_size"]),
+    ("list_object", ["size", "ob_item", "ob_size"]),
+    ("dict_object", ["size", "ma_keys", "ma_values"]),
+    ("float_object", ["size", "ob_fval"]),
+    ("long_object", ["size", "lv_tag", "ob_digit"]),
+    ("bytes_object", ["size", "ob_size", "ob_sval"]),
+    ("unicode_object", ["size", "state", "length", "asciiobject_size"]),
+    ("gc", ["size", "collecting"]),
+]
+_DEBUG_314 = [
+    ("runtime_state", ["size", "finalizing", "interpreters_head"]),
+    ("interpreter_state", ["size", "id", "next", "threads_head", "threads_main", "gc",
+                           "imports_modules", "sysdict", "builtins", "ceval_gil",
+                           "gil_runtime_state", "gil_runtime_state_enabled",
+                           "gil_runtime_state_locked", "gil_runtime_state_holder",
+                           "code_object_generation", "tlbc_generation"]),
+    ("thread_state", ["size", "prev", "next", "interp", "current_frame", "thread_id",
+                      "native_thread_id", "datastack_chunk", "status"]),
+    ("interpreter_frame", ["size", "previous", "executable", "instr_ptr", "localsplus",
+                           "owner", "stackpointer", "tlbc_index"]),
+    ("code_object", ["size", "filename", "name", "qualname", "linetable", "firstlineno",
+                     "argcount", "localsplusnames", "localspluskinds", "co_code_adaptive",
+                     "co_tlbc"]),
+    ("pyobject", ["size", "ob_type"]),
+    ("type_object", ["size", "tp_name", "tp_repr", "tp_flags"]),
+    ("tuple_object", ["size", "ob_item", "ob_size"]),
+    ("list_object", ["size", "ob_item", "ob_size"]),
+    ("set_object", ["size", "used", "table", "mask"]),
+    ("dict_object", ["size", "ma_keys", "ma_values"]),
+    ("float_object", ["size", "ob_fval"]),
+    ("long_object", ["size", "lv_tag", "ob_digit"]),
+    ("bytes_object", ["size", "ob_size", "ob_sval"]),
+    ("unicode_object", ["size", "state", "length", "asciiobject_size"]),
+]
+DEBUG_COOKIE = b"xdebugpy"
+
+
+def debug_layout(minor: int) -> list:
+    return _DEBUG_313 if minor == 13 else _DEBUG_314
+
+
+def parse_debug_offsets(raw: bytes, minor: int) -> dict:
+    """_Py_DebugOffsets bytes -> {"section.field": value, "version": .., "free_threaded": ..}."""
+    if raw[:8] != DEBUG_COOKIE:
+        raise UnsupportedPython("_PyRuntime does not start with the _Py_DebugOffsets cookie")
+    out = {"version": struct.unpack_from("<Q", raw, 8)[0],
+           "free_threaded": struct.unpack_from("<Q", raw, 16)[0]}
+    pos = 24
+    for section, fields in debug_layout(minor):
+        for f in fields:
+            if pos + 8 > len(raw):
+                raise UnsupportedPython("_Py_DebugOffsets shorter than expected")
+            out[f"{section}.{f}"] = struct.unpack_from("<Q", raw, pos)[0]
+            pos += 8
+    return out
+
+
+def debug_offsets_size(minor: int) -> int:
+    return 24 + 8 * sum(len(f) for _, f in debug_layout(minor))
+
+
+# ---- finding the interpreter --------------------------------------------------
+
+_LIBPY = re.compile(r"/libpython(\d+)\.(\d+)[a-z]*\.so")
+_EXEPY = re.compile(r"/python(\d+)\.(\d+)[a-z]*$")
+
+
+def _maps(pid: int, proc_root: str = "/proc") -> list[tuple[int, int, int, str]]:
+    out = []
+    with open(f"{proc_root}/{pid}/maps") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            if len(parts) < 6 or not parts[5].strip().startswith("/"):
+                continue
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            path = parts[5].strip()
+            if path.endswith(" (deleted)"):
+                path = path[:-10]
+            out.append((lo, hi, int(parts[2], 16), path))
+    return out
+
+
+_ELF_CACHE: dict = {}
+
+
+def _elf_symbols(path: str, names: tuple) -> tuple[dict, list]:
+    """ELF vaddr of each wanted symbol (.dynsym then .symtab) and the PT_LOAD segments.
+
+    A raw scan of the symbol tables (pyelftools' per-symbol objects take
+    ~100 ms on libpython's .symtab), cached per file identity.
+    """
+    from elftools.elf.elffile import ELFFile
+
+    st = os.stat(path)
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, names)
+    hit = _ELF_CACHE.get(key)
+    if hit is not None:
+        return hit
+    want = {n.encode(): n for n in names}
+    found: dict = {}
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        if elf.elfclass != 64 or not elf.little_endian:
+            raise UnsupportedPython(f"{path}: not a 64-bit little-endian ELF")
+        loads = [(s["p_offset"], s["p_vaddr"], s["p_filesz"]) for s in elf.iter_segments()
+                 if s["p_type"] == "PT_LOAD"]
+        for secname in (".dynsym", ".symtab"):
+            sec = elf.get_section_by_name(secname)
+            if sec is None or sec["sh_type"] == "SHT_NOBITS" or sec["sh_entsize"] != 24:
+                continue
+            strtab = elf.get_section(sec["sh_link"]).data()
+            data = sec.data()
+            for off in range(0, len(data) - 23, 24):
+                st_name, _info, _other, shndx, value, _size = struct.unpack_from(
+                    "<IBBHQQ", data, off)
+                if not value or shndx == 0:
+                    continue
+                end = strtab.find(b"\0", st_name)
+                n = want.get(strtab[st_name:end])
+                if n is not None and n not in found:
+                    found[n] = value
+            if len(found) == len(names):
+                break
+    if len(_ELF_CACHE) > 64:
+        _ELF_CACHE.clear()
+    _ELF_CACHE[key] = (found, loads)
+    return found, loads
+
+
+SYMBOLS = ("_PyRuntime", "PyCode_Type", "Py_Version")
+
+
+def find_interpreter(pid: int, proc_root: str = "/proc") -> Optional[Interpreter]:
+    """The CPython of pid, or None if it has none (a libpython, or a static python)."""
+    maps = _maps(pid, proc_root)
+    try:
+        exe = os.readlink(f"{proc_root}/{pid}/exe")
+    except OSError:
+        exe = ""
+    if exe.endswith(" (deleted)"):
+        exe = exe[:-10]
+    cands = []
+    seen = set()
+    for lo, hi, off, path in maps:  # a libpython first: that is where the interpreter is
+        if _LIBPY.search(path) and path not in seen:
+            seen.add(path)
+            cands.append((path, False))
+    if exe and exe not in seen:
+        cands.append((exe, True))
+    for path, static in cands:
+        mapping = [(lo, hi, off) for lo, hi, off, p in maps if p == path]
+        if not mapping:
+            continue
+        lo, hi, _ = min(mapping, key=lambda m: m[2])
+        open_path = f"{proc_root}/{pid}/map_files/{lo:x}-{hi:x}"
+        if not os.path.exists(open_path):
+            open_path = f"{proc_root}/{pid}/root{path}"
+        try:
+            syms, loads = _elf_symbols(open_path, SYMBOLS)
+        except Exception:
+            continue
+        if "_PyRuntime" not in syms or "PyCode_Type" not in syms:
+            continue
+        bias = _load_bias(mapping, loads)
+        if bias is None:
+            continue
+        return Interpreter(pid, path, open_path, bias, {k: v + bias for k, v in syms.items()},
+                           static)
+    return None
+
+
+def _load_bias(mapping: list, loads: list) -> Optional[int]:
+    for lo, hi, off in mapping:
+        for p_off, p_vaddr, p_filesz in loads:
+            # Segments start page-aligned in the file; the mapping of file
+            # offset `off` holds vaddr p_vaddr + (off - p_off).
+            if p_off - (p_off % 4096) <= off < p_off + max(p_filesz, 1):
+                return lo - (p_vaddr + (off - p_off))
+    return None
+
+
+def _version(interp: Interpreter, mem: ProcMem) -> tuple[tuple, int]:
+    if "Py_Version" in interp.symbols:
+        hexv = mem.u32(interp.symbols["Py_Version"])
+        return ((hexv >> 24) & 0xFF, (hexv >> 16) & 0xFF, (hexv >> 8) & 0xFF), hexv
+    m = _LIBPY.search(interp.path) or _EXEPY.search(interp.path)
+    if not m:
+        raise UnsupportedPython(f"cannot tell the Python version of {interp.path}")
+    major, minor = int(m.group(1)), int(m.group(2))
+    return (major, minor, 0), (major << 24) | (minor << 16)
+
+
+# ---- the layout ---------------------------------------------------------------
+
+def _code_members(mem: ProcMem, code_type: int) -> dict:
+    """PyCode_Type.tp_members: the interpreter's own {name: offset} of co_* fields."""
+    out = {}
+    arr = mem.u64(code_type + TP_MEMBERS)
+    if not arr:
+        return out
+    for i in range(64):
+        ent = mem.read(arr + i * MEMBERDEF_SIZE, MEMBERDEF_SIZE)
+        name_p = struct.unpack_from("<Q", ent, 0)[0]
+        if not name_p:
+            break
+        name = mem.read(name_p, 32).split(b"\0", 1)[0].decode("ascii", "replace")
+        out[name] = struct.unpack_from("<q", ent, MEMBERDEF_OFFSET)[0]
+    return out
+
+
+def compute_layout(interp: Interpreter, mem: ProcMem, machine: Optional[str] = None) -> Layout:
+    version, hexv = _version(interp, mem)
+    if version[0] != 3 or version[:2] < MIN_VERSION:
+        raise UnsupportedPython(f"Python {'.'.join(map(str, version))}: Python stacks need "
+                                "CPython 3.10 or later")
+    rt = interp.symbols["_PyRuntime"]
+    code_type = interp.symbols["PyCode_Type"]
+    minor = version[1]
+    flags = 0
+    if minor >= 13:
+        raw = mem.read(rt, debug_offsets_size(minor))
+        d = parse_debug_offsets(raw, minor)
+        if d["free_threaded"]:
+            raise UnsupportedPython(f"Python {'.'.join(map(str, version))} free-threaded build: "
+                                    "not supported")
+        if (d["version"] >> 16) != (hexv >> 16):
+            raise UnsupportedPython(f"_Py_DebugOffsets says version {d['version']:#x}, "
+                                    f"Py_Version says {hexv:#x}")
+        if d["pyobject.ob_type"] != OB_TYPE or d["type_object.tp_name"] != 24:
+            raise UnsupportedPython("_Py_DebugOffsets layout not understood (anchors differ)")
+        t = dict(rt_interp_head=d["runtime_state.interpreters_head"],
+                 interp_next=d["interpreter_state.next"],
+                 interp_threads=d["interpreter_state.threads_head"],
+                 ts_next=d["thread_state.next"], ts_interp=d["thread_state.interp"],
+                 ts_thread_id=d["thread_state.thread_id"],
+                 ts_native_tid=d["thread_state.native_thread_id"],
+                 ts_frame=d["thread_state.current_frame"], cframe_frame=0,
+                 fr_previous=d["interpreter_frame.previous"],
+                 fr_code=d["interpreter_frame.executable"],
+                 fr_instr=d["interpreter_frame.instr_ptr"],
+                 fr_owner=d["interpreter_frame.owner"],
+                 co_filename=d["code_object.filename"], co_name=d["code_object.name"],
+                 co_qualname=d["code_object.qualname"],
+                 co_firstlineno=d["code_object.firstlineno"],
+                 co_linetable=d["code_object.linetable"],
+                 co_code=d["code_object.co_code_adaptive"],
+                 ascii_size=d["unicode_object.asciiobject_size"],
+                 compact_size=d["unicode_object.asciiobject_size"] + 16,
+                 str_length=d["unicode_object.length"])
+        flags |= C.PYC_OWNER
+    elif version[:2] in _TABLE:
+        t = dict(_TABLE[version[:2]])
+        t["str_length"] = 16
+        if minor == 10:
+            flags |= C.PYC_FRAMEOBJ
+        elif minor == 11:
+            flags |= C.PYC_CFRAME | C.PYC_IS_ENTRY
+        else:
+            flags |= C.PYC_CFRAME | C.PYC_OWNER
+    else:
+        raise UnsupportedPython(f"Python {'.'.join(map(str, version))}: no layout known")
+
+    # -- check against the interpreter's own view of code objects --
+    members = _code_members(mem, code_type)
+    name_field = "co_qualname" if t["co_qualname"] is not None else "co_name"
+    want = {"co_filename": t["co_filename"], "co_name": t["co_name"],
+            "co_firstlineno": t["co_firstlineno"], "co_linetable": t["co_linetable"]}
+    if t["co_qualname"] is not None:
+        want["co_qualname"] = t["co_qualname"]
+    for k, v in want.items():
+        if k in members and members[k] != v:
+            raise UnsupportedPython(f"Python {'.'.join(map(str, version))}: {k} is at "
+                                    f"{members[k]}, the layout says {v}")
+    if not {"co_filename", "co_firstlineno"} <= set(members):
+        raise UnsupportedPython("PyCode_Type.tp_members lacks co_filename/co_firstlineno")
+    basicsize = mem.u64(code_type + TP_BASICSIZE)
+    if minor in (11, 12) and basicsize != t["co_code"]:
+        raise UnsupportedPython(f"PyCode_Type.tp_basicsize is {basicsize}, the layout says "
+                                f"bytecode starts at {t['co_code']}")
+
+    machine = machine or platform.machine()
+    fsbase = task_fsbase_offset() if machine in ("x86_64", "AMD64") else None
+    pidns_dev = pidns_ino = 0
+    if fsbase is not None:
+        flags |= C.PYC_MATCH_PTHREAD
+    elif not t["ts_native_tid"]:
+        raise UnsupportedPython(f"Python {'.'.join(map(str, version))}: no way to match threads "
+                                "here (needs x86_64 with kernel BTF, or Python 3.11+)")
+    else:
+        try:
+            st = os.stat(f"/proc/{interp.pid}/ns/pid")
+            if os.stat("/proc/self/ns/pid").st_ino != st.st_ino:
+                pidns_dev, pidns_ino = st.st_dev, st.st_ino
+        except OSError:
+            pass
+
+    fr_fields = [t["fr_previous"], t["fr_code"], t["fr_instr"]]
+    fr_size = max(fr_fields) + 8
+    if flags & (C.PYC_OWNER | C.PYC_IS_ENTRY):
+        fr_size = max(fr_size, t["fr_owner"] + 1)
+    co_off = t["co_qualname"] if t["co_qualname"] is not None else t["co_name"]
+    co_size = max(t["co_firstlineno"] + 4, co_off + 8, OB_TYPE + 8)
+    if fr_size > 256 or co_size > 256 or t["ascii_size"] + 8 > 64:
+        raise UnsupportedPython("layout exceeds the BPF walker's read sizes")
+    cfg = C.PyConfig(
+        runtime=rt, code_type=code_type, pidns_dev=pidns_dev, pidns_ino=pidns_ino,
+        task_fsbase=fsbase or 0, version=hexv, flags=flags,
+        rt_interp_head=t["rt_interp_head"], interp_next=t["interp_next"],
+        interp_threads=t["interp_threads"], ts_next=t["ts_next"],
+        ts_thread_id=t["ts_thread_id"], ts_native_tid=t["ts_native_tid"],
+        ts_frame=t["ts_frame"], cframe_frame=t["cframe_frame"],
+        fr_previous=t["fr_previous"], fr_code=t["fr_code"], fr_instr=t["fr_instr"],
+        fr_owner=t["fr_owner"], fr_size=fr_size, owner_shim=OWNER_SHIM,
+        co_firstlineno=t["co_firstlineno"], co_name=co_off, co_code=t["co_code"],
+        co_size=co_size, str_length=t["str_length"], str_data=t["ascii_size"])
+    layout = Layout(version=version, version_hex=hexv, config=cfg,
+                    co_filename=t["co_filename"], co_name=co_off,
+                    co_firstlineno=t["co_firstlineno"], co_linetable=t["co_linetable"],
+                    co_code=t["co_code"], str_ascii_size=t["ascii_size"],
+                    str_compact_size=t["compact_size"], str_length=t["str_length"],
+                    interpreter=interp)
+    _check_live(layout, mem, t)
+    return layout
+
+
+def _check_live(layout: Layout, mem: ProcMem, t: dict) -> None:
+    """The thread list and frames must make sense before BPF may follow them."""
+    cfg = layout.config
+    interp = mem.u64(cfg.runtime + cfg.rt_interp_head)
+    if not interp:
+        raise NotReady("the interpreter is not initialized yet")
+    ts = mem.u64(interp + cfg.interp_threads)
+    nthreads = 0
+    good_frames = 0
+    while ts and nthreads < C.PY_MAX_THREADS:
+        if mem.u64(ts + t["ts_interp"]) != interp:
+            raise UnsupportedPython(f"Python {layout.version_str}: a thread state does not "
+                                    "point back to its interpreter (thread layout differs)")
+        nthreads += 1
+        frame = mem.u64(ts + cfg.ts_frame)
+        if frame and cfg.flags & C.PYC_CFRAME:
+            frame = mem.u64(frame + cfg.cframe_frame)
+        for _ in range(8):
+            if not frame:
+                break
+            owner = mem.u8(frame + cfg.fr_owner) if cfg.flags & C.PYC_OWNER else 0
+            if owner < cfg.owner_shim:
+                code = mem.u64(frame + cfg.fr_code) & ~7
+                if mem.u64(code + OB_TYPE) != cfg.code_type:
+                    raise UnsupportedPython(f"Python {layout.version_str}: a frame's code is "
+                                            "not a code object (frame layout differs)")
+                good_frames += 1
+            frame = mem.u64(frame + cfg.fr_previous)
+        ts = mem.u64(ts + cfg.ts_next)
+    if nthreads == 0:
+        raise NotReady("no thread state yet")
+    layout.notes.append(f"{nthreads} thread(s), {good_frames} frame(s) checked")
+
+
+class NotReady(UnsupportedPython):
+    """Python is there but not initialized: try again later."""
+
+
+def probe(pid: int, proc_root: str = "/proc") -> Optional[Layout]:
+    """The checked layout of pid's Python; None without Python; raises UnsupportedPython."""
+    interp = find_interpreter(pid, proc_root)
+    if interp is None:
+        return None
+    try:
+        mem = ProcMem(pid, proc_root)
+    except ProcMemError as e:
+        raise UnsupportedPython(str(e)) from None
+    try:
+        return compute_layout(interp, mem)
+    except ProcMemError as e:
+        raise UnsupportedPython(f"reading pid {pid}: {e}") from None
+    finally:
+        mem.close()
