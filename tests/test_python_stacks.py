@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from conftest import MOCK_DIR, agent_cmd, mock_env, need_ebpf
-from pprof_tool import raw
+from pprof_tool import pprof, raw
 
 HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / "py_workload.py"
@@ -123,7 +123,7 @@ def profiled(tmp_path_factory, native_helper, built):
                           env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     info = {ident: json.loads(p.read_text()) for ident, p in outs.items()}
-    return raw(prof), info, proc.stderr
+    return raw(prof), info, proc.stderr, prof
 
 
 def _lines(s) -> list[tuple[str, str, int]]:
@@ -158,7 +158,7 @@ IDS = [s[0] for s in SUPPORTED]
 
 @pytest.mark.parametrize("interp", SUPPORTED, ids=IDS)
 def test_python_frames_with_file_and_line(profiled, interp):
-    profile, info, _ = profiled
+    profile, info, *_ = profiled
     ident, _py_path, ver, _static = interp
     samples = _samples(profile, info, ident, "k_py_free")
     assert samples, f"{ident}: no k_py_free samples"
@@ -176,7 +176,7 @@ def test_python_frames_with_file_and_line(profiled, interp):
 
 @pytest.mark.parametrize("interp", SUPPORTED, ids=IDS)
 def test_gil_released_or_held_same_python_frames(profiled, interp):
-    profile, info, _ = profiled
+    profile, info, *_ = profiled
     ident, _, ver, _ = interp
     free = {tuple(_lines(s)) for s in _samples(profile, info, ident, "k_py_free")}
     held = {tuple(_lines(s)) for s in _samples(profile, info, ident, "k_py_held")}
@@ -185,7 +185,7 @@ def test_gil_released_or_held_same_python_frames(profiled, interp):
 
 @pytest.mark.parametrize("interp", SUPPORTED, ids=IDS)
 def test_two_threads_two_python_stacks(profiled, interp):
-    profile, info, _ = profiled
+    profile, info, *_ = profiled
     ident, _, ver, _ = interp
     t, f = tags(), str(WORKLOAD)
     for mine, other in (("a", "b"), ("b", "a")):
@@ -202,7 +202,7 @@ def test_two_threads_two_python_stacks(profiled, interp):
 
 @pytest.mark.parametrize("interp", SUPPORTED, ids=IDS)
 def test_native_thread_gets_native_only_stack(profiled, interp):
-    profile, info, stderr = profiled
+    profile, info, stderr, _ = profiled
     ident = interp[0]
     assert info[ident]["native_launches"] == 10
     samples = _samples(profile, info, ident, "k_native")
@@ -215,7 +215,7 @@ def test_native_thread_gets_native_only_stack(profiled, interp):
 
 @pytest.mark.parametrize("interp", SUPPORTED, ids=IDS)
 def test_freed_and_reused_code_object_is_not_misnamed(profiled, interp):
-    profile, info, _ = profiled
+    profile, info, *_ = profiled
     ident = interp[0]
     assert info[ident]["reused"] >= 1, "the allocator never reused the code object: vacuous"
     named = {"a": 0, "b": 0}
@@ -237,7 +237,7 @@ def test_freed_and_reused_code_object_is_not_misnamed(profiled, interp):
 
 @pytest.mark.skipif(not TOO_OLD, reason="no CPython < 3.10 installed")
 def test_older_python_degrades_to_native_with_one_warning(profiled):
-    profile, info, stderr = profiled
+    profile, info, stderr, _ = profiled
     for ident, _, ver, _ in TOO_OLD:
         samples = _samples(profile, info, ident, "k_py_free")
         assert samples
@@ -246,3 +246,13 @@ def test_older_python_degrades_to_native_with_one_warning(profiled):
     warns = [ln for ln in stderr.splitlines() if "Python stacks need CPython 3.10" in ln]
     versions = {f"{v[0]}.{v[1]}" for _, _, v, _ in TOO_OLD}
     assert len(warns) == len(versions), stderr
+
+
+def test_pprof_top_and_list_show_python_file_and_line(profiled):
+    *_, prof = profiled
+    t = tags()
+    top = pprof("-top", "-lines", str(prof))
+    assert f"launch {WORKLOAD}:{t['launch']}" in top, top
+    listing = pprof("-list", "^run_phase$", str(prof))
+    assert f"ROUTINE ======================== run_phase in {WORKLOAD}" in listing, listing
+    assert re.search(rf"\s{t['run_phase']}:\s+model\.forward\(2\)", listing), listing
