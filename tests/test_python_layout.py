@@ -363,3 +363,41 @@ def test_btf_gives_fsbase_offset():
         pytest.skip("x86_64 with kernel BTF only")
     off = task_fsbase_offset()
     assert off is not None and 1000 < off < 20000
+
+
+def test_debug_offsets_314_variants_are_told_apart():
+    """A 3.14+ build lacking some of the optional fields parses right, from live anchors."""
+    import struct as st
+    truth = [(sec, [f for f in fields if (sec, f) not in
+                    {("interpreter_state", "code_object_generation"),
+                     ("interpreter_state", "tlbc_generation"), ("code_object", "co_tlbc")}])
+             for sec, fields in layout._DEBUG_314]
+    vals = {"pyobject.size": 16, "pyobject.ob_type": 8, "type_object.tp_name": 24,
+            "unicode_object.length": 16, "unicode_object.asciiobject_size": 40,
+            "code_object.size": 224, "code_object.filename": 112, "code_object.name": 120,
+            "code_object.qualname": 128, "code_object.firstlineno": 68,
+            "code_object.linetable": 136, "code_object.co_code_adaptive": 208,
+            "thread_state.current_frame": 72, "interpreter_state.threads_head": 7000,
+            "interpreter_frame.owner": 74, "thread_state.prev": 0, "thread_state.next": 8,
+            "thread_state.interp": 16, "interpreter_frame.executable": 0,
+            "interpreter_frame.previous": 8}
+    raw = bytearray(layout.DEBUG_COOKIE + st.pack("<QQ", 0x030E00F0, 0))
+    n = 1000
+    for sec, fields in truth:
+        for f in fields:
+            n += 1
+            raw += st.pack("<Q", vals.get(f"{sec}.{f}", n))
+    raw += bytes(8 * 16)  # whatever follows in _PyRuntime
+    members = {"co_filename": 112, "co_name": 120, "co_qualname": 128, "co_firstlineno": 68,
+               "co_linetable": 136}
+    got = [layout.parse_debug_offsets(bytes(raw), 14, lay)
+           for lay in layout.debug_candidates(14)]
+    ok = [d for d in got if layout._plausible(d, members)]
+    assert ok
+    for d in ok:  # every accepted parse agrees on what the walker uses
+        assert d["thread_state.current_frame"] == 72
+        assert d["interpreter_state.threads_head"] == 7000
+        assert d["interpreter_frame.owner"] == 74
+        assert d["code_object.co_code_adaptive"] == 208
+    # The declared layout itself is refused for this blob (it is misaligned).
+    assert not layout._plausible(layout.parse_debug_offsets(bytes(raw), 14), members)

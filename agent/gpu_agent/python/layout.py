@@ -161,18 +161,46 @@ _DEBUG_314 = [
 DEBUG_COOKIE = b"xdebugpy"
 
 
+# Fields of the 3.14 layout that a 3.14+ build may lack or add (they came and
+# went during 3.14's development): every combination is tried, and only a
+# parse whose anchors and code-object fields agree with the live interpreter
+# is used (a misaligned parse shifts every later section, anchors included).
+_OPTIONAL_314 = [("interpreter_state", "threads_main"),
+                 ("interpreter_state", "code_object_generation"),
+                 ("interpreter_state", "tlbc_generation"),
+                 ("interpreter_frame", "stackpointer"),
+                 ("interpreter_frame", "tlbc_index"),
+                 ("code_object", "co_tlbc")]
+
+
 def debug_layout(minor: int) -> list:
+    """The layout of _Py_DebugOffsets as declared by that version's header."""
     return _DEBUG_313 if minor == 13 else _DEBUG_314
 
 
-def parse_debug_offsets(raw: bytes, minor: int) -> dict:
+def debug_candidates(minor: int) -> list:
+    """Layouts to try, the declared one first."""
+    if minor == 13:
+        return [_DEBUG_313]
+    out = []
+    n = len(_OPTIONAL_314)
+    for mask in range(1 << n):
+        drop = {_OPTIONAL_314[i] for i in range(n) if mask >> i & 1}
+        for with_set in (True, False):
+            lay = [(sec, [f for f in fields if (sec, f) not in drop])
+                   for sec, fields in _DEBUG_314 if with_set or sec != "set_object"]
+            out.append(lay)
+    return out
+
+
+def parse_debug_offsets(raw: bytes, minor: int, lay: list = None) -> dict:
     """_Py_DebugOffsets bytes -> {"section.field": value, "version": .., "free_threaded": ..}."""
     if raw[:8] != DEBUG_COOKIE:
         raise UnsupportedPython("_PyRuntime does not start with the _Py_DebugOffsets cookie")
     out = {"version": struct.unpack_from("<Q", raw, 8)[0],
            "free_threaded": struct.unpack_from("<Q", raw, 16)[0]}
     pos = 24
-    for section, fields in debug_layout(minor):
+    for section, fields in (lay or debug_layout(minor)):
         for f in fields:
             if pos + 8 > len(raw):
                 raise UnsupportedPython("_Py_DebugOffsets shorter than expected")
@@ -183,6 +211,30 @@ def parse_debug_offsets(raw: bytes, minor: int) -> dict:
 
 def debug_offsets_size(minor: int) -> int:
     return 24 + 8 * sum(len(f) for _, f in debug_layout(minor))
+
+
+def _plausible(d: dict, members: dict) -> bool:
+    """A parse of _Py_DebugOffsets that the live interpreter agrees with."""
+    if (d.get("pyobject.ob_type"), d.get("pyobject.size"), d.get("type_object.tp_name"),
+            d.get("unicode_object.length")) != (OB_TYPE, 16, 24, 16):
+        return False
+    if d.get("unicode_object.asciiobject_size") not in (40, 48):
+        return False
+    # Anchors inside the sections before the code object: PyThreadState starts
+    # {prev, next, interp}; a 3.12+ _PyInterpreterFrame {f_executable, previous}.
+    if (d.get("thread_state.prev"), d.get("thread_state.next"),
+            d.get("thread_state.interp")) != (0, 8, 16):
+        return False
+    if (d.get("interpreter_frame.executable"), d.get("interpreter_frame.previous")) != (0, 8):
+        return False
+    if not 100 <= d.get("code_object.size", 0) <= 1024:
+        return False
+    for member, key in (("co_filename", "filename"), ("co_name", "name"),
+                        ("co_qualname", "qualname"), ("co_firstlineno", "firstlineno"),
+                        ("co_linetable", "linetable")):
+        if member in members and members[member] != d.get(f"code_object.{key}"):
+            return False
+    return True
 
 
 # ---- finding the interpreter --------------------------------------------------
@@ -345,15 +397,22 @@ def compute_layout(interp: Interpreter, mem: ProcMem, machine: Optional[str] = N
     flags = 0
     if minor >= 13:
         raw = mem.read(rt, debug_offsets_size(minor))
-        d = parse_debug_offsets(raw, minor)
+        members = _code_members(mem, code_type)
+        d = None
+        for lay in debug_candidates(minor):
+            cand = parse_debug_offsets(raw, minor, lay)
+            if _plausible(cand, members):
+                d = cand
+                break
+        if d is None:
+            raise UnsupportedPython(f"Python {'.'.join(map(str, version))}: _Py_DebugOffsets "
+                                    "layout not understood")
         if d["free_threaded"]:
             raise UnsupportedPython(f"Python {'.'.join(map(str, version))} free-threaded build: "
                                     "not supported")
         if (d["version"] >> 16) != (hexv >> 16):
             raise UnsupportedPython(f"_Py_DebugOffsets says version {d['version']:#x}, "
                                     f"Py_Version says {hexv:#x}")
-        if d["pyobject.ob_type"] != OB_TYPE or d["type_object.tp_name"] != 24:
-            raise UnsupportedPython("_Py_DebugOffsets layout not understood (anchors differ)")
         t = dict(rt_interp_head=d["runtime_state.interpreters_head"],
                  interp_next=d["interpreter_state.next"],
                  interp_threads=d["interpreter_state.threads_head"],
