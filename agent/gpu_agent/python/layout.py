@@ -365,7 +365,7 @@ def _version(interp: Interpreter, mem: ProcMem) -> tuple[tuple, int]:
     if not m:
         raise UnsupportedPython(f"cannot tell the Python version of {interp.path}")
     major, minor = int(m.group(1)), int(m.group(2))
-    return (major, minor, 0), (major << 24) | (minor << 16)
+    return (major, minor), (major << 24) | (minor << 16)  # no micro: not known
 
 
 # ---- the layout ---------------------------------------------------------------
