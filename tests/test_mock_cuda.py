@@ -388,7 +388,7 @@ def test_workload_cli(progs, tmp_path):
     assert p.returncode == 1
     for api in ("cuLaunchKernel", "cudaLaunchKernel"):
         out = run([APP, "--bench", "20000", "--api", api], env=env_for()).stdout
-        assert out.startswith("ns_per_launch=") and float(out.split("=")[1]) > 0
+        assert out.startswith("ns_per_launch=") and float(out.split()[0].split("=")[1]) > 0
     # Threads x duration: ground truth stays exact under concurrency (no CUPTI here).
     run([APP, "--paths", "cuLaunchKernel,cudaLaunchKernel_ptsz", "--threads", "3", "--iters", "200"],
         env=env_for(MOCK_CUDA_GROUND_TRUTH=tmp_path / "t.tsv"))
