@@ -136,6 +136,7 @@ class Collector:
         if info is None:
             info = ProcInfo(pid, _read_comm(pid))
             self.procs[pid] = info
+            info.pod  # reads /proc/PID/cgroup now, while the process exists (k8s caches it)
             if self.pid_filter is not None:
                 self._included[pid] = bool(self.pid_filter(pid))
             try:

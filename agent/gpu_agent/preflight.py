@@ -65,11 +65,12 @@ def _cap_eff() -> int:
 def _check_root() -> None:
     if os.geteuid() == 0:
         return
-    caps = _cap_eff()
-    if caps & (1 << CAP_SYS_ADMIN) or (caps & (1 << CAP_BPF) and caps & (1 << CAP_PERFMON)):
+    # CAP_SYS_ADMIN: perf uprobes require it again since Linux 6.16 ("perf: Revert to
+    # requiring CAP_SYS_ADMIN for uprobes", also in stable kernels); it covers bpf() too.
+    if _cap_eff() & (1 << CAP_SYS_ADMIN):
         return
-    raise PreflightError("gpu-agent must run as root (or with CAP_BPF+CAP_PERFMON) "
-                         "to load eBPF programs: run it with sudo")
+    raise PreflightError("gpu-agent must run as root (or with CAP_SYS_ADMIN, CAP_BPF, CAP_PERFMON and "
+                         "CAP_SYS_PTRACE) to attach uprobes and load eBPF programs: run it with sudo")
 
 
 def _check_headers() -> None:
