@@ -259,11 +259,12 @@ def test_real_shim_attaches(tmp_path):
     semaphore rises (and falls) in a process that has it loaded.
 
     Runs on a copy: uprobes belong to the inode, so an agent running elsewhere
-    on this machine (attached to build/) cannot raise this copy's semaphore."""
+    on this machine (attached to build/) cannot raise this copy's semaphore. The
+    copy has another basename so no `gpu-agent run` discovers and attaches it."""
     if not SHIM.exists():
-        pytest.skip(f"{SHIM} not built (make shim)")
+        pytest.fail(f"{SHIM} not built (make shim)")
     need_ebpf()
-    shim = tmp_path / SHIM.name
+    shim = tmp_path / "libgpu_agent_shim-private.so"
     shutil.copy(SHIM, shim)
     env = dict(os.environ, LD_PRELOAD=str(shim))
     p = subprocess.Popen(["sleep", "60"], env=env)
