@@ -95,7 +95,7 @@ $(PPROF):
 
 test: deps-check
 	$(MAKE) all $(PPROF)
-	$(VPY) -m pytest -q tests
+	$(VPY) -m pytest -q -rs tests
 
 run: deps-check
 	$(MAKE) all

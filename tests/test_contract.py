@@ -42,7 +42,7 @@ def _c_layout_program() -> str:
 def c_layout(tmp_path_factory) -> dict[str, tuple]:
     cc = shutil.which("gcc") or shutil.which("cc")
     if cc is None:
-        pytest.skip("no C compiler")
+        pytest.fail("no C compiler (make deps installs one)")
     d = tmp_path_factory.mktemp("contract")
     src = d / "layout.c"
     src.write_text(_c_layout_program())
@@ -136,7 +136,7 @@ def _check_shim_notes(path: Path) -> None:
 
 def test_shim_stapsdt_notes():
     if not SHIM.exists():
-        pytest.skip(f"{SHIM} not built (make shim)")
+        pytest.fail(f"{SHIM} not built (make shim)")
     _check_shim_notes(SHIM)
 
 
@@ -146,6 +146,6 @@ def test_probe_firer_stapsdt_notes(tmp_path):
     sys.path.insert(0, str(REPO / "tests" / "probe_firer"))
     import firer_script as script
     if shutil.which("gcc") is None:
-        pytest.skip("no gcc")
+        pytest.fail("no gcc (make deps installs it)")
     lib, _ = script.build(tmp_path)
     _check_shim_notes(lib)

@@ -9,10 +9,8 @@ import pytest
 
 from gpu_agent.symbolize import Frame, Symbolizer, demangle_kernel, parse_maps
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("gcc") is None or shutil.which("g++") is None or shutil.which("nm") is None,
-    reason="needs gcc, g++ and nm",
-)
+if shutil.which("gcc") is None or shutil.which("g++") is None or shutil.which("nm") is None:
+    raise RuntimeError("tests/test_symbolize.py needs gcc, g++ and nm (make deps installs them)")
 
 MAIN_C = r"""
 #include <dlfcn.h>
