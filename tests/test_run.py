@@ -85,7 +85,8 @@ def test_running_late_concurrent_and_killed_processes(agent):
 
 def test_process_running_before_the_agent_is_attached_to(tmp_path, built):
     need_ebpf()
-    early = workload("--paths", "cuLaunchKernel", "--duration", "4", "--sleep-ms", "2")
+    # Long enough to outlive the agent's start (BPF compile and verify: ~3.5 s on 2 cores).
+    early = workload("--paths", "cuLaunchKernel", "--duration", "8", "--sleep-ms", "2")
     time.sleep(0.5)  # the shim is loaded and idle: nothing is attached yet
     a = Agent(tmp_path / "profiles")
     try:

@@ -65,8 +65,13 @@ class PythonStacks:
         self.stats = PythonStats()
         self._warned: set = set()
         if enabled:
+            # Parse the kernel's BTF (~0.3 s) now, beside the BPF compile (which
+            # releases the GIL), not when the first Python process attaches.
+            import threading
+
             from .btf import task_fsbase_offset
-            task_fsbase_offset()  # parse the kernel's BTF now, not at the first process
+            threading.Thread(target=task_fsbase_offset, name="gpu-agent-btf",
+                             daemon=True).start()
 
     # -- process lifecycle ----------------------------------------------------
     def on_attach(self, pid: int) -> None:
