@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from . import __version__, config
@@ -16,6 +17,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gpu-agent",
         description="System-wide GPU profiler: which Python and native code burns GPU time.")
     parser.add_argument("--version", action="version", version=f"gpu-agent {__version__}")
+    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
+                        help="agent log verbosity on stderr (default warning)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for mod in (run, record, shim_path, install_shim, health):
@@ -34,6 +37,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    logging.basicConfig(level=getattr(logging, args.log_level.upper()),
+                        format="gpu-agent: %(levelname)s %(name)s: %(message)s")
     try:
         return args.func(args)
     except (PreflightError, MissingPartError) as e:

@@ -92,6 +92,7 @@ class PythonStacks:
             except Exception:
                 pass
         if p.sym is not None:
+            log.debug("pid %d Python symbolizer: %s", pid, p.sym.stats)
             p.sym.close()
 
     def _configure(self, pid: int) -> None:

@@ -14,6 +14,7 @@ function that comes back to the same address later is named from the cache.
 
 from __future__ import annotations
 
+import logging
 import bisect
 import struct
 from collections import OrderedDict
@@ -27,6 +28,8 @@ from .procmem import ProcMem, ProcMemError
 MAX_STR = 4096          # characters of a name or file name
 MAX_LINETABLE = 1 << 20
 UNKNOWN_FILE = "<unknown>"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -193,6 +196,10 @@ class PySymbolizer:
             if c is None or c.stamp != stamp:
                 # Gone since the sample (freed, maybe reused): never borrow a name.
                 self.stats["stale"] += 1
+                if self.stats["stale"] <= 5:
+                    log.debug("pid %d code %#x: %s", self.pid, code,
+                              "unreadable or not a code object" if c is None else
+                              f"stamp {c.stamp:#x} in memory, {stamp:#x} at the sample ({c.name})")
                 return PyFrameInfo(f"<python code {code:#x}>", UNKNOWN_FILE, 0, entry, False)
         return PyFrameInfo(c.name, c.filename, c.line(instr), entry)
 
