@@ -166,6 +166,13 @@ class PySymbolizer:
         self._codes: "OrderedDict[tuple[int, int], _Code]" = OrderedDict()
         self._max = max_codes
         self.stats = {"hits": 0, "reads": 0, "stale": 0, "errors": 0}
+        if self._mem is None:
+            # Open the process's memory now, at set-up, while it surely exists: frames
+            # are named later, and a process that has gone by then reads as unknown.
+            try:
+                self._mem = ProcMem(pid)
+            except ProcMemError as e:
+                log.debug("pid %d: %s", pid, e)
 
     def close(self) -> None:
         if self._mem is not None:
@@ -185,8 +192,10 @@ class PySymbolizer:
         else:
             try:
                 c = self._read(code)
-            except (ProcMemError, ValueError, IndexError, struct.error, UnicodeError):
+            except (ProcMemError, ValueError, IndexError, struct.error, UnicodeError) as e:
                 self.stats["errors"] += 1
+                if self.stats["errors"] <= 3:
+                    log.debug("pid %d code %#x: %s", self.pid, code, e)
                 c = None
             if c is not None:
                 self._codes[(code, c.stamp)] = c  # under the stamp memory has now
