@@ -104,6 +104,7 @@ class Collector:
         self.procs: dict[int, ProcInfo] = {}
         self._included: dict[int, bool] = {}
         self._frames: dict[tuple[int, int], list] = {}
+        self._unsymbolized: list[tuple[int, int]] = []  # new stacks, named after this poll
         self.window = Window(start_ns=time.time_ns())
         # Called with every Drain, before it is merged into the window (metrics
         # count from the very same data the profiles are built from).
@@ -119,6 +120,12 @@ class Collector:
 
     def poll(self, timeout_ms: int) -> None:
         self.session.poll(timeout_ms)
+        # Native symbolization can take seconds (a libtorch_cuda symbol table); it runs
+        # only after every event of this poll had its Python frames read from memory,
+        # so a short-lived process is gone only after we needed its memory.
+        pending, self._unsymbolized = self._unsymbolized, []
+        for tgid, stack_id in pending:
+            self._symbolize(tgid, stack_id)
 
     def drain(self) -> None:
         """Move what BPF aggregated so far into the current window."""
@@ -147,7 +154,8 @@ class Collector:
 
     def _on_new_stack(self, tgid: int, stack_id: int) -> None:
         self._see(tgid)
-        self._symbolize(tgid, stack_id)
+        self.python.prefetch(tgid, stack_id)  # cheap, and needs the process alive
+        self._unsymbolized.append((tgid, stack_id))
 
     def _on_proc_attach(self, tgid: int) -> None:
         self._see(tgid)

@@ -136,6 +136,22 @@ class PythonStacks:
             log.warning("%s", msg)
 
     # -- stacks ---------------------------------------------------------------
+    def prefetch(self, pid: int, stack_id: int) -> None:
+        """Read the code objects of a new stack now, while the process surely exists.
+
+        frames() names them later from the symbolizer's cache (keyed by code address
+        and stamp), after the slower native symbolization."""
+        p = self.procs.get(pid)
+        if not self.enabled or p is None or p.state != "python":
+            return
+        try:
+            st = self.session.get_py_stack(pid, stack_id)
+            for i in range(min(st.nframes, C.PY_MAX_FRAMES) if st is not None else 0):
+                fr = st.frames[i]
+                p.sym.frame(fr.code, fr.stamp, fr.instr, bool(fr.flags & C.PYF_ENTRY))
+        except Exception:  # defensive: frames() degrades on its own later
+            log.debug("python prefetch of pid %d failed", pid, exc_info=True)
+
     def frames(self, pid: int, stack_id: int, native: list) -> list:
         """native (symbolize.Frame, innermost first) with its Python frames spliced in.
 
