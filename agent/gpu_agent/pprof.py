@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import gzip
 import os
-import tempfile
 from dataclasses import dataclass
 from typing import Dict, List, Mapping as TMapping, Optional, Sequence, Tuple, Union
 
 from .proto import profile_pb2
+from .atomic import write_atomic
 
 __all__ = [
     "MappingSpec",
@@ -265,20 +265,4 @@ class ProfileBuilder:
 
     def write(self, path: Union[str, os.PathLike]) -> None:
         """Write atomically: temp file in the same directory, fsync, rename."""
-        data = self.to_bytes()
-        path = os.fspath(path)
-        d = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        write_atomic(path, self.to_bytes())

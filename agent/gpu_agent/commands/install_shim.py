@@ -16,13 +16,11 @@ processes already running would keep the old one, which the agent's probes
 from __future__ import annotations
 
 import filecmp
-import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 from ..paths import SHIM_NAME, driver_cuda_major, pick_variant, shim_path, shim_variants
+from ..atomic import write_atomic
 
 
 def add_parser(sub) -> None:
@@ -39,18 +37,8 @@ def install_file(src: Path, dst: Path) -> bool:
     dst.parent.mkdir(parents=True, exist_ok=True)
     if dst.exists() and filecmp.cmp(src, dst, shallow=False):
         return False
-    fd, tmp = tempfile.mkstemp(prefix="." + dst.name + ".", dir=dst.parent)
-    try:
-        with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
-            shutil.copyfileobj(inp, out)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, dst)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with open(src, "rb") as inp:
+        write_atomic(dst, inp, mode=0o755)
     return True
 
 
