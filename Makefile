@@ -26,6 +26,7 @@ SHIM_HDRS := $(wildcard shim/src/*.h) shim/include/gpu_agent_probes.h
 
 MOCK_LIBS := $(MOCK)/libcuda.so.1 $(MOCK)/libcudart.so.13 $(MOCK)/libcupti.so.13
 MOCK_APP  := $(MOCK)/mock_workload
+MOCK_GRAPH_APP := $(MOCK)/graph_workload
 
 .PHONY: all shim mock venv test run bench clean check-cuda-headers proto deps deps-check
 
@@ -51,7 +52,7 @@ $(SHIM): $(SHIM_SRCS) $(SHIM_HDRS) | $(BUILD)
 	$(CXX) $(CFLAGS_COMMON) -Wno-comment $(SHIM_DEFS) -std=c++17 -fvisibility=hidden -fno-exceptions -fno-rtti \
 	    -shared -Wl,-soname,libgpu_agent_shim.so -Wl,-z,nodelete -o $@ $(SHIM_SRCS) -ldl -lpthread
 
-mock: check-cuda-headers $(MOCK_LIBS) $(MOCK_APP)
+mock: check-cuda-headers $(MOCK_LIBS) $(MOCK_APP) $(MOCK_GRAPH_APP)
 
 $(MOCK)/libcuda.so.1: shim/mock/mock_cuda.c shim/mock/mock_internal.h | $(MOCK)
 	$(CC) $(CFLAGS_COMMON) -shared -Wl,-soname,libcuda.so.1 -o $@ $< -ldl -lpthread
@@ -69,6 +70,10 @@ $(MOCK)/libcupti.so.13: shim/mock/mock_cupti.c shim/mock/mock_internal.h $(MOCK)
 $(MOCK_APP): shim/mock/workload.c $(MOCK)/libcuda.so.1 $(MOCK)/libcudart.so.13
 	$(CC) -O1 -g -fno-inline -fomit-frame-pointer -rdynamic -I$(CUDA_INC) -o $@ $< \
 	    -L$(MOCK) -lcudart -lcuda -Wl,-rpath,'$$ORIGIN' -lpthread
+
+$(MOCK_GRAPH_APP): shim/mock/graph_workload.c $(MOCK)/libcuda.so.1
+	$(CC) -O1 -g -Wall -fno-inline -fomit-frame-pointer -rdynamic -I$(CUDA_INC) -o $@ $< \
+	    -L$(MOCK) -lcuda -Wl,-rpath,'$$ORIGIN' -ldl
 
 $(BUILD) $(MOCK):
 	mkdir -p $@

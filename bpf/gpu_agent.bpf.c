@@ -8,7 +8,11 @@
  *                       sampled share, joined on correlation id, into
  *                       kernel_sampled; for sampled launches, kernel start
  *                       minus launch time into the latency histogram;
- *   kernel_name      -> forwarded to the agent through the ring buffer.
+ *   kernel_name      -> forwarded to the agent through the ring buffer;
+ *   graph_node_stack / graph_node_cloned / graph_node_destroyed
+ *                    -> node_stacks: graph node id -> the stack that created
+ *                       it; kernel_batch joins graph kernel records to it
+ *                       (capture_stack_id in the aggregation keys).
  * The aggregation maps come in two sets (totals0/sampled0/latency0, totals1/...);
  * `generation` says which one kernel_batch writes. The agent
  * (agent/gpu_agent/bpf_session.py) drains by flipping the generation, waiting
@@ -19,7 +23,7 @@
  * Compiled by bcc with -DGA_BPF -I<repo>/shim/include; bcc prepends the USDT
  * argument readers (bpf_usdt_readarg) generated from the shim's stapsdt note.
  * Tunables (cflags): GA_AGG_ENTRIES, GA_SAMPLED_ENTRIES, GA_CORR_ENTRIES,
- * GA_STACK_ENTRIES, GA_RINGBUF_PAGES, GA_HAVE_GROUP_DEAD.
+ * GA_STACK_ENTRIES, GA_NODE_ENTRIES, GA_RINGBUF_PAGES, GA_HAVE_GROUP_DEAD.
  */
 #include <uapi/linux/ptrace.h>
 #include <linux/sched.h>
@@ -37,6 +41,9 @@
 #ifndef GA_STACK_ENTRIES
 #define GA_STACK_ENTRIES 16384
 #endif
+#ifndef GA_NODE_ENTRIES
+#define GA_NODE_ENTRIES 65536 /* live graph kernel nodes (captured + exec) */
+#endif
 #ifndef GA_LAT_ENTRIES
 #define GA_LAT_ENTRIES 8192 /* (tgid, device) pairs x the buckets they use */
 #endif
@@ -49,6 +56,9 @@
  * kernel of one graph launch carries the same correlation id. */
 BPF_TABLE("lru_hash", struct ga_corr_key, struct ga_corr_val, corr_stacks, GA_CORR_ENTRIES);
 BPF_TABLE("lru_hash", struct ga_stack_key, struct ga_stack, stacks, GA_STACK_ENTRIES);
+/* Graph node -> the stack that created it. The shim deletes nodes as graphs
+ * are destroyed; LRU bounds what a process that exits leaves behind. */
+BPF_TABLE("lru_hash", struct ga_node_key, struct ga_node_val, node_stacks, GA_NODE_ENTRIES);
 
 /* kernel_totals and kernel_sampled of the contract, twice: generation g
  * writes totals<g>/sampled<g>. Per-CPU so the hot path needs no atomics; the
@@ -69,6 +79,14 @@ BPF_F_TABLE("percpu_hash", struct ga_lat_key, struct ga_lat_val, latency0, GA_LA
             BPF_F_NO_PREALLOC);
 BPF_F_TABLE("percpu_hash", struct ga_lat_key, struct ga_lat_val, latency1, GA_LAT_ENTRIES,
             BPF_F_NO_PREALLOC);
+
+/* The same maps, reached by index from kernel_batch (set by the agent at open):
+ * agg_maps[g] = totals<g>, agg_maps[2 + g] = sampled<g>, lat_maps[g] =
+ * latency<g>. kernel_batch looks its set up once per batch, so the loop body
+ * has no branch on the generation: the verifier walks one body per record,
+ * not two (the 1024-record loop is close to its 1M-instruction budget). */
+BPF_ARRAY_OF_MAPS(agg_maps, "totals0", 4);
+BPF_ARRAY_OF_MAPS(lat_maps, "latency0", 2);
 
 /* Which set kernel_batch writes (0 or 1); flipped by the agent at each drain
  * and read once per batch, so one batch never spans both sets. */
@@ -108,6 +126,61 @@ static __always_inline void see_proc(u32 tgid)
 
 #include "python_stack.h" /* ga_py_unwind: the launching thread's Python frames */
 
+/* Store the stack of the calling thread: the shim's native frames (frames,
+ * nframes, hashed to stack_id) plus its Python frames, once per distinct stack,
+ * announced to the agent with GA_EV_NEW_STACK. Returns the stack id to use
+ * (it covers the Python frames, if any). */
+static __always_inline u64 store_stack(u64 pid_tgid, u64 stack_id, u64 frames, u32 nframes,
+                                       u32 cbid)
+{
+    u32 tgid = pid_tgid >> 32;
+    /* From here on stack_id also covers the Python frames, if any. */
+    stack_id = ga_py_unwind(tgid, (u32)pid_tgid, stack_id);
+
+    struct ga_stack_key sk = {.tgid = tgid, .pad = 0, .stack_id = stack_id};
+    if (stacks.lookup(&sk))
+        return stack_id;
+
+    u32 zero = 0;
+    struct ga_stack *s = stack_scratch.lookup(&zero);
+    if (!s)
+        return stack_id;
+    if (nframes > GA_MAX_FRAMES)
+        nframes = GA_MAX_FRAMES;
+    s->nframes = nframes;
+    s->cbid = cbid;
+    /* One read of the whole array. The length is written so the verifier
+     * sees 8..512 bytes directly (a plain clamp gets reordered by clang). */
+    if (nframes) {
+        u32 bytes = (((nframes - 1) & (GA_MAX_FRAMES - 1)) + 1) * 8;
+        if (bpf_probe_read_user(s->ips, bytes, (const void *)frames) != 0) {
+            count(GA_DROP_STACK_READ, 1);
+            return stack_id;
+        }
+    }
+    /* NOEXIST: a racing thread of the same process may have stored it
+     * first; it also sent the NEW_STACK event. */
+    int err = stacks.insert(&sk, s);
+    if (err == -17 /* EEXIST */)
+        return stack_id;
+    if (err) {
+        count(GA_DROP_STACK_FULL, 1);
+        return stack_id;
+    }
+    count(GA_CNT_NEW_STACKS, 1);
+
+    struct ga_ev_new_stack *ev = events.ringbuf_reserve(sizeof(*ev));
+    if (!ev) {
+        count(GA_DROP_RINGBUF_FULL, 1);
+        return stack_id;
+    }
+    ev->hdr.type = GA_EV_NEW_STACK;
+    ev->hdr.tgid = tgid;
+    ev->stack_id = stack_id;
+    events.ringbuf_submit(ev, 0);
+    return stack_id;
+}
+
 /* ---- cuda_correlation(u32 corr, u32 cbid, u64 stack_id, const u64 *frames,
  *                       u32 nframes, u32 weight, u64 launch_ns) ---- */
 int ga_cuda_correlation(struct pt_regs *ctx)
@@ -126,55 +199,76 @@ int ga_cuda_correlation(struct pt_regs *ctx)
     bpf_usdt_readarg(7, ctx, &launch_ns);
     count(GA_CNT_SAMPLES, 1);
     see_proc(tgid);
-    /* From here on stack_id also covers the Python frames, if any. */
-    stack_id = ga_py_unwind(tgid, (u32)pid_tgid, stack_id);
+    /* The stack first: the join below must carry the id that covers the
+     * Python frames. */
+    stack_id = store_stack(pid_tgid, stack_id, frames, nframes, cbid);
 
     struct ga_corr_key ck = {.tgid = tgid, .correlation_id = corr};
     struct ga_corr_val cv = {.stack_id = stack_id, .weight = weight, .cbid = cbid,
                              .launch_ns = launch_ns};
     corr_stacks.update(&ck, &cv);
+    return 0;
+}
 
-    struct ga_stack_key sk = {.tgid = tgid, .pad = 0, .stack_id = stack_id};
-    if (stacks.lookup(&sk))
-        return 0;
+/* ---- graph_node_stack(u64 node_id, u64 stack_id, const u64 *frames,
+ *                       u32 nframes): the code that created a kernel node ---- */
+int ga_graph_node_stack(struct pt_regs *ctx)
+{
+    u64 pid_tgid = bpf_get_current_pid_tgid();
+    u32 tgid = pid_tgid >> 32;
+    u64 node_id = 0, stack_id = 0, frames = 0;
+    u32 nframes = 0;
 
-    u32 zero = 0;
-    struct ga_stack *s = stack_scratch.lookup(&zero);
-    if (!s)
-        return 0;
-    if (nframes > GA_MAX_FRAMES)
-        nframes = GA_MAX_FRAMES;
-    s->nframes = nframes;
-    s->cbid = cbid;
-    /* One read of the whole array. The length is written so the verifier
-     * sees 8..512 bytes directly (a plain clamp gets reordered by clang). */
-    if (nframes) {
-        u32 bytes = (((nframes - 1) & (GA_MAX_FRAMES - 1)) + 1) * 8;
-        if (bpf_probe_read_user(s->ips, bytes, (const void *)frames) != 0) {
-            count(GA_DROP_STACK_READ, 1);
-            return 0;
-        }
-    }
-    /* NOEXIST: a racing thread of the same process may have stored it
-     * first; it also sent the NEW_STACK event. */
-    int err = stacks.insert(&sk, s);
-    if (err == -17 /* EEXIST */)
-        return 0;
-    if (err) {
-        count(GA_DROP_STACK_FULL, 1);
-        return 0;
-    }
-    count(GA_CNT_NEW_STACKS, 1);
+    bpf_usdt_readarg(1, ctx, &node_id);
+    bpf_usdt_readarg(2, ctx, &stack_id);
+    bpf_usdt_readarg(3, ctx, &frames);
+    bpf_usdt_readarg(4, ctx, &nframes);
+    count(GA_CNT_GRAPH_NODES, 1);
+    see_proc(tgid);
+    stack_id = store_stack(pid_tgid, stack_id, frames, nframes, 0);
 
-    struct ga_ev_new_stack *ev = events.ringbuf_reserve(sizeof(*ev));
-    if (!ev) {
-        count(GA_DROP_RINGBUF_FULL, 1);
+    struct ga_node_key nk = {.tgid = tgid, .pad = 0, .node_id = node_id};
+    struct ga_node_val nv = {.stack_id = stack_id};
+    if (node_stacks.update(&nk, &nv) != 0)
+        count(GA_DROP_NODE_FULL, 1);
+    return 0;
+}
+
+/* ---- graph_node_cloned(u64 original_node_id, u64 node_id) ---- */
+int ga_graph_node_cloned(struct pt_regs *ctx)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    u64 orig = 0, node_id = 0;
+
+    bpf_usdt_readarg(1, ctx, &orig);
+    bpf_usdt_readarg(2, ctx, &node_id);
+    struct ga_node_key ok = {.tgid = tgid, .pad = 0, .node_id = orig};
+    struct ga_node_val *ov = node_stacks.lookup(&ok);
+    if (!ov) {
+        /* Created before the shim attached: kernel_batch marks its kernels. */
+        count(GA_CNT_GRAPH_CLONE_UNKNOWN, 1);
         return 0;
     }
-    ev->hdr.type = GA_EV_NEW_STACK;
-    ev->hdr.tgid = tgid;
-    ev->stack_id = stack_id;
-    events.ringbuf_submit(ev, 0);
+    struct ga_node_val nv = {.stack_id = ov->stack_id};
+    struct ga_node_key nk = {.tgid = tgid, .pad = 0, .node_id = node_id};
+    if (node_stacks.update(&nk, &nv) != 0) {
+        count(GA_DROP_NODE_FULL, 1);
+        return 0;
+    }
+    count(GA_CNT_GRAPH_CLONES, 1);
+    return 0;
+}
+
+/* ---- graph_node_destroyed(u64 node_id) ---- */
+int ga_graph_node_destroyed(struct pt_regs *ctx)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    u64 node_id = 0;
+
+    bpf_usdt_readarg(1, ctx, &node_id);
+    struct ga_node_key nk = {.tgid = tgid, .pad = 0, .node_id = node_id};
+    node_stacks.delete(&nk);
+    count(GA_CNT_GRAPH_DESTROYED, 1);
     return 0;
 }
 
@@ -184,35 +278,21 @@ struct batch_ctx {
     u64 recs;
     u32 tgid;
     u32 count;
-    u32 gen;
+    void *totals;           /* this generation's maps (agg_maps, lat_maps) */
+    void *sampled;
+    void *latency;
 };
 
-/* The aggregation set of generation gen (see `generation`). */
-static __always_inline struct ga_agg_val *agg_lookup(u32 gen, int sampled, struct ga_agg_key *k)
+static __always_inline void lat_add(struct batch_ctx *bc, struct ga_lat_key *k, u64 lat)
 {
-    if (sampled)
-        return gen ? sampled1.lookup(k) : sampled0.lookup(k);
-    return gen ? totals1.lookup(k) : totals0.lookup(k);
-}
-
-static __always_inline int agg_insert(u32 gen, int sampled, struct ga_agg_key *k,
-                                      struct ga_agg_val *v)
-{
-    if (sampled)
-        return gen ? sampled1.update(k, v) : sampled0.update(k, v);
-    return gen ? totals1.update(k, v) : totals0.update(k, v);
-}
-
-static __always_inline void lat_add(u32 gen, struct ga_lat_key *k, u64 lat)
-{
-    struct ga_lat_val *v = gen ? latency1.lookup(k) : latency0.lookup(k);
+    struct ga_lat_val *v = bpf_map_lookup_elem(bc->latency, k);
     if (v) {
         v->count += 1;
         v->sum_ns += lat;
         return;
     }
     struct ga_lat_val nv = {.count = 1, .sum_ns = lat};
-    if ((gen ? latency1.update(k, &nv) : latency0.update(k, &nv)) != 0)
+    if (bpf_map_update_elem(bc->latency, k, &nv, BPF_ANY) != 0)
         count(GA_DROP_AGG_FULL, 1);
 }
 
@@ -243,7 +323,7 @@ static __always_inline void latency_one(struct batch_ctx *bc, struct ga_kernel_r
     u64 lat = r->start_ns - launch_ns;
     struct ga_lat_key lk = {.tgid = bc->tgid, .device_id = r->device_id,
                             .bucket = log2_u64(lat), .pad = 0};
-    lat_add(bc->gen, &lk, lat);
+    lat_add(bc, &lk, lat);
 }
 
 static __always_inline int batch_one(u32 i, struct batch_ctx *bc)
@@ -265,19 +345,36 @@ static __always_inline int batch_one(u32 i, struct batch_ctx *bc)
     k.graph_id = r.graph_id;
     k.kernel_id = r.kernel_id;
     k.stack_id = 0;
-
-    struct ga_agg_val *v = agg_lookup(bc->gen, 0, &k);
+    k.capture_stack_id = 0;
+    k.graph_flags = 0;
+    k.pad = 0;
+    /* A graph kernel: the stack that created its node, if it was seen.
+     * Branch-free (like log2_u64): the loop body's branches multiply the
+     * states the verifier walks. A miss (or no node: id 0 is never stored)
+     * leaves cap 0: the helper zeroes it, and stack ids are never 0. */
+    struct ga_node_key nk = {.tgid = bc->tgid, .pad = 0, .node_id = r.graph_node_id};
+    u64 cap = 0;
+    bpf_probe_read_kernel(&cap, sizeof(cap), node_stacks.lookup(&nk));
+    u64 has_node = (r.graph_node_id | -r.graph_node_id) >> 63;
+    u64 found = ((cap | -cap) >> 63) & has_node;
+    k.capture_stack_id = cap & -found;
+    /* found: GA_AGG_CAPTURED (1); a node never seen: GA_AGG_NODE_UNKNOWN (2). */
+    k.graph_flags = (u32)(has_node * (GA_AGG_NODE_UNKNOWN - found));
+    struct ga_agg_val *v = bpf_map_lookup_elem(bc->totals, &k);
     if (v) {
         v->gpu_ns += ns;
         v->launches += 1;
     } else {
         struct ga_agg_val nv = {.gpu_ns = ns, .launches = 1};
-        if (agg_insert(bc->gen, 0, &k, &nv) != 0) {
+        if (bpf_map_update_elem(bc->totals, &k, &nv, BPF_ANY) != 0) {
             count(GA_DROP_AGG_FULL, 1);
             return 0;
         }
     }
     count(GA_CNT_KERNELS, 1);
+    /* 1 if captured, 2 if unknown: each counter gets its own share. */
+    count(GA_CNT_GRAPH_ATTRIBUTED, k.graph_flags & GA_AGG_CAPTURED);
+    count(GA_CNT_GRAPH_NODE_UNKNOWN, k.graph_flags >> 1);
 
     struct ga_corr_key ck = {.tgid = bc->tgid, .correlation_id = r.correlation_id};
     struct ga_corr_val *cv = corr_stacks.lookup(&ck);
@@ -288,7 +385,7 @@ static __always_inline int batch_one(u32 i, struct batch_ctx *bc)
     k.stack_id = cv->stack_id;
     u64 w = cv->weight;
     u64 launch_ns = cv->launch_ns;
-    v = agg_lookup(bc->gen, 1, &k);
+    v = bpf_map_lookup_elem(bc->sampled, &k);
     if (v) {
         v->gpu_ns += ns;
         v->launches += 1;
@@ -297,7 +394,7 @@ static __always_inline int batch_one(u32 i, struct batch_ctx *bc)
     } else {
         struct ga_agg_val nv = {.gpu_ns = ns, .launches = 1,
                                 .weighted_ns = ns * w, .weighted_launches = w};
-        if (agg_insert(bc->gen, 1, &k, &nv) != 0)
+        if (bpf_map_update_elem(bc->sampled, &k, &nv, BPF_ANY) != 0)
             count(GA_DROP_AGG_FULL, 1);
     }
     latency_one(bc, &r, launch_ns);
@@ -324,7 +421,17 @@ int ga_kernel_batch(struct pt_regs *ctx)
     }
     u32 zero = 0;
     u32 *g = generation.lookup(&zero);
-    struct batch_ctx bc = {.recs = recs, .tgid = tgid, .count = n, .gen = (g && *g) ? 1 : 0};
+    u32 gen = (g && *g) ? 1 : 0;
+    u32 it = gen, is = gen + 2, il = gen;
+    struct batch_ctx bc = {.recs = recs, .tgid = tgid, .count = n};
+    bc.totals = agg_maps.lookup(&it);
+    bc.sampled = agg_maps.lookup(&is);
+    bc.latency = lat_maps.lookup(&il);
+    if (!bc.totals || !bc.sampled || !bc.latency) {
+        /* The agent fills agg_maps/lat_maps before it attaches anything. */
+        count(GA_DROP_AGG_FULL, n);
+        return 0;
+    }
     /* A bounded loop, not bpf_loop(): bcc 0.26 does not relocate BPF-to-BPF
      * function references, so bpf_loop's callback arrives as NULL and the
      * verifier rejects it ("R2 type=scalar expected=func"). The verifier

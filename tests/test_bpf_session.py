@@ -122,7 +122,9 @@ class TestMainScenario:
             AggKey(pid, 0, 7, 0, K1, 0): AggVal(1000, 1, 0, 0),
             AggKey(pid, 0, 7, 0, K2, 0): AggVal(2500, 2, 0, 0),
             AggKey(pid, 1, 3, 0, K1, 0): AggVal(300, 1, 0, 0),
-            AggKey(pid, 0, 5, 9, K3, 0): AggVal(sum(GRAPH_NS), len(GRAPH_NS), 0, 0),
+            # Graph nodes the firer never announced (graph_node_stack): marked unknown.
+            AggKey(pid, 0, 5, 9, K3, 0, 0, C.AGG_NODE_UNKNOWN):
+                AggVal(sum(GRAPH_NS), len(GRAPH_NS), 0, 0),
             AggKey(pid, 0, 7, 0, K4, 0): AggVal(C.BATCH_MAX + 7, C.BATCH_MAX + 1, 0, 0),
         }
         assert got == want
@@ -136,7 +138,8 @@ class TestMainScenario:
             AggKey(pid, 0, 7, 0, K2, S1): AggVal(2000, 1, 8000, 4),
             AggKey(pid, 1, 3, 0, K1, S2): AggVal(300, 1, 600, 2),
             # every kernel of the graph launch joins the one correlation's stack
-            AggKey(pid, 0, 5, 9, K3, S3): AggVal(g, len(GRAPH_NS), g, len(GRAPH_NS)),
+            AggKey(pid, 0, 5, 9, K3, S3, 0, C.AGG_NODE_UNKNOWN):
+                AggVal(g, len(GRAPH_NS), g, len(GRAPH_NS)),
         }
         assert got == want
 

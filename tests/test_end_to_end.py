@@ -31,11 +31,20 @@ def kernel_names(path: str) -> list[str]:
 
 
 def assert_path_attributed(samples, path: str) -> None:
-    """The path's kernels are leaves, and some sample of each has launch_<path> in its stack."""
+    """The path's kernels are leaves, and some sample of each has launch_<path> in its stack.
+
+    Graph kernels sit under [cuda graph replay] above the stack that captured
+    them (capture_<path>); the replay site is their cuda_graph_replay label."""
     for kernel in kernel_names(path):
         mine = [s for s in samples if s.frames and s.frames[0] == kernel]
         assert mine, f"kernel {kernel} missing from the profile"
         assert all(s.files[0] == "CUDA_KERNEL" for s in mine)
+        if path in GRAPH_PATHS:
+            assert all(s.frames[1] == "[cuda graph replay]" and f"capture_{path}" in s.frames
+                       for s in mine), [s.frames[:6] for s in mine]
+            assert any(s.labels.get("cuda_graph_replay") == f"launch_{path}" for s in mine), (
+                f"{kernel}: no replay label launch_{path}: {[s.labels for s in mine]}")
+            continue
         assert any(f"launch_{path}" in s.frames for s in mine), (
             f"{kernel}: no stack contains launch_{path}; stacks: {[s.frames[:6] for s in mine]}")
 

@@ -115,8 +115,10 @@ def contract_probes() -> dict[str, list[str]]:
     return probes
 
 
-def test_contract_lists_the_four_probes():
-    assert set(contract_probes()) == {"attach", "cuda_correlation", "kernel_batch", "kernel_name"}
+def test_contract_lists_the_seven_probes():
+    assert set(contract_probes()) == {"attach", "cuda_correlation", "kernel_batch", "kernel_name",
+                                      "graph_node_stack", "graph_node_cloned",
+                                      "graph_node_destroyed"}
 
 
 def test_probe_names_and_arguments_match_the_contract(shim):

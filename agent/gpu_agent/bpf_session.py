@@ -3,7 +3,7 @@
 Attach (open()):
   1. The shim's .note.stapsdt is read (stapsdt.py) and checked against the
      contract: every probe present, only `attach` with a semaphore.
-  2. bcc's USDT(path=shim) generates the bpf_usdt_readarg() code for the three
+  2. bcc's USDT(path=shim) generates the bpf_usdt_readarg() code for the
      data probes from their argument specs (one switch case per probe site).
   3. The data probes are attached as uprobes on the shim FILE (pid -1): every
      process that maps the shim, running now or started later, is covered.
@@ -67,6 +67,9 @@ DATA_PROBES = {  # contract probe -> BPF function
     "cuda_correlation": "ga_cuda_correlation",
     "kernel_batch": "ga_kernel_batch",
     "kernel_name": "ga_kernel_name",
+    "graph_node_stack": "ga_graph_node_stack",
+    "graph_node_cloned": "ga_graph_node_cloned",
+    "graph_node_destroyed": "ga_graph_node_destroyed",
 }
 ATTACH_FN = "ga_attach"
 BATCH_CHUNK = 1024      # keys per BPF_MAP_LOOKUP_AND_DELETE_BATCH call
@@ -86,6 +89,10 @@ class AggKey(NamedTuple):
     graph_id: int
     kernel_id: int
     stack_id: int
+    # Graph kernels (contract: ga_agg_key): the stack that created the node
+    # (graph_flags & C.AGG_CAPTURED), or C.AGG_NODE_UNKNOWN when that was never seen.
+    capture_stack_id: int = 0
+    graph_flags: int = 0
 
 
 class AggVal(NamedTuple):
@@ -210,6 +217,7 @@ class BpfSession:
         _ = bcc
         self._sites = _data_sites(probes)
         try:
+            self._fill_map_arrays()  # before any probe can run kernel_batch
             # Data probes first, by library path: every site bcc generated code for.
             for binpath, fn_name, vaddr, _pid in usdt.enumerate_active_probes():
                 offset = stapsdt.vaddr_to_offset(self._loads, vaddr)
@@ -227,9 +235,21 @@ class BpfSession:
         self._maps = {n: self._bpf[n.encode()] for n in (
             "totals0", "totals1", "sampled0", "sampled1", "latency0", "latency1",
             "generation", "drain_barrier",
-            "stacks", "counters", "py_procs", "py_stacks")}
+            "stacks", "counters", "py_procs", "py_stacks", "node_stacks")}
         self._gen = 0
         self._set_generation(0)
+
+    def _fill_map_arrays(self) -> None:
+        """agg_maps = [totals0, totals1, sampled0, sampled1], lat_maps = [latency0, latency1]:
+        kernel_batch reaches its generation's maps by index (see the BPF source)."""
+        for outer, inner in (("agg_maps", ("totals0", "totals1", "sampled0", "sampled1")),
+                             ("lat_maps", ("latency0", "latency1"))):
+            ofd = self._bpf[outer.encode()].map_fd
+            for i, name in enumerate(inner):
+                key, val = ct.c_uint32(i), ct.c_uint32(self._bpf[name.encode()].map_fd)
+                if self._lib.bpf_update_elem(ofd, ct.byref(key), ct.byref(val), 0) != 0:
+                    raise BpfError(f"cannot set {outer}[{i}] = {name}: "
+                                   f"{os.strerror(ct.get_errno())}")
 
     def close(self) -> None:
         """Detach `attach` first (semaphore drops, the shim stops CUPTI), then the rest."""
@@ -511,7 +531,7 @@ class BpfSession:
 
         def add(key: C.AggKeyC, vals: memoryview) -> None:
             k = AggKey(key.tgid, key.device_id, key.stream_id, key.graph_id, key.kernel_id,
-                       key.stack_id)
+                       key.stack_id, key.capture_stack_id, key.graph_flags)
             v = AggVal(*(sum(vals[i::nfields]) for i in range(nfields)))
             old = out.get(k)
             out[k] = v if old is None else AggVal(*(a + b for a, b in zip(old, v)))
@@ -626,6 +646,27 @@ class BpfSession:
             return None
         n = min(val.nframes, C.MAX_FRAMES)
         return list(val.ips[:n])
+
+    def graph_nodes(self, tgid: Optional[int] = None) -> dict[tuple[int, int], int]:
+        """node_stacks: (tgid, graph node id) -> capture stack id (of tgid only, if given).
+        Walks the whole map: for tests and diagnostics, not for a hot path."""
+        if self._bpf is None:
+            raise BpfError("session is not open")
+        lib, fd = self._lib, self._maps["node_stacks"].map_fd
+        key, nxt, val = C.NodeKey(), C.NodeKey(), C.NodeVal()
+        keys = []
+        if lib.bpf_get_first_key(fd, ct.byref(key), ct.sizeof(key)) == 0:
+            keys.append(C.NodeKey.from_buffer_copy(key))
+            while lib.bpf_get_next_key(fd, ct.byref(key), ct.byref(nxt)) == 0:
+                keys.append(C.NodeKey.from_buffer_copy(nxt))
+                ct.memmove(ct.byref(key), ct.byref(nxt), ct.sizeof(key))
+        out = {}
+        for k in keys:
+            if tgid is not None and k.tgid != tgid:
+                continue
+            if lib.bpf_lookup_elem(fd, ct.byref(k), ct.byref(val)) == 0:
+                out[(k.tgid, k.node_id)] = val.stack_id
+        return out
 
     # -- Python stacks (bpf/python_stack.h) ----------------------------------
     def set_py_config(self, tgid: int, cfg: C.PyConfig) -> None:

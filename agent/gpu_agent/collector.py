@@ -10,10 +10,12 @@ Flow of one kernel (the five files to read):
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from . import contract as C
 from . import estimator
 from .bpf_session import BpfSession, Drain
 from .pprof import FrameSpec, ProfileBuilder
@@ -22,6 +24,16 @@ from .symbolize import Symbolizer, demangle_kernel
 
 UNSAMPLED = "[unsampled]"
 UNKNOWN_STACK = "[stack unavailable]"
+# CUDA graphs (docs/graphs.md): a replayed kernel sits under this marker, above
+# the stack of the code that captured (created) its node...
+GRAPH_REPLAY = "[cuda graph replay]"
+# ...or, when the node was created before the shim attached, under this one,
+# above the replay site's sampled stack.
+GRAPH_BEFORE_ATTACH = "[graph captured before attach]"
+# Label of graph kernels: where the graph was launched (replayed) from.
+GRAPH_REPLAY_LABEL = "cuda_graph_replay"
+# Frames skipped when naming a replay site: CUDA's own libraries and the shim.
+_CUDA_LIB = re.compile(r"^lib(cuda|cudart|cupti|gpu_agent_shim|nvrtc|cublas\w*|cudnn\w*)\b")
 
 
 @dataclass
@@ -182,6 +194,37 @@ class Collector:
             self._frames[key] = frames
         return frames
 
+    def _stack_specs(self, tgid: int, stack_id: int) -> list:
+        frames = self._symbolize(tgid, stack_id)
+        return [f if isinstance(f, FrameSpec) else FrameSpec.native(f)
+                for f in frames] or [FrameSpec.marker(UNKNOWN_STACK)]
+
+    def _replay_site(self, tgid: int, stack_id: int) -> str:
+        """Where a graph was launched from, in one label value: the innermost
+        Python frame outside torch (`fn (file:line)`), else the innermost native
+        frame outside CUDA's libraries and the shim."""
+        key = (tgid, stack_id, "site")
+        site = self._frames.get(key)
+        if site is not None:
+            return site
+        frames = self._symbolize(tgid, stack_id)
+        site = UNKNOWN_STACK
+        py = [f for f in frames if isinstance(f, FrameSpec)
+              and f.mapping is not None and f.mapping.filename == "[python]"]
+        for f in py:
+            if "/torch/" not in f.filename:
+                site = f"{f.function} ({os.path.basename(f.filename)}:{f.line})"
+                break
+        else:
+            for f in frames:
+                if isinstance(f, FrameSpec):
+                    continue
+                if not _CUDA_LIB.match(os.path.basename(getattr(f, "filename", "") or "")):
+                    site = f.function
+                    break
+        self._frames[key] = site
+        return site
+
     def included(self, pid: int) -> bool:
         if self.pid_filter is None:
             return True
@@ -221,15 +264,18 @@ class Collector:
 
         builder = new_builder()
         out = WindowProfiles(builder, stats)
-        # BPF keys are (tgid, device, stream, graph, kernel, stack); totals carry stack 0.
-        totals = {tuple(k)[:5]: v for k, v in win.totals.items() if self.included(k[0])}
+        # BPF keys (AggKey): tgid, device, stream, graph, kernel, stack, capture stack,
+        # graph flags; totals carry stack 0. The estimator's keys put the stack last.
+        totals = {(*k[:5], k.capture_stack_id, k.graph_flags): v
+                  for k, v in win.totals.items() if self.included(k[0])}
         stats.excluded_pids = len({k[0] for k in win.totals} - {k[0] for k in totals})
-        sampled = {tuple(k): v for k, v in win.sampled.items() if self.included(k[0])}
+        sampled = {(*k[:5], k.capture_stack_id, k.graph_flags, k.stack_id): v
+                   for k, v in win.sampled.items() if self.included(k[0])}
         est = estimator.estimate(totals, sampled)
         stats.orphan_samples = est.orphan_entries
         pids = set()
         for row in est.rows:
-            tgid, device_id, stream_id, graph_id, kernel_id = row.key
+            tgid, device_id, stream_id, graph_id, kernel_id, capture_id, gflags = row.key
             pids.add(tgid)
             info = self._see(tgid)
             name, mangled = self._kernel_name(kernel_id)
@@ -239,13 +285,19 @@ class Collector:
             if row.stack_id is None:
                 stack = [FrameSpec.marker(UNSAMPLED)]
             else:
-                native = self._symbolize(tgid, row.stack_id)
-                stack = [f if isinstance(f, FrameSpec) else FrameSpec.native(f)
-                         for f in native] or [FrameSpec.marker(UNKNOWN_STACK)]
+                stack = self._stack_specs(tgid, row.stack_id)
             labels = {"pid": str(tgid), "comm": info.comm,
                       "cuda_device": str(device_id), "cuda_stream": str(stream_id)}
             if graph_id:
                 labels["cuda_graph"] = str(graph_id)
+            if gflags & C.AGG_CAPTURED:
+                # Exact: every record of this node has this capture stack. The
+                # replay site (estimated over sampled graph launches) is a label.
+                labels[GRAPH_REPLAY_LABEL] = (UNSAMPLED if row.stack_id is None
+                                              else self._replay_site(tgid, row.stack_id))
+                stack = [FrameSpec.marker(GRAPH_REPLAY)] + self._stack_specs(tgid, capture_id)
+            elif gflags & C.AGG_NODE_UNKNOWN:
+                stack = [FrameSpec.marker(GRAPH_BEFORE_ATTACH)] + stack
             labels.update(info.pod)
             builder.add([leaf] + stack, row.gpu_ns, row.launches, labels)
             if per_pid:

@@ -22,6 +22,8 @@ NAME_CHUNK = 512
 MAX_NAME_LEN = 64 * 1024
 
 REC_GRAPH = 0x1
+AGG_CAPTURED = 0x1
+AGG_NODE_UNKNOWN = 0x2
 LAT_BUCKETS = 64
 
 # Probe name -> ordered (argument name, C type) pairs, as in the header comment.
@@ -35,6 +37,10 @@ PROBES: dict[str, tuple[tuple[str, str], ...]] = {
                      ("dropped", "u32")),
     "kernel_name": (("kernel_id", "u64"), ("total_len", "u32"), ("offset", "u32"),
                     ("chunk", "ptr"), ("chunk_len", "u32")),
+    "graph_node_stack": (("node_id", "u64"), ("stack_id", "u64"), ("frames", "ptr"),
+                         ("nframes", "u32")),
+    "graph_node_cloned": (("original_node_id", "u64"), ("node_id", "u64")),
+    "graph_node_destroyed": (("node_id", "u64"),),
 }
 # Only this probe carries a semaphore (the agent's presence flag for the shim).
 SEMAPHORE_PROBE = "attach"
@@ -81,6 +87,14 @@ class Stack(ct.Structure):
     _fields_ = [("nframes", u32), ("cbid", u32), ("ips", u64 * MAX_FRAMES)]
 
 
+class NodeKey(ct.Structure):
+    _fields_ = [("tgid", u32), ("pad", u32), ("node_id", u64)]
+
+
+class NodeVal(ct.Structure):
+    _fields_ = [("stack_id", u64)]
+
+
 class AggKeyC(ct.Structure):
     _fields_ = [
         ("tgid", u32),
@@ -89,6 +103,9 @@ class AggKeyC(ct.Structure):
         ("graph_id", u32),
         ("kernel_id", u64),
         ("stack_id", u64),
+        ("capture_stack_id", u64),
+        ("graph_flags", u32),
+        ("pad", u32),
     ]
 
 
@@ -120,7 +137,14 @@ class Counter(IntEnum):
     GA_CNT_PY_NO_THREAD = 15
     GA_DROP_PY_READ = 16
     GA_DROP_PY_STACK_FULL = 17
-    GA_COUNTER_MAX = 18
+    GA_CNT_GRAPH_NODES = 18
+    GA_CNT_GRAPH_CLONES = 19
+    GA_CNT_GRAPH_CLONE_UNKNOWN = 20
+    GA_CNT_GRAPH_DESTROYED = 21
+    GA_CNT_GRAPH_ATTRIBUTED = 22
+    GA_CNT_GRAPH_NODE_UNKNOWN = 23
+    GA_DROP_NODE_FULL = 24
+    GA_COUNTER_MAX = 25
 
 
 COUNTER_MAX = int(Counter.GA_COUNTER_MAX)
@@ -236,6 +260,8 @@ STRUCTS: dict[str, type[ct.Structure]] = {
     "ga_corr_val": CorrVal,
     "ga_stack_key": StackKey,
     "ga_stack": Stack,
+    "ga_node_key": NodeKey,
+    "ga_node_val": NodeVal,
     "ga_agg_key": AggKeyC,
     "ga_agg_val": AggValC,
     "ga_lat_key": LatKey,
@@ -256,6 +282,8 @@ CONSTANTS: dict[str, int] = {
     "GA_NAME_CHUNK": NAME_CHUNK,
     "GA_MAX_NAME_LEN": MAX_NAME_LEN,
     "GA_REC_GRAPH": REC_GRAPH,
+    "GA_AGG_CAPTURED": AGG_CAPTURED,
+    "GA_AGG_NODE_UNKNOWN": AGG_NODE_UNKNOWN,
     "GA_LAT_BUCKETS": LAT_BUCKETS,
     "GA_PY_MAX_FRAMES": PY_MAX_FRAMES,
     "GA_PY_MAX_THREADS": PY_MAX_THREADS,

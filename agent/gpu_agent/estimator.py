@@ -10,7 +10,8 @@ One job: given, for one interval,
   weighted by its inverse sampling probability (1 for forced samples),
 
 produce integer rows ``(key, stack_id | None, gpu_ns, launches)`` whose per-key
-sums are EXACTLY the totals.  See docs/estimator.md for the statistics.
+sums are EXACTLY the totals.  (Keys may carry more fields, e.g. a graph
+kernel's capture stack: a sampled key is always its total key plus the stack.)  See docs/estimator.md for the statistics.
 
 Rules:
 
@@ -137,8 +138,8 @@ def estimate(
     by_key: Dict[TotalKey, Dict[int, List]] = {}
     out = Estimate()
     for k, v in _items(sampled):
-        tk = tuple(k[:5])
-        stack = k[5]
+        tk = tuple(k[:-1])  # any total key; the stack comes last
+        stack = k[-1]
         wns, wl = _exact(v[2]), _exact(v[3])
         if tk not in tot:
             out.orphan_entries += 1

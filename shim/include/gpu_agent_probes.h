@@ -49,6 +49,32 @@
  *                     are never truncated). Fired when the shim first sees a
  *                     name, and again for all known names whenever an agent
  *                     attaches (the semaphore rises).
+ *
+ *   graph_node_stack  (u64 node_id, u64 stack_id, const u64 *frames,
+ *                      u32 nframes)
+ *                     Fired (while attached) when CUDA creates a kernel node
+ *                     in a graph (CUPTI resource callback GRAPHNODE_CREATED,
+ *                     which runs inside the API that created the node: the
+ *                     capturing launch during stream capture, or
+ *                     cuGraphAddKernelNode), on that thread. node_id is
+ *                     cuptiGetGraphNodeId(node); frames/nframes/stack_id as in
+ *                     cuda_correlation. Never sampled: BPF stores the stack
+ *                     (with the thread's Python frames) and remembers it in
+ *                     node_stacks under (tgid, node_id).
+ *
+ *   graph_node_cloned  (u64 original_node_id, u64 node_id)
+ *                     GRAPHNODE_CLONED: node_id was cloned from
+ *                     original_node_id (graph instantiation: exec node from
+ *                     captured node; cuGraphClone; child graphs). BPF copies
+ *                     original_node_id's node_stacks entry to node_id.
+ *
+ *   graph_node_destroyed  (u64 node_id)
+ *                     A node was destroyed (GRAPHNODE_DESTROY_STARTING, or one
+ *                     per exec node the shim recorded for an exec graph at
+ *                     GRAPHEXEC_DESTROY_STARTING): BPF deletes its entry. Fired
+ *                     late, from the shim's poller after its next-but-one
+ *                     activity flush, so the node's last kernel records (which
+ *                     arrive in buffers) still find it.
  */
 #ifndef GPU_AGENT_PROBES_H
 #define GPU_AGENT_PROBES_H
@@ -116,6 +142,18 @@ struct ga_stack {
     ga_u64 ips[GA_MAX_FRAMES];
 };
 
+/* node_stacks: LRU hash, (tgid, graph node id) -> the stack that created the
+ * node (graph_node_stack), copied to every clone (graph_node_cloned) and
+ * deleted when the node is destroyed (graph_node_destroyed). */
+struct ga_node_key {
+    ga_u32 tgid;
+    ga_u32 pad;
+    ga_u64 node_id;
+};
+struct ga_node_val {
+    ga_u64 stack_id;        /* a key of `stacks` (and py_stacks) */
+};
+
 /* kernel_totals (stack_id = 0) and kernel_sampled: per-CPU hash maps (the
  * BPF program keeps two generations of each and the agent drains the one no
  * program writes; names totals<g>/sampled<g> there, same keys and values).
@@ -127,8 +165,17 @@ struct ga_agg_key {
     ga_u32 stream_id;
     ga_u32 graph_id;
     ga_u64 kernel_id;
-    ga_u64 stack_id;
+    ga_u64 stack_id;        /* sampled map: the launch's sampled stack; totals: 0 */
+    ga_u64 capture_stack_id;/* GA_AGG_CAPTURED: the stack that created the graph node
+                             * (node_stacks); else 0. In both maps. */
+    ga_u32 graph_flags;     /* GA_AGG_* (graph kernels only; 0 otherwise) */
+    ga_u32 pad;
 };
+/* ga_agg_key.graph_flags: what BPF knew about a graph kernel's node. */
+#define GA_AGG_CAPTURED 0x1u   /* node_stacks had the node: capture_stack_id is set */
+#define GA_AGG_NODE_UNKNOWN 0x2u /* graph_node_id != 0 but no node_stacks entry: the
+                                  * node was created (captured) before the shim
+                                  * attached, so its capture stack was never seen */
 struct ga_agg_val {
     ga_u64 gpu_ns;
     ga_u64 launches;
@@ -176,6 +223,13 @@ enum ga_counter {
     GA_DROP_PY_READ,           /* a Python frame could not be read or was not a
                                 * code object: the Python stack ends there */
     GA_DROP_PY_STACK_FULL,     /* py_stacks update failed: native-only stack */
+    GA_CNT_GRAPH_NODES,        /* graph_node_stack probes (capture stacks) seen */
+    GA_CNT_GRAPH_CLONES,       /* graph_node_cloned with a known original */
+    GA_CNT_GRAPH_CLONE_UNKNOWN,/* graph_node_cloned whose original was never seen */
+    GA_CNT_GRAPH_DESTROYED,    /* graph_node_destroyed probes seen */
+    GA_CNT_GRAPH_ATTRIBUTED,   /* graph kernel records joined to their capture stack */
+    GA_CNT_GRAPH_NODE_UNKNOWN, /* graph kernel records whose node was never seen */
+    GA_DROP_NODE_FULL,         /* node_stacks update failed */
     GA_COUNTER_MAX
 };
 

@@ -279,17 +279,22 @@ static uintptr_t launch_key(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
  * is only on the stack for sampled launches. launch_ns: CUPTI's clock at the
  * launch (API enter), the clock of kernel records' start: BPF turns it into
  * launch-to-start latency. 0 if this CUPTI lacks cuptiGetTimestamp. */
-__attribute__((noinline)) static void take_sample(uint32_t corr, uint32_t cbid, uint32_t weight) {
-    uint64_t launch_ns = 0;
-    if (ga_cupti.GetTimestamp && ga_cupti.GetTimestamp(&launch_ns) != CUPTI_SUCCESS) launch_ns = 0;
-    uint64_t frames[GA_MAX_FRAMES];
+uint32_t ga_unwind(uint64_t *frames, uint64_t *stack_id) noexcept {
     unwind_state u;
     u.frames = frames;
     u.n = 0;
     u.skipping = true;
     _Unwind_Backtrace(unwind_cb, &u);
-    uint32_t n = u.n;
-    uint64_t stack_id = hash_stack(frames, n);
+    *stack_id = hash_stack(frames, u.n);
+    return u.n;
+}
+
+__attribute__((noinline)) static void take_sample(uint32_t corr, uint32_t cbid, uint32_t weight) {
+    uint64_t launch_ns = 0;
+    if (ga_cupti.GetTimestamp && ga_cupti.GetTimestamp(&launch_ns) != CUPTI_SUCCESS) launch_ns = 0;
+    uint64_t frames[GA_MAX_FRAMES];
+    uint64_t stack_id = 0;
+    uint32_t n = ga_unwind(frames, &stack_id);
     const uint64_t *fp = frames;
     STAP_PROBE7(gpu_agent, cuda_correlation, corr, cbid, stack_id, fp, n, weight, launch_ns);
     ga_stat_samples.fetch_add(1, std::memory_order_relaxed);
@@ -301,7 +306,10 @@ void CUPTIAPI ga_api_callback(void *, CUpti_CallbackDomain domain, CUpti_Callbac
     int d;
     if (domain == CUPTI_CB_DOMAIN_DRIVER_API) d = 0;
     else if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) d = 1;
-    else return;
+    else {
+        if (domain == CUPTI_CB_DOMAIN_RESOURCE) ga_graph_callback(cbid, cbdata);
+        return;
+    }
     unsigned kind1 = kind_tab[d][cbid];
     if (!kind1) return;
     const CUpti_CallbackData *cd = (const CUpti_CallbackData *)cbdata;

@@ -48,6 +48,7 @@ struct ga_cupti_table {
     CUptiResult (*GetResultString)(CUptiResult, const char **); /* optional */
     CUptiResult (*GetVersion)(uint32_t *);                     /* optional */
     CUptiResult (*GetTimestamp)(uint64_t *);                   /* optional: launch time */
+    CUptiResult (*GetGraphNodeId)(CUgraphNode, uint64_t *);    /* optional: graph capture stacks */
 };
 GA_HIDDEN extern ga_cupti_table ga_cupti;
 GA_HIDDEN extern void *ga_cupti_handle;
@@ -77,6 +78,19 @@ GA_HIDDEN extern std::atomic<uint64_t> ga_stat_records;
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_dropped;
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_names;
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_name_chunks;
+
+/* ---- CUDA graphs: capture stacks, clones, destroys (graphs.cpp) ---- */
+/* RESOURCE-domain callback ids the shim enables while attached (when
+ * cuptiGetGraphNodeId exists), and their count. */
+GA_HIDDEN extern const CUpti_CallbackId ga_graph_cbids[];
+GA_HIDDEN extern const unsigned ga_graph_cbid_count;
+GA_HIDDEN void ga_graph_callback(CUpti_CallbackId cbid, const void *cbdata) noexcept;
+GA_HIDDEN void ga_graph_reset(void) noexcept;   /* at attach and detach: forget exec graphs */
+GA_HIDDEN void ga_graph_after_flush(void) noexcept; /* poller, after each periodic flush */
+GA_HIDDEN uint64_t ga_graph_stat(int which) noexcept;
+/* Unwinds the calling thread (shim and CUPTI frames dropped) into frames
+ * (GA_MAX_FRAMES); returns the count and sets *stack_id (callbacks.cpp). */
+GA_HIDDEN uint32_t ga_unwind(uint64_t *frames, uint64_t *stack_id) noexcept;
 
 /* ---- errors raised inside CUPTI callbacks, handled by the poller ---- */
 GA_HIDDEN void ga_report_cupti_error(const char *what, CUptiResult r) noexcept;

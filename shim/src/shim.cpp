@@ -37,6 +37,7 @@ extern char **environ;
 GA_HIDDEN void ga_build_kind_table(void) noexcept;
 GA_HIDDEN void ga_activity_atfork_child(void) noexcept;
 GA_HIDDEN uint64_t ga_activity_stat(int which) noexcept;
+GA_HIDDEN void ga_graph_atfork_child(void) noexcept;
 
 extern "C" GA_EXPORT int gpu_agent_shim_state(void);
 
@@ -52,6 +53,7 @@ static std::atomic<int> g_busy{0};
 static std::atomic<int> g_pending_error{0};     /* CUptiResult from a callback */
 static std::atomic<uint64_t> g_stat_attaches, g_stat_detaches, g_stat_flushes;
 static CUpti_SubscriberHandle g_sub;
+static bool g_graph_cbs;                         /* RESOURCE graph callbacks enabled */
 static bool g_block_until_drop;                 /* after OOM: wait for the next attach */
 static uint64_t g_retry_at_ns;                  /* another CUPTI subscriber: retry later */
 static uint64_t g_next_flush_ns;
@@ -178,9 +180,14 @@ static void undo_cupti(bool activity, bool subscribed) {
             const ga_launch_cbid *e = &ga_launch_cbids[i];
             if (!ga_launch_cbid_omitted(e)) ga_cupti.EnableCallback(0, g_sub, e->domain, e->cbid);
         }
+        if (g_graph_cbs)
+            for (unsigned i = 0; i < ga_graph_cbid_count; i++)
+                ga_cupti.EnableCallback(0, g_sub, CUPTI_CB_DOMAIN_RESOURCE, ga_graph_cbids[i]);
+        g_graph_cbs = false;
         ga_cupti.Unsubscribe(g_sub);
         g_sub = nullptr;
     }
+    ga_graph_reset(); /* graphs destroyed from now on are not reported */
 }
 
 /* A CUPTI call failed during attach or while attached. */
@@ -210,6 +217,7 @@ static void do_attach(void) {
         ga_compute_skip_ranges();
     }
     ga_sampler_reset_seen();
+    ga_graph_reset();
     ga_build_kind_table();
     ga_replay_names();
 
@@ -242,6 +250,18 @@ static void do_attach(void) {
         if (r != CUPTI_SUCCESS) {
             undo_cupti(false, true);
             return handle_failure("cuptiEnableCallback", r);
+        }
+    }
+    /* Graph capture stacks (graphs.cpp): only with cuptiGetGraphNodeId, the id
+     * kernel records carry. A CUPTI without these callbacks just loses them. */
+    g_graph_cbs = false;
+    if (ga_cupti.GetGraphNodeId) {
+        g_graph_cbs = true;
+        for (unsigned i = 0; i < ga_graph_cbid_count; i++) {
+            r = ga_cupti.EnableCallback(1, g_sub, CUPTI_CB_DOMAIN_RESOURCE, ga_graph_cbids[i]);
+            if (r != CUPTI_SUCCESS)
+                ga_debug("resource callback %u not enabled: %s", (unsigned)ga_graph_cbids[i],
+                         ga_cupti_err(r));
         }
     }
     g_pending_error.store(0, std::memory_order_relaxed);
@@ -296,6 +316,8 @@ static void poll_once(void) noexcept {
                 if (r != CUPTI_SUCCESS) {
                     do_detach("flush failed");
                     handle_failure("cuptiActivityFlushAll", r);
+                } else {
+                    ga_graph_after_flush(); /* destroyed graph nodes, now that their records are in */
                 }
             }
         }
@@ -407,6 +429,7 @@ static void atfork_child(void) {
     g_busy.store(0);
     g_poller_running.store(0);
     ga_activity_atfork_child();
+    ga_graph_atfork_child();
     /* CUDA set up by the parent is unusable in the child; CUPTI is only
      * touched again if the child itself runs CUDA (a launch callback or a
      * new InitializeInjection marks it live). */
@@ -471,7 +494,10 @@ extern "C" GA_EXPORT int gpu_agent_shim_state(void) { return g_state.load(); }
  * samples, 3 kernel_batch fired, 4 kernel records, 5 CUPTI-dropped records,
  * 6 distinct names, 7 kernel_name chunks, 8 attaches, 9 detaches, 10 periodic
  * flushes, 11 NULL buffers handed to CUPTI, 12 cut names, 13 buffers
- * allocated, 14 poller running (0/1), 15 CUDA live in this process (0/1). */
+ * allocated, 14 poller running (0/1), 15 CUDA live in this process (0/1),
+ * 16 graph_node_stack fired, 17 graph_node_cloned fired, 18 graph_node_destroyed
+ * fired, 19 exec graphs tracked now, 20 exec graph node ids tracked now, 21 destroyed
+ * node ids waiting for a flush, 22 destroys dropped (queue full). */
 extern "C" GA_EXPORT uint64_t gpu_agent_shim_counter(int which) {
     switch (which) {
     case 0: return ga_stat_launches.load();
@@ -490,6 +516,13 @@ extern "C" GA_EXPORT uint64_t gpu_agent_shim_counter(int which) {
     case 13: return ga_activity_stat(2);
     case 14: return (uint64_t)g_poller_running.load();
     case 15: return (uint64_t)ga_cuda_live.load();
+    case 16: return ga_graph_stat(0);
+    case 17: return ga_graph_stat(1);
+    case 18: return ga_graph_stat(2);
+    case 19: return ga_graph_stat(3);
+    case 20: return ga_graph_stat(4);
+    case 21: return ga_graph_stat(5);
+    case 22: return ga_graph_stat(6);
     }
     return 0;
 }

@@ -67,6 +67,19 @@ class Script:
             self.name(kernel_id, len(name), off, name[off:off + C.NAME_CHUNK])
         return self
 
+    def node_stack(self, node_id: int, stack_id: int, frames: list[int]) -> "Script":
+        self.parts.append(struct.pack("<QQQII", 6, node_id, stack_id, len(frames), 0))
+        self.parts.append(struct.pack(f"<{len(frames)}Q", *frames))
+        return self
+
+    def node_cloned(self, orig: int, node_id: int) -> "Script":
+        self.parts.append(struct.pack("<QQQ", 7, orig, node_id))
+        return self
+
+    def node_destroyed(self, node_id: int) -> "Script":
+        self.parts.append(struct.pack("<QQ", 8, node_id))
+        return self
+
     def attach(self) -> "Script":
         self.parts.append(struct.pack("<Q", 4))
         return self

@@ -10,6 +10,9 @@
  *           then chunk_len bytes
  *   4 ATTACH
  *   5 WAIT  prints "wait <semaphore>" and blocks until a line arrives on stdin
+ *   6 NODE  u64 node_id, u64 stack_id, u32 nframes, u32 pad, then nframes u64 frames
+ *   7 CLONE u64 original_node_id, u64 node_id
+ *   8 DESTROY u64 node_id
  * Prints "pid <pid> sem <semaphore>" first and "done <semaphore>" last.
  */
 #include <stdio.h>
@@ -64,6 +67,18 @@ int main(int argc, char **argv)
             firer_name(h.kid, h.total, h.off, take(h.clen), h.clen);
         } else if (op == 4) {
             firer_attach();
+        } else if (op == 6) {
+            struct { ga_u64 node, stack_id; ga_u32 nframes, pad; } h;
+            memcpy(&h, take(sizeof h), sizeof h);
+            firer_node_stack(h.node, h.stack_id, take(8ul * h.nframes), h.nframes);
+        } else if (op == 7) {
+            struct { ga_u64 orig, node; } h;
+            memcpy(&h, take(sizeof h), sizeof h);
+            firer_node_cloned(h.orig, h.node);
+        } else if (op == 8) {
+            ga_u64 node;
+            memcpy(&node, take(8), 8);
+            firer_node_destroyed(node);
         } else if (op == 5) {
             printf("wait %u\n", firer_semaphore());
             wait_line();

@@ -34,3 +34,19 @@ __attribute__((noinline)) void firer_name(ga_u64 kernel_id, ga_u32 total_len, ga
 {
     STAP_PROBE5(gpu_agent, kernel_name, kernel_id, total_len, offset, chunk, chunk_len);
 }
+
+__attribute__((noinline)) void firer_node_stack(ga_u64 node_id, ga_u64 stack_id,
+                                                const ga_u64 *frames, ga_u32 nframes)
+{
+    STAP_PROBE4(gpu_agent, graph_node_stack, node_id, stack_id, frames, nframes);
+}
+
+__attribute__((noinline)) void firer_node_cloned(ga_u64 orig, ga_u64 node_id)
+{
+    STAP_PROBE2(gpu_agent, graph_node_cloned, orig, node_id);
+}
+
+__attribute__((noinline)) void firer_node_destroyed(ga_u64 node_id)
+{
+    STAP_PROBE1(gpu_agent, graph_node_destroyed, node_id);
+}
