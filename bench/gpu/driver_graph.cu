@@ -1,0 +1,55 @@
+// Real-GPU check for issue 5: a driver-API cuGraphLaunch replay (the TensorRT-LLM path).
+// Two kernels are captured from two distinctly named host functions, then the exec
+// graph is replayed with cuGraphLaunch (driver API). Under gpu-agent the replayed
+// kernels must sit under [cuda graph replay] <- capture_scale / capture_bias.
+//   nvcc -O1 -g -o driver_graph bench/gpu/driver_graph.cu -lcuda
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cstdio>
+#include <cstdlib>
+
+__global__ void scale_kernel(float *x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= 1.0001f;
+}
+__global__ void bias_kernel(float *x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += 0.5f;
+}
+
+#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
+    fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e)); exit(1); } } while (0)
+#define CKD(x) do { CUresult r = (x); if (r != CUDA_SUCCESS) { \
+    fprintf(stderr, "%s: %d\n", #x, (int)r); exit(1); } } while (0)
+
+__attribute__((noinline)) void capture_scale(float *x, int n, cudaStream_t s) {
+    for (int k = 0; k < 3; k++) scale_kernel<<<(n + 255) / 256, 256, 0, s>>>(x, n);
+    CK(cudaGetLastError());
+}
+__attribute__((noinline)) void capture_bias(float *x, int n, cudaStream_t s) {
+    bias_kernel<<<(n + 255) / 256, 256, 0, s>>>(x, n);
+    CK(cudaGetLastError());
+}
+__attribute__((noinline)) void replay_with_driver_api(CUgraphExec exec, CUstream s, int iters) {
+    for (int i = 0; i < iters; i++) CKD(cuGraphLaunch(exec, s));
+    CKD(cuStreamSynchronize(s));
+}
+
+int main(int argc, char **argv) {
+    int iters = argc > 1 ? atoi(argv[1]) : 2000, n = 1 << 20;
+    float *x;
+    cudaStream_t s;
+    CK(cudaSetDevice(0));
+    CK(cudaMalloc(&x, n * sizeof(float)));
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaGraph_t g;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    capture_scale(x, n, s);
+    capture_bias(x, n, s);
+    CK(cudaStreamEndCapture(s, &g));
+    CUgraphExec exec;
+    CKD(cuGraphInstantiate(&exec, (CUgraph)g, 0));
+    replay_with_driver_api(exec, (CUstream)s, iters);
+    printf("driver_graph: %d cuGraphLaunch replays of 4 kernels\n", iters);
+    return 0;
+}
