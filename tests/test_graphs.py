@@ -8,6 +8,7 @@ pprof. See docs/graphs.md.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -104,6 +105,29 @@ def test_reinstantiated_and_several_exec_graphs(graph_app, tmp_path):
     assert len(graphs) == 4, graphs  # 4 exec graphs, each attributed
 
 
+def test_explicitly_built_graph(graph_app, tmp_path):
+    """cuGraphCreate + cuGraphAddKernelNode: each kernel under the function that added it."""
+    gt = tmp_path / "truth.tsv"
+    samples, _ = record(tmp_path, graph_app, "--add-nodes", "--replays", "100", env=mock_env(gt))
+    assert_exact(samples, ground_truth(gt))
+    added_by = {"capture_attention": "add_attention_nodes", "capture_mlp": "add_mlp_nodes"}
+    for kernel, fn in CAPTURED_BY.items():
+        mine = [s for s in samples if s.frames[0] == kernel]
+        assert mine, kernel
+        for s in mine:
+            assert s.frames[1] == GRAPH_REPLAY and added_by[fn] in s.frames, s.frames[:8]
+            assert "cuGraphAddKernelNode_v2" in s.frames and "build_graph_explicit" in s.frames
+
+
+def private_shim(tmp_path) -> Path:
+    """A copy of the shim under another name: another inode, which an agent running
+    elsewhere on this machine (attached by path, discovering libgpu_agent_shim.so
+    copies) does not attach to, so only this test's collector decides when it attaches."""
+    shim = tmp_path / "libgpu_agent_shim-graphs.so"
+    shutil.copy(SHIM, shim)
+    return shim
+
+
 def _run_collector(proc, collector, timeout=120, drain_every=1.0):
     end = time.monotonic() + timeout
     last = time.monotonic()
@@ -119,13 +143,14 @@ def test_agent_attached_after_capture(graph_app, tmp_path):
     """Captured before the agent attached: the replay stack, under a marker;
     a graph captured after the attach is attributed as usual."""
     gt = tmp_path / "truth.tsv"
-    env = mock_env(gt, CUDA_INJECTION64_PATH=str(SHIM))
+    shim = private_shim(tmp_path)
+    env = mock_env(gt, CUDA_INJECTION64_PATH=str(shim))
     proc = subprocess.Popen([str(graph_app), "--replays", "100", "--wait-attach",
                              "--linger-ms", "300"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "captured", proc.stderr.read()
-        col = Collector(str(SHIM), pid_filter=lambda pid: pid == proc.pid)
+        col = Collector(str(shim), pid_filter=lambda pid: pid == proc.pid)
         col.open()
         try:
             _run_collector(proc, col)
@@ -161,8 +186,12 @@ def test_destroyed_graphs_memory_stays_flat(graph_app, tmp_path):
     """10k capture/instantiate/replay/destroy rounds: shim and agent memory stay flat,
     BPF's node map holds only the nodes still waiting for their destroy."""
     gt = tmp_path / "truth.tsv"
-    env = mock_env(gt, CUDA_INJECTION64_PATH=str(SHIM), GPU_AGENT_FLUSH_MS="50")
-    col = Collector(str(SHIM))
+    shim = private_shim(tmp_path)
+    env = mock_env(gt, CUDA_INJECTION64_PATH=str(shim), GPU_AGENT_FLUSH_MS="50")
+    col = Collector(str(shim))
+    # Every exec graph has its own id (the cuda_graph label), hence its own
+    # aggregation keys: room for all 20k, whatever the drain cadence on a busy machine.
+    col.session.extra_cflags.append("-DGA_AGG_ENTRIES=65536")
     col.open()
     try:
         proc = subprocess.Popen([str(graph_app), "--churn", "10000", "--sleep-us", "100",
@@ -170,9 +199,7 @@ def test_destroyed_graphs_memory_stays_flat(graph_app, tmp_path):
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
         col.pid_filter = lambda pid: pid == proc.pid
-        # Every exec graph has its own id (the cuda_graph label) and so its own
-        # aggregation keys: at ~5k graphs a second, drain often enough.
-        _run_collector(proc, col, drain_every=0.1)
+        _run_collector(proc, col, drain_every=0.2)
         out, err = proc.communicate(timeout=10)
         assert proc.returncode == 0, err
         nodes_left = col.session.graph_nodes(proc.pid)

@@ -7,7 +7,7 @@
  * capture_mlp() launches k_mlp_up and k_mlp_down. The graph is instantiated in
  * instantiate_graph() and replayed from replay_graph().
  *
- *   graph_workload [--replays N] [--execs K] [--reinstantiate]
+ *   graph_workload [--replays N] [--execs K] [--reinstantiate] [--add-nodes]
  *                  [--wait-attach] [--churn N [--sleep-us U]] [--linger-ms M]
  *
  *   --replays N      replays per exec graph (default 100)
@@ -20,6 +20,9 @@
  *   --churn N        N times: capture (capture_attention), instantiate, replay
  *                    once, destroy exec and graph; prints "rss_kb <iter> <kB>" at
  *                    every N/10 rounds; --sleep-us U pauses U us after each round
+ *   --add-nodes      build the graph with cuGraphCreate + cuGraphAddKernelNode
+ *                    instead: add_attention_nodes() adds k_attn_scores and
+ *                    k_attn_softmax, add_mlp_nodes() k_mlp_up and k_mlp_down
  *   --linger-ms M    sleep M ms before exiting (lets the shim's poller run)
  * At the end prints "shim <name>=<value> ..." from gpu_agent_shim_counter().
  *
@@ -91,6 +94,39 @@ NOINLINE CUgraph build_graph(void (*a)(void), void (*b)(void))
     return g;
 }
 
+static void add_node(CUgraph g, int k)
+{
+    CUgraphNode n;
+    CUDA_KERNEL_NODE_PARAMS p;
+    memset(&p, 0, sizeof p);
+    p.func = g_fn[k];
+    p.gridDimX = 4, p.gridDimY = 1, p.gridDimZ = 1;
+    p.blockDimX = 128, p.blockDimY = 1, p.blockDimZ = 1;
+    p.kernelParams = g_args;
+    ck(cuGraphAddKernelNode(&n, g, NULL, 0, &p), "cuGraphAddKernelNode");
+}
+
+NOINLINE void add_attention_nodes(CUgraph g)
+{
+    add_node(g, K_ATTN_SCORES);
+    add_node(g, K_ATTN_SOFTMAX);
+}
+
+NOINLINE void add_mlp_nodes(CUgraph g)
+{
+    add_node(g, K_MLP_UP);
+    add_node(g, K_MLP_DOWN);
+}
+
+NOINLINE CUgraph build_graph_explicit(void)
+{
+    CUgraph g;
+    ck(cuGraphCreate(&g, 0), "cuGraphCreate");
+    add_attention_nodes(g);
+    add_mlp_nodes(g);
+    return g;
+}
+
 NOINLINE CUgraphExec instantiate_graph(CUgraph g)
 {
     CUgraphExec x;
@@ -151,7 +187,7 @@ static void print_shim_counters(void)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: graph_workload [--replays N] [--execs K] [--reinstantiate] [--wait-attach]\n"
+    fprintf(stderr, "usage: graph_workload [--replays N] [--execs K] [--reinstantiate] [--wait-attach] [--add-nodes]\n"
                     "                      [--churn N [--sleep-us U]] [--linger-ms M]\n");
     exit(2);
 }
@@ -159,11 +195,12 @@ static void usage(void)
 int main(int argc, char **argv)
 {
     long replays = 100, execs = 1, churn_n = 0, linger_ms = 0;
-    int reinst = 0, wait_attach = 0;
+    int reinst = 0, wait_attach = 0, add_nodes = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--reinstantiate")) { reinst = 1; continue; }
         if (!strcmp(a, "--wait-attach")) { wait_attach = 1; continue; }
+        if (!strcmp(a, "--add-nodes")) { add_nodes = 1; continue; }
         if (i + 1 >= argc) usage();
         long v = atol(argv[++i]);
         if (!strcmp(a, "--replays")) replays = v;
@@ -193,7 +230,7 @@ int main(int argc, char **argv)
     if (churn_n > 0) {
         churn(churn_n);
     } else {
-        CUgraph g = build_graph(capture_attention, capture_mlp);
+        CUgraph g = add_nodes ? build_graph_explicit() : build_graph(capture_attention, capture_mlp);
         CUgraphExec x[16];
         for (long e = 0; e < execs; e++) x[e] = instantiate_graph(g);
         if (wait_attach) {

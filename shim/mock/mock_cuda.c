@@ -623,8 +623,9 @@ static void exec_kernel(struct mock_stream *s, const struct launch_desc *d, uint
     }
 }
 
-/* A launch on a capturing stream becomes a kernel node instead of running. */
-static void capture_node(struct mock_graph *g, const struct launch_desc *d)
+/* A launch on a capturing stream becomes a kernel node instead of running
+ * (also cuGraphAddKernelNode). GRAPHNODE_CREATED fires inside the calling API. */
+static struct mock_node *capture_node(struct mock_graph *g, const struct launch_desc *d)
 {
     struct mock_node *n = calloc(1, sizeof(*n));
     n->magic = MOCK_NODE_MAGIC;
@@ -644,6 +645,7 @@ static void capture_node(struct mock_graph *g, const struct launch_desc *d)
     pthread_mutex_unlock(&g->mu);
     mockcuda_graph_resource(CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED, g->ctx, (CUgraph)g, NULL,
                             (CUgraphNode)n, NULL, NULL);
+    return n;
 }
 
 static CUresult launch(const struct launch_desc *d, CUstream h, int ptsz, uint32_t corr)
@@ -784,6 +786,16 @@ CUresult CUDAAPI cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height
 
 /* -------------------------------------------------------------- graphs */
 
+static struct mock_graph *new_graph(struct mock_ctx *ctx)
+{
+    struct mock_graph *g = calloc(1, sizeof(*g));
+    g->magic = MOCK_GRAPH_MAGIC;
+    g->id = atomic_fetch_add(&g_graph_ids, 1) + 1;
+    g->ctx = ctx;
+    pthread_mutex_init(&g->mu, NULL);
+    return g;
+}
+
 static CUresult begin_capture(CUstream h, int ptsz)
 {
     struct mock_stream *s;
@@ -791,11 +803,7 @@ static CUresult begin_capture(CUstream h, int ptsz)
     if (r != CUDA_SUCCESS) return r;
     if (s == &s->ctx->legacy) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (atomic_load(&s->capture)) return CUDA_ERROR_ILLEGAL_STATE;
-    struct mock_graph *g = calloc(1, sizeof(*g));
-    g->magic = MOCK_GRAPH_MAGIC;
-    g->id = atomic_fetch_add(&g_graph_ids, 1) + 1;
-    g->ctx = s->ctx;
-    pthread_mutex_init(&g->mu, NULL);
+    struct mock_graph *g = new_graph(s->ctx);
     atomic_store(&s->capture, g);
     mockcuda_graph_resource(CUPTI_CBID_RESOURCE_GRAPH_CREATED, g->ctx, (CUgraph)g, NULL, NULL, NULL, NULL);
     return CUDA_SUCCESS;
@@ -849,6 +857,36 @@ static inline struct mock_graph *as_graph(CUgraph g)
 {
     struct mock_graph *m = (struct mock_graph *)g;
     return m && m->magic == MOCK_GRAPH_MAGIC ? m : NULL;
+}
+
+/* Explicit graph building: an empty graph in the current context, then kernel
+ * nodes added one by one (dependencies are accepted and ignored: nodes run in
+ * the order they were added). */
+CUresult CUDAAPI cuGraphCreate(CUgraph *phGraph, unsigned int flags)
+{
+    API_BEGIN(cuGraphCreate, NULL, phGraph, flags);
+    if (!phGraph) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (!t_ctx) API_RETURN(CUDA_ERROR_INVALID_CONTEXT);
+    struct mock_graph *g = new_graph(t_ctx);
+    mockcuda_graph_resource(CUPTI_CBID_RESOURCE_GRAPH_CREATED, g->ctx, (CUgraph)g, NULL, NULL, NULL, NULL);
+    *phGraph = (CUgraph)g;
+    API_RETURN(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                         size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+    API_BEGIN(cuGraphAddKernelNode_v2, NULL, phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    struct mock_graph *g = as_graph(hGraph);
+    if (!g) API_RETURN(CUDA_ERROR_INVALID_HANDLE);
+    if (!phGraphNode || !nodeParams) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    const CUDA_KERNEL_NODE_PARAMS *k = nodeParams;
+    struct launch_desc d = { as_func(k->func), { k->gridDimX, k->gridDimY, k->gridDimZ },
+                             { k->blockDimX, k->blockDimY, k->blockDimZ }, k->sharedMemBytes,
+                             CUPTI_ACTIVITY_LAUNCH_TYPE_REGULAR };
+    if (!d.f) API_RETURN(CUDA_ERROR_INVALID_HANDLE);
+    *phGraphNode = (CUgraphNode)capture_node(g, &d);
+    API_RETURN(CUDA_SUCCESS);
 }
 static inline struct mock_exec *as_exec(CUgraphExec x)
 {
