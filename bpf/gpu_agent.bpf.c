@@ -487,6 +487,19 @@ int ga_kernel_name(struct pt_regs *ctx)
     return 0;
 }
 
+/* Process attach/exit events carry only the header (ga_ev_proc_attach/_exit). */
+static __always_inline void emit_proc_event(u32 type, u32 tgid)
+{
+    struct ga_event_hdr *ev = events.ringbuf_reserve(sizeof(*ev));
+    if (!ev) {
+        count(GA_DROP_RINGBUF_FULL, 1);
+        return;
+    }
+    ev->type = type;
+    ev->tgid = tgid;
+    events.ringbuf_submit(ev, 0);
+}
+
 /* ---- attach: the uprobe exists so the kernel raises the semaphore
  * (ref_ctr_offset) in every process mapping the shim; the shim fires it once
  * it has attached. The agent hears of the process here, before its first
@@ -495,14 +508,7 @@ int ga_attach(struct pt_regs *ctx)
 {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     see_proc(tgid);
-    struct ga_ev_proc_attach *ev = events.ringbuf_reserve(sizeof(*ev));
-    if (!ev) {
-        count(GA_DROP_RINGBUF_FULL, 1);
-        return 0;
-    }
-    ev->hdr.type = GA_EV_PROC_ATTACH;
-    ev->hdr.tgid = tgid;
-    events.ringbuf_submit(ev, 0);
+    emit_proc_event(GA_EV_PROC_ATTACH, tgid);
     return 0;
 }
 
@@ -522,13 +528,6 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
     if (!procs.lookup(&tgid))
         return 0;
     procs.delete(&tgid);
-    struct ga_ev_proc_exit *ev = events.ringbuf_reserve(sizeof(*ev));
-    if (!ev) {
-        count(GA_DROP_RINGBUF_FULL, 1);
-        return 0;
-    }
-    ev->hdr.type = GA_EV_PROC_EXIT;
-    ev->hdr.tgid = tgid;
-    events.ringbuf_submit(ev, 0);
+    emit_proc_event(GA_EV_PROC_EXIT, tgid);
     return 0;
 }
