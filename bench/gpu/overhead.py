@@ -18,6 +18,8 @@ import time
 
 import torch
 
+from smoke import capture_graph  # same warm-up and capture as the smoke check (this directory)
+
 
 def make_step(workload):
     torch.manual_seed(0)
@@ -33,15 +35,7 @@ def make_step(workload):
     x = torch.randn(16, 1024, device="cuda", dtype=torch.half)
     if workload == "mlp":
         return lambda: model(x)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            model(x)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        model(x)
+    g, _ = capture_graph(model, x)
     return g.replay
 
 
