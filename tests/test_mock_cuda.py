@@ -245,7 +245,9 @@ def test_client_program_against_real_headers(progs):
 def traced(progs, tmp_path_factory):
     """mock_workload, all paths, 2 threads, under the test injection."""
     d = tmp_path_factory.mktemp("traced")
-    run([APP, "--paths", "all", "--iters", "5", "--threads", "2"],
+    # The sleep between iterations gives CUPTI's worker thread time to hand back full buffers
+    # while the app still runs; without it a loaded CI machine may let everything wait for exit.
+    run([APP, "--paths", "all", "--iters", "5", "--threads", "2", "--sleep-ms", "30"],
         env=env_for(CUDA_INJECTION64_PATH=progs / "inject.so", TEST_CUPTI_OUT=d / "cupti.txt",
                     MOCK_CUDA_GROUND_TRUTH=d / "truth.tsv"))
     return parse(d / "cupti.txt"), truth(d / "truth.tsv")
