@@ -360,12 +360,17 @@ static __always_inline int batch_one(u32 i, struct batch_ctx *bc)
     k.capture_stack_id = cap & -found;
     /* found: GA_AGG_CAPTURED (1); a node never seen: GA_AGG_NODE_UNKNOWN (2). */
     k.graph_flags = (u32)(has_node * (GA_AGG_NODE_UNKNOWN - found));
+    /* The record's window weight; 0 (an older shim) counts as 1, branch-free. */
+    u64 rw = (u64)r.weight + (r.weight == 0);
     struct ga_agg_val *v = bpf_map_lookup_elem(bc->totals, &k);
     if (v) {
         v->gpu_ns += ns;
         v->launches += 1;
+        v->weighted_ns += ns * rw;
+        v->weighted_launches += rw;
     } else {
-        struct ga_agg_val nv = {.gpu_ns = ns, .launches = 1};
+        struct ga_agg_val nv = {.gpu_ns = ns, .launches = 1, .weighted_ns = ns * rw,
+                                .weighted_launches = rw};
         if (bpf_map_update_elem(bc->totals, &k, &nv, BPF_ANY) != 0) {
             count(GA_DROP_AGG_FULL, 1);
             return 0;

@@ -35,6 +35,9 @@ def mock_env(ground_truth: Path | None = None, **extra: str) -> dict:
     env.pop("CUDA_INJECTION64_PATH", None)
     for k in [k for k in env if k.startswith("GPU_AGENT_") or k.startswith("MOCK_CUDA_")]:
         del env[k]
+    # Continuous collection: most tests compare with the mock's exact ground
+    # truth. The collection-window tests (test_windows.py) pass their own.
+    env["GPU_AGENT_DUTY_CYCLE"] = "1"
     if ground_truth is not None:
         env["MOCK_CUDA_GROUND_TRUTH"] = str(ground_truth)
     env.update(extra)

@@ -64,8 +64,8 @@ def _main_script() -> F.Script:
     sc.name(K2, 600, 0, b"x" * 512)
     sc.name(K2, 600, 0, b"x" * 512)                   # chunk for a complete name
     sc.full_name(K3, b"graph_kernel")
-    sc.batch([F.rec(K1, 100, 1000), F.rec(K2, 101, 2000), F.rec(K2, 102, 500),
-              F.rec(K1, 200, 300, device=1, stream=3)]
+    sc.batch([F.rec(K1, 100, 1000), F.rec(K2, 101, 2000, weight=10), F.rec(K2, 102, 500, weight=10),
+              F.rec(K1, 200, 300, device=1, stream=3, weight=1)]
              + [F.rec(K3, 300, ns, stream=5, graph_id=9, node=i + 1)
                 for i, ns in enumerate(GRAPH_NS)], dropped=3)
     sc.batch([F.rec(K4, 9999, 1, start=i) for i in range(C.BATCH_MAX)])
@@ -119,15 +119,20 @@ class TestMainScenario:
         pid = main_run["pid"]
         got = {k: v for k, v in main_run["drain"].totals.items() if k.tgid == pid}
         want = {
-            AggKey(pid, 0, 7, 0, K1, 0): AggVal(1000, 1, 0, 0),
-            AggKey(pid, 0, 7, 0, K2, 0): AggVal(2500, 2, 0, 0),
-            AggKey(pid, 1, 3, 0, K1, 0): AggVal(300, 1, 0, 0),
+            # Weight 0 (an older shim) counts as 1: weighted sums equal the exact ones.
+            AggKey(pid, 0, 7, 0, K1, 0): AggVal(1000, 1, 1000, 1),
+            # Collected in one window of 10: each record stands for 10.
+            AggKey(pid, 0, 7, 0, K2, 0): AggVal(2500, 2, 25000, 20),
+            AggKey(pid, 1, 3, 0, K1, 0): AggVal(300, 1, 300, 1),
             # Graph nodes the firer never announced (graph_node_stack): marked unknown.
             AggKey(pid, 0, 5, 9, K3, 0, 0, C.AGG_NODE_UNKNOWN):
-                AggVal(sum(GRAPH_NS), len(GRAPH_NS), 0, 0),
-            AggKey(pid, 0, 7, 0, K4, 0): AggVal(C.BATCH_MAX + 7, C.BATCH_MAX + 1, 0, 0),
+                AggVal(sum(GRAPH_NS), len(GRAPH_NS), sum(GRAPH_NS), len(GRAPH_NS)),
+            AggKey(pid, 0, 7, 0, K4, 0): AggVal(C.BATCH_MAX + 7, C.BATCH_MAX + 1, C.BATCH_MAX + 7,
+                                                C.BATCH_MAX + 1),
         }
         assert got == want
+        assert got[AggKey(pid, 0, 7, 0, K2, 0)].estimated() == (25000, 20)
+        assert got[AggKey(pid, 0, 7, 0, K1, 0)].estimated() == (1000, 1)
 
     def test_sampled_attribution(self, main_run):
         pid = main_run["pid"]
@@ -241,7 +246,7 @@ def test_running_process_semaphore_and_data(firer, tmp_path):
             assert _readline() == "wait 1"
             _poll_until(s, lambda: (pid, S1) in ev.stacks)
             d = s.drain()
-            assert d.totals == {AggKey(pid, 0, 7, 0, K5, 0): AggVal(77, 1, 0, 0)}
+            assert d.totals == {AggKey(pid, 0, 7, 0, K5, 0): AggVal(77, 1, 77, 1)}
             assert d.sampled == {AggKey(pid, 0, 7, 0, K5, S1): AggVal(77, 1, 231, 3)}
         finally:
             s.close()
@@ -313,8 +318,8 @@ def test_per_key_drain_fallback(firer, tmp_path, monkeypatch):
         pid = int(p.stdout.split()[1])
         d = s.drain()
         assert {k: v for k, v in d.totals.items() if k.tgid == pid} == {
-            AggKey(pid, 0, 7, 0, K5, 0): AggVal(24, 2, 0, 0),
-            AggKey(pid, 0, 7, 0, K4, 0): AggVal(17, 1, 0, 0)}
+            AggKey(pid, 0, 7, 0, K5, 0): AggVal(24, 2, 24, 2),
+            AggKey(pid, 0, 7, 0, K4, 0): AggVal(17, 1, 17, 1)}
         assert {k: v for k, v in d.sampled.items() if k.tgid == pid} == {
             AggKey(pid, 0, 7, 0, K5, S2): AggVal(24, 2, 120, 10)}
         d = s.drain()

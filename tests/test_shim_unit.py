@@ -62,6 +62,7 @@ def tools(tmp_path_factory, shim):
 def clean_env(**extra: str) -> dict:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("GPU_AGENT_", "CUDA_INJECTION", "LD_PRELOAD", "FAKE_CUPTI"))}
+    env["GPU_AGENT_DUTY_CYCLE"] = "1"  # continuous: the counts below are exact
     env.update(extra)
     return env
 

@@ -101,6 +101,17 @@ class AggVal(NamedTuple):
     weighted_ns: int
     weighted_launches: int
 
+    def estimated(self) -> tuple[int, int]:
+        """A totals value as (GPU ns, launches) of the whole run.
+
+        The shim collects in one time window of every N (its duty cycle) and
+        weights each record by N, so the weighted sums are the unbiased estimate;
+        with continuous collection they equal the exact sums. A value without
+        weighted sums (hand-built in a test) is taken as exact."""
+        if self.weighted_launches:
+            return self.weighted_ns, self.weighted_launches
+        return self.gpu_ns, self.launches
+
 
 @dataclass
 class Drain:

@@ -266,7 +266,8 @@ class Collector:
         out = WindowProfiles(builder, stats)
         # BPF keys (AggKey): tgid, device, stream, graph, kernel, stack, capture stack,
         # graph flags; totals carry stack 0. The estimator's keys put the stack last.
-        totals = {(*k[:5], k.capture_stack_id, k.graph_flags): v
+        # Totals as whole-run estimates: exact unless the shim collects in windows.
+        totals = {(*k[:5], k.capture_stack_id, k.graph_flags): v.estimated()
                   for k, v in win.totals.items() if self.included(k[0])}
         stats.excluded_pids = len({k[0] for k in win.totals} - {k[0] for k in totals})
         sampled = {(*k[:5], k.capture_stack_id, k.graph_flags, k.stack_id): v

@@ -59,7 +59,8 @@ class KernelRecord(ct.Structure):
         ("stream_id", u32),
         ("graph_id", u32),
         ("flags", u32),
-        ("reserved", u64),
+        ("weight", u32),
+        ("pad", u32),
     ]
 
 

@@ -99,8 +99,9 @@ class Metrics:
         for k, v in drain.totals.items():
             key = (k[0], k[1], k[4])
             acc = per.setdefault(key, [0, 0])
-            acc[0] += v[0]
-            acc[1] += v[1]
+            ns, n = v.estimated() if hasattr(v, "estimated") else v[:2]
+            acc[0] += ns
+            acc[1] += n
         with self._lock:
             self._decay(now)
             for (pid, dev, kid), (ns, n) in per.items():

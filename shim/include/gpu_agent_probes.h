@@ -112,7 +112,13 @@ struct ga_kernel_record {
     ga_u32 stream_id;
     ga_u32 graph_id;        /* 0 unless launched from a graph */
     ga_u32 flags;           /* GA_REC_* */
-    ga_u64 reserved;
+    ga_u32 weight;          /* launches this record stands for: the shim collects
+                             * in one time window of every `weight` (its duty
+                             * cycle, shim/src/window.cpp), so BPF adds
+                             * weight x the record to the totals' weighted
+                             * sums. 1: continuous collection. 0 (an older
+                             * shim) counts as 1. */
+    ga_u32 pad;
 };
 #define GA_REC_GRAPH 0x1u
 
@@ -157,8 +163,12 @@ struct ga_node_val {
 /* kernel_totals (stack_id = 0) and kernel_sampled: per-CPU hash maps (the
  * BPF program keeps two generations of each and the agent drains the one no
  * program writes; names totals<g>/sampled<g> there, same keys and values).
- * totals hold every kernel's exact GPU ns; sampled holds the records whose
- * launch was sampled, weighted by the inverse sampling probability. */
+ * totals hold every collected kernel's GPU ns and launches (exact), and in
+ * weighted_ns / weighted_launches the same sums with each record times its
+ * ga_kernel_record.weight: the estimate of the whole run's time when the shim
+ * collects in duty-cycled windows (equal to the exact sums when it does not);
+ * sampled holds the records whose launch was sampled, weighted by the inverse
+ * sampling probability (the stack-sampling weight, not the window weight). */
 struct ga_agg_key {
     ga_u32 tgid;
     ga_u32 device_id;
@@ -179,7 +189,8 @@ struct ga_agg_key {
 struct ga_agg_val {
     ga_u64 gpu_ns;
     ga_u64 launches;
-    ga_u64 weighted_ns;     /* sum of gpu_ns * weight (sampled map only) */
+    ga_u64 weighted_ns;     /* totals: sum of gpu_ns * record weight (windows);
+                             * sampled: sum of gpu_ns * stack-sampling weight */
     ga_u64 weighted_launches;
 };
 

@@ -205,6 +205,20 @@ static uint64_t kernel_id_for(const char *name) {
     return id;
 }
 
+const char *ga_name_of(uint64_t id) noexcept {
+    const char *out = nullptr;
+    pthread_mutex_lock(&names_mu);
+    if (id_tab) {
+        uint32_t i = (uint32_t)mixp(id) & (ID_CAP - 1);
+        for (unsigned p = 0; p < 256; p++, i = (i + 1) & (ID_CAP - 1)) {
+            if (id_tab[i].id == id) { out = id_tab[i].str; break; }
+            if (id_tab[i].id == 0) break;
+        }
+    }
+    pthread_mutex_unlock(&names_mu);
+    return out;
+}
+
 void ga_replay_names(void) noexcept {
     pthread_mutex_lock(&names_mu);
     if (id_tab)
@@ -244,6 +258,7 @@ void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *bu
         struct ga_kernel_record *out = (struct ga_kernel_record *)(buffer + GA_BUF_SIZE);
         uint32_t n = 0;
         CUpti_Activity *rec = nullptr;
+        bool audit = ga_audit_on();
         for (;;) {
             CUptiResult r = ga_cupti.ActivityGetNextRecord(buffer, valid_size, &rec);
             if (r == CUPTI_ERROR_MAX_LIMIT_REACHED) break;
@@ -266,7 +281,15 @@ void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *bu
             o->stream_id = k->streamId;
             o->graph_id = k->graphId;
             o->flags = (k->graphId || k->graphNodeId) ? GA_REC_GRAPH : 0;
-            o->reserved = 0;
+            /* Collected in one window of N: stands for N (window.cpp). */
+            o->weight = ga_cfg.duty_cycle;
+            o->pad = 0;
+            if (GA_UNLIKELY(audit)) {
+                /* The full trace is tallied; only windowed launches go on. */
+                bool in = ga_audit_in_window(k->correlationId);
+                ga_audit_tally(o->kernel_id, k->end - k->start, in);
+                if (!in) continue;
+            }
             if (++n == GA_BATCH_MAX) {
                 fire_batch(out, n);
                 fired = true;

@@ -74,6 +74,13 @@ static inline uint64_t mix64(uint64_t x) {
     return x;
 }
 
+/* A new window: a runtime launch whose exit callback was lost when the last
+ * window closed must not make this thread skip its next driver launch. */
+void ga_sampler_new_window(void) noexcept {
+    uint32_t ep = attach_epoch.load(std::memory_order_relaxed) + 1;
+    attach_epoch.store(ep ? ep : 1, std::memory_order_release);
+}
+
 void ga_sampler_reset_seen(void) noexcept {
     for (unsigned i = 0; i < SEEN_CAP; i++) seen[i].store(0, std::memory_order_relaxed);
     seen_fill.store(0, std::memory_order_release);
@@ -329,6 +336,10 @@ void CUPTIAPI ga_api_callback(void *, CUpti_CallbackDomain domain, CUpti_Callbac
 
     if (GA_UNLIKELY(!ga_cuda_live.load(std::memory_order_relaxed)))
         ga_cuda_live.store(1, std::memory_order_relaxed);
+    /* Outside a collection window (window.cpp) nothing is sampled: the callbacks
+     * are only still on in audit mode, or for the instant of a window edge. */
+    if (!ga_window_on.load(std::memory_order_relaxed)) return;
+    if (GA_UNLIKELY(ga_audit_on())) ga_audit_mark(cd->correlationId);
     ga_stat_launches.fetch_add(1, std::memory_order_relaxed);
     if (GA_UNLIKELY(!t->inited)) tls_init(t);
 

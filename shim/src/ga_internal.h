@@ -25,6 +25,9 @@ struct ga_config {
     uint32_t graph_sample_period; /* GPU_AGENT_GRAPH_SAMPLE_PERIOD, default 8 */
     uint32_t poll_ms;             /* GPU_AGENT_POLL_MS, default 100 */
     uint32_t flush_ms;            /* GPU_AGENT_FLUSH_MS, default 1000 */
+    uint32_t duty_cycle;          /* GPU_AGENT_DUTY_CYCLE, default 10: one window in N */
+    uint32_t window_ms;           /* GPU_AGENT_WINDOW_MS, default 100 */
+    char audit_file[256];         /* GPU_AGENT_AUDIT_FILE: "" = off (window.cpp) */
 };
 GA_HIDDEN extern ga_config ga_cfg;
 
@@ -91,6 +94,20 @@ GA_HIDDEN uint64_t ga_graph_stat(int which) noexcept;
 /* Unwinds the calling thread (shim and CUPTI frames dropped) into frames
  * (GA_MAX_FRAMES); returns the count and sets *stack_id (callbacks.cpp). */
 GA_HIDDEN uint32_t ga_unwind(uint64_t *frames, uint64_t *stack_id) noexcept;
+
+/* ---- collection windows and audit mode (window.cpp) ---- */
+GA_HIDDEN extern std::atomic<int> ga_window_on;        /* launches now are collected */
+GA_HIDDEN void ga_window_begin(uint64_t now_ns) noexcept;  /* at attach */
+/* Whether collection should be on at now_ns; *next_edge_ns: when that may change. */
+GA_HIDDEN bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) noexcept;
+static inline bool ga_audit_on(void) noexcept { return ga_cfg.audit_file[0] != 0; }
+GA_HIDDEN void ga_audit_init(void) noexcept;
+GA_HIDDEN void ga_audit_mark(uint32_t correlation_id) noexcept;
+GA_HIDDEN bool ga_audit_in_window(uint32_t correlation_id) noexcept;
+GA_HIDDEN void ga_audit_tally(uint64_t kernel_id, uint64_t ns, bool in_window) noexcept;
+GA_HIDDEN void ga_audit_write(void) noexcept;
+GA_HIDDEN const char *ga_name_of(uint64_t kernel_id) noexcept; /* activity.cpp; NULL if unknown */
+GA_HIDDEN void ga_sampler_new_window(void) noexcept;        /* callbacks.cpp */
 
 /* ---- errors raised inside CUPTI callbacks, handled by the poller ---- */
 GA_HIDDEN void ga_report_cupti_error(const char *what, CUptiResult r) noexcept;

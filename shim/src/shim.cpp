@@ -8,9 +8,11 @@
  *   InitializeInjection (cuInit, once per process): start the poller thread
  *     and poll the semaphore once synchronously.
  *   poller (every GPU_AGENT_POLL_MS): semaphore 0 -> >0: attach (load CUPTI,
- *     subscribe launch callbacks, enable CONCURRENT_KERNEL activity, replay
- *     names); >0 -> 0: detach (disable, flush, unsubscribe). While attached:
- *     cuptiActivityFlushAll(0) every GPU_AGENT_FLUSH_MS.
+ *     subscribe, replay names, start the collection windows); >0 -> 0: detach
+ *     (disable, flush, unsubscribe). While attached: at each window edge
+ *     (window.cpp: one GPU_AGENT_WINDOW_MS slot in every GPU_AGENT_DUTY_CYCLE)
+ *     launch callbacks and CONCURRENT_KERNEL activity go on or off together,
+ *     and cuptiActivityFlushAll(0) runs every GPU_AGENT_FLUSH_MS.
  *   exit: stop the poller (bounded wait) and, if attached, flush.
  *
  * Locking: state transitions are serialized by a try-lock (g_busy) that is
@@ -43,7 +45,7 @@ extern "C" GA_EXPORT int gpu_agent_shim_state(void);
 
 enum { ST_DISABLED = -1, ST_IDLE = 0, ST_ATTACHED = 1 };
 
-ga_config ga_cfg = {64, 8, 100, 1000};
+ga_config ga_cfg = {64, 8, 100, 1000, 10, 100, ""};
 int ga_debug_on;
 
 static std::atomic<int> g_state{ST_IDLE};
@@ -57,6 +59,11 @@ static bool g_graph_cbs;                         /* RESOURCE graph callbacks ena
 static bool g_block_until_drop;                 /* after OOM: wait for the next attach */
 static uint64_t g_retry_at_ns;                  /* another CUPTI subscriber: retry later */
 static uint64_t g_next_flush_ns;
+static std::atomic<uint64_t> g_next_edge_ns{UINT64_MAX}; /* next window edge (poller wakes) */
+static bool g_cbids_on;                         /* launch callbacks enabled now */
+static bool g_activity_on;                      /* CONCURRENT_KERNEL enabled now */
+static bool g_activity_used;                    /* enabled at least once this attach */
+static std::atomic<uint64_t> g_stat_windows;
 static pid_t g_init_pid;
 
 /* poller */
@@ -107,6 +114,7 @@ static uint64_t now_ns(void) {
 static const char *const k_known_env[] = {
     "GPU_AGENT_SAMPLE_PERIOD", "GPU_AGENT_GRAPH_SAMPLE_PERIOD", "GPU_AGENT_POLL_MS",
     "GPU_AGENT_FLUSH_MS",      "GPU_AGENT_DEBUG",               "GPU_AGENT_CUPTI_PATH",
+    "GPU_AGENT_DUTY_CYCLE",    "GPU_AGENT_WINDOW_MS",           "GPU_AGENT_AUDIT_FILE",
     /* read by the agent CLI, not by the shim: known, so never reported */
     "GPU_AGENT_SHIM",          "GPU_AGENT_BPF_DIR",             "GPU_AGENT_INCLUDE_DIR",
 };
@@ -137,6 +145,18 @@ static void common_init(void) {
             sizeof(bad));
     env_u32("GPU_AGENT_POLL_MS", &ga_cfg.poll_ms, 1, 3600000, bad, sizeof(bad));
     env_u32("GPU_AGENT_FLUSH_MS", &ga_cfg.flush_ms, 1, 3600000, bad, sizeof(bad));
+    env_u32("GPU_AGENT_DUTY_CYCLE", &ga_cfg.duty_cycle, 1, 100000, bad, sizeof(bad));
+    env_u32("GPU_AGENT_WINDOW_MS", &ga_cfg.window_ms, 1, 3600000, bad, sizeof(bad));
+    const char *audit = getenv("GPU_AGENT_AUDIT_FILE");
+    if (audit && *audit) {
+        if (strlen(audit) < sizeof(ga_cfg.audit_file)) {
+            strcpy(ga_cfg.audit_file, audit);
+        } else {
+            size_t cur = strlen(bad);
+            snprintf(bad + cur, sizeof(bad) - cur, "%sGPU_AGENT_AUDIT_FILE (path too long)",
+                     cur ? ", " : "");
+        }
+    }
 
     /* unknown GPU_AGENT_* names and invalid values: one line in all */
     char unknown[384] = "";
@@ -170,16 +190,18 @@ static void common_init(void) {
 static void disable_forever(void) { g_state.store(ST_DISABLED, std::memory_order_release); }
 
 /* Undo a partial or full attach. Errors are ignored: we are leaving. */
+static CUptiResult set_launch_cbids(bool on);
+
 static void undo_cupti(bool activity, bool subscribed) {
-    if (activity) {
-        ga_cupti.ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-        ga_cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    }
+    ga_window_on.store(0, std::memory_order_relaxed);
+    g_next_edge_ns.store(UINT64_MAX, std::memory_order_relaxed);
+    if (subscribed && g_cbids_on) set_launch_cbids(false);
+    if (activity && g_activity_on) ga_cupti.ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    g_activity_on = false;
+    /* Records of the last window may still sit in CUPTI's buffers. */
+    if (activity && g_activity_used) ga_cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    g_activity_used = false;
     if (subscribed) {
-        for (unsigned i = 0; i < ga_launch_cbid_count; i++) {
-            const ga_launch_cbid *e = &ga_launch_cbids[i];
-            if (!ga_launch_cbid_omitted(e)) ga_cupti.EnableCallback(0, g_sub, e->domain, e->cbid);
-        }
         if (g_graph_cbs)
             for (unsigned i = 0; i < ga_graph_cbid_count; i++)
                 ga_cupti.EnableCallback(0, g_sub, CUPTI_CB_DOMAIN_RESOURCE, ga_graph_cbids[i]);
@@ -200,6 +222,63 @@ static void handle_failure(const char *what, CUptiResult r) {
     }
     ga_log("%s failed: %s (%d); profiling disabled in this process", what, ga_cupti_err(r), (int)r);
     disable_forever();
+}
+
+/* Launch callbacks on or off. Unsupported ids (an older CUPTI) are skipped. */
+static CUptiResult set_launch_cbids(bool on) {
+    for (unsigned i = 0; i < ga_launch_cbid_count; i++) {
+        const ga_launch_cbid *e = &ga_launch_cbids[i];
+        if (ga_launch_cbid_omitted(e)) continue;
+        CUptiResult r = ga_cupti.EnableCallback(on ? 1 : 0, g_sub, e->domain, e->cbid);
+        if (r == CUPTI_ERROR_INVALID_PARAMETER) {
+            if (on) ga_debug("callback %s (%u) not supported by this CUPTI", e->name, (unsigned)e->cbid);
+            continue;
+        }
+        if (r != CUPTI_SUCCESS && on) return r;
+    }
+    g_cbids_on = on;
+    return CUPTI_SUCCESS;
+}
+
+/* Open or close a collection window (window.cpp). Opening: activity first, so
+ * that every launch sampled in the window has its kernel record; closing in
+ * the reverse order. In audit mode callbacks and activity stay on and only
+ * ga_window_on (which launches count as windowed) flips. */
+static CUptiResult set_collection(bool on, const char **what) {
+    bool hw = on || ga_audit_on();
+    CUptiResult r = CUPTI_SUCCESS;
+    if (hw && !g_activity_on) {
+        r = ga_cupti.ActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+        if (r != CUPTI_SUCCESS) {
+            *what = "cuptiActivityEnable(CONCURRENT_KERNEL)";
+            return r;
+        }
+        g_activity_on = g_activity_used = true;
+    }
+    if (on) {
+        ga_sampler_new_window();
+        ga_window_on.store(1, std::memory_order_release);
+        g_stat_windows.fetch_add(1, std::memory_order_relaxed);
+    } else {
+        ga_window_on.store(0, std::memory_order_release);
+    }
+    if (hw && !g_cbids_on) {
+        r = set_launch_cbids(true);
+        if (r != CUPTI_SUCCESS) {
+            *what = "cuptiEnableCallback";
+            return r;
+        }
+    }
+    if (!hw && g_cbids_on) set_launch_cbids(false);
+    if (!hw && g_activity_on) {
+        r = ga_cupti.ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+        g_activity_on = false;
+        if (r != CUPTI_SUCCESS) {
+            *what = "cuptiActivityDisable(CONCURRENT_KERNEL)";
+            return r;
+        }
+    }
+    return CUPTI_SUCCESS;
 }
 
 static void do_attach(void) {
@@ -239,19 +318,6 @@ static void do_attach(void) {
         g_sub = nullptr;
         return handle_failure("cuptiSubscribe", r);
     }
-    for (unsigned i = 0; i < ga_launch_cbid_count; i++) {
-        const ga_launch_cbid *e = &ga_launch_cbids[i];
-        if (ga_launch_cbid_omitted(e)) continue;
-        r = ga_cupti.EnableCallback(1, g_sub, e->domain, e->cbid);
-        if (r == CUPTI_ERROR_INVALID_PARAMETER) {
-            ga_debug("callback %s (%u) not supported by this CUPTI", e->name, (unsigned)e->cbid);
-            continue;
-        }
-        if (r != CUPTI_SUCCESS) {
-            undo_cupti(false, true);
-            return handle_failure("cuptiEnableCallback", r);
-        }
-    }
     /* Graph capture stacks (graphs.cpp): only with cuptiGetGraphNodeId, the id
      * kernel records carry. A CUPTI without these callbacks just loses them. */
     g_graph_cbs = false;
@@ -265,17 +331,24 @@ static void do_attach(void) {
         }
     }
     g_pending_error.store(0, std::memory_order_relaxed);
-    r = ga_cupti.ActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    ga_audit_init();
+    uint64_t now = now_ns();
+    ga_window_begin(now);
+    uint64_t edge = UINT64_MAX;
+    const char *what = nullptr;
+    r = set_collection(ga_window_should_be_on(now, &edge), &what);
     if (r != CUPTI_SUCCESS) {
-        undo_cupti(false, true);
-        return handle_failure("cuptiActivityEnable(CONCURRENT_KERNEL)", r);
+        undo_cupti(true, true);
+        return handle_failure(what, r);
     }
+    g_next_edge_ns.store(edge, std::memory_order_relaxed);
     g_state.store(ST_ATTACHED, std::memory_order_release);
-    g_next_flush_ns = now_ns() + (uint64_t)ga_cfg.flush_ms * 1000000ull;
+    g_next_flush_ns = now + (uint64_t)ga_cfg.flush_ms * 1000000ull;
     g_stat_attaches.fetch_add(1, std::memory_order_relaxed);
     ga_fire_attach_probe();
-    ga_debug("attached (pid %d, sample period %u, graph period %u)", (int)getpid(),
-             ga_cfg.sample_period, ga_cfg.graph_sample_period);
+    ga_debug("attached (pid %d, sample period %u, graph period %u, one %u ms window in %u%s)",
+             (int)getpid(), ga_cfg.sample_period, ga_cfg.graph_sample_period, ga_cfg.window_ms,
+             ga_cfg.duty_cycle, ga_audit_on() ? ", audit" : "");
 }
 
 static void do_detach(const char *why) {
@@ -309,6 +382,21 @@ static void poll_once(void) noexcept {
             if (!g_block_until_drop && now_ns() >= g_retry_at_ns) do_attach();
         } else if (st == ST_ATTACHED) {
             uint64_t now = now_ns();
+            if (now >= g_next_edge_ns.load(std::memory_order_relaxed)) {
+                uint64_t edge = UINT64_MAX;
+                bool want = ga_window_should_be_on(now, &edge);
+                const char *what = nullptr;
+                CUptiResult r = CUPTI_SUCCESS;
+                if (want != (ga_window_on.load(std::memory_order_relaxed) != 0))
+                    r = set_collection(want, &what);
+                g_next_edge_ns.store(edge, std::memory_order_relaxed);
+                if (r != CUPTI_SUCCESS) {
+                    do_detach("window edge failed");
+                    handle_failure(what, r);
+                    release_busy();
+                    return;
+                }
+            }
             if (now >= g_next_flush_ns) {
                 g_next_flush_ns = now + (uint64_t)ga_cfg.flush_ms * 1000000ull;
                 CUptiResult r = ga_cupti.ActivityFlushAll(0);
@@ -341,7 +429,13 @@ static void *poller_main(void *) {
         if (!g_poll_stop) {
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
-            uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)ga_cfg.poll_ms * 1000000ull;
+            uint64_t wait = (uint64_t)ga_cfg.poll_ms * 1000000ull;
+            /* wake at the next window edge if that comes first */
+            uint64_t t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+            uint64_t edge = g_next_edge_ns.load(std::memory_order_relaxed);
+            if (edge > t && edge - t < wait) wait = edge - t;
+            else if (edge <= t) wait = 0;
+            uint64_t ns = (uint64_t)ts.tv_nsec + wait;
             ts.tv_sec += (time_t)(ns / 1000000000ull);
             ts.tv_nsec = (long)(ns % 1000000000ull);
             pthread_cond_timedwait(&g_poll_cv, &g_poll_mu, &ts);
@@ -418,7 +512,11 @@ static void at_exit_handler(void) {
         CUptiResult r = ga_cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
         ga_debug("exit flush (pid %d): %s", (int)getpid(),
                  r == CUPTI_SUCCESS ? "ok" : ga_cupti_err(r));
+        ga_audit_write();
     }
+    ga_debug("exit (pid %d): %llu launches collected, %llu kernel records, %llu windows",
+             (int)getpid(), (unsigned long long)ga_stat_launches.load(),
+             (unsigned long long)ga_stat_records.load(), (unsigned long long)g_stat_windows.load());
     release_busy();
 }
 
@@ -497,7 +595,8 @@ extern "C" GA_EXPORT int gpu_agent_shim_state(void) { return g_state.load(); }
  * allocated, 14 poller running (0/1), 15 CUDA live in this process (0/1),
  * 16 graph_node_stack fired, 17 graph_node_cloned fired, 18 graph_node_destroyed
  * fired, 19 exec graphs tracked now, 20 exec graph node ids tracked now, 21 destroyed
- * node ids waiting for a flush, 22 destroys dropped (queue full). */
+ * node ids waiting for a flush, 22 destroys dropped (queue full), 23 collection
+ * windows opened, 24 inside a window now (0/1). */
 extern "C" GA_EXPORT uint64_t gpu_agent_shim_counter(int which) {
     switch (which) {
     case 0: return ga_stat_launches.load();
@@ -523,6 +622,8 @@ extern "C" GA_EXPORT uint64_t gpu_agent_shim_counter(int which) {
     case 20: return ga_graph_stat(4);
     case 21: return ga_graph_stat(5);
     case 22: return ga_graph_stat(6);
+    case 23: return g_stat_windows.load();
+    case 24: return (uint64_t)ga_window_on.load();
     }
     return 0;
 }

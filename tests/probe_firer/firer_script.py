@@ -94,8 +94,9 @@ class Script:
 
 
 def rec(kernel_id: int, corr: int, ns: int, *, start: int = 1_000_000, device: int = 0,
-        stream: int = 7, graph_id: int = 0, node: int = 0) -> C.KernelRecord:
+        stream: int = 7, graph_id: int = 0, node: int = 0, weight: int = 0) -> C.KernelRecord:
+    """weight: the record's window weight (0, as an older shim sends, counts as 1)."""
     return C.KernelRecord(start_ns=start, end_ns=start + ns, kernel_id=kernel_id,
                           graph_node_id=node, correlation_id=corr, device_id=device,
                           context_id=1, stream_id=stream, graph_id=graph_id,
-                          flags=C.REC_GRAPH if graph_id else 0)
+                          flags=C.REC_GRAPH if graph_id else 0, weight=weight)

@@ -27,6 +27,10 @@ def add_parser(sub) -> None:
     p.add_argument("-o", "--output", default="gpu.pb.gz", type=Path,
                    help="gzip pprof file to write (default gpu.pb.gz)")
     p.add_argument("--shim", default=None, help="shim library to inject (default: the bundled one)")
+    p.add_argument("--duty-cycle", type=int, default=None, metavar="N",
+                   help="collect in one time window of every N and scale by N, as `gpu-agent run`'s "
+                        "always-on default (10) does; default here: 1, every kernel, exact "
+                        "(or GPU_AGENT_DUTY_CYCLE from the environment)")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary line on stderr")
     p.add_argument("cmd", nargs="+", metavar="-- CMD ARGS", help="the command to profile")
     p.set_defaults(func=main)
@@ -64,8 +68,16 @@ def main(args) -> int:
     root = {"pid": -1}
     collector = Collector(str(shim), pid_filter=lambda pid: descends_from(root["pid"])(pid))
     collector.open()  # probes are live before the command maps the shim
+    if args.duty_cycle is not None and not 1 <= args.duty_cycle <= 100000:
+        print("gpu-agent: error: --duty-cycle must be between 1 and 100000", file=sys.stderr)
+        return 2
     env = dict(os.environ)
     env.setdefault("CUDA_INJECTION64_PATH", str(shim))
+    # A one-off recording wants every kernel: continuous collection unless asked.
+    if args.duty_cycle is not None:
+        env["GPU_AGENT_DUTY_CYCLE"] = str(args.duty_cycle)
+    else:
+        env.setdefault("GPU_AGENT_DUTY_CYCLE", "1")
     try:
         child = subprocess.Popen(cmd, env=env)
     except OSError as e:
