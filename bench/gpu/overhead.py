@@ -9,6 +9,10 @@ Workloads (the issue-3 anchors):
   eager : 20 tiny elementwise kernels per step
   mlp   : 6 x (Linear 1024 + GELU), batch 16, fp16
   graph : the same MLP captured with torch.cuda.graph, replayed
+  compiled : a torch.compile'd (Inductor/Triton) elementwise chain, 10 calls
+             per step (launch-bound Triton kernels)
+The driver-API cuGraphLaunch workload is bench/gpu/driver_graph.cu --bench, and
+"4 processes sharing the GPU" is run_overhead.py starting four of these at once.
 """
 
 import argparse
@@ -23,6 +27,18 @@ from smoke import capture_graph  # same warm-up and capture as the smoke check (
 
 def make_step(workload):
     torch.manual_seed(0)
+    if workload == "compiled":
+        @torch.compile
+        def fused(a, b):
+            return torch.nn.functional.gelu(a * 1.5 + b) * 0.5
+
+        a = torch.randn(4096, device="cuda")
+        b = torch.randn(4096, device="cuda")
+
+        def step():
+            for _ in range(10):
+                fused(a, b)
+        return step
     if workload == "eager":
         x = torch.zeros(1024, device="cuda")
 
@@ -55,7 +71,7 @@ def measure(step, steps, repeats):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("workload", choices=["eager", "mlp", "graph"])
+    ap.add_argument("workload", choices=["eager", "mlp", "graph", "compiled"])
     ap.add_argument("--config", default="baseline")
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=5)

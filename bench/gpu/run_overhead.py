@@ -1,95 +1,227 @@
-"""Interleaved A/B/C/D overhead runs on one GPU node; prints a table of medians.
+"""Interleaved overhead runs on one GPU node; prints a table of medians.
 
-Configs: baseline; shim injected, no agent; shim + `gpu-agent run` (defaults);
-torch.profiler. Each (round, workload, config) is a fresh process.
+Workloads (issue 3): eager, mlp, graph (torch.cuda.graph replay), compiled
+(torch.compile / Triton), driver-graph (cuGraphLaunch from bench/gpu/driver_graph.cu),
+and mlp-x4 (four mlp processes sharing the GPU at once; their mean per-step time).
 
-Usage (root, on the GPU node): python3 bench/gpu/run_overhead.py [--rounds 3] [--steps 2000]
+Configs: baseline; shim-no-agent (injected, no agent anywhere); shim+agent
+(`gpu-agent run` at its defaults: the shim collects in one 100 ms window of every
+10); shim+agent-continuous (the same with GPU_AGENT_DUTY_CYCLE=1: every kernel);
+torch.profiler (CPU + CUDA activities; not for driver-graph).
+
+Each measurement is a fresh process. A round runs every workload under the
+configs without an agent, then starts ONE agent and runs every workload under
+the agent configs (the agent raises the shim's semaphore in every process on
+the node, so it cannot be up during the no-agent configs); rounds repeat, so
+configs alternate A/B/A/B. The per-config order within a round is shuffled.
+Results are appended as JSON lines to --results, so several invocations (each
+under the node's per-command time limit) add up; --table prints the table of
+medians over everything in --results. The agent's CPU time and peak RSS are
+read from /proc while each workload runs.
+
+Usage (root, on the GPU node):
+  python3 bench/gpu/run_overhead.py --rounds 2 --results /tmp/ovh.jsonl [--cpus 2-9]
+  python3 bench/gpu/run_overhead.py --results /tmp/ovh.jsonl --table
 """
 
 import argparse
 import json
 import os
+import random
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 SHIM = REPO / "build" / "libgpu_agent_shim.so"
-CONFIGS = ["baseline", "empty-injection", "shim-no-agent", "shim+agent", "torch.profiler"]
-# "empty-injection" is a control: a CUDA_INJECTION64_PATH library whose
-# InitializeInjection does nothing. It separates what the driver's injection mode
-# costs from what the shim itself costs.
-EMPTY_INJECTION_C = "int InitializeInjection(void) { return 1; }\n"
+WORKLOADS = ["eager", "mlp", "graph", "compiled", "driver-graph", "mlp-x4"]
+NO_AGENT = ["baseline", "shim-no-agent", "torch.profiler"]
+WITH_AGENT = ["shim+agent", "shim+agent-continuous"]
+CONFIGS = ["baseline", "shim-no-agent", "shim+agent", "shim+agent-continuous", "torch.profiler"]
+STEPS = {"eager": 2000, "mlp": 2000, "graph": 5000, "compiled": 1000, "driver-graph": 5000,
+         "mlp-x4": 2000}
 
 
-def empty_injection() -> str:
-    d = Path(tempfile.mkdtemp(prefix="gpu-agent-empty-"))
-    (d / "empty.c").write_text(EMPTY_INJECTION_C)
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(d / "libempty.so"), str(d / "empty.c")], check=True)
-    return str(d / "libempty.so")
+def driver_graph_binary() -> str:
+    out = REPO / "build" / "bench" / "driver_graph"
+    src = HERE / "driver_graph.cu"
+    if not out.exists() or out.stat().st_mtime < src.stat().st_mtime:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["nvcc", "-O2", "-o", str(out), str(src), "-lcuda"], check=True)
+    return str(out)
 
 
-def one(workload, config, steps, empty_lib):
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_INJECTION64_PATH"}
+def command(workload: str, config: str) -> list[str]:
+    if workload == "driver-graph":
+        return [driver_graph_binary(), str(STEPS[workload]), "--bench"]
+    base = workload.removesuffix("-x4")
+    return [sys.executable, str(HERE / "overhead.py"), base, "--config", config,
+            "--steps", str(STEPS[workload])]
+
+
+def env_for(config: str) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if k != "CUDA_INJECTION64_PATH" and not k.startswith("GPU_AGENT_")}
     if config.startswith("shim"):
         env["CUDA_INJECTION64_PATH"] = str(SHIM)
-    elif config == "empty-injection":
-        env["CUDA_INJECTION64_PATH"] = empty_lib
-    out = subprocess.run([sys.executable, str(HERE / "overhead.py"), workload, "--config", config,
-                          "--steps", str(steps)], env=env, capture_output=True, text=True, timeout=300)
-    if out.returncode != 0:
-        raise SystemExit(f"{workload}/{config} failed: {out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])["us_per_step"]
+    if config == "shim+agent-continuous":
+        env["GPU_AGENT_DUTY_CYCLE"] = "1"
+    return env
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=2000)
-    ap.add_argument("--workloads", default="eager,mlp,graph")
-    ap.add_argument("--profiles", default=None, help="directory for the agent's profiles")
-    ap.add_argument("--configs", default=",".join(CONFIGS))
-    a = ap.parse_args()
+def one(workload: str, config: str, cpus: list[int]) -> float:
+    """Per-step µs of one fresh process (mean of 4 for -x4)."""
+    n = 4 if workload.endswith("-x4") else 1
+    procs = []
+    for i in range(n):
+        cmd = command(workload, config)
+        if cpus:
+            cmd = ["taskset", "-c", str(cpus[i % len(cpus)])] + cmd
+        procs.append(subprocess.Popen(cmd, env=env_for(config), stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    vals = []
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        if p.returncode != 0:
+            raise SystemExit(f"{workload}/{config} failed: {err[-2000:]}")
+        vals.append(json.loads(out.strip().splitlines()[-1])["us_per_step"])
+    return statistics.mean(vals)
+
+
+class Agent:
+    """`gpu-agent run` at its defaults, with /proc readings of its own cost."""
+
+    def __init__(self, prof_dir: str):
+        self.p = subprocess.Popen([sys.executable, "-m", "gpu_agent", "run", "--output-dir", prof_dir,
+                                   "--interval", "10s"], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True)
+        seen = []
+        for line in self.p.stderr:  # wait until every probe is attached
+            seen.append(line)
+            if "watching" in line:
+                break
+        else:
+            raise SystemExit("agent failed: " + "".join(seen))
+
+    def cpu_s(self) -> float:
+        with open(f"/proc/{self.p.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def rss_mib(self) -> float:
+        with open(f"/proc/{self.p.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+        return 0.0
+
+    def stop(self) -> None:
+        self.p.send_signal(signal.SIGTERM)
+        self.p.wait(timeout=60)
+
+
+def run_rounds(a, out) -> None:
     workloads = a.workloads.split(",")
     configs = a.configs.split(",")
-    empty_lib = empty_injection()
-    res = {(w, c): [] for w in workloads for c in configs}
+    cpus = parse_cpus(a.cpus)
     prof_dir = a.profiles or tempfile.mkdtemp(prefix="gpu-agent-prof-")
     for r in range(a.rounds):
-        for w in workloads:
-            for c in configs:
-                agent = None
-                if c == "shim+agent":
-                    agent = subprocess.Popen([sys.executable, "-m", "gpu_agent", "run", "--output-dir",
-                                              prof_dir, "--interval", "5s"], stdout=subprocess.DEVNULL,
-                                             stderr=subprocess.PIPE, text=True)
-                    seen = []
-                    for line in agent.stderr:  # wait until every probe is attached
-                        seen.append(line)
-                        if "watching" in line:
-                            break
-                    else:
-                        raise SystemExit("agent failed: " + "".join(seen))
-                try:
-                    res[(w, c)].append(one(w, c, a.steps, empty_lib))
-                finally:
-                    if agent:
-                        agent.send_signal(signal.SIGTERM)
-                        agent.wait(timeout=60)
-                print(f"round {r} {w:6} {c:16} {res[(w, c)][-1]:8.2f} us/step", file=sys.stderr, flush=True)
-    print("| per step, µs | " + " | ".join(workloads) + " |")
+        for phase in (NO_AGENT, WITH_AGENT):
+            todo = [c for c in phase if c in configs]
+            if not todo:
+                continue
+            agent = Agent(prof_dir) if phase is WITH_AGENT else None
+            try:
+                for w in workloads:
+                    order = [c for c in todo if not (w == "driver-graph" and c == "torch.profiler")]
+                    random.shuffle(order)
+                    for c in order:
+                        t0, c0 = time.monotonic(), agent.cpu_s() if agent else 0.0
+                        us = one(w, c, cpus)
+                        rec = {"round": a.tag + str(r), "workload": w, "config": c, "us_per_step": us}
+                        if agent:
+                            rec["agent_cpu_pct"] = round(100 * (agent.cpu_s() - c0) / (time.monotonic() - t0), 2)
+                            rec["agent_rss_mib"] = round(agent.rss_mib(), 1)
+                        out.write(json.dumps(rec) + "\n")
+                        out.flush()
+                        print(f"round {r} {w:12} {c:22} {us:9.2f} us/step"
+                              + (f"  agent {rec['agent_cpu_pct']:.1f} % CPU, {rec['agent_rss_mib']:.0f} MiB"
+                                 if agent else ""), file=sys.stderr, flush=True)
+            finally:
+                if agent:
+                    agent.stop()
+
+
+def parse_cpus(spec: str) -> list[int]:
+    cpus: list[int] = []
+    for part in filter(None, (spec or "").split(",")):
+        lo, _, hi = part.partition("-")
+        cpus += list(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def table(path: str) -> None:
+    res: dict = {}
+    agent: dict = {}
+    for line in open(path):
+        rec = json.loads(line)
+        res.setdefault((rec["workload"], rec["config"]), []).append(rec["us_per_step"])
+        if "agent_cpu_pct" in rec:
+            agent.setdefault((rec["workload"], rec["config"]), []).append(
+                (rec["agent_cpu_pct"], rec["agent_rss_mib"]))
+    workloads = [w for w in WORKLOADS if any(k[0] == w for k in res)]
+    configs = [c for c in CONFIGS if any(k[1] == c for k in res)]
+    print("| per step, µs (median; runs) | " + " | ".join(workloads) + " |")
     print("|---|" + "---|" * len(workloads))
     for c in configs:
         cells = []
         for w in workloads:
-            m, base = statistics.median(res[(w, c)]), statistics.median(res[(w, "baseline")])
-            cells.append(f"{m:.1f}" + ("" if c == "baseline" else f" ({100 * (m / base - 1):+.1f} %)"))
+            v = res.get((w, c))
+            if not v:
+                cells.append("n/a")
+                continue
+            m = statistics.median(v)
+            base = statistics.median(res[(w, "baseline")]) if (w, "baseline") in res else None
+            pct = "" if c == "baseline" or not base else f" ({100 * (m / base - 1):+.1f} %)"
+            cells.append(f"{m:.1f}{pct}; n={len(v)}")
         print(f"| {c} | " + " | ".join(cells) + " |")
-    print(json.dumps({f"{w}|{c}": v for (w, c), v in res.items()}))
+    print()
+    print("| agent, per workload run (median) | " + " | ".join(workloads) + " |")
+    print("|---|" + "---|" * len(workloads))
+    for c in WITH_AGENT:
+        cells = []
+        for w in workloads:
+            v = agent.get((w, c))
+            cells.append(f"{statistics.median(x[0] for x in v):.1f} % CPU, "
+                         f"{max(x[1] for x in v):.0f} MiB" if v else "n/a")
+        print(f"| {c} | " + " | ".join(cells) + " |")
+    # Spread of each config's runs, for judging the noise.
+    print()
+    for (w, c), v in sorted(res.items()):
+        print(f"{w:12} {c:22} min {min(v):9.2f} max {max(v):9.2f} n={len(v)}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--results", default="/tmp/gpu-agent-overhead.jsonl",
+                    help="JSON lines, appended to (several invocations add up)")
+    ap.add_argument("--cpus", default="", help="pin each workload process to one of these CPUs (e.g. 2-9)")
+    ap.add_argument("--profiles", default=None, help="directory for the agent's profiles")
+    ap.add_argument("--tag", default="", help="prefix of this invocation's round names")
+    ap.add_argument("--table", action="store_true", help="only print the table of --results")
+    a = ap.parse_args()
+    if not a.table:
+        with open(a.results, "a") as out:
+            run_rounds(a, out)
+    table(a.results)
 
 
 if __name__ == "__main__":

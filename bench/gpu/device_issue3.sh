@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Issue 3 on the GPU node (root, repo root; the node has no package registry):
+#   bench/gpu/device_issue3.sh BCC_BUNDLE_DIR WHEEL_DIR OUT_DIR fidelity|overhead [ROUNDS] [TAG]
+# fidelity: duty-cycled collection checked against the full CUPTI trace of the same
+#           run (window_fidelity.py) on every workload, plus the per-stack check.
+# overhead: ROUNDS interleaved rounds of run_overhead.py, appended to
+#           /tmp/gpu-agent-overhead.jsonl (kept between calls while the node is up).
+set -uo pipefail
+bundle=$1 wheels=$2 out=$3 mode=$4 rounds=${5:-2} tag=${6:-r}
+mkdir -p "$out"
+source deploy/offline/bcc-offline-env.sh "$bundle" >/dev/null
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$wheels"/*.whl 2>/dev/null
+export PYTHONPATH=/tmp/site:$PWD/agent:$PWD/bench/gpu${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+nvidia-smi -L; date -u
+make -s shim CUDA_HOME=/usr/local/cuda || exit 1
+if [ "$mode" = fidelity ]; then
+    # Real CUPTI with windows toggled (no audit): the shim's own counts at exit.
+    GPU_AGENT_DEBUG=1 python3 -m gpu_agent record --duty-cycle 10 -o "$out/graph-dc.pb.gz" -- \
+        python3 bench/gpu/overhead.py graph --steps 40000 2>&1 | grep -E "exit \(|us_per_step|gpu-agent:"
+    python3 - "$out/graph-dc.pb.gz" <<'PY'
+import sys, window_fidelity as W
+from pathlib import Path
+k = W.profile_kernels(Path(sys.argv[1]))
+replays = 40000 // 4 + 5 * 40000
+for name, (ns, n) in sorted(k.items(), key=lambda kv: -kv[1][1])[:6]:
+    print(f"duty 10, no audit: {n} launches estimated ({100 * (n / replays - 1):+.2f} % vs {replays} replays) {name[:70]}")
+PY
+    for w in "graph 150000" "mlp 30000" "eager 30000" "compiled 12000" "driver-graph 400000"; do
+        python3 bench/gpu/window_fidelity.py "$out/fid" $w 2>&1 | grep -v "^gpu-agent: processes" | tail -14
+    done
+    python3 -m gpu_agent record --duty-cycle 10 -o "$out/fidelity-dc.pb.gz" -- python3 bench/gpu/fidelity.py 300000
+fi
+if [ "$mode" = overhead ]; then
+    python3 bench/gpu/run_overhead.py --rounds "$rounds" --tag "$tag" --cpus 2-9 \
+        --results /tmp/gpu-agent-overhead.jsonl --profiles /tmp/prof 2>&1 | tee "$out/overhead-$tag.txt"
+    cp /tmp/gpu-agent-overhead.jsonl "$out/"
+fi

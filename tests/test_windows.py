@@ -1,0 +1,113 @@
+"""Duty-cycled collection windows (shim/src/window.cpp), end to end.
+
+The shim collects in one GPU_AGENT_WINDOW_MS slot of every GPU_AGENT_DUTY_CYCLE
+and weights each record by N. These tests run a paced mock workload under
+`gpu-agent record --duty-cycle N` through the real shim, real eBPF and Go pprof:
+- in audit mode the shim also sees the full trace of the same run, so the
+  profile must equal exactly N x what was collected in windows, the full trace
+  must equal the mock's ground truth, and the estimate must land near it;
+- without audit, collection must really be off outside windows (about 1/N of
+  the launches reach the shim's callback) while the estimate stays unbiased.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+from conftest import MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf
+from pprof_tool import raw
+
+KERNEL = "_Z16k_cuLaunchKernelPfi"
+N = 5
+LAUNCHES, RATE = 150_000, 75_000  # 2 s, 20 periods of 5 x 20 ms slots
+
+
+def record(tmp_path, **env):
+    gt = tmp_path / "truth.tsv"
+    out = tmp_path / "w.pb.gz"
+    e = mock_env(gt, GPU_AGENT_WINDOW_MS="20", GPU_AGENT_DEBUG="1", **env)
+    p = subprocess.run(agent_cmd("record", "--duty-cycle", str(N), "-o", out, "--", MOCK_APP,
+                                 "--bench", str(LAUNCHES), "--rate", str(RATE)),
+                       env=e, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    prof = {}
+    for s in raw(out):
+        if s.files and s.files[0] == "CUDA_KERNEL":
+            name = s.system_names[0] or s.frames[0]
+            acc = prof.setdefault(name, [0, 0])
+            acc[0] += s.values[0]
+            acc[1] += s.values[1]
+    return prof, ground_truth(gt), p.stderr
+
+
+def shim_exit_stats(stderr: str) -> dict[str, int]:
+    m = re.search(r"exit \(pid \d+\): (\d+) launches collected, (\d+) kernel records, (\d+) windows", stderr)
+    assert m, stderr[-2000:]
+    return dict(zip(("launches", "records", "windows"), map(int, m.groups())))
+
+
+def read_audit(path) -> dict[str, list[int]]:
+    rows = {}
+    for line in path.read_text().splitlines():
+        if line.startswith(("#", "kernel_id")):
+            continue
+        _, launches, ns, wl, wns, name = line.split("\t")
+        rows[name] = [int(launches), int(ns), int(wl), int(wns)]
+    return rows
+
+
+def test_audit_profile_is_exactly_n_times_the_windows_of_the_full_trace(tmp_path, built):
+    need_ebpf()
+    audit = tmp_path / "audit.tsv"
+    prof, truth, err = record(tmp_path, GPU_AGENT_AUDIT_FILE=str(audit))
+    rows = read_audit(audit)
+    # The audit is the full trace of this run: it matches the mock driver exactly.
+    assert {k: (v[0], v[1]) for k, v in rows.items()} == truth
+    launches, ns, win_launches, win_ns = rows[KERNEL]
+    # What reached BPF (windowed records, weight N) is exactly N x the windowed part.
+    assert prof[KERNEL] == [N * win_ns, N * win_launches]
+    # One slot in N: about 1/N of a steady workload falls in windows, and the
+    # estimate is close to the truth (20 periods; binomial-like spread).
+    assert 0.6 / N < win_launches / launches < 1.4 / N, (win_launches, launches)
+    assert abs(N * win_launches / launches - 1) < 0.4
+    assert abs(N * win_ns / ns - 1) < 0.4
+
+
+def test_outside_windows_nothing_is_collected_and_the_estimate_is_unbiased(tmp_path, built):
+    need_ebpf()
+    prof, truth, err = record(tmp_path)
+    st = shim_exit_stats(err)
+    true_launches = truth[KERNEL][0]
+    # Callbacks and activity were off outside windows: the shim saw about 1/N.
+    assert 0.6 / N < st["launches"] / true_launches < 1.4 / N, (st, true_launches)
+    assert 0.6 / N < st["records"] / true_launches < 1.4 / N, (st, true_launches)
+    assert st["windows"] >= 10, st
+    # Weighted by N, the profile estimates the whole run.
+    est_ns, est_launches = prof[KERNEL]
+    assert est_launches % N == 0
+    assert abs(est_launches / true_launches - 1) < 0.4, (est_launches, true_launches)
+    assert abs(est_ns / truth[KERNEL][1] - 1) < 0.4
+
+
+def test_record_defaults_to_continuous_exact_collection(tmp_path, built):
+    need_ebpf()
+    gt = tmp_path / "truth.tsv"
+    out = tmp_path / "x.pb.gz"
+    env = mock_env(gt)
+    del env["GPU_AGENT_DUTY_CYCLE"]  # the shim's own default is 10; record asks for 1
+    p = subprocess.run(agent_cmd("record", "-o", out, "--", MOCK_APP, "--bench", "20000"),
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    got = [0, 0]
+    for s in raw(out):
+        if s.frames and (s.system_names[0] or s.frames[0]) == KERNEL:
+            got[0] += s.values[0]
+            got[1] += s.values[1]
+    assert tuple(reversed(got)) == ground_truth(gt)[KERNEL]
+
+
+def test_bad_duty_cycle_is_one_clear_line(tmp_path, built):
+    p = subprocess.run(agent_cmd("record", "--duty-cycle", "0", "-o", tmp_path / "x", "--", "true"),
+                       env=mock_env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and "--duty-cycle" in p.stderr
