@@ -64,11 +64,15 @@ def command(workload: str, config: str) -> list[str]:
             "--steps", str(STEPS[workload])]
 
 
+SHIM_ENV: dict = {}  # --shim-env K=V: extra shim settings for the shim configs
+
+
 def env_for(config: str) -> dict:
     env = {k: v for k, v in os.environ.items()
            if k != "CUDA_INJECTION64_PATH" and not k.startswith("GPU_AGENT_")}
     if config.startswith("shim"):
         env["CUDA_INJECTION64_PATH"] = str(SHIM)
+        env.update(SHIM_ENV)
     if config == "shim+agent-continuous":
         env["GPU_AGENT_DUTY_CYCLE"] = "1"
     return env
@@ -217,7 +221,10 @@ def main():
     ap.add_argument("--profiles", default=None, help="directory for the agent's profiles")
     ap.add_argument("--tag", default="", help="prefix of this invocation's round names")
     ap.add_argument("--table", action="store_true", help="only print the table of --results")
+    ap.add_argument("--shim-env", action="append", default=[], metavar="K=V",
+                    help="extra environment for the shim configs (e.g. GPU_AGENT_WINDOW_MS=20)")
     a = ap.parse_args()
+    SHIM_ENV.update(kv.split("=", 1) for kv in a.shim_env)
     if not a.table:
         with open(a.results, "a") as out:
             run_rounds(a, out)
