@@ -387,9 +387,16 @@ static __always_inline int batch_one(u32 i, struct batch_ctx *bc)
         count(GA_CNT_UNSAMPLED, 1);
         return 0;
     }
+    u64 launch_ns = cv->launch_ns;
+    /* A sample from an earlier collection window with a reused correlation id
+     * (see ga_kernel_record.join_max_lag_us) must not claim this record. */
+    if (r.join_max_lag_us && launch_ns &&
+        (r.start_ns < launch_ns || r.start_ns - launch_ns > (u64)r.join_max_lag_us * 1000)) {
+        count(GA_CNT_STALE_JOIN, 1);
+        return 0;
+    }
     k.stack_id = cv->stack_id;
     u64 w = cv->weight;
-    u64 launch_ns = cv->launch_ns;
     v = bpf_map_lookup_elem(bc->sampled, &k);
     if (v) {
         v->gpu_ns += ns;

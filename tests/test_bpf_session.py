@@ -298,6 +298,40 @@ def test_real_shim_attaches(tmp_path):
         p.wait()
 
 
+def test_windowed_records_refuse_stale_samples(firer, tmp_path):
+    """Real CUPTI reuses correlation ids across collection windows (H200: 25x too
+    many joins): a windowed record joins a sample only if it started within
+    join_max_lag_us after the launch; otherwise it counts as unsampled."""
+    lib, exe = firer
+    ev = Events()
+    s = _open(lib, ev)
+    t0, lag = 5_000_000_000, 50_000  # launch at 5 s; half of a 100 ms window, in µs
+    try:
+        path = (F.Script()
+                .corr(700, 211, S1, FRAMES1, 64, launch_ns=t0)
+                .corr(701, 211, S2, FRAMES2, 64, launch_ns=t0)
+                .corr(702, 211, S2, FRAMES2, 64, launch_ns=t0)
+                .corr(703, 211, S2, FRAMES2, 64, launch_ns=t0)
+                .batch([F.rec(K5, 700, 10, start=t0 + 20_000, weight=10, join_max_lag_us=lag),
+                        # started 0.2 s after "its" launch: a stale sample of an earlier window
+                        F.rec(K5, 701, 20, start=t0 + 200_000_000, weight=10, join_max_lag_us=lag),
+                        # started before the launch: not its launch either
+                        F.rec(K5, 702, 40, start=t0 - 1, weight=10, join_max_lag_us=lag),
+                        # continuous collection (no limit): the join stands
+                        F.rec(K4, 703, 80, start=t0 + 200_000_000, weight=1)])
+                .write(tmp_path / "s.bin"))
+        p = subprocess.run([str(exe), str(path)], capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0, p.stderr
+        pid = int(p.stdout.split()[1])
+        d = s.drain()
+        sampled = {(k.kernel_id, k.stack_id): v for k, v in d.sampled.items() if k.tgid == pid}
+        assert sampled == {(K5, S1): AggVal(10, 1, 640, 64), (K4, S2): AggVal(80, 1, 5120, 64)}
+        assert d.totals[AggKey(pid, 0, 7, 0, K5, 0)] == AggVal(70, 3, 700, 30)
+        assert d.counters["stale_join"] == 2
+    finally:
+        s.close()
+
+
 def test_per_key_drain_fallback(firer, tmp_path, monkeypatch):
     """Kernels without batch map ops: the per-key lookup-and-delete path gives
     the same numbers."""

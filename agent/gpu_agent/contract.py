@@ -60,7 +60,7 @@ class KernelRecord(ct.Structure):
         ("graph_id", u32),
         ("flags", u32),
         ("weight", u32),
-        ("pad", u32),
+        ("join_max_lag_us", u32),
     ]
 
 
@@ -145,7 +145,8 @@ class Counter(IntEnum):
     GA_CNT_GRAPH_ATTRIBUTED = 22
     GA_CNT_GRAPH_NODE_UNKNOWN = 23
     GA_DROP_NODE_FULL = 24
-    GA_COUNTER_MAX = 25
+    GA_CNT_STALE_JOIN = 25
+    GA_COUNTER_MAX = 26
 
 
 COUNTER_MAX = int(Counter.GA_COUNTER_MAX)

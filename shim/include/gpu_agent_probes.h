@@ -118,7 +118,14 @@ struct ga_kernel_record {
                              * weight x the record to the totals' weighted
                              * sums. 1: continuous collection. 0 (an older
                              * shim) counts as 1. */
-    ga_u32 pad;
+    ga_u32 join_max_lag_us; /* 0: no limit. Else a sampled launch (corr_stacks)
+                             * joins this record only if the record started at
+                             * most this long after the launch: with collection
+                             * windows a stale sample of an earlier window can
+                             * carry the same correlation id (seen on an H200:
+                             * 25x too many joins), and an earlier window began
+                             * at least a window length earlier. The shim sets
+                             * half its window. */
 };
 #define GA_REC_GRAPH 0x1u
 
@@ -241,6 +248,8 @@ enum ga_counter {
     GA_CNT_GRAPH_ATTRIBUTED,   /* graph kernel records joined to their capture stack */
     GA_CNT_GRAPH_NODE_UNKNOWN, /* graph kernel records whose node was never seen */
     GA_DROP_NODE_FULL,         /* node_stacks update failed */
+    GA_CNT_STALE_JOIN,         /* a sampled launch refused as too old for the record
+                                * (join_max_lag_us): the record counts as unsampled */
     GA_COUNTER_MAX
 };
 

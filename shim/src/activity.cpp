@@ -283,7 +283,7 @@ void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *bu
             o->flags = (k->graphId || k->graphNodeId) ? GA_REC_GRAPH : 0;
             /* Collected in one window of N: stands for N (window.cpp). */
             o->weight = ga_cfg.duty_cycle;
-            o->pad = 0;
+            o->join_max_lag_us = ga_cfg.duty_cycle > 1 ? ga_cfg.window_ms * 500u : 0;
             if (GA_UNLIKELY(audit)) {
                 /* The full trace is tallied; only windowed launches go on. */
                 bool in = ga_audit_in_window(k->correlationId);

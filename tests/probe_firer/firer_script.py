@@ -40,10 +40,10 @@ class Script:
         self.parts: list[bytes] = []
 
     def corr(self, corr: int, cbid: int, stack_id: int, frames: list[int], weight: int,
-             alt: bool = False, nframes: int | None = None) -> "Script":
+             alt: bool = False, nframes: int | None = None, launch_ns: int = 0) -> "Script":
         n = len(frames) if nframes is None else nframes
-        self.parts.append(struct.pack("<QIIQIIII", 1, corr, cbid, stack_id, n, weight,
-                                      int(alt), 0))
+        self.parts.append(struct.pack("<QIIQIIIIQ", 1, corr, cbid, stack_id, n, weight,
+                                      int(alt), 0, launch_ns))
         self.parts.append(struct.pack(f"<{len(frames)}Q", *frames))
         return self
 
@@ -94,9 +94,11 @@ class Script:
 
 
 def rec(kernel_id: int, corr: int, ns: int, *, start: int = 1_000_000, device: int = 0,
-        stream: int = 7, graph_id: int = 0, node: int = 0, weight: int = 0) -> C.KernelRecord:
+        stream: int = 7, graph_id: int = 0, node: int = 0, weight: int = 0,
+        join_max_lag_us: int = 0) -> C.KernelRecord:
     """weight: the record's window weight (0, as an older shim sends, counts as 1)."""
     return C.KernelRecord(start_ns=start, end_ns=start + ns, kernel_id=kernel_id,
                           graph_node_id=node, correlation_id=corr, device_id=device,
                           context_id=1, stream_id=stream, graph_id=graph_id,
-                          flags=C.REC_GRAPH if graph_id else 0, weight=weight)
+                          flags=C.REC_GRAPH if graph_id else 0, weight=weight,
+                          join_max_lag_us=join_max_lag_us)

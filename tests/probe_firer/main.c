@@ -52,11 +52,15 @@ int main(int argc, char **argv)
     while (pos < len) {
         ga_u64 op; memcpy(&op, take(8), 8);
         if (op == 1) {
-            struct { ga_u32 corr, cbid; ga_u64 stack_id; ga_u32 nframes, weight, alt, pad; } h;
+            struct { ga_u32 corr, cbid; ga_u64 stack_id; ga_u32 nframes, weight, alt, pad;
+                     ga_u64 launch_ns; } h;
             memcpy(&h, take(sizeof h), sizeof h);
             const ga_u64 *frames = take(8ul * h.nframes);
-            (h.alt ? firer_correlation_alt : firer_correlation)(h.corr, h.cbid, h.stack_id,
-                                                                frames, h.nframes, h.weight);
+            if (h.alt)
+                firer_correlation_alt(h.corr, h.cbid, h.stack_id, frames, h.nframes, h.weight);
+            else
+                firer_correlation(h.corr, h.cbid, h.stack_id, frames, h.nframes, h.weight,
+                                  h.launch_ns);
         } else if (op == 2) {
             struct { ga_u32 count, size, dropped, nbytes; } h;
             memcpy(&h, take(sizeof h), sizeof h);

@@ -7,10 +7,11 @@
 
 __attribute__((noinline)) void firer_correlation(ga_u32 corr, ga_u32 cbid, ga_u64 stack_id,
                                                  const ga_u64 *frames, ga_u32 nframes,
-                                                 ga_u32 weight)
+                                                 ga_u32 weight, ga_u64 launch_ns)
 {
+    /* launch_ns 0 (the default): no latency sample, no join-lag check */
     STAP_PROBE7(gpu_agent, cuda_correlation, corr, cbid, stack_id, frames, nframes, weight,
-                (ga_u64)0 /* launch_ns: no latency sample */);
+                launch_ns);
 }
 
 /* A second site of the same probe: the real shim may inline a probe in
