@@ -123,9 +123,9 @@ struct ga_kernel_record {
                              * most this long after the launch: with collection
                              * windows a stale sample of an earlier window can
                              * carry the same correlation id (seen on an H200:
-                             * 25x too many joins), and an earlier window began
-                             * at least a window length earlier. The shim sets
-                             * half its window. */
+                             * 25x too many joins). The shim sets the time since
+                             * the last window opened before the kernel started,
+                             * so only that window's launches can join it. */
 };
 #define GA_REC_GRAPH 0x1u
 

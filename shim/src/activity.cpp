@@ -283,7 +283,12 @@ void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *bu
             o->flags = (k->graphId || k->graphNodeId) ? GA_REC_GRAPH : 0;
             /* Collected in one window of N: stands for N (window.cpp). */
             o->weight = ga_cfg.duty_cycle;
-            o->join_max_lag_us = ga_cfg.duty_cycle > 1 ? ga_cfg.window_ms * 500u : 0;
+            /* Windows: only launches of the window this kernel ran in may join it
+             * (window.cpp); without CUPTI timestamps, half a window. */
+            o->join_max_lag_us = 0;
+            if (ga_cfg.duty_cycle > 1)
+                o->join_max_lag_us = ga_cupti.GetTimestamp ? ga_window_join_max_lag_us(k->start)
+                                                          : ga_cfg.window_ms * 500u;
             if (GA_UNLIKELY(audit)) {
                 /* The full trace is tallied; only windowed launches go on. */
                 bool in = ga_audit_in_window(k->correlationId);

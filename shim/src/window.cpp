@@ -85,6 +85,36 @@ bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
     return false;
 }
 
+/* ---- window open times, for the BPF join guard ----
+ * A ring of the CUPTI timestamps at which recent windows opened. A kernel record
+ * belongs to launches of the last window that opened before the kernel started,
+ * so a sampled launch older than that window's opening cannot be its launch
+ * (real CUPTI reuses correlation ids across windows). */
+#define OPEN_RING 64
+static std::atomic<uint64_t> g_open_ts[OPEN_RING];
+static std::atomic<uint32_t> g_open_n;
+
+void ga_window_opened(uint64_t cupti_ts) noexcept {
+    uint32_t n = g_open_n.load(std::memory_order_relaxed);
+    g_open_ts[n % OPEN_RING].store(cupti_ts, std::memory_order_relaxed);
+    g_open_n.store(n + 1, std::memory_order_release);
+}
+
+uint32_t ga_window_join_max_lag_us(uint64_t start_ns) noexcept {
+    uint32_t n = g_open_n.load(std::memory_order_acquire);
+    uint64_t best = 0;
+    for (uint32_t i = 0; i < OPEN_RING && i < n; i++) {
+        uint64_t t = g_open_ts[(n - 1 - i) % OPEN_RING].load(std::memory_order_relaxed);
+        if (t && t <= start_ns) {
+            best = t;
+            break; /* newest first: the first one not after the start */
+        }
+    }
+    if (!best) return 1; /* older than every remembered window: join nothing */
+    uint64_t us = (start_ns - best) / 1000 + 1;
+    return us > 0xffffffffull ? 0xffffffffu : (uint32_t)us;
+}
+
 /* ---- audit mode ---- */
 #define AUDIT_BITS (1ull << 30) /* correlation ids tracked (128 MiB, touched lazily) */
 #define AUDIT_TAB (1u << 14)
