@@ -31,14 +31,18 @@ def record(tmp_path, **env):
                                  "--bench", str(LAUNCHES), "--rate", str(RATE)),
                        env=e, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    prof = {}
-    for s in raw(out):
+    return kernel_totals(out), ground_truth(gt), p.stderr
+
+
+def kernel_totals(profile) -> dict[str, list[int]]:
+    """mangled kernel name -> [gpu_ns, launches], read by Go pprof."""
+    prof: dict[str, list[int]] = {}
+    for s in raw(profile):
         if s.files and s.files[0] == "CUDA_KERNEL":
-            name = s.system_names[0] or s.frames[0]
-            acc = prof.setdefault(name, [0, 0])
+            acc = prof.setdefault(s.system_names[0] or s.frames[0], [0, 0])
             acc[0] += s.values[0]
             acc[1] += s.values[1]
-    return prof, ground_truth(gt), p.stderr
+    return prof
 
 
 def shim_exit_stats(stderr: str) -> dict[str, int]:
@@ -99,12 +103,8 @@ def test_record_defaults_to_continuous_exact_collection(tmp_path, built):
     p = subprocess.run(agent_cmd("record", "-o", out, "--", MOCK_APP, "--bench", "20000"),
                        env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    got = [0, 0]
-    for s in raw(out):
-        if s.frames and (s.system_names[0] or s.frames[0]) == KERNEL:
-            got[0] += s.values[0]
-            got[1] += s.values[1]
-    assert tuple(reversed(got)) == ground_truth(gt)[KERNEL]
+    ns, launches = kernel_totals(out)[KERNEL]
+    assert (launches, ns) == ground_truth(gt)[KERNEL]
 
 
 def test_bad_duty_cycle_is_one_clear_line(tmp_path, built):
