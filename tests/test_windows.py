@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 
-from conftest import MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf
+from conftest import MOCK_APP, REPO, agent_cmd, ground_truth, mock_env, need_ebpf
 from pprof_tool import raw
+
+sys.path.insert(0, str(REPO / "bench" / "gpu"))
+from window_fidelity import audit_rows  # noqa: E402  (the one parser of the shim's audit file)
 
 KERNEL = "_Z16k_cuLaunchKernelPfi"
 N = 5
@@ -51,21 +55,11 @@ def shim_exit_stats(stderr: str) -> dict[str, int]:
     return dict(zip(("launches", "records", "windows"), map(int, m.groups())))
 
 
-def read_audit(path) -> dict[str, list[int]]:
-    rows = {}
-    for line in path.read_text().splitlines():
-        if line.startswith(("#", "kernel_id")):
-            continue
-        _, launches, ns, wl, wns, name = line.split("\t")
-        rows[name] = [int(launches), int(ns), int(wl), int(wns)]
-    return rows
-
-
 def test_audit_profile_is_exactly_n_times_the_windows_of_the_full_trace(tmp_path, built):
     need_ebpf()
     audit = tmp_path / "audit.tsv"
     prof, truth, err = record(tmp_path, GPU_AGENT_AUDIT_FILE=str(audit))
-    rows = read_audit(audit)
+    rows = audit_rows(audit)
     # The audit is the full trace of this run: it matches the mock driver exactly.
     assert {k: (v[0], v[1]) for k, v in rows.items()} == truth
     launches, ns, win_launches, win_ns = rows[KERNEL]

@@ -99,7 +99,7 @@ class Metrics:
         for k, v in drain.totals.items():
             key = (k[0], k[1], k[4])
             acc = per.setdefault(key, [0, 0])
-            ns, n = v.estimated() if hasattr(v, "estimated") else v[:2]
+            ns, n = v.estimated()
             acc[0] += ns
             acc[1] += n
         with self._lock:

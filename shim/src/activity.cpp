@@ -133,6 +133,22 @@ static char *arena_copy(const char *s, uint32_t len) {
     return d;
 }
 
+/* names_mu held. The entry of id, or NULL; then *free_slot (if asked) is where
+ * it would go (NULL when the probe sequence is full or there is no table). */
+static name_entry *id_tab_find(uint64_t id, name_entry **free_slot) {
+    if (free_slot) *free_slot = nullptr;
+    if (!id_tab) return nullptr;
+    uint32_t i = (uint32_t)mixp(id) & (ID_CAP - 1);
+    for (unsigned p = 0; p < 256; p++, i = (i + 1) & (ID_CAP - 1)) {
+        if (id_tab[i].id == id) return &id_tab[i];
+        if (id_tab[i].id == 0) {
+            if (free_slot) *free_slot = &id_tab[i];
+            return nullptr;
+        }
+    }
+    return nullptr;
+}
+
 static uint64_t intern_slow(const char *name) {
     size_t full = strlen(name);
     uint64_t id = fnv1a64(name, full);
@@ -141,14 +157,7 @@ static uint64_t intern_slow(const char *name) {
     pthread_mutex_lock(&names_mu);
     if (!id_tab) id_tab = (name_entry *)calloc(ID_CAP, sizeof(name_entry));
     name_entry *slot = nullptr;
-    bool known = false;
-    if (id_tab) {
-        uint32_t i = (uint32_t)mixp(id) & (ID_CAP - 1);
-        for (unsigned p = 0; p < 256; p++, i = (i + 1) & (ID_CAP - 1)) {
-            if (id_tab[i].id == id) { known = true; break; }
-            if (id_tab[i].id == 0) { slot = &id_tab[i]; break; }
-        }
-    }
+    bool known = id_tab_find(id, &slot) != nullptr;
     if (!known) {
         if (full > GA_MAX_NAME_LEN) ga_stat_truncated_names.fetch_add(1, std::memory_order_relaxed);
         if (slot && id_count < ID_CAP / 4 * 3) {
@@ -206,15 +215,9 @@ static uint64_t kernel_id_for(const char *name) {
 }
 
 const char *ga_name_of(uint64_t id) noexcept {
-    const char *out = nullptr;
     pthread_mutex_lock(&names_mu);
-    if (id_tab) {
-        uint32_t i = (uint32_t)mixp(id) & (ID_CAP - 1);
-        for (unsigned p = 0; p < 256; p++, i = (i + 1) & (ID_CAP - 1)) {
-            if (id_tab[i].id == id) { out = id_tab[i].str; break; }
-            if (id_tab[i].id == 0) break;
-        }
-    }
+    const name_entry *e = id_tab_find(id, nullptr);
+    const char *out = e ? e->str : nullptr;
     pthread_mutex_unlock(&names_mu);
     return out;
 }

@@ -189,9 +189,9 @@ static void common_init(void) {
 
 static void disable_forever(void) { g_state.store(ST_DISABLED, std::memory_order_release); }
 
-/* Undo a partial or full attach. Errors are ignored: we are leaving. */
 static CUptiResult set_launch_cbids(bool on);
 
+/* Undo a partial or full attach. Errors are ignored: we are leaving. */
 static void undo_cupti(bool activity, bool subscribed) {
     ga_window_on.store(0, std::memory_order_relaxed);
     g_next_edge_ns.store(UINT64_MAX, std::memory_order_relaxed);
