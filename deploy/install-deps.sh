@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install what building, running and testing gpu-agent needs on Debian/Ubuntu (as root):
 # bcc + kernel headers (the agent), Go pprof (the tests read profiles with it), a C
-# toolchain, and CUDA 13 headers if no toolkit is present (the shim and the mock CUDA
-# stack build against them). Idempotent; `make deps` runs it, `make test`/`make run`
+# toolchain, CUDA 13 headers if no toolkit is present (the shim and the mock CUDA
+# stack build against them), and CUDA 12 headers (the shim's CUDA 12 build is tested). Idempotent; `make deps` runs it, `make test`/`make run`
 # run it when something is missing.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
@@ -30,14 +30,28 @@ fi
 mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
 mountpoint -q /sys/kernel/debug || mount -t debugfs nodev /sys/kernel/debug 2>/dev/null || true
 
-# CUDA headers: a real toolkit if present, else NVIDIA's pip wheels into /opt/gpu-agent-cuda.
+# CUDA headers from NVIDIA's pip wheels (headers only: nothing of CUDA is linked).
+# Same wheels as the Dockerfile's shim stage.
+cuda_headers() {  # DEST WHEEL...
+    local dest=$1 venv=/tmp/gpu-agent-cuda-venv-$$; shift
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q "$@"
+    mkdir -p "$dest"
+    find "$venv" -path '*nvidia*' -name include -type d -exec sh -c 'cp -rn "$1"/. "$2"/' _ {} "$dest" \;
+    rm -rf "$venv"
+    test -f "$dest/cupti.h"
+}
+# CUDA 13 (the default build): a real toolkit if present, else the wheels into /opt/gpu-agent-cuda.
 cuda=${CUDA_HOME:-/usr/local/cuda}
 if [ ! -f "$cuda/include/cupti.h" ] && [ ! -f /opt/gpu-agent-cuda/include/cupti.h ]; then
-    python3 -m venv /tmp/gpu-agent-cuda-venv
-    /tmp/gpu-agent-cuda-venv/bin/pip install -q "nvidia-cuda-runtime==13.*" "nvidia-cuda-cupti==13.*" "nvidia-cuda-crt==13.*" "nvidia-cuda-nvcc==13.*"
-    mkdir -p /opt/gpu-agent-cuda/include
-    find /tmp/gpu-agent-cuda-venv -path '*nvidia*' -name include -type d \
-        -exec sh -c 'cp -rn "$1"/. /opt/gpu-agent-cuda/include/' _ {} \;
-    echo "install-deps: CUDA headers from pip in /opt/gpu-agent-cuda (make picks them up)"
+    cuda_headers /opt/gpu-agent-cuda/include "nvidia-cuda-runtime==13.*" "nvidia-cuda-cupti==13.*" \
+        "nvidia-cuda-crt==13.*" "nvidia-cuda-nvcc==13.*"
+    echo "install-deps: CUDA 13 headers from pip in /opt/gpu-agent-cuda (make picks them up)"
+fi
+# CUDA 12: tests/test_build_shim.py builds the shim against them (deploy/build-shim.sh).
+if [ ! -f /opt/gpu-agent-cuda12/include/cupti.h ]; then
+    cuda_headers /opt/gpu-agent-cuda12/include nvidia-cuda-runtime-cu12==12.9.79 \
+        nvidia-cuda-cupti-cu12==12.9.79 nvidia-cuda-nvcc-cu12==12.9.86
+    echo "install-deps: CUDA 12 headers from pip in /opt/gpu-agent-cuda12"
 fi
 echo "install-deps: done"
