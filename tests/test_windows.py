@@ -35,6 +35,9 @@ def record(tmp_path, **env):
                                  "--bench", str(LAUNCHES), "--rate", str(RATE)),
                        env=e, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
+    # Every kernel sample says its numbers are estimates, and from which duty cycle.
+    assert all(s.labels.get("collection_duty_cycle") == str(N)
+               for s in raw(out) if s.files and s.files[0] == "CUDA_KERNEL")
     return kernel_totals(out), ground_truth(gt), p.stderr
 
 
@@ -99,6 +102,7 @@ def test_record_defaults_to_continuous_exact_collection(tmp_path, built):
     assert p.returncode == 0, p.stderr
     ns, launches = kernel_totals(out)[KERNEL]
     assert (launches, ns) == ground_truth(gt)[KERNEL]
+    assert not any("collection_duty_cycle" in s.labels for s in raw(out))
 
 
 def test_bad_duty_cycle_is_one_clear_line(tmp_path, built):

@@ -30,6 +30,10 @@ GRAPH_REPLAY = "[cuda graph replay]"
 # ...or, when the node was created before the shim attached, under this one,
 # above the replay site's sampled stack.
 GRAPH_BEFORE_ATTACH = "[graph captured before attach]"
+DUTY_LABEL = "collection_duty_cycle"
+DUTY_COMMENT = (f"gpu_time and kernel_launches of samples labelled {DUTY_LABEL}=N are estimates: "
+                "that process's shim collected in one time window of every N and counted each "
+                "kernel N times (GPU_AGENT_DUTY_CYCLE)")
 # Label of graph kernels: where the graph was launched (replayed) from.
 GRAPH_REPLAY_LABEL = "cuda_graph_replay"
 # Frames skipped when naming a replay site: CUDA's own libraries and the shim.
@@ -258,9 +262,15 @@ class Collector:
         self.window = Window(start_ns=now)
         stats = WindowStats()
 
+        # Processes whose shim collects in windows (one in N; shim/src/window.cpp): their
+        # numbers are estimates, so their samples say so.
+        duty = {k.tgid: round(v.weighted_launches / v.launches) for k, v in win.totals.items()
+                if v.launches and v.weighted_launches != v.launches}
+        comments = [DUTY_COMMENT] if duty else []
+
         def new_builder() -> ProfileBuilder:
             return ProfileBuilder(period_ns=1, duration_ns=max(0, now - win.start_ns),
-                                  time_nanos=win.start_ns)
+                                  time_nanos=win.start_ns, comments=comments)
 
         builder = new_builder()
         out = WindowProfiles(builder, stats)
@@ -291,6 +301,8 @@ class Collector:
                       "cuda_device": str(device_id), "cuda_stream": str(stream_id)}
             if graph_id:
                 labels["cuda_graph"] = str(graph_id)
+            if tgid in duty:
+                labels[DUTY_LABEL] = str(duty[tgid])
             if gflags & C.AGG_CAPTURED:
                 # Exact: every record of this node has this capture stack. The
                 # replay site (estimated over sampled graph launches) is a label.
