@@ -109,3 +109,28 @@ def test_bad_duty_cycle_is_one_clear_line(tmp_path, built):
     p = subprocess.run(agent_cmd("record", "--duty-cycle", "0", "-o", tmp_path / "x", "--", "true"),
                        env=mock_env(), capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and "--duty-cycle" in p.stderr
+
+
+def test_reused_correlation_ids_do_not_join_stale_samples(tmp_path, built):
+    """On an H200 correlation ids repeated across windows and stale samples claimed
+    25x too many records. The mock repeats them too (MOCK_CUPTI_CORR_RESTART: the
+    counter restarts whenever kernel activity is enabled); the join guard
+    (ga_kernel_record.join_max_lag_us) must keep joins at one per sampled launch
+    (without it: ~12x here) and the 3:1 split of tests/py_sites.py right."""
+    need_ebpf()
+    out = tmp_path / "s.pb.gz"
+    env = mock_env(MOCK_CUPTI_CORR_RESTART="1", GPU_AGENT_WINDOW_MS="20", GPU_AGENT_DEBUG="1")
+    p = subprocess.run(agent_cmd("record", "--duty-cycle", str(N), "-o", out, "--", sys.executable,
+                                 REPO / "tests" / "py_sites.py", "3"),
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    collected = shim_exit_stats(p.stderr)["launches"]
+    joined = int(re.search(r"samples=(\d+)", p.stderr).group(1))  # records joined to a sample
+    assert 0.7 * collected / 64 < joined < 1.3 * collected / 64, (joined, collected)
+    share = {"site_a": 0, "site_b": 0}
+    for s in raw(out):
+        for site in share:
+            if site in s.frames:
+                share[site] += s.values[0]
+    total = sum(share.values())
+    assert total and abs(share["site_a"] / total - 0.75) < 0.05, share

@@ -68,6 +68,11 @@ void mockcuda_register_cupti(const struct mock_cupti_hooks *hooks)
     mockcuda_gate.active = hooks != NULL;
 }
 
+void mockcuda_restart_correlation_ids(void)
+{
+    atomic_store(&g_corr_ids, 0);
+}
+
 void mockcuda_api_begin(struct mock_api_scope *s, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                         const char *name, const void *params, const char *symbol)
 {

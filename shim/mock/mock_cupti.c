@@ -348,7 +348,10 @@ CUptiResult CUPTIAPI cuptiActivityEnable(CUpti_ActivityKind kind)
     ensure_registered();
     /* Other kinds are accepted but produce no records in the mock. */
     if (kind == CUPTI_ACTIVITY_KIND_KERNEL) g_kind_kernel = 1;
-    if (kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) g_kind_conc = 1;
+    if (kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
+        if (!g_kind_conc && getenv("MOCK_CUPTI_CORR_RESTART")) mockcuda_restart_correlation_ids();
+        g_kind_conc = 1;
+    }
     update_kernel_gate();
     return CUPTI_SUCCESS;
 }

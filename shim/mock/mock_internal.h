@@ -124,6 +124,10 @@ extern struct mock_cupti_gate mockcuda_gate;
 
 /* Install (or with NULL remove) libcupti's hooks. */
 void mockcuda_register_cupti(const struct mock_cupti_hooks *hooks);
+/* Restart the correlation id counter (MOCK_CUPTI_CORR_RESTART: ids repeat each time
+ * kernel activity is enabled, as the H200 showed them repeating across the shim's
+ * collection windows). */
+void mockcuda_restart_correlation_ids(void);
 
 /* API bracket used for every traced call in both libcuda and libcudart.
  * begin: assigns the correlation id (a fresh one, or the enclosing runtime
