@@ -112,9 +112,10 @@ def test_bad_duty_cycle_is_one_clear_line(tmp_path, built):
 
 
 def test_reused_correlation_ids_do_not_join_stale_samples(tmp_path, built):
-    """On an H200 correlation ids repeated across windows and stale samples claimed
-    25x too many records. The mock repeats them too (MOCK_CUPTI_CORR_RESTART: the
-    counter restarts whenever kernel activity is enabled); the join guard
+    """On an H200, under windows, 25x too many records joined a sampled launch:
+    correlation ids evidently repeat across windows. The mock models that
+    (MOCK_CUPTI_CORR_RESTART: the counter restarts whenever kernel activity is
+    enabled); the join guard
     (ga_kernel_record.join_max_lag_us) must keep joins at one per sampled launch
     (without it: ~12x here) and the 3:1 split of tests/py_sites.py right."""
     need_ebpf()

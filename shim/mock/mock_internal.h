@@ -125,8 +125,9 @@ extern struct mock_cupti_gate mockcuda_gate;
 /* Install (or with NULL remove) libcupti's hooks. */
 void mockcuda_register_cupti(const struct mock_cupti_hooks *hooks);
 /* Restart the correlation id counter (MOCK_CUPTI_CORR_RESTART: ids repeat each time
- * kernel activity is enabled, as the H200 showed them repeating across the shim's
- * collection windows). */
+ * kernel activity is enabled). A model of what the H200 showed under the shim's
+ * collection windows (25x too many records joined a sampled launch); the real
+ * mechanism was not isolated. */
 void mockcuda_restart_correlation_ids(void);
 
 /* API bracket used for every traced call in both libcuda and libcudart.
