@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Issue 3 on the GPU node (root, repo root; the node has no package registry):
-#   bench/gpu/device_issue3.sh BCC_BUNDLE_DIR WHEEL_DIR OUT_DIR fidelity|overhead [ROUNDS] [TAG]
+#   bench/gpu/device_issue3.sh BCC_BUNDLE_DIR WHEEL_DIR OUT_DIR MODES [ROUNDS] [TAG]
+# MODES: a comma-separated list of
 # fidelity: duty-cycled collection checked against the full CUPTI trace of the same
-#           run (window_fidelity.py) on every workload, plus the per-stack check.
+#           run (window_fidelity.py) on every workload, plus the per-stack check
+#           (profiles left in OUT_DIR for bench/gpu/check_fidelity.py).
+# interval: per-interval scatter of `gpu-agent run` (interval_accuracy.py).
 # overhead: ROUNDS interleaved rounds of run_overhead.py, appended to
 #           /tmp/gpu-agent-overhead.jsonl (kept between calls while the node is up).
 set -uo pipefail
@@ -13,27 +16,40 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD/agent:$PWD/bench/gpu${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 nvidia-smi -L; date -u
 make -s shim CUDA_HOME=/usr/local/cuda || exit 1
-if [ "$mode" = fidelity ]; then
-    # Real CUPTI with windows toggled (no audit): the shim's own counts at exit.
-    GPU_AGENT_DEBUG=1 python3 -m gpu_agent record --duty-cycle 10 -o "$out/graph-dc.pb.gz" -- \
-        python3 bench/gpu/overhead.py graph --steps 40000 2>&1 | grep -E "exit \(|us_per_step|gpu-agent:"
-    python3 - "$out/graph-dc.pb.gz" <<'PY'
+if [[ ",$mode," == *,fidelity,* ]]; then
+    # Real CUPTI with windows toggled (no audit), at the default and at 100 ms windows:
+    # the graph kernels' launch estimate against the known 6 per replay.
+    for wms in 20 100; do
+        GPU_AGENT_WINDOW_MS=$wms GPU_AGENT_DEBUG=1 python3 -m gpu_agent record --duty-cycle 10 \
+            -o "$out/graph-dc-w$wms.pb.gz" -- python3 bench/gpu/overhead.py graph --steps 40000 2>&1 \
+            | grep -E "exit \(|us_per_step|gpu-agent: processes"
+        python3 - "$out/graph-dc-w$wms.pb.gz" $wms <<'PY'
 import sys, window_fidelity as W
 from pathlib import Path
 k = W.profile_kernels(Path(sys.argv[1]))
 replays = 40000 // 4 + 5 * 40000
 # The 6-layer MLP graph runs each of its two kernels 6 times per replay.
-for name, (ns, n) in sorted(k.items(), key=lambda kv: -kv[1][1])[:6]:
-    print(f"duty 10, no audit: {n} launches estimated, {n / replays:.3f} per replay "
-          f"({100 * (n / (6 * replays) - 1):+.2f} % vs 6 per replay) {name[:70]}")
+for name, (ns, n) in sorted(k.items(), key=lambda kv: -kv[1][1])[:2]:
+    print(f"W={sys.argv[2]} ms, duty 10, no audit: {n} launches estimated, "
+          f"{100 * (n / (6 * replays) - 1):+.2f} % vs 6 per replay {name[:60]}")
 PY
-    for w in "graph 150000" "mlp 30000" "eager 30000" "compiled 12000" "driver-graph 400000"; do
-        python3 bench/gpu/window_fidelity.py "$out/fid" $w 2>&1 | grep -v "^gpu-agent: processes" | tail -14
     done
-    python3 -m gpu_agent record --duty-cycle 10 -o "$out/fidelity-dc.pb.gz" -- python3 bench/gpu/fidelity.py 300000
+    # Per-stack shares (75/25 truth) under windows, with the join guard's stale_join count.
+    for wms in 20 100; do
+        GPU_AGENT_WINDOW_MS=$wms python3 -m gpu_agent record --duty-cycle 10 -o "$out/fidelity-dc-w$wms.pb.gz" \
+            -- python3 bench/gpu/fidelity.py 300000 2>&1 | grep "gpu-agent: processes"
+    done
+    # The estimate against the full trace of the same run (audit mode), default windows.
+    for w in "graph 100000" "mlp 20000" "eager 20000" "compiled 12000" "driver-graph 300000"; do
+        python3 bench/gpu/window_fidelity.py "$out/fid" $w 2>&1 | grep -v "^gpu-agent: processes=.*drops=0$" | tail -14
+    done
+    tar -C "$out" -czf "$out/fid.tar.gz" fid && rm -rf "$out/fid"
 fi
-if [ "$mode" = overhead ]; then
+if [[ ",$mode," == *,interval,* ]]; then
+    python3 bench/gpu/interval_accuracy.py /tmp/ia --interval 5 --seconds 40
+fi
+if [[ ",$mode," == *,overhead,* ]]; then
     python3 bench/gpu/run_overhead.py --rounds "$rounds" --tag "$tag" --cpus 2-9 \
-        --results /tmp/gpu-agent-overhead.jsonl --profiles /tmp/prof 2>&1 | tee "$out/overhead-$tag.txt"
+        --results /tmp/gpu-agent-overhead.jsonl --profiles /tmp/prof ${OVERHEAD_ARGS:-} 2>&1 | tee "$out/overhead-$tag.txt"
     cp /tmp/gpu-agent-overhead.jsonl "$out/"
 fi

@@ -5,6 +5,9 @@
 //   nvcc -O1 -g -o driver_graph bench/gpu/driver_graph.cu -lcuda
 // `driver_graph STEPS --bench` instead times the replays for bench/gpu/run_overhead.py:
 // a warm-up, then 5 repeats of STEPS replays, and prints {"us_per_step": median}.
+// `driver_graph STEPS --bench SECONDS` repeats STEPS replays until SECONDS have passed
+// and prints the time average (total / replays): duty-cycled collection costs only
+// inside its windows, which a median of short repeats would skip (overhead.py).
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -56,6 +59,19 @@ int main(int argc, char **argv) {
     CKD(cuGraphInstantiate(&exec, (CUgraph)g, 0));
     if (argc > 2 && !strcmp(argv[2], "--bench")) {
         replay_with_driver_api(exec, (CUstream)s, iters / 4 + 1);
+        double seconds = argc > 3 ? atof(argv[3]) : 0;
+        if (seconds > 0) {
+            long n = 0;
+            auto t0 = std::chrono::steady_clock::now();
+            std::chrono::duration<double, std::micro> d{};
+            do {
+                replay_with_driver_api(exec, (CUstream)s, iters);
+                n += iters;
+                d = std::chrono::steady_clock::now() - t0;
+            } while (d.count() < seconds * 1e6);
+            printf("{\"workload\": \"driver-graph\", \"us_per_step\": %.3f}\n", d.count() / n);
+            return 0;
+        }
         double us[5];
         for (int r = 0; r < 5; r++) {
             auto t0 = std::chrono::steady_clock::now();

@@ -5,9 +5,14 @@ Workloads (issue 3): eager, mlp, graph (torch.cuda.graph replay), compiled
 and mlp-x4 (four mlp processes sharing the GPU at once; their mean per-step time).
 
 Configs: baseline; shim-no-agent (injected, no agent anywhere); shim+agent
-(`gpu-agent run` at its defaults: the shim collects in one 100 ms window of every
-10); shim+agent-continuous (the same with GPU_AGENT_DUTY_CYCLE=1: every kernel);
-torch.profiler (CPU + CUDA activities; not for driver-graph).
+(`gpu-agent run` at its defaults: the shim collects in one GPU_AGENT_WINDOW_MS
+window of every GPU_AGENT_DUTY_CYCLE = 10); shim+agent-w100 (the same with
+100 ms windows, the earlier default); shim+agent-continuous (GPU_AGENT_DUTY_CYCLE=1:
+every kernel); torch.profiler (CPU + CUDA activities; not for driver-graph).
+
+Each process reports the TIME AVERAGE per step over --seconds (default 3) after
+its warm-up: duty-cycled collection costs only inside its windows, so short
+repeats and their median would understate it (overhead.py's measure()).
 
 Each measurement is a fresh process. A round runs every workload under the
 configs without an agent, then starts ONE agent and runs every workload under
@@ -41,8 +46,10 @@ REPO = HERE.parent.parent
 SHIM = REPO / "build" / "libgpu_agent_shim.so"
 WORKLOADS = ["eager", "mlp", "graph", "compiled", "driver-graph", "mlp-x4"]
 NO_AGENT = ["baseline", "shim-no-agent", "torch.profiler"]
-WITH_AGENT = ["shim+agent", "shim+agent-continuous"]
-CONFIGS = ["baseline", "shim-no-agent", "shim+agent", "shim+agent-continuous", "torch.profiler"]
+WITH_AGENT = ["shim+agent", "shim+agent-w100", "shim+agent-continuous"]
+CONFIGS = ["baseline", "shim-no-agent", "shim+agent", "shim+agent-w100", "shim+agent-continuous",
+           "torch.profiler"]
+SECONDS = 3.0  # --seconds
 STEPS = {"eager": 2000, "mlp": 2000, "graph": 5000, "compiled": 1000, "driver-graph": 5000,
          "mlp-x4": 2000}
 
@@ -58,10 +65,10 @@ def driver_graph_binary() -> str:
 
 def command(workload: str, config: str) -> list[str]:
     if workload == "driver-graph":
-        return [driver_graph_binary(), str(STEPS[workload]), "--bench"]
+        return [driver_graph_binary(), str(STEPS[workload]), "--bench", str(SECONDS)]
     base = workload.removesuffix("-x4")
     return [sys.executable, str(HERE / "overhead.py"), base, "--config", config,
-            "--steps", str(STEPS[workload])]
+            "--steps", str(STEPS[workload]), "--seconds", str(SECONDS)]
 
 
 SHIM_ENV: dict = {}  # --shim-env K=V: extra shim settings for the shim configs
@@ -75,6 +82,8 @@ def env_for(config: str) -> dict:
         env.update(SHIM_ENV)
     if config == "shim+agent-continuous":
         env["GPU_AGENT_DUTY_CYCLE"] = "1"
+    if config == "shim+agent-w100":
+        env["GPU_AGENT_WINDOW_MS"] = "100"
     return env
 
 
@@ -147,7 +156,8 @@ def run_rounds(a, out) -> None:
                     for c in order:
                         t0, c0 = time.monotonic(), agent.cpu_s() if agent else 0.0
                         us = one(w, c, cpus)
-                        rec = {"round": a.tag + str(r), "workload": w, "config": c, "us_per_step": us}
+                        rec = {"round": a.tag + str(r), "workload": w, "config": c, "us_per_step": us,
+                               "seconds": SECONDS}
                         if agent:
                             rec["agent_cpu_pct"] = round(100 * (agent.cpu_s() - c0) / (time.monotonic() - t0), 2)
                             rec["agent_rss_mib"] = round(agent.rss_mib(), 1)
@@ -211,6 +221,7 @@ def table(path: str) -> None:
 
 
 def main():
+    global SECONDS
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
@@ -223,7 +234,10 @@ def main():
     ap.add_argument("--table", action="store_true", help="only print the table of --results")
     ap.add_argument("--shim-env", action="append", default=[], metavar="K=V",
                     help="extra environment for the shim configs (e.g. GPU_AGENT_WINDOW_MS=20)")
+    ap.add_argument("--seconds", type=float, default=SECONDS,
+                    help="time-average each process over this long after its warm-up")
     a = ap.parse_args()
+    SECONDS = a.seconds
     SHIM_ENV.update(kv.split("=", 1) for kv in a.shim_env)
     if not a.table:
         with open(a.results, "a") as out:

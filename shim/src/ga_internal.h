@@ -26,7 +26,7 @@ struct ga_config {
     uint32_t poll_ms;             /* GPU_AGENT_POLL_MS, default 100 */
     uint32_t flush_ms;            /* GPU_AGENT_FLUSH_MS, default 1000 */
     uint32_t duty_cycle;          /* GPU_AGENT_DUTY_CYCLE, default 10: one window in N */
-    uint32_t window_ms;           /* GPU_AGENT_WINDOW_MS, default 100 */
+    uint32_t window_ms;           /* GPU_AGENT_WINDOW_MS, default 20 */
     char audit_file[256];         /* GPU_AGENT_AUDIT_FILE: "" = off (window.cpp) */
 };
 GA_HIDDEN extern ga_config ga_cfg;

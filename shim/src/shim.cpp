@@ -45,7 +45,7 @@ extern "C" GA_EXPORT int gpu_agent_shim_state(void);
 
 enum { ST_DISABLED = -1, ST_IDLE = 0, ST_ATTACHED = 1 };
 
-ga_config ga_cfg = {64, 8, 100, 1000, 10, 100, ""};
+ga_config ga_cfg = {64, 8, 100, 1000, 10, 20, ""};
 int ga_debug_on;
 
 static std::atomic<int> g_state{ST_IDLE};

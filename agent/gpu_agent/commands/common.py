@@ -25,4 +25,7 @@ def status_line(stats, counters: dict) -> str:
     detail = " (" + ", ".join(f"{k}={v}" for k, v in sorted(dropped.items())) + ")" if dropped else ""
     return (f"processes={stats.processes} kernels={stats.kernels} "
             f"gpu_time={stats.gpu_ns / 1e6:.3f}ms samples={stats.samples} "
-            f"drops={drops(counters)}{detail}")
+            f"drops={drops(counters)}{detail}"
+            # Not drops: a windowed record whose sampled launch was older than its
+            # window (bpf join guard), counted as unsampled instead.
+            + (f" stale_join={counters['stale_join']}" if counters.get("stale_join") else ""))
