@@ -5,6 +5,7 @@
 # fidelity: duty-cycled collection checked against the full CUPTI trace of the same
 #           run (window_fidelity.py) on every workload, plus the per-stack check
 #           (profiles left in OUT_DIR for bench/gpu/check_fidelity.py).
+# bias:     no-audit launch estimates against exact truth, long runs; MLP block times.
 # interval: per-interval scatter of `gpu-agent run` (interval_accuracy.py).
 # overhead: ROUNDS interleaved rounds of run_overhead.py, appended to
 #           /tmp/gpu-agent-overhead.jsonl (kept between calls while the node is up).
@@ -44,6 +45,35 @@ PY
         python3 bench/gpu/window_fidelity.py "$out/fid" $w 2>&1 | grep -v "^gpu-agent: processes=.*drops=0$" | tail -14
     done
     tar -C "$out" -czf "$out/fid.tar.gz" fid && rm -rf "$out/fid"
+fi
+if [[ ",$mode," == *,bias,* ]]; then
+    # Real on/off switching (no audit) against exactly known launch counts, long runs
+    # (many windows): is the duty-cycled estimate biased, and by what?
+    dg=$(python3 -c "import run_overhead as R; print(R.driver_graph_binary())")
+    for wms in 20 100; do
+        GPU_AGENT_WINDOW_MS=$wms GPU_AGENT_DEBUG=1 python3 -m gpu_agent record --duty-cycle 10 \
+            -o /tmp/dg-w$wms.pb.gz -- "$dg" 400000 --bench 2>&1 | grep -E "windows \(|us_per_step|gpu-agent: processes"
+        python3 - /tmp/dg-w$wms.pb.gz $wms <<'PY'
+import sys, window_fidelity as W
+from pathlib import Path
+k = W.profile_kernels(Path(sys.argv[1]))
+replays = 400000 // 4 + 1 + 5 * 400000  # driver_graph --bench: warm-up + 5 repeats
+truth = {"_Z12scale_kernelPfi": 3 * replays, "_Z11bias_kernelPfi": replays}
+for name, (ns, n) in k.items():
+    if name in truth:
+        print(f"driver-graph W={sys.argv[2]} ms, duty 10, no audit: {name} {n} launches estimated "
+              f"vs {truth[name]} true: {100 * (n / truth[name] - 1):+.2f} %")
+PY
+    done
+    GPU_AGENT_DEBUG=1 python3 -m gpu_agent record --duty-cycle 10 -o /tmp/fid-long.pb.gz \
+        -- python3 bench/gpu/fidelity.py 1000000 2>&1 | grep -E "windows \(|gpu-agent: processes"
+    cp /tmp/fid-long.pb.gz "$out/"
+    # Where does the MLP's time go with the agent at defaults? Per-block times.
+    for cfg in baseline agent; do
+        if [ $cfg = agent ]; then pre="python3 -m gpu_agent record --duty-cycle 10 -o /tmp/mlp.pb.gz --"; else pre=""; fi
+        GPU_AGENT_DEBUG=1 $pre taskset -c 3 python3 bench/gpu/overhead.py mlp --steps 500 --seconds 3 --blocks \
+            2>&1 | grep -E "windows \(|us_per_step" | cut -c1-900
+    done
 fi
 if [[ ",$mode," == *,interval,* ]]; then
     python3 bench/gpu/interval_accuracy.py /tmp/ia --interval 5 --seconds 40

@@ -55,6 +55,9 @@ def make_step(workload):
     return g.replay
 
 
+BLOCKS: list = []  # per-block µs/step of a --seconds run (--blocks prints them)
+
+
 def measure(step, steps, repeats, seconds=0.0):
     """Per-step µs after a warm-up. With seconds > 0: blocks of `steps` until that
     much time has passed, and the TIME AVERAGE over all of them (total time / total
@@ -68,10 +71,12 @@ def measure(step, steps, repeats, seconds=0.0):
     if seconds > 0:
         n, t0 = 0, time.perf_counter()
         while True:
+            tb = time.perf_counter()
             for _ in range(steps):
                 step()
             torch.cuda.synchronize()
             n += steps
+            BLOCKS.append(round((time.perf_counter() - tb) * 1e6 / steps, 2))
             if time.perf_counter() - t0 >= seconds:
                 return (time.perf_counter() - t0) * 1e6 / n
     out = []
@@ -90,6 +95,7 @@ def main():
     ap.add_argument("--config", default="baseline")
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--blocks", action="store_true", help="also print each block's µs/step")
     ap.add_argument("--seconds", type=float, default=0.0,
                     help="time-average over blocks of --steps for this long (see measure)")
     a = ap.parse_args()
@@ -101,7 +107,10 @@ def main():
                 us = measure(step, a.steps, a.repeats, a.seconds)
         else:
             us = measure(step, a.steps, a.repeats, a.seconds)
-    print(json.dumps({"workload": a.workload, "config": a.config, "us_per_step": round(us, 2)}))
+    out = {"workload": a.workload, "config": a.config, "us_per_step": round(us, 2)}
+    if a.blocks:
+        out["blocks"] = BLOCKS
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

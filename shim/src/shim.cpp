@@ -64,6 +64,10 @@ static bool g_cbids_on;                         /* launch callbacks enabled now 
 static bool g_activity_on;                      /* CONCURRENT_KERNEL enabled now */
 static bool g_activity_used;                    /* enabled at least once this attach */
 static std::atomic<uint64_t> g_stat_windows;
+/* Debug statistics of the window edges (poller thread only): how long windows
+ * really stayed open, and what switching CUPTI activity costs. */
+static uint64_t g_win_open_at, g_win_on_ns, g_attached_at;
+static uint64_t g_enable_ns, g_enable_max_ns, g_disable_ns, g_disable_max_ns, g_n_enable, g_n_disable;
 static pid_t g_init_pid;
 
 /* poller */
@@ -248,7 +252,11 @@ static CUptiResult set_collection(bool on, const char **what) {
     bool hw = on || ga_audit_on();
     CUptiResult r = CUPTI_SUCCESS;
     if (hw && !g_activity_on) {
+        uint64_t t0 = now_ns();
         r = ga_cupti.ActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+        uint64_t dt = now_ns() - t0;
+        g_enable_ns += dt, g_n_enable++;
+        if (dt > g_enable_max_ns) g_enable_max_ns = dt;
         if (r != CUPTI_SUCCESS) {
             *what = "cuptiActivityEnable(CONCURRENT_KERNEL)";
             return r;
@@ -262,7 +270,10 @@ static CUptiResult set_collection(bool on, const char **what) {
         ga_sampler_new_window();
         ga_window_on.store(1, std::memory_order_release);
         g_stat_windows.fetch_add(1, std::memory_order_relaxed);
+        g_win_open_at = now_ns();
     } else {
+        if (ga_window_on.load(std::memory_order_relaxed) && g_win_open_at)
+            g_win_on_ns += now_ns() - g_win_open_at;
         ga_window_on.store(0, std::memory_order_release);
     }
     if (hw && !g_cbids_on) {
@@ -274,7 +285,11 @@ static CUptiResult set_collection(bool on, const char **what) {
     }
     if (!hw && g_cbids_on) set_launch_cbids(false);
     if (!hw && g_activity_on) {
+        uint64_t t0 = now_ns();
         r = ga_cupti.ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+        uint64_t dt = now_ns() - t0;
+        g_disable_ns += dt, g_n_disable++;
+        if (dt > g_disable_max_ns) g_disable_max_ns = dt;
         g_activity_on = false;
         if (r != CUPTI_SUCCESS) {
             *what = "cuptiActivityDisable(CONCURRENT_KERNEL)";
@@ -337,6 +352,7 @@ static void do_attach(void) {
     ga_audit_init();
     uint64_t now = now_ns();
     ga_window_begin(now);
+    g_attached_at = now;
     uint64_t edge = UINT64_MAX;
     const char *what = nullptr;
     r = set_collection(ga_window_should_be_on(now, &edge), &what);
@@ -520,6 +536,15 @@ static void at_exit_handler(void) {
     ga_debug("exit (pid %d): %llu launches collected, %llu kernel records, %llu windows",
              (int)getpid(), (unsigned long long)ga_stat_launches.load(),
              (unsigned long long)ga_stat_records.load(), (unsigned long long)g_stat_windows.load());
+    if (g_attached_at && ga_cfg.duty_cycle > 1)
+        ga_debug("windows (pid %d): open %.3f %% of %.1f s attached (1/N = %.3f %%); activity "
+                 "enable mean %.1f max %.1f us, disable mean %.1f max %.1f us",
+                 (int)getpid(), 100.0 * (double)g_win_on_ns / (double)(now_ns() - g_attached_at),
+                 (double)(now_ns() - g_attached_at) / 1e9, 100.0 / ga_cfg.duty_cycle,
+                 g_n_enable ? (double)g_enable_ns / (double)g_n_enable / 1e3 : 0.0,
+                 (double)g_enable_max_ns / 1e3,
+                 g_n_disable ? (double)g_disable_ns / (double)g_n_disable / 1e3 : 0.0,
+                 (double)g_disable_max_ns / 1e3);
     release_busy();
 }
 
