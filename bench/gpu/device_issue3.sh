@@ -6,6 +6,7 @@
 #           run (window_fidelity.py) on every workload, plus the per-stack check
 #           (profiles left in OUT_DIR for bench/gpu/check_fidelity.py).
 # bias:     no-audit launch estimates against exact truth, long runs; MLP block times.
+# diag:     eager launches in windows vs truth; which CUPTI switch costs what.
 # interval: per-interval scatter of `gpu-agent run` (interval_accuracy.py).
 # overhead: ROUNDS interleaved rounds of run_overhead.py, appended to
 #           /tmp/gpu-agent-overhead.jsonl (kept between calls while the node is up).
@@ -74,6 +75,25 @@ PY
         GPU_AGENT_DEBUG=1 $pre taskset -c 3 python3 bench/gpu/overhead.py mlp --steps 500 --seconds 3 --blocks \
             2>&1 | grep -E "windows \(|us_per_step" | cut -c1-900
     done
+fi
+if [[ ",$mode," == *,diag,* ]]; then
+    # Launch-bound eager under windows: launches seen in windows vs records vs truth.
+    GPU_AGENT_DEBUG=1 python3 -m gpu_agent record --duty-cycle 10 -o /tmp/fid-diag.pb.gz \
+        -- taskset -c 3 python3 bench/gpu/fidelity.py 400000 2>&1 | grep -E "windows|gpu-agent: processes"
+    python3 - /tmp/fid-diag.pb.gz <<'PY'
+import sys, window_fidelity as W
+from pathlib import Path
+for name, (ns, n) in W.profile_kernels(Path(sys.argv[1])).items():
+    if "add" in name.lower():
+        print(f"fidelity.py add kernel: {n} launches estimated vs {4 * 400000} true: "
+              f"{100 * (n / (4 * 400000) - 1):+.2f} %")
+PY
+    # Which switch costs what (hold-* keep one CUPTI switch on throughout).
+    python3 bench/gpu/run_overhead.py --rounds 2 --tag d --cpus 2-9 --seconds 4 --results /tmp/diag.jsonl \
+        --workloads mlp,eager,graph --profiles /tmp/prof \
+        --configs baseline,shim+agent,shim+agent-w100,shim+agent-hold-activity,shim+agent-hold-callbacks,shim+agent-continuous \
+        2>&1 | grep -v "^round"
+    cp /tmp/diag.jsonl "$out/"
 fi
 if [[ ",$mode," == *,interval,* ]]; then
     python3 bench/gpu/interval_accuracy.py /tmp/ia --interval 5 --seconds 40

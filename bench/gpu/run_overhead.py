@@ -46,9 +46,17 @@ REPO = HERE.parent.parent
 SHIM = REPO / "build" / "libgpu_agent_shim.so"
 WORKLOADS = ["eager", "mlp", "graph", "compiled", "driver-graph", "mlp-x4"]
 NO_AGENT = ["baseline", "shim-no-agent", "torch.profiler"]
-WITH_AGENT = ["shim+agent", "shim+agent-w100", "shim+agent-continuous"]
+WITH_AGENT = ["shim+agent", "shim+agent-w100", "shim+agent-continuous",
+              "shim+agent-hold-activity", "shim+agent-hold-callbacks"]
+# The agent configs' shim settings. The hold-* ones are diagnostics (their
+# estimates are wrong): one of the two CUPTI switches stays on throughout, to
+# tell which switch costs what (shim.cpp, GPU_AGENT_EXP_HOLD).
+AGENT_ENV = {"shim+agent-continuous": {"GPU_AGENT_DUTY_CYCLE": "1"},
+             "shim+agent-w100": {"GPU_AGENT_WINDOW_MS": "100"},
+             "shim+agent-hold-activity": {"GPU_AGENT_EXP_HOLD": "activity"},
+             "shim+agent-hold-callbacks": {"GPU_AGENT_EXP_HOLD": "callbacks"}}
 CONFIGS = ["baseline", "shim-no-agent", "shim+agent", "shim+agent-w100", "shim+agent-continuous",
-           "torch.profiler"]
+           "torch.profiler"]  # the default set; the hold-* diagnostics only when named
 SECONDS = 3.0  # --seconds
 STEPS = {"eager": 2000, "mlp": 2000, "graph": 5000, "compiled": 1000, "driver-graph": 5000,
          "mlp-x4": 2000}
@@ -80,10 +88,7 @@ def env_for(config: str) -> dict:
     if config.startswith("shim"):
         env["CUDA_INJECTION64_PATH"] = str(SHIM)
         env.update(SHIM_ENV)
-    if config == "shim+agent-continuous":
-        env["GPU_AGENT_DUTY_CYCLE"] = "1"
-    if config == "shim+agent-w100":
-        env["GPU_AGENT_WINDOW_MS"] = "100"
+    env.update(AGENT_ENV.get(config, {}))
     return env
 
 
@@ -189,7 +194,7 @@ def table(path: str) -> None:
             agent.setdefault((rec["workload"], rec["config"]), []).append(
                 (rec["agent_cpu_pct"], rec["agent_rss_mib"]))
     workloads = [w for w in WORKLOADS if any(k[0] == w for k in res)]
-    configs = [c for c in CONFIGS if any(k[1] == c for k in res)]
+    configs = [c for c in CONFIGS + WITH_AGENT[3:] if any(k[1] == c for k in res)]
     print("| per step, µs (median; runs) | " + " | ".join(workloads) + " |")
     print("|---|" + "---|" * len(workloads))
     for c in configs:

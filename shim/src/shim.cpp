@@ -248,10 +248,24 @@ static CUptiResult set_launch_cbids(bool on) {
  * that every launch sampled in the window has its kernel record; closing in
  * the reverse order. In audit mode callbacks and activity stay on and only
  * ga_window_on (which launches count as windowed) flips. */
+/* GPU_AGENT_EXP_HOLD (benchmarks only; estimates are wrong under it): keep one of
+ * the two switches on for the whole attachment, to tell which switch costs what.
+ * "activity": CONCURRENT_KERNEL stays on, only callbacks follow the windows;
+ * "callbacks": callbacks stay on, only activity follows the windows. */
+static int exp_hold(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("GPU_AGENT_EXP_HOLD");
+        v = !e ? 0 : !strcmp(e, "activity") ? 1 : !strcmp(e, "callbacks") ? 2 : 0;
+    }
+    return v;
+}
+
 static CUptiResult set_collection(bool on, const char **what) {
     bool hw = on || ga_audit_on();
+    bool hw_act = hw || exp_hold() == 1, hw_cb = hw || exp_hold() == 2;
     CUptiResult r = CUPTI_SUCCESS;
-    if (hw && !g_activity_on) {
+    if (hw_act && !g_activity_on) {
         uint64_t t0 = now_ns();
         r = ga_cupti.ActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
         uint64_t dt = now_ns() - t0;
@@ -276,15 +290,15 @@ static CUptiResult set_collection(bool on, const char **what) {
             g_win_on_ns += now_ns() - g_win_open_at;
         ga_window_on.store(0, std::memory_order_release);
     }
-    if (hw && !g_cbids_on) {
+    if (hw_cb && !g_cbids_on) {
         r = set_launch_cbids(true);
         if (r != CUPTI_SUCCESS) {
             *what = "cuptiEnableCallback";
             return r;
         }
     }
-    if (!hw && g_cbids_on) set_launch_cbids(false);
-    if (!hw && g_activity_on) {
+    if (!hw_cb && g_cbids_on) set_launch_cbids(false);
+    if (!hw_act && g_activity_on) {
         uint64_t t0 = now_ns();
         r = ga_cupti.ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
         uint64_t dt = now_ns() - t0;
@@ -406,8 +420,17 @@ static void poll_once(void) noexcept {
                 bool want = ga_window_should_be_on(now, &edge);
                 const char *what = nullptr;
                 CUptiResult r = CUPTI_SUCCESS;
-                if (want != (ga_window_on.load(std::memory_order_relaxed) != 0))
+                bool was_on = ga_window_on.load(std::memory_order_relaxed) != 0;
+                if (want != was_on) {
                     r = set_collection(want, &what);
+                    /* A window closed: hand its records to BPF soon (at the next
+                     * wake, a window later), not up to flush_ms later, so that each
+                     * of the agent's intervals holds the windows that closed in it,
+                     * and a window's records join their samples before the next
+                     * window's launches reuse the correlation ids. */
+                    uint64_t soon = now + (uint64_t)ga_cfg.window_ms * 1000000ull;
+                    if (was_on && soon < g_next_flush_ns) g_next_flush_ns = soon;
+                }
                 g_next_edge_ns.store(edge, std::memory_order_relaxed);
                 if (r != CUPTI_SUCCESS) {
                     do_detach("window edge failed");
