@@ -95,6 +95,40 @@ PY
         2>&1 | grep -v "^round"
     cp /tmp/diag.jsonl "$out/"
 fi
+if [[ ",$mode," == *,diag2,* ]]; then
+    # Estimates against exact truth with the default switching and with the launch
+    # callbacks held on (only activity follows the windows).
+    dg=$(python3 -c "import run_overhead as R; print(R.driver_graph_binary())")
+    for hold in none callbacks; do
+        export GPU_AGENT_EXP_HOLD=$hold
+        GPU_AGENT_DEBUG=1 python3 -m gpu_agent record --duty-cycle 10 -o /tmp/fid-$hold.pb.gz \
+            -- taskset -c 3 python3 bench/gpu/fidelity.py 400000 2>&1 | grep -E "windows|gpu-agent: processes"
+        GPU_AGENT_DEBUG=1 python3 -m gpu_agent record --duty-cycle 10 -o /tmp/dg-$hold.pb.gz \
+            -- taskset -c 3 "$dg" 200000 --bench 2>&1 | grep -E "windows|gpu-agent: processes"
+        GPU_AGENT_DEBUG=1 python3 -m gpu_agent record --duty-cycle 10 -o /tmp/graph-$hold.pb.gz \
+            -- taskset -c 3 python3 bench/gpu/overhead.py graph --steps 40000 2>&1 | grep -E "windows|gpu-agent: processes"
+        python3 - $hold <<'PY'
+import sys, window_fidelity as W
+from pathlib import Path
+h = sys.argv[1]
+def rep(label, path, truth):
+    for name, (ns, n) in W.profile_kernels(Path(path)).items():
+        for key, t in truth.items():
+            if key in name:
+                print(f"hold={h} {label}: {name[:40]} {n} launches estimated vs {t} true: {100 * (n / t - 1):+.2f} %")
+rep("fidelity.py", f"/tmp/fid-{h}.pb.gz", {"CUDAFunctorOnSelf_add": 4 * 400000})
+r = 200000 // 4 + 1 + 5 * 200000
+rep("driver-graph", f"/tmp/dg-{h}.pb.gz", {"scale_kernel": 3 * r, "bias_kernel": r})
+g = 40000 // 4 + 5 * 40000
+rep("torch graph", f"/tmp/graph-{h}.pb.gz", {"nvjet": 6 * g, "GeluCUDAKernel": 6 * g})
+PY
+    done
+    unset GPU_AGENT_EXP_HOLD
+    python3 bench/gpu/run_overhead.py --rounds 3 --tag e --cpus 2-9 --seconds 4 --results /tmp/diag2.jsonl \
+        --workloads mlp,eager --profiles /tmp/prof \
+        --configs baseline,shim+agent,shim+agent-hold-callbacks 2>&1 | grep -v "^round"
+    cp /tmp/diag2.jsonl "$out/"
+fi
 if [[ ",$mode," == *,interval,* ]]; then
     python3 bench/gpu/interval_accuracy.py /tmp/ia --interval 5 --seconds 40
 fi
