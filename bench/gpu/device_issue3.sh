@@ -133,7 +133,10 @@ if [[ ",$mode," == *,interval,* ]]; then
     python3 bench/gpu/interval_accuracy.py /tmp/ia --interval 5 --seconds 40
 fi
 if [[ ",$mode," == *,overhead,* ]]; then
+    # Results go straight to OUT_DIR (they come back even if the command is cut off).
+    cp /tmp/gpu-agent-overhead.jsonl "$out/" 2>/dev/null
     python3 bench/gpu/run_overhead.py --rounds "$rounds" --tag "$tag" --cpus 2-9 \
-        --results /tmp/gpu-agent-overhead.jsonl --profiles /tmp/prof ${OVERHEAD_ARGS:-} 2>&1 | tee "$out/overhead-$tag.txt"
-    cp /tmp/gpu-agent-overhead.jsonl "$out/"
+        --results "$out/gpu-agent-overhead.jsonl" --profiles /tmp/prof ${OVERHEAD_ARGS:-} 2>&1 \
+        | tee "$out/overhead-$tag.txt"
+    cp "$out/gpu-agent-overhead.jsonl" /tmp/
 fi
