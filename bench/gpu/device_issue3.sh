@@ -129,6 +129,12 @@ PY
         --configs baseline,shim+agent,shim+agent-hold-callbacks 2>&1 | grep -v "^round"
     cp /tmp/diag2.jsonl "$out/"
 fi
+if [[ ",$mode," == *,paired,* ]]; then
+    # CPU-bound rows, baseline interleaved with the agent configs in the agent phase.
+    python3 bench/gpu/run_overhead.py --rounds "$rounds" --tag p --cpus 2-9 --seconds 3 --paired \
+        --results "$out/paired.jsonl" --workloads mlp,eager --profiles /tmp/prof \
+        --configs baseline,shim-no-agent,shim+agent,shim+agent-idle,shim+agent-hold-callbacks 2>&1 | grep -v "^round"
+fi
 if [[ ",$mode," == *,interval,* ]]; then
     python3 bench/gpu/interval_accuracy.py /tmp/ia --interval 5 --seconds 40
 fi

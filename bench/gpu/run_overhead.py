@@ -47,14 +47,16 @@ SHIM = REPO / "build" / "libgpu_agent_shim.so"
 WORKLOADS = ["eager", "mlp", "graph", "compiled", "driver-graph", "mlp-x4"]
 NO_AGENT = ["baseline", "shim-no-agent", "torch.profiler"]
 WITH_AGENT = ["shim+agent", "shim+agent-w100", "shim+agent-continuous",
-              "shim+agent-hold-activity", "shim+agent-hold-callbacks"]
+              "shim+agent-hold-activity", "shim+agent-hold-callbacks", "shim+agent-idle"]
 # The agent configs' shim settings. The hold-* ones are diagnostics (their
 # estimates are wrong): one of the two CUPTI switches stays on throughout, to
 # tell which switch costs what (shim.cpp, GPU_AGENT_EXP_HOLD).
 AGENT_ENV = {"shim+agent-continuous": {"GPU_AGENT_DUTY_CYCLE": "1"},
              "shim+agent-w100": {"GPU_AGENT_WINDOW_MS": "100"},
              "shim+agent-hold-activity": {"GPU_AGENT_EXP_HOLD": "activity"},
-             "shim+agent-hold-callbacks": {"GPU_AGENT_EXP_HOLD": "callbacks"}}
+             "shim+agent-hold-callbacks": {"GPU_AGENT_EXP_HOLD": "callbacks"},
+             # attached (subscribed, poller running) but a window practically never opens
+             "shim+agent-idle": {"GPU_AGENT_DUTY_CYCLE": "100000"}}
 CONFIGS = ["baseline", "shim-no-agent", "shim+agent", "shim+agent-w100", "shim+agent-continuous",
            "torch.profiler"]  # the default set; the hold-* diagnostics only when named
 SECONDS = 3.0  # --seconds
@@ -151,6 +153,10 @@ def run_rounds(a, out) -> None:
     for r in range(a.rounds):
         for phase in (NO_AGENT, WITH_AGENT):
             todo = [c for c in phase if c in configs]
+            # --paired: baseline runs (no shim loaded, so the agent cannot touch
+            # them) also inside the agent phase, A/B against the agent configs.
+            if a.paired and phase is WITH_AGENT and todo and "baseline" in configs:
+                todo.append("baseline")
             if not todo:
                 continue
             agent = Agent(prof_dir) if phase is WITH_AGENT else None
@@ -162,7 +168,7 @@ def run_rounds(a, out) -> None:
                         t0, c0 = time.monotonic(), agent.cpu_s() if agent else 0.0
                         us = one(w, c, cpus)
                         rec = {"round": a.tag + str(r), "workload": w, "config": c, "us_per_step": us,
-                               "seconds": SECONDS}
+                               "seconds": SECONDS, "phase": "agent" if agent else "no-agent"}
                         if agent:
                             rec["agent_cpu_pct"] = round(100 * (agent.cpu_s() - c0) / (time.monotonic() - t0), 2)
                             rec["agent_rss_mib"] = round(agent.rss_mib(), 1)
@@ -239,6 +245,8 @@ def main():
     ap.add_argument("--table", action="store_true", help="only print the table of --results")
     ap.add_argument("--shim-env", action="append", default=[], metavar="K=V",
                     help="extra environment for the shim configs (e.g. GPU_AGENT_WINDOW_MS=20)")
+    ap.add_argument("--paired", action="store_true",
+                    help="also run the baseline inside the agent phase, interleaved with the agent configs")
     ap.add_argument("--seconds", type=float, default=SECONDS,
                     help="time-average each process over this long after its warm-up")
     a = ap.parse_args()
