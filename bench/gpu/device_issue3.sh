@@ -135,6 +135,19 @@ if [[ ",$mode," == *,paired,* ]]; then
         --results "$out/paired.jsonl" --workloads mlp,eager --profiles /tmp/prof \
         --configs baseline,shim-no-agent,shim+agent,shim+agent-idle,shim+agent-hold-callbacks 2>&1 | grep -v "^round"
 fi
+if [[ ",$mode," == *,sticky,* ]]; then
+    # Does one short window leave launches slower afterwards? One 5 ms window in a
+    # 5 s period, at a random time; per-block times before and after it.
+    python3 -m gpu_agent run --output-dir /tmp/sticky --interval 60s 2> /tmp/agent.log &
+    apid=$!
+    for i in $(seq 60); do grep -q watching /tmp/agent.log && break; sleep 1; done
+    for w in eager mlp eager mlp; do
+        CUDA_INJECTION64_PATH=$PWD/build/libgpu_agent_shim.so GPU_AGENT_DEBUG=1 GPU_AGENT_DUTY_CYCLE=1000 \
+            GPU_AGENT_WINDOW_MS=5 taskset -c 3 python3 bench/gpu/overhead.py $w --steps 300 --seconds 5 \
+            --blocks 2>&1 | grep -E "us_per_step|windows|attached \(" | cut -c1-1500
+    done
+    kill $apid; wait $apid
+fi
 if [[ ",$mode," == *,interval,* ]]; then
     python3 bench/gpu/interval_accuracy.py /tmp/ia --interval 5 --seconds 40
 fi

@@ -55,7 +55,7 @@ def make_step(workload):
     return g.replay
 
 
-BLOCKS: list = []  # per-block µs/step of a --seconds run (--blocks prints them)
+BLOCKS: list = []  # per-block (start, µs/step) of a --seconds run (--blocks prints them)
 
 
 def measure(step, steps, repeats, seconds=0.0):
@@ -76,7 +76,8 @@ def measure(step, steps, repeats, seconds=0.0):
                 step()
             torch.cuda.synchronize()
             n += steps
-            BLOCKS.append(round((time.perf_counter() - tb) * 1e6 / steps, 2))
+            # (CLOCK_MONOTONIC start in s, µs/step): the shim's debug log uses that clock
+            BLOCKS.append((round(tb, 3), round((time.perf_counter() - tb) * 1e6 / steps, 2)))
             if time.perf_counter() - t0 >= seconds:
                 return (time.perf_counter() - t0) * 1e6 / n
     out = []

@@ -285,6 +285,8 @@ static CUptiResult set_collection(bool on, const char **what) {
         ga_window_on.store(1, std::memory_order_release);
         g_stat_windows.fetch_add(1, std::memory_order_relaxed);
         g_win_open_at = now_ns();
+        if (ga_cfg.duty_cycle >= 100) /* rare windows: say when (bench/gpu sticky check) */
+            ga_debug("window opened at %.3f s (CLOCK_MONOTONIC)", (double)g_win_open_at / 1e9);
     } else {
         if (ga_window_on.load(std::memory_order_relaxed) && g_win_open_at)
             g_win_on_ns += now_ns() - g_win_open_at;
