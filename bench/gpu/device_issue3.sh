@@ -144,7 +144,7 @@ if [[ ",$mode," == *,sticky,* ]]; then
     for w in eager mlp eager mlp; do
         CUDA_INJECTION64_PATH=$PWD/build/libgpu_agent_shim.so GPU_AGENT_DEBUG=1 GPU_AGENT_DUTY_CYCLE=1000 \
             GPU_AGENT_WINDOW_MS=5 taskset -c 3 python3 bench/gpu/overhead.py $w --steps 300 --seconds 5 \
-            --blocks 2>&1 | grep -E "us_per_step|windows|attached \(" | cut -c1-1500
+            --blocks 2>&1 | grep -E "us_per_step|window opened|attached \(" | cut -c1-2500
     done
     kill $apid; wait $apid
 fi
