@@ -135,6 +135,13 @@ if [[ ",$mode," == *,paired,* ]]; then
         --results "$out/paired.jsonl" --workloads mlp,eager --profiles /tmp/prof \
         --configs baseline,shim-no-agent,shim+agent,shim+agent-idle,shim+agent-hold-callbacks 2>&1 | grep -v "^round"
 fi
+if [[ ",$mode," == *,unpinned,* ]]; then
+    # The same paired A/B without pinning each process to one CPU (CUPTI's and the
+    # shim's threads then need not share the launching thread's CPU).
+    python3 bench/gpu/run_overhead.py --rounds "$rounds" --tag u --seconds 3 --paired \
+        --results "$out/unpinned.jsonl" --workloads eager,mlp --profiles /tmp/prof \
+        --configs baseline,shim+agent,shim+agent-idle 2>&1 | grep -v "^round"
+fi
 if [[ ",$mode," == *,sticky,* ]]; then
     # Does one short window leave launches slower afterwards? One 5 ms window in a
     # 5 s period, at a random time; per-block times before and after it.
