@@ -23,7 +23,6 @@ import gzip
 import json
 import os
 import shlex
-import signal
 import statistics
 import subprocess
 import sys
@@ -33,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(REPO / "agent"))
 from gpu_agent.proto import profile_pb2  # noqa: E402  (the real profile.proto)
-from run_overhead import SHIM, driver_graph_binary  # noqa: E402
+from run_overhead import SHIM, Agent, driver_graph_binary  # noqa: E402
 
 
 def interval_rate(path: Path) -> tuple[float, float]:
@@ -57,23 +56,13 @@ def one_setting(out: Path, n: int, w_ms: int, interval: float, seconds: float, c
     d.mkdir(parents=True, exist_ok=True)
     for old in d.glob("*.pb.gz"):
         old.unlink()
-    agent = subprocess.Popen([sys.executable, "-m", "gpu_agent", "run", "--output-dir", str(d),
-                              "--interval", f"{interval}s"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    seen = []
-    for line in agent.stderr:  # wait until every probe is attached
-        seen.append(line)
-        if "watching" in line:
-            break
-    else:
-        raise SystemExit("agent failed: " + "".join(seen))
+    agent = Agent(str(d), f"{interval}s")  # returns once every probe is attached
     env = dict(os.environ, CUDA_INJECTION64_PATH=str(SHIM), GPU_AGENT_DUTY_CYCLE=str(n),
                GPU_AGENT_WINDOW_MS=str(w_ms))
     # STEPS replays per block, blocks until `seconds` have passed (driver_graph.cu --bench).
     argv = shlex.split(cmd) if cmd else [driver_graph_binary(), "20000", "--bench", str(seconds)]
     subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
-    agent.send_signal(signal.SIGINT)
-    agent.communicate(timeout=60)
+    agent.stop()  # SIGTERM: the agent writes its last interval and exits
     files = sorted(d.glob("*.pb.gz"))
     rates = [interval_rate(f) for f in files]
     # The first and last intervals hold the workload's start and end: partial.

@@ -9,6 +9,10 @@ Configs: baseline; shim-no-agent (injected, no agent anywhere); shim+agent
 window of every GPU_AGENT_DUTY_CYCLE = 10); shim+agent-w100 (the same with
 100 ms windows, the earlier default); shim+agent-continuous (GPU_AGENT_DUTY_CYCLE=1:
 every kernel); torch.profiler (CPU + CUDA activities; not for driver-graph).
+Diagnostics, only when named in --configs: shim+agent-idle (attached, a window
+practically never opens), shim+agent-hold-activity / -hold-callbacks (one CUPTI
+switch held on throughout; GPU_AGENT_EXP_HOLD). --paired also runs the baseline
+inside the agent phase (it never loads the shim), for within-round ratios.
 
 Each process reports the TIME AVERAGE per step over --seconds (default 3) after
 its warm-up: duty-cycled collection costs only inside its windows, so short
@@ -116,9 +120,9 @@ def one(workload: str, config: str, cpus: list[int]) -> float:
 class Agent:
     """`gpu-agent run` at its defaults, with /proc readings of its own cost."""
 
-    def __init__(self, prof_dir: str):
+    def __init__(self, prof_dir: str, interval: str = "10s"):
         self.p = subprocess.Popen([sys.executable, "-m", "gpu_agent", "run", "--output-dir", prof_dir,
-                                   "--interval", "10s"], stdout=subprocess.DEVNULL,
+                                   "--interval", interval], stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, text=True)
         seen = []
         for line in self.p.stderr:  # wait until every probe is attached

@@ -119,6 +119,7 @@ static const char *const k_known_env[] = {
     "GPU_AGENT_SAMPLE_PERIOD", "GPU_AGENT_GRAPH_SAMPLE_PERIOD", "GPU_AGENT_POLL_MS",
     "GPU_AGENT_FLUSH_MS",      "GPU_AGENT_DEBUG",               "GPU_AGENT_CUPTI_PATH",
     "GPU_AGENT_DUTY_CYCLE",    "GPU_AGENT_WINDOW_MS",           "GPU_AGENT_AUDIT_FILE",
+    "GPU_AGENT_EXP_HOLD",
     /* read by the agent CLI, not by the shim: known, so never reported */
     "GPU_AGENT_SHIM",          "GPU_AGENT_BPF_DIR",             "GPU_AGENT_INCLUDE_DIR",
 };
