@@ -112,12 +112,14 @@ struct ga_kernel_record {
     ga_u32 stream_id;
     ga_u32 graph_id;        /* 0 unless launched from a graph */
     ga_u32 flags;           /* GA_REC_* */
-    ga_u32 weight;          /* launches this record stands for: the shim collects
-                             * in one time window of every `weight` (its duty
-                             * cycle, shim/src/window.cpp), so BPF adds
-                             * weight x the record to the totals' weighted
-                             * sums. 1: continuous collection. 0 (an older
-                             * shim) counts as 1. */
+    ga_u32 weight;          /* records this record stands for: the shim collects
+                             * in one time window of every N (its duty cycle),
+                             * and weighs each windowed record by all launches
+                             * over windowed launches so far (about N; rounded
+                             * to an integer without bias; shim/src/window.cpp),
+                             * so BPF adds weight x the record to the totals'
+                             * weighted sums. 1: continuous collection. 0 (an
+                             * older shim) counts as 1. */
     ga_u32 join_max_lag_us; /* 0: no limit. Else a sampled launch (corr_stacks)
                              * joins this record only if the record started at
                              * most this long after the launch: with collection

@@ -614,6 +614,18 @@ static void exec_kernel(struct mock_stream *s, const struct launch_desc *d, uint
         atomic_fetch_add_explicit(&d->f->gt_ns, dur, memory_order_relaxed);
     }
     if (__builtin_expect(mockcuda_gate.kernel_activity, 0)) {
+        /* MOCK_CUPTI_ACTIVITY_LAUNCH_NS: CPU time each launch costs while kernel
+         * activity is on (real CUPTI: a launch-bound loop slows inside windows). */
+        static long spin_ns = -1;
+        if (spin_ns < 0) {
+            const char *e = getenv("MOCK_CUPTI_ACTIVITY_LAUNCH_NS");
+            spin_ns = e ? atol(e) : 0;
+        }
+        if (spin_ns > 0) {
+            uint64_t until = now_ns() + (uint64_t)spin_ns;
+            while (now_ns() < until) {
+            }
+        }
         const struct mock_cupti_hooks *h = atomic_load(&g_hooks);
         if (!h || !h->kernel) return;
         struct mock_kernel_exec k = {

@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ga_probes.h"
 #include "ga_internal.h"
@@ -231,6 +232,8 @@ void ga_replay_names(void) noexcept {
 }
 
 /* ---- completed buffers ---- */
+static thread_local uint64_t t_weight_rng = 0x2545f4914f6cdd1dULL; /* weight rounding */
+
 static void fire_batch(const struct ga_kernel_record *recs, uint32_t n) {
     uint32_t dropped = 0;
     uint64_t d = pending_dropped.exchange(0, std::memory_order_acq_rel);
@@ -284,14 +287,17 @@ void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *bu
             o->stream_id = k->streamId;
             o->graph_id = k->graphId;
             o->flags = (k->graphId || k->graphNodeId) ? GA_REC_GRAPH : 0;
-            /* Collected in one window of N: stands for N (window.cpp). */
-            o->weight = ga_cfg.duty_cycle;
-            /* Windows: only launches of the window this kernel ran in may join it
-             * (window.cpp); without CUPTI timestamps, half a window. */
+            /* Continuous: each record is itself. In windows: N corrected by the
+             * launch rates in and out of windows (window.cpp), and only launches
+             * of the window this kernel ran in may join it; without CUPTI
+             * timestamps, half a window. */
+            o->weight = 1;
             o->join_max_lag_us = 0;
-            if (ga_cfg.duty_cycle > 1)
+            if (ga_cfg.duty_cycle > 1) {
+                o->weight = ga_window_round_weight(ga_window_weight_q(), &t_weight_rng);
                 o->join_max_lag_us = ga_cupti.GetTimestamp ? ga_window_join_max_lag_us(k->start)
                                                           : ga_cfg.window_ms * 500u;
+            }
             if (GA_UNLIKELY(audit)) {
                 /* The full trace is tallied; only windowed launches go on. */
                 bool in = ga_audit_in_window(k->correlationId);

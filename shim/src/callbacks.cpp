@@ -336,8 +336,9 @@ void CUPTIAPI ga_api_callback(void *, CUpti_CallbackDomain domain, CUpti_Callbac
 
     if (GA_UNLIKELY(!ga_cuda_live.load(std::memory_order_relaxed)))
         ga_cuda_live.store(1, std::memory_order_relaxed);
-    /* Outside a collection window (window.cpp) nothing is sampled: the callbacks
-     * are only still on in audit mode, or for the instant of a window edge. */
+    /* Every launch is counted: the windows' weights are ratios of these counts
+     * (window.cpp). Outside a collection window nothing else happens. */
+    ga_launch_seq.fetch_add(1, std::memory_order_relaxed);
     if (!ga_window_on.load(std::memory_order_relaxed)) return;
     if (GA_UNLIKELY(ga_audit_on())) ga_audit_mark(cd->correlationId);
     ga_stat_launches.fetch_add(1, std::memory_order_relaxed);

@@ -100,11 +100,18 @@ GA_HIDDEN extern std::atomic<int> ga_window_on;        /* launches now are colle
 GA_HIDDEN void ga_window_begin(uint64_t now_ns) noexcept;  /* at attach */
 /* Whether collection should be on at now_ns; *next_edge_ns: when that may change. */
 GA_HIDDEN bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) noexcept;
-GA_HIDDEN void ga_window_opened(uint64_t cupti_ts) noexcept; /* CUPTI clock, at each opening */
+GA_HIDDEN void ga_window_opened(uint64_t cupti_ts) noexcept; /* CUPTI clock (0: none), at each opening */
+GA_HIDDEN void ga_window_closed(void) noexcept;      /* at each closing */
+GA_HIDDEN void ga_window_rates_begin(void) noexcept; /* at attach */
+/* Every launch the callbacks see while attached, in windows or not. */
+GA_HIDDEN extern std::atomic<uint64_t> ga_launch_seq;
 /* ga_kernel_record.join_max_lag_us for a record that started at start_ns (CUPTI
  * clock): the time since the last window opened before it, so that only launches
  * of that window can join it. */
 GA_HIDDEN uint32_t ga_window_join_max_lag_us(uint64_t start_ns) noexcept;
+/* A windowed record's weight x 1024: N x overall launch rate / in-window rate. */
+GA_HIDDEN uint32_t ga_window_weight_q(void) noexcept;
+GA_HIDDEN uint32_t ga_window_round_weight(uint32_t weight_q, uint64_t *rng) noexcept;
 static inline bool ga_audit_on(void) noexcept { return ga_cfg.audit_file[0] != 0; }
 GA_HIDDEN void ga_audit_init(void) noexcept;
 GA_HIDDEN void ga_audit_mark(uint32_t correlation_id) noexcept;

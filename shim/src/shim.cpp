@@ -198,6 +198,7 @@ static CUptiResult set_launch_cbids(bool on);
 
 /* Undo a partial or full attach. Errors are ignored: we are leaving. */
 static void undo_cupti(bool activity, bool subscribed) {
+    if (ga_window_on.load(std::memory_order_relaxed)) ga_window_closed();
     ga_window_on.store(0, std::memory_order_relaxed);
     g_next_edge_ns.store(UINT64_MAX, std::memory_order_relaxed);
     if (subscribed && g_cbids_on) set_launch_cbids(false);
@@ -249,10 +250,10 @@ static CUptiResult set_launch_cbids(bool on) {
  * that every launch sampled in the window has its kernel record; closing in
  * the reverse order. In audit mode callbacks and activity stay on and only
  * ga_window_on (which launches count as windowed) flips. */
-/* GPU_AGENT_EXP_HOLD (benchmarks only; estimates are wrong under it): keep one of
- * the two switches on for the whole attachment, to tell which switch costs what.
- * "activity": CONCURRENT_KERNEL stays on, only callbacks follow the windows;
- * "callbacks": callbacks stay on, only activity follows the windows. */
+/* GPU_AGENT_EXP_HOLD=activity (benchmarks only; estimates are wrong under it):
+ * CONCURRENT_KERNEL activity stays on for the whole attachment, to tell what
+ * switching it costs. ("callbacks" is accepted and is now the default: the launch
+ * callbacks stay on while attached, to count every launch; window.cpp.) */
 static int exp_hold(void) {
     static int v = -1;
     if (v < 0) {
@@ -264,7 +265,7 @@ static int exp_hold(void) {
 
 static CUptiResult set_collection(bool on, const char **what) {
     bool hw = on || ga_audit_on();
-    bool hw_act = hw || exp_hold() == 1, hw_cb = hw || exp_hold() == 2;
+    bool hw_act = hw || exp_hold() == 1, hw_cb = true;
     CUptiResult r = CUPTI_SUCCESS;
     if (hw_act && !g_activity_on) {
         uint64_t t0 = now_ns();
@@ -280,8 +281,8 @@ static CUptiResult set_collection(bool on, const char **what) {
     }
     if (on) {
         uint64_t ts = 0;
-        if (ga_cupti.GetTimestamp && ga_cupti.GetTimestamp(&ts) == CUPTI_SUCCESS && ts)
-            ga_window_opened(ts);
+        if (!ga_cupti.GetTimestamp || ga_cupti.GetTimestamp(&ts) != CUPTI_SUCCESS) ts = 0;
+        ga_window_opened(ts);
         ga_sampler_new_window();
         ga_window_on.store(1, std::memory_order_release);
         g_stat_windows.fetch_add(1, std::memory_order_relaxed);
@@ -289,8 +290,10 @@ static CUptiResult set_collection(bool on, const char **what) {
         if (ga_cfg.duty_cycle >= 100) /* rare windows: say when (bench/gpu sticky check) */
             ga_debug("window opened at %.3f s (CLOCK_MONOTONIC)", (double)g_win_open_at / 1e9);
     } else {
-        if (ga_window_on.load(std::memory_order_relaxed) && g_win_open_at)
-            g_win_on_ns += now_ns() - g_win_open_at;
+        if (ga_window_on.load(std::memory_order_relaxed)) {
+            if (g_win_open_at) g_win_on_ns += now_ns() - g_win_open_at;
+            ga_window_closed();
+        }
         ga_window_on.store(0, std::memory_order_release);
     }
     if (hw_cb && !g_cbids_on) {
@@ -369,6 +372,7 @@ static void do_attach(void) {
     ga_audit_init();
     uint64_t now = now_ns();
     ga_window_begin(now);
+    ga_window_rates_begin();
     g_attached_at = now;
     uint64_t edge = UINT64_MAX;
     const char *what = nullptr;
@@ -442,7 +446,10 @@ static void poll_once(void) noexcept {
                     return;
                 }
             }
-            if (now >= g_next_flush_ns) {
+            /* Not inside a window: its records are flushed when it closes, so
+             * that they find its weight (window.cpp). */
+            if (now >= g_next_flush_ns &&
+                !(ga_cfg.duty_cycle > 1 && ga_window_on.load(std::memory_order_relaxed))) {
                 g_next_flush_ns = now + (uint64_t)ga_cfg.flush_ms * 1000000ull;
                 CUptiResult r = ga_cupti.ActivityFlushAll(0);
                 g_stat_flushes.fetch_add(1, std::memory_order_relaxed);
@@ -554,6 +561,11 @@ static void at_exit_handler(void) {
     }
     if (!got) return;
     if (g_state.load() == ST_ATTACHED && ga_cuda_live.load()) {
+        /* A window open at exit closes here, so that its time counts. */
+        if (ga_cfg.duty_cycle > 1 && ga_window_on.load(std::memory_order_relaxed)) {
+            ga_window_closed();
+            ga_window_on.store(0, std::memory_order_release);
+        }
         CUptiResult r = ga_cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
         ga_debug("exit flush (pid %d): %s", (int)getpid(),
                  r == CUPTI_SUCCESS ? "ok" : ga_cupti_err(r));

@@ -85,6 +85,15 @@ bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
     return false;
 }
 
+/* Window time so far (for the record weights below); CLOCK_MONOTONIC. */
+static std::atomic<uint64_t> g_attach_ns, g_win_closed_ns, g_win_open_ns;
+
+static uint64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* ---- window open times, for the BPF join guard ----
  * A ring of the CUPTI timestamps at which recent windows opened. A kernel record
  * belongs to launches of the last window that opened before the kernel started,
@@ -98,6 +107,7 @@ void ga_window_opened(uint64_t cupti_ts) noexcept {
     uint32_t n = g_open_n.load(std::memory_order_relaxed);
     g_open_ts[n % OPEN_RING].store(cupti_ts, std::memory_order_relaxed);
     g_open_n.store(n + 1, std::memory_order_release);
+    g_win_open_ns.store(mono_ns(), std::memory_order_relaxed);
 }
 
 uint32_t ga_window_join_max_lag_us(uint64_t start_ns) noexcept {
@@ -113,6 +123,56 @@ uint32_t ga_window_join_max_lag_us(uint64_t start_ns) noexcept {
     if (!best) return 1; /* older than every remembered window: join nothing */
     uint64_t us = (start_ns - best) / 1000 + 1;
     return us > 0xffffffffull ? 0xffffffffu : (uint32_t)us;
+}
+
+/* ---- record weights: N, corrected by the launch rates in and out of windows ----
+ * A windowed record stands for N records (one slot in N is a window) only if
+ * windows cost nothing. They do not: CUPTI activity costs CPU per launch, so a
+ * launch-bound loop launches more slowly inside windows, and weighting by N ran
+ * 7-17 % low on an H200 (docs/benchmarks.md section 7). So the launch callbacks
+ * stay on between windows and count every launch (ga_launch_seq), the windows'
+ * own launches are counted too (ga_stat_launches), and a record weighs
+ *     N x (launches / attached time) / (windowed launches / window time)
+ * so far: N times the ratio of the overall launch rate to the rate inside
+ * windows. Both rates are over time, so neither lags the other wherever in the
+ * window cycle they are read, and idle time (no launches) falls in windows with
+ * the same 1/N as busy time; for a workload that windows do not slow, the factor
+ * is about 1. The weight is fixed point, x WQ, and rounded per record without
+ * bias (ga_window_round_weight). */
+#define WQ 1024u
+std::atomic<uint64_t> ga_launch_seq;
+void ga_window_rates_begin(void) noexcept {
+    g_attach_ns.store(mono_ns(), std::memory_order_relaxed);
+    g_win_closed_ns.store(0, std::memory_order_relaxed);
+    g_win_open_ns.store(0, std::memory_order_relaxed);
+}
+
+void ga_window_closed(void) noexcept {
+    uint64_t open = g_win_open_ns.exchange(0, std::memory_order_relaxed);
+    if (open) g_win_closed_ns.fetch_add(mono_ns() - open, std::memory_order_relaxed);
+}
+
+uint32_t ga_window_weight_q(void) noexcept {
+    uint64_t n = ga_cfg.duty_cycle, now = mono_ns();
+    uint64_t open = g_win_open_ns.load(std::memory_order_relaxed);
+    double t_all = (double)(now - g_attach_ns.load(std::memory_order_relaxed));
+    double t_in = (double)g_win_closed_ns.load(std::memory_order_relaxed) +
+                  (open && now > open ? (double)(now - open) : 0.0);
+    double all = (double)ga_launch_seq.load(std::memory_order_relaxed);
+    double in = (double)ga_stat_launches.load(std::memory_order_relaxed);
+    double w = (double)n;
+    if (in > 0 && t_in > 0 && t_all > 0 && all > 0) w = (double)n * (all / t_all) / (in / t_in);
+    if (!(w >= 1.0)) w = 1.0;            /* a record stands for itself at least */
+    double wq = w * WQ;
+    return wq >= 4294967295.0 ? 0xffffffffu : (uint32_t)wq;
+}
+
+/* Integer record weight from a fixed-point one, rounded up with probability equal
+ * to the fraction: unbiased, and ga_kernel_record.weight stays an integer. */
+uint32_t ga_window_round_weight(uint32_t weight_q, uint64_t *rng) noexcept {
+    uint32_t w = weight_q / WQ, frac = weight_q % WQ;
+    if (frac && (uint32_t)(splitmix(rng) % WQ) < frac) w++;
+    return w;
 }
 
 /* ---- audit mode ---- */
