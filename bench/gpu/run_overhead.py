@@ -11,7 +11,8 @@ window of every GPU_AGENT_DUTY_CYCLE = 10); shim+agent-w100 (the same with
 every kernel); torch.profiler (CPU + CUDA activities; not for driver-graph).
 Diagnostics, only when named in --configs: shim+agent-idle (attached, a window
 practically never opens), shim+agent-hold-activity / -hold-callbacks (one CUPTI
-switch held on throughout; GPU_AGENT_EXP_HOLD). --paired also runs the baseline
+switch held on throughout; GPU_AGENT_EXP_HOLD; the launch callbacks now stay on
+while attached anyway, so -hold-callbacks equals shim+agent since then). --paired also runs the baseline
 inside the agent phase (it never loads the shim), for within-round ratios.
 
 Each process reports the TIME AVERAGE per step over --seconds (default 3) after

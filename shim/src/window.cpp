@@ -1,27 +1,27 @@
 /* window.cpp: duty-cycled collection ("collection windows") and the audit mode.
  *
  * Why: CUPTI's CONCURRENT_KERNEL activity costs GPU time on every kernel
- * (~0.4 us each on an H200: +14 % on a replay of tiny-kernel graphs) and the
- * launch callbacks cost CPU time on every launch, whoever consumes them. So
- * while an agent is attached the shim collects only inside windows: time is cut
- * into periods of GPU_AGENT_DUTY_CYCLE (N) slots of GPU_AGENT_WINDOW_MS each,
- * and in every period ONE slot, drawn uniformly at random, is "on" (launch
- * callbacks enabled and kernel activity enabled); the other N-1 are off
- * (neither). Every instant is therefore inside a window with probability
- * exactly 1/N, whatever the workload's own period, so weighting each kernel
- * record collected in a window by N (ga_kernel_record.weight) gives unbiased
- * (Horvitz-Thompson) estimates of every kernel's GPU time and launch count.
- * N = 1 is continuous, exact collection.
+ * (~0.4 us each on an H200: +14 % on a replay of tiny-kernel graphs) and CPU time
+ * on every launch. So while an agent is attached the shim traces kernels only
+ * inside windows: time is cut into periods of GPU_AGENT_DUTY_CYCLE (N) slots of
+ * GPU_AGENT_WINDOW_MS each, and in every period ONE slot, drawn uniformly at
+ * random, is "on" (kernel activity enabled, launches sampled for stacks); the
+ * other N-1 are off. Every instant is therefore inside a window with probability
+ * exactly 1/N, whatever the workload's own period. The launch callbacks stay on
+ * for the whole attachment, only to count launches: a window slows the launches
+ * made in it, so each windowed record weighs N corrected by the launch rates in
+ * and out of windows (see "record weights" below), not N alone. N = 1 is
+ * continuous, exact collection.
  *
- * Audit mode (GPU_AGENT_AUDIT_FILE=path; for benchmarks): callbacks and
- * activity stay on all the time, so the shim sees the full trace; windows are
- * still drawn, launches made inside one are marked (by correlation id), and
- * only their records are forwarded to BPF, weighted by N as usual. At exit the
- * shim writes, per kernel, the full trace's launches and GPU ns next to the
- * windowed ones: the ground truth for the agent's estimate OF THE SAME RUN.
+ * Audit mode (GPU_AGENT_AUDIT_FILE=path; for benchmarks): activity stays on all
+ * the time, so the shim sees the full trace; windows are still drawn, launches
+ * made inside one are marked (by correlation id), and only their records are
+ * forwarded to BPF, weighted as usual. At exit the shim writes, per kernel, the
+ * full trace's launches and GPU ns next to the windowed ones: the ground truth
+ * for the agent's estimate OF THE SAME RUN.
  *
  * The schedule runs on the poller thread only; the launch callback and the
- * activity thread only read ga_window_on and the audit bitmap. */
+ * activity thread only read ga_window_on, the counters and the audit bitmap. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
