@@ -30,10 +30,13 @@ GRAPH_REPLAY = "[cuda graph replay]"
 # ...or, when the node was created before the shim attached, under this one,
 # above the replay site's sampled stack.
 GRAPH_BEFORE_ATTACH = "[graph captured before attach]"
-DUTY_LABEL = "collection_duty_cycle"
-DUTY_COMMENT = (f"gpu_time and kernel_launches of samples labelled {DUTY_LABEL}=N are estimates: "
-                "that process's shim collected in one time window of every N and counted each "
-                "kernel N times (GPU_AGENT_DUTY_CYCLE)")
+# A fixed value: the records' weights vary around N (shim/src/window.cpp), and a
+# label value that moved with them would split every series.
+DUTY_LABEL = "gpu_time_estimated"
+DUTY_COMMENT = (f"gpu_time and kernel_launches of samples labelled {DUTY_LABEL}=true are estimates: "
+                "that process's shim collected in one time window of every N "
+                "(GPU_AGENT_DUTY_CYCLE) and counted each collected kernel about N times, "
+                "corrected for how much the windows slowed its launches")
 # Label of graph kernels: where the graph was launched (replayed) from.
 GRAPH_REPLAY_LABEL = "cuda_graph_replay"
 # Frames skipped when naming a replay site: CUDA's own libraries and the shim.
@@ -264,8 +267,7 @@ class Collector:
 
         # Processes whose shim collects in windows (one in N; shim/src/window.cpp): their
         # numbers are estimates, so their samples say so.
-        duty = {k.tgid: round(v.weighted_launches / v.launches) for k, v in win.totals.items()
-                if v.launches and v.weighted_launches != v.launches}
+        duty = {k.tgid for k, v in win.totals.items() if v.weighted_launches != v.launches}
         comments = [DUTY_COMMENT] if duty else []
 
         def new_builder() -> ProfileBuilder:
@@ -302,7 +304,7 @@ class Collector:
             if graph_id:
                 labels["cuda_graph"] = str(graph_id)
             if tgid in duty:
-                labels[DUTY_LABEL] = str(duty[tgid])
+                labels[DUTY_LABEL] = "true"
             if gflags & C.AGG_CAPTURED:
                 # Exact: every record of this node has this capture stack. The
                 # replay site (estimated over sampled graph launches) is a label.
