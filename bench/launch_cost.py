@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from agent_proc import start_agent  # this directory
+
 REPO = Path(__file__).resolve().parent.parent
 MOCK = REPO / "build" / "mock"
 APP = MOCK / "mock_workload"
@@ -71,16 +73,7 @@ def proc_rss_mb(pid: int, key: str = "VmHWM") -> float:
 class AgentRun:
     def __init__(self):
         self.dir = tempfile.mkdtemp(prefix="gpu-agent-bench-")
-        self.p = subprocess.Popen([sys.executable, "-m", "gpu_agent", "run", "--output-dir", self.dir,
-                                   "--interval", "2s"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  text=True)
-        seen = []
-        for line in self.p.stderr:  # wait until every probe is attached
-            seen.append(line)
-            if "watching" in line:
-                break
-        else:
-            sys.exit("agent failed to start: " + "".join(seen))
+        self.p = start_agent(self.dir, "2s")
 
     def stop(self):
         self.p.send_signal(signal.SIGTERM)

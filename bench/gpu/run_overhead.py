@@ -48,6 +48,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
+sys.path.insert(0, str(HERE.parent))
+from agent_proc import start_agent  # noqa: E402  (bench/agent_proc.py)
 SHIM = REPO / "build" / "libgpu_agent_shim.so"
 WORKLOADS = ["eager", "mlp", "graph", "compiled", "driver-graph", "mlp-x4"]
 NO_AGENT = ["baseline", "shim-no-agent", "torch.profiler"]
@@ -122,16 +124,7 @@ class Agent:
     """`gpu-agent run` at its defaults, with /proc readings of its own cost."""
 
     def __init__(self, prof_dir: str, interval: str = "10s"):
-        self.p = subprocess.Popen([sys.executable, "-m", "gpu_agent", "run", "--output-dir", prof_dir,
-                                   "--interval", interval], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, text=True)
-        seen = []
-        for line in self.p.stderr:  # wait until every probe is attached
-            seen.append(line)
-            if "watching" in line:
-                break
-        else:
-            raise SystemExit("agent failed: " + "".join(seen))
+        self.p = start_agent(prof_dir, interval)
 
     def cpu_s(self) -> float:
         with open(f"/proc/{self.p.pid}/stat") as f:

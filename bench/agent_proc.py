@@ -1,0 +1,23 @@
+"""Start `gpu-agent run` for a benchmark and wait until its probes are attached.
+
+Shared by bench/launch_cost.py and bench/gpu/ (run_overhead.py, interval_accuracy.py).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def start_agent(output_dir: str, interval: str) -> subprocess.Popen:
+    """The agent process, once it has printed its `watching` line; exits the
+    benchmark with the agent's output if it stops before that."""
+    p = subprocess.Popen([sys.executable, "-m", "gpu_agent", "run", "--output-dir", output_dir,
+                          "--interval", interval], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in p.stderr:  # wait until every probe is attached
+        seen.append(line)
+        if "watching" in line:
+            return p
+    raise SystemExit("agent failed to start: " + "".join(seen))
