@@ -102,6 +102,7 @@ GA_HIDDEN void ga_window_begin(uint64_t now_ns) noexcept;  /* at attach */
 GA_HIDDEN bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) noexcept;
 GA_HIDDEN void ga_window_opened(uint64_t cupti_ts) noexcept; /* CUPTI clock (0: none), at each opening */
 GA_HIDDEN void ga_window_closed(void) noexcept;      /* at each closing */
+GA_HIDDEN uint64_t ga_window_time_ns(void) noexcept; /* time inside windows since attach */
 GA_HIDDEN void ga_window_rates_begin(void) noexcept; /* at attach */
 /* Every launch the callbacks see while attached, in windows or not. */
 GA_HIDDEN extern std::atomic<uint64_t> ga_launch_seq;

@@ -66,7 +66,7 @@ static bool g_activity_used;                    /* enabled at least once this at
 static std::atomic<uint64_t> g_stat_windows;
 /* Debug statistics of the window edges (poller thread only): how long windows
  * really stayed open, and what switching CUPTI activity costs. */
-static uint64_t g_win_open_at, g_win_on_ns, g_attached_at;
+static uint64_t g_attached_at;
 static uint64_t g_enable_ns, g_enable_max_ns, g_disable_ns, g_disable_max_ns, g_n_enable, g_n_disable;
 static pid_t g_init_pid;
 
@@ -246,26 +246,25 @@ static CUptiResult set_launch_cbids(bool on) {
     return CUPTI_SUCCESS;
 }
 
-/* Open or close a collection window (window.cpp). Opening: activity first, so
- * that every launch sampled in the window has its kernel record; closing in
- * the reverse order. In audit mode callbacks and activity stay on and only
- * ga_window_on (which launches count as windowed) flips. */
 /* GPU_AGENT_EXP_HOLD=activity (benchmarks only; estimates are wrong under it):
  * CONCURRENT_KERNEL activity stays on for the whole attachment, to tell what
- * switching it costs. ("callbacks" is accepted and is now the default: the launch
- * callbacks stay on while attached, to count every launch; window.cpp.) */
-static int exp_hold(void) {
+ * switching it costs. (The launch callbacks always stay on while attached.) */
+static bool exp_hold_activity(void) {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("GPU_AGENT_EXP_HOLD");
-        v = !e ? 0 : !strcmp(e, "activity") ? 1 : !strcmp(e, "callbacks") ? 2 : 0;
+        v = e && !strcmp(e, "activity");
     }
     return v;
 }
 
+/* Open or close a collection window (window.cpp): kernel activity on and
+ * ga_window_on set (which launches are windowed and sampled), or both off;
+ * opening turns activity on first, so that every launch sampled in the window
+ * has its kernel record. In audit mode activity stays on and only ga_window_on
+ * flips. The launch callbacks stay on throughout the attachment. */
 static CUptiResult set_collection(bool on, const char **what) {
-    bool hw = on || ga_audit_on();
-    bool hw_act = hw || exp_hold() == 1, hw_cb = true;
+    bool hw_act = on || ga_audit_on() || exp_hold_activity();
     CUptiResult r = CUPTI_SUCCESS;
     if (hw_act && !g_activity_on) {
         uint64_t t0 = now_ns();
@@ -286,24 +285,21 @@ static CUptiResult set_collection(bool on, const char **what) {
         ga_sampler_new_window();
         ga_window_on.store(1, std::memory_order_release);
         g_stat_windows.fetch_add(1, std::memory_order_relaxed);
-        g_win_open_at = now_ns();
         if (ga_cfg.duty_cycle >= 100) /* rare windows: say when (bench/gpu sticky check) */
-            ga_debug("window opened at %.3f s (CLOCK_MONOTONIC)", (double)g_win_open_at / 1e9);
+            ga_debug("window opened at %.3f s (CLOCK_MONOTONIC)", (double)now_ns() / 1e9);
     } else {
-        if (ga_window_on.load(std::memory_order_relaxed)) {
-            if (g_win_open_at) g_win_on_ns += now_ns() - g_win_open_at;
-            ga_window_closed();
-        }
+        if (ga_window_on.load(std::memory_order_relaxed)) ga_window_closed();
         ga_window_on.store(0, std::memory_order_release);
     }
-    if (hw_cb && !g_cbids_on) {
+    /* The launch callbacks stay on for the whole attachment: they count every
+     * launch, which the record weights need (window.cpp). */
+    if (!g_cbids_on) {
         r = set_launch_cbids(true);
         if (r != CUPTI_SUCCESS) {
             *what = "cuptiEnableCallback";
             return r;
         }
     }
-    if (!hw_cb && g_cbids_on) set_launch_cbids(false);
     if (!hw_act && g_activity_on) {
         uint64_t t0 = now_ns();
         r = ga_cupti.ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
@@ -446,10 +442,7 @@ static void poll_once(void) noexcept {
                     return;
                 }
             }
-            /* Not inside a window: its records are flushed when it closes, so
-             * that they find its weight (window.cpp). */
-            if (now >= g_next_flush_ns &&
-                !(ga_cfg.duty_cycle > 1 && ga_window_on.load(std::memory_order_relaxed))) {
+            if (now >= g_next_flush_ns) {
                 g_next_flush_ns = now + (uint64_t)ga_cfg.flush_ms * 1000000ull;
                 CUptiResult r = ga_cupti.ActivityFlushAll(0);
                 g_stat_flushes.fetch_add(1, std::memory_order_relaxed);
@@ -577,7 +570,7 @@ static void at_exit_handler(void) {
     if (g_attached_at && ga_cfg.duty_cycle > 1)
         ga_debug("windows (pid %d): open %.3f %% of %.1f s attached (1/N = %.3f %%); activity "
                  "enable mean %.1f max %.1f us, disable mean %.1f max %.1f us",
-                 (int)getpid(), 100.0 * (double)g_win_on_ns / (double)(now_ns() - g_attached_at),
+                 (int)getpid(), 100.0 * (double)ga_window_time_ns() / (double)(now_ns() - g_attached_at),
                  (double)(now_ns() - g_attached_at) / 1e9, 100.0 / ga_cfg.duty_cycle,
                  g_n_enable ? (double)g_enable_ns / (double)g_n_enable / 1e3 : 0.0,
                  (double)g_enable_max_ns / 1e3,

@@ -152,12 +152,15 @@ void ga_window_closed(void) noexcept {
     if (open) g_win_closed_ns.fetch_add(mono_ns() - open, std::memory_order_relaxed);
 }
 
+uint64_t ga_window_time_ns(void) noexcept {
+    uint64_t open = g_win_open_ns.load(std::memory_order_relaxed), now = mono_ns();
+    return g_win_closed_ns.load(std::memory_order_relaxed) + (open && now > open ? now - open : 0);
+}
+
 uint32_t ga_window_weight_q(void) noexcept {
-    uint64_t n = ga_cfg.duty_cycle, now = mono_ns();
-    uint64_t open = g_win_open_ns.load(std::memory_order_relaxed);
-    double t_all = (double)(now - g_attach_ns.load(std::memory_order_relaxed));
-    double t_in = (double)g_win_closed_ns.load(std::memory_order_relaxed) +
-                  (open && now > open ? (double)(now - open) : 0.0);
+    uint64_t n = ga_cfg.duty_cycle;
+    double t_all = (double)(mono_ns() - g_attach_ns.load(std::memory_order_relaxed));
+    double t_in = (double)ga_window_time_ns();
     double all = (double)ga_launch_seq.load(std::memory_order_relaxed);
     double in = (double)ga_stat_launches.load(std::memory_order_relaxed);
     double w = (double)n;
