@@ -265,6 +265,8 @@ void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *bu
         uint32_t n = 0;
         CUpti_Activity *rec = nullptr;
         bool audit = ga_audit_on();
+        /* One weight for the whole buffer: the rates it is made of move slowly. */
+        uint32_t weight_q = ga_cfg.duty_cycle > 1 ? ga_window_weight_q() : 0;
         for (;;) {
             CUptiResult r = ga_cupti.ActivityGetNextRecord(buffer, valid_size, &rec);
             if (r == CUPTI_ERROR_MAX_LIMIT_REACHED) break;
@@ -294,7 +296,7 @@ void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *bu
             o->weight = 1;
             o->join_max_lag_us = 0;
             if (ga_cfg.duty_cycle > 1) {
-                o->weight = ga_window_round_weight(ga_window_weight_q(), &t_weight_rng);
+                o->weight = ga_window_round_weight(weight_q, &t_weight_rng);
                 o->join_max_lag_us = ga_cupti.GetTimestamp ? ga_window_join_max_lag_us(k->start)
                                                           : ga_cfg.window_ms * 500u;
             }

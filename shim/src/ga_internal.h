@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 #include <atomic>
 
 #include <cupti.h>
@@ -30,6 +31,13 @@ struct ga_config {
     char audit_file[256];         /* GPU_AGENT_AUDIT_FILE: "" = off (window.cpp) */
 };
 GA_HIDDEN extern ga_config ga_cfg;
+
+/* CLOCK_MONOTONIC in ns: the shim's one clock for schedules and timings. */
+static inline uint64_t ga_now_ns(void) noexcept {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 /* ---- attach semaphore (attach_probe.cpp) ---- */
 GA_HIDDEN unsigned ga_semaphore_value(void) noexcept;
@@ -97,13 +105,13 @@ GA_HIDDEN uint32_t ga_unwind(uint64_t *frames, uint64_t *stack_id) noexcept;
 
 /* ---- collection windows and audit mode (window.cpp) ---- */
 GA_HIDDEN extern std::atomic<int> ga_window_on;        /* launches now are collected */
-GA_HIDDEN void ga_window_begin(uint64_t now_ns) noexcept;  /* at attach */
+GA_HIDDEN void ga_window_begin(uint64_t now_ns) noexcept;  /* at attach (ga_now_ns) */
+GA_HIDDEN uint64_t ga_window_attached_at(void) noexcept;   /* that attach time */
 /* Whether collection should be on at now_ns; *next_edge_ns: when that may change. */
 GA_HIDDEN bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) noexcept;
 GA_HIDDEN void ga_window_opened(uint64_t cupti_ts) noexcept; /* CUPTI clock (0: none), at each opening */
 GA_HIDDEN void ga_window_closed(void) noexcept;      /* at each closing */
 GA_HIDDEN uint64_t ga_window_time_ns(void) noexcept; /* time inside windows since attach */
-GA_HIDDEN void ga_window_rates_begin(void) noexcept; /* at attach */
 /* Every launch the callbacks see while attached, in windows or not. */
 GA_HIDDEN extern std::atomic<uint64_t> ga_launch_seq;
 /* ga_kernel_record.join_max_lag_us for a record that started at start_ns (CUPTI

@@ -66,7 +66,6 @@ static bool g_activity_used;                    /* enabled at least once this at
 static std::atomic<uint64_t> g_stat_windows;
 /* Debug statistics of the window edges (poller thread only): how long windows
  * really stayed open, and what switching CUPTI activity costs. */
-static uint64_t g_attached_at;
 static uint64_t g_enable_ns, g_enable_max_ns, g_disable_ns, g_disable_max_ns, g_n_enable, g_n_disable;
 static pid_t g_init_pid;
 
@@ -106,11 +105,6 @@ void ga_debug(const char *fmt, ...) {
     va_end(ap);
 }
 
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* ------------------------------------------------------------------ */
 /* configuration                                                       */
@@ -267,9 +261,9 @@ static CUptiResult set_collection(bool on, const char **what) {
     bool hw_act = on || ga_audit_on() || exp_hold_activity();
     CUptiResult r = CUPTI_SUCCESS;
     if (hw_act && !g_activity_on) {
-        uint64_t t0 = now_ns();
+        uint64_t t0 = ga_now_ns();
         r = ga_cupti.ActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-        uint64_t dt = now_ns() - t0;
+        uint64_t dt = ga_now_ns() - t0;
         g_enable_ns += dt, g_n_enable++;
         if (dt > g_enable_max_ns) g_enable_max_ns = dt;
         if (r != CUPTI_SUCCESS) {
@@ -286,7 +280,7 @@ static CUptiResult set_collection(bool on, const char **what) {
         ga_window_on.store(1, std::memory_order_release);
         g_stat_windows.fetch_add(1, std::memory_order_relaxed);
         if (ga_cfg.duty_cycle >= 100) /* rare windows: say when (bench/gpu sticky check) */
-            ga_debug("window opened at %.3f s (CLOCK_MONOTONIC)", (double)now_ns() / 1e9);
+            ga_debug("window opened at %.3f s (CLOCK_MONOTONIC)", (double)ga_now_ns() / 1e9);
     } else {
         if (ga_window_on.load(std::memory_order_relaxed)) ga_window_closed();
         ga_window_on.store(0, std::memory_order_release);
@@ -301,9 +295,9 @@ static CUptiResult set_collection(bool on, const char **what) {
         }
     }
     if (!hw_act && g_activity_on) {
-        uint64_t t0 = now_ns();
+        uint64_t t0 = ga_now_ns();
         r = ga_cupti.ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-        uint64_t dt = now_ns() - t0;
+        uint64_t dt = ga_now_ns() - t0;
         g_disable_ns += dt, g_n_disable++;
         if (dt > g_disable_max_ns) g_disable_max_ns = dt;
         g_activity_on = false;
@@ -345,7 +339,7 @@ static void do_attach(void) {
                    "attached");
         logged = true;
         g_sub = nullptr;
-        g_retry_at_ns = now_ns() + 10ull * 1000000000ull;
+        g_retry_at_ns = ga_now_ns() + 10ull * 1000000000ull;
         return;
     }
     if (r != CUPTI_SUCCESS) {
@@ -366,10 +360,8 @@ static void do_attach(void) {
     }
     g_pending_error.store(0, std::memory_order_relaxed);
     ga_audit_init();
-    uint64_t now = now_ns();
+    uint64_t now = ga_now_ns();
     ga_window_begin(now);
-    ga_window_rates_begin();
-    g_attached_at = now;
     uint64_t edge = UINT64_MAX;
     const char *what = nullptr;
     r = set_collection(ga_window_should_be_on(now, &edge), &what);
@@ -415,9 +407,9 @@ static void poll_once(void) noexcept {
             g_retry_at_ns = 0;
             if (st == ST_ATTACHED) do_detach("agent gone");
         } else if (st == ST_IDLE) {
-            if (!g_block_until_drop && now_ns() >= g_retry_at_ns) do_attach();
+            if (!g_block_until_drop && ga_now_ns() >= g_retry_at_ns) do_attach();
         } else if (st == ST_ATTACHED) {
-            uint64_t now = now_ns();
+            uint64_t now = ga_now_ns();
             if (now >= g_next_edge_ns.load(std::memory_order_relaxed)) {
                 uint64_t edge = UINT64_MAX;
                 bool want = ga_window_should_be_on(now, &edge);
@@ -567,11 +559,12 @@ static void at_exit_handler(void) {
     ga_debug("exit (pid %d): %llu launches collected, %llu kernel records, %llu windows",
              (int)getpid(), (unsigned long long)ga_stat_launches.load(),
              (unsigned long long)ga_stat_records.load(), (unsigned long long)g_stat_windows.load());
-    if (g_attached_at && ga_cfg.duty_cycle > 1)
+    uint64_t attached_at = ga_window_attached_at();
+    if (attached_at && ga_cfg.duty_cycle > 1)
         ga_debug("windows (pid %d): open %.3f %% of %.1f s attached (1/N = %.3f %%); activity "
                  "enable mean %.1f max %.1f us, disable mean %.1f max %.1f us",
-                 (int)getpid(), 100.0 * (double)ga_window_time_ns() / (double)(now_ns() - g_attached_at),
-                 (double)(now_ns() - g_attached_at) / 1e9, 100.0 / ga_cfg.duty_cycle,
+                 (int)getpid(), 100.0 * (double)ga_window_time_ns() / (double)(ga_now_ns() - attached_at),
+                 (double)(ga_now_ns() - attached_at) / 1e9, 100.0 / ga_cfg.duty_cycle,
                  g_n_enable ? (double)g_enable_ns / (double)g_n_enable / 1e3 : 0.0,
                  (double)g_enable_max_ns / 1e3,
                  g_n_disable ? (double)g_disable_ns / (double)g_n_disable / 1e3 : 0.0,

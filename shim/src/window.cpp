@@ -36,6 +36,8 @@ std::atomic<int> ga_window_on;
 static uint64_t g_period_start_ns; /* start of the current period */
 static unsigned g_on_slot;         /* the slot of the current period that is on */
 static uint64_t g_rng;
+/* Attach time and window time so far (for the record weights); ga_now_ns. */
+static std::atomic<uint64_t> g_attach_ns, g_win_closed_ns, g_win_open_ns;
 
 static uint64_t splitmix(uint64_t *s) {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
@@ -52,6 +54,10 @@ static void new_period(uint64_t start) {
 }
 
 void ga_window_begin(uint64_t now_ns) noexcept {
+    /* The record weights' clocks start with the attachment (see below). */
+    g_attach_ns.store(now_ns, std::memory_order_relaxed);
+    g_win_closed_ns.store(0, std::memory_order_relaxed);
+    g_win_open_ns.store(0, std::memory_order_relaxed);
     if (!g_rng) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -85,14 +91,7 @@ bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
     return false;
 }
 
-/* Window time so far (for the record weights below); CLOCK_MONOTONIC. */
-static std::atomic<uint64_t> g_attach_ns, g_win_closed_ns, g_win_open_ns;
 
-static uint64_t mono_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- window open times, for the BPF join guard ----
  * A ring of the CUPTI timestamps at which recent windows opened. A kernel record
@@ -107,7 +106,7 @@ void ga_window_opened(uint64_t cupti_ts) noexcept {
     uint32_t n = g_open_n.load(std::memory_order_relaxed);
     g_open_ts[n % OPEN_RING].store(cupti_ts, std::memory_order_relaxed);
     g_open_n.store(n + 1, std::memory_order_release);
-    g_win_open_ns.store(mono_ns(), std::memory_order_relaxed);
+    g_win_open_ns.store(ga_now_ns(), std::memory_order_relaxed);
 }
 
 uint32_t ga_window_join_max_lag_us(uint64_t start_ns) noexcept {
@@ -141,25 +140,23 @@ uint32_t ga_window_join_max_lag_us(uint64_t start_ns) noexcept {
  * bias (ga_window_round_weight). */
 #define WQ 1024u
 std::atomic<uint64_t> ga_launch_seq;
-void ga_window_rates_begin(void) noexcept {
-    g_attach_ns.store(mono_ns(), std::memory_order_relaxed);
-    g_win_closed_ns.store(0, std::memory_order_relaxed);
-    g_win_open_ns.store(0, std::memory_order_relaxed);
+uint64_t ga_window_attached_at(void) noexcept {
+    return g_attach_ns.load(std::memory_order_relaxed);
 }
 
 void ga_window_closed(void) noexcept {
     uint64_t open = g_win_open_ns.exchange(0, std::memory_order_relaxed);
-    if (open) g_win_closed_ns.fetch_add(mono_ns() - open, std::memory_order_relaxed);
+    if (open) g_win_closed_ns.fetch_add(ga_now_ns() - open, std::memory_order_relaxed);
 }
 
 uint64_t ga_window_time_ns(void) noexcept {
-    uint64_t open = g_win_open_ns.load(std::memory_order_relaxed), now = mono_ns();
+    uint64_t open = g_win_open_ns.load(std::memory_order_relaxed), now = ga_now_ns();
     return g_win_closed_ns.load(std::memory_order_relaxed) + (open && now > open ? now - open : 0);
 }
 
 uint32_t ga_window_weight_q(void) noexcept {
     uint64_t n = ga_cfg.duty_cycle;
-    double t_all = (double)(mono_ns() - g_attach_ns.load(std::memory_order_relaxed));
+    double t_all = (double)(ga_now_ns() - g_attach_ns.load(std::memory_order_relaxed));
     double t_in = (double)ga_window_time_ns();
     double all = (double)ga_launch_seq.load(std::memory_order_relaxed);
     double in = (double)ga_stat_launches.load(std::memory_order_relaxed);
