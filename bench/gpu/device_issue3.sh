@@ -8,6 +8,8 @@
 # bias:     no-audit launch estimates against exact truth, long runs; MLP block times.
 # diag:     eager launches in windows vs truth; which CUPTI switch costs what.
 # interval: per-interval scatter of `gpu-agent run` (interval_accuracy.py).
+# ab:       in-process A/B (bench/gpu/ab_overhead.py): attached against detached in one
+#           process; AB_WORKLOADS, AB_CONFIGS, AB_SECONDS, AB_TOGGLE override the defaults.
 # overhead: ROUNDS interleaved rounds of run_overhead.py, appended to
 #           /tmp/gpu-agent-overhead.jsonl (kept between calls while the node is up).
 set -uo pipefail
@@ -157,6 +159,12 @@ if [[ ",$mode," == *,sticky,* ]]; then
 fi
 if [[ ",$mode," == *,interval,* ]]; then
     python3 bench/gpu/interval_accuracy.py /tmp/ia --interval 5 --seconds 40
+fi
+if [[ ",$mode," == *,ab,* ]]; then
+    python3 bench/gpu/ab_overhead.py --workloads "${AB_WORKLOADS:-eager,mlp}" \
+        --configs "${AB_CONFIGS:-floor,torch.profiler,shim+agent,shim+agent-callbacks-only,shim+agent-cb-windowed,shim+agent-cb-driver}" \
+        --seconds "${AB_SECONDS:-24}" --toggle "${AB_TOGGLE:-2}" --settle "${AB_SETTLE:-0.5}" \
+        --out "$out/ab-$tag.jsonl" 2>&1 | tee "$out/ab-$tag.txt"
 fi
 if [[ ",$mode," == *,overhead,* ]]; then
     # Results go straight to OUT_DIR (they come back even if the command is cut off).

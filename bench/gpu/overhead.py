@@ -90,6 +90,63 @@ def measure(step, steps, repeats, seconds=0.0):
     return statistics.median(out)
 
 
+def shim_state():
+    """The injected shim's state (1 attached, 0 idle, -1 disabled), or None without
+    a shim. dlopen of the path the driver loaded returns that same copy."""
+    import ctypes
+    import os
+    path = os.environ.get("CUDA_INJECTION64_PATH")
+    if not path:
+        return None
+    f = ctypes.CDLL(path).gpu_agent_shim_state
+    f.restype = ctypes.c_int
+    return f
+
+
+def measure_ab(step, steps, seconds, toggle_s, profiler):
+    """In-process A/B (bench/gpu/ab_overhead.py): blocks of `steps` for `seconds`,
+    each labelled with the state at its start and end, so that configs are compared
+    inside ONE process, over the same minutes, instead of across processes (whose
+    speed varies by +-15 % on a shared node). The state is the shim's (attached or
+    not; GPU_AGENT_EXP_TOGGLE_MS makes it alternate), or with `profiler` torch.profiler
+    on or off, switched here every toggle_s between blocks; with neither, the time
+    phase alone (the noise floor)."""
+    state = shim_state()
+    prof = None
+    for _ in range(steps // 4):
+        step()
+    torch.cuda.synchronize()
+    out, t0 = [], time.perf_counter()
+
+    def label():
+        if state is not None:
+            return state()
+        if profiler:
+            return int(prof is not None)
+        return int((time.monotonic() / toggle_s) % 2 < 1)
+
+    while time.perf_counter() - t0 < seconds:
+        if profiler and not state:
+            want = (time.monotonic() / toggle_s) % 2 < 1
+            if want and prof is None:
+                from torch.profiler import ProfilerActivity, profile
+                prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+                prof.start()
+            elif not want and prof is not None:
+                prof.stop()
+                prof = None
+        s0 = label()
+        tb = time.perf_counter()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+        te = time.perf_counter()
+        out.append((round(time.monotonic() - (te - tb), 4), round((te - tb) * 1e6 / steps, 2), s0, label()))
+    if prof is not None:
+        prof.stop()
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("workload", choices=["eager", "mlp", "graph", "compiled"])
@@ -99,9 +156,17 @@ def main():
     ap.add_argument("--blocks", action="store_true", help="also print each block's µs/step")
     ap.add_argument("--seconds", type=float, default=0.0,
                     help="time-average over blocks of --steps for this long (see measure)")
+    ap.add_argument("--ab", type=float, default=0.0, metavar="SECONDS",
+                    help="in-process A/B for this long: print labelled blocks (see measure_ab)")
+    ap.add_argument("--toggle", type=float, default=3.0, help="--ab: seconds per state")
     a = ap.parse_args()
     with torch.no_grad():
         step = make_step(a.workload)
+        if a.ab:
+            blocks = measure_ab(step, a.steps, a.ab, a.toggle, a.config == "torch.profiler")
+            print(json.dumps({"workload": a.workload, "config": a.config, "steps": a.steps,
+                              "blocks": blocks}))
+            return
         if a.config == "torch.profiler":
             from torch.profiler import ProfilerActivity, profile
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):

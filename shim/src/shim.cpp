@@ -45,7 +45,7 @@ extern "C" GA_EXPORT int gpu_agent_shim_state(void);
 
 enum { ST_DISABLED = -1, ST_IDLE = 0, ST_ATTACHED = 1 };
 
-ga_config ga_cfg = {64, 8, 100, 1000, 10, 20, ""};
+ga_config ga_cfg = {64, 8, 100, 1000, 10, 20, "", 0, 0, 0};
 int ga_debug_on;
 
 static std::atomic<int> g_state{ST_IDLE};
@@ -113,7 +113,7 @@ static const char *const k_known_env[] = {
     "GPU_AGENT_SAMPLE_PERIOD", "GPU_AGENT_GRAPH_SAMPLE_PERIOD", "GPU_AGENT_POLL_MS",
     "GPU_AGENT_FLUSH_MS",      "GPU_AGENT_DEBUG",               "GPU_AGENT_CUPTI_PATH",
     "GPU_AGENT_DUTY_CYCLE",    "GPU_AGENT_WINDOW_MS",           "GPU_AGENT_AUDIT_FILE",
-    "GPU_AGENT_EXP_HOLD",
+    "GPU_AGENT_EXP_HOLD",      "GPU_AGENT_EXP_TOGGLE_MS",       "GPU_AGENT_EXP_CALLBACKS",
     /* read by the agent CLI, not by the shim: known, so never reported */
     "GPU_AGENT_SHIM",          "GPU_AGENT_BPF_DIR",             "GPU_AGENT_INCLUDE_DIR",
 };
@@ -146,6 +146,14 @@ static void common_init(void) {
     env_u32("GPU_AGENT_FLUSH_MS", &ga_cfg.flush_ms, 1, 3600000, bad, sizeof(bad));
     env_u32("GPU_AGENT_DUTY_CYCLE", &ga_cfg.duty_cycle, 1, 100000, bad, sizeof(bad));
     env_u32("GPU_AGENT_WINDOW_MS", &ga_cfg.window_ms, 1, 3600000, bad, sizeof(bad));
+    env_u32("GPU_AGENT_EXP_TOGGLE_MS", &ga_cfg.exp_toggle_ms, 0, 3600000, bad, sizeof(bad));
+    const char *cbs = getenv("GPU_AGENT_EXP_CALLBACKS");
+    if (cbs && !strcmp(cbs, "windowed")) ga_cfg.exp_cb_windowed = 1;
+    else if (cbs && !strcmp(cbs, "driver")) ga_cfg.exp_cb_driver_only = 1;
+    else if (cbs && *cbs) {
+        size_t cur = strlen(bad);
+        snprintf(bad + cur, sizeof(bad) - cur, "%sGPU_AGENT_EXP_CALLBACKS=%s", cur ? ", " : "", cbs);
+    }
     const char *audit = getenv("GPU_AGENT_AUDIT_FILE");
     if (audit && *audit) {
         if (strlen(audit) < sizeof(ga_cfg.audit_file)) {
@@ -229,6 +237,7 @@ static CUptiResult set_launch_cbids(bool on) {
     for (unsigned i = 0; i < ga_launch_cbid_count; i++) {
         const ga_launch_cbid *e = &ga_launch_cbids[i];
         if (ga_launch_cbid_omitted(e)) continue;
+        if (ga_cfg.exp_cb_driver_only && e->domain != CUPTI_CB_DOMAIN_DRIVER_API) continue;
         CUptiResult r = ga_cupti.EnableCallback(on ? 1 : 0, g_sub, e->domain, e->cbid);
         if (r == CUPTI_ERROR_INVALID_PARAMETER) {
             if (on) ga_debug("callback %s (%u) not supported by this CUPTI", e->name, (unsigned)e->cbid);
@@ -286,8 +295,10 @@ static CUptiResult set_collection(bool on, const char **what) {
         ga_window_on.store(0, std::memory_order_release);
     }
     /* The launch callbacks stay on for the whole attachment: they count every
-     * launch, which the record weights need (window.cpp). */
-    if (!g_cbids_on) {
+     * launch, which the record weights need (window.cpp). (Experiment
+     * GPU_AGENT_EXP_CALLBACKS=windowed: they follow the windows.) */
+    if (ga_cfg.exp_cb_windowed && g_cbids_on && !on) set_launch_cbids(false);
+    if (!g_cbids_on && (on || !ga_cfg.exp_cb_windowed)) {
         r = set_launch_cbids(true);
         if (r != CUPTI_SUCCESS) {
             *what = "cuptiEnableCallback";
@@ -398,6 +409,9 @@ static void poll_once(void) noexcept {
     int st = g_state.load(std::memory_order_acquire);
     if (st != ST_DISABLED && ga_cuda_live.load(std::memory_order_relaxed)) {
         unsigned sem = ga_semaphore_value();
+        /* GPU_AGENT_EXP_TOGGLE_MS (benchmarks): every other slot counts as detached. */
+        if (sem && ga_cfg.exp_toggle_ms && (ga_now_ns() / (ga_cfg.exp_toggle_ms * 1000000ull)) % 2)
+            sem = 0;
         int perr = g_pending_error.exchange(0, std::memory_order_acq_rel);
         if (st == ST_ATTACHED && perr) {
             do_detach("CUPTI error in a callback");
@@ -556,9 +570,11 @@ static void at_exit_handler(void) {
                  r == CUPTI_SUCCESS ? "ok" : ga_cupti_err(r));
         ga_audit_write();
     }
-    ga_debug("exit (pid %d): %llu launches collected, %llu kernel records, %llu windows",
+    ga_debug("exit (pid %d): %llu launches collected, %llu kernel records, %llu windows, "
+             "%llu launches seen while attached",
              (int)getpid(), (unsigned long long)ga_stat_launches.load(),
-             (unsigned long long)ga_stat_records.load(), (unsigned long long)g_stat_windows.load());
+             (unsigned long long)ga_stat_records.load(), (unsigned long long)g_stat_windows.load(),
+             (unsigned long long)ga_launch_seq.load());
     uint64_t attached_at = ga_window_attached_at();
     if (attached_at && ga_cfg.duty_cycle > 1)
         ga_debug("windows (pid %d): open %.3f %% of %.1f s attached (1/N = %.3f %%); activity "

@@ -161,6 +161,7 @@ uint32_t ga_window_weight_q(void) noexcept {
     double all = (double)ga_launch_seq.load(std::memory_order_relaxed);
     double in = (double)ga_stat_launches.load(std::memory_order_relaxed);
     double w = (double)n;
+    if (ga_cfg.exp_cb_windowed) in = 0; /* no launch counts outside windows: weigh N */
     if (in > 0 && t_in > 0 && t_all > 0 && all > 0) w = (double)n * (all / t_all) / (in / t_in);
     if (!(w >= 1.0)) w = 1.0;            /* a record stands for itself at least */
     double wq = w * WQ;

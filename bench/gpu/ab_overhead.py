@@ -1,0 +1,170 @@
+"""In-process A/B overhead: one process per (workload, config), states alternating.
+
+Why: on the shared GPU node the per-step time of a CPU-launch-bound workload moves
+by +-15-25 % from one process to the next (docs/benchmarks.md section 7), more than
+the few percent being measured, so ratios of separate processes cannot resolve it.
+Here ONE process runs for --seconds and its state alternates every --toggle seconds:
+
+  floor           no shim; the "states" are only the time phase: the noise floor
+                  of this very method (its ratio should be 1.000).
+  torch.profiler  no shim; torch.profiler (CPU + CUDA) started and stopped by the
+                  workload itself.
+  shim+agent...   the shim injected, `gpu-agent run` (defaults) up for the whole
+                  run, and GPU_AGENT_EXP_TOGGLE_MS making the shim detach for every
+                  other slot: attached against detached (= shim injected, no
+                  agent) in the same process, the same minutes.
+
+The workload (overhead.py --ab) labels each block with the state at its start and
+end; mixed blocks are dropped, and so are the first --settle seconds after each
+switch (attach work, and any slowdown a window leaves behind, is not allowed to
+leak into the detached side). Each "on" slot is compared with the mean of its two
+neighbouring "off" slots; the figure is the median of those per-cycle ratios, with
+their quartiles, and the pooled ratio of all on-blocks to all off-blocks.
+
+Usage (root, GPU node, repo root, shim built):
+  python3 bench/gpu/ab_overhead.py --workloads eager,mlp --seconds 30 --out /tmp/ab.jsonl
+  python3 bench/gpu/ab_overhead.py --analyze /tmp/ab.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+sys.path.insert(0, str(HERE.parent))
+from agent_proc import start_agent  # noqa: E402  (bench/agent_proc.py)
+
+SHIM = REPO / "build" / "libgpu_agent_shim.so"
+# Shim settings of each config (all shim configs also toggle attachment).
+CONFIGS = {
+    "floor": None,
+    "torch.profiler": None,
+    "shim+agent": {},                                               # the defaults
+    "shim+agent-callbacks-only": {"GPU_AGENT_DUTY_CYCLE": "100000"},  # attached, no window opens
+    "shim+agent-cb-windowed": {"GPU_AGENT_EXP_CALLBACKS": "windowed"},
+    "shim+agent-cb-driver": {"GPU_AGENT_EXP_CALLBACKS": "driver"},
+    "shim+agent-continuous": {"GPU_AGENT_DUTY_CYCLE": "1"},
+}
+STEPS = {"eager": 100, "mlp": 100, "graph": 500, "compiled": 50}
+
+
+def run_one(workload: str, config: str, seconds: float, toggle: float) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if k != "CUDA_INJECTION64_PATH" and not k.startswith("GPU_AGENT_")}
+    shim_env = CONFIGS[config]
+    if shim_env is not None:
+        env.update(shim_env)
+        env["CUDA_INJECTION64_PATH"] = str(SHIM)
+        env["GPU_AGENT_EXP_TOGGLE_MS"] = str(int(toggle * 1000))
+        env["GPU_AGENT_DEBUG"] = "1"
+    cmd = [sys.executable, str(HERE / "overhead.py"), workload, "--config", config,
+           "--steps", str(STEPS[workload]), "--ab", str(seconds), "--toggle", str(toggle)]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=seconds + 300)
+    if p.returncode != 0:
+        raise SystemExit(f"{workload}/{config} failed: {p.stderr[-3000:]}")
+    rec = json.loads(p.stdout.strip().splitlines()[-1])
+    rec["shim_log"] = [ln for ln in p.stderr.splitlines()
+                       if re.search(r"exit \(|windows \(|disabled|failed", ln)][-6:]
+    return rec
+
+
+def segments(blocks, settle: float):
+    """[(state, [us...])] for runs of unmixed blocks, minus each run's first `settle` s."""
+    segs, cur, start = [], None, 0.0
+    for t, us, s0, s1 in blocks:
+        if s0 != s1:
+            cur = None  # a switch happened inside this block
+            continue
+        if cur is None or cur[0] != s0:
+            cur = (s0, [])
+            segs.append(cur)
+            start = t
+        if t - start >= settle:
+            cur[1].append(us)
+    return [(s, v) for s, v in segs if v]
+
+
+def analyze(rec: dict, settle: float) -> dict:
+    segs = segments(rec["blocks"], settle)
+    ratios = []
+    for i, (s, v) in enumerate(segs):
+        if s != 1:
+            continue
+        offs = [statistics.mean(segs[j][1]) for j in (i - 1, i + 1)
+                if 0 <= j < len(segs) and segs[j][0] == 0]
+        if offs:
+            ratios.append(statistics.mean(v) / statistics.mean(offs))
+    on = [us for s, v in segs if s == 1 for us in v]
+    off = [us for s, v in segs if s == 0 for us in v]
+    out = {"workload": rec["workload"], "config": rec["config"], "cycles": len(ratios)}
+    if len(ratios) >= 1 and on and off:
+        q = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else [ratios[0]] * 3
+        out.update(median=statistics.median(ratios), q1=q[0], q3=q[2],
+                   pooled=statistics.mean(on) / statistics.mean(off),
+                   on_us=statistics.mean(on), off_us=statistics.mean(off))
+    return out
+
+
+def table(path: str, settle: float) -> None:
+    rows = [analyze(json.loads(line), settle) for line in open(path) if line.strip()]
+    print("| workload | config | off µs/step | on µs/step | on/off, median of cycles [quartiles] | pooled | cycles |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        if "median" not in r:
+            print(f"| {r['workload']} | {r['config']} | n/a | n/a | too few cycles | | {r['cycles']} |")
+            continue
+        print(f"| {r['workload']} | {r['config']} | {r['off_us']:.1f} | {r['on_us']:.1f} | "
+              f"{100 * (r['median'] - 1):+.2f} % [{100 * (r['q1'] - 1):+.2f}, {100 * (r['q3'] - 1):+.2f}] | "
+              f"{100 * (r['pooled'] - 1):+.2f} % | {r['cycles']} |")
+    for line in open(path):
+        rec = json.loads(line)
+        for ln in rec.get("shim_log", []):
+            print(f"{rec['workload']}/{rec['config']}: {ln}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workloads", default="eager,mlp")
+    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--seconds", type=float, default=30.0, help="per process")
+    ap.add_argument("--toggle", type=float, default=3.0, help="seconds per state")
+    ap.add_argument("--settle", type=float, default=1.0, help="seconds dropped after each switch")
+    ap.add_argument("--out", default="/tmp/gpu-agent-ab.jsonl", help="JSON lines, appended to")
+    ap.add_argument("--analyze", metavar="FILE", help="only print the table of FILE")
+    a = ap.parse_args()
+    if a.analyze:
+        return table(a.analyze, a.settle)
+    configs = a.configs.split(",")
+    agent = None
+    if any(CONFIGS[c] is not None for c in configs):
+        agent = start_agent(tempfile.mkdtemp(prefix="gpu-agent-ab-"), "10s")
+    try:
+        with open(a.out, "a") as out:
+            for w in a.workloads.split(","):
+                for c in configs:
+                    rec = run_one(w, c, a.seconds, a.toggle)
+                    out.write(json.dumps(rec) + "\n")
+                    out.flush()
+                    r = analyze(rec, a.settle)
+                    print(f"{w:9} {c:28} " + (f"{100 * (r['median'] - 1):+6.2f} % "
+                          f"[{100 * (r['q1'] - 1):+.2f}, {100 * (r['q3'] - 1):+.2f}] n={r['cycles']}"
+                          if "median" in r else "too few cycles"), file=sys.stderr, flush=True)
+    finally:
+        if agent:
+            agent.send_signal(signal.SIGTERM)
+            agent.wait(timeout=60)
+    table(a.out, a.settle)
+
+
+if __name__ == "__main__":
+    main()
