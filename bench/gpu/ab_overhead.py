@@ -3,7 +3,8 @@
 Why: on the shared GPU node the per-step time of a CPU-launch-bound workload moves
 by +-15-25 % from one process to the next (docs/benchmarks.md section 7), more than
 the few percent being measured, so ratios of separate processes cannot resolve it.
-Here ONE process runs for --seconds and its state alternates every --toggle seconds:
+Here ONE process runs for --seconds and its state alternates: on for ON seconds,
+then off for OFF seconds (--toggle ON:OFF, default 0.4:1.2):
 
   floor           no shim; the "states" are only the time phase: the noise floor
                   of this very method (its ratio should be 1.000).
@@ -15,11 +16,14 @@ Here ONE process runs for --seconds and its state alternates every --toggle seco
                   agent) in the same process, the same minutes.
 
 The workload (overhead.py --ab) labels each block with the state at its start and
-end; mixed blocks are dropped, and so are the first --settle seconds after each
-switch (attach work, and any slowdown a window leaves behind, is not allowed to
-leak into the detached side). Each "on" slot is compared with the mean of its two
-neighbouring "off" slots; the figure is the median of those per-cycle ratios, with
-their quartiles, and the pooled ratio of all on-blocks to all off-blocks.
+end; mixed blocks are dropped. Only the last part of each "off" slot is kept: its
+first --settle-off seconds (default 0.8) are dropped, so that any slowdown a window
+leaves behind counts against the agent, not against the detached side; "on" slots
+are kept whole (attach work included). The machine's speed wanders by +-15 % over
+seconds, so the slots are short and each "on" slot is compared with the mean of
+its two neighbouring "off" slots; the figure is the median of those per-cycle
+ratios, with their quartiles, and the pooled ratio of all on-blocks to all
+off-blocks.
 
 Usage (root, GPU node, repo root, shim built):
   python3 bench/gpu/ab_overhead.py --workloads eager,mlp --seconds 30 --out /tmp/ab.jsonl
@@ -53,22 +57,24 @@ CONFIGS = {
     "shim+agent-callbacks-only": {"GPU_AGENT_DUTY_CYCLE": "100000"},  # attached, no window opens
     "shim+agent-cb-windowed": {"GPU_AGENT_EXP_CALLBACKS": "windowed"},
     "shim+agent-cb-driver": {"GPU_AGENT_EXP_CALLBACKS": "driver"},
+    "shim+agent-callbacks-only-driver": {"GPU_AGENT_DUTY_CYCLE": "100000",
+                                         "GPU_AGENT_EXP_CALLBACKS": "driver"},
     "shim+agent-continuous": {"GPU_AGENT_DUTY_CYCLE": "1"},
 }
 STEPS = {"eager": 100, "mlp": 100, "graph": 500, "compiled": 50}
 
 
-def run_one(workload: str, config: str, seconds: float, toggle: float) -> dict:
+def run_one(workload: str, config: str, seconds: float, toggle: str) -> dict:
     env = {k: v for k, v in os.environ.items()
            if k != "CUDA_INJECTION64_PATH" and not k.startswith("GPU_AGENT_")}
     shim_env = CONFIGS[config]
     if shim_env is not None:
         env.update(shim_env)
         env["CUDA_INJECTION64_PATH"] = str(SHIM)
-        env["GPU_AGENT_EXP_TOGGLE_MS"] = str(int(toggle * 1000))
+        env["GPU_AGENT_EXP_TOGGLE_MS"] = ":".join(str(round(float(x) * 1000)) for x in toggle.split(":"))
         env["GPU_AGENT_DEBUG"] = "1"
     cmd = [sys.executable, str(HERE / "overhead.py"), workload, "--config", config,
-           "--steps", str(STEPS[workload]), "--ab", str(seconds), "--toggle", str(toggle)]
+           "--steps", str(STEPS[workload]), "--ab", str(seconds), "--toggle", toggle]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=seconds + 300)
     if p.returncode != 0:
         raise SystemExit(f"{workload}/{config} failed: {p.stderr[-3000:]}")
@@ -78,8 +84,8 @@ def run_one(workload: str, config: str, seconds: float, toggle: float) -> dict:
     return rec
 
 
-def segments(blocks, settle: float):
-    """[(state, [us...])] for runs of unmixed blocks, minus each run's first `settle` s."""
+def segments(blocks, settle: dict):
+    """[(state, [us...])] for runs of unmixed blocks, minus each run's first settle[state] s."""
     segs, cur, start = [], None, 0.0
     for t, us, s0, s1 in blocks:
         if s0 != s1:
@@ -89,12 +95,12 @@ def segments(blocks, settle: float):
             cur = (s0, [])
             segs.append(cur)
             start = t
-        if t - start >= settle:
+        if t - start >= settle.get(s0, 0.0):
             cur[1].append(us)
     return [(s, v) for s, v in segs if v]
 
 
-def analyze(rec: dict, settle: float) -> dict:
+def analyze(rec: dict, settle: dict) -> dict:
     segs = segments(rec["blocks"], settle)
     ratios = []
     for i, (s, v) in enumerate(segs):
@@ -115,7 +121,7 @@ def analyze(rec: dict, settle: float) -> dict:
     return out
 
 
-def table(path: str, settle: float) -> None:
+def table(path: str, settle: dict) -> None:
     rows = [analyze(json.loads(line), settle) for line in open(path) if line.strip()]
     print("| workload | config | off µs/step | on µs/step | on/off, median of cycles [quartiles] | pooled | cycles |")
     print("|---|---|---|---|---|---|---|")
@@ -137,13 +143,15 @@ def main():
     ap.add_argument("--workloads", default="eager,mlp")
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--seconds", type=float, default=30.0, help="per process")
-    ap.add_argument("--toggle", type=float, default=3.0, help="seconds per state")
-    ap.add_argument("--settle", type=float, default=1.0, help="seconds dropped after each switch")
+    ap.add_argument("--toggle", default="0.4:1.2", metavar="ON:OFF", help="seconds on, then off")
+    ap.add_argument("--settle-off", type=float, default=0.8,
+                    help="seconds dropped at the start of each off slot")
     ap.add_argument("--out", default="/tmp/gpu-agent-ab.jsonl", help="JSON lines, appended to")
     ap.add_argument("--analyze", metavar="FILE", help="only print the table of FILE")
     a = ap.parse_args()
+    settle = {0: a.settle_off}
     if a.analyze:
-        return table(a.analyze, a.settle)
+        return table(a.analyze, settle)
     configs = a.configs.split(",")
     agent = None
     if any(CONFIGS[c] is not None for c in configs):
@@ -155,7 +163,7 @@ def main():
                     rec = run_one(w, c, a.seconds, a.toggle)
                     out.write(json.dumps(rec) + "\n")
                     out.flush()
-                    r = analyze(rec, a.settle)
+                    r = analyze(rec, settle)
                     print(f"{w:9} {c:28} " + (f"{100 * (r['median'] - 1):+6.2f} % "
                           f"[{100 * (r['q1'] - 1):+.2f}, {100 * (r['q3'] - 1):+.2f}] n={r['cycles']}"
                           if "median" in r else "too few cycles"), file=sys.stderr, flush=True)
@@ -163,7 +171,7 @@ def main():
         if agent:
             agent.send_signal(signal.SIGTERM)
             agent.wait(timeout=60)
-    table(a.out, a.settle)
+    table(a.out, settle)
 
 
 if __name__ == "__main__":

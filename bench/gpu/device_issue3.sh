@@ -162,8 +162,8 @@ if [[ ",$mode," == *,interval,* ]]; then
 fi
 if [[ ",$mode," == *,ab,* ]]; then
     python3 bench/gpu/ab_overhead.py --workloads "${AB_WORKLOADS:-eager,mlp}" \
-        --configs "${AB_CONFIGS:-floor,torch.profiler,shim+agent,shim+agent-callbacks-only,shim+agent-cb-windowed,shim+agent-cb-driver}" \
-        --seconds "${AB_SECONDS:-24}" --toggle "${AB_TOGGLE:-2}" --settle "${AB_SETTLE:-0.5}" \
+        --configs "${AB_CONFIGS:-floor,torch.profiler,shim+agent}" \
+        --seconds "${AB_SECONDS:-36}" --toggle "${AB_TOGGLE:-0.4:1.2}" \
         --out "$out/ab-$tag.jsonl" 2>&1 | tee "$out/ab-$tag.txt"
 fi
 if [[ ",$mode," == *,overhead,* ]]; then

@@ -103,14 +103,14 @@ def shim_state():
     return f
 
 
-def measure_ab(step, steps, seconds, toggle_s, profiler):
+def measure_ab(step, steps, seconds, on_s, off_s, profiler):
     """In-process A/B (bench/gpu/ab_overhead.py): blocks of `steps` for `seconds`,
     each labelled with the state at its start and end, so that configs are compared
     inside ONE process, over the same minutes, instead of across processes (whose
     speed varies by +-15 % on a shared node). The state is the shim's (attached or
-    not; GPU_AGENT_EXP_TOGGLE_MS makes it alternate), or with `profiler` torch.profiler
-    on or off, switched here every toggle_s between blocks; with neither, the time
-    phase alone (the noise floor)."""
+    not; GPU_AGENT_EXP_TOGGLE_MS=ON:OFF makes it alternate), or with `profiler`
+    torch.profiler on for on_s and off for off_s, switched here between blocks; with
+    neither, that same time phase alone (the noise floor)."""
     state = shim_state()
     prof = None
     for _ in range(steps // 4):
@@ -123,11 +123,14 @@ def measure_ab(step, steps, seconds, toggle_s, profiler):
             return state()
         if profiler:
             return int(prof is not None)
-        return int((time.monotonic() / toggle_s) % 2 < 1)
+        return int(phase_on())
+
+    def phase_on():  # the shim's phase: CLOCK_MONOTONIC ms modulo (on + off)
+        return time.monotonic() * 1000 % ((on_s + off_s) * 1000) < on_s * 1000
 
     while time.perf_counter() - t0 < seconds:
         if profiler and not state:
-            want = (time.monotonic() / toggle_s) % 2 < 1
+            want = phase_on()
             if want and prof is None:
                 from torch.profiler import ProfilerActivity, profile
                 prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
@@ -158,12 +161,14 @@ def main():
                     help="time-average over blocks of --steps for this long (see measure)")
     ap.add_argument("--ab", type=float, default=0.0, metavar="SECONDS",
                     help="in-process A/B for this long: print labelled blocks (see measure_ab)")
-    ap.add_argument("--toggle", type=float, default=3.0, help="--ab: seconds per state")
+    ap.add_argument("--toggle", default="0.4:1.2", metavar="ON:OFF",
+                    help="--ab: seconds on, then off (the shim's GPU_AGENT_EXP_TOGGLE_MS)")
     a = ap.parse_args()
     with torch.no_grad():
         step = make_step(a.workload)
         if a.ab:
-            blocks = measure_ab(step, a.steps, a.ab, a.toggle, a.config == "torch.profiler")
+            on_s, off_s = (float(x) for x in a.toggle.split(":"))
+            blocks = measure_ab(step, a.steps, a.ab, on_s, off_s, a.config == "torch.profiler")
             print(json.dumps({"workload": a.workload, "config": a.config, "steps": a.steps,
                               "blocks": blocks}))
             return

@@ -30,9 +30,10 @@ struct ga_config {
     uint32_t window_ms;           /* GPU_AGENT_WINDOW_MS, default 20 */
     char audit_file[256];         /* GPU_AGENT_AUDIT_FILE: "" = off (window.cpp) */
     /* Benchmark-only experiments (bench/gpu/ab_overhead.py; estimates may be wrong): */
-    uint32_t exp_toggle_ms;       /* GPU_AGENT_EXP_TOGGLE_MS: while an agent is attached,
-                                   * detach for every other slot of this many ms (in-process
-                                   * A/B of attached against detached); 0 = off */
+    uint32_t exp_on_ms, exp_off_ms; /* GPU_AGENT_EXP_TOGGLE_MS=ON[:OFF]: while an agent is
+                                   * attached, stay attached ON ms then detached OFF ms
+                                   * (default ON), repeating: in-process A/B of attached
+                                   * against detached; 0 = off */
     uint32_t exp_cb_windowed;     /* GPU_AGENT_EXP_CALLBACKS=windowed: launch callbacks
                                    * follow the windows (records then weigh N) */
     uint32_t exp_cb_driver_only;  /* GPU_AGENT_EXP_CALLBACKS=driver: only the driver

@@ -45,7 +45,7 @@ extern "C" GA_EXPORT int gpu_agent_shim_state(void);
 
 enum { ST_DISABLED = -1, ST_IDLE = 0, ST_ATTACHED = 1 };
 
-ga_config ga_cfg = {64, 8, 100, 1000, 10, 20, "", 0, 0, 0};
+ga_config ga_cfg = {64, 8, 100, 1000, 10, 20, "", 0, 0, 0, 0};
 int ga_debug_on;
 
 static std::atomic<int> g_state{ST_IDLE};
@@ -146,7 +146,18 @@ static void common_init(void) {
     env_u32("GPU_AGENT_FLUSH_MS", &ga_cfg.flush_ms, 1, 3600000, bad, sizeof(bad));
     env_u32("GPU_AGENT_DUTY_CYCLE", &ga_cfg.duty_cycle, 1, 100000, bad, sizeof(bad));
     env_u32("GPU_AGENT_WINDOW_MS", &ga_cfg.window_ms, 1, 3600000, bad, sizeof(bad));
-    env_u32("GPU_AGENT_EXP_TOGGLE_MS", &ga_cfg.exp_toggle_ms, 0, 3600000, bad, sizeof(bad));
+    const char *tog = getenv("GPU_AGENT_EXP_TOGGLE_MS");
+    if (tog && *tog) {
+        unsigned on = 0, off = 0;
+        int n = sscanf(tog, "%u:%u", &on, &off);
+        if (n >= 1 && on > 0) {
+            ga_cfg.exp_on_ms = on;
+            ga_cfg.exp_off_ms = n == 2 && off ? off : on;
+        } else {
+            size_t cur = strlen(bad);
+            snprintf(bad + cur, sizeof(bad) - cur, "%sGPU_AGENT_EXP_TOGGLE_MS=%s", cur ? ", " : "", tog);
+        }
+    }
     const char *cbs = getenv("GPU_AGENT_EXP_CALLBACKS");
     if (cbs && !strcmp(cbs, "windowed")) ga_cfg.exp_cb_windowed = 1;
     else if (cbs && !strcmp(cbs, "driver")) ga_cfg.exp_cb_driver_only = 1;
@@ -410,7 +421,8 @@ static void poll_once(void) noexcept {
     if (st != ST_DISABLED && ga_cuda_live.load(std::memory_order_relaxed)) {
         unsigned sem = ga_semaphore_value();
         /* GPU_AGENT_EXP_TOGGLE_MS (benchmarks): every other slot counts as detached. */
-        if (sem && ga_cfg.exp_toggle_ms && (ga_now_ns() / (ga_cfg.exp_toggle_ms * 1000000ull)) % 2)
+        if (sem && ga_cfg.exp_on_ms &&
+            ga_now_ns() / 1000000ull % (ga_cfg.exp_on_ms + ga_cfg.exp_off_ms) >= ga_cfg.exp_on_ms)
             sem = 0;
         int perr = g_pending_error.exchange(0, std::memory_order_acq_rel);
         if (st == ST_ATTACHED && perr) {
