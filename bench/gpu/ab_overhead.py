@@ -169,8 +169,11 @@ def main():
                           if "median" in r else "too few cycles"), file=sys.stderr, flush=True)
     finally:
         if agent:
+            if agent.poll() is not None:
+                print(f"agent exited early ({agent.returncode}):", "".join(agent.log_tail), file=sys.stderr)
             agent.send_signal(signal.SIGTERM)
             agent.wait(timeout=60)
+            print("agent's last lines:", "".join(list(agent.log_tail)[-5:]), file=sys.stderr)
     table(a.out, settle)
 
 
