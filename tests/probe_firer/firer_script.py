@@ -19,7 +19,8 @@ def build(outdir: Path) -> tuple[Path, Path]:
     """Compile the probe library and the driver; returns (lib, exe)."""
     outdir.mkdir(parents=True, exist_ok=True)
     cc = os.environ.get("CC", "gcc")
-    inc = ["-I", str(REPO / "shim" / "include"), "-I", str(HERE)]
+    # The vendored sys/sdt.h (shim/third_party), like the shim: fresh machines lack systemtap-sdt-dev.
+    inc = ["-I", str(REPO / "shim" / "include"), "-I", str(REPO / "shim" / "third_party"), "-I", str(HERE)]
     flags = ["-O2", "-g", "-Wall", "-Wno-comment"]
     lib = outdir / LIB_NAME
     exe = outdir / "probe_firer"
