@@ -164,3 +164,18 @@ def test_reused_correlation_ids_do_not_join_stale_samples(tmp_path, built):
                 share[site] += s.values[0]
     total = sum(share.values())
     assert total and abs(share["site_a"] / total - 0.75) < 0.05, share
+
+
+def test_exp_toggle_alternates_attached_and_detached(tmp_path, built):
+    """GPU_AGENT_EXP_TOGGLE_MS=ON:OFF (bench/gpu/ab_overhead.py's in-process A/B): under
+    one agent the shim attaches for ON ms, then detaches for OFF ms, over and over,
+    and while detached it collects nothing (its records stop with its launches seen)."""
+    need_ebpf()
+    _, _, err = record(tmp_path, GPU_AGENT_EXP_TOGGLE_MS="200:400", GPU_AGENT_POLL_MS="10")
+    attaches = len(re.findall(r"gpu-agent-shim: attached \(", err))
+    detaches = len(re.findall(r"gpu-agent-shim: detached \(pid \d+\): agent gone", err))
+    # 3 s of 600 ms cycles: about 5 of each (the first attach waits for CUDA to start).
+    assert 3 <= attaches <= 7 and attaches - 1 <= detaches <= attaches, err[-2000:]
+    m = re.search(r"(\d+) launches seen while attached", err)
+    # Attached about a third of the time, so about a third of the launches are seen.
+    assert m and LAUNCHES * 0.15 < int(m.group(1)) < LAUNCHES * 0.55, err[-2000:]
