@@ -118,6 +118,12 @@ static const char *const k_known_env[] = {
     "GPU_AGENT_SHIM",          "GPU_AGENT_BPF_DIR",             "GPU_AGENT_INCLUDE_DIR",
 };
 
+/* Adds "NAME=VALUE" to the one-line list of invalid settings. */
+static void note_bad(char *bad, size_t bad_len, const char *name, const char *v) {
+    size_t cur = strlen(bad);
+    snprintf(bad + cur, bad_len - cur, "%s%s=%s", cur ? ", " : "", name, v);
+}
+
 static void env_u32(const char *name, uint32_t *out, uint32_t lo, uint32_t hi, char *bad,
                     size_t bad_len) {
     const char *v = getenv(name);
@@ -126,8 +132,7 @@ static void env_u32(const char *name, uint32_t *out, uint32_t lo, uint32_t hi, c
     errno = 0;
     unsigned long long x = strtoull(v, &end, 10);
     if (errno || !end || *end || x < lo || x > hi) {
-        size_t cur = strlen(bad);
-        snprintf(bad + cur, bad_len - cur, "%s%s=%s", cur ? ", " : "", name, v);
+        note_bad(bad, bad_len, name, v);
         return;
     }
     *out = (uint32_t)x;
@@ -154,17 +159,13 @@ static void common_init(void) {
             ga_cfg.exp_on_ms = on;
             ga_cfg.exp_off_ms = n == 2 && off ? off : on;
         } else {
-            size_t cur = strlen(bad);
-            snprintf(bad + cur, sizeof(bad) - cur, "%sGPU_AGENT_EXP_TOGGLE_MS=%s", cur ? ", " : "", tog);
+            note_bad(bad, sizeof(bad), "GPU_AGENT_EXP_TOGGLE_MS", tog);
         }
     }
     const char *cbs = getenv("GPU_AGENT_EXP_CALLBACKS");
     if (cbs && !strcmp(cbs, "windowed")) ga_cfg.exp_cb_windowed = 1;
     else if (cbs && !strcmp(cbs, "driver")) ga_cfg.exp_cb_driver_only = 1;
-    else if (cbs && *cbs) {
-        size_t cur = strlen(bad);
-        snprintf(bad + cur, sizeof(bad) - cur, "%sGPU_AGENT_EXP_CALLBACKS=%s", cur ? ", " : "", cbs);
-    }
+    else if (cbs && *cbs) note_bad(bad, sizeof(bad), "GPU_AGENT_EXP_CALLBACKS", cbs);
     const char *audit = getenv("GPU_AGENT_AUDIT_FILE");
     if (audit && *audit) {
         if (strlen(audit) < sizeof(ga_cfg.audit_file)) {
@@ -420,7 +421,8 @@ static void poll_once(void) noexcept {
     int st = g_state.load(std::memory_order_acquire);
     if (st != ST_DISABLED && ga_cuda_live.load(std::memory_order_relaxed)) {
         unsigned sem = ga_semaphore_value();
-        /* GPU_AGENT_EXP_TOGGLE_MS (benchmarks): every other slot counts as detached. */
+        /* GPU_AGENT_EXP_TOGGLE_MS (benchmarks): the OFF part of each ON + OFF cycle
+         * (CLOCK_MONOTONIC, so processes toggle in step) counts as no agent. */
         if (sem && ga_cfg.exp_on_ms &&
             ga_now_ns() / 1000000ull % (ga_cfg.exp_on_ms + ga_cfg.exp_off_ms) >= ga_cfg.exp_on_ms)
             sem = 0;
