@@ -11,9 +11,9 @@ then off for OFF seconds (--toggle ON:OFF, default 0.4:1.2):
   torch.profiler  no shim; torch.profiler (CPU + CUDA) started and stopped by the
                   workload itself.
   shim+agent...   the shim injected, `gpu-agent run` (defaults) up for the whole
-                  run, and GPU_AGENT_EXP_TOGGLE_MS making the shim detach for every
-                  other slot: attached against detached (= shim injected, no
-                  agent) in the same process, the same minutes.
+                  run, and GPU_AGENT_EXP_TOGGLE_MS=ON:OFF making the shim attach
+                  for ON and detach for OFF: attached against detached (= shim
+                  injected, no agent) in the same process, the same minutes.
 
 The workload (overhead.py --ab) labels each block with the state at its start and
 end; mixed blocks are dropped. Only the last part of each "off" slot is kept: its
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import signal
 import statistics
@@ -44,11 +43,11 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
 from agent_proc import start_agent  # noqa: E402  (bench/agent_proc.py)
+from run_overhead import SHIM, clean_env  # noqa: E402  (this directory)
 
-SHIM = REPO / "build" / "libgpu_agent_shim.so"
 # Shim settings of each config (all shim configs also toggle attachment).
 CONFIGS = {
     "floor": None,
@@ -65,8 +64,7 @@ STEPS = {"eager": 100, "mlp": 100, "graph": 500, "compiled": 50}
 
 
 def run_one(workload: str, config: str, seconds: float, toggle: str) -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if k != "CUDA_INJECTION64_PATH" and not k.startswith("GPU_AGENT_")}
+    env = clean_env()
     shim_env = CONFIGS[config]
     if shim_env is not None:
         env.update(shim_env)

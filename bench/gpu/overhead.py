@@ -58,6 +58,12 @@ def make_step(workload):
 BLOCKS: list = []  # per-block (start, µs/step) of a --seconds run (--blocks prints them)
 
 
+def warm_up(step, steps):
+    for _ in range(steps // 4):
+        step()
+    torch.cuda.synchronize()
+
+
 def measure(step, steps, repeats, seconds=0.0):
     """Per-step µs after a warm-up. With seconds > 0: blocks of `steps` until that
     much time has passed, and the TIME AVERAGE over all of them (total time / total
@@ -65,9 +71,7 @@ def measure(step, steps, repeats, seconds=0.0):
     slot in N), so a median of short repeats would skip the windowed ones and
     understate the cost; the average over many periods is what a job pays.
     Without seconds: the median of `repeats` blocks (the section-3 figures)."""
-    for _ in range(steps // 4):
-        step()
-    torch.cuda.synchronize()
+    warm_up(step, steps)
     if seconds > 0:
         n, t0 = 0, time.perf_counter()
         while True:
@@ -113,9 +117,7 @@ def measure_ab(step, steps, seconds, on_s, off_s, profiler):
     neither, that same time phase alone (the noise floor)."""
     state = shim_state()
     prof = None
-    for _ in range(steps // 4):
-        step()
-    torch.cuda.synchronize()
+    warm_up(step, steps)
     out, t0 = [], time.perf_counter()
 
     def label():

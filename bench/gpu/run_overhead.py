@@ -91,9 +91,14 @@ def command(workload: str, config: str) -> list[str]:
 SHIM_ENV: dict = {}  # --shim-env K=V: extra shim settings for the shim configs
 
 
+def clean_env() -> dict:
+    """This environment without any shim injection or shim settings."""
+    return {k: v for k, v in os.environ.items()
+            if k != "CUDA_INJECTION64_PATH" and not k.startswith("GPU_AGENT_")}
+
+
 def env_for(config: str) -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if k != "CUDA_INJECTION64_PATH" and not k.startswith("GPU_AGENT_")}
+    env = clean_env()
     if config.startswith("shim"):
         env["CUDA_INJECTION64_PATH"] = str(SHIM)
         env.update(SHIM_ENV)
