@@ -2,7 +2,7 @@
 
 The shim collects in one GPU_AGENT_WINDOW_MS slot of every GPU_AGENT_DUTY_CYCLE
 (N), counts every launch (its launch callbacks stay on), and weights each windowed
-record by all launches / windowed launches so far (about N). These tests run a
+record by all launches / windowed launches over the last whole periods (about N). These tests run a
 paced mock workload under `gpu-agent record --duty-cycle N` through the real
 shim, real eBPF and Go pprof:
 - in audit mode the shim also sees the full trace of the same run, which must
@@ -73,12 +73,13 @@ def test_audit_estimate_lands_on_the_full_trace_of_the_same_run(tmp_path, built)
     launches, ns, win_launches, win_ns = rows[KERNEL]
     # One slot in N: about 1/N of a steady workload falls in windows.
     assert 0.6 / N < win_launches / launches < 1.4 / N, (win_launches, launches)
-    # Each record stands for about N: the estimate lands on the full trace (the
-    # share of launches that fall in windows varies from run to run; under a
-    # loaded CI machine by up to ~7 %).
+    # Each record stands for all launches / windowed launches: the estimate lands
+    # on the full trace. (The share of launches that fall in windows varies from
+    # run to run, by up to ~7 % under a loaded CI machine; the count ratio
+    # follows it, so the launches land within a few tenths of a percent.)
     est_ns, est_launches = prof[KERNEL]
-    assert abs(est_launches / launches - 1) < 0.1, (est_launches, launches)
-    assert abs(est_ns / ns - 1) < 0.1, (est_ns, ns)
+    assert abs(est_launches / launches - 1) < 0.03, (est_launches, launches)
+    assert abs(est_ns / ns - 1) < 0.05, (est_ns, ns)
     # Each windowed record weighs about N (windows cost nothing on the mock here).
     assert 0.8 * N < est_launches / win_launches < 1.2 * N
 
@@ -93,8 +94,8 @@ def test_outside_windows_nothing_is_collected_and_the_estimate_is_right(tmp_path
     assert 0.6 / N < st["records"] / true_launches < 1.4 / N, (st, true_launches)
     assert st["windows"] >= 10, st
     est_ns, est_launches = prof[KERNEL]
-    assert abs(est_launches / true_launches - 1) < 0.1, (est_launches, true_launches)
-    assert abs(est_ns / truth[KERNEL][1] - 1) < 0.1
+    assert abs(est_launches / true_launches - 1) < 0.03, (est_launches, true_launches)
+    assert abs(est_ns / truth[KERNEL][1] - 1) < 0.05
 
 
 def test_windows_that_slow_launches_do_not_bias_the_estimate(tmp_path, built):
@@ -116,8 +117,11 @@ def test_windows_that_slow_launches_do_not_bias_the_estimate(tmp_path, built):
     true_launches = ground_truth(gt)[KERNEL][0]
     windowed = shim_exit_stats(p.stderr)["launches"]
     assert N * windowed < 0.75 * true_launches, (windowed, true_launches)  # the bias is there
+    # The paced loop catches up after each window, so single periods differ; over
+    # whole periods the ratio holds (-0.3 to -2.5 % on this 3 s run, where the
+    # former rate-based weight read -0.2 to +5.5 %).
     est_launches = kernel_totals(out)[KERNEL][1]
-    assert abs(est_launches / true_launches - 1) < 0.1, (est_launches, true_launches)
+    assert abs(est_launches / true_launches - 1) < 0.05, (est_launches, true_launches)
 
 
 def test_record_defaults_to_continuous_exact_collection(tmp_path, built):

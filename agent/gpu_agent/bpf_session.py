@@ -105,8 +105,8 @@ class AggVal(NamedTuple):
         """A totals value as (GPU ns, launches) of the whole run.
 
         The shim collects in one time window of every N (its duty cycle) and
-        weights each record by about N (N corrected by the launch rates in and out
-        of windows, shim/src/window.cpp), so the weighted sums are the estimate;
+        weights each record by all launches / windowed launches, about N
+        (shim/src/window.cpp), so the weighted sums are the estimate;
         with continuous collection they equal the exact sums. A value without
         weighted sums (hand-built in a test) is taken as exact."""
         if self.weighted_launches:

@@ -127,7 +127,8 @@ GA_HIDDEN extern std::atomic<uint64_t> ga_launch_seq;
  * clock): the time since the last window opened before it, so that only launches
  * of that window can join it. */
 GA_HIDDEN uint32_t ga_window_join_max_lag_us(uint64_t start_ns) noexcept;
-/* A windowed record's weight x 1024: N x overall launch rate / in-window rate. */
+/* A windowed record's weight x 1024: all launches / windowed launches over the
+ * last whole periods (window.cpp). */
 GA_HIDDEN uint32_t ga_window_weight_q(void) noexcept;
 GA_HIDDEN uint32_t ga_window_round_weight(uint32_t weight_q, uint64_t *rng) noexcept;
 static inline bool ga_audit_on(void) noexcept { return ga_cfg.audit_file[0] != 0; }

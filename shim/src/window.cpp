@@ -9,9 +9,9 @@
  * other N-1 are off. Every instant is therefore inside a window with probability
  * exactly 1/N, whatever the workload's own period. The launch callbacks stay on
  * for the whole attachment, only to count launches: a window slows the launches
- * made in it, so each windowed record weighs N corrected by the launch rates in
- * and out of windows (see "record weights" below), not N alone. N = 1 is
- * continuous, exact collection.
+ * made in it, so each windowed record weighs all launches / windowed launches
+ * (about N; see "record weights" below), not N alone. N = 1 is continuous, exact
+ * collection.
  *
  * Audit mode (GPU_AGENT_AUDIT_FILE=path; for benchmarks): activity stays on all
  * the time, so the shim sees the full trace; windows are still drawn, launches
@@ -48,9 +48,12 @@ static uint64_t splitmix(uint64_t *s) {
 
 static uint64_t slot_ns(void) { return (uint64_t)ga_cfg.window_ms * 1000000ull; }
 
-static void new_period(uint64_t start) {
+static void ratio_snapshot(bool first);
+
+static void new_period(uint64_t start, bool first) {
     g_period_start_ns = start;
     g_on_slot = (unsigned)(splitmix(&g_rng) % ga_cfg.duty_cycle);
+    ratio_snapshot(first);
 }
 
 void ga_window_begin(uint64_t now_ns) noexcept {
@@ -63,7 +66,7 @@ void ga_window_begin(uint64_t now_ns) noexcept {
         clock_gettime(CLOCK_REALTIME, &ts);
         g_rng = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40);
     }
-    new_period(now_ns);
+    new_period(now_ns, true);
 }
 
 bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
@@ -76,7 +79,7 @@ bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
      * periods it missed were off, and were never going to be collected. */
     if (now_ns >= g_period_start_ns + period) {
         uint64_t elapsed = (now_ns - g_period_start_ns) / period;
-        new_period(g_period_start_ns + elapsed * period);
+        new_period(g_period_start_ns + elapsed * period, false);
     }
     uint64_t on_lo = g_period_start_ns + g_on_slot * s, on_hi = on_lo + s;
     if (now_ns < on_lo) {
@@ -124,22 +127,57 @@ uint32_t ga_window_join_max_lag_us(uint64_t start_ns) noexcept {
     return us > 0xffffffffull ? 0xffffffffu : (uint32_t)us;
 }
 
-/* ---- record weights: N, corrected by the launch rates in and out of windows ----
+/* ---- record weights: all launches / windowed launches, over whole periods ----
  * A windowed record stands for N records (one slot in N is a window) only if
  * windows cost nothing. They do not: CUPTI activity costs CPU per launch, so a
  * launch-bound loop launches more slowly inside windows, and weighting by N ran
  * 7-17 % low on an H200 (docs/benchmarks.md section 7). So the launch callbacks
  * stay on between windows and count every launch (ga_launch_seq), the windows'
  * own launches are counted too (ga_stat_launches), and a record weighs
- *     N x (launches / attached time) / (windowed launches / window time)
- * so far: N times the ratio of the overall launch rate to the rate inside
- * windows. Both rates are over time, so neither lags the other wherever in the
- * window cycle they are read, and idle time (no launches) falls in windows with
- * the same 1/N as busy time; for a workload that windows do not slow, the factor
- * is about 1. The weight is fixed point, x WQ, and rounded per record without
+ *     launches / windowed launches
+ * over the last RATIO_PERIODS whole periods. Each whole period holds exactly one
+ * window, so the ratio has no bias from where in the cycle it is read, and it
+ * needs no clock: records x launches / windowed launches is exact for any mix
+ * of launches whose records per launch (1 for a kernel, K for a K-node graph)
+ * are the same in and out of windows. An earlier weight, N x (launches per
+ * attached second) / (windowed launches per window second), was unbiased too,
+ * but it carries the run's window share (windows x slot / attached time), which
+ * strays from 1/N by up to a window's worth over a short run: -3.7 % and
+ * +4.3 % on H200 graph replays of 40-81 windows (section 8). It remains the
+ * weight until the first period ends. The window of history follows a job whose
+ * mix changes. The weight is fixed point, x WQ, and rounded per record without
  * bias (ga_window_round_weight). */
 #define WQ 1024u
+#define RATIO_PERIODS 64u
 std::atomic<uint64_t> ga_launch_seq;
+/* Poller thread only: cumulative (all, windowed) launch counts at the last
+ * RATIO_PERIODS + 1 period starts. */
+static uint64_t g_snap_all[RATIO_PERIODS + 1], g_snap_in[RATIO_PERIODS + 1];
+static unsigned g_nsnap;
+static std::atomic<uint32_t> g_ratio_q; /* 0: no whole period with windowed launches yet */
+static std::atomic<uint64_t> g_base_all, g_base_in; /* the counts at attach */
+
+static void ratio_snapshot(bool first) {
+    unsigned slot = first ? 0 : g_nsnap % (RATIO_PERIODS + 1);
+    g_snap_all[slot] = ga_launch_seq.load(std::memory_order_relaxed);
+    g_snap_in[slot] = ga_stat_launches.load(std::memory_order_relaxed);
+    if (first) {
+        g_nsnap = 0;
+        g_ratio_q.store(0, std::memory_order_relaxed);
+        g_base_all.store(g_snap_all[0], std::memory_order_relaxed);
+        g_base_in.store(g_snap_in[0], std::memory_order_relaxed);
+    }
+    g_nsnap++;
+    if (g_nsnap < 2) return;
+    unsigned back = g_nsnap - 1 < RATIO_PERIODS ? g_nsnap - 1 : RATIO_PERIODS;
+    unsigned old = (g_nsnap - 1 - back) % (RATIO_PERIODS + 1);
+    uint64_t all = g_snap_all[slot] - g_snap_all[old], in = g_snap_in[slot] - g_snap_in[old];
+    if (!in) return; /* no windowed launches to weigh: keep the last ratio */
+    double wq = (double)all / (double)in * WQ;
+    if (wq < WQ) wq = WQ; /* a record stands for itself at least */
+    g_ratio_q.store(wq >= 4294967295.0 ? 0xffffffffu : (uint32_t)wq, std::memory_order_relaxed);
+}
+
 uint64_t ga_window_attached_at(void) noexcept {
     return g_attach_ns.load(std::memory_order_relaxed);
 }
@@ -156,14 +194,19 @@ uint64_t ga_window_time_ns(void) noexcept {
 
 uint32_t ga_window_weight_q(void) noexcept {
     uint64_t n = ga_cfg.duty_cycle;
+    if (ga_cfg.exp_cb_windowed) return (uint32_t)(n * WQ); /* no launch counts outside windows */
+    uint32_t q = g_ratio_q.load(std::memory_order_relaxed);
+    if (q) return q;
+    /* Before the first whole period: the rate-based weight (see above). */
     double t_all = (double)(ga_now_ns() - g_attach_ns.load(std::memory_order_relaxed));
     double t_in = (double)ga_window_time_ns();
-    double all = (double)ga_launch_seq.load(std::memory_order_relaxed);
-    double in = (double)ga_stat_launches.load(std::memory_order_relaxed);
+    double all = (double)(ga_launch_seq.load(std::memory_order_relaxed) -
+                          g_base_all.load(std::memory_order_relaxed));
+    double in = (double)(ga_stat_launches.load(std::memory_order_relaxed) -
+                         g_base_in.load(std::memory_order_relaxed));
     double w = (double)n;
-    if (ga_cfg.exp_cb_windowed) in = 0; /* no launch counts outside windows: weigh N */
     if (in > 0 && t_in > 0 && t_all > 0 && all > 0) w = (double)n * (all / t_all) / (in / t_in);
-    if (!(w >= 1.0)) w = 1.0;            /* a record stands for itself at least */
+    if (!(w >= 1.0)) w = 1.0;
     double wq = w * WQ;
     return wq >= 4294967295.0 ? 0xffffffffu : (uint32_t)wq;
 }
