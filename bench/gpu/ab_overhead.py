@@ -25,8 +25,11 @@ its two neighbouring "off" slots; the figure is the median of those per-cycle
 ratios, with their quartiles, and the pooled ratio of all on-blocks to all
 off-blocks.
 
+A workload "W-xK" (e.g. mlp-x4) runs K processes of W at once on the one GPU;
+they toggle in step, and the table's row pools the cycles of all K.
+
 Usage (root, GPU node, repo root, shim built):
-  python3 bench/gpu/ab_overhead.py --workloads eager,mlp --seconds 30 --out /tmp/ab.jsonl
+  python3 bench/gpu/ab_overhead.py --workloads eager,mlp,mlp-x4 --seconds 30 --out /tmp/ab.jsonl
   python3 bench/gpu/ab_overhead.py --analyze /tmp/ab.jsonl
 """
 
@@ -61,9 +64,29 @@ CONFIGS = {
     "shim+agent-continuous": {"GPU_AGENT_DUTY_CYCLE": "1"},
 }
 STEPS = {"eager": 100, "mlp": 100, "graph": 500, "compiled": 50}
+# "W-xK": K processes of workload W at once, sharing the GPU. They toggle in step
+# (the shim's phase is CLOCK_MONOTONIC), and each labels its own blocks.
+SHARED = re.compile(r"^(\w+)-x(\d+)$")
+
+
+def run_workload(workload: str, config: str, seconds: float, toggle: str) -> list[dict]:
+    """One record per process: one, or K for a "W-xK" workload."""
+    m = SHARED.match(workload)
+    if not m:
+        return [run_one(workload, config, seconds, toggle)]
+    base, k = m.group(1), int(m.group(2))
+    procs = [start_one(base, config, seconds, toggle) for _ in range(k)]
+    recs = [finish_one(p, base, config, seconds) for p in procs]
+    for i, rec in enumerate(recs):
+        rec["workload"], rec["process"] = workload, i
+    return recs
 
 
 def run_one(workload: str, config: str, seconds: float, toggle: str) -> dict:
+    return finish_one(start_one(workload, config, seconds, toggle), workload, config, seconds)
+
+
+def start_one(workload: str, config: str, seconds: float, toggle: str) -> subprocess.Popen:
     env = clean_env()
     shim_env = CONFIGS[config]
     if shim_env is not None:
@@ -73,11 +96,19 @@ def run_one(workload: str, config: str, seconds: float, toggle: str) -> dict:
         env["GPU_AGENT_DEBUG"] = "1"
     cmd = [sys.executable, str(HERE / "overhead.py"), workload, "--config", config,
            "--steps", str(STEPS[workload]), "--ab", str(seconds), "--toggle", toggle]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=seconds + 300)
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish_one(p: subprocess.Popen, workload: str, config: str, seconds: float) -> dict:
+    try:
+        stdout, stderr = p.communicate(timeout=seconds + 300)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise SystemExit(f"{workload}/{config} did not finish in {seconds + 300:.0f} s")
     if p.returncode != 0:
-        raise SystemExit(f"{workload}/{config} failed: {p.stderr[-3000:]}")
-    rec = json.loads(p.stdout.strip().splitlines()[-1])
-    rec["shim_log"] = [ln for ln in p.stderr.splitlines()
+        raise SystemExit(f"{workload}/{config} failed: {stderr[-3000:]}")
+    rec = json.loads(stdout.strip().splitlines()[-1])
+    rec["shim_log"] = [ln for ln in stderr.splitlines()
                        if re.search(r"exit \(|windows \(|disabled|failed", ln)][-6:]
     return rec
 
@@ -110,7 +141,14 @@ def analyze(rec: dict, settle: dict) -> dict:
             ratios.append(statistics.mean(v) / statistics.mean(offs))
     on = [us for s, v in segs if s == 1 for us in v]
     off = [us for s, v in segs if s == 0 for us in v]
-    out = {"workload": rec["workload"], "config": rec["config"], "cycles": len(ratios)}
+    out = {"workload": rec["workload"], "config": rec["config"], "cycles": len(ratios),
+           "ratios": ratios, "on": on, "off": off}
+    return summarize(out)
+
+
+def summarize(out: dict) -> dict:
+    """Median and quartiles of the per-cycle ratios, and the pooled ratio."""
+    ratios, on, off = out["ratios"], out["on"], out["off"]
     if len(ratios) >= 1 and on and off:
         q = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else [ratios[0]] * 3
         out.update(median=statistics.median(ratios), q1=q[0], q3=q[2],
@@ -120,7 +158,22 @@ def analyze(rec: dict, settle: dict) -> dict:
 
 
 def table(path: str, settle: dict) -> None:
-    rows = [analyze(json.loads(line), settle) for line in open(path) if line.strip()]
+    rows = []
+    for line in open(path):
+        if not line.strip():
+            continue
+        r = analyze(json.loads(line), settle)
+        prev = rows[-1] if rows else None
+        # The K processes of one shared run make one row: all their cycles together.
+        if (SHARED.match(r["workload"]) and prev and prev["workload"] == r["workload"]
+                and prev["config"] == r["config"] and prev["procs"] < int(SHARED.match(r["workload"]).group(2))):
+            merged = {k: prev[k] + r[k] for k in ("ratios", "on", "off")}
+            merged.update(workload=r["workload"], config=r["config"], cycles=len(merged["ratios"]),
+                          procs=prev["procs"] + 1)
+            rows[-1] = summarize(merged)
+            continue
+        r["procs"] = 1
+        rows.append(r)
     print("| workload | config | off µs/step | on µs/step | on/off, median of cycles [quartiles] | pooled | cycles |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
@@ -158,13 +211,13 @@ def main():
         with open(a.out, "a") as out:
             for w in a.workloads.split(","):
                 for c in configs:
-                    rec = run_one(w, c, a.seconds, a.toggle)
-                    out.write(json.dumps(rec) + "\n")
-                    out.flush()
-                    r = analyze(rec, settle)
-                    print(f"{w:9} {c:28} " + (f"{100 * (r['median'] - 1):+6.2f} % "
-                          f"[{100 * (r['q1'] - 1):+.2f}, {100 * (r['q3'] - 1):+.2f}] n={r['cycles']}"
-                          if "median" in r else "too few cycles"), file=sys.stderr, flush=True)
+                    for rec in run_workload(w, c, a.seconds, a.toggle):
+                        out.write(json.dumps(rec) + "\n")
+                        out.flush()
+                        r = analyze(rec, settle)
+                        print(f"{w:9} {c:28} " + (f"{100 * (r['median'] - 1):+6.2f} % "
+                              f"[{100 * (r['q1'] - 1):+.2f}, {100 * (r['q3'] - 1):+.2f}] n={r['cycles']}"
+                              if "median" in r else "too few cycles"), file=sys.stderr, flush=True)
     finally:
         if agent:
             if agent.poll() is not None:

@@ -8,6 +8,8 @@
 # bias:     no-audit launch estimates against exact truth, long runs; MLP block times.
 # diag:     eager launches in windows vs truth; which CUPTI switch costs what.
 # interval: per-interval scatter of `gpu-agent run` (interval_accuracy.py).
+# weights:  the duty-cycled estimate against exact launch counts (eager adds, driver
+#           graph, torch graph), ROUNDS runs each; profiles left in OUT_DIR.
 # ab:       in-process A/B (bench/gpu/ab_overhead.py): attached against detached in one
 #           process; AB_WORKLOADS, AB_CONFIGS, AB_SECONDS, AB_TOGGLE override the defaults.
 # overhead: ROUNDS interleaved rounds of run_overhead.py, appended to
@@ -130,6 +132,35 @@ PY
         --workloads mlp,eager --profiles /tmp/prof \
         --configs baseline,shim+agent,shim+agent-hold-callbacks 2>&1 | grep -v "^round"
     cp /tmp/diag2.jsonl "$out/"
+fi
+if [[ ",$mode," == *,weights,* ]]; then
+    # The duty-cycled estimate (defaults: N = 10, W = 20 ms, no audit) against exact
+    # launch counts, ROUNDS times per workload; the profiles come back for the
+    # per-stack check (bench/gpu/check_fidelity.py fid-*.pb.gz 600000, Go pprof).
+    dg=$(python3 -c "import run_overhead as R; print(R.driver_graph_binary())")
+    for i in $(seq "$rounds"); do
+        GPU_AGENT_DEBUG=1 python3 -m gpu_agent record --duty-cycle 10 -o "$out/fid-$tag$i.pb.gz" \
+            -- python3 bench/gpu/fidelity.py 600000 2>&1 | grep -E "exit \(|windows \("
+        GPU_AGENT_DEBUG=1 python3 -m gpu_agent record --duty-cycle 10 -o "$out/dg-$tag$i.pb.gz" \
+            -- "$dg" 200000 --bench 2>&1 | grep -E "exit \(|windows \("
+        GPU_AGENT_DEBUG=1 python3 -m gpu_agent record --duty-cycle 10 -o "$out/graph-$tag$i.pb.gz" \
+            -- python3 bench/gpu/overhead.py graph --steps 40000 2>&1 | grep -E "exit \(|windows \("
+        python3 - "$out" "$tag$i" <<'PY'
+import sys, window_fidelity as W
+from pathlib import Path
+out, run = Path(sys.argv[1]), sys.argv[2]
+def rep(label, path, truth):
+    for name, (ns, n) in W.profile_kernels(path).items():
+        for key, t in truth.items():
+            if key in name:
+                print(f"{run} {label}: {name[:40]} {n} launches estimated vs {t} true: {100 * (n / t - 1):+.2f} %")
+rep("eager adds", out / f"fid-{run}.pb.gz", {"CUDAFunctorOnSelf_add": 4 * 600000})
+r = 200000 // 4 + 1 + 5 * 200000  # driver_graph --bench: warm-up + 5 repeats
+rep("driver graph", out / f"dg-{run}.pb.gz", {"scale_kernel": 3 * r, "bias_kernel": r})
+g = 40000 // 4 + 5 * 40000        # overhead.py graph: warm-up + 5 repeats, 6 layers
+rep("torch graph", out / f"graph-{run}.pb.gz", {"nvjet": 6 * g, "GeluCUDAKernel": 6 * g})
+PY
+    done
 fi
 if [[ ",$mode," == *,paired,* ]]; then
     # CPU-bound rows, baseline interleaved with the agent configs in the agent phase.
