@@ -114,9 +114,9 @@ struct ga_kernel_record {
     ga_u32 flags;           /* GA_REC_* */
     ga_u32 weight;          /* records this record stands for: the shim collects
                              * in one time window of every N (its duty cycle),
-                             * and weighs each windowed record by N x (overall
-                             * launch rate / in-window launch rate) so far
-                             * (about N; rounded to an integer without bias;
+                             * and weighs each windowed record by its period's
+                             * launches / its window's launches (about N;
+                             * rounded to an integer without bias;
                              * shim/src/window.cpp),
                              * so BPF adds weight x the record to the totals'
                              * weighted sums. 1: continuous collection. 0 (an

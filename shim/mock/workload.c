@@ -443,8 +443,9 @@ static double thread_cpu_s(void)
 
 /* Launch loop for measuring per-launch CPU cost. rate > 0 paces it to about
  * `rate` launches/s (sleeping between blocks of 1000), for measuring the agent
- * at a given kernel rate; 0 runs flat out. */
-static int bench(long n, const char *api, double rate)
+ * at a given kernel rate; 0 runs flat out. The first `warm` launches go at
+ * `warm_rate` instead (a job whose launch rate changes: a slow, bursty start). */
+static int bench(long n, const char *api, double rate, long warm, double warm_rate)
 {
     struct tctx t;
     memset(&t, 0, sizeof t);
@@ -465,8 +466,12 @@ static int bench(long n, const char *api, double rate)
                   "cudaLaunchKernel");
         else
             ck_cu(cuLaunchKernel(f, 4, 1, 1, 128, 1, 1, 0, t.s, t.args, NULL), "cuLaunchKernel");
-        if (rate > 0 && i % 1000 == 999) {
-            double ahead = (double)(i + 1) / rate - (now_s() - t0);
+        int warming = i < warm && warm_rate > 0;
+        if ((rate > 0 || warming) && i % 1000 == 999) {
+            double due = warming ? (double)(i + 1) / warm_rate
+                         : (warm > 0 && warm_rate > 0 ? (double)warm / warm_rate : 0) +
+                               (double)(i + 1 - (warm_rate > 0 ? warm : 0)) / rate;
+            double ahead = due - (now_s() - t0);
             if (ahead > 0) {
                 struct timespec ts = {(time_t)ahead, (long)((ahead - (double)(time_t)ahead) * 1e9)};
                 nanosleep(&ts, NULL);
@@ -484,15 +489,16 @@ static void usage(void)
 {
     fprintf(stderr, "usage: mock_workload [--paths all|p1,p2,...] [--iters N] [--sleep-ms M] [--duration S]\n"
                     "                     [--threads T] [--list-paths]\n"
-                    "       mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel] [--rate R]\n");
+                    "       mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel] [--rate R]\n"
+                    "                     [--warm N --warm-rate R]\n");
     exit(1);
 }
 
 int main(int argc, char **argv)
 {
     const char *spec = "all", *api = "cuLaunchKernel";
-    long threads = 1, bench_n = -1;
-    double rate = 0;
+    long threads = 1, bench_n = -1, warm = 0;
+    double rate = 0, warm_rate = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -509,6 +515,8 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--bench")) bench_n = atol(v);
         else if (!strcmp(a, "--api")) api = v;
         else if (!strcmp(a, "--rate")) rate = atof(v);
+        else if (!strcmp(a, "--warm")) warm = atol(v);
+        else if (!strcmp(a, "--warm-rate")) warm_rate = atof(v);
         else usage();
         i++;
     }
@@ -527,7 +535,7 @@ int main(int argc, char **argv)
     ck_rt(cudaGetDeviceCount(&ndev), "cudaGetDeviceCount");
     load_driver_module();
 
-    if (bench_n >= 0) return bench(bench_n, api, rate);
+    if (bench_n >= 0) return bench(bench_n, api, rate, warm, warm_rate);
 
     pthread_t *tids = calloc((size_t)threads, sizeof *tids);
     for (long i = 0; i < threads; i++)

@@ -248,6 +248,78 @@ static void fire_batch(const struct ga_kernel_record *recs, uint32_t n) {
     ga_stat_records.fetch_add(n, std::memory_order_relaxed);
 }
 
+/* ---- records held for their period's weight (collection windows) ----
+ * window.cpp weighs a window's records by its period's launch counts, known only
+ * when the period ends, so converted records wait here (copied out of the CUPTI
+ * buffer, which goes back to the pool at once) until the poller releases them.
+ * A period's window holds a few thousand records (2-6 k on an H200); past
+ * HELD_MAX the oldest are fired at the last weight and counted. */
+#define HELD_MAX (1u << 17) /* 8 MiB of records */
+static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct ga_kernel_record *held;
+static uint32_t held_n, held_cap;
+static uint32_t held_last_q; /* the last release's weight, for overflow */
+std::atomic<uint64_t> ga_stat_held_overflow;
+
+static void fire_weighted(struct ga_kernel_record *recs, uint32_t n, uint32_t weight_q) {
+    if (!weight_q) weight_q = ga_cfg.duty_cycle * 1024u; /* no period has ended yet: N */
+    for (uint32_t i = 0; i < n; i++) recs[i].weight = ga_window_round_weight(weight_q, &t_weight_rng);
+    for (uint32_t i = 0; i < n; i += GA_BATCH_MAX)
+        fire_batch(recs + i, n - i < GA_BATCH_MAX ? n - i : GA_BATCH_MAX);
+}
+
+/* Append (held_mu held); false when there is no room even after firing the oldest. */
+static bool hold(const struct ga_kernel_record *recs, uint32_t n) {
+    if (held_n + n > held_cap && held_cap < HELD_MAX) {
+        uint32_t cap = held_cap ? held_cap : 4096;
+        while (cap < held_n + n && cap < HELD_MAX) cap *= 2;
+        if (cap > HELD_MAX) cap = HELD_MAX;
+        void *p = realloc(held, (size_t)cap * sizeof *held);
+        if (p) held = (struct ga_kernel_record *)p, held_cap = cap;
+    }
+    if (held_n + n > held_cap) {
+        /* Full: the held records go now, at the last period's weight. */
+        ga_stat_held_overflow.fetch_add(held_n, std::memory_order_relaxed);
+        fire_weighted(held, held_n, held_last_q);
+        held_n = 0;
+        if (n > held_cap) return false;
+    }
+    memcpy(held + held_n, recs, (size_t)n * sizeof *recs);
+    held_n += n;
+    return true;
+}
+
+void ga_activity_fire_held(uint32_t weight_q) noexcept {
+    pthread_mutex_lock(&held_mu);
+    struct ga_kernel_record *recs = held;
+    uint32_t n = held_n;
+    held = nullptr, held_n = held_cap = 0;
+    held_last_q = weight_q;
+    pthread_mutex_unlock(&held_mu);
+    /* Fired outside the lock: CUPTI's thread may complete a buffer meanwhile. */
+    if (n) fire_weighted(recs, n, weight_q);
+    free(recs);
+}
+
+/* Fires converted records now (continuous) or holds them for their weight;
+ * true if fired. */
+static bool emit(struct ga_kernel_record *recs, uint32_t n, bool windows) {
+    if (!windows) {
+        fire_batch(recs, n);
+        return true;
+    }
+    pthread_mutex_lock(&held_mu);
+    bool kept = hold(recs, n);
+    uint32_t q = held_last_q;
+    pthread_mutex_unlock(&held_mu);
+    if (!kept) { /* more than HELD_MAX at once: cannot happen with GA_BATCH_MAX chunks */
+        ga_stat_held_overflow.fetch_add(n, std::memory_order_relaxed);
+        fire_weighted(recs, n, q);
+        return true;
+    }
+    return false;
+}
+
 void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer, size_t size,
                                   size_t valid_size) noexcept {
     if (ga_cupti.ActivityGetNumDroppedRecords) {
@@ -265,8 +337,7 @@ void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *bu
         uint32_t n = 0;
         CUpti_Activity *rec = nullptr;
         bool audit = ga_audit_on();
-        /* One weight for the whole buffer: the rates it is made of move slowly. */
-        uint32_t weight_q = ga_cfg.duty_cycle > 1 ? ga_window_weight_q() : 0;
+        bool windows = ga_cfg.duty_cycle > 1; /* records wait for their period's weight */
         for (;;) {
             CUptiResult r = ga_cupti.ActivityGetNextRecord(buffer, valid_size, &rec);
             if (r == CUPTI_ERROR_MAX_LIMIT_REACHED) break;
@@ -289,17 +360,15 @@ void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *bu
             o->stream_id = k->streamId;
             o->graph_id = k->graphId;
             o->flags = (k->graphId || k->graphNodeId) ? GA_REC_GRAPH : 0;
-            /* Continuous: each record is itself. In windows: N corrected by the
-             * launch rates in and out of windows (window.cpp), and only launches
-             * of the window this kernel ran in may join it; without CUPTI
-             * timestamps, half a window. */
+            /* Continuous: each record is itself. In windows: the weight comes
+             * when the period ends (window.cpp), and only launches of the window
+             * this kernel ran in may join it; without CUPTI timestamps, half a
+             * window. */
             o->weight = 1;
             o->join_max_lag_us = 0;
-            if (ga_cfg.duty_cycle > 1) {
-                o->weight = ga_window_round_weight(weight_q, &t_weight_rng);
+            if (windows)
                 o->join_max_lag_us = ga_cupti.GetTimestamp ? ga_window_join_max_lag_us(k->start)
                                                           : ga_cfg.window_ms * 500u;
-            }
             if (GA_UNLIKELY(audit)) {
                 /* The full trace is tallied; only windowed launches go on. */
                 bool in = ga_audit_in_window(k->correlationId);
@@ -307,15 +376,11 @@ void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *bu
                 if (!in) continue;
             }
             if (++n == GA_BATCH_MAX) {
-                fire_batch(out, n);
-                fired = true;
+                fired |= emit(out, n, windows);
                 n = 0;
             }
         }
-        if (n) {
-            fire_batch(out, n);
-            fired = true;
-        }
+        if (n) fired |= emit(out, n, windows);
     }
     if (!fired && pending_dropped.load(std::memory_order_relaxed)) fire_batch(empty_batch, 0);
     if (buffer) {
@@ -326,6 +391,7 @@ void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *bu
 
 void ga_activity_atfork_child(void) noexcept {
     pthread_mutex_init(&pool_mu, nullptr);
+    pthread_mutex_init(&held_mu, nullptr);
     pthread_mutex_init(&names_mu, nullptr);
 }
 

@@ -127,9 +127,19 @@ GA_HIDDEN extern std::atomic<uint64_t> ga_launch_seq;
  * clock): the time since the last window opened before it, so that only launches
  * of that window can join it. */
 GA_HIDDEN uint32_t ga_window_join_max_lag_us(uint64_t start_ns) noexcept;
-/* A windowed record's weight x 1024: all launches / windowed launches over the
- * last whole periods (window.cpp). */
-GA_HIDDEN uint32_t ga_window_weight_q(void) noexcept;
+/* Set when a period ends (in ga_window_should_be_on): the poller then flushes
+ * CUPTI and calls ga_window_release_records(true), which fires the held records
+ * weighted by that period's launches / its window's launches. At detach and exit
+ * (after the final flush) ga_window_release_records(false) weighs what is held
+ * by the partial period's counts. */
+GA_HIDDEN extern bool ga_window_period_ended;
+GA_HIDDEN void ga_window_release_records(bool period_end) noexcept;
+/* Launches no record stands for: after the last window with launches, at a
+ * detach or exit. And records fired before their period's end (hold full). */
+GA_HIDDEN extern std::atomic<uint64_t> ga_stat_unweighted, ga_stat_held_overflow;
+/* activity.cpp: while windows are on, converted records wait for their period's
+ * weight; this fires them with weight_q (x 1024), rounded per record. */
+GA_HIDDEN void ga_activity_fire_held(uint32_t weight_q) noexcept;
 GA_HIDDEN uint32_t ga_window_round_weight(uint32_t weight_q, uint64_t *rng) noexcept;
 static inline bool ga_audit_on(void) noexcept { return ga_cfg.audit_file[0] != 0; }
 GA_HIDDEN void ga_audit_init(void) noexcept;

@@ -218,8 +218,12 @@ static void undo_cupti(bool activity, bool subscribed) {
     if (subscribed && g_cbids_on) set_launch_cbids(false);
     if (activity && g_activity_on) ga_cupti.ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
     g_activity_on = false;
-    /* Records of the last window may still sit in CUPTI's buffers. */
-    if (activity && g_activity_used) ga_cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    /* Records of the last window may still sit in CUPTI's buffers; with what
+     * window.cpp holds they go with the partial period's weight. */
+    if (activity && g_activity_used) {
+        ga_cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+        ga_window_release_records(false);
+    }
     g_activity_used = false;
     if (subscribed) {
         if (g_graph_cbs)
@@ -443,17 +447,17 @@ static void poll_once(void) noexcept {
                 bool want = ga_window_should_be_on(now, &edge);
                 const char *what = nullptr;
                 CUptiResult r = CUPTI_SUCCESS;
-                bool was_on = ga_window_on.load(std::memory_order_relaxed) != 0;
-                if (want != was_on) {
-                    r = set_collection(want, &what);
-                    /* A window closed: hand its records to BPF soon (at the next
-                     * wake, a window later), not up to flush_ms later, so that each
-                     * of the agent's intervals holds the windows that closed in it,
-                     * and a window's records join their samples before the next
-                     * window's launches reuse the correlation ids. */
-                    uint64_t soon = now + (uint64_t)ga_cfg.window_ms * 1000000ull;
-                    if (was_on && soon < g_next_flush_ns) g_next_flush_ns = soon;
+                if (ga_window_period_ended) {
+                    /* A period ended: its window's records, flushed out of CUPTI
+                     * now, go to BPF with the period's weight (window.cpp), before
+                     * the next window's launches can reuse their correlation ids. */
+                    r = ga_cupti.ActivityFlushAll(0);
+                    g_stat_flushes.fetch_add(1, std::memory_order_relaxed);
+                    what = "cuptiActivityFlushAll";
+                    ga_window_release_records(true);
                 }
+                bool was_on = ga_window_on.load(std::memory_order_relaxed) != 0;
+                if (r == CUPTI_SUCCESS && want != was_on) r = set_collection(want, &what);
                 g_next_edge_ns.store(edge, std::memory_order_relaxed);
                 if (r != CUPTI_SUCCESS) {
                     do_detach("window edge failed");
@@ -580,15 +584,18 @@ static void at_exit_handler(void) {
             ga_window_on.store(0, std::memory_order_release);
         }
         CUptiResult r = ga_cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+        ga_window_release_records(false);
         ga_debug("exit flush (pid %d): %s", (int)getpid(),
                  r == CUPTI_SUCCESS ? "ok" : ga_cupti_err(r));
         ga_audit_write();
     }
     ga_debug("exit (pid %d): %llu launches collected, %llu kernel records, %llu windows, "
-             "%llu launches seen while attached",
+             "%llu launches seen while attached, %llu after the last window, %llu records "
+             "weighted early",
              (int)getpid(), (unsigned long long)ga_stat_launches.load(),
              (unsigned long long)ga_stat_records.load(), (unsigned long long)g_stat_windows.load(),
-             (unsigned long long)ga_launch_seq.load());
+             (unsigned long long)ga_launch_seq.load(), (unsigned long long)ga_stat_unweighted.load(),
+             (unsigned long long)ga_stat_held_overflow.load());
     uint64_t attached_at = ga_window_attached_at();
     if (attached_at && ga_cfg.duty_cycle > 1)
         ga_debug("windows (pid %d): open %.3f %% of %.1f s attached (1/N = %.3f %%); activity "
@@ -678,7 +685,9 @@ extern "C" GA_EXPORT int gpu_agent_shim_state(void) { return g_state.load(); }
  * 16 graph_node_stack fired, 17 graph_node_cloned fired, 18 graph_node_destroyed
  * fired, 19 exec graphs tracked now, 20 exec graph node ids tracked now, 21 destroyed
  * node ids waiting for a flush, 22 destroys dropped (queue full), 23 collection
- * windows opened, 24 inside a window now (0/1). */
+ * windows opened, 24 inside a window now (0/1), 25 launches no windowed record
+ * stands for (after the last window, at a detach or exit), 26 windowed records
+ * fired before their period's end (the hold was full). */
 extern "C" GA_EXPORT uint64_t gpu_agent_shim_counter(int which) {
     switch (which) {
     case 0: return ga_stat_launches.load();
@@ -706,6 +715,8 @@ extern "C" GA_EXPORT uint64_t gpu_agent_shim_counter(int which) {
     case 22: return ga_graph_stat(6);
     case 23: return g_stat_windows.load();
     case 24: return (uint64_t)ga_window_on.load();
+    case 25: return ga_stat_unweighted.load();
+    case 26: return ga_stat_held_overflow.load();
     }
     return 0;
 }

@@ -36,7 +36,7 @@ std::atomic<int> ga_window_on;
 static uint64_t g_period_start_ns; /* start of the current period */
 static unsigned g_on_slot;         /* the slot of the current period that is on */
 static uint64_t g_rng;
-/* Attach time and window time so far (for the record weights); ga_now_ns. */
+/* Attach time and window time so far (the exit line's window share); ga_now_ns. */
 static std::atomic<uint64_t> g_attach_ns, g_win_closed_ns, g_win_open_ns;
 
 static uint64_t splitmix(uint64_t *s) {
@@ -49,6 +49,7 @@ static uint64_t splitmix(uint64_t *s) {
 static uint64_t slot_ns(void) { return (uint64_t)ga_cfg.window_ms * 1000000ull; }
 
 static void ratio_snapshot(bool first);
+bool ga_window_period_ended; /* set at a period's end; the poller releases its records */
 
 static void new_period(uint64_t start, bool first) {
     g_period_start_ns = start;
@@ -57,7 +58,6 @@ static void new_period(uint64_t start, bool first) {
 }
 
 void ga_window_begin(uint64_t now_ns) noexcept {
-    /* The record weights' clocks start with the attachment (see below). */
     g_attach_ns.store(now_ns, std::memory_order_relaxed);
     g_win_closed_ns.store(0, std::memory_order_relaxed);
     g_win_open_ns.store(0, std::memory_order_relaxed);
@@ -127,57 +127,93 @@ uint32_t ga_window_join_max_lag_us(uint64_t start_ns) noexcept {
     return us > 0xffffffffull ? 0xffffffffu : (uint32_t)us;
 }
 
-/* ---- record weights: all launches / windowed launches, over whole periods ----
+/* ---- record weights: each period's launches / its window's launches ----
  * A windowed record stands for N records (one slot in N is a window) only if
  * windows cost nothing. They do not: CUPTI activity costs CPU per launch, so a
  * launch-bound loop launches more slowly inside windows, and weighting by N ran
  * 7-17 % low on an H200 (docs/benchmarks.md section 7). So the launch callbacks
  * stay on between windows and count every launch (ga_launch_seq), the windows'
- * own launches are counted too (ga_stat_launches), and a record weighs
- *     launches / windowed launches
- * over the last RATIO_PERIODS whole periods. Each whole period holds exactly one
- * window, so the ratio has no bias from where in the cycle it is read, and it
- * needs no clock: records x launches / windowed launches is exact for any mix
- * of launches whose records per launch (1 for a kernel, K for a K-node graph)
- * are the same in and out of windows. An earlier weight, N x (launches per
- * attached second) / (windowed launches per window second), was unbiased too,
- * but it carries the run's window share (windows x slot / attached time), which
- * strays from 1/N by up to a window's worth over a short run: -3.7 % and
- * +4.3 % on H200 graph replays of 40-81 windows (section 8). It remains the
- * weight until the first period ends. The window of history follows a job whose
- * mix changes. The weight is fixed point, x WQ, and rounded per record without
+ * own launches are counted too (ga_stat_launches), and the records of the
+ * window of period p weigh
+ *     launches in period p / launches in its window
+ * Each period is a stratum holding exactly one window, at a uniformly random
+ * slot, so the estimate sums, period by period, records x launches / windowed
+ * launches: exact for any mix of launches whose records per launch (1 for a
+ * kernel, K for a K-node graph) are the same in and out of the period's window,
+ * whatever the job does from one period to the next. This needs the period's
+ * count, known only when it ends, so the shim holds a window's converted records
+ * (activity.cpp) and fires them when its period ends (ga_window_release_records).
+ * Two earlier weights, each from the counts SO FAR applied to the records that
+ * completed next, ran off on an H200: the rate form N x (launches per attached
+ * second) / (windowed launches per window second) carried the run's window share
+ * (-3.7 % and +4.3 % on graph replays of 40-81 windows), and the ratio of counts
+ * over past periods read -5.2 % and +70 % on torch graph replays (a start-up
+ * period whose window caught few of its launches fits that). A period whose window saw no launch carries
+ * its launches to the next period that has windowed launches (they would be
+ * lost otherwise). The weight is fixed point, x WQ, rounded per record without
  * bias (ga_window_round_weight). */
 #define WQ 1024u
-#define RATIO_PERIODS 64u
 std::atomic<uint64_t> ga_launch_seq;
-/* Poller thread only: cumulative (all, windowed) launch counts at the last
- * RATIO_PERIODS + 1 period starts. */
-static uint64_t g_snap_all[RATIO_PERIODS + 1], g_snap_in[RATIO_PERIODS + 1];
-static unsigned g_nsnap;
-static std::atomic<uint32_t> g_ratio_q; /* 0: no whole period with windowed launches yet */
-static std::atomic<uint64_t> g_base_all, g_base_in; /* the counts at attach */
+/* Poller thread only (and at detach/exit): the counts at the current period's
+ * start, the launches carried from periods whose window saw none, the last
+ * weight (for records that arrive after their period was released). */
+static uint64_t g_snap_all, g_snap_in, g_carry_all;
+static uint32_t g_last_q;
 
-static void ratio_snapshot(bool first) {
-    unsigned slot = first ? 0 : g_nsnap % (RATIO_PERIODS + 1);
-    g_snap_all[slot] = ga_launch_seq.load(std::memory_order_relaxed);
-    g_snap_in[slot] = ga_stat_launches.load(std::memory_order_relaxed);
-    if (first) {
-        g_nsnap = 0;
-        g_ratio_q.store(0, std::memory_order_relaxed);
-        g_base_all.store(g_snap_all[0], std::memory_order_relaxed);
-        g_base_in.store(g_snap_in[0], std::memory_order_relaxed);
-    }
-    g_nsnap++;
-    if (g_nsnap < 2) return;
-    unsigned back = g_nsnap - 1 < RATIO_PERIODS ? g_nsnap - 1 : RATIO_PERIODS;
-    unsigned old = (g_nsnap - 1 - back) % (RATIO_PERIODS + 1);
-    uint64_t all = g_snap_all[slot] - g_snap_all[old], in = g_snap_in[slot] - g_snap_in[old];
-    if (!in) return; /* no windowed launches to weigh: keep the last ratio */
-    double wq = (double)all / (double)in * WQ;
-    if (wq < WQ) wq = WQ; /* a record stands for itself at least */
-    g_ratio_q.store(wq >= 4294967295.0 ? 0xffffffffu : (uint32_t)wq, std::memory_order_relaxed);
+static uint32_t to_q(double w) {
+    if (!(w >= 1.0)) w = 1.0; /* a record stands for itself at least */
+    double wq = w * WQ;
+    return wq >= 4294967295.0 ? 0xffffffffu : (uint32_t)wq;
 }
 
+/* The weight of the records held for the period that ends now, and a new period. */
+static uint32_t period_weight_q(void) {
+    uint64_t all_now = ga_launch_seq.load(std::memory_order_relaxed);
+    uint64_t in_now = ga_stat_launches.load(std::memory_order_relaxed);
+    uint64_t all = all_now - g_snap_all + g_carry_all, in = in_now - g_snap_in;
+    g_snap_all = all_now, g_snap_in = in_now;
+    if (ga_cfg.exp_cb_windowed) return ga_cfg.duty_cycle * WQ; /* no counts outside windows */
+    if (!in) {
+        g_carry_all = all;
+        return g_last_q ? g_last_q : ga_cfg.duty_cycle * WQ; /* stragglers only */
+    }
+    g_carry_all = 0;
+    g_last_q = to_q((double)all / (double)in);
+    return g_last_q;
+}
+
+static uint32_t g_release_q; /* the weight of the period that ended last */
+
+static void ratio_snapshot(bool first) {
+    if (first) {
+        g_snap_all = ga_launch_seq.load(std::memory_order_relaxed);
+        g_snap_in = ga_stat_launches.load(std::memory_order_relaxed);
+        g_carry_all = 0;
+        g_last_q = 0;
+        ga_window_period_ended = false;
+        return;
+    }
+    /* Counted at the edge itself; the records are released a moment later. */
+    g_release_q = period_weight_q();
+    ga_window_period_ended = true;
+}
+
+std::atomic<uint64_t> ga_stat_unweighted;
+
+void ga_window_release_records(bool period_end) noexcept {
+    if (ga_cfg.duty_cycle <= 1) return;
+    uint32_t q = period_end ? g_release_q : period_weight_q(); /* else: detach or exit */
+    if (!period_end && g_carry_all) {
+        /* Launches after the last window with launches, at a detach or exit:
+         * no record stands for them (at most about one period's worth). */
+        ga_stat_unweighted.fetch_add(g_carry_all, std::memory_order_relaxed);
+        g_carry_all = 0;
+    }
+    ga_window_period_ended = false;
+    ga_activity_fire_held(q);
+}
+
+/* Attach time and time inside windows, for the exit line's window share. */
 uint64_t ga_window_attached_at(void) noexcept {
     return g_attach_ns.load(std::memory_order_relaxed);
 }
@@ -190,25 +226,6 @@ void ga_window_closed(void) noexcept {
 uint64_t ga_window_time_ns(void) noexcept {
     uint64_t open = g_win_open_ns.load(std::memory_order_relaxed), now = ga_now_ns();
     return g_win_closed_ns.load(std::memory_order_relaxed) + (open && now > open ? now - open : 0);
-}
-
-uint32_t ga_window_weight_q(void) noexcept {
-    uint64_t n = ga_cfg.duty_cycle;
-    if (ga_cfg.exp_cb_windowed) return (uint32_t)(n * WQ); /* no launch counts outside windows */
-    uint32_t q = g_ratio_q.load(std::memory_order_relaxed);
-    if (q) return q;
-    /* Before the first whole period: the rate-based weight (see above). */
-    double t_all = (double)(ga_now_ns() - g_attach_ns.load(std::memory_order_relaxed));
-    double t_in = (double)ga_window_time_ns();
-    double all = (double)(ga_launch_seq.load(std::memory_order_relaxed) -
-                          g_base_all.load(std::memory_order_relaxed));
-    double in = (double)(ga_stat_launches.load(std::memory_order_relaxed) -
-                         g_base_in.load(std::memory_order_relaxed));
-    double w = (double)n;
-    if (in > 0 && t_in > 0 && t_all > 0 && all > 0) w = (double)n * (all / t_all) / (in / t_in);
-    if (!(w >= 1.0)) w = 1.0;
-    double wq = w * WQ;
-    return wq >= 4294967295.0 ? 0xffffffffu : (uint32_t)wq;
 }
 
 /* Integer record weight from a fixed-point one, rounded up with probability equal
