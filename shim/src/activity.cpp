@@ -249,27 +249,42 @@ static void fire_batch(const struct ga_kernel_record *recs, uint32_t n) {
 }
 
 /* ---- records held for their period's weight (collection windows) ----
- * window.cpp weighs a window's records by its period's launch counts, known only
- * when the period ends, so converted records wait here (copied out of the CUPTI
- * buffer, which goes back to the pool at once) until the poller releases them.
- * A period's window holds a few thousand records (2-6 k on an H200); past
- * HELD_MAX the oldest are fired at the last weight and counted. */
+ * window.cpp weighs a record by its launch's period's counts, known only when
+ * that period ends. A record whose weight is known goes at once; the others
+ * wait here (copied out of the CUPTI buffer, which goes back to the pool at
+ * once; their period number in .weight) until the poller releases them. A
+ * period's window holds a few thousand records (2-6 k on an H200); past
+ * HELD_MAX the held records go at the last weight, counted. */
 #define HELD_MAX (1u << 17) /* 8 MiB of records */
 static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct ga_kernel_record *held;
 static uint32_t held_n, held_cap;
-static uint32_t held_last_q; /* the last release's weight, for overflow */
+static uint32_t held_last_q; /* the last known weight, for overflow */
 std::atomic<uint64_t> ga_stat_held_overflow;
 
-static void fire_weighted(struct ga_kernel_record *recs, uint32_t n, uint32_t weight_q) {
-    if (!weight_q) weight_q = ga_cfg.duty_cycle * 1024u; /* no period has ended yet: N */
-    for (uint32_t i = 0; i < n; i++) recs[i].weight = ga_window_round_weight(weight_q, &t_weight_rng);
+/* Weighs the records whose period's weight is known (or all, at fallback_q),
+ * moves them to the front, and returns how many; the rest keep their period. */
+static uint32_t weigh_known(struct ga_kernel_record *recs, uint32_t n, bool all, uint32_t fallback_q) {
+    if (!fallback_q) fallback_q = ga_cfg.duty_cycle * 1024u;
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t q = ga_window_weight_of(recs[i].weight);
+        if (!q && !all) continue;
+        struct ga_kernel_record r = recs[i];
+        r.weight = ga_window_round_weight(q ? q : fallback_q, &t_weight_rng);
+        recs[i] = recs[k];
+        recs[k++] = r;
+    }
+    return k;
+}
+
+static void fire_all(struct ga_kernel_record *recs, uint32_t n) {
     for (uint32_t i = 0; i < n; i += GA_BATCH_MAX)
         fire_batch(recs + i, n - i < GA_BATCH_MAX ? n - i : GA_BATCH_MAX);
 }
 
-/* Append (held_mu held); false when there is no room even after firing the oldest. */
-static bool hold(const struct ga_kernel_record *recs, uint32_t n) {
+/* Append (held_mu held). When full, the held records go at the last weight. */
+static void hold(const struct ga_kernel_record *recs, uint32_t n) {
     if (held_n + n > held_cap && held_cap < HELD_MAX) {
         uint32_t cap = held_cap ? held_cap : 4096;
         while (cap < held_n + n && cap < HELD_MAX) cap *= 2;
@@ -278,46 +293,61 @@ static bool hold(const struct ga_kernel_record *recs, uint32_t n) {
         if (p) held = (struct ga_kernel_record *)p, held_cap = cap;
     }
     if (held_n + n > held_cap) {
-        /* Full: the held records go now, at the last period's weight. */
         ga_stat_held_overflow.fetch_add(held_n, std::memory_order_relaxed);
-        fire_weighted(held, held_n, held_last_q);
+        fire_all(held, weigh_known(held, held_n, true, held_last_q));
         held_n = 0;
-        if (n > held_cap) return false;
+        if (n > held_cap) { /* no memory at all: these go too */
+            struct ga_kernel_record tmp[GA_BATCH_MAX];
+            for (uint32_t i = 0; i < n; i += GA_BATCH_MAX) {
+                uint32_t m = n - i < GA_BATCH_MAX ? n - i : GA_BATCH_MAX;
+                memcpy(tmp, recs + i, m * sizeof *recs);
+                ga_stat_held_overflow.fetch_add(m, std::memory_order_relaxed);
+                fire_all(tmp, weigh_known(tmp, m, true, held_last_q));
+            }
+            return;
+        }
     }
     memcpy(held + held_n, recs, (size_t)n * sizeof *recs);
     held_n += n;
-    return true;
 }
 
-void ga_activity_fire_held(uint32_t weight_q) noexcept {
+void ga_activity_fire_held(bool all, uint32_t fallback_q) noexcept {
     pthread_mutex_lock(&held_mu);
     struct ga_kernel_record *recs = held;
     uint32_t n = held_n;
     held = nullptr, held_n = held_cap = 0;
-    held_last_q = weight_q;
+    if (fallback_q) held_last_q = fallback_q;
     pthread_mutex_unlock(&held_mu);
+    if (!n) {
+        free(recs);
+        return;
+    }
+    uint32_t k = weigh_known(recs, n, all, fallback_q);
+    if (k < n) { /* periods not yet ended: back to wait */
+        pthread_mutex_lock(&held_mu);
+        hold(recs + k, n - k);
+        pthread_mutex_unlock(&held_mu);
+    }
     /* Fired outside the lock: CUPTI's thread may complete a buffer meanwhile. */
-    if (n) fire_weighted(recs, n, weight_q);
+    fire_all(recs, k);
     free(recs);
 }
 
-/* Fires converted records now (continuous) or holds them for their weight;
- * true if fired. */
+/* Fires converted records now (continuous, or their period's weight is known)
+ * or holds them; true if any were fired. In windows .weight holds the period. */
 static bool emit(struct ga_kernel_record *recs, uint32_t n, bool windows) {
     if (!windows) {
         fire_batch(recs, n);
         return true;
     }
-    pthread_mutex_lock(&held_mu);
-    bool kept = hold(recs, n);
-    uint32_t q = held_last_q;
-    pthread_mutex_unlock(&held_mu);
-    if (!kept) { /* more than HELD_MAX at once: cannot happen with GA_BATCH_MAX chunks */
-        ga_stat_held_overflow.fetch_add(n, std::memory_order_relaxed);
-        fire_weighted(recs, n, q);
-        return true;
+    uint32_t k = weigh_known(recs, n, false, 0);
+    if (k < n) {
+        pthread_mutex_lock(&held_mu);
+        hold(recs + k, n - k);
+        pthread_mutex_unlock(&held_mu);
     }
-    return false;
+    if (k) fire_batch(recs, k);
+    return k != 0;
 }
 
 void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer, size_t size,
@@ -360,15 +390,17 @@ void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *bu
             o->stream_id = k->streamId;
             o->graph_id = k->graphId;
             o->flags = (k->graphId || k->graphNodeId) ? GA_REC_GRAPH : 0;
-            /* Continuous: each record is itself. In windows: the weight comes
-             * when the period ends (window.cpp), and only launches of the window
-             * this kernel ran in may join it; without CUPTI timestamps, half a
-             * window. */
+            /* Continuous: each record is itself. In windows: its launch's
+             * period's weight, once that period has ended (window.cpp), and only
+             * launches of the window this kernel ran in may join it; without
+             * CUPTI timestamps, half a window. */
             o->weight = 1;
             o->join_max_lag_us = 0;
-            if (windows)
+            if (windows) {
+                o->weight = ga_window_period_of(k->correlationId); /* weighed in emit */
                 o->join_max_lag_us = ga_cupti.GetTimestamp ? ga_window_join_max_lag_us(k->start)
                                                           : ga_cfg.window_ms * 500u;
+            }
             if (GA_UNLIKELY(audit)) {
                 /* The full trace is tallied; only windowed launches go on. */
                 bool in = ga_audit_in_window(k->correlationId);

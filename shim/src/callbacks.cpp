@@ -342,6 +342,7 @@ void CUPTIAPI ga_api_callback(void *, CUpti_CallbackDomain domain, CUpti_Callbac
     if (!ga_window_on.load(std::memory_order_relaxed)) return;
     if (GA_UNLIKELY(ga_audit_on())) ga_audit_mark(cd->correlationId);
     ga_stat_launches.fetch_add(1, std::memory_order_relaxed);
+    if (ga_cfg.duty_cycle > 1) ga_window_note_launch(cd->correlationId);
     if (GA_UNLIKELY(!t->inited)) tls_init(t);
 
     uint32_t weight = 0;

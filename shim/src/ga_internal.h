@@ -137,9 +137,16 @@ GA_HIDDEN void ga_window_release_records(bool period_end) noexcept;
 /* Launches no record stands for: after the last window with launches, at a
  * detach or exit. And records fired before their period's end (hold full). */
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_unweighted, ga_stat_held_overflow;
-/* activity.cpp: while windows are on, converted records wait for their period's
- * weight; this fires them with weight_q (x 1024), rounded per record. */
-GA_HIDDEN void ga_activity_fire_held(uint32_t weight_q) noexcept;
+/* Launch callback, in a window: note the launch's period by correlation id.
+ * Conversion: a record's period (its launch's), and that period's weight x 1024
+ * once the period has ended (0 before). */
+GA_HIDDEN void ga_window_note_launch(uint32_t correlation_id) noexcept;
+GA_HIDDEN uint32_t ga_window_period_of(uint32_t correlation_id) noexcept;
+GA_HIDDEN uint32_t ga_window_weight_of(uint32_t period) noexcept;
+/* activity.cpp: while windows are on, converted records whose period has not
+ * ended wait; this fires those whose weight is now known, and with `all` the
+ * rest too, at fallback_q (x 1024; 0: N). */
+GA_HIDDEN void ga_activity_fire_held(bool all, uint32_t fallback_q) noexcept;
 GA_HIDDEN uint32_t ga_window_round_weight(uint32_t weight_q, uint64_t *rng) noexcept;
 static inline bool ga_audit_on(void) noexcept { return ga_cfg.audit_file[0] != 0; }
 GA_HIDDEN void ga_audit_init(void) noexcept;

@@ -182,7 +182,43 @@ static uint32_t period_weight_q(void) {
     return g_last_q;
 }
 
-static uint32_t g_release_q; /* the weight of the period that ended last */
+/* Period numbers. A launch in a window notes its period by correlation id, so
+ * that its record gets that period's weight whenever it completes: a GPU-bound
+ * loop runs tens of ms behind its launches, so records of a late window arrive
+ * after their period ended (released then with the next period's weight, one
+ * H200 torch graph replay read +729 %: that next window caught a sync gap, so
+ * its own launches were few and the weight huge). */
+#define CORR_TAB (1u << 16)
+#define QRING 256u
+static std::atomic<uint32_t> g_period_seq;            /* the current period; 0: none */
+static std::atomic<uint64_t> g_corr_period[CORR_TAB];  /* corr << 32 | period */
+static std::atomic<uint64_t> g_period_q[QRING];        /* period << 32 | weight x WQ */
+
+void ga_window_note_launch(uint32_t correlation_id) noexcept {
+    g_corr_period[correlation_id & (CORR_TAB - 1)].store(
+        (uint64_t)correlation_id << 32 | g_period_seq.load(std::memory_order_relaxed),
+        std::memory_order_relaxed);
+}
+
+uint32_t ga_window_period_of(uint32_t correlation_id) noexcept {
+    uint64_t v = g_corr_period[correlation_id & (CORR_TAB - 1)].load(std::memory_order_relaxed);
+    if ((uint32_t)(v >> 32) == correlation_id && (uint32_t)v) return (uint32_t)v;
+    /* Not noted (or overwritten): the current period's, the likeliest. */
+    return g_period_seq.load(std::memory_order_relaxed);
+}
+
+uint32_t ga_window_weight_of(uint32_t period) noexcept {
+    uint64_t v = g_period_q[period % QRING].load(std::memory_order_acquire);
+    return period && (uint32_t)(v >> 32) == period ? (uint32_t)v : 0;
+}
+
+/* The current period ends: its weight is published, and a new period starts. */
+static void end_period(void) {
+    uint32_t seq = g_period_seq.load(std::memory_order_relaxed);
+    uint32_t q = period_weight_q();
+    if (seq) g_period_q[seq % QRING].store((uint64_t)seq << 32 | q, std::memory_order_release);
+    g_period_seq.store(seq + 1 ? seq + 1 : 1, std::memory_order_relaxed);
+}
 
 static void ratio_snapshot(bool first) {
     if (first) {
@@ -191,10 +227,12 @@ static void ratio_snapshot(bool first) {
         g_carry_all = 0;
         g_last_q = 0;
         ga_window_period_ended = false;
+        uint32_t seq = g_period_seq.load(std::memory_order_relaxed);
+        g_period_seq.store(seq + 1 ? seq + 1 : 1, std::memory_order_relaxed);
         return;
     }
-    /* Counted at the edge itself; the records are released a moment later. */
-    g_release_q = period_weight_q();
+    /* Counted at the edge itself; held records are released a moment later. */
+    end_period();
     ga_window_period_ended = true;
 }
 
@@ -202,15 +240,19 @@ std::atomic<uint64_t> ga_stat_unweighted;
 
 void ga_window_release_records(bool period_end) noexcept {
     if (ga_cfg.duty_cycle <= 1) return;
-    uint32_t q = period_end ? g_release_q : period_weight_q(); /* else: detach or exit */
-    if (!period_end && g_carry_all) {
-        /* Launches after the last window with launches, at a detach or exit:
-         * no record stands for them (at most about one period's worth). */
-        ga_stat_unweighted.fetch_add(g_carry_all, std::memory_order_relaxed);
-        g_carry_all = 0;
+    if (!period_end) {
+        /* A detach or exit: the partial period ends here. Launches after the
+         * last window with launches have no record to stand for them (at most
+         * about one period's worth): counted. */
+        end_period();
+        if (g_carry_all) {
+            ga_stat_unweighted.fetch_add(g_carry_all, std::memory_order_relaxed);
+            g_carry_all = 0;
+        }
     }
     ga_window_period_ended = false;
-    ga_activity_fire_held(q);
+    /* At a detach or exit everything held goes, at the last weight if need be. */
+    ga_activity_fire_held(!period_end, g_last_q);
 }
 
 /* Attach time and time inside windows, for the exit line's window share. */
