@@ -62,6 +62,7 @@ CONFIGS = {
     "shim+agent-callbacks-only-driver": {"GPU_AGENT_DUTY_CYCLE": "100000",
                                          "GPU_AGENT_EXP_CALLBACKS": "driver"},
     "shim+agent-continuous": {"GPU_AGENT_DUTY_CYCLE": "1"},
+    "shim+agent-n20": {"GPU_AGENT_DUTY_CYCLE": "20"},                # windows half as often
 }
 STEPS = {"eager": 100, "mlp": 100, "graph": 500, "compiled": 50}
 # "W-xK": K processes of workload W at once, sharing the GPU. They toggle in step
