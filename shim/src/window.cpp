@@ -207,9 +207,20 @@ uint32_t ga_window_period_of(uint32_t correlation_id) noexcept {
     return g_period_seq.load(std::memory_order_relaxed);
 }
 
-uint32_t ga_window_weight_of(uint32_t period) noexcept {
+static uint32_t published_q(uint32_t period) {
     uint64_t v = g_period_q[period % QRING].load(std::memory_order_acquire);
     return period && (uint32_t)(v >> 32) == period ? (uint32_t)v : 0;
+}
+
+uint32_t ga_window_weight_of(uint32_t period) noexcept {
+    uint32_t cur = g_period_seq.load(std::memory_order_relaxed);
+    /* A period long gone (a stale correlation-id entry) would wait forever: it
+     * takes the last period's weight (N if none). */
+    if (cur - period >= QRING / 2) {
+        uint32_t q = published_q(cur - 1);
+        return q ? q : ga_cfg.duty_cycle * WQ;
+    }
+    return published_q(period);
 }
 
 /* The current period ends: its weight is published, and a new period starts. */
