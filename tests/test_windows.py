@@ -32,12 +32,12 @@ N = 5
 LAUNCHES, RATE = 600_000, 200_000
 
 
-def record(tmp_path, **env):
+def record(tmp_path, *mock_args, **env):
     gt = tmp_path / "truth.tsv"
     out = tmp_path / "w.pb.gz"
     e = mock_env(gt, GPU_AGENT_WINDOW_MS="20", GPU_AGENT_DEBUG="1", **env)
     p = subprocess.run(agent_cmd("record", "--duty-cycle", str(N), "-o", out, "--", MOCK_APP,
-                                 "--bench", str(LAUNCHES), "--rate", str(RATE)),
+                                 "--bench", str(LAUNCHES), "--rate", str(RATE), *mock_args),
                        env=e, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     # Every kernel sample says its numbers are estimates.
@@ -106,21 +106,14 @@ def test_windows_that_slow_launches_do_not_bias_the_estimate(tmp_path, built):
     must be well short of the truth,
     and the ratio-weighted estimate must still land on it."""
     need_ebpf()
-    gt = tmp_path / "truth.tsv"
-    out = tmp_path / "slow.pb.gz"
-    e = mock_env(gt, GPU_AGENT_WINDOW_MS="20", GPU_AGENT_DEBUG="1",
-                 MOCK_CUPTI_ACTIVITY_LAUNCH_NS="8000")
-    p = subprocess.run(agent_cmd("record", "--duty-cycle", str(N), "-o", out, "--", MOCK_APP,
-                                 "--bench", str(LAUNCHES), "--rate", str(RATE)),
-                       env=e, capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    true_launches = ground_truth(gt)[KERNEL][0]
-    windowed = shim_exit_stats(p.stderr)["launches"]
+    prof, truth, err = record(tmp_path, MOCK_CUPTI_ACTIVITY_LAUNCH_NS="8000")
+    true_launches = truth[KERNEL][0]
+    windowed = shim_exit_stats(err)["launches"]
     assert N * windowed < 0.75 * true_launches, (windowed, true_launches)  # the bias is there
     # The paced loop catches up after each window, so single periods differ; over
     # whole periods the ratio holds (-0.3 to -2.5 % on this 3 s run, where the
     # former rate-based weight read -0.2 to +5.5 %).
-    est_launches = kernel_totals(out)[KERNEL][1]
+    est_launches = prof[KERNEL][1]
     assert abs(est_launches / true_launches - 1) < 0.05, (est_launches, true_launches)
 
 
@@ -132,18 +125,11 @@ def test_a_job_whose_launch_rate_changes_is_weighed_period_by_period(tmp_path, b
     +0.4 % (rates since attach). Each period's records weighed by that period's
     own launches / windowed launches land within a few hundredths of a percent."""
     need_ebpf()
-    gt = tmp_path / "truth.tsv"
-    out = tmp_path / "phase.pb.gz"
-    e = mock_env(gt, GPU_AGENT_WINDOW_MS="20", GPU_AGENT_DEBUG="1",
-                 MOCK_CUPTI_ACTIVITY_LAUNCH_NS="8000")
-    p = subprocess.run(agent_cmd("record", "--duty-cycle", str(N), "-o", out, "--", MOCK_APP,
-                                 "--bench", str(LAUNCHES), "--rate", str(RATE),
-                                 "--warm", "40000", "--warm-rate", "20000"),
-                       env=e, capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    true_launches = ground_truth(gt)[KERNEL][0]
-    after_last = int(re.search(r"(\d+) after the last window", p.stderr).group(1))
-    est_launches = kernel_totals(out)[KERNEL][1]
+    prof, truth, err = record(tmp_path, "--warm", "40000", "--warm-rate", "20000",
+                              MOCK_CUPTI_ACTIVITY_LAUNCH_NS="8000")
+    true_launches = truth[KERNEL][0]
+    after_last = int(re.search(r"(\d+) after the last window", err).group(1))
+    est_launches = prof[KERNEL][1]
     assert abs((est_launches + after_last) / true_launches - 1) < 0.005, (est_launches, after_last, true_launches)
 
 
