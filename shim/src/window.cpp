@@ -48,13 +48,13 @@ static uint64_t splitmix(uint64_t *s) {
 
 static uint64_t slot_ns(void) { return (uint64_t)ga_cfg.window_ms * 1000000ull; }
 
-static void ratio_snapshot(bool first);
+static void period_edge(bool first);
 bool ga_window_period_ended; /* set at a period's end; the poller releases its records */
 
 static void new_period(uint64_t start, bool first) {
     g_period_start_ns = start;
     g_on_slot = (unsigned)(splitmix(&g_rng) % ga_cfg.duty_cycle);
-    ratio_snapshot(first);
+    period_edge(first);
 }
 
 void ga_window_begin(uint64_t now_ns) noexcept {
@@ -148,15 +148,16 @@ uint32_t ga_window_join_max_lag_us(uint64_t start_ns) noexcept {
  * second) / (windowed launches per window second) carried the run's window share
  * (-3.7 % and +4.3 % on graph replays of 40-81 windows), and the ratio of counts
  * over past periods read -5.2 % and +70 % on torch graph replays (a start-up
- * period whose window caught few of its launches fits that). A period whose window saw no launch carries
- * its launches to the next period that has windowed launches (they would be
- * lost otherwise). The weight is fixed point, x WQ, rounded per record without
+ * period whose window caught few of its launches fits that). A period whose
+ * window saw no launch carries its launches to the next period that has
+ * windowed launches (they would be lost otherwise). The weight is fixed point, x WQ, rounded per record without
  * bias (ga_window_round_weight). */
 #define WQ 1024u
 std::atomic<uint64_t> ga_launch_seq;
 /* Poller thread only (and at detach/exit): the counts at the current period's
  * start, the launches carried from periods whose window saw none, the last
- * weight (for records that arrive after their period was released). */
+ * period's weight (for a period with no windowed launch, and for what is still
+ * held at a detach or exit). */
 static uint64_t g_snap_all, g_snap_in, g_carry_all;
 static uint32_t g_last_q;
 
@@ -223,23 +224,25 @@ uint32_t ga_window_weight_of(uint32_t period) noexcept {
     return published_q(period);
 }
 
-/* The current period ends: its weight is published, and a new period starts. */
-static void end_period(void) {
+/* The current period ends (first: nothing ended, at attach): its weight is
+ * published, and a new period starts (numbers skip 0, "no period"). */
+static void end_period(bool first = false) {
     uint32_t seq = g_period_seq.load(std::memory_order_relaxed);
-    uint32_t q = period_weight_q();
-    if (seq) g_period_q[seq % QRING].store((uint64_t)seq << 32 | q, std::memory_order_release);
+    if (!first && seq) {
+        uint32_t q = period_weight_q();
+        g_period_q[seq % QRING].store((uint64_t)seq << 32 | q, std::memory_order_release);
+    }
     g_period_seq.store(seq + 1 ? seq + 1 : 1, std::memory_order_relaxed);
 }
 
-static void ratio_snapshot(bool first) {
+static void period_edge(bool first) {
     if (first) {
         g_snap_all = ga_launch_seq.load(std::memory_order_relaxed);
         g_snap_in = ga_stat_launches.load(std::memory_order_relaxed);
         g_carry_all = 0;
         g_last_q = 0;
         ga_window_period_ended = false;
-        uint32_t seq = g_period_seq.load(std::memory_order_relaxed);
-        g_period_seq.store(seq + 1 ? seq + 1 : 1, std::memory_order_relaxed);
+        end_period(true);
         return;
     }
     /* Counted at the edge itself; held records are released a moment later. */
