@@ -61,23 +61,27 @@ BPF_TABLE("lru_hash", struct ga_stack_key, struct ga_stack, stacks, GA_STACK_ENT
 BPF_TABLE("lru_hash", struct ga_node_key, struct ga_node_val, node_stacks, GA_NODE_ENTRIES);
 
 /* kernel_totals and kernel_sampled of the contract, twice: generation g
- * writes totals<g>/sampled<g>. Per-CPU so the hot path needs no atomics; the
- * agent sums CPUs. No prealloc: a preallocated per-CPU map costs
- * entries * ncpus * 32 bytes up front. */
-BPF_F_TABLE("percpu_hash", struct ga_agg_key, struct ga_agg_val, totals0,
+ * writes totals<g>/sampled<g>. Shared (not per-CPU) values, added atomically
+ * (agg_slot): kernel_batch runs once per batch of up to 1024 records, so an
+ * atomic add costs nothing that matters. Not per-CPU because a per-CPU element
+ * is allocated from the percpu allocator, which in a BPF program cannot
+ * populate new pages: a burst of new keys (thousands of new graphs at once)
+ * failed with ENOMEM (tests/test_graphs.py, 10k graph churn). No prealloc: the
+ * maps hold what the node runs, not entries * 80 bytes up front. */
+BPF_F_TABLE("hash", struct ga_agg_key, struct ga_agg_val, totals0,
             GA_AGG_ENTRIES, BPF_F_NO_PREALLOC);
-BPF_F_TABLE("percpu_hash", struct ga_agg_key, struct ga_agg_val, totals1,
+BPF_F_TABLE("hash", struct ga_agg_key, struct ga_agg_val, totals1,
             GA_AGG_ENTRIES, BPF_F_NO_PREALLOC);
-BPF_F_TABLE("percpu_hash", struct ga_agg_key, struct ga_agg_val, sampled0,
+BPF_F_TABLE("hash", struct ga_agg_key, struct ga_agg_val, sampled0,
             GA_SAMPLED_ENTRIES, BPF_F_NO_PREALLOC);
-BPF_F_TABLE("percpu_hash", struct ga_agg_key, struct ga_agg_val, sampled1,
+BPF_F_TABLE("hash", struct ga_agg_key, struct ga_agg_val, sampled1,
             GA_SAMPLED_ENTRIES, BPF_F_NO_PREALLOC);
 
 /* Launch-to-start latency histogram (struct ga_lat_key -> ga_lat_val), in the
  * same two generations. */
-BPF_F_TABLE("percpu_hash", struct ga_lat_key, struct ga_lat_val, latency0, GA_LAT_ENTRIES,
+BPF_F_TABLE("hash", struct ga_lat_key, struct ga_lat_val, latency0, GA_LAT_ENTRIES,
             BPF_F_NO_PREALLOC);
-BPF_F_TABLE("percpu_hash", struct ga_lat_key, struct ga_lat_val, latency1, GA_LAT_ENTRIES,
+BPF_F_TABLE("hash", struct ga_lat_key, struct ga_lat_val, latency1, GA_LAT_ENTRIES,
             BPF_F_NO_PREALLOC);
 
 /* The same maps, reached by index from kernel_batch (set by the agent at open):
@@ -283,17 +287,43 @@ struct batch_ctx {
     void *latency;
 };
 
+/* The value of key in map, inserted as zeros if absent; NULL (counted) if the
+ * map is full. Insert-then-lookup rather than insert-with-the-values: two
+ * batches of one process (the poller's and a flush from an app thread) may
+ * race on a new key, and BPF_NOEXIST plus atomic adds keeps both. */
+static __always_inline void *agg_slot(void *map, void *key, void *zero)
+{
+    void *v = bpf_map_lookup_elem(map, key);
+    if (v)
+        return v;
+    bpf_map_update_elem(map, key, zero, BPF_NOEXIST);
+    v = bpf_map_lookup_elem(map, key);
+    if (!v)
+        count(GA_DROP_AGG_FULL, 1);
+    return v;
+}
+
 static __always_inline void lat_add(struct batch_ctx *bc, struct ga_lat_key *k, u64 lat)
 {
-    struct ga_lat_val *v = bpf_map_lookup_elem(bc->latency, k);
-    if (v) {
-        v->count += 1;
-        v->sum_ns += lat;
+    struct ga_lat_val zero = {};
+    struct ga_lat_val *v = agg_slot(bc->latency, k, &zero);
+    if (!v)
         return;
-    }
-    struct ga_lat_val nv = {.count = 1, .sum_ns = lat};
-    if (bpf_map_update_elem(bc->latency, k, &nv, BPF_ANY) != 0)
-        count(GA_DROP_AGG_FULL, 1);
+    __sync_fetch_and_add(&v->count, 1);
+    __sync_fetch_and_add(&v->sum_ns, lat);
+}
+
+static __always_inline int agg_add(void *map, struct ga_agg_key *k, u64 ns, u64 w)
+{
+    struct ga_agg_val zero = {};
+    struct ga_agg_val *v = agg_slot(map, k, &zero);
+    if (!v)
+        return -1;
+    __sync_fetch_and_add(&v->gpu_ns, ns);
+    __sync_fetch_and_add(&v->launches, 1);
+    __sync_fetch_and_add(&v->weighted_ns, ns * w);
+    __sync_fetch_and_add(&v->weighted_launches, w);
+    return 0;
 }
 
 /* floor(log2(x)) for x > 0; 0 for 0. Branch-free: inside the batch loop every
@@ -362,20 +392,8 @@ static __always_inline int batch_one(u32 i, struct batch_ctx *bc)
     k.graph_flags = (u32)(has_node * (GA_AGG_NODE_UNKNOWN - found));
     /* The record's window weight; 0 (an older shim) counts as 1, branch-free. */
     u64 rw = (u64)r.weight + (r.weight == 0);
-    struct ga_agg_val *v = bpf_map_lookup_elem(bc->totals, &k);
-    if (v) {
-        v->gpu_ns += ns;
-        v->launches += 1;
-        v->weighted_ns += ns * rw;
-        v->weighted_launches += rw;
-    } else {
-        struct ga_agg_val nv = {.gpu_ns = ns, .launches = 1, .weighted_ns = ns * rw,
-                                .weighted_launches = rw};
-        if (bpf_map_update_elem(bc->totals, &k, &nv, BPF_ANY) != 0) {
-            count(GA_DROP_AGG_FULL, 1);
-            return 0;
-        }
-    }
+    if (agg_add(bc->totals, &k, ns, rw) != 0)
+        return 0;
     count(GA_CNT_KERNELS, 1);
     /* 1 if captured, 2 if unknown: each counter gets its own share. */
     count(GA_CNT_GRAPH_ATTRIBUTED, k.graph_flags & GA_AGG_CAPTURED);
@@ -396,19 +414,7 @@ static __always_inline int batch_one(u32 i, struct batch_ctx *bc)
         return 0;
     }
     k.stack_id = cv->stack_id;
-    u64 w = cv->weight;
-    v = bpf_map_lookup_elem(bc->sampled, &k);
-    if (v) {
-        v->gpu_ns += ns;
-        v->launches += 1;
-        v->weighted_ns += ns * w;
-        v->weighted_launches += w;
-    } else {
-        struct ga_agg_val nv = {.gpu_ns = ns, .launches = 1,
-                                .weighted_ns = ns * w, .weighted_launches = w};
-        if (bpf_map_update_elem(bc->sampled, &k, &nv, BPF_ANY) != 0)
-            count(GA_DROP_AGG_FULL, 1);
-    }
+    agg_add(bc->sampled, &k, ns, cv->weight);
     latency_one(bc, &r, launch_ns);
     return 0;
 }

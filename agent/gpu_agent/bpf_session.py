@@ -34,7 +34,7 @@ set it writes. drain():
      one batch takes microseconds, so that is a practical grace period, not a
      guarantee; agent_barrier_fallbacks counts it;
   3. reads and deletes the whole old set (BPF_MAP_LOOKUP_AND_DELETE_BATCH),
-     which nobody writes any more. Per-CPU values are summed here.
+     which nobody writes any more.
 A drain that fails half-way leaves keys in the old set; the next drain flips
 writes back onto them and the one after drains them: nothing is lost.
 
@@ -539,12 +539,12 @@ class BpfSession:
     def _drain_map(self, table) -> dict[AggKey, AggVal]:
         out: dict[AggKey, AggVal] = {}
         nfields = len(C.AggValC._fields_)
-        stride = nfields * self._ncpu  # u64 per key: per-CPU values, each 8-aligned
+        stride = nfields  # u64 per key
 
         def add(key: C.AggKeyC, vals: memoryview) -> None:
             k = AggKey(key.tgid, key.device_id, key.stream_id, key.graph_id, key.kernel_id,
                        key.stack_id, key.capture_stack_id, key.graph_flags)
-            v = AggVal(*(sum(vals[i::nfields]) for i in range(nfields)))
+            v = AggVal(*vals)
             old = out.get(k)
             out[k] = v if old is None else AggVal(*(a + b for a, b in zip(old, v)))
 
@@ -556,7 +556,7 @@ class BpfSession:
 
     def _drain_latency(self, table) -> dict:
         out: dict = {}
-        stride = 2 * self._ncpu  # per-CPU ga_lat_val {count, sum_ns}
+        stride = 2  # ga_lat_val {count, sum_ns}
 
         def add(key: C.LatKey, vals: memoryview) -> None:
             if key.bucket >= C.LAT_BUCKETS:
@@ -564,8 +564,8 @@ class BpfSession:
             acc = out.get((key.tgid, key.device_id))
             if acc is None:
                 acc = out[(key.tgid, key.device_id)] = [[0] * C.LAT_BUCKETS, 0]
-            acc[0][key.bucket] += sum(vals[0::2])
-            acc[1] += sum(vals[1::2])
+            acc[0][key.bucket] += vals[0]
+            acc[1] += vals[1]
 
         try:
             self._drain_batch(table.map_fd, stride, add, C.LatKey)

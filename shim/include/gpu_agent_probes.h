@@ -170,7 +170,7 @@ struct ga_node_val {
     ga_u64 stack_id;        /* a key of `stacks` (and py_stacks) */
 };
 
-/* kernel_totals (stack_id = 0) and kernel_sampled: per-CPU hash maps (the
+/* kernel_totals (stack_id = 0) and kernel_sampled: hash maps, added to atomically (the
  * BPF program keeps two generations of each and the agent drains the one no
  * program writes; names totals<g>/sampled<g> there, same keys and values).
  * totals hold every collected kernel's GPU ns and launches (exact), and in
@@ -204,7 +204,7 @@ struct ga_agg_val {
     ga_u64 weighted_launches;
 };
 
-/* latency0/1: per-CPU hashes, generation-flipped like the aggregation maps:
+/* latency0/1: hashes, generation-flipped like the aggregation maps:
  * (tgid, device, bucket) -> launches whose kernel started start_ns - launch_ns
  * in [2^bucket, 2^(bucket+1)) ns after the launch (bucket 0 also holds 0 ns),
  * and the sum of those latencies. Sampled launches only, and not graph
