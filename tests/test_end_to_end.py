@@ -95,20 +95,23 @@ def test_labels_and_long_names(all_paths_profile):
 
 
 def test_removing_one_cbid_subscription_fails_the_path_check(tmp_path, built):
-    """Guard: a shim built without cuLaunchKernel's callback loses that path's stacks."""
+    """Guard: a shim built without cuLaunchKernel's callback loses that path's stacks,
+    and the runtime launch's too: the shim counts and samples runtime launches at the
+    driver launch under them (the driver domain's callbacks only)."""
     need_ebpf()
     variant = tmp_path / "libgpu_agent_shim.so"
     subprocess.run(["make", "-s", "-C", str(REPO), f"SHIM={variant}", "SHIM_DEFS=-DGA_OMIT_CBID=307",
                     str(variant)], check=True, capture_output=True, timeout=300)
-    proc, out = record(tmp_path, "--paths", "cuLaunchKernel,cudaLaunchKernel", "--iters", "50",
-                       shim=variant)
+    proc, out = record(tmp_path, "--paths", "cuLaunchKernel,cudaLaunchKernel,cuLaunchKernelEx",
+                       "--iters", "50", shim=variant)
     assert proc.returncode == 0, proc.stderr
     samples = raw(out)
-    assert_path_attributed(samples, "cudaLaunchKernel")  # the runtime path still works
-    with pytest.raises(AssertionError, match="no stack contains launch_cuLaunchKernel"):
-        assert_path_attributed(samples, "cuLaunchKernel")
-    # ...and its time is still there, under [unsampled], never dropped.
-    assert any(s.frames[:2] == ["k_cuLaunchKernel(float*, int)", "[unsampled]"] for s in samples)
+    assert_path_attributed(samples, "cuLaunchKernelEx")  # another driver entry still works
+    for path in ("cuLaunchKernel", "cudaLaunchKernel"):
+        with pytest.raises(AssertionError, match=f"no stack contains launch_{path}"):
+            assert_path_attributed(samples, path)
+        # ...and its time is still there, under [unsampled], never dropped.
+        assert any(s.frames[:2] == [f"k_{path}(float*, int)", "[unsampled]"] for s in samples)
 
 
 def test_record_returns_the_commands_exit_code(tmp_path, built):

@@ -36,8 +36,9 @@ struct ga_config {
                                    * against detached; 0 = off */
     uint32_t exp_cb_windowed;     /* GPU_AGENT_EXP_CALLBACKS=windowed: launch callbacks
                                    * follow the windows (records then weigh N) */
-    uint32_t exp_cb_driver_only;  /* GPU_AGENT_EXP_CALLBACKS=driver: only the driver
-                                   * domain's launch callbacks */
+    uint32_t exp_cb_runtime;      /* GPU_AGENT_EXP_CALLBACKS=runtime: the runtime
+                                   * domain's launch callbacks too (the default until
+                                   * 2026-11-22; see set_launch_cbids) */
 };
 GA_HIDDEN extern ga_config ga_cfg;
 

@@ -37,7 +37,9 @@ static const struct ga_launch_cbid all_cbids[] = {
 #if CUPTI_API_VERSION >= 130000
     /* CUDA 13 routes `kernel<<<...>>>` through these; their params layout is not
      * published, so they never give a forced first-launch key (launch_key -> 0),
-     * only random samples. The driver launch under them is deduplicated as usual. */
+     * only random samples. The driver launch under them is deduplicated as usual.
+     * (The runtime entries are enabled only by GPU_AGENT_EXP_CALLBACKS=runtime; by
+     * default the driver launch under every runtime launch is what counts.) */
     RT(__cudaLaunchKernel, __cudaLaunchKernel_v13000, GA_LK_FUNC),
     RT(__cudaLaunchKernel_ptsz, __cudaLaunchKernel_ptsz_v13000, GA_LK_FUNC),
 #endif

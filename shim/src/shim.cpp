@@ -164,7 +164,7 @@ static void common_init(void) {
     }
     const char *cbs = getenv("GPU_AGENT_EXP_CALLBACKS");
     if (cbs && !strcmp(cbs, "windowed")) ga_cfg.exp_cb_windowed = 1;
-    else if (cbs && !strcmp(cbs, "driver")) ga_cfg.exp_cb_driver_only = 1;
+    else if (cbs && !strcmp(cbs, "runtime")) ga_cfg.exp_cb_runtime = 1;
     else if (cbs && *cbs) note_bad(bad, sizeof(bad), "GPU_AGENT_EXP_CALLBACKS", cbs);
     const char *audit = getenv("GPU_AGENT_AUDIT_FILE");
     if (audit && *audit) {
@@ -248,12 +248,19 @@ static void handle_failure(const char *what, CUptiResult r) {
     disable_forever();
 }
 
-/* Launch callbacks on or off. Unsupported ids (an older CUPTI) are skipped. */
+/* Launch callbacks on or off. Unsupported ids (an older CUPTI) are skipped.
+ * Only the driver domain's: every runtime launch calls a driver launch, which
+ * fires its own callback with the same correlation id, so the driver domain alone
+ * sees every launch once, at half the callbacks of both domains. On the H200 the
+ * runtime domain on top cost eager PyTorch about 1.5 points, and its per-thread
+ * deduplication miscounted CUDA 13's launches (in-window launch counts 1.4-2.2x
+ * the kernel records, against 1.0006x with the driver domain alone):
+ * docs/benchmarks.md section 10. */
 static CUptiResult set_launch_cbids(bool on) {
     for (unsigned i = 0; i < ga_launch_cbid_count; i++) {
         const ga_launch_cbid *e = &ga_launch_cbids[i];
         if (ga_launch_cbid_omitted(e)) continue;
-        if (ga_cfg.exp_cb_driver_only && e->domain != CUPTI_CB_DOMAIN_DRIVER_API) continue;
+        if (!ga_cfg.exp_cb_runtime && e->domain != CUPTI_CB_DOMAIN_DRIVER_API) continue;
         CUptiResult r = ga_cupti.EnableCallback(on ? 1 : 0, g_sub, e->domain, e->cbid);
         if (r == CUPTI_ERROR_INVALID_PARAMETER) {
             if (on) ga_debug("callback %s (%u) not supported by this CUPTI", e->name, (unsigned)e->cbid);
