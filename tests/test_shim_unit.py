@@ -326,7 +326,7 @@ def test_agent_present_at_start_sees_the_first_launch_and_every_kernel(shim, too
     assert p.returncode == 0, err
     assert "FAKE subscribe" in err
     assert res["state"] == "1" and c(res, C_ATTACHES) == 1
-    # A runtime launch and the driver launch under it count once.
+    # A runtime launch counts once, at the driver launch under it.
     assert c(res, C_LAUNCHES) == 2000
     # First launch of each function forced (weight 1); the rest ~1/16.
     assert c(res, C_FORCED) == 2
@@ -389,19 +389,37 @@ def test_cupti_errors_are_handled(shim, tools, code, state):
     assert res["state"] == state and c(res, C_ATTACHES) == 0
 
 
+def test_runtime_domain_experiment_counts_each_launch_once(shim, tools):
+    """GPU_AGENT_EXP_CALLBACKS=runtime (benchmarks): both domains' callbacks fire for
+    a runtime launch; the pair still counts once."""
+    agent = Agent(shim)
+    env = clean_env(CUDA_INJECTION64_PATH=str(shim), GPU_AGENT_CUPTI_PATH=str(tools["fakecupti"]),
+                    FAKE_CUPTI=str(tools["fakecupti"]), GPU_AGENT_EXP_CALLBACKS="runtime")
+    try:
+        res, err, p = run([tools["harness"], "launch", "400", "0"], env)
+    finally:
+        got = agent.stop()
+    assert p.returncode == 0, err
+    assert c(res, C_LAUNCHES) == 400 and got["records"] == 400
+
+
 def test_omitting_one_cbid_at_build_time_loses_that_path(shim, tools):
     variant = tools["dir"] / "omit" / "libgpu_agent_shim.so"
     variant.parent.mkdir(exist_ok=True)
     subprocess.run(["make", "-s", "-C", str(REPO), f"SHIM={variant}", "SHIM_DEFS=-DGA_OMIT_CBID=307", str(variant)],
                    check=True, capture_output=True, timeout=300)
-    agent = Agent(variant)
-    env = clean_env(CUDA_INJECTION64_PATH=str(variant), GPU_AGENT_CUPTI_PATH=str(tools["fakecupti"]),
-                    FAKE_CUPTI=str(tools["fakecupti"]))
-    try:
-        res, err, p = run([tools["harness"], "launch", "200", "0"], env)
-    finally:
-        got = agent.stop()
-    assert p.returncode == 0, err
-    # Only the 100 cudaLaunchKernel launches are seen; the 100 plain cuLaunchKernel ones are not.
-    assert c(res, C_LAUNCHES) == 100
-    assert got["records"] == 200  # totals do not depend on callbacks
+    # Launches are counted at the driver's callbacks only, so without cuLaunchKernel's
+    # neither the 100 plain cuLaunchKernel launches nor the 100 cudaLaunchKernel ones
+    # (a cuLaunchKernel under each) are seen; with the runtime domain's callbacks too
+    # (GPU_AGENT_EXP_CALLBACKS=runtime) the cudaLaunchKernel ones are.
+    for extra, seen in (({}, 0), ({"GPU_AGENT_EXP_CALLBACKS": "runtime"}, 100)):
+        agent = Agent(variant)
+        env = clean_env(CUDA_INJECTION64_PATH=str(variant), GPU_AGENT_CUPTI_PATH=str(tools["fakecupti"]),
+                        FAKE_CUPTI=str(tools["fakecupti"]), **extra)
+        try:
+            res, err, p = run([tools["harness"], "launch", "200", "0"], env)
+        finally:
+            got = agent.stop()
+        assert p.returncode == 0, err
+        assert c(res, C_LAUNCHES) == seen, extra
+        assert got["records"] == 200  # totals do not depend on callbacks

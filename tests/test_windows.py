@@ -32,12 +32,13 @@ N = 5
 LAUNCHES, RATE = 600_000, 200_000
 
 
-def record(tmp_path, *mock_args, **env):
+def record(tmp_path, *mock_args, shim=None, **env):
     gt = tmp_path / "truth.tsv"
     out = tmp_path / "w.pb.gz"
     e = mock_env(gt, GPU_AGENT_WINDOW_MS="20", GPU_AGENT_DEBUG="1", **env)
-    p = subprocess.run(agent_cmd("record", "--duty-cycle", str(N), "-o", out, "--", MOCK_APP,
-                                 "--bench", str(LAUNCHES), "--rate", str(RATE), *mock_args),
+    shim_args = ["--shim", shim] if shim else []
+    p = subprocess.run(agent_cmd("record", "--duty-cycle", str(N), *shim_args, "-o", out, "--",
+                                 MOCK_APP, "--bench", str(LAUNCHES), "--rate", str(RATE), *mock_args),
                        env=e, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     # Every kernel sample says its numbers are estimates.
@@ -58,9 +59,10 @@ def kernel_totals(profile) -> dict[str, list[int]]:
 
 
 def shim_exit_stats(stderr: str) -> dict[str, int]:
-    m = re.search(r"exit \(pid \d+\): (\d+) launches collected, (\d+) kernel records, (\d+) windows", stderr)
+    m = re.search(r"exit \(pid \d+\): (\d+) launches collected, (\d+) kernel records, (\d+) windows"
+                  r".*, (\d+) records of unseen launches", stderr)
     assert m, stderr[-2000:]
-    return dict(zip(("launches", "records", "windows"), map(int, m.groups())))
+    return dict(zip(("launches", "records", "windows", "unseen"), map(int, m.groups())))
 
 
 def test_audit_estimate_lands_on_the_full_trace_of_the_same_run(tmp_path, built):
@@ -93,6 +95,7 @@ def test_outside_windows_nothing_is_collected_and_the_estimate_is_right(tmp_path
     assert 0.6 / N < st["launches"] / true_launches < 1.4 / N, (st, true_launches)
     assert 0.6 / N < st["records"] / true_launches < 1.4 / N, (st, true_launches)
     assert st["windows"] >= 10, st
+    assert st["unseen"] == 0, st  # every windowed record's launch was counted
     est_ns, est_launches = prof[KERNEL]
     assert abs(est_launches / true_launches - 1) < 0.03, (est_launches, true_launches)
     assert abs(est_ns / truth[KERNEL][1] - 1) < 0.05
@@ -115,6 +118,25 @@ def test_windows_that_slow_launches_do_not_bias_the_estimate(tmp_path, built):
     # former rate-based weight read -0.2 to +5.5 %).
     est_launches = prof[KERNEL][1]
     assert abs(est_launches / true_launches - 1) < 0.05, (est_launches, true_launches)
+
+
+def test_launches_no_callback_sees_are_counted_and_weigh_n(tmp_path, built):
+    """A launch path that fires no launch callback (here: a shim built without
+    cuLaunchKernel's, the mock bench's path) still has its kernels traced in
+    windows. The shim says how many such records it weighed (exit line, counter
+    27), and with no launch counted at all the weights fall back to N: the
+    estimate is N x the windowed records, on the truth for this steady loop."""
+    need_ebpf()
+    variant = tmp_path / "libgpu_agent_shim.so"
+    subprocess.run(["make", "-s", "-C", str(REPO), f"SHIM={variant}", "SHIM_DEFS=-DGA_OMIT_CBID=307",
+                    str(variant)], check=True, capture_output=True, timeout=300)
+    prof, truth, err = record(tmp_path, shim=str(variant))
+    st = shim_exit_stats(err)
+    assert st["launches"] == 0 and st["records"] > 0, st
+    assert st["unseen"] == st["records"], st
+    est_launches = prof[KERNEL][1]
+    assert est_launches == N * st["records"], (est_launches, st)
+    assert abs(est_launches / truth[KERNEL][0] - 1) < 0.15, (est_launches, truth[KERNEL])
 
 
 def test_a_job_whose_launch_rate_changes_is_weighed_period_by_period(tmp_path, built):

@@ -9,7 +9,7 @@
 # diag:     eager launches in windows vs truth; which CUPTI switch costs what.
 # interval: per-interval scatter of `gpu-agent run` (interval_accuracy.py).
 # weights:  the duty-cycled estimate against exact launch counts (eager adds, driver
-#           graph, torch graph), ROUNDS runs each; profiles left in OUT_DIR.
+#           graph, torch graph; eager MLP per step), ROUNDS runs each; profiles in OUT_DIR.
 # ab:       in-process A/B (bench/gpu/ab_overhead.py): attached against detached in one
 #           process; AB_WORKLOADS, AB_CONFIGS, AB_SECONDS, AB_TOGGLE override the defaults.
 # overhead: ROUNDS interleaved rounds of run_overhead.py, appended to
@@ -145,6 +145,9 @@ if [[ ",$mode," == *,weights,* ]]; then
             -- "$dg" 200000 --bench 2>&1 | grep -E "exit \(|windows \("
         GPU_AGENT_DEBUG=1 python3 -m gpu_agent record --duty-cycle 10 -o "$out/graph-$tag$i.pb.gz" \
             -- python3 bench/gpu/overhead.py graph --steps 40000 2>&1 | grep -E "exit \(|windows \("
+        # Eager MLP: cuBLAS launches (callbacks saw 27-82 % of them in the A/B runs).
+        GPU_AGENT_DEBUG=1 python3 -m gpu_agent record --duty-cycle 10 -o "$out/mlp-$tag$i.pb.gz" \
+            -- python3 bench/gpu/overhead.py mlp --steps 20000 2>&1 | grep -E "exit \(|windows \("
         python3 - "$out" "$tag$i" <<'PY'
 import sys, window_fidelity as W
 from pathlib import Path
@@ -159,6 +162,9 @@ r = 200000 // 4 + 1 + 5 * 200000  # driver_graph --bench: warm-up + 5 repeats
 rep("driver graph", out / f"dg-{run}.pb.gz", {"scale_kernel": 3 * r, "bias_kernel": r})
 g = 40000 // 4 + 5 * 40000        # overhead.py graph: warm-up + 5 repeats, 6 layers
 rep("torch graph", out / f"graph-{run}.pb.gz", {"nvjet": 6 * g, "GeluCUDAKernel": 6 * g})
+m = 20000 // 4 + 5 * 20000        # overhead.py mlp: warm-up + 5 repeats, 6 layers
+for name, (ns, n) in sorted(W.profile_kernels(out / f"mlp-{run}.pb.gz").items(), key=lambda kv: -kv[1][1])[:4]:
+    print(f"{run} eager mlp: {name[:40]} {n} launches estimated, {n / m:.3f} per step (6 expected)")
 PY
     done
 fi

@@ -104,12 +104,9 @@ static bool seen_first(uintptr_t key) {
     return false;
 }
 
-/* ---- address ranges whose leading frames are dropped (shim, libcupti, libcuda) ----
- * The launch callback fires inside the driver's launch entry point, so a stack
- * starts with CUPTI's and the driver's own frames; it should start where the
- * app (or libcudart, for a runtime launch) called the driver. */
+/* ---- address ranges whose leading frames are dropped (shim, libcupti) ---- */
 struct range { uintptr_t lo, hi; };
-static range skip_ranges[3];
+static range skip_ranges[2];
 static unsigned n_skip_ranges;
 
 struct range_ctx { uintptr_t addr; range r; bool found; };
@@ -137,7 +134,7 @@ static void add_range_of(const void *addr) {
     range_ctx c;
     c.addr = (uintptr_t)addr;
     c.found = false;
-    if (addr && dl_iterate_phdr(find_range, &c) && c.found && n_skip_ranges < 3)
+    if (addr && dl_iterate_phdr(find_range, &c) && c.found && n_skip_ranges < 2)
         skip_ranges[n_skip_ranges++] = c.r;
 }
 
@@ -145,11 +142,9 @@ void ga_compute_skip_ranges(void) noexcept {
     if (n_skip_ranges) return;
     add_range_of((const void *)&ga_api_callback);
     add_range_of((const void *)ga_cupti.Subscribe);
-    /* CUPTI has loaded the driver; NOLOAD finds it by soname, whatever its path. */
-    if (void *cuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD)) {
-        add_range_of(dlsym(cuda, "cuLaunchKernel"));
-        dlclose(cuda);
-    }
+    /* The driver's frames stay: the callback fires in the driver's launch entry,
+     * and its name (cuLaunchKernel, cuGraphLaunch, ...) says how the kernel was
+     * launched, under libcudart's frames for a runtime launch. */
 }
 
 static inline bool in_skip_range(uintptr_t ip) {

@@ -137,7 +137,7 @@ GA_HIDDEN extern bool ga_window_period_ended;
 GA_HIDDEN void ga_window_release_records(bool period_end) noexcept;
 /* Launches no record stands for: after the last window with launches, at a
  * detach or exit. And records fired before their period's end (hold full). */
-GA_HIDDEN extern std::atomic<uint64_t> ga_stat_unweighted, ga_stat_held_overflow;
+GA_HIDDEN extern std::atomic<uint64_t> ga_stat_unweighted, ga_stat_held_overflow, ga_stat_unseen;
 /* Launch callback, in a window: note the launch's period by correlation id.
  * Conversion: a record's period (its launch's), and that period's weight x 1024
  * once the period has ended (0 before). */

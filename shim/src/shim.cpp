@@ -598,11 +598,11 @@ static void at_exit_handler(void) {
     }
     ga_debug("exit (pid %d): %llu launches collected, %llu kernel records, %llu windows, "
              "%llu launches seen while attached, %llu after the last window, %llu records "
-             "weighted early",
+             "weighted early, %llu records of unseen launches",
              (int)getpid(), (unsigned long long)ga_stat_launches.load(),
              (unsigned long long)ga_stat_records.load(), (unsigned long long)g_stat_windows.load(),
              (unsigned long long)ga_launch_seq.load(), (unsigned long long)ga_stat_unweighted.load(),
-             (unsigned long long)ga_stat_held_overflow.load());
+             (unsigned long long)ga_stat_held_overflow.load(), (unsigned long long)ga_stat_unseen.load());
     uint64_t attached_at = ga_window_attached_at();
     if (attached_at && ga_cfg.duty_cycle > 1)
         ga_debug("windows (pid %d): open %.3f %% of %.1f s attached (1/N = %.3f %%); activity "
@@ -694,7 +694,8 @@ extern "C" GA_EXPORT int gpu_agent_shim_state(void) { return g_state.load(); }
  * node ids waiting for a flush, 22 destroys dropped (queue full), 23 collection
  * windows opened, 24 inside a window now (0/1), 25 launches no windowed record
  * stands for (after the last window, at a detach or exit), 26 windowed records
- * fired before their period's end (the hold was full). */
+ * fired before their period's end (the hold was full), 27 windowed records whose
+ * launch no launch callback saw (window.cpp, ga_window_period_of). */
 extern "C" GA_EXPORT uint64_t gpu_agent_shim_counter(int which) {
     switch (which) {
     case 0: return ga_stat_launches.load();
@@ -724,6 +725,7 @@ extern "C" GA_EXPORT uint64_t gpu_agent_shim_counter(int which) {
     case 24: return (uint64_t)ga_window_on.load();
     case 25: return ga_stat_unweighted.load();
     case 26: return ga_stat_held_overflow.load();
+    case 27: return ga_stat_unseen.load();
     }
     return 0;
 }
