@@ -252,7 +252,8 @@ static void handle_failure(const char *what, CUptiResult r) {
  * Only the driver domain's: every runtime launch calls a driver launch, which
  * fires its own callback with the same correlation id, so the driver domain alone
  * sees every launch once, at half the callbacks of both domains. On the H200 the
- * runtime domain on top cost eager PyTorch about 1.5 points, and its per-thread
+ * runtime domain on top cost eager PyTorch about 2 points (+3.4 % against +1.3 %,
+ * medians of four in-process A/B runs each), and its per-thread
  * deduplication miscounted CUDA 13's launches (in-window launch counts 1.4-2.2x
  * the kernel records, against 1.0006x with the driver domain alone):
  * docs/benchmarks.md section 10. */
