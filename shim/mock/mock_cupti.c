@@ -416,8 +416,68 @@ static void append_record(const void *rec, size_t sz)
     pthread_mutex_unlock(&g_act_mu);
 }
 
+/* MOCK_CUPTI_RECORD_LAG_MS=L: a kernel's record becomes available L ms after its
+ * launch, as on a GPU-bound real device where kernels run (and CUPTI completes
+ * their records) tens of ms behind the launches. Records wait here, in launch
+ * order, and go into the activity buffers once due: on later launches while
+ * activity is on, and at every flush (all of them at a forced flush, as the
+ * shim's exit and detach flushes expect). */
+static long g_lag_ns = -1;
+static pthread_mutex_t g_pend_mu = PTHREAD_MUTEX_INITIALIZER;
+struct pending_rec { uint64_t due; CUpti_ActivityKernel10 r; };
+static struct pending_rec *g_pend;
+static size_t g_pend_head, g_pend_n, g_pend_cap;  /* FIFO: g_pend[head .. head + n) */
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void hold_record(const CUpti_ActivityKernel10 *r)
+{
+    pthread_mutex_lock(&g_pend_mu);
+    if (g_pend_head + g_pend_n == g_pend_cap) {
+        if (g_pend_head) {                /* slide the live part to the front */
+            memmove(g_pend, g_pend + g_pend_head, g_pend_n * sizeof *g_pend);
+            g_pend_head = 0;
+        }
+        if (g_pend_n == g_pend_cap) {
+            g_pend_cap = g_pend_cap ? 2 * g_pend_cap : 4096;
+            g_pend = realloc(g_pend, g_pend_cap * sizeof *g_pend);
+        }
+    }
+    struct pending_rec *p = &g_pend[g_pend_head + g_pend_n++];
+    p->due = mono_ns() + (uint64_t)g_lag_ns;
+    p->r = *r;
+    pthread_mutex_unlock(&g_pend_mu);
+}
+
+static void release_due(int all)
+{
+    if (g_lag_ns <= 0) return;
+    for (;;) {
+        CUpti_ActivityKernel10 r;
+        pthread_mutex_lock(&g_pend_mu);
+        if (!g_pend_n || (!all && g_pend[g_pend_head].due > mono_ns())) {
+            pthread_mutex_unlock(&g_pend_mu);
+            return;
+        }
+        r = g_pend[g_pend_head].r;
+        g_pend_head++, g_pend_n--;
+        pthread_mutex_unlock(&g_pend_mu);
+        append_record(&r, sizeof r);      /* never under g_pend_mu: it may call the client */
+    }
+}
+
 static void hook_kernel(const struct mock_kernel_exec *k)
 {
+    if (__builtin_expect(g_lag_ns < 0, 0)) {
+        const char *e = getenv("MOCK_CUPTI_RECORD_LAG_MS");
+        g_lag_ns = e ? atol(e) * 1000000L : 0;
+    }
+    release_due(0);
     CUpti_ActivityKernel10 r;
     memset(&r, 0, sizeof r);
     r.kind = g_kernel_kind;
@@ -440,7 +500,8 @@ static void hook_kernel(const struct mock_kernel_exec *k)
     r.graphNodeId = k->graph_node_id;
     r.graphId = k->graph_id;
     r.clusterX = r.clusterY = r.clusterZ = 1;
-    append_record(&r, sizeof r);
+    if (g_lag_ns > 0) hold_record(&r);
+    else append_record(&r, sizeof r);
 }
 
 static size_t record_size(const CUpti_Activity *a)
@@ -476,6 +537,7 @@ CUptiResult CUPTIAPI cuptiActivityGetNextRecord(uint8_t *buffer, size_t validBuf
 
 CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag)
 {
+    release_due((flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) != 0);
     pthread_mutex_lock(&g_act_mu);
     if (!g_req || !g_comp) {
         pthread_mutex_unlock(&g_act_mu);

@@ -7,7 +7,8 @@
  *
  *   mock_workload [--paths all|p1,p2,...] [--iters N] [--sleep-ms M]
  *                 [--duration S] [--threads T] [--list-paths]
- *   mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel]
+ *   mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel] [--rate R]
+ *                 [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E]
  *
  * Built -O1 -fno-inline -fomit-frame-pointer -rdynamic: stacks need eh_frame.
  */
@@ -444,7 +445,11 @@ static double thread_cpu_s(void)
 /* Launch loop for measuring per-launch CPU cost. rate > 0 paces it to about
  * `rate` launches/s (sleeping between blocks of 1000), for measuring the agent
  * at a given kernel rate; 0 runs flat out. The first `warm` launches go at
- * `warm_rate` instead (a job whose launch rate changes: a slow, bursty start). */
+ * `warm_rate` instead (a job whose launch rate changes: a slow, bursty start).
+ * gap_ms > 0: after every gap_every_ms of launching, no launch for gap_ms (a job
+ * that stops to synchronize or to load data); the pacing resumes after it. */
+static double g_gap_ms, g_gap_every_ms;
+
 static int bench(long n, const char *api, double rate, long warm, double warm_rate)
 {
     struct tctx t;
@@ -460,6 +465,7 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
     CUfunction f = g_fn[K_cuLaunchKernel];
     ck_rt(cudaLaunchKernel((const void *)stub_cudaLaunchKernel, GRID, BLOCK, t.args, 0, (cudaStream_t)t.s), "warmup");
     double t0 = now_s(), c0 = thread_cpu_s();
+    double gaps_s = 0, next_gap_s = g_gap_every_ms / 1e3;
     for (long i = 0; i < n; i++) {
         if (rt)
             ck_rt(cudaLaunchKernel((const void *)stub_cudaLaunchKernel, GRID, BLOCK, t.args, 0, (cudaStream_t)t.s),
@@ -467,10 +473,17 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
         else
             ck_cu(cuLaunchKernel(f, 4, 1, 1, 128, 1, 1, 0, t.s, t.args, NULL), "cuLaunchKernel");
         int warming = i < warm && warm_rate > 0;
+        if (g_gap_ms > 0 && i % 1000 == 999 && now_s() - t0 >= next_gap_s) {
+            long gap_ns = (long)(g_gap_ms * 1e6);
+            struct timespec ts = {(time_t)(gap_ns / 1000000000L), gap_ns % 1000000000L};
+            nanosleep(&ts, NULL);
+            gaps_s += g_gap_ms / 1e3;
+            next_gap_s = now_s() - t0 + g_gap_every_ms / 1e3;
+        }
         if ((rate > 0 || warming) && i % 1000 == 999) {
-            double due = warming ? (double)(i + 1) / warm_rate
-                         : (warm > 0 && warm_rate > 0 ? (double)warm / warm_rate : 0) +
-                               (double)(i + 1 - (warm_rate > 0 ? warm : 0)) / rate;
+            double due = gaps_s + (warming ? (double)(i + 1) / warm_rate
+                                   : (warm > 0 && warm_rate > 0 ? (double)warm / warm_rate : 0) +
+                                         (double)(i + 1 - (warm_rate > 0 ? warm : 0)) / rate);
             double ahead = due - (now_s() - t0);
             if (ahead > 0) {
                 struct timespec ts = {(time_t)ahead, (long)((ahead - (double)(time_t)ahead) * 1e9)};
@@ -490,7 +503,7 @@ static void usage(void)
     fprintf(stderr, "usage: mock_workload [--paths all|p1,p2,...] [--iters N] [--sleep-ms M] [--duration S]\n"
                     "                     [--threads T] [--list-paths]\n"
                     "       mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel] [--rate R]\n"
-                    "                     [--warm N --warm-rate R]\n");
+                    "                     [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E]\n");
     exit(1);
 }
 
@@ -517,6 +530,8 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--rate")) rate = atof(v);
         else if (!strcmp(a, "--warm")) warm = atol(v);
         else if (!strcmp(a, "--warm-rate")) warm_rate = atof(v);
+        else if (!strcmp(a, "--gap-ms")) g_gap_ms = atof(v);
+        else if (!strcmp(a, "--gap-every-ms")) g_gap_every_ms = atof(v);
         else usage();
         i++;
     }
