@@ -124,8 +124,9 @@ def test_launches_no_callback_sees_are_counted_and_weigh_n(tmp_path, built):
     """A launch path that fires no launch callback (here: a shim built without
     cuLaunchKernel's, the mock bench's path) still has its kernels traced in
     windows. The shim says how many such records it weighed (exit line, counter
-    27), and with no launch counted at all the weights fall back to N: the
-    estimate is N x the windowed records, on the truth for this steady loop."""
+    27) and names their kernels, and with no launch counted at all the weights
+    fall back to N: the estimate is N x the windowed records, on the truth for
+    this steady loop."""
     need_ebpf()
     variant = tmp_path / "libgpu_agent_shim.so"
     subprocess.run(["make", "-s", "-C", str(REPO), f"SHIM={variant}", "SHIM_DEFS=-DGA_OMIT_CBID=307",
@@ -134,8 +135,13 @@ def test_launches_no_callback_sees_are_counted_and_weigh_n(tmp_path, built):
     st = shim_exit_stats(err)
     assert st["launches"] == 0 and st["records"] > 0, st
     assert st["unseen"] == st["records"], st
+    # ...and names the kernels whose launches it did not see: the bench's kernel,
+    # and the warm-up launch's if a window was open at the start.
+    named = dict((k, int(n)) for k, n in re.findall(
+        r"(\S+) \((\d+)\)", re.search(r"unseen launches \(pid \d+\), first kernels: (.*)", err).group(1)))
+    assert set(named) <= {KERNEL, "_Z18k_cudaLaunchKernelPfi"} and sum(named.values()) == st["records"], named
     est_launches = prof[KERNEL][1]
-    assert est_launches == N * st["records"], (est_launches, st)
+    assert est_launches == N * named[KERNEL], (est_launches, named)
     assert abs(est_launches / truth[KERNEL][0] - 1) < 0.15, (est_launches, truth[KERNEL])
 
 

@@ -14,6 +14,7 @@
  * stored (bounded, GA_NAME_ARENA_MAX bytes) and announced with kernel_name
  * probes. All known names are replayed at each attach. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -231,6 +232,38 @@ void ga_replay_names(void) noexcept {
     pthread_mutex_unlock(&names_mu);
 }
 
+/* ---- kernels whose windowed records had no launch callback ----
+ * A few slots, first come: enough to name the launch path a device misses
+ * (docs/benchmarks.md section 10: eager MLP's cuBLAS launches). */
+#define UNSEEN_SLOTS 4
+static std::atomic<uint64_t> unseen_id[UNSEEN_SLOTS], unseen_n[UNSEEN_SLOTS];
+
+static void note_unseen(uint64_t kernel_id) {
+    for (unsigned i = 0; i < UNSEEN_SLOTS; i++) {
+        uint64_t id = unseen_id[i].load(std::memory_order_relaxed);
+        if (id == 0 && unseen_id[i].compare_exchange_strong(id, kernel_id, std::memory_order_relaxed))
+            id = kernel_id;
+        if (id == kernel_id) {
+            unseen_n[i].fetch_add(1, std::memory_order_relaxed);
+            return;
+        }
+    }
+}
+
+void ga_unseen_kernels(char *buf, size_t size) noexcept {
+    size_t used = 0;
+    buf[0] = 0;
+    for (unsigned i = 0; i < UNSEEN_SLOTS && used + 1 < size; i++) {
+        uint64_t n = unseen_n[i].load(std::memory_order_relaxed);
+        if (!n) continue;
+        const char *name = ga_name_of(unseen_id[i].load(std::memory_order_relaxed));
+        int w = snprintf(buf + used, size - used, "%s%.60s (%llu)", used ? ", " : "",
+                         name ? name : "?", (unsigned long long)n);
+        if (w < 0) break;
+        used += (size_t)w < size - used ? (size_t)w : size - used - 1;
+    }
+}
+
 /* ---- completed buffers ---- */
 static thread_local uint64_t t_weight_rng = 0x2545f4914f6cdd1dULL; /* weight rounding */
 
@@ -397,7 +430,9 @@ void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *bu
             o->weight = 1;
             o->join_max_lag_us = 0;
             if (windows) {
-                o->weight = ga_window_period_of(k->correlationId); /* weighed in emit */
+                bool unseen = false;
+                o->weight = ga_window_period_of(k->correlationId, &unseen); /* weighed in emit */
+                if (GA_UNLIKELY(unseen)) note_unseen(o->kernel_id);
                 o->join_max_lag_us = ga_cupti.GetTimestamp ? ga_window_join_max_lag_us(k->start)
                                                           : ga_cfg.window_ms * 500u;
             }

@@ -139,10 +139,11 @@ GA_HIDDEN void ga_window_release_records(bool period_end) noexcept;
  * detach or exit. And records fired before their period's end (hold full). */
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_unweighted, ga_stat_held_overflow, ga_stat_unseen;
 /* Launch callback, in a window: note the launch's period by correlation id.
- * Conversion: a record's period (its launch's), and that period's weight x 1024
- * once the period has ended (0 before). */
+ * Conversion: a record's period (its launch's; the current one, and *unseen set,
+ * if no launch callback noted it), and that period's weight x 1024 once the
+ * period has ended (0 before). */
 GA_HIDDEN void ga_window_note_launch(uint32_t correlation_id) noexcept;
-GA_HIDDEN uint32_t ga_window_period_of(uint32_t correlation_id) noexcept;
+GA_HIDDEN uint32_t ga_window_period_of(uint32_t correlation_id, bool *unseen) noexcept;
 GA_HIDDEN uint32_t ga_window_weight_of(uint32_t period) noexcept;
 /* activity.cpp: while windows are on, converted records whose period has not
  * ended wait; this fires those whose weight is now known, and with `all` the
@@ -156,6 +157,9 @@ GA_HIDDEN bool ga_audit_in_window(uint32_t correlation_id) noexcept;
 GA_HIDDEN void ga_audit_tally(uint64_t kernel_id, uint64_t ns, bool in_window) noexcept;
 GA_HIDDEN void ga_audit_write(void) noexcept;
 GA_HIDDEN const char *ga_name_of(uint64_t kernel_id) noexcept; /* activity.cpp; NULL if unknown */
+/* activity.cpp: "name (n), ..." of the first kernels whose windowed records had no
+ * launch callback (ga_window_period_of), for the exit line; "" if none. */
+GA_HIDDEN void ga_unseen_kernels(char *buf, size_t size) noexcept;
 GA_HIDDEN void ga_sampler_new_window(void) noexcept;        /* callbacks.cpp */
 
 /* ---- errors raised inside CUPTI callbacks, handled by the poller ---- */

@@ -604,6 +604,11 @@ static void at_exit_handler(void) {
              (unsigned long long)ga_stat_records.load(), (unsigned long long)g_stat_windows.load(),
              (unsigned long long)ga_launch_seq.load(), (unsigned long long)ga_stat_unweighted.load(),
              (unsigned long long)ga_stat_held_overflow.load(), (unsigned long long)ga_stat_unseen.load());
+    if (ga_stat_unseen.load()) {
+        char unseen[512];
+        ga_unseen_kernels(unseen, sizeof(unseen));
+        ga_debug("unseen launches (pid %d), first kernels: %s", (int)getpid(), unseen);
+    }
     uint64_t attached_at = ga_window_attached_at();
     if (attached_at && ga_cfg.duty_cycle > 1)
         ga_debug("windows (pid %d): open %.3f %% of %.1f s attached (1/N = %.3f %%); activity "

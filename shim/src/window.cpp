@@ -201,9 +201,10 @@ void ga_window_note_launch(uint32_t correlation_id) noexcept {
         std::memory_order_relaxed);
 }
 
-uint32_t ga_window_period_of(uint32_t correlation_id) noexcept {
+uint32_t ga_window_period_of(uint32_t correlation_id, bool *unseen) noexcept {
     uint64_t v = g_corr_period[correlation_id & (CORR_TAB - 1)].load(std::memory_order_relaxed);
     if ((uint32_t)(v >> 32) == correlation_id && (uint32_t)v) return (uint32_t)v;
+    if (unseen) *unseen = true;
     /* Not noted: no launch callback saw this launch (a launch path CUPTI reports
      * no callback for), or its entry was overwritten. The current period's, the
      * likeliest. Counted: the weights assume the launches the callbacks miss are
