@@ -58,6 +58,14 @@ def ground_truth(path: Path) -> dict[str, tuple[int, int]]:
     return {k: (v[0], v[1]) for k, v in acc.items()}
 
 
+def shim_without_cbid(path: Path, cbid: int = 307) -> Path:
+    """A shim built at `path` without one launch callback (default 307, the
+    driver's cuLaunchKernel): GA_OMIT_CBID, a build-time guard for the tests."""
+    subprocess.run(["make", "-s", "-C", str(REPO), f"SHIM={path}", f"SHIM_DEFS=-DGA_OMIT_CBID={cbid}", str(path)],
+                   check=True, capture_output=True, timeout=300)
+    return path
+
+
 def list_paths() -> list[str]:
     out = subprocess.run([str(MOCK_APP), "--list-paths"], env=mock_env(), capture_output=True, text=True, check=True)
     return out.stdout.split()

@@ -7,8 +7,8 @@ from collections import defaultdict
 
 import pytest
 
-from conftest import (BUILD, MOCK_APP, REPO, SHIM, agent_cmd, ground_truth, list_paths, mock_env,
-                      need_ebpf)
+from conftest import (MOCK_APP, SHIM, agent_cmd, ground_truth, list_paths, mock_env,
+                      need_ebpf, shim_without_cbid)
 from pprof_tool import raw, top
 
 GRAPH_PATHS = {"cuGraphLaunch", "cuGraphLaunch_ptsz", "cudaGraphLaunch", "cudaGraphLaunch_ptsz"}
@@ -99,9 +99,7 @@ def test_removing_one_cbid_subscription_fails_the_path_check(tmp_path, built):
     and the runtime launch's too: the shim counts and samples runtime launches at the
     driver launch under them (the driver domain's callbacks only)."""
     need_ebpf()
-    variant = tmp_path / "libgpu_agent_shim.so"
-    subprocess.run(["make", "-s", "-C", str(REPO), f"SHIM={variant}", "SHIM_DEFS=-DGA_OMIT_CBID=307",
-                    str(variant)], check=True, capture_output=True, timeout=300)
+    variant = shim_without_cbid(tmp_path / "libgpu_agent_shim.so")
     proc, out = record(tmp_path, "--paths", "cuLaunchKernel,cudaLaunchKernel,cuLaunchKernelEx",
                        "--iters", "50", shim=variant)
     assert proc.returncode == 0, proc.stderr

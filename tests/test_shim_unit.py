@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import shim_without_cbid
+
 REPO = Path(__file__).resolve().parent.parent
 SHIM = REPO / "build" / "libgpu_agent_shim.so"
 CONTRACT = REPO / "shim" / "include" / "gpu_agent_probes.h"
@@ -404,10 +406,8 @@ def test_runtime_domain_experiment_counts_each_launch_once(shim, tools):
 
 
 def test_omitting_one_cbid_at_build_time_loses_that_path(shim, tools):
-    variant = tools["dir"] / "omit" / "libgpu_agent_shim.so"
-    variant.parent.mkdir(exist_ok=True)
-    subprocess.run(["make", "-s", "-C", str(REPO), f"SHIM={variant}", "SHIM_DEFS=-DGA_OMIT_CBID=307", str(variant)],
-                   check=True, capture_output=True, timeout=300)
+    (tools["dir"] / "omit").mkdir(exist_ok=True)
+    variant = shim_without_cbid(tools["dir"] / "omit" / "libgpu_agent_shim.so")
     # Launches are counted at the driver's callbacks only, so without cuLaunchKernel's
     # neither the 100 plain cuLaunchKernel launches nor the 100 cudaLaunchKernel ones
     # (a cuLaunchKernel under each) are seen; with the runtime domain's callbacks too

@@ -19,7 +19,7 @@ import re
 import subprocess
 import sys
 
-from conftest import MOCK_APP, REPO, agent_cmd, ground_truth, mock_env, need_ebpf
+from conftest import MOCK_APP, REPO, agent_cmd, ground_truth, mock_env, need_ebpf, shim_without_cbid
 from pprof_tool import raw
 
 sys.path.insert(0, str(REPO / "bench" / "gpu"))
@@ -128,9 +128,7 @@ def test_launches_no_callback_sees_are_counted_and_weigh_n(tmp_path, built):
     fall back to N: the estimate is N x the windowed records, on the truth for
     this steady loop."""
     need_ebpf()
-    variant = tmp_path / "libgpu_agent_shim.so"
-    subprocess.run(["make", "-s", "-C", str(REPO), f"SHIM={variant}", "SHIM_DEFS=-DGA_OMIT_CBID=307",
-                    str(variant)], check=True, capture_output=True, timeout=300)
+    variant = shim_without_cbid(tmp_path / "libgpu_agent_shim.so")
     prof, truth, err = record(tmp_path, shim=str(variant))
     st = shim_exit_stats(err)
     assert st["launches"] == 0 and st["records"] > 0, st

@@ -237,8 +237,10 @@ void ga_replay_names(void) noexcept {
  * (docs/benchmarks.md section 10: eager MLP's cuBLAS launches). */
 #define UNSEEN_SLOTS 4
 static std::atomic<uint64_t> unseen_id[UNSEEN_SLOTS], unseen_n[UNSEEN_SLOTS];
+std::atomic<uint64_t> ga_stat_unseen;
 
 static void note_unseen(uint64_t kernel_id) {
+    ga_stat_unseen.fetch_add(1, std::memory_order_relaxed);
     for (unsigned i = 0; i < UNSEEN_SLOTS; i++) {
         uint64_t id = unseen_id[i].load(std::memory_order_relaxed);
         if (id == 0 && unseen_id[i].compare_exchange_strong(id, kernel_id, std::memory_order_relaxed))

@@ -136,7 +136,8 @@ GA_HIDDEN uint32_t ga_window_join_max_lag_us(uint64_t start_ns) noexcept;
 GA_HIDDEN extern bool ga_window_period_ended;
 GA_HIDDEN void ga_window_release_records(bool period_end) noexcept;
 /* Launches no record stands for: after the last window with launches, at a
- * detach or exit. And records fired before their period's end (hold full). */
+ * detach or exit. Records fired before their period's end (hold full). And
+ * windowed records whose launch no callback saw (activity.cpp). */
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_unweighted, ga_stat_held_overflow, ga_stat_unseen;
 /* Launch callback, in a window: note the launch's period by correlation id.
  * Conversion: a record's period (its launch's; the current one, and *unseen set,

@@ -701,7 +701,7 @@ extern "C" GA_EXPORT int gpu_agent_shim_state(void) { return g_state.load(); }
  * windows opened, 24 inside a window now (0/1), 25 launches no windowed record
  * stands for (after the last window, at a detach or exit), 26 windowed records
  * fired before their period's end (the hold was full), 27 windowed records whose
- * launch no launch callback saw (window.cpp, ga_window_period_of). */
+ * launch no launch callback saw (activity.cpp, note_unseen). */
 extern "C" GA_EXPORT uint64_t gpu_agent_shim_counter(int which) {
     switch (which) {
     case 0: return ga_stat_launches.load();

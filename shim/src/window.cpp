@@ -204,12 +204,11 @@ void ga_window_note_launch(uint32_t correlation_id) noexcept {
 uint32_t ga_window_period_of(uint32_t correlation_id, bool *unseen) noexcept {
     uint64_t v = g_corr_period[correlation_id & (CORR_TAB - 1)].load(std::memory_order_relaxed);
     if ((uint32_t)(v >> 32) == correlation_id && (uint32_t)v) return (uint32_t)v;
-    if (unseen) *unseen = true;
     /* Not noted: no launch callback saw this launch (a launch path CUPTI reports
      * no callback for), or its entry was overwritten. The current period's, the
-     * likeliest. Counted: the weights assume the launches the callbacks miss are
-     * the same share in and out of the windows. */
-    ga_stat_unseen.fetch_add(1, std::memory_order_relaxed);
+     * likeliest. The caller counts it: the weights assume the launches the
+     * callbacks miss are the same share in and out of the windows. */
+    *unseen = true;
     return g_period_seq.load(std::memory_order_relaxed);
 }
 
@@ -256,7 +255,6 @@ static void period_edge(bool first) {
 }
 
 std::atomic<uint64_t> ga_stat_unweighted;
-std::atomic<uint64_t> ga_stat_unseen;
 
 void ga_window_release_records(bool period_end) noexcept {
     if (ga_cfg.duty_cycle <= 1) return;
