@@ -129,8 +129,12 @@ def test_launches_no_callback_sees_are_counted_and_weigh_n(tmp_path, built):
     this steady loop."""
     need_ebpf()
     variant = shim_without_cbid(tmp_path / "libgpu_agent_shim.so")
-    prof, truth, err = record(tmp_path, shim=str(variant))
+    prof, truth, err = record(tmp_path, shim=str(variant), GPU_AGENT_EXP_INTERNAL_LAUNCHES="1")
     st = shim_exit_stats(err)
+    # The bench-only count of CUPTI's INTERNAL_LAUNCH_API records (launches made
+    # outside any public API call) ran; the mock makes none: here the unseen
+    # launches are public ones whose callback was left out.
+    assert re.search(r"internal launches \(pid \d+\): 0 INTERNAL_LAUNCH_API records", err), err[-2000:]
     assert st["launches"] == 0 and st["records"] > 0, st
     assert st["unseen"] == st["records"], st
     # ...and names the kernels whose launches it did not see: the bench's kernel,

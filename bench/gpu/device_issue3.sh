@@ -147,7 +147,12 @@ if [[ ",$mode," == *,weights,* ]]; then
             -- python3 bench/gpu/overhead.py graph --steps 40000 2>&1 | grep -E "exit \(|windows \("
         # Eager MLP: cuBLAS launches (callbacks saw 27-82 % of them in the A/B runs).
         GPU_AGENT_DEBUG=1 python3 -m gpu_agent record --duty-cycle 10 -o "$out/mlp-$tag$i.pb.gz" \
-            -- python3 bench/gpu/overhead.py mlp --steps 20000 2>&1 | grep -E "exit \(|windows \("
+            -- python3 bench/gpu/overhead.py mlp --steps 20000 2>&1 | grep -E "exit \(|windows \(|unseen"
+        # ...and once more with CUPTI's records of launches made outside any public
+        # API call counted (bench-only): do they account for the unseen ones?
+        GPU_AGENT_EXP_INTERNAL_LAUNCHES=1 GPU_AGENT_DEBUG=1 python3 -m gpu_agent record --duty-cycle 10 \
+            -o /tmp/mlp-internal.pb.gz -- python3 bench/gpu/overhead.py mlp --steps 5000 2>&1 \
+            | grep -E "exit \(|unseen|internal launches"
         python3 - "$out" "$tag$i" <<'PY'
 import sys, window_fidelity as W
 from pathlib import Path

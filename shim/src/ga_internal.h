@@ -36,6 +36,10 @@ struct ga_config {
                                    * against detached; 0 = off */
     uint32_t exp_cb_windowed;     /* GPU_AGENT_EXP_CALLBACKS=windowed: launch callbacks
                                    * follow the windows (records then weigh N) */
+    uint32_t exp_internal;        /* GPU_AGENT_EXP_INTERNAL_LAUNCHES=1: CUPTI's
+                                   * INTERNAL_LAUNCH_API activity (driver launches
+                                   * outside any public API call) follows the windows;
+                                   * the exit line counts its records */
     uint32_t exp_cb_runtime;      /* GPU_AGENT_EXP_CALLBACKS=runtime: the runtime
                                    * domain's launch callbacks too (the default until
                                    * 2026-11-22; see set_launch_cbids) */
@@ -161,6 +165,7 @@ GA_HIDDEN const char *ga_name_of(uint64_t kernel_id) noexcept; /* activity.cpp; 
 /* activity.cpp: "name (n), ..." of the first kernels whose windowed records had no
  * launch callback (ga_window_period_of), for the exit line; "" if none. */
 GA_HIDDEN void ga_unseen_kernels(char *buf, size_t size) noexcept;
+GA_HIDDEN extern std::atomic<uint64_t> ga_stat_internal_launches; /* activity.cpp */
 GA_HIDDEN void ga_sampler_new_window(void) noexcept;        /* callbacks.cpp */
 
 /* ---- errors raised inside CUPTI callbacks, handled by the poller ---- */

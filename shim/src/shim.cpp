@@ -45,7 +45,7 @@ extern "C" GA_EXPORT int gpu_agent_shim_state(void);
 
 enum { ST_DISABLED = -1, ST_IDLE = 0, ST_ATTACHED = 1 };
 
-ga_config ga_cfg = {64, 8, 100, 1000, 10, 20, "", 0, 0, 0, 0};
+ga_config ga_cfg = {64, 8, 100, 1000, 10, 20, "", 0, 0, 0, 0, 0};
 int ga_debug_on;
 
 static std::atomic<int> g_state{ST_IDLE};
@@ -114,6 +114,7 @@ static const char *const k_known_env[] = {
     "GPU_AGENT_FLUSH_MS",      "GPU_AGENT_DEBUG",               "GPU_AGENT_CUPTI_PATH",
     "GPU_AGENT_DUTY_CYCLE",    "GPU_AGENT_WINDOW_MS",           "GPU_AGENT_AUDIT_FILE",
     "GPU_AGENT_EXP_HOLD",      "GPU_AGENT_EXP_TOGGLE_MS",       "GPU_AGENT_EXP_CALLBACKS",
+    "GPU_AGENT_EXP_INTERNAL_LAUNCHES",
     /* read by the agent CLI, not by the shim: known, so never reported */
     "GPU_AGENT_SHIM",          "GPU_AGENT_BPF_DIR",             "GPU_AGENT_INCLUDE_DIR",
 };
@@ -166,6 +167,10 @@ static void common_init(void) {
     if (cbs && !strcmp(cbs, "windowed")) ga_cfg.exp_cb_windowed = 1;
     else if (cbs && !strcmp(cbs, "runtime")) ga_cfg.exp_cb_runtime = 1;
     else if (cbs && *cbs) note_bad(bad, sizeof(bad), "GPU_AGENT_EXP_CALLBACKS", cbs);
+    const char *internal = getenv("GPU_AGENT_EXP_INTERNAL_LAUNCHES");
+    if (internal && !strcmp(internal, "1")) ga_cfg.exp_internal = 1;
+    else if (internal && *internal && strcmp(internal, "0"))
+        note_bad(bad, sizeof(bad), "GPU_AGENT_EXP_INTERNAL_LAUNCHES", internal);
     const char *audit = getenv("GPU_AGENT_AUDIT_FILE");
     if (audit && *audit) {
         if (strlen(audit) < sizeof(ga_cfg.audit_file)) {
@@ -210,13 +215,26 @@ static void disable_forever(void) { g_state.store(ST_DISABLED, std::memory_order
 
 static CUptiResult set_launch_cbids(bool on);
 
+/* GPU_AGENT_EXP_INTERNAL_LAUNCHES=1 (benchmarks): CUPTI's records of driver
+ * launches made outside any public API call (no launch callback fires for
+ * them), switched with kernel activity. Errors only logged: a diagnostic. */
+static void exp_internal_activity(bool on) {
+    if (!ga_cfg.exp_internal) return;
+    CUptiResult r = on ? ga_cupti.ActivityEnable(CUPTI_ACTIVITY_KIND_INTERNAL_LAUNCH_API)
+                       : ga_cupti.ActivityDisable(CUPTI_ACTIVITY_KIND_INTERNAL_LAUNCH_API);
+    if (r != CUPTI_SUCCESS) ga_debug("INTERNAL_LAUNCH_API activity %s: %s", on ? "on" : "off", ga_cupti_err(r));
+}
+
 /* Undo a partial or full attach. Errors are ignored: we are leaving. */
 static void undo_cupti(bool activity, bool subscribed) {
     if (ga_window_on.load(std::memory_order_relaxed)) ga_window_closed();
     ga_window_on.store(0, std::memory_order_relaxed);
     g_next_edge_ns.store(UINT64_MAX, std::memory_order_relaxed);
     if (subscribed && g_cbids_on) set_launch_cbids(false);
-    if (activity && g_activity_on) ga_cupti.ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    if (activity && g_activity_on) {
+        ga_cupti.ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+        exp_internal_activity(false);
+    }
     g_activity_on = false;
     /* Records of the last window may still sit in CUPTI's buffers; with what
      * window.cpp holds they go with the partial period's weight. */
@@ -304,6 +322,7 @@ static CUptiResult set_collection(bool on, const char **what) {
             return r;
         }
         g_activity_on = g_activity_used = true;
+        exp_internal_activity(true);
     }
     if (on) {
         uint64_t ts = 0;
@@ -336,6 +355,7 @@ static CUptiResult set_collection(bool on, const char **what) {
         g_disable_ns += dt, g_n_disable++;
         if (dt > g_disable_max_ns) g_disable_max_ns = dt;
         g_activity_on = false;
+        exp_internal_activity(false);
         if (r != CUPTI_SUCCESS) {
             *what = "cuptiActivityDisable(CONCURRENT_KERNEL)";
             return r;
@@ -604,6 +624,9 @@ static void at_exit_handler(void) {
              (unsigned long long)ga_stat_records.load(), (unsigned long long)g_stat_windows.load(),
              (unsigned long long)ga_launch_seq.load(), (unsigned long long)ga_stat_unweighted.load(),
              (unsigned long long)ga_stat_held_overflow.load(), (unsigned long long)ga_stat_unseen.load());
+    if (ga_cfg.exp_internal)
+        ga_debug("internal launches (pid %d): %llu INTERNAL_LAUNCH_API records", (int)getpid(),
+                 (unsigned long long)ga_stat_internal_launches.load());
     if (ga_stat_unseen.load()) {
         char unseen[512];
         ga_unseen_kernels(unseen, sizeof(unseen));
