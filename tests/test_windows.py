@@ -95,7 +95,10 @@ def test_outside_windows_nothing_is_collected_and_the_estimate_is_right(tmp_path
     assert 0.6 / N < st["launches"] / true_launches < 1.4 / N, (st, true_launches)
     assert 0.6 / N < st["records"] / true_launches < 1.4 / N, (st, true_launches)
     assert st["windows"] >= 10, st
-    assert st["unseen"] == 0, st  # every windowed record's launch was counted
+    # Every windowed record's launch was counted, but for the few launched at a
+    # window's edges (activity goes on before the window opens and off after it
+    # closes): exactly the records no counted launch stands for.
+    assert st["unseen"] == st["records"] - st["launches"] and st["unseen"] <= st["records"] // 1000, st
     est_ns, est_launches = prof[KERNEL]
     assert abs(est_launches / true_launches - 1) < 0.03, (est_launches, true_launches)
     assert abs(est_ns / truth[KERNEL][1] - 1) < 0.05
