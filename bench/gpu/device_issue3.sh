@@ -12,6 +12,8 @@
 #           graph, torch graph; eager MLP per step), ROUNDS runs each; profiles in OUT_DIR.
 # ab:       in-process A/B (bench/gpu/ab_overhead.py): attached against detached in one
 #           process; AB_WORKLOADS, AB_CONFIGS, AB_SECONDS, AB_TOGGLE override the defaults.
+# pair:     the shim injected with no agent against no shim, two processes at once
+#           (bench/gpu/pair_overhead.py), ROUNDS rounds; PAIR_WORKLOADS, PAIR_SECONDS.
 # overhead: ROUNDS interleaved rounds of run_overhead.py, appended to
 #           /tmp/gpu-agent-overhead.jsonl (kept between calls while the node is up).
 set -uo pipefail
@@ -201,6 +203,10 @@ if [[ ",$mode," == *,sticky,* ]]; then
 fi
 if [[ ",$mode," == *,interval,* ]]; then
     python3 bench/gpu/interval_accuracy.py /tmp/ia --interval 5 --seconds 40
+fi
+if [[ ",$mode," == *,pair,* ]]; then
+    python3 bench/gpu/pair_overhead.py --workloads "${PAIR_WORKLOADS:-eager,mlp,compiled}" \
+        --rounds "$rounds" --seconds "${PAIR_SECONDS:-6}" --cpus 2,3 --out "$out/pairs-$tag.jsonl" 2>&1
 fi
 if [[ ",$mode," == *,ab,* ]]; then
     python3 bench/gpu/ab_overhead.py --workloads "${AB_WORKLOADS:-eager,mlp}" \
