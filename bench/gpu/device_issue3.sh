@@ -12,6 +12,8 @@
 #           graph, torch graph; eager MLP per step), ROUNDS runs each; profiles in OUT_DIR.
 # ab:       in-process A/B (bench/gpu/ab_overhead.py): attached against detached in one
 #           process; AB_WORKLOADS, AB_CONFIGS, AB_SECONDS, AB_TOGGLE override the defaults.
+# visibility: launches the launch callbacks see against exact counts (eager, MLP),
+#           under the default, callbacks only (no window) and both callback domains.
 # pair:     the shim injected with no agent against no shim, two processes at once
 #           (bench/gpu/pair_overhead.py), ROUNDS rounds; PAIR_WORKLOADS, PAIR_SECONDS.
 # overhead: ROUNDS interleaved rounds of run_overhead.py, appended to
@@ -203,6 +205,21 @@ if [[ ",$mode," == *,sticky,* ]]; then
 fi
 if [[ ",$mode," == *,interval,* ]]; then
     python3 bench/gpu/interval_accuracy.py /tmp/ia --interval 5 --seconds 40
+fi
+if [[ ",$mode," == *,visibility,* ]]; then
+    # overhead.py W --steps S runs S/4 + 5 S steps: eager 20 launches a step, MLP 12
+    # (6 cuBLASLt GEMMs + 6 GELU). In-window A/B runs saw 27-82 % of MLP's (§10).
+    for w in eager mlp; do
+        per=20; [[ $w == mlp ]] && per=12
+        # duty cycle, extra shim setting: the default; callbacks only (no window opens
+        # in 100000 slots); both callback domains.
+        for cfg in 10:GPU_AGENT_DEBUG=1 100000:GPU_AGENT_DEBUG=1 10:GPU_AGENT_EXP_CALLBACKS=runtime; do
+            echo "== $w, duty ${cfg%%:*}, ${cfg#*:}: exact launches $(( per * (5000 / 4 + 5 * 5000) )) (plus set-up)"
+            env "${cfg#*:}" GPU_AGENT_DEBUG=1 python3 -m gpu_agent record --duty-cycle "${cfg%%:*}" \
+                -o /tmp/vis.pb.gz -- python3 bench/gpu/overhead.py $w --steps 5000 2>&1 \
+                | grep -E "exit \(|unseen|attached \(pid"
+        done
+    done
 fi
 if [[ ",$mode," == *,pair,* ]]; then
     python3 bench/gpu/pair_overhead.py --workloads "${PAIR_WORKLOADS:-eager,mlp,compiled}" \
