@@ -53,13 +53,6 @@ static struct mock_ctx *g_primary;
 #define MOCK_DEVICE_COUNT 1
 #define MOCK_DEVICE_NAME "NVIDIA H100 80GB HBM3 (mock)"
 
-static inline uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* ------------------------------------------------------ CUPTI plumbing */
 
 void mockcuda_register_cupti(const struct mock_cupti_hooks *hooks)
@@ -604,7 +597,7 @@ struct launch_desc {
 static void exec_kernel(struct mock_stream *s, const struct launch_desc *d, uint32_t corr,
                         uint32_t graph_id, uint64_t node_id)
 {
-    uint64_t now = now_ns(), dur = d->f->duration_ns;
+    uint64_t now = mock_now_ns(), dur = d->f->duration_ns;
     uint64_t busy = atomic_load_explicit(&s->busy_until, memory_order_relaxed), start;
     do {
         start = busy > now ? busy : now;
@@ -622,8 +615,8 @@ static void exec_kernel(struct mock_stream *s, const struct launch_desc *d, uint
             spin_ns = e ? atol(e) : 0;
         }
         if (spin_ns > 0) {
-            uint64_t until = now_ns() + (uint64_t)spin_ns;
-            while (now_ns() < until) {
+            uint64_t until = mock_now_ns() + (uint64_t)spin_ns;
+            while (mock_now_ns() < until) {
             }
         }
         const struct mock_cupti_hooks *h = atomic_load(&g_hooks);

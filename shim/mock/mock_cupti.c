@@ -136,9 +136,7 @@ CUptiResult CUPTIAPI cuptiGetCallbackState(uint32_t *enable, CUpti_SubscriberHan
 CUptiResult CUPTIAPI cuptiGetTimestamp(uint64_t *timestamp)
 {
     if (!timestamp) return CUPTI_ERROR_INVALID_PARAMETER;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);   /* same clock as kernel start/end */
-    *timestamp = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    *timestamp = mock_now_ns();   /* same clock as kernel start/end */
     return CUPTI_SUCCESS;
 }
 
@@ -428,13 +426,6 @@ struct pending_rec { uint64_t due; CUpti_ActivityKernel10 r; };
 static struct pending_rec *g_pend;
 static size_t g_pend_head, g_pend_n, g_pend_cap;  /* FIFO: g_pend[head .. head + n) */
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void hold_record(const CUpti_ActivityKernel10 *r)
 {
     pthread_mutex_lock(&g_pend_mu);
@@ -449,7 +440,7 @@ static void hold_record(const CUpti_ActivityKernel10 *r)
         }
     }
     struct pending_rec *p = &g_pend[g_pend_head + g_pend_n++];
-    p->due = mono_ns() + (uint64_t)g_lag_ns;
+    p->due = mock_now_ns() + (uint64_t)g_lag_ns;
     p->r = *r;
     pthread_mutex_unlock(&g_pend_mu);
 }
@@ -460,7 +451,7 @@ static void release_due(int all)
     for (;;) {
         CUpti_ActivityKernel10 r;
         pthread_mutex_lock(&g_pend_mu);
-        if (!g_pend_n || (!all && g_pend[g_pend_head].due > mono_ns())) {
+        if (!g_pend_n || (!all && g_pend[g_pend_head].due > mock_now_ns())) {
             pthread_mutex_unlock(&g_pend_mu);
             return;
         }

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdatomic.h>
 #include <pthread.h>
+#include <time.h>
 #include <cuda.h>
 #include <cupti_callbacks.h>
 
@@ -161,6 +162,14 @@ void mockcuda_set_current_ctx(CUcontext ctx);
 /* CUPTI stream id of (ctx, stream); per_thread selects the per-thread default
  * stream for a NULL handle.  Returns 0 for an invalid handle. */
 uint32_t mockcuda_stream_id(CUcontext ctx, CUstream stream, int per_thread);
+
+/* The mock's one clock: kernel start/end, cuptiGetTimestamp, record lag. */
+static inline uint64_t mock_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 /* 32-bit FNV-1a, used for default kernel durations. */
 static inline uint32_t mock_fnv1a32(const char *s)
