@@ -17,8 +17,10 @@ The driver-API cuGraphLaunch workload is bench/gpu/driver_graph.cu --bench, and
 
 import argparse
 import json
+import os
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -152,6 +154,27 @@ def measure_ab(step, steps, seconds, on_s, off_s, profiler):
     return out
 
 
+def thread_cpu_s() -> dict:
+    """CPU seconds of this process's threads so far, summed by thread name.
+
+    Why: the injected shim's only work while no agent is attached is its poller
+    thread ("ga-shim-poll"); its CPU time over the run bounds what it can take from
+    the launching thread, far more precisely than comparing step times across
+    processes (bench/gpu/pair_overhead.py)."""
+    out: dict = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            task = Path(f"/proc/self/task/{tid}")
+            name = (task / "comm").read_text().strip()
+            # schedstat's first field: time on a CPU in ns (stat's utime/stime
+            # count 10 ms ticks, too coarse for a thread that wakes every 100 ms)
+            ns = int((task / "schedstat").read_text().split()[0])
+        except OSError:
+            continue  # the thread ended meanwhile
+        out[name] = round(out.get(name, 0.0) + ns / 1e9, 6)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("workload", choices=["eager", "mlp", "graph", "compiled"])
@@ -168,6 +191,7 @@ def main():
     a = ap.parse_args()
     with torch.no_grad():
         step = make_step(a.workload)
+        t0, cpu0 = time.monotonic(), thread_cpu_s()  # the measured part only, after set-up
         if a.ab:
             on_s, off_s = (float(x) for x in a.toggle.split(":"))
             blocks = measure_ab(step, a.steps, a.ab, on_s, off_s, a.config == "torch.profiler")
@@ -180,7 +204,10 @@ def main():
                 us = measure(step, a.steps, a.repeats, a.seconds)
         else:
             us = measure(step, a.steps, a.repeats, a.seconds)
-    out = {"workload": a.workload, "config": a.config, "us_per_step": round(us, 2)}
+    out = {"workload": a.workload, "config": a.config, "us_per_step": round(us, 2),
+           "measured_s": round(time.monotonic() - t0, 3),
+           "thread_cpu_s": {k: round(v - cpu0.get(k, 0.0), 6) for k, v in thread_cpu_s().items()},
+           "libcupti_mapped": "libcupti" in Path("/proc/self/maps").read_text()}
     if a.blocks:
         out["blocks"] = BLOCKS
     print(json.dumps(out))
