@@ -124,7 +124,7 @@ def rep(label, path, truth):
         for key, t in truth.items():
             if key in name:
                 print(f"hold={h} {label}: {name[:40]} {n} launches estimated vs {t} true: {100 * (n / t - 1):+.2f} %")
-rep("fidelity.py", f"/tmp/fid-{h}.pb.gz", {"CUDAFunctorOnSelf_add": 4 * 400000})
+rep("fidelity.py", f"/tmp/fid-{h}.pb.gz", {"CUDAFunctor": 4 * 400000})
 r = 200000 // 4 + 1 + 5 * 200000
 rep("driver-graph", f"/tmp/dg-{h}.pb.gz", {"scale_kernel": 3 * r, "bias_kernel": r})
 g = 40000 // 4 + 5 * 40000
@@ -166,7 +166,7 @@ def rep(label, path, truth):
         for key, t in truth.items():
             if key in name:
                 print(f"{run} {label}: {name[:40]} {n} launches estimated vs {t} true: {100 * (n / t - 1):+.2f} %")
-rep("eager adds", out / f"fid-{run}.pb.gz", {"CUDAFunctor": 4 * 600000}  # CUDAFunctor_add (PyTorch 2.11))
+rep("eager adds", out / f"fid-{run}.pb.gz", {"CUDAFunctor": 4 * 600000})  # CUDAFunctor_add in PyTorch 2.11
 r = 200000 // 4 + 1 + 5 * 200000  # driver_graph --bench: warm-up + 5 repeats
 rep("driver graph", out / f"dg-{run}.pb.gz", {"scale_kernel": 3 * r, "bias_kernel": r})
 g = 40000 // 4 + 5 * 40000        # overhead.py graph: warm-up + 5 repeats, 6 layers
