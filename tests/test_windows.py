@@ -162,9 +162,9 @@ def test_a_job_whose_launch_rate_changes_is_weighed_period_by_period(tmp_path, b
     prof, truth, err = record(tmp_path, "--warm", "40000", "--warm-rate", "20000",
                               MOCK_CUPTI_ACTIVITY_LAUNCH_NS="8000")
     true_launches = truth[KERNEL][0]
-    after_last = int(re.search(r"(\d+) after the last window", err).group(1))
+    assert int(re.search(r"(\d+) after the last window", err).group(1)) == 0, err[-2000:]
     est_launches = prof[KERNEL][1]
-    assert abs((est_launches + after_last) / true_launches - 1) < 0.005, (est_launches, after_last, true_launches)
+    assert abs(est_launches / true_launches - 1) < 0.005, (est_launches, true_launches)
 
 
 def test_records_completing_periods_after_their_launch_keep_their_periods_weight(tmp_path, built):
@@ -179,18 +179,54 @@ def test_records_completing_periods_after_their_launch_keep_their_periods_weight
     need_ebpf()
     prof, truth, err = record(tmp_path, "--gap-ms", "40", "--gap-every-ms", "60",
                               MOCK_CUPTI_RECORD_LAG_MS="150")
-    after_last = int(re.search(r"(\d+) after the last window", err).group(1))
+    assert int(re.search(r"(\d+) after the last window", err).group(1)) == 0, err[-2000:]
     est_launches = prof[KERNEL][1]
     true_launches = truth[KERNEL][0]
-    assert abs((est_launches + after_last) / true_launches - 1) < 0.005, (est_launches, after_last, true_launches)
+    assert abs(est_launches / true_launches - 1) < 0.005, (est_launches, true_launches)
 
 
-def test_launches_after_the_last_window_are_counted(tmp_path, built):
+def test_the_last_periods_launches_join_the_window_before_them(tmp_path, built):
     """A process that exits (or an agent that leaves) before the window of its
-    last period leaves that period's launches with no record to stand for them.
-    The shim counts them (counter 25, and the exit line), so that estimate +
-    that count is the truth. Runs of 0.15 s against 1 s periods (N = 50) end
-    before their first window in about 85 % of runs."""
+    last period opens: that partial period's launches have no record of their
+    own, and are weighed with the period before it (whose records wait one period
+    for this). Runs of 1.05 s against 1 s periods (N = 50): the second period's
+    window has opened at the exit in only about 1 run in 20, so its 5 % of the
+    launches are joined. Before this rule they were dropped: -3.1 % on a 4 s
+    eager run on an H200 (docs/benchmarks.md section 11); here the estimate
+    alone lands on the truth."""
+    need_ebpf()
+    joined_runs = 0
+    for i in range(6):
+        gt = tmp_path / f"truth{i}.tsv"
+        out = tmp_path / f"tail{i}.pb.gz"
+        e = mock_env(gt, GPU_AGENT_WINDOW_MS="20", GPU_AGENT_DEBUG="1")
+        p = subprocess.run(agent_cmd("record", "--duty-cycle", "50", "-o", out, "--", MOCK_APP,
+                                     "--bench", "210000", "--rate", str(RATE)),
+                           env=e, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        true_launches = ground_truth(gt)[KERNEL][0]
+        m = re.search(r"(\d+) after the last window, .* (\d+) launches joined to the window before them",
+                      p.stderr)
+        assert m, p.stderr[-2000:]
+        after_last, joined = int(m.group(1)), int(m.group(2))
+        if after_last:  # the first window caught no launch: nothing to join (counted, next test)
+            continue
+        est_launches = kernel_totals(out)[KERNEL][1]
+        # One window's few blocks stand for a whole period here: a 1 % bound.
+        assert abs(est_launches / true_launches - 1) < 0.01, (est_launches, joined, true_launches)
+        if joined:
+            assert joined > true_launches // 50, (joined, true_launches)  # the tail really was joined
+            joined_runs += 1
+            break
+    assert joined_runs == 1
+
+
+def test_launches_before_any_window_are_counted(tmp_path, built):
+    """A process that exits (or an agent that leaves) before its first window
+    leaves its launches with no record to stand for them. The shim counts them
+    (counter 25, and the exit line), so that estimate + that count is the truth.
+    Runs of 0.15 s against 1 s periods (N = 50) end before their first window in
+    about 85 % of runs."""
     need_ebpf()
     lost_runs = 0
     for i in range(4):

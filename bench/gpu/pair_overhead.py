@@ -41,7 +41,11 @@ def agent_running() -> bool:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if any(b"gpu_agent" in a or a.endswith(b"gpu-agent") for a in cmd[:3]) and int(pid) != os.getpid():
+        # `gpu-agent ...`, `python3 [-m] gpu_agent ...` or `python3 .../gpu-agent ...`;
+        # not a shell whose command string merely mentions it
+        is_agent = (cmd[0].endswith(b"gpu-agent") or (len(cmd) > 1 and cmd[1].endswith(b"gpu-agent"))
+                    or (len(cmd) > 2 and cmd[1] == b"-m" and cmd[2] == b"gpu_agent"))
+        if is_agent and int(pid) != os.getpid():
             return True
     return False
 

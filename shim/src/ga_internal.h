@@ -142,7 +142,8 @@ GA_HIDDEN void ga_window_release_records(bool period_end) noexcept;
 /* Launches no record stands for: after the last window with launches, at a
  * detach or exit. Records fired before their period's end (hold full). And
  * windowed records whose launch no callback saw (activity.cpp). */
-GA_HIDDEN extern std::atomic<uint64_t> ga_stat_unweighted, ga_stat_held_overflow, ga_stat_unseen;
+GA_HIDDEN extern std::atomic<uint64_t> ga_stat_unweighted, ga_stat_held_overflow, ga_stat_unseen,
+    ga_stat_joined;
 /* Launch callback, in a window: note the launch's period by correlation id.
  * Conversion: a record's period (its launch's; the current one, and *unseen set,
  * if no launch callback noted it), and that period's weight x 1024 once the

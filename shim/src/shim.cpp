@@ -619,11 +619,13 @@ static void at_exit_handler(void) {
     }
     ga_debug("exit (pid %d): %llu launches collected, %llu kernel records, %llu windows, "
              "%llu launches seen while attached, %llu after the last window, %llu records "
-             "weighted early, %llu records of unseen launches",
+             "weighted early, %llu records of unseen launches, %llu launches joined to the window "
+             "before them",
              (int)getpid(), (unsigned long long)ga_stat_launches.load(),
              (unsigned long long)ga_stat_records.load(), (unsigned long long)g_stat_windows.load(),
              (unsigned long long)ga_launch_seq.load(), (unsigned long long)ga_stat_unweighted.load(),
-             (unsigned long long)ga_stat_held_overflow.load(), (unsigned long long)ga_stat_unseen.load());
+             (unsigned long long)ga_stat_held_overflow.load(), (unsigned long long)ga_stat_unseen.load(),
+             (unsigned long long)ga_stat_joined.load());
     if (ga_cfg.exp_internal)
         ga_debug("internal launches (pid %d): %llu INTERNAL_LAUNCH_API records", (int)getpid(),
                  (unsigned long long)ga_stat_internal_launches.load());
@@ -724,7 +726,9 @@ extern "C" GA_EXPORT int gpu_agent_shim_state(void) { return g_state.load(); }
  * windows opened, 24 inside a window now (0/1), 25 launches no windowed record
  * stands for (after the last window, at a detach or exit), 26 windowed records
  * fired before their period's end (the hold was full), 27 windowed records whose
- * launch no launch callback saw (activity.cpp, note_unseen). */
+ * launch no launch callback saw (activity.cpp, note_unseen), 28 launches of
+ * periods whose window saw none, weighed with the period before them (window.cpp,
+ * end_period; mostly the partial last period at a detach or exit). */
 extern "C" GA_EXPORT uint64_t gpu_agent_shim_counter(int which) {
     switch (which) {
     case 0: return ga_stat_launches.load();
@@ -755,6 +759,7 @@ extern "C" GA_EXPORT uint64_t gpu_agent_shim_counter(int which) {
     case 25: return ga_stat_unweighted.load();
     case 26: return ga_stat_held_overflow.load();
     case 27: return ga_stat_unseen.load();
+    case 28: return ga_stat_joined.load();
     }
     return 0;
 }

@@ -149,17 +149,28 @@ uint32_t ga_window_join_max_lag_us(uint64_t start_ns) noexcept {
  * (-3.7 % and +4.3 % on graph replays of 40-81 windows), and the ratio of counts
  * over past periods read -5.2 % and +70 % on torch graph replays (a start-up
  * period whose window caught few of its launches fits that). A period whose
- * window saw no launch carries its launches to the next period that has
- * windowed launches (they would be lost otherwise). The weight is fixed point, x WQ, rounded per record without
- * bias (ga_window_round_weight). */
+ * window saw no launch gives its launches to the period before it (or, before
+ * any window launch, to the next one that has some): they would be lost
+ * otherwise (end_period). The weight is fixed point, x WQ, rounded per record
+ * without bias (ga_window_round_weight). */
 #define WQ 1024u
 std::atomic<uint64_t> ga_launch_seq;
 /* Poller thread only (and at detach/exit): the counts at the current period's
  * start, the launches carried from periods whose window saw none, the last
- * period's weight (for a period with no windowed launch, and for what is still
+ * published weight (for a period with no windowed launch, and for what is still
  * held at a detach or exit). */
 static uint64_t g_snap_all, g_snap_in, g_carry_all;
 static uint32_t g_last_q;
+/* The last ended period with windowed launches, not yet published: a period's
+ * weight is published one period late, so that the launches of a following
+ * period whose window saw none can still join it. Above all at an exit or a
+ * detach: the partial last period's window has often not opened yet, and its
+ * launches (up to one period, 200 ms at the defaults) had no record to stand
+ * for them; on an H200 that lost 3.1 % of a 4 s eager run's launches
+ * (docs/benchmarks.md section 11). Seq 0: none. */
+static uint32_t g_pend_seq;
+static uint64_t g_pend_all, g_pend_in;
+std::atomic<uint64_t> ga_stat_joined; /* launches given to the pending period (counter 28) */
 
 static uint32_t to_q(double w) {
     if (!(w >= 1.0)) w = 1.0; /* a record stands for itself at least */
@@ -167,20 +178,12 @@ static uint32_t to_q(double w) {
     return wq >= 4294967295.0 ? 0xffffffffu : (uint32_t)wq;
 }
 
-/* The weight of the records held for the period that ends now, and a new period. */
-static uint32_t period_weight_q(void) {
+/* The launches of the period that ends now: all, and those in its window. */
+static void period_counts(uint64_t *all, uint64_t *in) {
     uint64_t all_now = ga_launch_seq.load(std::memory_order_relaxed);
     uint64_t in_now = ga_stat_launches.load(std::memory_order_relaxed);
-    uint64_t all = all_now - g_snap_all + g_carry_all, in = in_now - g_snap_in;
+    *all = all_now - g_snap_all, *in = in_now - g_snap_in;
     g_snap_all = all_now, g_snap_in = in_now;
-    if (ga_cfg.exp_cb_windowed) return ga_cfg.duty_cycle * WQ; /* no counts outside windows */
-    if (!in) {
-        g_carry_all = all;
-        return g_last_q ? g_last_q : ga_cfg.duty_cycle * WQ; /* stragglers only */
-    }
-    g_carry_all = 0;
-    g_last_q = to_q((double)all / (double)in);
-    return g_last_q;
 }
 
 /* Period numbers. A launch in a window notes its period by correlation id, so
@@ -228,14 +231,52 @@ uint32_t ga_window_weight_of(uint32_t period) noexcept {
     return published_q(period);
 }
 
-/* The current period ends (first: nothing ended, at attach): its weight is
- * published, and a new period starts (numbers skip 0, "no period"). */
-static void end_period(bool first = false) {
+static void publish(uint32_t seq, uint32_t q) {
+    g_period_q[seq % QRING].store((uint64_t)seq << 32 | q, std::memory_order_release);
+}
+
+static void publish_pending(void) {
+    if (!g_pend_seq) return;
+    g_last_q = to_q((double)g_pend_all / (double)g_pend_in);
+    publish(g_pend_seq, g_last_q);
+    g_pend_seq = 0;
+}
+
+/* The current period ends (first: nothing ended, at attach), and a new one
+ * starts (numbers skip 0, "no period"). Its records weigh
+ *   its launches / its window's launches,
+ * published when the next period ends (g_pend_seq). A period whose window saw no
+ * launch has no records to weigh: its launches join the pending period if there
+ * is one (consecutive ones too, until an idle period or 64 periods), else the
+ * next period with windowed launches (g_carry_all). `final` (detach, exit):
+ * everything pending is published now. */
+static void end_period(bool first = false, bool final = false) {
     uint32_t seq = g_period_seq.load(std::memory_order_relaxed);
     if (!first && seq) {
-        uint32_t q = period_weight_q();
-        g_period_q[seq % QRING].store((uint64_t)seq << 32 | q, std::memory_order_release);
+        uint64_t all, in;
+        period_counts(&all, &in);
+        if (ga_cfg.exp_cb_windowed) { /* no counts outside windows */
+            g_last_q = ga_cfg.duty_cycle * WQ;
+            publish(seq, g_last_q);
+        } else if (!in) {
+            if (g_pend_seq) {
+                g_pend_all += all;
+                ga_stat_joined.fetch_add(all, std::memory_order_relaxed);
+            } else {
+                g_carry_all += all;
+            }
+            /* Held records should not wait long: a period with no launch at all
+             * (idle) ends the wait, and so does a pending period grown old. */
+            if (!all || seq - g_pend_seq >= QRING / 4) publish_pending();
+            /* for stragglers only (records of launches no callback saw) */
+            publish(seq, g_last_q ? g_last_q : ga_cfg.duty_cycle * WQ);
+        } else {
+            publish_pending();
+            g_pend_seq = seq, g_pend_all = all + g_carry_all, g_pend_in = in;
+            g_carry_all = 0;
+        }
     }
+    if (final) publish_pending();
     g_period_seq.store(seq + 1 ? seq + 1 : 1, std::memory_order_relaxed);
 }
 
@@ -245,6 +286,7 @@ static void period_edge(bool first) {
         g_snap_in = ga_stat_launches.load(std::memory_order_relaxed);
         g_carry_all = 0;
         g_last_q = 0;
+        g_pend_seq = 0;
         ga_window_period_ended = false;
         end_period(true);
         return;
@@ -259,10 +301,11 @@ std::atomic<uint64_t> ga_stat_unweighted;
 void ga_window_release_records(bool period_end) noexcept {
     if (ga_cfg.duty_cycle <= 1) return;
     if (!period_end) {
-        /* A detach or exit: the partial period ends here. Launches after the
-         * last window with launches have no record to stand for them (at most
-         * about one period's worth): counted. */
-        end_period();
+        /* A detach or exit: the partial period ends here, and its launches join
+         * the pending period's if its window saw none. Only launches with no
+         * window launch before them at all have no record to stand for them:
+         * counted. */
+        end_period(false, true);
         if (g_carry_all) {
             ga_stat_unweighted.fetch_add(g_carry_all, std::memory_order_relaxed);
             g_carry_all = 0;
