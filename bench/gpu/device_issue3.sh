@@ -16,6 +16,8 @@
 #           under the default, callbacks only (no window) and both callback domains.
 # pair:     the shim injected with no agent against no shim, two processes at once
 #           (bench/gpu/pair_overhead.py), ROUNDS rounds; PAIR_WORKLOADS, PAIR_SECONDS.
+# runmode:  the duty-cycled estimate under `gpu-agent run` against exact counts
+#           (bench/gpu/run_mode_fidelity.py).
 # overhead: ROUNDS interleaved rounds of run_overhead.py, appended to
 #           /tmp/gpu-agent-overhead.jsonl (kept between calls while the node is up).
 set -uo pipefail
@@ -220,6 +222,10 @@ if [[ ",$mode," == *,visibility,* ]]; then
                 | grep -E "exit \(|unseen|attached \(pid"
         done
     done
+fi
+if [[ ",$mode," == *,runmode,* ]]; then
+    # The estimate under `gpu-agent run` (not record), attached throughout and toggled.
+    python3 bench/gpu/run_mode_fidelity.py --workloads mlp,eager --steps 5000 --ab 20 2>&1
 fi
 if [[ ",$mode," == *,pair,* ]]; then
     python3 bench/gpu/pair_overhead.py --workloads "${PAIR_WORKLOADS:-eager,mlp,compiled}" \
