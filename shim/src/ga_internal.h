@@ -139,9 +139,10 @@ GA_HIDDEN uint32_t ga_window_join_max_lag_us(uint64_t start_ns) noexcept;
  * by the partial period's counts. */
 GA_HIDDEN extern bool ga_window_period_ended;
 GA_HIDDEN void ga_window_release_records(bool period_end) noexcept;
-/* Launches no record stands for: after the last window with launches, at a
- * detach or exit. Records fired before their period's end (hold full). And
- * windowed records whose launch no callback saw (activity.cpp). */
+/* Launches no record stands for: before the first window with launches, at a
+ * detach or exit. Records fired before their period's end (hold full).
+ * Windowed records whose launch no callback saw (activity.cpp). And launches of
+ * window-less periods weighed with the period before them (window.cpp). */
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_unweighted, ga_stat_held_overflow, ga_stat_unseen,
     ga_stat_joined;
 /* Launch callback, in a window: note the launch's period by correlation id.

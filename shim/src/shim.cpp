@@ -724,7 +724,7 @@ extern "C" GA_EXPORT int gpu_agent_shim_state(void) { return g_state.load(); }
  * fired, 19 exec graphs tracked now, 20 exec graph node ids tracked now, 21 destroyed
  * node ids waiting for a flush, 22 destroys dropped (queue full), 23 collection
  * windows opened, 24 inside a window now (0/1), 25 launches no windowed record
- * stands for (after the last window, at a detach or exit), 26 windowed records
+ * stands for (before the first window with launches, at a detach or exit), 26 windowed records
  * fired before their period's end (the hold was full), 27 windowed records whose
  * launch no launch callback saw (activity.cpp, note_unseen), 28 launches of
  * periods whose window saw none, weighed with the period before them (window.cpp,

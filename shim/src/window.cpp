@@ -223,9 +223,11 @@ static uint32_t published_q(uint32_t period) {
 uint32_t ga_window_weight_of(uint32_t period) noexcept {
     uint32_t cur = g_period_seq.load(std::memory_order_relaxed);
     /* A period long gone (a stale correlation-id entry) would wait forever: it
-     * takes the last period's weight (N if none). */
+     * takes the last published weight (cur - 1's is usually still pending; N if
+     * none). */
     if (cur - period >= QRING / 2) {
         uint32_t q = published_q(cur - 1);
+        if (!q) q = published_q(cur - 2);
         return q ? q : ga_cfg.duty_cycle * WQ;
     }
     return published_q(period);
