@@ -185,6 +185,24 @@ def test_records_completing_periods_after_their_launch_keep_their_periods_weight
     assert abs(est_launches / true_launches - 1) < 0.005, (est_launches, true_launches)
 
 
+def short_run(tmp_path, i: int, launches: int) -> tuple[int, int, int, int]:
+    """One short paced run against 1 s periods (N = 50): true launches, estimated
+    launches, launches after the last window and launches joined to the window
+    before them (the shim's exit line)."""
+    gt = tmp_path / f"truth{i}.tsv"
+    out = tmp_path / f"short{i}.pb.gz"
+    e = mock_env(gt, GPU_AGENT_WINDOW_MS="20", GPU_AGENT_DEBUG="1")
+    p = subprocess.run(agent_cmd("record", "--duty-cycle", "50", "-o", out, "--", MOCK_APP,
+                                 "--bench", str(launches), "--rate", str(RATE)),
+                       env=e, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    m = re.search(r"(\d+) after the last window, .* (\d+) launches joined to the window before them",
+                  p.stderr)
+    assert m, p.stderr[-2000:]
+    est_launches = kernel_totals(out).get(KERNEL, [0, 0])[1]
+    return ground_truth(gt)[KERNEL][0], est_launches, int(m.group(1)), int(m.group(2))
+
+
 def test_the_last_periods_launches_join_the_window_before_them(tmp_path, built):
     """A process that exits (or an agent that leaves) before the window of its
     last period opens: that partial period's launches have no record of their
@@ -197,21 +215,9 @@ def test_the_last_periods_launches_join_the_window_before_them(tmp_path, built):
     need_ebpf()
     joined_runs = 0
     for i in range(6):
-        gt = tmp_path / f"truth{i}.tsv"
-        out = tmp_path / f"tail{i}.pb.gz"
-        e = mock_env(gt, GPU_AGENT_WINDOW_MS="20", GPU_AGENT_DEBUG="1")
-        p = subprocess.run(agent_cmd("record", "--duty-cycle", "50", "-o", out, "--", MOCK_APP,
-                                     "--bench", "210000", "--rate", str(RATE)),
-                           env=e, capture_output=True, text=True, timeout=120)
-        assert p.returncode == 0, p.stderr
-        true_launches = ground_truth(gt)[KERNEL][0]
-        m = re.search(r"(\d+) after the last window, .* (\d+) launches joined to the window before them",
-                      p.stderr)
-        assert m, p.stderr[-2000:]
-        after_last, joined = int(m.group(1)), int(m.group(2))
+        true_launches, est_launches, after_last, joined = short_run(tmp_path, i, 210_000)
         if after_last:  # the first window caught no launch: nothing to join (counted, next test)
             continue
-        est_launches = kernel_totals(out)[KERNEL][1]
         # One window's few blocks stand for a whole period here: a 1 % bound.
         assert abs(est_launches / true_launches - 1) < 0.01, (est_launches, joined, true_launches)
         if joined:
@@ -230,16 +236,7 @@ def test_launches_before_any_window_are_counted(tmp_path, built):
     need_ebpf()
     lost_runs = 0
     for i in range(4):
-        gt = tmp_path / f"truth{i}.tsv"
-        out = tmp_path / f"short{i}.pb.gz"
-        e = mock_env(gt, GPU_AGENT_WINDOW_MS="20", GPU_AGENT_DEBUG="1")
-        p = subprocess.run(agent_cmd("record", "--duty-cycle", "50", "-o", out, "--", MOCK_APP,
-                                     "--bench", "30000", "--rate", str(RATE)),
-                           env=e, capture_output=True, text=True, timeout=120)
-        assert p.returncode == 0, p.stderr
-        true_launches = ground_truth(gt)[KERNEL][0]
-        after_last = int(re.search(r"(\d+) after the last window", p.stderr).group(1))
-        est_launches = kernel_totals(out).get(KERNEL, [0, 0])[1]
+        true_launches, est_launches, after_last, _ = short_run(tmp_path, i, 30_000)
         assert abs((est_launches + after_last) / true_launches - 1) < 0.01, (est_launches, after_last, true_launches)
         lost_runs += after_last > 0
     assert lost_runs >= 1  # all four reaching a window: about 1 in 2000

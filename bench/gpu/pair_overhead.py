@@ -106,8 +106,9 @@ def table(records: list[dict]) -> str:
              "| shim poller CPU, % of the measured time |",
              "|---|---|---|---|---|---|"]
     for r in summarize(records):
+        # (wall_s: records from before measured_s, over the whole process)
         poll = [x["poller_cpu_s"] / x.get("measured_s", x.get("wall_s", 0)) for x in records
-                if x["workload"] == r["workload"] and x["pair"] == r["pair"] and "poller_cpu_s" in x]  # wall_s: older records, the whole process
+                if x["workload"] == r["workload"] and x["pair"] == r["pair"] and "poller_cpu_s" in x]
         lines.append(f"| {r['workload']} | {r['pair']} | {100 * (r['median'] - 1):+.2f} % "
                      f"[{100 * (r['q1'] - 1):+.2f}, {100 * (r['q3'] - 1):+.2f}] | "
                      f"{100 * (r['mean'] - 1):+.2f} % | {r['rounds']} | "
