@@ -134,9 +134,10 @@ GA_HIDDEN extern std::atomic<uint64_t> ga_launch_seq;
 GA_HIDDEN uint32_t ga_window_join_max_lag_us(uint64_t start_ns) noexcept;
 /* Set when a period ends (in ga_window_should_be_on): the poller then flushes
  * CUPTI and calls ga_window_release_records(true), which fires the held records
- * weighted by that period's launches / its window's launches. At detach and exit
- * (after the final flush) ga_window_release_records(false) weighs what is held
- * by the partial period's counts. */
+ * whose period's weight is now published (the period before the one that just
+ * ended: launches / windowed launches, window-less periods after it included).
+ * At detach and exit (after the final flush) ga_window_release_records(false)
+ * ends the partial period the same way and fires everything held. */
 GA_HIDDEN extern bool ga_window_period_ended;
 GA_HIDDEN void ga_window_release_records(bool period_end) noexcept;
 /* Launches no record stands for: before the first window with launches, at a

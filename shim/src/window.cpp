@@ -142,7 +142,8 @@ uint32_t ga_window_join_max_lag_us(uint64_t start_ns) noexcept {
  * kernel, K for a K-node graph) are the same in and out of the period's window,
  * whatever the job does from one period to the next. This needs the period's
  * count, known only when it ends, so the shim holds a window's converted records
- * (activity.cpp) and fires them when its period ends (ga_window_release_records).
+ * (activity.cpp) and fires them when their weight is published, one period after
+ * theirs (end_period; ga_window_release_records).
  * Two earlier weights, each from the counts SO FAR applied to the records that
  * completed next, ran off on an H200: the rate form N x (launches per attached
  * second) / (windowed launches per window second) carried the run's window share
@@ -284,8 +285,8 @@ static void end_period(bool first = false, bool final = false) {
 
 static void period_edge(bool first) {
     if (first) {
-        g_snap_all = ga_launch_seq.load(std::memory_order_relaxed);
-        g_snap_in = ga_stat_launches.load(std::memory_order_relaxed);
+        uint64_t all, in;
+        period_counts(&all, &in); /* the snapshots start here */
         g_carry_all = 0;
         g_last_q = 0;
         g_pend_seq = 0;
