@@ -363,11 +363,15 @@ static __always_inline int batch_one(u32 i, struct batch_ctx *bc)
         count(GA_DROP_RECORD_READ, 1);
         return 0;
     }
-    if (r.end_ns < r.start_ns || r.kernel_id == 0) {
+    if (r.kernel_id == 0) {
         count(GA_DROP_BAD_RECORD, 1);
         return 0;
     }
     u64 ns = r.end_ns - r.start_ns;
+    if (r.end_ns < r.start_ns || ns > GA_MAX_KERNEL_NS || (r.flags & GA_REC_IMPOSSIBLE)) {
+        count(GA_DROP_IMPOSSIBLE, 1);
+        return 0;
+    }
     struct ga_agg_key k = {};
     k.tgid = bc->tgid;
     k.device_id = r.device_id;

@@ -71,7 +71,10 @@ def _main_script() -> F.Script:
     sc.batch([F.rec(K4, 9999, 1, start=i) for i in range(C.BATCH_MAX)])
     bad_end = F.rec(K4, 9999, 5)
     bad_end.end_ns = bad_end.start_ns - 1
-    sc.batch([bad_end, F.rec(0, 9999, 5), F.rec(K4, 9999, 7)])
+    flagged = F.rec(K4, 9999, 9)
+    flagged.flags = C.REC_IMPOSSIBLE
+    sc.batch([bad_end, F.rec(0, 9999, 5), F.rec(K4, 9999, 7), flagged,
+              F.rec(K4, 9999, C.MAX_KERNEL_NS + 1)])
     sc.batch([F.rec(K4, 9999, 1000)] * 2, record_size=60)        # wrong record size
     sc.batch([F.rec(K4, 9999, 1000)] * (C.BATCH_MAX + 1), dropped=2)  # count too large
     sc.attach()
@@ -155,7 +158,9 @@ class TestMainScenario:
         assert d["samples"] == 4
         assert d["new_stacks"] == 3
         assert d["unsampled"] == 1 + C.BATCH_MAX + 1
-        assert d["drop_bad_record"] == 2 + 2   # two bad records, two bad batches
+        assert d["drop_bad_record"] == 1 + 2   # kernel id 0, two bad batches
+        # end before start, flagged by the shim, longer than GA_MAX_KERNEL_NS
+        assert d["drop_impossible"] == 3
         assert d["drop_cupti"] == 5
         assert d["name_chunks"] == 12 * 2 + 3 + 1
         for k in ("drop_agg_full", "drop_stack_full", "drop_stack_read", "drop_record_read",

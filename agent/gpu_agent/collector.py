@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from . import contract as C
-from . import estimator
+from . import estimator, invariants
 from .bpf_session import BpfSession, Drain
 from .pprof import FrameSpec, ProfileBuilder
 from .python import PythonStacks
@@ -93,6 +93,7 @@ class WindowStats:
     unnamed_kernels: int = 0
     orphan_samples: int = 0
     excluded_pids: int = 0
+    impossible_records: int = 0  # kept out by invariants.py (also in drop_impossible)
 
 
 def _read_comm(pid: int) -> str:
@@ -129,6 +130,8 @@ class Collector:
         # count from the very same data the profiles are built from).
         self.drain_listeners: list[Callable[[Drain], None]] = []
         self.exit_listeners: list[Callable[[int], None]] = []
+        self._impossible = 0                     # records invariants.py kept out, in all
+        self._counters_at_window: dict[str, int] = {}
 
     # -- lifecycle ---------------------------------------------------------
     def open(self) -> None:
@@ -154,7 +157,9 @@ class Collector:
         self.window.merge(d)
 
     def counters(self) -> dict:
-        return self.session.counters()
+        c = self.session.counters()
+        c["drop_impossible"] = c.get("drop_impossible", 0) + self._impossible
+        return c
 
     # -- events (called from session.poll) ---------------------------------
     def _see(self, pid: int) -> Optional[ProcInfo]:
@@ -269,6 +274,15 @@ class Collector:
         # numbers are estimates, so their samples say so.
         duty = {k.tgid for k, v in win.totals.items() if v.weighted_launches != v.launches}
         comments = [DUTY_COMMENT] if duty else []
+        bad = invariants.impossible_streams(win.totals, duty, max(1, now - win.start_ns))
+        win_totals, stats.impossible_records = invariants.drop_streams(win.totals, bad)
+        win_sampled, _ = invariants.drop_streams(win.sampled, bad)
+        self._impossible += stats.impossible_records
+        counters = self.counters()
+        lost = invariants.drops_comment(counters, self._counters_at_window)
+        self._counters_at_window = counters
+        if lost:
+            comments.append(lost)
 
         def new_builder() -> ProfileBuilder:
             return ProfileBuilder(period_ns=1, duration_ns=max(0, now - win.start_ns),
@@ -280,10 +294,10 @@ class Collector:
         # graph flags; totals carry stack 0. The estimator's keys put the stack last.
         # Totals as whole-run estimates: exact unless the shim collects in windows.
         totals = {(*k[:5], k.capture_stack_id, k.graph_flags): v.estimated()
-                  for k, v in win.totals.items() if self.included(k[0])}
-        stats.excluded_pids = len({k[0] for k in win.totals} - {k[0] for k in totals})
+                  for k, v in win_totals.items() if self.included(k[0])}
+        stats.excluded_pids = len({k[0] for k in win_totals} - {k[0] for k in totals})
         sampled = {(*k[:5], k.capture_stack_id, k.graph_flags, k.stack_id): v
-                   for k, v in win.sampled.items() if self.included(k[0])}
+                   for k, v in win_sampled.items() if self.included(k[0])}
         est = estimator.estimate(totals, sampled)
         stats.orphan_samples = est.orphan_entries
         pids = set()

@@ -131,6 +131,12 @@ struct ga_kernel_record {
                              * so only that window's launches can join it. */
 };
 #define GA_REC_GRAPH 0x1u
+/* The shim found the record's times impossible (it started before the window
+ * its launch was made in opened): BPF drops it under GA_DROP_IMPOSSIBLE. */
+#define GA_REC_IMPOSSIBLE 0x2u
+/* A record longer than this (about 73 minutes) is impossible too: no real
+ * kernel record is, and ns x weight must not overflow BPF's 64-bit sums. */
+#define GA_MAX_KERNEL_NS (1ull << 42)
 
 /* ---- BPF maps (keys and values read by the agent) ---- */
 
@@ -253,6 +259,11 @@ enum ga_counter {
     GA_DROP_NODE_FULL,         /* node_stacks update failed */
     GA_CNT_STALE_JOIN,         /* a sampled launch refused as too old for the record
                                 * (join_max_lag_us): the record counts as unsampled */
+    GA_DROP_IMPOSSIBLE,        /* a record whose times cannot be true (end before
+                                * start, longer than GA_MAX_KERNEL_NS, or flagged
+                                * GA_REC_IMPOSSIBLE by the shim): kept out of the
+                                * totals. The agent adds streams whose records sum
+                                * to more GPU time than the interval had. */
     GA_COUNTER_MAX
 };
 

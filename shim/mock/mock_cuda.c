@@ -606,7 +606,8 @@ static void exec_kernel(struct mock_stream *s, const struct launch_desc *d, uint
         atomic_fetch_add_explicit(&d->f->gt_launches, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&d->f->gt_ns, dur, memory_order_relaxed);
     }
-    if (__builtin_expect(mockcuda_gate.kernel_activity, 0)) {
+    int activity = mockcuda_gate.kernel_activity;
+    if (__builtin_expect(activity || (graph_id && mockcuda_gate.graph_nodes), 0)) {
         /* MOCK_CUPTI_ACTIVITY_LAUNCH_NS: CPU time each launch costs while kernel
          * activity is on (real CUPTI: a launch-bound loop slows inside windows). */
         static long spin_ns = -1;
@@ -614,7 +615,7 @@ static void exec_kernel(struct mock_stream *s, const struct launch_desc *d, uint
             const char *e = getenv("MOCK_CUPTI_ACTIVITY_LAUNCH_NS");
             spin_ns = e ? atol(e) : 0;
         }
-        if (spin_ns > 0) {
+        if (activity && spin_ns > 0) {
             uint64_t until = mock_now_ns() + (uint64_t)spin_ns;
             while (mock_now_ns() < until) {
             }
@@ -627,7 +628,7 @@ static void exec_kernel(struct mock_stream *s, const struct launch_desc *d, uint
             .correlation_id = corr, .graph_id = graph_id, .graph_node_id = node_id,
             .grid = { d->grid[0], d->grid[1], d->grid[2] },
             .block = { d->block[0], d->block[1], d->block[2] },
-            .shmem = d->shmem, .launch_type = d->launch_type,
+            .shmem = d->shmem, .launch_type = d->launch_type, .activity_on = (uint8_t)activity,
         };
         h->kernel(&k);
     }

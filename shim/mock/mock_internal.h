@@ -102,6 +102,7 @@ struct mock_kernel_exec {
     uint64_t graph_node_id;        /* executable node id, 0 if not a graph launch */
     unsigned grid[3], block[3], shmem;
     uint8_t launch_type;
+    uint8_t activity_on;           /* 0: an untraced graph node (gate.graph_nodes) */
 };
 
 /* Implemented by libcupti; called by libcuda/libcudart with no lock held. */
@@ -110,7 +111,8 @@ struct mock_cupti_hooks {
     void (*api)(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData *d);
     /* CUPTI_CB_DOMAIN_RESOURCE; called when gate.api[RESOURCE][cbid] is set. */
     void (*resource)(CUpti_CallbackId cbid, const CUpti_ResourceData *d);
-    /* Called for every executed kernel while gate.kernel_activity is set. */
+    /* Called for every executed kernel while gate.kernel_activity is set, and
+     * for every executed graph node while gate.graph_nodes is set. */
     void (*kernel)(const struct mock_kernel_exec *k);
 };
 
@@ -119,6 +121,7 @@ struct mock_cupti_hooks {
 struct mock_cupti_gate {
     volatile uint8_t active;           /* a CUPTI client exists: assign correlation ids */
     volatile uint8_t kernel_activity;  /* KERNEL or CONCURRENT_KERNEL activity enabled */
+    volatile uint8_t graph_nodes;      /* graph nodes reach libcupti with activity off too */
     volatile uint8_t api[CUPTI_CB_DOMAIN_SIZE][MOCK_MAX_CBID];
 };
 extern struct mock_cupti_gate mockcuda_gate;

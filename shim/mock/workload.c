@@ -7,7 +7,7 @@
  *
  *   mock_workload [--paths all|p1,p2,...] [--iters N] [--sleep-ms M]
  *                 [--duration S] [--threads T] [--list-paths]
- *   mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel] [--rate R]
+ *   mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel|cuGraphLaunch] [--rate R]
  *                 [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E]
  *
  * Built -O1 -fno-inline -fomit-frame-pointer -rdynamic: stacks need eh_frame.
@@ -457,11 +457,12 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
     ck_cu(cuStreamCreate(&t.s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     t.args[0] = &t.buf;
     t.args[1] = &t.n;
-    int rt = !strcmp(api, "cudaLaunchKernel");
-    if (!rt && strcmp(api, "cuLaunchKernel")) {
-        fprintf(stderr, "mock_workload: --api must be cuLaunchKernel or cudaLaunchKernel\n");
+    int rt = !strcmp(api, "cudaLaunchKernel"), graph = !strcmp(api, "cuGraphLaunch");
+    if (!rt && !graph && strcmp(api, "cuLaunchKernel")) {
+        fprintf(stderr, "mock_workload: --api must be cuLaunchKernel, cudaLaunchKernel or cuGraphLaunch\n");
         return 1;
     }
+    if (graph) capture_cuGraphLaunch(&t); /* each launch: a replay of its 3 nodes */
     CUfunction f = g_fn[K_cuLaunchKernel];
     ck_rt(cudaLaunchKernel((const void *)stub_cudaLaunchKernel, GRID, BLOCK, t.args, 0, (cudaStream_t)t.s), "warmup");
     double t0 = now_s(), c0 = thread_cpu_s();
@@ -470,6 +471,8 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
         if (rt)
             ck_rt(cudaLaunchKernel((const void *)stub_cudaLaunchKernel, GRID, BLOCK, t.args, 0, (cudaStream_t)t.s),
                   "cudaLaunchKernel");
+        else if (graph)
+            launch_cuGraphLaunch(&t);
         else
             ck_cu(cuLaunchKernel(f, 4, 1, 1, 128, 1, 1, 0, t.s, t.args, NULL), "cuLaunchKernel");
         int warming = i < warm && warm_rate > 0;
@@ -502,7 +505,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: mock_workload [--paths all|p1,p2,...] [--iters N] [--sleep-ms M] [--duration S]\n"
                     "                     [--threads T] [--list-paths]\n"
-                    "       mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel] [--rate R]\n"
+                    "       mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel|cuGraphLaunch] [--rate R]\n"
                     "                     [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E]\n");
     exit(1);
 }

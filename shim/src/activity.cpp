@@ -299,18 +299,29 @@ static uint32_t held_last_q; /* the last known weight, for overflow */
 std::atomic<uint64_t> ga_stat_held_overflow;
 
 /* Weighs the records whose period's weight is known (or all, at fallback_q),
- * moves them to the front, and returns how many; the rest keep their period. */
-static uint32_t weigh_known(struct ga_kernel_record *recs, uint32_t n, bool all, uint32_t fallback_q) {
+ * moves them to the front, and returns how many; the rest keep their period.
+ * Records of launches left out of their window (window.cpp: CUPTI mis-times
+ * them) are dropped here and counted; *n shrinks by their number. */
+static uint32_t weigh_known(struct ga_kernel_record *recs, uint32_t *n, bool all, uint32_t fallback_q) {
     if (!fallback_q) fallback_q = ga_cfg.duty_cycle * 1024u;
-    uint32_t k = 0;
-    for (uint32_t i = 0; i < n; i++) {
+    uint32_t k = 0, i = 0, m = *n;
+    while (i < m) { /* [0,k) weighed, [k,i) waiting, [i,m) not looked at */
         uint32_t q = ga_window_weight_of(recs[i].weight);
-        if (!q && !all) continue;
+        if (!q && !all) {
+            i++;
+            continue;
+        }
+        if (GA_UNLIKELY(ga_window_left_out(recs[i].correlation_id))) {
+            ga_stat_left_out_records.fetch_add(1, std::memory_order_relaxed);
+            recs[i] = recs[--m];
+            continue;
+        }
         struct ga_kernel_record r = recs[i];
         r.weight = ga_window_round_weight(q ? q : fallback_q, &t_weight_rng);
-        recs[i] = recs[k];
+        recs[i++] = recs[k];
         recs[k++] = r;
     }
+    *n = m;
     return k;
 }
 
@@ -330,7 +341,7 @@ static void hold(const struct ga_kernel_record *recs, uint32_t n) {
     }
     if (held_n + n > held_cap) {
         ga_stat_held_overflow.fetch_add(held_n, std::memory_order_relaxed);
-        fire_all(held, weigh_known(held, held_n, true, held_last_q));
+        fire_all(held, weigh_known(held, &held_n, true, held_last_q));
         held_n = 0;
         if (n > held_cap) { /* no memory at all: these go too */
             struct ga_kernel_record tmp[GA_BATCH_MAX];
@@ -338,7 +349,7 @@ static void hold(const struct ga_kernel_record *recs, uint32_t n) {
                 uint32_t m = n - i < GA_BATCH_MAX ? n - i : GA_BATCH_MAX;
                 memcpy(tmp, recs + i, m * sizeof *recs);
                 ga_stat_held_overflow.fetch_add(m, std::memory_order_relaxed);
-                fire_all(tmp, weigh_known(tmp, m, true, held_last_q));
+                fire_all(tmp, weigh_known(tmp, &m, true, held_last_q));
             }
             return;
         }
@@ -358,7 +369,7 @@ void ga_activity_fire_held(bool all, uint32_t fallback_q) noexcept {
         free(recs);
         return;
     }
-    uint32_t k = weigh_known(recs, n, all, fallback_q);
+    uint32_t k = weigh_known(recs, &n, all, fallback_q);
     if (k < n) { /* periods not yet ended: back to wait */
         pthread_mutex_lock(&held_mu);
         hold(recs + k, n - k);
@@ -369,6 +380,40 @@ void ga_activity_fire_held(bool all, uint32_t fallback_q) noexcept {
     free(recs);
 }
 
+/* Graph replays CUPTI mis-times (window.cpp): among the held records of
+ * `period`, the newest record (largest correlation id) of each graph node is
+ * its window's last traced replay of that node, left out. Poller thread. */
+uint64_t ga_activity_leave_out_last_replays(uint32_t period, uint32_t *newest) noexcept {
+    *newest = 0;
+    pthread_mutex_lock(&held_mu);
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < held_n; i++)
+        m += held[i].weight == period && (held[i].flags & GA_REC_GRAPH) && held[i].graph_node_id;
+    uint32_t cap = 16;
+    while (cap < 2 * m) cap *= 2;
+    struct node_last { uint64_t node; uint32_t corr; };
+    node_last *tab = m ? (node_last *)calloc(cap, sizeof *tab) : nullptr;
+    for (uint32_t i = 0; tab && i < held_n; i++) {
+        const struct ga_kernel_record *r = &held[i];
+        if (r->weight != period || !(r->flags & GA_REC_GRAPH) || !r->graph_node_id) continue;
+        uint32_t j = (uint32_t)(mixp(r->graph_node_id) & (cap - 1));
+        while (tab[j].node && tab[j].node != r->graph_node_id) j = (j + 1) & (cap - 1);
+        tab[j].node = r->graph_node_id;
+        if (r->correlation_id > tab[j].corr) tab[j].corr = r->correlation_id;
+    }
+    pthread_mutex_unlock(&held_mu);
+    if (m && !tab) return 0; /* no memory: nothing left out (the agent's checks remain) */
+    uint64_t launches = 0;
+    for (uint32_t j = 0; tab && j < cap; j++) {
+        if (!tab[j].node || ga_window_left_out(tab[j].corr)) continue;
+        ga_window_leave_out(tab[j].corr);
+        launches++;
+        if (tab[j].corr > *newest) *newest = tab[j].corr;
+    }
+    free(tab);
+    return launches;
+}
+
 /* Fires converted records now (continuous, or their period's weight is known)
  * or holds them; true if any were fired. In windows .weight holds the period. */
 static bool emit(struct ga_kernel_record *recs, uint32_t n, bool windows) {
@@ -376,7 +421,7 @@ static bool emit(struct ga_kernel_record *recs, uint32_t n, bool windows) {
         fire_batch(recs, n);
         return true;
     }
-    uint32_t k = weigh_known(recs, n, false, 0);
+    uint32_t k = weigh_known(recs, &n, false, 0);
     if (k < n) {
         pthread_mutex_lock(&held_mu);
         hold(recs + k, n - k);
@@ -439,9 +484,29 @@ void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *bu
             if (windows) {
                 bool unseen = false;
                 o->weight = ga_window_period_of(k->correlationId, &unseen); /* weighed in emit */
-                if (GA_UNLIKELY(unseen)) note_unseen(o->kernel_id);
+                if (GA_UNLIKELY(unseen)) {
+                    note_unseen(o->kernel_id);
+                    /* A graph replay traced but launched outside a window: made
+                     * between a window's flag going off and its activity going
+                     * off, it is that window's last traced replay, whose end
+                     * times later replays overwrite (window.cpp). Dropped; it
+                     * was never counted among the window's launches. */
+                    if (o->flags & GA_REC_GRAPH) {
+                        ga_stat_left_out_records.fetch_add(1, std::memory_order_relaxed);
+                        continue;
+                    }
+                } else if (GA_UNLIKELY(o->flags & GA_REC_GRAPH) && ga_window_weight_of(o->weight) &&
+                           ga_window_late_last_replay(o->weight, o->correlation_id)) {
+                    /* Its period was weighed without it, and it is no older than
+                     * the replays left out then: the window's real last one. */
+                    ga_stat_left_out_late.fetch_add(1, std::memory_order_relaxed);
+                    ga_stat_left_out_records.fetch_add(1, std::memory_order_relaxed);
+                    continue;
+                }
                 o->join_max_lag_us = ga_cupti.GetTimestamp ? ga_window_join_max_lag_us(k->start)
                                                           : ga_cfg.window_ms * 500u;
+                if (GA_UNLIKELY(!unseen && ga_window_record_impossible(o->weight, k->start, k->end)))
+                    o->flags |= GA_REC_IMPOSSIBLE; /* BPF drops and counts it */
             }
             if (GA_UNLIKELY(audit)) {
                 /* The full trace is tallied; only windowed launches go on. */

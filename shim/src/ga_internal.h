@@ -132,6 +132,9 @@ GA_HIDDEN extern std::atomic<uint64_t> ga_launch_seq;
  * clock): the time since the last window opened before it, so that only launches
  * of that window can join it. */
 GA_HIDDEN uint32_t ga_window_join_max_lag_us(uint64_t start_ns) noexcept;
+/* A windowed record whose times cannot be true: it ends before it starts, or it
+ * started before the window of its launch's period opened (GA_REC_IMPOSSIBLE). */
+GA_HIDDEN bool ga_window_record_impossible(uint32_t period, uint64_t start_ns, uint64_t end_ns) noexcept;
 /* Set when a period ends (in ga_window_should_be_on): the poller then flushes
  * CUPTI and calls ga_window_release_records(true), which fires the held records
  * whose period's weight is now published (the period before the one that just
@@ -151,6 +154,19 @@ GA_HIDDEN extern std::atomic<uint64_t> ga_stat_unweighted, ga_stat_held_overflow
  * if no launch callback noted it), and that period's weight x 1024 once the
  * period has ended (0 before). */
 GA_HIDDEN void ga_window_note_launch(uint32_t correlation_id) noexcept;
+/* Graph replays CUPTI mis-times (window.cpp): the last traced replay of each
+ * graph node in a window is left out. activity.cpp, at the period's weighing
+ * (poller): marks the held records of `period` that are the newest of their
+ * graph node, returns their distinct launches and sets *newest to the newest
+ * correlation id among them. A record is dropped when ga_window_left_out says
+ * so, or when it arrives after its period was weighed and is no older than the
+ * replays left out then (ga_window_late_last_replay). */
+GA_HIDDEN uint64_t ga_activity_leave_out_last_replays(uint32_t period, uint32_t *newest) noexcept;
+GA_HIDDEN bool ga_window_left_out(uint32_t correlation_id) noexcept;
+GA_HIDDEN void ga_window_leave_out(uint32_t correlation_id) noexcept;
+GA_HIDDEN bool ga_window_late_last_replay(uint32_t period, uint32_t correlation_id) noexcept;
+GA_HIDDEN extern std::atomic<uint64_t> ga_stat_left_out_launches, ga_stat_left_out_records,
+    ga_stat_left_out_late;
 GA_HIDDEN uint32_t ga_window_period_of(uint32_t correlation_id, bool *unseen) noexcept;
 GA_HIDDEN uint32_t ga_window_weight_of(uint32_t period) noexcept;
 /* activity.cpp: while windows are on, converted records whose period has not

@@ -471,11 +471,15 @@ static void poll_once(void) noexcept {
         } else if (st == ST_ATTACHED) {
             uint64_t now = ga_now_ns();
             if (now >= g_next_edge_ns.load(std::memory_order_relaxed)) {
-                uint64_t edge = UINT64_MAX;
-                bool want = ga_window_should_be_on(now, &edge);
                 const char *what = nullptr;
                 CUptiResult r = CUPTI_SUCCESS;
-                if (ga_window_period_ended) {
+                /* An open window's edge is its end: it closes before its period
+                 * may end, so that every launch made in it is its period's (the
+                 * last replays left out per window, window.cpp, rely on it). */
+                if (ga_window_on.load(std::memory_order_relaxed)) r = set_collection(false, &what);
+                uint64_t edge = UINT64_MAX;
+                bool want = ga_window_should_be_on(now, &edge);
+                if (r == CUPTI_SUCCESS && ga_window_period_ended) {
                     /* A period ended: its window's records, flushed out of CUPTI
                      * now, go to BPF with the period's weight (window.cpp), before
                      * the next window's launches can reuse their correlation ids. */
@@ -620,12 +624,15 @@ static void at_exit_handler(void) {
     ga_debug("exit (pid %d): %llu launches collected, %llu kernel records, %llu windows, "
              "%llu launches seen while attached, %llu after the last window, %llu records "
              "weighted early, %llu records of unseen launches, %llu launches joined to the window "
-             "before them",
+             "before them, %llu graph launches left out (%llu records, %llu of them late)",
              (int)getpid(), (unsigned long long)ga_stat_launches.load(),
              (unsigned long long)ga_stat_records.load(), (unsigned long long)g_stat_windows.load(),
              (unsigned long long)ga_launch_seq.load(), (unsigned long long)ga_stat_unweighted.load(),
              (unsigned long long)ga_stat_held_overflow.load(), (unsigned long long)ga_stat_unseen.load(),
-             (unsigned long long)ga_stat_joined.load());
+             (unsigned long long)ga_stat_joined.load(),
+             (unsigned long long)ga_stat_left_out_launches.load(),
+             (unsigned long long)ga_stat_left_out_records.load(),
+             (unsigned long long)ga_stat_left_out_late.load());
     if (ga_cfg.exp_internal)
         ga_debug("internal launches (pid %d): %llu INTERNAL_LAUNCH_API records", (int)getpid(),
                  (unsigned long long)ga_stat_internal_launches.load());
@@ -728,7 +735,11 @@ extern "C" GA_EXPORT int gpu_agent_shim_state(void) { return g_state.load(); }
  * fired before their period's end (the hold was full), 27 windowed records whose
  * launch no launch callback saw (activity.cpp, note_unseen), 28 launches of
  * periods whose window saw none, weighed with the period before them (window.cpp,
- * end_period; mostly the partial last period at a detach or exit). */
+ * end_period; mostly the partial last period at a detach or exit), 29 graph launches
+ * left out of their window (the last traced replay of each graph node: CUPTI
+ * mis-times its records, window.cpp), 30 records dropped for it (also traced
+ * replays launched outside a window), 31 of those, records that came after
+ * their period was weighed. */
 extern "C" GA_EXPORT uint64_t gpu_agent_shim_counter(int which) {
     switch (which) {
     case 0: return ga_stat_launches.load();
@@ -760,6 +771,9 @@ extern "C" GA_EXPORT uint64_t gpu_agent_shim_counter(int which) {
     case 26: return ga_stat_held_overflow.load();
     case 27: return ga_stat_unseen.load();
     case 28: return ga_stat_joined.load();
+    case 29: return ga_stat_left_out_launches.load();
+    case 30: return ga_stat_left_out_records.load();
+    case 31: return ga_stat_left_out_late.load();
     }
     return 0;
 }

@@ -105,10 +105,13 @@ bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
 static std::atomic<uint64_t> g_open_ts[OPEN_RING];
 static std::atomic<uint32_t> g_open_n;
 
+static void note_period_open(uint64_t cupti_ts);
+
 void ga_window_opened(uint64_t cupti_ts) noexcept {
     uint32_t n = g_open_n.load(std::memory_order_relaxed);
     g_open_ts[n % OPEN_RING].store(cupti_ts, std::memory_order_relaxed);
     g_open_n.store(n + 1, std::memory_order_release);
+    if (cupti_ts) note_period_open(cupti_ts);
     g_win_open_ns.store(ga_now_ns(), std::memory_order_relaxed);
 }
 
@@ -199,6 +202,27 @@ static std::atomic<uint32_t> g_period_seq;            /* the current period; 0: 
 static std::atomic<uint64_t> g_corr_period[CORR_TAB];  /* corr << 32 | period */
 static std::atomic<uint64_t> g_period_q[QRING];        /* period << 32 | weight x WQ */
 
+/* The CUPTI time each recent period's window opened, for the sanity check of
+ * its records: a kernel launched in a window cannot start before it opened. */
+static std::atomic<uint64_t> g_period_open_ts[QRING];
+static std::atomic<uint32_t> g_period_open_seq[QRING];
+
+static void note_period_open(uint64_t cupti_ts) {
+    uint32_t seq = g_period_seq.load(std::memory_order_relaxed);
+    g_period_open_seq[seq % QRING].store(0, std::memory_order_relaxed);
+    g_period_open_ts[seq % QRING].store(cupti_ts, std::memory_order_relaxed);
+    g_period_open_seq[seq % QRING].store(seq, std::memory_order_release);
+}
+
+bool ga_window_record_impossible(uint32_t period, uint64_t start_ns, uint64_t end_ns) noexcept {
+    if (end_ns < start_ns) return true;
+    if (g_period_open_seq[period % QRING].load(std::memory_order_acquire) != period) return false;
+    uint64_t open = g_period_open_ts[period % QRING].load(std::memory_order_relaxed);
+    /* 50 us: CUPTI maps GPU times to its CPU clock, which may be off by a little. */
+    return open && start_ns + 50000 < open;
+}
+
+
 void ga_window_note_launch(uint32_t correlation_id) noexcept {
     g_corr_period[correlation_id & (CORR_TAB - 1)].store(
         (uint64_t)correlation_id << 32 | g_period_seq.load(std::memory_order_relaxed),
@@ -238,11 +262,72 @@ static void publish(uint32_t seq, uint32_t q) {
     g_period_q[seq % QRING].store((uint64_t)seq << 32 | q, std::memory_order_release);
 }
 
+/* ---- graph replays CUPTI mis-times ----
+ * On an H200 (CUDA 13, driver 580) the records of the LAST traced replay of a
+ * graph exec come back with wrong end times whenever the same exec is replayed
+ * again while activity is off: every later, untraced replay writes its own
+ * nodes' end times into them, until CUPTI reads them out. After a window, 100
+ * untraced replays gave its last replay's 2-7 us kernels 5.5 ms each; every
+ * other record, and every eager kernel, was right (docs/cupti-graph-windows.md).
+ * So the last traced replay of every graph node in each window is left out: its
+ * launch is not counted among the window's launches, and its records are
+ * dropped, so the window's other records weigh the period's launches as before
+ * (unbiased: which replay is a window's last is decided by the window's edge,
+ * not by the kernels). Which replay was the last TRACED one is read off the
+ * records themselves (activity.cpp), not off the launch callbacks, which cannot
+ * see where in a launch CUPTI's switch took effect. So a period's weight is
+ * computed after the flush that follows its publication is due (the records
+ * are in by then): publish_pending queues it, ga_window_release_records does it. */
+struct due_period { uint32_t seq; uint64_t all, in; };
+#define DUE_MAX 8u
+static due_period g_due[DUE_MAX];
+static unsigned g_due_n;
+static std::atomic<uint64_t> g_period_last_corr[QRING]; /* period << 32 | newest corr left out */
+std::atomic<uint64_t> ga_stat_left_out_launches, ga_stat_left_out_records, ga_stat_left_out_late;
+
+#define LEFT_OUT_TAB 8192u
+static std::atomic<uint32_t> g_left_out[LEFT_OUT_TAB]; /* correlation ids, direct-mapped */
+
+void ga_window_leave_out(uint32_t correlation_id) noexcept {
+    g_left_out[correlation_id & (LEFT_OUT_TAB - 1)].store(correlation_id, std::memory_order_relaxed);
+}
+
+bool ga_window_left_out(uint32_t correlation_id) noexcept {
+    return correlation_id &&
+           g_left_out[correlation_id & (LEFT_OUT_TAB - 1)].load(std::memory_order_relaxed) == correlation_id;
+}
+
+static void publish_now(uint32_t seq, uint64_t all, uint64_t in) {
+    uint32_t newest = 0;
+    uint64_t left = ga_activity_leave_out_last_replays(seq, &newest);
+    g_period_last_corr[seq % QRING].store((uint64_t)seq << 32 | newest, std::memory_order_relaxed);
+    ga_stat_left_out_launches.fetch_add(left, std::memory_order_relaxed);
+    if (in > left) {
+        g_last_q = to_q((double)all / (double)(in - left));
+    } else {
+        /* Every windowed launch was left out: no record stands for the period's
+         * launches, which go to the next period with windowed launches. */
+        g_carry_all += all;
+        if (!g_last_q) g_last_q = ga_cfg.duty_cycle * WQ;
+    }
+    publish(seq, g_last_q);
+}
+
+static void publish_due(void) {
+    for (unsigned i = 0; i < g_due_n; i++) publish_now(g_due[i].seq, g_due[i].all, g_due[i].in);
+    g_due_n = 0;
+}
+
 static void publish_pending(void) {
     if (!g_pend_seq) return;
-    g_last_q = to_q((double)g_pend_all / (double)g_pend_in);
-    publish(g_pend_seq, g_last_q);
+    if (g_due_n == DUE_MAX) publish_due(); /* the poller fell behind: no flush waited for */
+    g_due[g_due_n++] = {g_pend_seq, g_pend_all, g_pend_in};
     g_pend_seq = 0;
+}
+
+bool ga_window_late_last_replay(uint32_t period, uint32_t correlation_id) noexcept {
+    uint64_t v = g_period_last_corr[period % QRING].load(std::memory_order_relaxed);
+    return (uint32_t)(v >> 32) == period && correlation_id >= (uint32_t)v && (uint32_t)v;
 }
 
 /* The current period ends (first: nothing ended, at attach), and a new one
@@ -287,6 +372,7 @@ static void period_edge(bool first) {
     if (first) {
         uint64_t all, in;
         period_counts(&all, &in); /* the snapshots start here */
+        g_due_n = 0;
         g_carry_all = 0;
         g_last_q = 0;
         g_pend_seq = 0;
@@ -313,6 +399,11 @@ void ga_window_release_records(bool period_end) noexcept {
             ga_stat_unweighted.fetch_add(g_carry_all, std::memory_order_relaxed);
             g_carry_all = 0;
         }
+    }
+    publish_due(); /* after the flush: the periods' records are in */
+    if (!period_end && g_carry_all) { /* left out entirely at the very end */
+        ga_stat_unweighted.fetch_add(g_carry_all, std::memory_order_relaxed);
+        g_carry_all = 0;
     }
     ga_window_period_ended = false;
     /* At a detach or exit everything held goes, at the last weight if need be. */

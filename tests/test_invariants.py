@@ -1,0 +1,86 @@
+"""Impossible kernel records never reach the totals (agent/gpu_agent/invariants.py,
+BPF's GA_DROP_IMPOSSIBLE), and every one is counted where users look: the status
+line, the counters behind /metrics, and a comment in the profile.
+
+The probe firer (tests/probe_firer) fires the shim's kernel_batch probe with
+crafted records into a real Collector (real eBPF, real profile builder)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import need_ebpf
+from gpu_agent import contract as C
+from gpu_agent.collector import Collector
+from gpu_agent.commands.common import status_line
+from pprof_tool import raw
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "probe_firer"))
+import firer_script as F  # noqa: E402
+
+GOOD, MISTIMED, ODD = 0x7001, 0x7002, 0x7003
+
+
+@pytest.fixture(scope="module")
+def firer(tmp_path_factory):
+    need_ebpf()
+    return F.build(tmp_path_factory.mktemp("firer"))
+
+
+def test_impossible_records_are_dropped_counted_and_reported(firer, tmp_path):
+    lib, exe = firer
+    sc = F.Script()
+    for k, name in ((GOOD, b"good_kernel"), (MISTIMED, b"mistimed_graph_kernel"), (ODD, b"odd")):
+        sc.full_name(k, name)
+    # A windowed process (weight 10): stream 8 is honest (10 x 2 ms raw); stream 9's
+    # graph records sum to 5 x 3 s of raw GPU time inside an interval of about a
+    # second, which no stream can do.
+    honest = [F.rec(GOOD, 100 + i, 2_000_000, stream=8, weight=10) for i in range(10)]
+    mistimed = [F.rec(MISTIMED, 200 + i, 3_000_000_000, stream=9, graph_id=4, node=i + 1, weight=10)
+                for i in range(5)]
+    # Records no shim should send: end before start, flagged by the shim (started
+    # before its window opened), and longer than GA_MAX_KERNEL_NS.
+    backwards = F.rec(ODD, 300, 5, stream=8, weight=10)
+    backwards.end_ns = backwards.start_ns - 1
+    flagged = F.rec(ODD, 301, 5, stream=8, weight=10)
+    flagged.flags = C.REC_IMPOSSIBLE
+    huge = F.rec(ODD, 302, C.MAX_KERNEL_NS + 1, stream=8, weight=10)
+    sc.batch(honest + mistimed + [backwards, flagged, huge])
+    script = sc.write(tmp_path / "s.bin")
+
+    col = Collector(str(lib), python_stacks=False)
+    col.open()
+    try:
+        p = subprocess.run([str(exe), str(script)], capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0, p.stderr
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and col.counters()["kernels"] < len(honest) + len(mistimed):
+            col.poll(50)
+        col.poll(0)
+        builder, stats = col.build_profile()
+        counters = col.counters()
+    finally:
+        col.close()
+    out = tmp_path / "p.pb.gz"
+    builder.write(out)
+
+    # 3 refused by BPF one by one, 5 by the agent as a stream.
+    assert counters["drop_impossible"] == 3 + len(mistimed), counters
+    assert stats.impossible_records == len(mistimed)
+    line = status_line(stats, counters)
+    assert "drop_impossible=8" in line, line
+    # The profile holds the honest stream, exactly, and says what it lost.
+    kernels = {}
+    for s in raw(out):
+        kernels.setdefault(s.frames[0], [0, 0])
+        kernels[s.frames[0]][0] += s.values[0]
+        kernels[s.frames[0]][1] += s.values[1]
+    assert kernels == {"good_kernel": [10 * 10 * 2_000_000, 10 * 10]}, kernels
+    proto = builder.to_proto()
+    comments = [proto.string_table[c] for c in proto.comment]
+    assert any("drop_impossible=8" in c for c in comments), comments
