@@ -95,6 +95,9 @@ struct Opts {
     bool eager_first = false;  // one eager kernel first in each window, then the replays
     bool continuous = false;   // activity on throughout (control)
     bool per_window_exec = false; // a fresh exec for every window
+    bool flush_after_disable = false; // drain, disable, flush: read out before any later replay
+    bool other_between = false; // between windows replay a second exec, not the windowed one
+    bool eager_between = false; // between windows launch the kernels eagerly, no replay
 };
 
 static unsigned long long g_short_cycles, g_long_cycles;
@@ -122,7 +125,7 @@ static void run(const Opts &o, FILE *csv) {
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     callbacks(o.cb);
-    cudaGraphExec_t e0 = make_exec(s), e1 = o.two_execs ? make_exec(s) : nullptr;
+    cudaGraphExec_t e0 = make_exec(s), e1 = o.two_execs || o.other_between ? make_exec(s) : nullptr;
     auto replay = [&](int i) {
         if (o.eager) launch_eager(s);
         else CK(cudaGraphLaunch(o.two_execs && (i & 1) ? e1 : e0, s));
@@ -154,7 +157,15 @@ static void run(const Opts &o, FILE *csv) {
         if (!o.continuous) CU(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
         cuptiGetTimestamp(&t.dis);
         wts.push_back(t);
-        for (int i = 0; i < o.out; i++) replay(i);
+        if (o.flush_after_disable) {
+            CK(cudaStreamSynchronize(s));
+            CU(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+        }
+        for (int i = 0; i < o.out; i++) {
+            if (o.other_between) CK(cudaGraphLaunch(e1, s));
+            else if (o.eager_between) launch_eager(s);
+            else replay(i);
+        }
     }
     CK(cudaStreamSynchronize(s));
     if (o.continuous) CU(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
@@ -178,11 +189,18 @@ static void run(const Opts &o, FILE *csv) {
         for (size_t i = 0; i < wts.size(); i++) if (wts[i].en <= t) w = (int)i;
         return w;
     };
-    std::map<std::pair<int, uint32_t>, uint32_t> first_corr; // (window, graph) -> min corr
+    // The window a record's launch was made in: from the launch callback, else by its start.
+    auto launch_window = [&](const Rec &r) {
+        auto li = g_launch.find(r.corr);
+        return li != g_launch.end() ? li->second.second : window_of(r.start);
+    };
+    // (launch window, graph node) -> the newest correlation id: the window's last replay of it
+    std::map<std::pair<int, uint64_t>, uint32_t> last_corr;
     for (auto &r : recs) {
-        auto key = std::make_pair(window_of(r.end), o.eager ? 0u : r.graph_id);
-        auto it = first_corr.find(key);
-        if (it == first_corr.end() || r.corr < it->second) first_corr[key] = r.corr;
+        if (!r.node_id) continue;
+        auto key = std::make_pair(launch_window(r), r.node_id);
+        auto it = last_corr.find(key);
+        if (it == last_corr.end() || r.corr > it->second) last_corr[key] = r.corr;
     }
     std::map<uint32_t, uint64_t> prev_end_stream;
     int bad = 0, tp[4] = {0}, fp[4] = {0};
@@ -193,10 +211,9 @@ static void run(const Opts &o, FILE *csv) {
         uint64_t d = r.end - r.start;
         bool is_bad = d > med[r.is_long] * 3 / 2 + 1000;
         int w = window_of(r.end);
-        auto key = std::make_pair(w, o.eager ? 0u : r.graph_id);
         bool rule[4] = {
             w >= 0 && r.start < wts[w].en,                       // starts before its window opened
-            first_corr[key] == r.corr,                           // first replay of its exec in the window
+            r.node_id && last_corr[std::make_pair(launch_window(r), r.node_id)] == r.corr, // the shim's rule
             prev_end_stream.count(r.stream) && r.start + 500 < prev_end_stream[r.stream], // overlaps the previous record
             g_launch.count(r.corr) && r.start < g_launch[r.corr].first, // starts before its launch call
         };
@@ -226,7 +243,7 @@ static void run(const Opts &o, FILE *csv) {
            "mean %.2f us, good-only %.2f us; medians %.2f / %.2f us\n",
            o.name, n, o.windows * o.in * 12, bad, n ? 100.0 * bad / n : 0, before_en, worst / 1e3,
            n ? sum / n / 1e3 : 0, n_good ? sum_good / n_good / 1e3 : 0, med[0] / 1e3, med[1] / 1e3);
-    const char *rn[4] = {"start<enable", "first-replay-in-window", "overlaps-prev", "start<launch-call"};
+    const char *rn[4] = {"start<enable", "last-replay-in-window", "overlaps-prev", "start<launch-call"};
     for (int k = 0; k < 4; k++)
         printf("    rule %-24s catches %4d of %4d bad, flags %5d good\n", rn[k], tp[k], bad, fp[k]);
     fflush(stdout);
@@ -261,6 +278,11 @@ int main(int argc, char **argv) {
     add("fresh-exec-per-window")->per_window_exec = true;
     add("eager-control")->eager = true;
     add("continuous-control")->continuous = true;
+    add("out-50")->out = 50;
+    add("out-200")->out = 200;
+    add("flush-after-disable")->flush_after_disable = true;
+    add("other-exec-between")->other_between = true;
+    add("eager-between")->eager_between = true;
     add("issue-pattern-again");
     for (auto &o : all) run(o, csv);
     fclose(csv);
