@@ -82,9 +82,13 @@ def run_mode(workload: str, steps: int, outdir: Path) -> dict[str, list[int]]:
     finally:
         agent.send_signal(signal.SIGINT)
         try:
-            agent.wait(30)
+            log, _ = agent.communicate(timeout=30)
         except subprocess.TimeoutExpired:
             agent.kill()
+            log, _ = agent.communicate()
+    for line in log.splitlines():
+        if "processes=0 " not in line:
+            print(f"    run: {line[:300]}")
     total: dict[str, list[int]] = {}
     for f in sorted(outdir.glob("*.pb.gz")):
         for k, (ns, n) in profile_kernels(f).items():
@@ -113,6 +117,9 @@ def compare(name: str, truth_a: dict, truth_b: dict, est: dict) -> dict:
         print(f"      {k[:48]:48s} launches {e_n:9d} / {launches[k]:9d} ({d_n:+6.2f} %)  "
               f"gpu ms {e_ns / 1e6:9.2f} / {true_ns[k] / 1e6:9.2f} ({d_ns:+6.2f} %)")
     e_total = sum(v[0] for v in est.values())
+    for k in sorted(set(est) - set(truth_a), key=lambda k: -est[k][0]):
+        if est[k][0] > 0.01 * max(1, e_total):  # GPU time the truth has under no such kernel
+            print(f"      not in the truth: {k[:100]} launches {est[k][1]} gpu ms {est[k][0] / 1e6:.2f}")
     d_total = 100 * (e_total / total - 1) if total else 0.0
     print(f"    {name}: total GPU ms {e_total / 1e6:.2f} / {total / 1e6:.2f} ({d_total:+.2f} %); worst kernel "
           f"ns {worst_ns:.2f} %, launches {worst_n:.2f} %; continuous runs differ by {100 * noise:.2f} %",
