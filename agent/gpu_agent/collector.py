@@ -150,7 +150,15 @@ class Collector:
             self._symbolize(tgid, stack_id)
 
     def drain(self) -> None:
-        """Move what BPF aggregated so far into the current window."""
+        """Move what BPF aggregated so far into the current window.
+
+        Ring-buffer events already waiting are handled first: the kernel names the
+        shim announced before its records (and exits) must be known when the
+        window's profile is built. `run` can reach an interval's end right after
+        seconds of symbolizing a new process's first stacks, with that process's
+        names still queued: on an H200 its whole first interval read
+        "[unknown kernel]"."""
+        self.session.poll(0)
         d = self.session.drain()
         for fn in self.drain_listeners:
             fn(d)

@@ -24,7 +24,8 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD/agent:$PWD/bench/gpu${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 make -s shim CUDA_HOME=/usr/local/cuda || exit 1
 if [[ ",$mode," == *,fidelity,* ]]; then
-    python3 bench/gpu/gpu_time_fidelity.py --workloads "$workloads" --run --json "$out/fidelity.jsonl"
+    python3 bench/gpu/gpu_time_fidelity.py --workloads "$workloads" --run --json "$out/fidelity.jsonl" \
+        --record-runs "${RECORD_RUNS:-2}"
 fi
 if [[ ",$mode," == *,shares,* ]]; then
     python3 -m gpu_agent record --duty-cycle 10 -o "$out/shares.pb.gz" -- python3 bench/gpu/fidelity.py 300000 2>&1 | grep "gpu-agent: processes"

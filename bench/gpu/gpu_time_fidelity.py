@@ -18,7 +18,7 @@ the truth, plus the totals. --run also sums every profile one `gpu-agent run`
 
 Usage (root, GPU node, repo root, shim built; python3 with torch):
   python3 bench/gpu/gpu_time_fidelity.py [--workloads graph,driver-graph,mlp,eager,compiled,mlp-x4]
-      [--steps N] [--run] [--json OUT.jsonl]
+      [--steps N] [--run] [--record-runs 2] [--json OUT.jsonl]
 """
 
 from __future__ import annotations
@@ -135,6 +135,7 @@ def main() -> None:
     ap.add_argument("--workloads", default="graph,driver-graph,mlp,eager,compiled,mlp-x4")
     ap.add_argument("--steps", type=int, default=0, help="steps per run (default: STEPS)")
     ap.add_argument("--run", action="store_true", help="also under `gpu-agent run` (defaults)")
+    ap.add_argument("--record-runs", type=int, default=2, help="windowed `record` runs per workload")
     ap.add_argument("--json", default="")
     a = ap.parse_args()
     results = []
@@ -144,14 +145,14 @@ def main() -> None:
             steps = a.steps or STEPS[w]
             print(f"== {w} ({steps} steps)", flush=True)
             ca = record(w, steps, 1, t / f"{w}-c1.pb.gz")
-            w1 = record(w, steps, 10, t / f"{w}-w1.pb.gz")
-            w2 = record(w, steps, 10, t / f"{w}-w2.pb.gz")
-            rn = run_mode(w, steps, t / f"{w}-run") if a.run else None
+            windowed = [(f"record duty 10 #{i + 1}", record(w, steps, 10, t / f"{w}-w{i}.pb.gz"))
+                        for i in range(a.record_runs)]
+            if a.run:
+                windowed.append(("run defaults", run_mode(w, steps, t / f"{w}-run")))
             cb = record(w, steps, 1, t / f"{w}-c2.pb.gz")
             if {k: v[1] for k, v in ca.items()} != {k: v[1] for k, v in cb.items()}:
                 print("    note: the continuous runs' launch counts differ", flush=True)
-            for name, est in (("record duty 10 #1", w1), ("record duty 10 #2", w2),
-                              ("run defaults", rn)):
+            for name, est in windowed:
                 if est is not None:
                     r = compare(name, ca, cb, est)
                     r["workload"] = w

@@ -1,0 +1,53 @@
+"""A window's profile names every kernel whose name the shim announced before
+the window closed, even if the agent had not polled its ring buffer since (as
+when `run` spends seconds symbolizing a new process's first stacks just before
+an interval ends: on an H200 that process's whole first interval read
+"[unknown kernel 0x...]")."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import need_ebpf
+from gpu_agent.collector import Collector
+from pprof_tool import raw
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "probe_firer"))
+import firer_script as F  # noqa: E402
+
+KERNEL = 0x7101
+NAME = b"_Z" + b"n" * 1500  # three chunks, as long torch kernel names are
+
+
+@pytest.fixture(scope="module")
+def firer(tmp_path_factory):
+    need_ebpf()
+    return F.build(tmp_path_factory.mktemp("firer"))
+
+
+def test_names_queued_at_the_windows_end_are_in_its_profile(firer, tmp_path):
+    lib, exe = firer
+    script = F.Script().full_name(KERNEL, NAME).batch(
+        [F.rec(KERNEL, 10 + i, 1000) for i in range(5)]).write(tmp_path / "s.bin")
+    col = Collector(str(lib), python_stacks=False)
+    col.open()
+    try:
+        p = subprocess.run([str(exe), str(script)], capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0, p.stderr
+        # The records are in BPF's maps (read without polling the ring buffer) ...
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and col.session.counters()["kernels"] < 5:
+            time.sleep(0.05)
+        assert not col.session.names  # ... and the name is still queued, unread
+        builder, _ = col.build_profile()
+    finally:
+        col.close()
+    out = tmp_path / "p.pb.gz"
+    builder.write(out)
+    kernels = {s.frames[0]: s.values[1] for s in raw(out)}
+    assert kernels == {NAME.decode(): 5}, kernels
