@@ -25,7 +25,7 @@ export PYTHONPATH=/tmp/site:$PWD/agent:$PWD/bench/gpu${PYTHONPATH:+:$PYTHONPATH}
 make -s shim CUDA_HOME=/usr/local/cuda || exit 1
 if [[ ",$mode," == *,fidelity,* ]]; then
     python3 bench/gpu/gpu_time_fidelity.py --workloads "$workloads" --run --json "$out/fidelity.jsonl" \
-        --record-runs "${RECORD_RUNS:-2}"
+        --record-runs "${RECORD_RUNS:-2}" ${FIDELITY_ARGS:-}
 fi
 if [[ ",$mode," == *,shares,* ]]; then
     python3 -m gpu_agent record --duty-cycle 10 -o "$out/shares.pb.gz" -- python3 bench/gpu/fidelity.py 300000 2>&1 | grep "gpu-agent: processes"

@@ -55,8 +55,13 @@ def command(workload: str, steps: int) -> list[str]:
     return [sys.executable, OVERHEAD, workload, "--steps", str(steps)]
 
 
+DEBUG = False  # --debug: the shim's exit lines (windows, left-out replays) too
+
+
 def record(workload: str, steps: int, duty: int, out: Path) -> dict[str, list[int]]:
     env = clean_env()
+    if DEBUG:
+        env["GPU_AGENT_DEBUG"] = "1"
     p = subprocess.run([sys.executable, "-m", "gpu_agent", "record", "--duty-cycle", str(duty),
                         "-o", str(out), "--", *command(workload, steps)],
                        env=env, capture_output=True, text=True, timeout=600)
@@ -64,6 +69,9 @@ def record(workload: str, steps: int, duty: int, out: Path) -> dict[str, list[in
         raise SystemExit(f"{workload} duty {duty}: {p.stderr[-2000:]}")
     status = [ln for ln in p.stderr.splitlines() if ln.startswith("gpu-agent: processes")]
     print(f"    duty {duty:2d}: {status[-1] if status else '?'}", flush=True)
+    for ln in p.stderr.splitlines():
+        if DEBUG and "exit (pid" in ln:
+            print(f"      {ln[ln.index('exit'):][:400]}", flush=True)
     return profile_kernels(out)
 
 
@@ -137,7 +145,10 @@ def main() -> None:
     ap.add_argument("--run", action="store_true", help="also under `gpu-agent run` (defaults)")
     ap.add_argument("--record-runs", type=int, default=2, help="windowed `record` runs per workload")
     ap.add_argument("--json", default="")
+    ap.add_argument("--debug", action="store_true")
     a = ap.parse_args()
+    global DEBUG
+    DEBUG = a.debug
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)

@@ -380,6 +380,15 @@ void ga_activity_fire_held(bool all, uint32_t fallback_q) noexcept {
     free(recs);
 }
 
+uint32_t ga_activity_newest_held(uint32_t period) noexcept {
+    uint32_t newest = 0;
+    pthread_mutex_lock(&held_mu);
+    for (uint32_t i = 0; i < held_n; i++)
+        if (held[i].weight == period && held[i].correlation_id > newest) newest = held[i].correlation_id;
+    pthread_mutex_unlock(&held_mu);
+    return newest;
+}
+
 /* Graph replays CUPTI mis-times (window.cpp): among the held records of
  * `period`, the newest record (largest correlation id) of each graph node is
  * its window's last traced replay of that node, left out. Poller thread. */

@@ -162,6 +162,8 @@ GA_HIDDEN void ga_window_note_launch(uint32_t correlation_id) noexcept;
  * so, or when it arrives after its period was weighed and is no older than the
  * replays left out then (ga_window_late_last_replay). */
 GA_HIDDEN uint64_t ga_activity_leave_out_last_replays(uint32_t period, uint32_t *newest) noexcept;
+/* activity.cpp: the newest correlation id among the held records of `period` (0: none). */
+GA_HIDDEN uint32_t ga_activity_newest_held(uint32_t period) noexcept;
 GA_HIDDEN bool ga_window_left_out(uint32_t correlation_id) noexcept;
 GA_HIDDEN void ga_window_leave_out(uint32_t correlation_id) noexcept;
 GA_HIDDEN bool ga_window_late_last_replay(uint32_t period, uint32_t correlation_id) noexcept;

@@ -223,10 +223,15 @@ bool ga_window_record_impossible(uint32_t period, uint64_t start_ns, uint64_t en
 }
 
 
+/* period << 32 | the correlation id of (about: threads race) its window's last launch */
+static std::atomic<uint64_t> g_period_last_launch[QRING];
+
 void ga_window_note_launch(uint32_t correlation_id) noexcept {
-    g_corr_period[correlation_id & (CORR_TAB - 1)].store(
-        (uint64_t)correlation_id << 32 | g_period_seq.load(std::memory_order_relaxed),
-        std::memory_order_relaxed);
+    uint32_t seq = g_period_seq.load(std::memory_order_relaxed);
+    g_corr_period[correlation_id & (CORR_TAB - 1)].store((uint64_t)correlation_id << 32 | seq,
+                                                         std::memory_order_relaxed);
+    g_period_last_launch[seq % QRING].store((uint64_t)seq << 32 | correlation_id,
+                                            std::memory_order_relaxed);
 }
 
 uint32_t ga_window_period_of(uint32_t correlation_id, bool *unseen) noexcept {
@@ -313,14 +318,29 @@ static void publish_now(uint32_t seq, uint64_t all, uint64_t in) {
     publish(seq, g_last_q);
 }
 
-static void publish_due(void) {
-    for (unsigned i = 0; i < g_due_n; i++) publish_now(g_due[i].seq, g_due[i].all, g_due[i].in);
-    g_due_n = 0;
+/* A GPU-bound job runs its window's kernels long after their launches, and the
+ * last traced replays can only be told once their records are in: a period
+ * whose held records do not reach its window's last launch yet waits, up to
+ * DUE_WAIT periods (a launch traced by no record, at the window's closing edge,
+ * would otherwise hold it forever). `all`: publish everything now. */
+#define DUE_WAIT 4u
+static void publish_due(bool all = true) {
+    unsigned keep = 0;
+    uint32_t cur = g_period_seq.load(std::memory_order_relaxed);
+    for (unsigned i = 0; i < g_due_n; i++) {
+        const due_period d = g_due[i];
+        uint64_t last = g_period_last_launch[d.seq % QRING].load(std::memory_order_relaxed);
+        bool waiting = !all && cur - d.seq <= DUE_WAIT && (uint32_t)(last >> 32) == d.seq &&
+                       ga_activity_newest_held(d.seq) < (uint32_t)last;
+        if (waiting) g_due[keep++] = d;
+        else publish_now(d.seq, d.all, d.in);
+    }
+    g_due_n = keep;
 }
 
 static void publish_pending(void) {
     if (!g_pend_seq) return;
-    if (g_due_n == DUE_MAX) publish_due(); /* the poller fell behind: no flush waited for */
+    if (g_due_n == DUE_MAX) publish_due(); /* too many waiting: no more waiting */
     g_due[g_due_n++] = {g_pend_seq, g_pend_all, g_pend_in};
     g_pend_seq = 0;
 }
@@ -400,7 +420,7 @@ void ga_window_release_records(bool period_end) noexcept {
             g_carry_all = 0;
         }
     }
-    publish_due(); /* after the flush: the periods' records are in */
+    publish_due(!period_end); /* after the flush; at a detach or exit, all of them */
     if (!period_end && g_carry_all) { /* left out entirely at the very end */
         ga_stat_unweighted.fetch_add(g_carry_all, std::memory_order_relaxed);
         g_carry_all = 0;
