@@ -102,6 +102,10 @@ def main(args) -> int:
         discover(collector)  # processes already running with their own copy
     print(f"gpu-agent: watching every process that maps {shim} (pid {os.getpid()}); "
           f"profiles every {args.interval:g}s {outputs.describe()}", file=sys.stderr, flush=True)
+    print("gpu-agent: processes collect in one window of every N (GPU_AGENT_DUTY_CYCLE, "
+          "default 10) and their figures are estimates; a job shorter than a few windows "
+          "may not show at all: `gpu-agent record -- CMD` profiles one job exactly",
+          file=sys.stderr, flush=True)
     started = time.monotonic()
     next_window = started + args.interval
     next_discover = started + args.discover_interval
