@@ -368,7 +368,8 @@ static __always_inline int batch_one(u32 i, struct batch_ctx *bc)
         return 0;
     }
     u64 ns = r.end_ns - r.start_ns;
-    if (r.end_ns < r.start_ns || ns > GA_MAX_KERNEL_NS || (r.flags & GA_REC_IMPOSSIBLE)) {
+    if (r.end_ns < r.start_ns || ns > GA_MAX_KERNEL_NS || (r.flags & GA_REC_IMPOSSIBLE) ||
+        r.weight > GA_MAX_RECORD_WEIGHT) {
         count(GA_DROP_IMPOSSIBLE, 1);
         return 0;
     }
@@ -435,7 +436,9 @@ int ga_kernel_batch(struct pt_regs *ctx)
     bpf_usdt_readarg(4, ctx, &dropped);
     count(GA_CNT_BATCHES, 1);
     see_proc(tgid);
-    if (dropped)
+    if (dropped > GA_MAX_BATCH_DROPS) /* not a count any shim sends: refused */
+        count(GA_DROP_BAD_RECORD, 1);
+    else if (dropped)
         count(GA_DROP_CUPTI, dropped);
     if (record_size != sizeof(struct ga_kernel_record) || n > GA_BATCH_MAX) {
         count(GA_DROP_BAD_RECORD, 1);

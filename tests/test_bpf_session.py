@@ -74,7 +74,8 @@ def _main_script() -> F.Script:
     flagged = F.rec(K4, 9999, 9)
     flagged.flags = C.REC_IMPOSSIBLE
     sc.batch([bad_end, F.rec(0, 9999, 5), F.rec(K4, 9999, 7), flagged,
-              F.rec(K4, 9999, C.MAX_KERNEL_NS + 1)])
+              F.rec(K4, 9999, C.MAX_KERNEL_NS + 1), F.rec(K4, 9999, 3, weight=C.MAX_RECORD_WEIGHT + 1)])
+    sc.batch([], dropped=C.MAX_BATCH_DROPS + 1)                   # a forged drop count
     sc.batch([F.rec(K4, 9999, 1000)] * 2, record_size=60)        # wrong record size
     sc.batch([F.rec(K4, 9999, 1000)] * (C.BATCH_MAX + 1), dropped=2)  # count too large
     sc.attach()
@@ -153,14 +154,15 @@ class TestMainScenario:
 
     def test_counters(self, main_run):
         d = _delta(main_run)
-        assert d["batches"] == 5
+        assert d["batches"] == 6
         assert d["kernels"] == 4 + len(GRAPH_NS) + C.BATCH_MAX + 1
         assert d["samples"] == 4
         assert d["new_stacks"] == 3
         assert d["unsampled"] == 1 + C.BATCH_MAX + 1
-        assert d["drop_bad_record"] == 1 + 2   # kernel id 0, two bad batches
-        # end before start, flagged by the shim, longer than GA_MAX_KERNEL_NS
-        assert d["drop_impossible"] == 3
+        assert d["drop_bad_record"] == 1 + 2 + 1   # kernel id 0, two bad batches, a forged drop count
+        # end before start, flagged by the shim, longer than GA_MAX_KERNEL_NS, heavier
+        # than GA_MAX_RECORD_WEIGHT
+        assert d["drop_impossible"] == 4
         assert d["drop_cupti"] == 5
         assert d["name_chunks"] == 12 * 2 + 3 + 1
         for k in ("drop_agg_full", "drop_stack_full", "drop_stack_read", "drop_record_read",

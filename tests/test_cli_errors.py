@@ -64,3 +64,35 @@ def test_missing_prerequisite(setup, expect):
 def test_bad_interval_is_a_usage_error():
     proc = subprocess.run(agent_cmd("run", "--interval", "soon"), capture_output=True, text=True)
     assert proc.returncode == 2 and "invalid duration 'soon'" in proc.stderr
+
+
+def _full_tmpfs(path):
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(path)], check=True)
+    subprocess.run(["dd", "if=/dev/zero", f"of={path / 'fill'}", "bs=4k", "count=64"],
+                   capture_output=True)  # fails once the tmpfs is full: that is the point
+    return path
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "a-directory", "full-disk"])
+def test_record_unwritable_output_fails_before_the_command_runs(tmp_path, where):
+    """An output that cannot be written is one line and exit 2, and the command never
+    runs: before, the whole job ran and its profile was lost at the end."""
+    need_ebpf()
+    marker = tmp_path / "ran"
+    (tmp_path / "file").write_text("x")
+    out = {"under-a-file": tmp_path / "file" / "x.pb.gz", "a-directory": tmp_path,
+           "full-disk": None}[where]
+    mnt = None
+    if out is None:
+        mnt = _full_tmpfs(tmp_path / "mnt")
+        out = mnt / "x.pb.gz"
+    try:
+        proc = subprocess.run(agent_cmd("record", "-o", out, "--", "touch", marker),
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        if mnt is not None:
+            subprocess.run(["umount", str(mnt)], check=False)
+    line = one_line_error(proc)
+    assert str(out) in line and "nothing was run" in line, line
+    assert not marker.exists()

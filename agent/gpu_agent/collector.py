@@ -33,6 +33,7 @@ GRAPH_BEFORE_ATTACH = "[graph captured before attach]"
 # A fixed value: the records' weights vary around N (shim/src/window.cpp), and a
 # label value that moved with them would split every series.
 DUTY_LABEL = "gpu_time_estimated"
+INT64_MAX = (1 << 63) - 1
 DUTY_COMMENT = (f"gpu_time and kernel_launches of samples labelled {DUTY_LABEL}=true are estimates: "
                 "that process's shim collected in one time window of every N "
                 "(GPU_AGENT_DUTY_CYCLE) and counted each collected kernel about N times, "
@@ -310,6 +311,11 @@ class Collector:
         stats.orphan_samples = est.orphan_entries
         pids = set()
         for row in est.rows:
+            if max(row.gpu_ns, row.launches) > INT64_MAX:
+                # pprof values are int64: only sums of impossible records get here
+                stats.impossible_records += 1
+                self._impossible += 1
+                continue
             tgid, device_id, stream_id, graph_id, kernel_id, capture_id, gflags = row.key
             pids.add(tgid)
             info = self._see(tgid)

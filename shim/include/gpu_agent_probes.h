@@ -137,6 +137,11 @@ struct ga_kernel_record {
 /* A record longer than this (about 73 minutes) is impossible too: no real
  * kernel record is, and ns x weight must not overflow BPF's 64-bit sums. */
 #define GA_MAX_KERNEL_NS (1ull << 42)
+/* A record weight above this is impossible too (a window stands for at most its
+ * period's launches; GPU_AGENT_DUTY_CYCLE is at most 100000), and so is a batch
+ * that reports more CUPTI drops than this: forged counters never reach the totals. */
+#define GA_MAX_RECORD_WEIGHT (1u << 20)
+#define GA_MAX_BATCH_DROPS (1u << 24)
 
 /* ---- BPF maps (keys and values read by the agent) ---- */
 

@@ -273,9 +273,9 @@ static thread_local uint64_t t_weight_rng = 0x2545f4914f6cdd1dULL; /* weight rou
 static void fire_batch(const struct ga_kernel_record *recs, uint32_t n) {
     uint32_t dropped = 0;
     uint64_t d = pending_dropped.exchange(0, std::memory_order_acq_rel);
-    if (d > 0xffffffffu) {
-        pending_dropped.fetch_add(d - 0xffffffffu, std::memory_order_relaxed);
-        d = 0xffffffffu;
+    if (d > GA_MAX_BATCH_DROPS) { /* the rest goes with the next batches */
+        pending_dropped.fetch_add(d - GA_MAX_BATCH_DROPS, std::memory_order_relaxed);
+        d = GA_MAX_BATCH_DROPS;
     }
     dropped = (uint32_t)d;
     uint32_t rs = (uint32_t)sizeof(struct ga_kernel_record);

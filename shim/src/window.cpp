@@ -178,6 +178,9 @@ std::atomic<uint64_t> ga_stat_joined; /* launches given to the pending period (c
 
 static uint32_t to_q(double w) {
     if (!(w >= 1.0)) w = 1.0; /* a record stands for itself at least */
+    /* BPF refuses heavier records (the contract's bound): one launch in a window
+     * standing for over a million is rare enough to count low rather than lose. */
+    if (w > GA_MAX_RECORD_WEIGHT) w = GA_MAX_RECORD_WEIGHT;
     double wq = w * WQ;
     return wq >= 4294967295.0 ? 0xffffffffu : (uint32_t)wq;
 }

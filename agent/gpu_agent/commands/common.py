@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import tempfile
+from pathlib import Path
 
 _UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "": 1.0}
 
@@ -29,3 +32,20 @@ def status_line(stats, counters: dict) -> str:
             # Not drops: a windowed record whose sampled launch was older than its
             # window (bpf join guard), counted as unsampled instead.
             + (f" stale_join={counters['stale_join']}" if counters.get("stale_join") else ""))
+
+
+def output_error(path: Path) -> str | None:
+    """Why `path` cannot take the profile (checked before any workload runs), or None.
+    Tries a real file beside it: permissions, read-only mounts and a full disk all show."""
+    if path.is_dir():
+        return f"{path} is a directory"
+    parent = path.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".gpu-agent-check-") as f:
+            f.write(b"x")
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        return f"cannot write {path}: {e.strerror or e}"
+    return None

@@ -17,7 +17,7 @@ from pathlib import Path
 from .. import preflight
 from ..collector import Collector
 from ..paths import shim_path
-from .common import status_line
+from .common import output_error, status_line
 
 DRAIN_EVERY_S = 1.0
 
@@ -65,12 +65,18 @@ def main(args) -> int:
               file=sys.stderr)
         return 2
 
-    root = {"pid": -1}
-    collector = Collector(str(shim), pid_filter=lambda pid: descends_from(root["pid"])(pid))
-    collector.open()  # probes are live before the command maps the shim
     if args.duty_cycle is not None and not 1 <= args.duty_cycle <= 100000:
         print("gpu-agent: error: --duty-cycle must be between 1 and 100000", file=sys.stderr)
         return 2
+    # Before the command runs: a profile that cannot be written loses the whole run.
+    why = output_error(Path(args.output))
+    if why:
+        print(f"gpu-agent: error: {why}; nothing was run", file=sys.stderr)
+        return 2
+
+    root = {"pid": -1}
+    collector = Collector(str(shim), pid_filter=lambda pid: descends_from(root["pid"])(pid))
+    collector.open()  # probes are live before the command maps the shim
     env = dict(os.environ)
     env.setdefault("CUDA_INJECTION64_PATH", str(shim))
     # A one-off recording wants every kernel: continuous collection unless asked.
