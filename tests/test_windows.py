@@ -197,7 +197,7 @@ def test_a_job_whose_launch_rate_changes_is_weighed_period_by_period(tmp_path, b
 
 def test_records_completing_periods_after_their_launch_keep_their_periods_weight(tmp_path, built):
     """On a GPU-bound device a window's records complete tens of ms after its
-    launches, often after its period ended (docs/benchmarks.md section 9, the torch
+    launches, often after its period ended (docs/benchmarks-history.md section 9, the torch
     graph replay). Each record must weigh its own launch's period: with gaps in
     the launching, a window that falls in a gap holds few launches and so weighs
     a lot, and the previous window's late records must not take that weight.
@@ -238,7 +238,7 @@ def test_the_last_periods_launches_join_the_window_before_them(tmp_path, built):
     for this). Runs of 1.05 s against 1 s periods (N = 50): the second period's
     window has opened at the exit in only about 1 run in 20, so its 5 % of the
     launches are joined. Before this rule they were dropped: -3.1 % on a 4 s
-    eager run on an H200 (docs/benchmarks.md section 11); here the estimate
+    eager run on an H200 (docs/benchmarks-history.md section 11); here the estimate
     alone lands on the truth."""
     need_ebpf()
     joined_runs = 0

@@ -1,7 +1,7 @@
 """In-process A/B overhead: one process per (workload, config), states alternating.
 
 Why: on the shared GPU node the per-step time of a CPU-launch-bound workload moves
-by +-15-25 % from one process to the next (docs/benchmarks.md section 7), more than
+by +-15-25 % from one process to the next (docs/benchmarks-history.md section 7), more than
 the few percent being measured, so ratios of separate processes cannot resolve it.
 Here ONE process runs for --seconds and its state alternates: on for ON seconds,
 then off for OFF seconds (--toggle ON:OFF, default 0.4:1.2):
@@ -59,7 +59,7 @@ CONFIGS = {
     "shim+agent-callbacks-only": {"GPU_AGENT_DUTY_CYCLE": "100000"},  # attached, no window opens
     "shim+agent-cb-windowed": {"GPU_AGENT_EXP_CALLBACKS": "windowed"},
     # Runtime-domain launch callbacks as well as the driver's (the default before
-    # docs/benchmarks.md section 10):
+    # docs/benchmarks-history.md section 10):
     "shim+agent-cb-runtime": {"GPU_AGENT_EXP_CALLBACKS": "runtime"},
     "shim+agent-callbacks-only-runtime": {"GPU_AGENT_DUTY_CYCLE": "100000",
                                           "GPU_AGENT_EXP_CALLBACKS": "runtime"},

@@ -1,7 +1,7 @@
 """The shim injected with no agent, against no shim: two processes at the same time.
 
 Why: on the shared GPU node a CPU-launch-bound workload's per-step time moves by
-+-15-25 % from one process to the next and drifts over seconds (docs/benchmarks.md
++-15-25 % from one process to the next and drifts over seconds (docs/benchmarks-history.md
 sections 7 and 8), so processes run one after the other cannot show a 1 % effect,
 and the in-process A/B (ab_overhead.py) cannot unload the shim. Here each round
 starts TWO processes of the same workload at the same moment, each pinned to its

@@ -3,7 +3,7 @@
 Why: the fidelity runs (device_issue3.sh weights) use `gpu-agent record`. The
 in-process A/B runs, which use `gpu-agent run`, showed eager MLP's shim counting
 fewer in-window launches than kernel records (27-71 %), while `record` runs of
-the same workload count them exactly (docs/benchmarks.md sections 10 and 11).
+the same workload count them exactly (docs/benchmarks-history.md sections 10 and 11).
 This runs each case under a fresh `gpu-agent run` with its default settings,
 stops it, sums the kernel launches of every profile it wrote, and compares them
 with the truth:

@@ -234,7 +234,7 @@ void ga_replay_names(void) noexcept {
 
 /* ---- kernels whose windowed records had no launch callback ----
  * A few slots, first come: enough to name the launch path a device misses
- * (docs/benchmarks.md section 10: eager MLP's cuBLAS launches). */
+ * (docs/benchmarks-history.md section 10: eager MLP's cuBLAS launches). */
 #define UNSEEN_SLOTS 4
 static std::atomic<uint64_t> unseen_id[UNSEEN_SLOTS], unseen_n[UNSEEN_SLOTS];
 std::atomic<uint64_t> ga_stat_unseen;

@@ -274,7 +274,7 @@ static void handle_failure(const char *what, CUptiResult r) {
  * medians of four in-process A/B runs each), and its per-thread
  * deduplication miscounted CUDA 13's launches (in-window launch counts 1.4-2.2x
  * the kernel records, against 1.0006x with the driver domain alone):
- * docs/benchmarks.md section 10. */
+ * docs/benchmarks-history.md section 10. */
 static CUptiResult set_launch_cbids(bool on) {
     for (unsigned i = 0; i < ga_launch_cbid_count; i++) {
         const ga_launch_cbid *e = &ga_launch_cbids[i];
