@@ -39,7 +39,7 @@ deps:
 
 deps-check:
 	@if [ ! -d /usr/lib/python3/dist-packages/bcc ] || [ ! -e /lib/modules/$$(uname -r)/build ] \
-	    || [ ! -d /usr/share/gocode/src/github.com/google/pprof ] || ! command -v gcc >/dev/null || ! command -v prometheus >/dev/null \
+	    || [ ! -d /usr/share/gocode/src/github.com/google/pprof ] || ! command -v gcc >/dev/null || ! command -v prometheus >/dev/null || ! command -v valgrind >/dev/null \
 	    || { [ ! -f /usr/local/cuda/include/cupti.h ] && [ ! -f /opt/gpu-agent-cuda/include/cupti.h ]; } \
 	    || [ ! -f /opt/gpu-agent-cuda12/include/cupti.h ]; then \
 	    echo "make: installing missing system packages (deploy/install-deps.sh)"; bash deploy/install-deps.sh; fi

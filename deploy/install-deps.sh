@@ -19,7 +19,7 @@ exact=linux-headers-$(uname -r)
 if apt-cache show "$exact" >/dev/null 2>&1; then hdr=$exact; fi
 apt-get install -y -qq --no-install-recommends \
     build-essential binutils bpfcc-tools python3-bpfcc libbpfcc ${hdr:+$hdr} \
-    golang-go golang-github-google-pprof-dev python3-venv procps prometheus >/dev/null
+    golang-go golang-github-google-pprof-dev python3-venv procps prometheus valgrind >/dev/null
 
 kver=$(uname -r)
 if [ ! -e "/lib/modules/$kver/build" ]; then
