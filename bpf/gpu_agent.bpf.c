@@ -537,6 +537,13 @@ int ga_attach(struct pt_regs *ctx)
     return 0;
 }
 
+/* `replay`: the agent holds a uprobe here only for its semaphore (a request for
+ * the names); the shim fires it once it has replayed them. Nothing to do. */
+int ga_replay(struct pt_regs *ctx)
+{
+    return 0;
+}
+
 /* A process that fired a probe has ended: the agent can flush and forget it. */
 TRACEPOINT_PROBE(sched, sched_process_exit)
 {

@@ -33,12 +33,6 @@ LONG_NAME = b"_Z" + bytes(ord("a") + i % 26 for i in range(5998))  # 6000 bytes,
 GRAPH_NS = [10, 20, 30, 40, 50, 60]
 
 
-@pytest.fixture(scope="module")
-def firer(tmp_path_factory):
-    need_ebpf()
-    return F.build(tmp_path_factory.mktemp("firer"))
-
-
 class Events:
     def __init__(self):
         self.stacks: list[tuple[int, int]] = []

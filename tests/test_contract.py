@@ -129,7 +129,7 @@ def _check_shim_notes(path: Path) -> None:
             for spec, (_, typ) in zip(s.args, args):
                 size = abs(int(spec.split("@")[0]))
                 assert size == C.ARG_SIZES[typ], (name, s.args)
-            assert bool(s.semaphore) == (name == C.SEMAPHORE_PROBE), name
+            assert bool(s.semaphore) == (name in C.SEMAPHORE_PROBES), name
             if s.semaphore:
                 assert s.semaphore_offset > 0
 

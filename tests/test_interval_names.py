@@ -6,14 +6,10 @@ an interval ends: on an H200 that process's whole first interval read
 
 from __future__ import annotations
 
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-import pytest
-
-from conftest import need_ebpf
+from conftest import fire_into
 from gpu_agent.collector import Collector
 from pprof_tool import raw
 
@@ -24,12 +20,6 @@ KERNEL = 0x7101
 NAME = b"_Z" + b"n" * 1500  # three chunks, as long torch kernel names are
 
 
-@pytest.fixture(scope="module")
-def firer(tmp_path_factory):
-    need_ebpf()
-    return F.build(tmp_path_factory.mktemp("firer"))
-
-
 def test_names_queued_at_the_windows_end_are_in_its_profile(firer, tmp_path):
     lib, exe = firer
     script = F.Script().full_name(KERNEL, NAME).batch(
@@ -37,12 +27,7 @@ def test_names_queued_at_the_windows_end_are_in_its_profile(firer, tmp_path):
     col = Collector(str(lib), python_stacks=False)
     col.open()
     try:
-        p = subprocess.run([str(exe), str(script)], capture_output=True, text=True, timeout=30)
-        assert p.returncode == 0, p.stderr
-        # The records are in BPF's maps (read without polling the ring buffer) ...
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and col.session.counters()["kernels"] < 5:
-            time.sleep(0.05)
+        fire_into(col, exe, script, kernels=5)  # the records are in BPF's maps ...
         assert not col.session.names  # ... and the name is still queued, unread
         builder, _ = col.build_profile()
     finally:

@@ -7,14 +7,10 @@ crafted records into a real Collector (real eBPF, real profile builder)."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-import pytest
-
-from conftest import need_ebpf
+from conftest import fire_into
 from gpu_agent import contract as C
 from gpu_agent.collector import Collector
 from gpu_agent.commands.common import status_line
@@ -24,12 +20,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "probe_firer"))
 import firer_script as F  # noqa: E402
 
 GOOD, MISTIMED, ODD = 0x7001, 0x7002, 0x7003
-
-
-@pytest.fixture(scope="module")
-def firer(tmp_path_factory):
-    need_ebpf()
-    return F.build(tmp_path_factory.mktemp("firer"))
 
 
 def test_impossible_records_are_dropped_counted_and_reported(firer, tmp_path):
@@ -56,12 +46,7 @@ def test_impossible_records_are_dropped_counted_and_reported(firer, tmp_path):
     col = Collector(str(lib), python_stacks=False)
     col.open()
     try:
-        p = subprocess.run([str(exe), str(script)], capture_output=True, text=True, timeout=30)
-        assert p.returncode == 0, p.stderr
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and col.counters()["kernels"] < len(honest) + len(mistimed):
-            col.poll(50)
-        col.poll(0)
+        fire_into(col, exe, script, kernels=len(honest) + len(mistimed))
         builder, stats = col.build_profile()
         counters = col.counters()
     finally:

@@ -28,7 +28,8 @@ HERE = Path(__file__).resolve().parent / "shim_unit"
 CUDA_INC = os.environ.get("CUDA_HOME", "/usr/local/cuda") + "/include"
 SYS_PY = "/usr/bin/python3"  # has bcc (python3-bpfcc)
 
-EXPORTS = {"InitializeInjection", "gpu_agent_attach_semaphore", "gpu_agent_shim_state",
+EXPORTS = {"InitializeInjection", "gpu_agent_attach_semaphore", "gpu_agent_replay_semaphore",
+           "gpu_agent_shim_state",
            "gpu_agent_shim_counter", "gpu_agent_shim_poll"}
 C_LAUNCHES, C_SAMPLES, C_FORCED, C_BATCHES, C_RECORDS = 0, 1, 2, 3, 4
 C_NAMES, C_ATTACHES, C_DETACHES, C_POLLER = 6, 8, 9, 14
@@ -118,8 +119,8 @@ def contract_probes() -> dict[str, list[str]]:
     return probes
 
 
-def test_contract_lists_the_seven_probes():
-    assert set(contract_probes()) == {"attach", "cuda_correlation", "kernel_batch", "kernel_name",
+def test_contract_lists_the_eight_probes():
+    assert set(contract_probes()) == {"attach", "replay", "cuda_correlation", "kernel_batch", "kernel_name",
                                       "graph_node_stack", "graph_node_cloned",
                                       "graph_node_destroyed"}
 
@@ -160,11 +161,11 @@ def symbols(shim: Path, dynamic: bool) -> dict[str, tuple[int, str, str]]:
     return res
 
 
-def test_only_attach_has_the_semaphore_and_it_is_exported(shim):
+def test_only_attach_and_replay_have_semaphores_and_they_are_exported(shim):
     by_name = {n["name"]: n for n in notes(shim)}
     sem = by_name["attach"]["semaphore"]
-    assert sem != 0
-    assert all(n["semaphore"] == 0 for n in notes(shim) if n["name"] != "attach")
+    assert sem != 0 and by_name["replay"]["semaphore"] not in (0, sem)
+    assert all(n["semaphore"] == 0 for n in notes(shim) if n["name"] not in ("attach", "replay"))
     for dynamic in (True, False):
         syms = symbols(shim, dynamic)
         assert "gpu_agent_attach_semaphore" in syms, f"missing from {'.dynsym' if dynamic else '.symtab'}"

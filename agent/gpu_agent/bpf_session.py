@@ -72,6 +72,10 @@ DATA_PROBES = {  # contract probe -> BPF function
     "graph_node_destroyed": "ga_graph_node_destroyed",
 }
 ATTACH_FN = "ga_attach"
+REPLAY_FN = "ga_replay"
+# How long an agent holds the `replay` probe's semaphore up after it attaches to a
+# shim file: several of the shim's polls (GPU_AGENT_POLL_MS, default 100 ms).
+REPLAY_HOLD_S = 1.5
 BATCH_CHUNK = 1024      # keys per BPF_MAP_LOOKUP_AND_DELETE_BATCH call
 FALLBACK_GRACE_S = 0.010  # grace period if the synchronize_rcu() barrier is refused
 MAX_PENDING_NAMES = 4096
@@ -185,6 +189,7 @@ class BpfSession:
                               "barrier_fallbacks": 0}
         self._bpf = None
         self._uprobes: list[tuple[bytes, int]] = []  # (ev_name, perf fd), attach order
+        self._replay_holds: list[tuple[float, tuple[bytes, int]]] = []  # (until, uprobe)
         self._cb_error: Optional[BaseException] = None
         self._events = 0
         self._ncpu = 0
@@ -237,6 +242,7 @@ class BpfSession:
             # The semaphore last: the shim only starts CUPTI once everything listens.
             att = probes["attach"][0]
             self._attach(ATTACH_FN, self.shim_path, att.pc_offset, att.semaphore_offset)
+            self._ask_replay(self.shim_path, probes)
         except BaseException:
             self.close()
             raise
@@ -271,6 +277,7 @@ class BpfSession:
             self._lib.bpf_close_perf_event_fd(fd)
             self._lib.bpf_detach_uprobe(ev_name)
         self._uprobes.clear()
+        self._replay_holds.clear()
         self._files = []
         self._known_ids = set()
         try:
@@ -313,12 +320,28 @@ class BpfSession:
                 if len(s.args) != len(args):
                     raise BpfError(f"{path}: probe {name} has {len(s.args)} arguments, "
                                    f"the contract says {len(args)}")
-                if bool(s.semaphore) != (name == C.SEMAPHORE_PROBE):
+                if bool(s.semaphore) != (name in C.SEMAPHORE_PROBES):
                     raise BpfError(f"{path}: probe {name} "
-                                   f"{'lacks' if name == C.SEMAPHORE_PROBE else 'has'} a semaphore")
+                                   f"{'lacks' if name in C.SEMAPHORE_PROBES else 'has'} a semaphore")
         if len({p.semaphore for p in probes["attach"]}) != 1:
             raise BpfError(f"{path}: attach probe sites disagree on the semaphore")
         return probes
+
+    def _ask_replay(self, path: str, probes: dict) -> None:
+        """Raise the `replay` semaphore of this shim file for REPLAY_HOLD_S: shims
+        that another agent attached already announce their names again (the attach
+        semaphore does not rise for a second agent). poll() lets go of it."""
+        rep = probes[C.REPLAY_PROBE][0]
+        self._attach(REPLAY_FN, path, rep.pc_offset, rep.semaphore_offset)
+        self._replay_holds.append((time.monotonic() + REPLAY_HOLD_S, self._uprobes[-1]))
+
+    def _release_replays(self, now: float) -> None:
+        while self._replay_holds and self._replay_holds[0][0] <= now:
+            _, handle = self._replay_holds.pop(0)
+            if handle in self._uprobes:
+                self._uprobes.remove(handle)
+                self._lib.bpf_close_perf_event_fd(handle[1])
+                self._lib.bpf_detach_uprobe(handle[0])
 
     def _attach(self, fn_name: str, path: str, offset: int, ref_ctr_offset: int) -> None:
         from bcc import BPF
@@ -415,6 +438,7 @@ class BpfSession:
                     self._attach(fn, target, site.pc_offset, 0)
             att = probes["attach"][0]
             self._attach(ATTACH_FN, target, att.pc_offset, att.semaphore_offset)
+            self._ask_replay(target, probes)
         except BpfError as e:
             for ev_name, fd in reversed(self._uprobes[first:]):
                 self._lib.bpf_close_perf_event_fd(fd)
@@ -438,6 +462,8 @@ class BpfSession:
         if self._bpf is None:
             raise BpfError("session is not open")
         before = self._events
+        if self._replay_holds:
+            self._release_replays(time.monotonic())
         self._bpf.ring_buffer_poll(timeout_ms)  # bcc 0.26 returns None, not a count
         err, self._cb_error = self._cb_error, None
         if err is not None:

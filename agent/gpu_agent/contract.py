@@ -15,6 +15,7 @@ u8, u32, u64 = ct.c_uint8, ct.c_uint32, ct.c_uint64
 
 PROVIDER = "gpu_agent"
 SEMAPHORE_SYMBOL = "gpu_agent_attach_semaphore"
+REPLAY_SEMAPHORE_SYMBOL = "gpu_agent_replay_semaphore"
 
 MAX_FRAMES = 64
 BATCH_MAX = 1024
@@ -34,6 +35,7 @@ LAT_BUCKETS = 64
 # Pointer arguments are "ptr" (8 bytes on the probe site).
 PROBES: dict[str, tuple[tuple[str, str], ...]] = {
     "attach": (),
+    "replay": (),
     "cuda_correlation": (("correlation_id", "u32"), ("cbid", "u32"), ("stack_id", "u64"),
                          ("frames", "ptr"), ("nframes", "u32"), ("weight", "u32"),
                          ("launch_ns", "u64")),
@@ -46,8 +48,10 @@ PROBES: dict[str, tuple[tuple[str, str], ...]] = {
     "graph_node_cloned": (("original_node_id", "u64"), ("node_id", "u64")),
     "graph_node_destroyed": (("node_id", "u64"),),
 }
-# Only this probe carries a semaphore (the agent's presence flag for the shim).
+# The agent's presence flag for the shim; and its request for a replay of names.
 SEMAPHORE_PROBE = "attach"
+REPLAY_PROBE = "replay"
+SEMAPHORE_PROBES = (SEMAPHORE_PROBE, REPLAY_PROBE)
 ARG_SIZES = {"u32": 4, "u64": 8, "ptr": 8}
 
 
@@ -309,4 +313,5 @@ CONSTANTS: dict[str, int] = {
     "GA_PYS_TRUNCATED": PYS_TRUNCATED,
 }
 STRING_CONSTANTS: dict[str, str] = {"GA_PROVIDER": PROVIDER,
-                                    "GA_SEMAPHORE_SYMBOL": SEMAPHORE_SYMBOL}
+                                    "GA_SEMAPHORE_SYMBOL": SEMAPHORE_SYMBOL,
+                                    "GA_REPLAY_SEMAPHORE_SYMBOL": REPLAY_SEMAPHORE_SYMBOL}

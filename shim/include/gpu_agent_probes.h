@@ -12,12 +12,23 @@
  *
  * Provider: "gpu_agent". Probes (name: arguments, in order):
  *
- *   attach            (no arguments). The only probe with a semaphore
- *                     (gpu_agent_attach_semaphore). The agent attaches a
+ *   attach            (no arguments). Carries the semaphore
+ *                     gpu_agent_attach_semaphore. The agent attaches a
  *                     uprobe with ref_ctr_offset to it; the kernel then raises
  *                     the semaphore in every process mapping the shim. The
  *                     shim polls it to turn CUPTI on and off: while it is 0
  *                     no CUPTI callback or activity work runs at all.
+ *
+ *   replay            (no arguments). Carries the semaphore
+ *                     gpu_agent_replay_semaphore: an agent's request for
+ *                     everything the shim announces only once. The kernel
+ *                     raises a probe's semaphore once per probe, not once per
+ *                     uprobe consumer, so a second agent attaching `attach` is
+ *                     invisible to the shim. So every agent, when it starts,
+ *                     holds a uprobe on `replay` for about a second; a shim
+ *                     that is attached and sees this semaphore rise from 0
+ *                     fires kernel_name for every known name and `attach`
+ *                     again, then `replay` itself (an acknowledgement).
  *
  *   cuda_correlation  (u32 correlation_id, u32 cbid, u64 stack_id,
  *                      const u64 *frames, u32 nframes, u32 weight,
@@ -48,7 +59,7 @@
  *                     GA_NAME_CHUNK bytes (names can be thousands of bytes and
  *                     are never truncated). Fired when the shim first sees a
  *                     name, and again for all known names whenever an agent
- *                     attaches (the semaphore rises).
+ *                     attaches (the semaphore rises) or asks (`replay`).
  *
  *   graph_node_stack  (u64 node_id, u64 stack_id, const u64 *frames,
  *                      u32 nframes)
@@ -92,6 +103,7 @@ typedef uint64_t ga_u64;
 
 #define GA_PROVIDER "gpu_agent"
 #define GA_SEMAPHORE_SYMBOL "gpu_agent_attach_semaphore"
+#define GA_REPLAY_SEMAPHORE_SYMBOL "gpu_agent_replay_semaphore"
 
 /* Limits shared by both sides. */
 #define GA_MAX_FRAMES 64     /* native frames per sampled stack */

@@ -14,10 +14,25 @@ extern "C" {
 __extension__ unsigned short gpu_agent_attach_semaphore __attribute__((unused))
     __attribute__((section(".probes"))) __attribute__((visibility("default")));
 
-/* Hidden alias: reads go to THIS object's semaphore even if another copy of
- * the shim in the process exports the same name first in symbol lookup. */
+__extension__ unsigned short gpu_agent_replay_semaphore __attribute__((unused))
+    __attribute__((section(".probes"))) __attribute__((visibility("default")));
+
+/* Hidden aliases: reads go to THIS object's semaphores even if another copy of
+ * the shim in the process exports the same names first in symbol lookup. */
 extern unsigned short ga_attach_semaphore_local
     __attribute__((alias("gpu_agent_attach_semaphore"), visibility("hidden")));
+extern unsigned short ga_replay_semaphore_local
+    __attribute__((alias("gpu_agent_replay_semaphore"), visibility("hidden")));
+}
+
+/* An agent that started asks for the names (gpu_agent_probes.h, `replay`). */
+unsigned ga_replay_semaphore_value(void) noexcept {
+    return *(volatile unsigned short *)&ga_replay_semaphore_local;
+}
+
+/* Fired after a replay that an agent asked for. */
+__attribute__((noinline)) void ga_fire_replay_probe(void) noexcept {
+    STAP_PROBE(gpu_agent, replay);
 }
 
 unsigned ga_semaphore_value(void) noexcept {

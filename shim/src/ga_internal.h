@@ -56,6 +56,8 @@ static inline uint64_t ga_now_ns(void) noexcept {
 /* ---- attach semaphore (attach_probe.cpp) ---- */
 GA_HIDDEN unsigned ga_semaphore_value(void) noexcept;
 GA_HIDDEN void ga_fire_attach_probe(void) noexcept;
+GA_HIDDEN unsigned ga_replay_semaphore_value(void) noexcept;
+GA_HIDDEN void ga_fire_replay_probe(void) noexcept;
 
 /* ---- CUPTI function table (cupti_loader.cpp) ---- */
 struct ga_cupti_table {

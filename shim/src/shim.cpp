@@ -63,6 +63,7 @@ static std::atomic<uint64_t> g_next_edge_ns{UINT64_MAX}; /* next window edge (po
 static bool g_cbids_on;                         /* launch callbacks enabled now */
 static bool g_activity_on;                      /* CONCURRENT_KERNEL enabled now */
 static bool g_activity_used;                    /* enabled at least once this attach */
+static bool g_replay_asked;                     /* the replay semaphore was up at the last poll */
 static std::atomic<uint64_t> g_stat_windows;
 /* Debug statistics of the window edges (poller thread only): how long windows
  * really stayed open, and what switching CUPTI activity costs. */
@@ -428,6 +429,7 @@ static void do_attach(void) {
     g_state.store(ST_ATTACHED, std::memory_order_release);
     g_next_flush_ns = now + (uint64_t)ga_cfg.flush_ms * 1000000ull;
     g_stat_attaches.fetch_add(1, std::memory_order_relaxed);
+    g_replay_asked = ga_replay_semaphore_value() != 0; /* the attach replayed the names */
     ga_fire_attach_probe();
     ga_debug("attached (pid %d, sample period %u, graph period %u, one %u ms window in %u%s)",
              (int)getpid(), ga_cfg.sample_period, ga_cfg.graph_sample_period, ga_cfg.window_ms,
@@ -469,6 +471,16 @@ static void poll_once(void) noexcept {
         } else if (st == ST_IDLE) {
             if (!g_block_until_drop && ga_now_ns() >= g_retry_at_ns) do_attach();
         } else if (st == ST_ATTACHED) {
+            /* An agent that started asks for the names it missed: the attach
+             * semaphore does not rise for a second agent (gpu_agent_probes.h). */
+            bool asked = ga_replay_semaphore_value() != 0;
+            if (asked && !g_replay_asked) {
+                ga_replay_names();
+                ga_fire_attach_probe();
+                ga_fire_replay_probe();
+                ga_debug("names replayed for an agent that asked (pid %d)", (int)getpid());
+            }
+            g_replay_asked = asked;
             uint64_t now = ga_now_ns();
             if (now >= g_next_edge_ns.load(std::memory_order_relaxed)) {
                 const char *what = nullptr;

@@ -7,10 +7,18 @@
 
 __extension__ unsigned short gpu_agent_attach_semaphore
     __attribute__((unused)) __attribute__((section(".probes")));
+__extension__ unsigned short gpu_agent_replay_semaphore
+    __attribute__((unused)) __attribute__((section(".probes")));
 
 __attribute__((noinline)) void firer_attach(void)
 {
     STAP_PROBE(gpu_agent, attach);
+}
+
+/* The contract's replay-request probe: present, never fired by the firer. */
+__attribute__((noinline)) void firer_replay(void)
+{
+    STAP_PROBE(gpu_agent, replay);
 }
 
 unsigned short firer_semaphore(void)

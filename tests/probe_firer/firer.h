@@ -9,5 +9,6 @@ void firer_node_stack(ga_u64, ga_u64, const ga_u64 *, ga_u32);
 void firer_node_cloned(ga_u64, ga_u64);
 void firer_node_destroyed(ga_u64);
 void firer_attach(void);
+void firer_replay(void);
 unsigned short firer_semaphore(void);
 #endif

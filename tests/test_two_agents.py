@@ -1,0 +1,67 @@
+"""Two agents on one host (a user's `record` beside the system agent, or a
+DaemonSet's rolling update): the second one to attach gets every kernel name too.
+
+The shim announces a kernel's name once, when it first sees it, and again when
+the attach semaphore rises from 0. A second agent does not raise it: the kernel
+counts a uprobe's semaphore once per probe, not once per consumer (seen here:
+two agents, semaphore 1). So each agent, as it starts, holds the `replay`
+probe's semaphore for a moment, and the shim announces its names again."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+
+from conftest import MOCK_APP, SHIM, mock_env, need_ebpf
+from gpu_agent.bpf_session import REPLAY_HOLD_S
+from gpu_agent.collector import Collector
+
+KERNEL = "k_cuLaunchKernel(float*, int)"
+
+
+def _poll_until(collectors, cond, timeout=60.0):
+    end = time.monotonic() + timeout
+    while not cond() and time.monotonic() < end:
+        for c in collectors:
+            c.poll(50)
+    return cond()
+
+
+def _kernel_names(col: Collector) -> set[str]:
+    builder, _ = col.build_profile()
+    p = builder.to_proto()
+    return {p.string_table[f.name] for f in p.function if p.string_table[f.filename] == "CUDA_KERNEL"}
+
+
+def test_an_agent_that_attaches_later_gets_the_names(tmp_path, built):
+    need_ebpf()
+    # Our own copy (another inode): no other agent on this host attaches to it.
+    shim = tmp_path / "libgpu_agent_shim-two.so"
+    shutil.copy(SHIM, shim)
+    first = Collector(str(shim), python_stacks=False)
+    first.open()
+    opened = time.monotonic()
+    second = None
+    app = subprocess.Popen([str(MOCK_APP), "--paths", "cuLaunchKernel", "--duration", "60",
+                            "--sleep-ms", "2"], env=mock_env(CUDA_INJECTION64_PATH=str(shim)),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert _poll_until([first], lambda: first.session.names), "the first agent got no name"
+        # The first agent's own request has ended (agents that start within
+        # REPLAY_HOLD_S of each other share one request: the later one may miss it).
+        _poll_until([first], lambda: time.monotonic() > opened + REPLAY_HOLD_S + 0.3)
+        second = Collector(str(shim), python_stacks=False)
+        second.open()
+        assert _poll_until([first, second], lambda: second.counters()["kernels"] > 50)
+        assert _poll_until([first, second], lambda: second.session.names, timeout=10)
+        names = _kernel_names(second)
+        first_names = _kernel_names(first)
+    finally:
+        app.kill()
+        app.wait()
+        first.close()
+        if second is not None:
+            second.close()
+    assert KERNEL in names and KERNEL in first_names, (names, first_names)
+    assert not [n for n in names if n.startswith("[unknown kernel")], names
