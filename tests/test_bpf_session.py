@@ -24,12 +24,15 @@ from gpu_agent.bpf_session import AggKey, AggVal, BpfSession
 sys.path.insert(0, str(Path(__file__).resolve().parent / "probe_firer"))
 import firer_script as F  # noqa: E402
 
-K1, K2, K3, K4, K5 = 0x1111, 0x2222, 0x3333, 0x4444, 0x5555
 S1, S2, S3 = 0xA1, 0xA2, 0xA3
 FRAMES1 = [0x401000 + 16 * i for i in range(10)]
 FRAMES2 = [0x7F0000001000 + i for i in range(70)]  # more than GA_MAX_FRAMES: cut to 64
 FRAMES3 = [0x500000, 0x500100, 0x500200]
 LONG_NAME = b"_Z" + bytes(ord("a") + i % 26 for i in range(5998))  # 6000 bytes, 12 chunks
+K2_NAME = b"x" * 512 + b"y" * 88
+# Kernel ids are the FNV-1a 64 hash of the name (the agent checks it); K4, K5 unnamed.
+K1, K2, K3 = C.kernel_id(LONG_NAME), C.kernel_id(K2_NAME), C.kernel_id(b"graph_kernel")
+K4, K5 = 0x4444, 0x5555
 GRAPH_NS = [10, 20, 30, 40, 50, 60]
 
 
@@ -175,7 +178,7 @@ class TestMainScenario:
     def test_names(self, main_run):
         names = main_run["s"].names
         assert names[K1] == LONG_NAME
-        assert names[K2] == b"x" * 512 + b"y" * 88
+        assert names[K2] == K2_NAME
         assert names[K3] == b"graph_kernel"
 
     def test_proc_exit(self, main_run):
@@ -370,14 +373,15 @@ def test_event_decoding_never_raises():
     s._handle(bytes(C.EventHdr(type=C.EventType.GA_EV_NAME_CHUNK, tgid=1)))  # header only
     s._handle(bytes(C.EventHdr(type=C.EventType.GA_EV_NEW_STACK, tgid=1)))
     s._handle(bytes(C.EventHdr(type=99, tgid=1)))
-    bad = C.EvNameChunk(kernel_id=7, total_len=10, offset=8, len=5)  # runs past total_len
+    abc = C.kernel_id(b"abc")
+    bad = C.EvNameChunk(kernel_id=abc, total_len=10, offset=8, len=5)  # runs past total_len
     bad.hdr.type = C.EventType.GA_EV_NAME_CHUNK
     s._handle(bytes(bad))
-    ok = C.EvNameChunk(kernel_id=7, total_len=3, offset=0, len=3)
+    ok = C.EvNameChunk(kernel_id=abc, total_len=3, offset=0, len=3)
     ok.hdr.type = C.EventType.GA_EV_NAME_CHUNK
     ok.data = b"abc"
     s._handle(bytes(ok)[:C.EvNameChunk.data.offset + 3])        # truncated payload is fine
-    assert s.names == {7: b"abc"}
+    assert dict(s.names) == {abc: b"abc"}
     assert s._agent_counts["ev_corrupt"] == 4 and s._agent_counts["ev_unknown"] == 1
 
 

@@ -10,14 +10,15 @@ import sys
 from pathlib import Path
 
 from conftest import fire_into
+from gpu_agent import contract as C
 from gpu_agent.collector import Collector
 from pprof_tool import raw
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "probe_firer"))
 import firer_script as F  # noqa: E402
 
-KERNEL = 0x7101
 NAME = b"_Z" + b"n" * 1500  # three chunks, as long torch kernel names are
+KERNEL = C.kernel_id(NAME)
 
 
 def test_names_queued_at_the_windows_end_are_in_its_profile(firer, tmp_path):

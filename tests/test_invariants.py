@@ -19,7 +19,7 @@ from pprof_tool import raw
 sys.path.insert(0, str(Path(__file__).resolve().parent / "probe_firer"))
 import firer_script as F  # noqa: E402
 
-GOOD, MISTIMED, ODD = 0x7001, 0x7002, 0x7003
+GOOD, MISTIMED, ODD = (C.kernel_id(n) for n in (b"good_kernel", b"mistimed_graph_kernel", b"odd"))
 
 
 def test_impossible_records_are_dropped_counted_and_reported(firer, tmp_path):

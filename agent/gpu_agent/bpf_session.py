@@ -62,6 +62,7 @@ from typing import Callable, NamedTuple, Optional
 
 from . import contract as C
 from . import paths, preflight, stapsdt
+from .names import KernelNames
 
 DATA_PROBES = {  # contract probe -> BPF function
     "cuda_correlation": "ga_cuda_correlation",
@@ -78,7 +79,6 @@ REPLAY_FN = "ga_replay"
 REPLAY_HOLD_S = 1.5
 BATCH_CHUNK = 1024      # keys per BPF_MAP_LOOKUP_AND_DELETE_BATCH call
 FALLBACK_GRACE_S = 0.010  # grace period if the synchronize_rcu() barrier is refused
-MAX_PENDING_NAMES = 4096
 SHIM_BASENAME = "libgpu_agent_shim.so"  # what discover() looks for in /proc/*/maps
 
 
@@ -138,29 +138,6 @@ class ShimFile:
     ids: set = field(default_factory=set)  # (st_dev, st_ino) pairs naming this file
 
 
-class _PendingName:
-    __slots__ = ("total", "chunks")
-
-    def __init__(self, total: int):
-        self.total = total
-        self.chunks: dict[int, bytes] = {}
-
-    def assemble(self) -> Optional[bytes]:
-        """The whole name if the chunks cover [0, total) without gaps."""
-        pos = 0
-        parts = []
-        for off in sorted(self.chunks):
-            data = self.chunks[off]
-            if off > pos:
-                return None
-            if off + len(data) > pos:
-                parts.append(data[pos - off:])
-                pos = off + len(data)
-        if pos < self.total:
-            return None
-        return b"".join(parts)[:self.total]
-
-
 class BpfSession:
     """One loaded copy of the BPF program, attached to one shim file.
 
@@ -182,11 +159,9 @@ class BpfSession:
         self.on_proc_exit = on_proc_exit
         self.on_proc_attach: Optional[Callable[[int], None]] = None
         self.extra_cflags = list(cflags or [])
-        self.names: dict[int, bytes] = {}
-        self._pending: dict[int, _PendingName] = {}
-        self._agent_counts = {"ev_corrupt": 0, "ev_unknown": 0, "name_conflict": 0,
-                              "names_complete": 0, "callback_errors": 0,
+        self._agent_counts = {"ev_corrupt": 0, "ev_unknown": 0, "callback_errors": 0,
                               "barrier_fallbacks": 0}
+        self.names = KernelNames(self._agent_counts)
         self._bpf = None
         self._uprobes: list[tuple[bytes, int]] = []  # (ev_name, perf fd), attach order
         self._replay_holds: list[tuple[float, tuple[bytes, int]]] = []  # (until, uprobe)
@@ -491,7 +466,7 @@ class BpfSession:
                 self._agent_counts["ev_corrupt"] += 1
                 return
             ev = C.EvNameChunk.from_buffer_copy(buf.ljust(ct.sizeof(C.EvNameChunk), b"\0"))
-            self._name_chunk(ev.kernel_id, ev.total_len, ev.offset, ev.len,
+            self.names.chunk(ev.kernel_id, ev.total_len, ev.offset, ev.len,
                              buf[C.EvNameChunk.data.offset:])
         elif hdr.type == C.EventType.GA_EV_NEW_STACK:
             if len(buf) < ct.sizeof(C.EvNewStack):
@@ -508,28 +483,6 @@ class BpfSession:
                 self.on_proc_attach(hdr.tgid)
         else:
             self._agent_counts["ev_unknown"] += 1
-
-    def _name_chunk(self, kernel_id: int, total: int, offset: int, length: int,
-                    payload: bytes) -> None:
-        if kernel_id in self.names:
-            return  # replay after an attach, or a second process: ids are name hashes
-        if (kernel_id == 0 or total == 0 or total > C.MAX_NAME_LEN or length > C.NAME_CHUNK
-                or length > len(payload) or offset + length > total):
-            self._agent_counts["ev_corrupt"] += 1
-            return
-        p = self._pending.get(kernel_id)
-        if p is None or p.total != total:
-            if p is not None:
-                self._agent_counts["name_conflict"] += 1
-            if len(self._pending) >= MAX_PENDING_NAMES:  # drop the oldest unfinished name
-                self._pending.pop(next(iter(self._pending)))
-            p = self._pending[kernel_id] = _PendingName(total)
-        p.chunks[offset] = payload[:length]
-        name = p.assemble()
-        if name is not None:
-            del self._pending[kernel_id]
-            self.names[kernel_id] = name
-            self._agent_counts["names_complete"] += 1
 
     # -- maps --------------------------------------------------------------
     def drain(self) -> Drain:
@@ -670,7 +623,7 @@ class BpfSession:
             out[C.counter_name(c)] = total
         for k, v in self._agent_counts.items():
             out["agent_" + k] = v
-        out["agent_names_pending"] = len(self._pending)
+        out["agent_names_pending"] = self.names.pending
         return out
 
     def get_stack(self, tgid: int, stack_id: int) -> Optional[list[int]]:

@@ -161,6 +161,14 @@ class Counter(IntEnum):
 COUNTER_MAX = int(Counter.GA_COUNTER_MAX)
 
 
+def kernel_id(mangled: bytes) -> int:
+    """A kernel's id: FNV-1a 64 of its whole mangled name, never 0 (the shim's fnv1a64)."""
+    h = 0xCBF29CE484222325
+    for b in mangled:
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h or 1
+
+
 def counter_name(c: Counter) -> str:
     """GA_CNT_KERNELS -> "kernels", GA_DROP_AGG_FULL -> "drop_agg_full"."""
     n = c.name[3:].lower()

@@ -1,0 +1,110 @@
+"""Kernel names from the shim's kernel_name probes: assembled, checked, bounded.
+
+Any local process can fire the shim's probes (they are attached by path), so every
+chunk is hostile until proven otherwise:
+- a chunk must sit where the shim puts one (offset a multiple of GA_NAME_CHUNK, the
+  full chunk length but for the last), so a name has at most total / GA_NAME_CHUNK
+  chunks and is assembled once, in linear time, when the last one arrives;
+- a finished name must hash to its kernel id (FNV-1a 64 of the mangled name, the
+  contract's definition), so a process cannot rename another process's kernels
+  (names cut at GA_MAX_NAME_LEN cannot be checked: their id hashes the whole name);
+- unfinished names are bounded in bytes and in number, and finished ones in bytes:
+  the oldest go first, and every eviction is counted.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Iterator, Mapping
+
+from . import contract as C
+
+MAX_PENDING_NAMES = 4096
+MAX_PENDING_BYTES = 8 << 20   # unfinished names (16 names of 512 KiB worst case: 64 KiB each)
+MAX_NAME_BYTES = 64 << 20     # finished names kept; about 64 k names of 1 KiB
+
+
+class _Pending:
+    __slots__ = ("total", "chunks")
+
+    def __init__(self, total: int):
+        self.total = total
+        self.chunks: dict[int, bytes] = {}
+
+    def need(self) -> int:
+        return -(-self.total // C.NAME_CHUNK)
+
+
+class KernelNames(Mapping[int, bytes]):
+    """kernel_id -> mangled name (bytes), fed chunk by chunk."""
+
+    def __init__(self, counts: dict[str, int]):
+        self._names: OrderedDict[int, bytes] = OrderedDict()
+        self._bytes = 0
+        self._pending: OrderedDict[int, _Pending] = OrderedDict()
+        self._pending_bytes = 0
+        self.counts = counts  # the session's agent-side counters, updated in place
+        for k in ("ev_corrupt", "name_conflict", "names_complete", "name_spoofed",
+                  "names_evicted", "pending_names_evicted"):
+            counts.setdefault(k, 0)
+
+    # -- Mapping -------------------------------------------------------------
+    def __getitem__(self, kernel_id: int) -> bytes:
+        return self._names[kernel_id]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    # -- intake --------------------------------------------------------------
+    def chunk(self, kernel_id: int, total: int, offset: int, length: int, payload: bytes) -> None:
+        if kernel_id in self._names:
+            return  # replay after an attach, or a second process: ids are name hashes
+        if (kernel_id == 0 or total == 0 or total > C.MAX_NAME_LEN or length > len(payload)
+                or offset % C.NAME_CHUNK or offset >= total
+                or length != min(C.NAME_CHUNK, total - offset)):
+            self.counts["ev_corrupt"] += 1
+            return
+        p = self._pending.get(kernel_id)
+        if p is not None and p.total != total:
+            self.counts["name_conflict"] += 1
+            self._drop_pending(kernel_id)
+            p = None
+        if p is None:
+            p = self._pending[kernel_id] = _Pending(total)
+        if offset not in p.chunks:
+            p.chunks[offset] = payload[:length]
+            self._pending_bytes += length
+        if len(p.chunks) == p.need():
+            self._drop_pending(kernel_id)
+            self._finish(kernel_id, b"".join(p.chunks[o] for o in range(0, total, C.NAME_CHUNK)))
+        self._bound_pending()
+
+    def _finish(self, kernel_id: int, name: bytes) -> None:
+        if len(name) < C.MAX_NAME_LEN and C.kernel_id(name) != kernel_id:
+            self.counts["name_spoofed"] += 1
+            return
+        self._names[kernel_id] = name
+        self._bytes += len(name)
+        self.counts["names_complete"] += 1
+        while self._bytes > MAX_NAME_BYTES and self._names:
+            _, old = self._names.popitem(last=False)
+            self._bytes -= len(old)
+            self.counts["names_evicted"] += 1
+
+    def _drop_pending(self, kernel_id: int) -> None:
+        p = self._pending.pop(kernel_id, None)
+        if p is not None:
+            self._pending_bytes -= sum(len(c) for c in p.chunks.values())
+
+    def _bound_pending(self) -> None:
+        while self._pending and (len(self._pending) > MAX_PENDING_NAMES
+                                 or self._pending_bytes > MAX_PENDING_BYTES):
+            self._drop_pending(next(iter(self._pending)))
+            self.counts["pending_names_evicted"] += 1
