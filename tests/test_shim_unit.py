@@ -424,3 +424,27 @@ def test_omitting_one_cbid_at_build_time_loses_that_path(shim, tools):
         assert p.returncode == 0, err
         assert c(res, C_LAUNCHES) == seen, extra
         assert got["records"] == 200  # totals do not depend on callbacks
+
+
+def test_privileged_process_takes_no_file_path_from_its_environment(tools, shim):
+    """A setuid program run by another user (AT_SECURE) ignores GPU_AGENT_AUDIT_FILE and
+    GPU_AGENT_CUPTI_PATH: that user could otherwise make it write, or load, a file.
+    The same program run by its owner honours them."""
+    import tempfile
+    d = Path(tempfile.mkdtemp(prefix="ga-secure-"))
+    try:
+        os.chmod(d, 0o755)
+        harness, lib = d / "harness", d / "libgpu_agent_shim.so"
+        shutil.copy(tools["harness"], harness)
+        shutil.copy(shim, lib)
+        os.chown(harness, 0, 0)
+        os.chmod(harness, 0o4755)  # setuid root
+        env = clean_env(CUDA_INJECTION64_PATH=str(lib), GPU_AGENT_AUDIT_FILE=str(d / "audit.tsv"))
+        _, err, p = run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                         harness, "inject", "1", "50"], env)
+        assert p.returncode == 0, err
+        assert "GPU_AGENT_AUDIT_FILE ignored" in err, err
+        _, err, p = run([harness, "inject", "1", "50"], env)  # root runs its own program
+        assert p.returncode == 0 and "ignored" not in err, err
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

@@ -265,4 +265,4 @@ class ProfileBuilder:
 
     def write(self, path: Union[str, os.PathLike]) -> None:
         """Write atomically: temp file in the same directory, fsync, rename."""
-        write_atomic(path, self.to_bytes())
+        write_atomic(path, self.to_bytes(), mode=0o600)  # other tenants' kernel and pod names

@@ -77,7 +77,7 @@ static void *try_dir(const char *dir, const char *rel, char *path_out, size_t pa
 }
 
 static void *open_cupti(char *path_out, size_t path_len) {
-    const char *env = getenv("GPU_AGENT_CUPTI_PATH");
+    const char *env = ga_secure_exec() ? nullptr : getenv("GPU_AGENT_CUPTI_PATH");
     if (env && *env) return try_open(env, path_out, path_len);  /* explicit: no fallback */
 
     char lp[1024];

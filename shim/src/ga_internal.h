@@ -46,6 +46,11 @@ struct ga_config {
 };
 GA_HIDDEN extern ga_config ga_cfg;
 
+/* A setuid/setgid or otherwise privileged exec (AT_SECURE): the shim then takes
+ * no file path from the environment (GPU_AGENT_AUDIT_FILE, GPU_AGENT_CUPTI_PATH),
+ * which another user could set to make the process write or load a file. */
+GA_HIDDEN bool ga_secure_exec(void) noexcept;
+
 /* CLOCK_MONOTONIC in ns: the shim's one clock for schedules and timings. */
 static inline uint64_t ga_now_ns(void) noexcept {
     struct timespec ts;

@@ -23,6 +23,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/auxv.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,6 +141,8 @@ static void env_u32(const char *name, uint32_t *out, uint32_t lo, uint32_t hi, c
     *out = (uint32_t)x;
 }
 
+bool ga_secure_exec(void) noexcept { return getauxval(AT_SECURE) != 0; }
+
 static void common_init(void) {
     if (g_common_once.exchange(1)) return;
     const char *dbg = getenv("GPU_AGENT_DEBUG");
@@ -173,7 +176,10 @@ static void common_init(void) {
     else if (internal && *internal && strcmp(internal, "0"))
         note_bad(bad, sizeof(bad), "GPU_AGENT_EXP_INTERNAL_LAUNCHES", internal);
     const char *audit = getenv("GPU_AGENT_AUDIT_FILE");
-    if (audit && *audit) {
+    if (audit && *audit && ga_secure_exec()) {
+        ga_log("GPU_AGENT_AUDIT_FILE ignored: a privileged (setuid) process takes no path from "
+               "its environment");
+    } else if (audit && *audit) {
         if (strlen(audit) < sizeof(ga_cfg.audit_file)) {
             strcpy(ga_cfg.audit_file, audit);
         } else {
