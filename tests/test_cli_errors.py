@@ -96,3 +96,42 @@ def test_record_unwritable_output_fails_before_the_command_runs(tmp_path, where)
     line = one_line_error(proc)
     assert str(out) in line and "nothing was run" in line, line
     assert not marker.exists()
+
+
+def test_run_refuses_an_output_dir_it_cannot_write(tmp_path):
+    need_ebpf()
+    (tmp_path / "file").write_text("x")
+    proc = subprocess.run(agent_cmd("run", "--output-dir", tmp_path / "file", "--duration", "1"),
+                          capture_output=True, text=True, timeout=60)
+    assert "--output-dir" in one_line_error(proc)
+
+
+def test_run_keeps_going_when_its_store_fills_up(tmp_path):
+    """A disk that fills while the agent runs drops windows (counted, said once) and
+    the agent stays up; before, ENOSPC was a traceback and exit 1."""
+    from conftest import MOCK_APP, SHIM, mock_env
+    need_ebpf()
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], check=True)
+    try:
+        agent = subprocess.Popen(agent_cmd("run", "--output-dir", mnt, "--interval", "1s",
+                                           "--duration", "6"),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        err = []
+        for line in agent.stderr:
+            err.append(line)
+            if "watching" in line:
+                break
+        subprocess.run(["dd", "if=/dev/zero", f"of={mnt / 'fill'}", "bs=4k", "count=64"],
+                       capture_output=True)  # fills the tmpfs
+        subprocess.run([str(MOCK_APP), "--duration", "2", "--sleep-ms", "5"], timeout=60,
+                       env=mock_env(CUDA_INJECTION64_PATH=str(SHIM)), capture_output=True, check=True)
+        out, rest = agent.communicate(timeout=60)
+        err.append(rest)
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+    stderr = "".join(err)
+    assert agent.returncode == 0, stderr
+    assert stderr.count("cannot write profiles into") == 1, stderr
+    assert "local=dropped:" in out, out

@@ -34,18 +34,23 @@ def status_line(stats, counters: dict) -> str:
             + (f" stale_join={counters['stale_join']}" if counters.get("stale_join") else ""))
 
 
-def output_error(path: Path) -> str | None:
-    """Why `path` cannot take the profile (checked before any workload runs), or None.
-    Tries a real file beside it: permissions, read-only mounts and a full disk all show."""
-    if path.is_dir():
-        return f"{path} is a directory"
-    parent = path.parent
+def dir_error(d: Path) -> str | None:
+    """Why files cannot be written into directory d (created if missing), or None.
+    Tries a real file: permissions, read-only mounts and a full disk all show."""
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=parent, prefix=".gpu-agent-check-") as f:
+        d.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=d, prefix=".gpu-agent-check-") as f:
             f.write(b"x")
             f.flush()
             os.fsync(f.fileno())
     except OSError as e:
-        return f"cannot write {path}: {e.strerror or e}"
+        return f"cannot write into {d}: {e.strerror or e}"
     return None
+
+
+def output_error(path: Path) -> str | None:
+    """Why `path` cannot take the profile (checked before any workload runs), or None."""
+    if path.is_dir():
+        return f"{path} is a directory"
+    why = dir_error(path.parent)
+    return f"cannot write {path}: {why.split(': ', 1)[1]}" if why else None

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .common import duration
+from .common import dir_error, duration
 
 
 def _label(text: str) -> tuple[str, str]:
@@ -127,8 +127,13 @@ class Outputs:
         if out_dir is None and not remotes:
             out_dir = Path("./profiles")
         self.out_dir: Optional[Path] = Path(out_dir) if out_dir is not None else None
+        self._write_error: Optional[str] = None  # why the last local write failed
         if self.out_dir is not None:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
+            # Checked before anything runs: a file or read-only directory is one line.
+            why = dir_error(self.out_dir)
+            if why:
+                print(f"gpu-agent: error: --output-dir: {why}", file=sys.stderr)
+                raise SystemExit(2)
         topts = TransportOptions(ca_file=args.ca_file, insecure_skip_verify=args.insecure_skip_verify,
                                  bearer_token_file=args.bearer_token_file, timeout_s=args.export_timeout,
                                  reconnect_max_s=min(args.retry_max_backoff, 10.0))
@@ -235,8 +240,7 @@ class Outputs:
             if self.out_dir is not None:
                 stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
                 path = self.out_dir / f"gpu-{stamp}-{time.time_ns() % 10**9:09d}.pb.gz"
-                w.profile.write(path)
-                self._profiles["written"] += 1
+                path = self._write_local(w.profile, path)
             for b in self.backends:
                 b.submit(w)
             if self.backends:
@@ -246,9 +250,30 @@ class Outputs:
         self._health()
         return w.stats, path
 
+    def _write_local(self, profile, path: Path) -> Optional[Path]:
+        """Write one window into the local store; a full or read-only disk drops the
+        window (counted, said once per change of state) and the agent keeps running."""
+        try:
+            profile.write(path)
+        except OSError as e:
+            self._profiles["write_failed"] = self._profiles.get("write_failed", 0) + 1
+            why = e.strerror or str(e)
+            if why != self._write_error:
+                print(f"gpu-agent: cannot write profiles into {self.out_dir}: {why}; dropping "
+                      "windows (counted) until it can", file=sys.stderr, flush=True)
+            self._write_error = why
+            return None
+        if self._write_error is not None:
+            print(f"gpu-agent: writing profiles into {self.out_dir} again", file=sys.stderr, flush=True)
+            self._write_error = None
+        self._profiles["written"] += 1
+        return path
+
     def status(self) -> str:
         """' parca=sent:N,queued:N,dropped:N' per backend, for the status line."""
         out = ""
+        if self._profiles.get("write_failed"):
+            out += f" local=dropped:{self._profiles['write_failed']}"
         for b in self.backends:
             s = b.queue.snapshot()
             out += f" {b.name}=sent:{s.sent},queued:{s.depth},dropped:{sum(s.dropped.values())}"
