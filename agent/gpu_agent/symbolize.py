@@ -36,6 +36,7 @@ import bisect
 import functools
 import logging
 import os
+import stat
 import struct
 import threading
 import time
@@ -304,17 +305,39 @@ def _build_id(elf: ELFFile) -> Optional[str]:
     return None
 
 
+def _open_mapped(path: str, inode: int):
+    """path opened for reading if it is a regular file with the mapping's inode
+    (0: not known), else None. Never blocks: a process can swap a mapped library's
+    path for a FIFO or a device (a root agent stuck in open() forever), or for a
+    symlink to a file it does not own; O_NONBLOCK and the checks after fstat on
+    the open file leave no window between the check and the read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (inode and st.st_ino != inode):
+            os.close(fd)
+            return None
+        return os.fdopen(fd, "rb")
+    except OSError:
+        os.close(fd)
+        return None
+
+
 class _ElfInfo:
     """Identity and address translation data of one mapped ELF file."""
 
-    __slots__ = ("open_path", "build_id", "segments", "cache_key", "display_path")
+    __slots__ = ("open_path", "build_id", "segments", "cache_key", "display_path", "inode")
 
-    def __init__(self, open_path, build_id, segments, cache_key, display_path):
+    def __init__(self, open_path, build_id, segments, cache_key, display_path, inode=0):
         self.open_path = open_path
         self.build_id = build_id
         self.segments: List[_Segment] = segments
         self.cache_key = cache_key
         self.display_path = display_path
+        self.inode = inode  # the mapping's: the file reopened later must still be it
 
     def vaddr(self, file_off: int) -> int:
         for s in self.segments:
@@ -474,19 +497,21 @@ class Symbolizer:
 
     def _identify(self, pid: int, m: Mapping, same_ns: bool) -> Optional[_ElfInfo]:
         for path in self._candidates(pid, m, same_ns):
-            try:
-                st = os.stat(path)
-            except OSError:
+            # Never a FIFO; never another file where the inode can be trusted (an
+            # overlayfs root can show another inode number for the same file).
+            ino = 0 if path.startswith(f"{self._proc}/{pid}/root/") else m.inode
+            f = _open_mapped(path, ino)
+            if f is None:
                 continue
-            if m.inode and path == m.path and st.st_ino != m.inode:
-                continue  # the path now names another file
-            fkey = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-            known = self._idents.get(fkey)
-            if known is not None:  # same file already parsed (another pid)
-                self._idents.move_to_end(fkey)
-                return _ElfInfo(path, known.build_id, known.segments, known.cache_key, m.path)
             try:
-                with open(path, "rb") as f:
+                with f:
+                    st = os.fstat(f.fileno())
+                    fkey = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+                    known = self._idents.get(fkey)
+                    if known is not None:  # same file already parsed (another pid)
+                        self._idents.move_to_end(fkey)
+                        return _ElfInfo(path, known.build_id, known.segments, known.cache_key,
+                                        m.path, ino)
                     elf = ELFFile(f)
                     segs = [
                         _Segment(s["p_offset"], s["p_filesz"], s["p_vaddr"])
@@ -497,7 +522,7 @@ class Symbolizer:
             except (OSError, ELFError, ValueError, struct.error):
                 continue
             key = ("bid", bid) if bid else ("file", m.path, st.st_size, st.st_mtime_ns)
-            info = _ElfInfo(path, bid, segs, key, m.path)
+            info = _ElfInfo(path, bid, segs, key, m.path, ino)
             self._idents[fkey] = info
             while len(self._idents) > self._max_idents:
                 self._idents.popitem(last=False)
@@ -560,17 +585,24 @@ class Symbolizer:
         return table
 
     def _load_table(self, info: _ElfInfo) -> Optional[_SymbolTable]:
+        f = _open_mapped(info.open_path, info.inode)
+        if f is None:
+            log.debug("cannot read symbols of %s: not the mapped regular file", info.display_path)
+            return None
         try:
-            with open(info.open_path, "rb") as f:
+            with f:
                 elf = ELFFile(f)
                 syms = _read_symbols(elf, ".symtab")
                 if not syms and info.build_id and len(info.build_id) > 2:
                     dbg = f"/usr/lib/debug/.build-id/{info.build_id[:2]}/{info.build_id[2:]}.debug"
+                    g = _open_mapped(dbg, 0)
                     try:
-                        with open(dbg, "rb") as g:
-                            syms = _read_symbols(ELFFile(g), ".symtab")
+                        syms = _read_symbols(ELFFile(g), ".symtab") if g else []
                     except (OSError, ELFError, ValueError, struct.error):
                         syms = []
+                    finally:
+                        if g:
+                            g.close()
                 if not syms:
                     syms = _read_symbols(elf, ".dynsym")
         except (OSError, ELFError, ValueError, struct.error) as e:
