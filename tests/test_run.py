@@ -114,3 +114,26 @@ def test_agent_killed_mid_run_app_finishes_normally(tmp_path, built):
     # released CUPTI, and said so (GPU_AGENT_DEBUG=1), without any error.
     assert "detach" in err.lower(), err
     assert "error" not in err.lower(), err
+
+
+def test_health_says_unhealthy_when_the_agent_stops_closing_windows(agent):
+    """Loaded BPF programs are not enough: an agent stuck for 3 intervals (here:
+    stopped with SIGSTOP, as a blocked open() would hold it) is unhealthy, so the
+    liveness probe restarts it; it is healthy again once it closes windows."""
+    def health():
+        p = subprocess.run(agent_cmd("health", "--pid", str(agent.proc.pid)),
+                           capture_output=True, text=True, timeout=30)
+        return p.returncode, p.stdout
+    rc, out = health()
+    assert rc == 0 and out.startswith("healthy"), out
+    os.kill(agent.proc.pid, signal.SIGSTOP)
+    try:
+        time.sleep(3.5)  # 3 intervals of 1 s, and a little
+        rc, out = health()
+        assert rc == 1 and "stuck" in out, out
+    finally:
+        os.kill(agent.proc.pid, signal.SIGCONT)
+    time.sleep(1.5)
+    rc, out = health()
+    assert rc == 0, out
+    agent.stop()

@@ -1,16 +1,61 @@
-"""`gpu-agent health`: exit 0 when a `gpu-agent run` of this container has its eBPF programs loaded.
+"""`gpu-agent health`: exit 0 when a `gpu-agent run` of this container has its eBPF
+programs loaded and is still closing windows.
 
 For the image's HEALTHCHECK and the DaemonSet's liveness/readiness probes. It
 finds the `gpu-agent run` process among those in the same cgroup as itself
 (the same container, also when the pod shares the host's PID namespace) and
 checks that it holds at least one BPF program (an fd whose fdinfo has
-`prog_type`): alive, past preflight and attached. One line on stdout says why.
+`prog_type`): alive, past preflight and attached. It then checks the agent's
+heartbeat (HEARTBEAT_DIR/run-PID, touched at every window): an agent that has
+closed no window for 3 intervals is stuck, however many programs it holds.
+One line on stdout says why.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
+
+HEARTBEAT_DIR = "/run/gpu-agent"
+STUCK_INTERVALS = 3
+
+
+def heartbeat_path(pid: int) -> str:
+    return f"{HEARTBEAT_DIR}/run-{pid}"
+
+
+def beat(interval_s: float) -> None:
+    """`run`, at start and at every window: the file's mtime is the heartbeat, its
+    text the interval. Best effort: an agent that cannot write it still runs."""
+    path = heartbeat_path(os.getpid())
+    try:
+        os.makedirs(HEARTBEAT_DIR, mode=0o755, exist_ok=True)
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as f:
+            f.write(f"{interval_s:g}\n")
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def forget() -> None:
+    try:
+        os.unlink(heartbeat_path(os.getpid()))
+    except OSError:
+        pass
+
+
+def stuck_for(pid: int) -> float | None:
+    """Seconds past STUCK_INTERVALS intervals since the agent's last window, or None."""
+    try:
+        st = os.stat(heartbeat_path(pid))
+        with open(heartbeat_path(pid)) as f:
+            interval = float(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return None  # an agent that writes no heartbeat is judged by its programs alone
+    age = time.time() - st.st_mtime
+    return age if interval > 0 and age > STUCK_INTERVALS * interval else None
 
 
 def add_parser(sub) -> None:
@@ -70,6 +115,11 @@ def main(args) -> int:
     for pid in pids:
         n = bpf_programs(pid)
         if n > 0:
+            stuck = stuck_for(pid)
+            if stuck is not None:
+                print(f"unhealthy: gpu-agent run (pid {pid}) has closed no window for {stuck:.0f}s "
+                      f"(over {STUCK_INTERVALS} intervals): stuck")
+                return 1
             print(f"healthy: gpu-agent run (pid {pid}) holds {n} BPF programs")
             return 0
     print(f"unhealthy: gpu-agent run (pid {', '.join(map(str, pids))}) has no BPF program loaded "

@@ -19,6 +19,7 @@ from pathlib import Path
 from .. import config, k8s, preflight
 from ..collector import Collector
 from ..paths import shim_path
+from . import health
 from .common import duration, status_line
 from .outputs import Outputs, add_arguments as add_output_arguments
 
@@ -107,6 +108,7 @@ def main(args) -> int:
           "may not show at all: `gpu-agent record -- CMD` profiles one job exactly",
           file=sys.stderr, flush=True)
     started = time.monotonic()
+    health.beat(args.interval)
     next_window = started + args.interval
     next_discover = started + args.discover_interval
     try:
@@ -121,6 +123,7 @@ def main(args) -> int:
             outputs.tick()
             if time.monotonic() >= next_window:
                 write_window(collector, outputs)
+                health.beat(args.interval)
                 next_window += args.interval
         # Last partial window: nothing aggregated so far is lost on shutdown.
         collector.poll(0)
@@ -128,6 +131,7 @@ def main(args) -> int:
     finally:
         collector.close()
         outputs.close()
+        health.forget()
         if pods is not None:
             k8s.configure(None)
             pods.stop()
