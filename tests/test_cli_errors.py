@@ -135,3 +135,19 @@ def test_run_keeps_going_when_its_store_fills_up(tmp_path):
     assert agent.returncode == 0, stderr
     assert stderr.count("cannot write profiles into") == 1, stderr
     assert "local=dropped:" in out, out
+
+
+@pytest.mark.parametrize("extra, refused", [((), True), (("--allow-insecure-token",), False)])
+def test_a_bearer_token_over_plaintext_to_another_host_is_refused(tmp_path, extra, refused):
+    """grpc:// (no TLS) to a host other than this one would send the token readable on
+    the network: one line, exit 2, unless asked for. (Loopback stays allowed.)"""
+    need_ebpf()
+    token = tmp_path / "token"
+    token.write_text("s3cret")
+    proc = subprocess.run(agent_cmd("run", "--remote-store", "grpc://192.0.2.1:7070",
+                                    "--bearer-token-file", token, "--duration", "1", *extra),
+                          capture_output=True, text=True, timeout=120)
+    if refused:
+        assert "--allow-insecure-token" in one_line_error(proc)
+    else:
+        assert proc.returncode == 0, proc.stderr

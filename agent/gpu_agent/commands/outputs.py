@@ -20,6 +20,9 @@ from typing import Optional
 
 from .common import dir_error, duration
 
+# Plaintext to these never leaves the host: a token may go there without TLS.
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
 
 def _label(text: str) -> tuple[str, str]:
     from ..export.parca import valid_label_name
@@ -67,6 +70,9 @@ def add_arguments(p) -> None:
                    help="send 'authorization: Bearer <token>' (file re-read when it changes)")
     g.add_argument("--ca-file", default=None, metavar="FILE",
                    help="CA bundle for grpcs:// (default: the system CAs)")
+    g.add_argument("--allow-insecure-token", action="store_true", default=False,
+                   help="send --bearer-token-file over plaintext grpc:// to a host other than "
+                        "this one (refused otherwise)")
     g.add_argument("--insecure-skip-verify", action="store_true", default=False,
                    help="grpcs:// without verifying the server certificate (testing only)")
     g.add_argument("--label", action="append", type=_label, default=[], metavar="NAME=VALUE",
@@ -147,6 +153,11 @@ class Outputs:
                 ep = parse_endpoint(url)
             except ValueError as e:
                 raise SystemExit(f"gpu-agent: --{'remote-store' if kind == 'parca' else 'otlp-endpoint'}: {e}")
+            if (args.bearer_token_file and not ep.tls and ep.host not in LOOPBACK
+                    and not args.allow_insecure_token):
+                print(f"gpu-agent: error: {ep}: a bearer token over plaintext gRPC can be read on "
+                      "the network: use grpcs://, or --allow-insecure-token", file=sys.stderr)
+                raise SystemExit(2)
             self.backends.append(make_backend(kind, ep, topts, qopts, self.node, labels,
                                               otlp_include_pprof=args.otlp_include_pprof))
         self.metrics = None
