@@ -215,3 +215,15 @@ def test_profile_d_snippet_is_valid_sh(tmp_path):
     snippet = REPO / "deploy" / "systemd" / "profile.d-gpu-agent.sh"
     r = subprocess.run(["sh", "-n", str(snippet)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_metrics_are_admitted_only_from_the_monitoring_namespace(rendered):
+    """/metrics names every tenant's pods and kernels: the NetworkPolicy admits the
+    metrics port from the monitoring namespace only, never from any pod."""
+    pol = by_kind(docs(rendered["base"]), "NetworkPolicy")[0]
+    rules = pol["spec"]["ingress"]
+    assert rules and all(r.get("from") for r in rules), rules
+    for r in rules:
+        assert r["from"] == [{"namespaceSelector": {"matchLabels": {
+            "kubernetes.io/metadata.name": "monitoring"}}}], r
+        assert [p["port"] for p in r["ports"]] == ["metrics"]
