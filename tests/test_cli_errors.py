@@ -151,3 +151,15 @@ def test_a_bearer_token_over_plaintext_to_another_host_is_refused(tmp_path, extr
         assert "--allow-insecure-token" in one_line_error(proc)
     else:
         assert proc.returncode == 0, proc.stderr
+
+
+def test_root_without_sys_admin_is_one_line_before_the_command_runs(tmp_path):
+    """Root with CAP_SYS_ADMIN dropped (a container's securityContext) cannot attach
+    uprobes on Linux >= 6.16: `record` used to run the whole command, then write an
+    empty profile and exit 0."""
+    marker = tmp_path / "ran"
+    proc = subprocess.run(["setpriv", "--bounding-set", "-sys_admin",
+                           *agent_cmd("record", "-o", tmp_path / "x.pb.gz", "--", "touch", marker)],
+                          capture_output=True, text=True, timeout=60)
+    assert "CAP_SYS_ADMIN" in one_line_error(proc)
+    assert not marker.exists()

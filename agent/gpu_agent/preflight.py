@@ -62,13 +62,28 @@ def _cap_eff() -> int:
     return 0
 
 
+def _kernel_at_least(major: int, minor: int) -> bool:
+    try:
+        parts = os.uname().release.split(".")
+        return (int(parts[0]), int(parts[1].split("-")[0])) >= (major, minor)
+    except (ValueError, IndexError):
+        return True  # unknown: assume the newer, stricter kernel
+
+
 def _check_root() -> None:
-    if os.geteuid() == 0:
-        return
+    caps = _cap_eff()
     # CAP_SYS_ADMIN: perf uprobes require it again since Linux 6.16 ("perf: Revert to
     # requiring CAP_SYS_ADMIN for uprobes", also in stable kernels); it covers bpf() too.
-    if _cap_eff() & (1 << CAP_SYS_ADMIN):
+    # Root without it (a container that drops it) would attach nothing and record an
+    # empty profile: say so before anything runs.
+    if caps & (1 << CAP_SYS_ADMIN):
         return
+    if os.geteuid() == 0:
+        if not _kernel_at_least(6, 16) and caps & (1 << CAP_BPF) and caps & (1 << CAP_PERFMON):
+            return
+        raise PreflightError(f"gpu-agent runs as root without CAP_SYS_ADMIN, which Linux "
+                             f"{os.uname().release} requires to attach uprobes: give the process "
+                             "CAP_SYS_ADMIN (a container's securityContext.capabilities.add)")
     raise PreflightError("gpu-agent must run as root (or with CAP_SYS_ADMIN, CAP_BPF, CAP_PERFMON and "
                          "CAP_SYS_PTRACE) to attach uprobes and load eBPF programs: run it with sudo")
 
