@@ -137,3 +137,15 @@ def test_health_says_unhealthy_when_the_agent_stops_closing_windows(agent):
     rc, out = health()
     assert rc == 0, out
     agent.stop()
+
+
+def test_a_job_that_ran_between_windows_is_said_not_hidden(agent):
+    """A short job whose launches all fall between collection windows has no kernel
+    in the profile (it is seen one time in N, and then counted N times). The status
+    line says that a process attached and had no kernel in a window, instead of a
+    bare processes=0."""
+    w = workload("--iters", "3", GPU_AGENT_DUTY_CYCLE="100000", GPU_AGENT_WINDOW_MS="1")
+    assert w.wait(30) == 0, w.stderr.read()
+    time.sleep(2.5)  # two intervals
+    out = agent.stop()
+    assert "attached_without_kernels=1" in out, out

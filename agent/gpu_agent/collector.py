@@ -95,6 +95,9 @@ class WindowStats:
     orphan_samples: int = 0
     excluded_pids: int = 0
     impossible_records: int = 0  # kept out by invariants.py (also in drop_impossible)
+    # Processes whose shim attached in this window but which have no kernel in it: a
+    # short job whose launches all fell between collection windows (said, not hidden).
+    attached_without_kernels: int = 0
 
 
 def _read_comm(pid: int) -> str:
@@ -132,6 +135,7 @@ class Collector:
         self.drain_listeners: list[Callable[[Drain], None]] = []
         self.exit_listeners: list[Callable[[int], None]] = []
         self._impossible = 0                     # records invariants.py kept out, in all
+        self._attached_in_window: set[int] = set()
         self._counters_at_window: dict[str, int] = {}
 
     # -- lifecycle ---------------------------------------------------------
@@ -193,6 +197,7 @@ class Collector:
     def _on_proc_attach(self, tgid: int) -> None:
         self._see(tgid)
         if self.included(tgid):
+            self._attached_in_window.add(tgid)
             self.python.on_attach(tgid)
 
     def _on_proc_exit(self, tgid: int) -> None:
@@ -352,6 +357,8 @@ class Collector:
             stats.gpu_ns += row.gpu_ns
             stats.kernels += row.launches
         stats.processes = len(pids)
+        stats.attached_without_kernels = len(self._attached_in_window - pids)
+        self._attached_in_window = set()
         stats.samples = sum(v.launches for v in sampled.values())
         self._forget_exited()
         return out

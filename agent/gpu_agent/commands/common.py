@@ -31,7 +31,10 @@ def status_line(stats, counters: dict) -> str:
             f"drops={drops(counters)}{detail}"
             # Not drops: a windowed record whose sampled launch was older than its
             # window (bpf join guard), counted as unsampled instead.
-            + (f" stale_join={counters['stale_join']}" if counters.get("stale_join") else ""))
+            + (f" stale_join={counters['stale_join']}" if counters.get("stale_join") else "")
+            # Short jobs that ran between collection windows: seen, not measured.
+            + (f" attached_without_kernels={stats.attached_without_kernels}"
+               if getattr(stats, "attached_without_kernels", 0) else ""))
 
 
 def dir_error(d: Path) -> str | None:
