@@ -56,6 +56,7 @@ from __future__ import annotations
 import ctypes as ct
 import errno
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Optional
@@ -372,57 +373,68 @@ class BpfSession:
         return new
 
     def _attach_copy(self, proc: str, pid: int, m: "_Mapping") -> Optional[ShimFile]:
+        """Attach to the shim copy mapped at m. The file is opened once, checked (a
+        regular file, the very inode mapped) and then named only through that open
+        file (/proc/self/fd/N) for reading its notes and for every uprobe: the
+        process that maps it can swap its path (a directory exchange, a symlink to
+        a root-owned library a root process maps) after the check, and a root
+        agent must never plant breakpoints in a file it did not verify."""
         candidates = []
         if not m.deleted:
             candidates.append(f"{proc}/{pid}/root{m.path}")
         candidates.append(f"{proc}/{pid}/map_files/{m.range}")
-        target, ids = None, {m.ident}
+        target, ids, fd = None, {m.ident}, -1
         for c in candidates:
             try:
-                st = os.stat(c)
+                cfd = os.open(c, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             except OSError:
                 continue
+            st = os.fstat(cfd)
             sid = (st.st_dev, st.st_ino)
             if sid in self._known_ids:  # the same file, named by another device number
+                os.close(cfd)
+                if fd >= 0:
+                    os.close(fd)
                 self._known_ids.add(m.ident)
                 for f in self._files:
                     if sid in f.ids:
                         f.ids.add(m.ident)
                 return None
-            if target is None and (sid == m.ident or c.endswith(m.range)):
-                target = c
+            # map_files/RANGE is the mapped file itself; a path must still name its inode.
+            if fd < 0 and stat.S_ISREG(st.st_mode) and (sid == m.ident or c.endswith(m.range)):
+                target, fd = c, cfd
                 ids.add(sid)
-        if target is None:
+            else:
+                os.close(cfd)
+        if fd < 0:
             return None  # the process went away: try again at the next scan
+        via = f"/proc/self/fd/{fd}"
+        first = len(self._uprobes)
         try:
-            probes = self._check_shim(target)
+            probes = self._check_shim(via)
             if _data_sites(probes) - self._sites:
                 raise BpfError(
                     f"{m.path} (pid {pid}) is another build of the shim: its probe sites or "
                     f"argument locations differ from {self.shim_path}, which the loaded BPF "
                     "program reads arguments for")
-        except BpfError as e:
-            self._known_ids |= ids
-            self.discover_errors[m.path] = str(e)
-            return None
-        first = len(self._uprobes)
-        sf = ShimFile(m.path, target, pid, ids)
-        try:
             for name, fn in DATA_PROBES.items():
                 for site in probes[name]:
-                    self._attach(fn, target, site.pc_offset, 0)
+                    self._attach(fn, via, site.pc_offset, 0)
             att = probes["attach"][0]
-            self._attach(ATTACH_FN, target, att.pc_offset, att.semaphore_offset)
-            self._ask_replay(target, probes)
+            self._attach(ATTACH_FN, via, att.pc_offset, att.semaphore_offset)
+            self._ask_replay(via, probes)
         except BpfError as e:
-            for ev_name, fd in reversed(self._uprobes[first:]):
-                self._lib.bpf_close_perf_event_fd(fd)
+            for ev_name, pfd in reversed(self._uprobes[first:]):
+                self._lib.bpf_close_perf_event_fd(pfd)
                 self._lib.bpf_detach_uprobe(ev_name)
             del self._uprobes[first:]
             if os.path.exists(f"{proc}/{pid}"):  # not a vanished process: do not retry
                 self._known_ids |= ids
-                self.discover_errors[m.path] = str(e)
+                self.discover_errors[m.path] = str(e).replace(via, target)
             return None
+        finally:
+            os.close(fd)  # the uprobes hold the inode itself
+        sf = ShimFile(m.path, target, pid, ids)
         self._files.append(sf)
         self._known_ids |= ids
         return sf
