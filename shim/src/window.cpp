@@ -225,7 +225,6 @@ bool ga_window_record_impossible(uint32_t period, uint64_t start_ns, uint64_t en
     return open && start_ns + 50000 < open;
 }
 
-
 /* period << 32 | the correlation id of (about: threads race) its window's last launch */
 static std::atomic<uint64_t> g_period_last_launch[QRING];
 
@@ -412,19 +411,14 @@ std::atomic<uint64_t> ga_stat_unweighted;
 
 void ga_window_release_records(bool period_end) noexcept {
     if (ga_cfg.duty_cycle <= 1) return;
-    if (!period_end) {
-        /* A detach or exit: the partial period ends here, and its launches join
-         * the pending period's if its window saw none. Only launches with no
-         * window launch before them at all have no record to stand for them:
-         * counted. */
-        end_period(false, true);
-        if (g_carry_all) {
-            ga_stat_unweighted.fetch_add(g_carry_all, std::memory_order_relaxed);
-            g_carry_all = 0;
-        }
-    }
+    /* A detach or exit: the partial period ends here, and its launches join the
+     * pending period's if its window saw none. */
+    if (!period_end) end_period(false, true);
     publish_due(!period_end); /* after the flush; at a detach or exit, all of them */
-    if (!period_end && g_carry_all) { /* left out entirely at the very end */
+    if (!period_end && g_carry_all) {
+        /* Only launches with no window launch before them at all (or whose
+         * window's launches were all left out) have no record to stand for them:
+         * counted. */
         ga_stat_unweighted.fetch_add(g_carry_all, std::memory_order_relaxed);
         g_carry_all = 0;
     }
