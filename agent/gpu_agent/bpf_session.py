@@ -229,7 +229,7 @@ class BpfSession:
         self._maps = {n: self._bpf[n.encode()] for n in (
             "totals0", "totals1", "sampled0", "sampled1", "latency0", "latency1",
             "generation", "drain_barrier",
-            "stacks", "counters", "py_procs", "py_stacks", "node_stacks")}
+            "stacks", "counters", "py_procs", "py_stacks", "node_stacks", "corr_stacks")}
         self._gen = 0
         self._set_generation(0)
 
@@ -670,6 +670,28 @@ class BpfSession:
             if lib.bpf_lookup_elem(fd, ct.byref(k), ct.byref(val)) == 0:
                 out[(k.tgid, k.node_id)] = val.stack_id
         return out
+
+    def forget_pids(self, tgids: set[int]) -> int:
+        """Delete every per-process map entry (sampled launches, stacks, graph node
+        stacks, Python stacks) of exited processes, so that a new process that is
+        given one of their pids starts clean instead of joining their stacks.
+        Returns the entries deleted. One walk per map, for all of tgids at once."""
+        if self._bpf is None or not tgids:
+            return 0
+        lib, deleted = self._lib, 0
+        for name, ktype in (("corr_stacks", C.CorrKey), ("stacks", C.StackKey),
+                            ("node_stacks", C.NodeKey), ("py_stacks", C.StackKey)):
+            fd = self._maps[name].map_fd
+            key, nxt, doomed = ktype(), ktype(), []
+            rc = lib.bpf_get_first_key(fd, ct.byref(key), ct.sizeof(key))
+            while rc == 0:
+                if key.tgid in tgids:
+                    doomed.append(ktype.from_buffer_copy(key))
+                rc = lib.bpf_get_next_key(fd, ct.byref(key), ct.byref(nxt))
+                ct.memmove(ct.byref(key), ct.byref(nxt), ct.sizeof(key))
+            for k in doomed:
+                deleted += lib.bpf_delete_elem(fd, ct.byref(k)) == 0
+        return deleted
 
     # -- Python stacks (bpf/python_stack.h) ----------------------------------
     def set_py_config(self, tgid: int, cfg: C.PyConfig) -> None:

@@ -374,3 +374,4 @@ class Collector:
             dead = set(gone)
             for key in [k for k in self._frames if k[0] in dead]:
                 del self._frames[key]
+            self.session.forget_pids(dead)  # a reused pid must not join their stacks
