@@ -266,3 +266,10 @@ def test_mapping_spec_dedup():
     p = b.to_proto()
     assert len(p.mapping) == 2 and len(p.location) == 2 and len(p.function) == 2  # + [gpu-agent]
     assert [list(s.value) for s in p.sample] == [[3, 2], [4, 1]]
+
+
+def test_profiles_are_readable_by_their_owner_only(tmp_path):
+    """Profiles name every tenant's processes, pods and kernels: written 0600."""
+    path = tmp_path / "p.pb.gz"
+    ProfileBuilder(period_ns=1, duration_ns=1, time_nanos=1).write(path)
+    assert os.stat(path).st_mode & 0o777 == 0o600
