@@ -490,6 +490,13 @@ void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *bu
              * CUPTI timestamps, half a window. */
             o->weight = 1;
             o->join_max_lag_us = 0;
+            if (GA_UNLIKELY(audit)) {
+                /* The full trace is tallied (before anything below drops a record);
+                 * only windowed launches go on. */
+                bool in = ga_audit_in_window(k->correlationId);
+                ga_audit_tally(o->kernel_id, k->end - k->start, in);
+                if (!in) continue;
+            }
             if (windows) {
                 bool unseen = false;
                 o->weight = ga_window_period_of(k->correlationId, &unseen); /* weighed in emit */
@@ -516,12 +523,6 @@ void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *bu
                                                           : ga_cfg.window_ms * 500u;
                 if (GA_UNLIKELY(!unseen && ga_window_record_impossible(o->weight, k->start, k->end)))
                     o->flags |= GA_REC_IMPOSSIBLE; /* BPF drops and counts it */
-            }
-            if (GA_UNLIKELY(audit)) {
-                /* The full trace is tallied; only windowed launches go on. */
-                bool in = ga_audit_in_window(k->correlationId);
-                ga_audit_tally(o->kernel_id, k->end - k->start, in);
-                if (!in) continue;
             }
             if (++n == GA_BATCH_MAX) {
                 fired |= emit(out, n, windows);
