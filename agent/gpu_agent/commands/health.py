@@ -30,6 +30,11 @@ def beat(interval_s: float) -> None:
     text the interval. Best effort: an agent that cannot write it still runs."""
     path = heartbeat_path(os.getpid())
     try:
+        if not os.path.exists(path):  # the first beat: forget agents killed without a goodbye
+            for name in os.listdir(HEARTBEAT_DIR) if os.path.isdir(HEARTBEAT_DIR) else ():
+                pid = name[len("run-"):]
+                if name.startswith("run-") and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+                    os.unlink(os.path.join(HEARTBEAT_DIR, name))
         os.makedirs(HEARTBEAT_DIR, mode=0o755, exist_ok=True)
         tmp = f"{path}.tmp"
         with open(tmp, "w") as f:
