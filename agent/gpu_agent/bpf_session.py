@@ -650,24 +650,27 @@ class BpfSession:
         n = min(val.nframes, C.MAX_FRAMES)
         return list(val.ips[:n])
 
+    def _map_keys(self, name: str, ktype) -> list:
+        """Every key of map `name` (ctypes type ktype): a whole walk, not for a hot path."""
+        lib, fd = self._lib, self._maps[name].map_fd
+        key, nxt, keys = ktype(), ktype(), []
+        if lib.bpf_get_first_key(fd, ct.byref(key), ct.sizeof(key)) == 0:
+            keys.append(ktype.from_buffer_copy(key))
+            while lib.bpf_get_next_key(fd, ct.byref(key), ct.byref(nxt)) == 0:
+                keys.append(ktype.from_buffer_copy(nxt))
+                ct.memmove(ct.byref(key), ct.byref(nxt), ct.sizeof(key))
+        return keys
+
     def graph_nodes(self, tgid: Optional[int] = None) -> dict[tuple[int, int], int]:
         """node_stacks: (tgid, graph node id) -> capture stack id (of tgid only, if given).
         Walks the whole map: for tests and diagnostics, not for a hot path."""
         if self._bpf is None:
             raise BpfError("session is not open")
-        lib, fd = self._lib, self._maps["node_stacks"].map_fd
-        key, nxt, val = C.NodeKey(), C.NodeKey(), C.NodeVal()
-        keys = []
-        if lib.bpf_get_first_key(fd, ct.byref(key), ct.sizeof(key)) == 0:
-            keys.append(C.NodeKey.from_buffer_copy(key))
-            while lib.bpf_get_next_key(fd, ct.byref(key), ct.byref(nxt)) == 0:
-                keys.append(C.NodeKey.from_buffer_copy(nxt))
-                ct.memmove(ct.byref(key), ct.byref(nxt), ct.sizeof(key))
-        out = {}
-        for k in keys:
+        fd, val, out = self._maps["node_stacks"].map_fd, C.NodeVal(), {}
+        for k in self._map_keys("node_stacks", C.NodeKey):
             if tgid is not None and k.tgid != tgid:
                 continue
-            if lib.bpf_lookup_elem(fd, ct.byref(k), ct.byref(val)) == 0:
+            if self._lib.bpf_lookup_elem(fd, ct.byref(k), ct.byref(val)) == 0:
                 out[(k.tgid, k.node_id)] = val.stack_id
         return out
 
@@ -678,19 +681,13 @@ class BpfSession:
         Returns the entries deleted. One walk per map, for all of tgids at once."""
         if self._bpf is None or not tgids:
             return 0
-        lib, deleted = self._lib, 0
+        deleted = 0
         for name, ktype in (("corr_stacks", C.CorrKey), ("stacks", C.StackKey),
                             ("node_stacks", C.NodeKey), ("py_stacks", C.StackKey)):
             fd = self._maps[name].map_fd
-            key, nxt, doomed = ktype(), ktype(), []
-            rc = lib.bpf_get_first_key(fd, ct.byref(key), ct.sizeof(key))
-            while rc == 0:
-                if key.tgid in tgids:
-                    doomed.append(ktype.from_buffer_copy(key))
-                rc = lib.bpf_get_next_key(fd, ct.byref(key), ct.byref(nxt))
-                ct.memmove(ct.byref(key), ct.byref(nxt), ct.sizeof(key))
-            for k in doomed:
-                deleted += lib.bpf_delete_elem(fd, ct.byref(k)) == 0
+            for k in self._map_keys(name, ktype):
+                if k.tgid in tgids:
+                    deleted += self._lib.bpf_delete_elem(fd, ct.byref(k)) == 0
         return deleted
 
     # -- Python stacks (bpf/python_stack.h) ----------------------------------
