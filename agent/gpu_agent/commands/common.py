@@ -34,11 +34,11 @@ def status_line(stats, counters: dict) -> str:
             + (f" stale_join={counters['stale_join']}" if counters.get("stale_join") else "")
             # Short jobs that ran between collection windows: seen, not measured.
             + (f" attached_without_kernels={stats.attached_without_kernels}"
-               if getattr(stats, "attached_without_kernels", 0) else ""))
+               if stats.attached_without_kernels else ""))
 
 
-def dir_error(d: Path) -> str | None:
-    """Why files cannot be written into directory d (created if missing), or None.
+def _unwritable(d: Path) -> str | None:
+    """Why a file cannot be written into directory d (created if missing), or None.
     Tries a real file: permissions, read-only mounts and a full disk all show."""
     try:
         d.mkdir(parents=True, exist_ok=True)
@@ -47,13 +47,19 @@ def dir_error(d: Path) -> str | None:
             f.flush()
             os.fsync(f.fileno())
     except OSError as e:
-        return f"cannot write into {d}: {e.strerror or e}"
+        return str(e.strerror or e)
     return None
+
+
+def dir_error(d: Path) -> str | None:
+    """Why files cannot be written into directory d, or None."""
+    why = _unwritable(d)
+    return f"cannot write into {d}: {why}" if why else None
 
 
 def output_error(path: Path) -> str | None:
     """Why `path` cannot take the profile (checked before any workload runs), or None."""
     if path.is_dir():
         return f"{path} is a directory"
-    why = dir_error(path.parent)
-    return f"cannot write {path}: {why.split(': ', 1)[1]}" if why else None
+    why = _unwritable(path.parent)
+    return f"cannot write {path}: {why}" if why else None

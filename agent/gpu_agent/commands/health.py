@@ -17,6 +17,8 @@ import os
 import sys
 import time
 
+from ..atomic import write_atomic
+
 HEARTBEAT_DIR = "/run/gpu-agent"
 STUCK_INTERVALS = 3
 
@@ -35,11 +37,10 @@ def beat(interval_s: float) -> None:
                 pid = name[len("run-"):]
                 if name.startswith("run-") and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
                     os.unlink(os.path.join(HEARTBEAT_DIR, name))
-        os.makedirs(HEARTBEAT_DIR, mode=0o755, exist_ok=True)
-        tmp = f"{path}.tmp"
-        with open(tmp, "w") as f:
-            f.write(f"{interval_s:g}\n")
-        os.replace(tmp, path)
+            os.makedirs(HEARTBEAT_DIR, mode=0o755, exist_ok=True)
+            write_atomic(path, f"{interval_s:g}\n".encode())
+        else:
+            os.utime(path)
     except OSError:
         pass
 
