@@ -56,7 +56,6 @@ from __future__ import annotations
 import ctypes as ct
 import errno
 import os
-import stat
 import time
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Optional
@@ -64,6 +63,7 @@ from typing import Callable, NamedTuple, Optional
 from . import contract as C
 from . import paths, preflight, stapsdt
 from .names import KernelNames
+from .safe_open import open_regular
 
 DATA_PROBES = {  # contract probe -> BPF function
     "cuda_correlation": "ga_cuda_correlation",
@@ -385,11 +385,10 @@ class BpfSession:
         candidates.append(f"{proc}/{pid}/map_files/{m.range}")
         target, ids, fd = None, {m.ident}, -1
         for c in candidates:
-            try:
-                cfd = os.open(c, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            except OSError:
+            got = open_regular(c)
+            if got is None:
                 continue
-            st = os.fstat(cfd)
+            cfd, st = got
             sid = (st.st_dev, st.st_ino)
             if sid in self._known_ids:  # the same file, named by another device number
                 os.close(cfd)
@@ -401,7 +400,7 @@ class BpfSession:
                         f.ids.add(m.ident)
                 return None
             # map_files/RANGE is the mapped file itself; a path must still name its inode.
-            if fd < 0 and stat.S_ISREG(st.st_mode) and (sid == m.ident or c.endswith(m.range)):
+            if fd < 0 and (sid == m.ident or c.endswith(m.range)):
                 target, fd = c, cfd
                 ids.add(sid)
             else:

@@ -36,7 +36,6 @@ import bisect
 import functools
 import logging
 import os
-import stat
 import struct
 import threading
 import time
@@ -48,6 +47,8 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import cxxfilt
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
+
+from .safe_open import open_regular
 
 log = logging.getLogger(__name__)
 
@@ -307,23 +308,15 @@ def _build_id(elf: ELFFile) -> Optional[str]:
 
 def _open_mapped(path: str, inode: int):
     """path opened for reading if it is a regular file with the mapping's inode
-    (0: not known), else None. Never blocks: a process can swap a mapped library's
-    path for a FIFO or a device (a root agent stuck in open() forever), or for a
-    symlink to a file it does not own; O_NONBLOCK and the checks after fstat on
-    the open file leave no window between the check and the read."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
-    except OSError:
+    (0: not known), else None; never blocks (safe_open)."""
+    got = open_regular(path)
+    if got is None:
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or (inode and st.st_ino != inode):
-            os.close(fd)
-            return None
-        return os.fdopen(fd, "rb")
-    except OSError:
+    fd, st = got
+    if inode and st.st_ino != inode:
         os.close(fd)
         return None
+    return os.fdopen(fd, "rb")
 
 
 class _ElfInfo:
