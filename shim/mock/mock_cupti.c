@@ -17,7 +17,6 @@
 #include <string.h>
 #include <time.h>
 #include <errno.h>
-#include <stdio.h>
 
 /* ------------------------------------------------------------ callbacks */
 
