@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 #include <cstdio>
 #include <cstdlib>
+#include <unistd.h>
 
 __global__ void scale_kernel(float *x, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -72,15 +73,22 @@ int main(int argc, char **argv) {
             printf("{\"workload\": \"driver-graph\", \"us_per_step\": %.3f}\n", d.count() / n);
             return 0;
         }
-        double us[5];
-        for (int r = 0; r < 5; r++) {
+        /* `--bench 0 WAIT REPEATS` (python -m bench.gpu): sleep WAIT s first, so that an
+         * agent already running has attached, then the median of REPEATS blocks. */
+        if (argc > 4) usleep((useconds_t)(atof(argv[4]) * 1e6));
+        int repeats = argc > 5 ? atoi(argv[5]) : 5;
+        if (repeats < 1 || repeats > 64) repeats = 5;
+        double us[64];
+        for (int r = 0; r < repeats; r++) {
             auto t0 = std::chrono::steady_clock::now();
             replay_with_driver_api(exec, (CUstream)s, iters);
             std::chrono::duration<double, std::micro> d = std::chrono::steady_clock::now() - t0;
             us[r] = d.count() / iters;
         }
-        std::sort(us, us + 5);
-        printf("{\"workload\": \"driver-graph\", \"us_per_step\": %.3f}\n", us[2]);
+        std::sort(us, us + repeats);
+        printf("{\"workload\": \"driver-graph\", \"us_per_step\": %.3f, \"blocks\": [", us[repeats / 2]);
+        for (int r = 0; r < repeats; r++) printf("%s%.3f", r ? ", " : "", us[r]);
+        printf("]}\n");
         return 0;
     }
     replay_with_driver_api(exec, (CUstream)s, iters);

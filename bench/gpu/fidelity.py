@@ -1,37 +1,230 @@
-"""Fidelity workload: one kernel launched from two call sites in a known ratio.
+"""Are the agent's estimates right? GPU time AND launches, per kernel and per stack
+(python -m bench.gpu fidelity).
 
-site_a launches the elementwise add 3 times per step, site_b once, with the
-same tensors, so the true split of that kernel's GPU time is 75 % / 25 %.
-Run under `gpu-agent record`; bench/gpu/check_fidelity.py reads the profile
-and reports the estimated shares (default sampling) against the truth, plus the
-exact launch count (steps x 4) against the agent's kernel_launches.
+Why both: a bug in one estimate hid behind a perfect score in the other (issue
+15: launch counts within 0.3 % while graph kernels read 30-130x their GPU time).
+
+Three truths, three methods:
+  default   runs of the same deterministic case: `gpu-agent record --duty-cycle 1`
+            (continuous, exact) before and after the windowed runs. Launches: exact.
+            GPU ns: each kernel's ns per launch over the two continuous runs times
+            the exact launches; how far those two runs differ is the noise floor.
+            --run adds the profiles of one `gpu-agent run` at its defaults.
+  --audit   the full CUPTI trace of the SAME run (the shim's audit mode: activity
+            stays on, only windowed launches are forwarded). The only truth for
+            mlp-x4, whose kernels' speed varies from run to run. It cannot check
+            the graph GPU-time fault of issue 15, which needs activity switched.
+  --shares  the `sites` case: one kernel from two call sites, 75 % / 25 %.
+            The per-stack share error in points.
+  --intervals  per-interval spread of `gpu-agent run` at its defaults: the
+            driver-graph case replays at a steady rate for --seconds, so every full
+            interval's GPU time per second should read the same; each one's
+            deviation from their median.
+Every case prints its rows and appends one JSON line per comparison to --jsonl.
 """
 
+from __future__ import annotations
+
+import gzip
+import shlex
+import statistics
+import subprocess
 import sys
+import tempfile
+import time
+from pathlib import Path
 
-import torch
+from bench.gpu.harness import Agent, case_command, clean_env, driver_graph_binary, merge_kernels, \
+    profile_kernels, profile_stacks, shim_env
 
-
-def site_a(x, y):
-    for _ in range(3):
-        x.add_(y)
-
-
-def site_b(x, y):
-    x.add_(y)
-
-
-def main():
-    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20000
-    x = torch.zeros(4096, device="cuda")
-    y = torch.ones(4096, device="cuda")
-    torch.cuda.synchronize()
-    for _ in range(steps):
-        site_a(x, y)
-        site_b(x, y)
-    torch.cuda.synchronize()
-    print(f"fidelity: {steps} steps, {4 * steps} add launches, x[0]={x[0].item():.0f}")
+# Steps per fidelity run: about 8 s on an H200, enough windows (one per 200 ms)
+# for the sampling error to sit well under the targets.
+FIDELITY_STEPS = {"graph": 40000, "driver-graph": 400000, "mlp": 8000, "eager": 8000,
+                  "compiled": 8000, "mlp-x4": 4000, "sites": 60000}
 
 
-if __name__ == "__main__":
-    main()
+def command(workload: str, steps: int, audit_dir: Path | None = None) -> list[str]:
+    """One run of the case, no wait; mlp-x4 as four processes (each its own audit file)."""
+    one = case_command("mlp" if workload == "mlp-x4" else workload, steps=steps, repeats=1, wait=0)
+    if workload != "mlp-x4":
+        return one
+    parts = [(f"GPU_AGENT_AUDIT_FILE={audit_dir}/audit.{i} " if audit_dir else "") + shlex.join(one)
+             for i in range(4)]
+    return ["sh", "-c", " & ".join(parts) + " & wait"]
+
+
+def record(a, workload: str, duty: int, out: Path, **env: str) -> dict[str, list[int]]:
+    if a.debug:
+        env["GPU_AGENT_DEBUG"] = "1"
+    audit_dir = Path(env["GPU_AGENT_AUDIT_FILE"]).parent if "GPU_AGENT_AUDIT_FILE" in env else None
+    p = subprocess.run([sys.executable, "-m", "gpu_agent", "record", "--duty-cycle", str(duty),
+                        "-o", str(out), "--", *command(workload, steps_of(a, workload), audit_dir)],
+                       env=clean_env(**env), capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        raise SystemExit(f"{workload} duty {duty}: {p.stderr[-2000:]}")
+    status = [ln for ln in p.stderr.splitlines() if ln.startswith("gpu-agent: processes")]
+    print(f"    duty {duty:2d}: {status[-1] if status else '?'}", flush=True)
+    if a.debug:
+        for ln in p.stderr.splitlines():
+            if "exit (pid" in ln:
+                print(f"      {ln[ln.index('exit'):][:400]}", flush=True)
+    return profile_kernels(out)
+
+
+def steps_of(a, workload: str) -> int:
+    return a.steps or FIDELITY_STEPS[workload]
+
+
+def run_mode(a, workload: str, outdir: Path) -> dict[str, list[int]]:
+    """Every profile of one `gpu-agent run` (defaults, 2 s intervals) over the case."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    agent = Agent(str(outdir), "--interval", "2s")
+    try:
+        subprocess.run(command(workload, steps_of(a, workload)), env=shim_env(), check=True,
+                       capture_output=True, timeout=600)
+        time.sleep(5)  # the last interval is written
+    finally:
+        log = agent.stop()
+    for line in log.splitlines():
+        if "processes=0 " not in line:
+            print(f"    run: {line[:300]}")
+    return merge_kernels(sorted(outdir.glob("*.pb.gz")))
+
+
+def compare(name: str, launches: dict, true_ns: dict, est: dict, noise: float = 0.0) -> dict:
+    """Estimate against truth for every kernel above 1 % of the GPU time, and the total."""
+    total = sum(true_ns.values())
+    rows, worst_ns, worst_n = [], 0.0, 0.0
+    for k in sorted(true_ns, key=lambda k: -true_ns[k]):
+        if true_ns[k] < 0.01 * total:
+            continue
+        e_ns, e_n = est.get(k, [0, 0])
+        d_ns, d_n = 100 * (e_ns / true_ns[k] - 1), 100 * (e_n / max(1, launches[k]) - 1)
+        worst_ns, worst_n = max(worst_ns, abs(d_ns)), max(worst_n, abs(d_n))
+        rows.append({"kernel": k, "launches": launches[k], "gpu_ns": true_ns[k], "est_launches": e_n,
+                     "est_gpu_ns": e_ns, "launch_err_pct": d_n, "ns_err_pct": d_ns})
+        print(f"      {k[:48]:48s} launches {e_n:9d} / {launches[k]:9d} ({d_n:+6.2f} %)  "
+              f"gpu ms {e_ns / 1e6:9.2f} / {true_ns[k] / 1e6:9.2f} ({d_ns:+6.2f} %)")
+    e_total = sum(v[0] for v in est.values())
+    for k in sorted(set(est) - set(true_ns), key=lambda k: -est[k][0]):
+        if est[k][0] > 0.01 * max(1, e_total):  # GPU time the truth has under no such kernel
+            print(f"      not in the truth: {k[:100]} launches {est[k][1]} gpu ms {est[k][0] / 1e6:.2f}")
+    d_total = 100 * (e_total / total - 1) if total else 0.0
+    print(f"    {name}: total GPU ms {e_total / 1e6:.2f} / {total / 1e6:.2f} ({d_total:+.2f} %); worst "
+          f"kernel ns {worst_ns:.2f} %, launches {worst_n:.2f} %; truth noise {100 * noise:.2f} %",
+          flush=True)
+    return {"case": name, "total_gpu_ns_err_pct": d_total, "worst_kernel_ns_err_pct": worst_ns,
+            "worst_kernel_launch_err_pct": worst_n, "truth_noise_pct": 100 * noise, "rows": rows}
+
+
+def against_continuous(a, w: str, t: Path) -> list[dict]:
+    ca = record(a, w, 1, t / f"{w}-c1.pb.gz")
+    windowed = [(f"record duty 10 #{i + 1}", record(a, w, 10, t / f"{w}-w{i}.pb.gz"))
+                for i in range(a.record_runs)]
+    if a.run:
+        windowed.append(("run defaults", run_mode(a, w, t / f"{w}-run")))
+    cb = record(a, w, 1, t / f"{w}-c2.pb.gz")
+    if {k: v[1] for k, v in ca.items()} != {k: v[1] for k, v in cb.items()}:
+        print("    note: the continuous runs' launch counts differ", flush=True)
+    launches = {k: ca[k][1] for k in ca}
+    per_ns = {k: (ca[k][0] + cb.get(k, ca[k])[0]) / max(1, ca[k][1] + cb.get(k, ca[k])[1]) for k in ca}
+    true_ns = {k: per_ns[k] * launches[k] for k in ca}
+    total = sum(true_ns.values())
+    noise = max((abs(ca[k][0] / max(1, ca[k][1]) / max(1e-9, cb[k][0] / max(1, cb[k][1])) - 1)
+                 for k in ca if k in cb and true_ns[k] > 0.01 * total), default=0)
+    return [compare(name, launches, true_ns, est, noise) for name, est in windowed]
+
+
+def audit_rows(paths) -> dict[str, list[int]]:
+    """The shim's audit files: kernel -> [launches, ns, windowed launches, windowed ns]."""
+    rows: dict[str, list[int]] = {}
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(("#", "kernel_id")):
+                continue
+            _, launches, ns, wl, wns, name = line.split("\t", 5)
+            acc = rows.setdefault(name, [0, 0, 0, 0])
+            for i, v in enumerate((launches, ns, wl, wns)):
+                acc[i] += int(v)
+    return rows
+
+
+def against_audit(a, w: str, t: Path) -> list[dict]:
+    d = t / f"{w}-audit"
+    d.mkdir()
+    est = record(a, w, 10, t / f"{w}-audit.pb.gz", GPU_AGENT_AUDIT_FILE=str(d / "audit.0"))
+    full = audit_rows(sorted(d.iterdir()))
+    return [compare("audit duty 10", {k: v[0] for k, v in full.items()},
+                    {k: v[1] for k, v in full.items()}, est)]
+
+
+def shares(a, t: Path) -> list[dict]:
+    """The add kernel's GPU time under site_a and site_b: truth 75 % / 25 %."""
+    out = []
+    for i in range(a.record_runs):
+        prof = t / f"sites-{i}.pb.gz"
+        record(a, "sites", 10, prof)
+        got = {"site_a": 0, "site_b": 0, "other": 0}
+        for frames, values in profile_stacks(prof):
+            if not any("add" in f.lower() for f in frames[:1]):
+                continue
+            key = next((k for k in ("site_a", "site_b") if k in frames), "other")
+            got[key] += values[0]
+        total = sum(got.values()) or 1
+        err = max(abs(100 * got["site_a"] / total - 75), abs(100 * got["site_b"] / total - 25))
+        print(f"    shares: site_a {100 * got['site_a'] / total:.2f} %, site_b "
+              f"{100 * got['site_b'] / total:.2f} %, elsewhere {100 * got['other'] / total:.2f} %; "
+              f"error {err:.2f} points", flush=True)
+        out.append({"case": f"shares #{i + 1}", "share_err_points": err,
+                    "shares_pct": {k: 100 * v / total for k, v in got.items()}})
+    return out
+
+
+def intervals(a, t: Path, interval: float = 5.0) -> list[dict]:
+    from gpu_agent.proto import profile_pb2
+    d = t / "intervals"
+    d.mkdir()
+    agent = Agent(str(d), "--interval", f"{interval}s")
+    try:
+        subprocess.run([driver_graph_binary(), "20000", "--bench", str(a.seconds)], env=shim_env(),
+                       check=True, stdout=subprocess.DEVNULL, timeout=a.seconds + 300)
+    finally:
+        agent.stop()  # SIGTERM: the agent writes its last interval and exits
+    rates = []
+    for f in sorted(d.glob("*.pb.gz")):
+        p = profile_pb2.Profile()
+        p.ParseFromString(gzip.decompress(f.read_bytes()))
+        secs = p.duration_nanos / 1e9
+        rates.append((sum(v[0] for v in profile_kernels(f).values()) / secs, secs))
+    # The first and last intervals hold the case's start and end: partial.
+    full = [r for r, secs in rates[1:-1] if secs > 0.9 * interval]
+    if len(full) < 3:
+        raise SystemExit(f"only {len(full)} full intervals in {len(rates)} profiles")
+    med = statistics.median(full)
+    devs = [100 * (r / med - 1) for r in full]
+    res = {"case": f"intervals of {interval:g} s", "intervals": len(full),
+           "max_abs_dev_pct": max(abs(x) for x in devs), "stdev_pct": statistics.pstdev(devs),
+           "devs_pct": [round(x, 2) for x in devs]}
+    print(f"    {len(full)} full {interval:g} s intervals: GPU time per second against their median: "
+          f"max |dev| {res['max_abs_dev_pct']:.2f} %, stdev {res['stdev_pct']:.2f} %", flush=True)
+    return [res]
+
+
+def run(a) -> None:
+    import json
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        t = Path(tmp)
+        if a.shares:
+            print("== sites (per-stack shares)", flush=True)
+            results += [dict(r, workload="sites") for r in shares(a, t)]
+        if a.intervals:
+            print(f"== driver-graph under `gpu-agent run` for {a.seconds:g} s (intervals)", flush=True)
+            results += [dict(r, workload="driver-graph") for r in intervals(a, t)]
+        for w in filter(None, a.workloads.split(",")):
+            print(f"== {w} ({steps_of(a, w)} steps{', audit' if a.audit else ''})", flush=True)
+            rows = against_audit(a, w, t) if a.audit else against_continuous(a, w, t)
+            results += [dict(r, workload=w) for r in rows]
+    with open(a.jsonl, "a") as f:
+        for r in results:
+            f.write(json.dumps(r) + "\n")

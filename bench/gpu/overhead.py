@@ -1,217 +1,181 @@
-"""Per-step time of launch-bound PyTorch workloads, for overhead comparisons.
+"""What the agent costs a job, measured as a user measures it: the job's own step
+time, with and without the agent, in separate processes (python -m bench.gpu overhead).
 
-One process measures one (workload, config) pair and prints one JSON line:
-  {"workload": ..., "config": ..., "us_per_step": median over repeats}
-Configs that need something in-process (torch.profiler) are switched here; the
-shim and the agent are configured by the driver (bench/gpu/run_overhead.py).
-
-Workloads (the issue-3 anchors):
-  eager : 20 tiny elementwise kernels per step
-  mlp   : 6 x (Linear 1024 + GELU), batch 16, fp16
-  graph : the same MLP captured with torch.cuda.graph, replayed
-  compiled : a torch.compile'd (Inductor/Triton) elementwise chain, 10 calls
-             per step (launch-bound Triton kernels)
-The driver-API cuGraphLaunch workload is bench/gpu/driver_graph.cu --bench, and
-"4 processes sharing the GPU" is run_overhead.py starting four of these at once.
+Method (issue 17): every measurement is a fresh process of a case
+(bench/gpu/cases.py) pinned to the same CPUs. It waits --wait seconds after
+building its workload, so that the agent has attached and is at steady state,
+then times --repeats blocks and reports the median block.
+  - The no-agent configs (baseline, shim, torch.profiler) run first, with no
+    agent anywhere.
+  - Then ONE `gpu-agent run` starts at its defaults, pinned to other CPUs, and the
+    agent configs run interleaved with the baseline: the baseline loads no shim,
+    so the agent cannot touch it. Each config is compared with the baseline of
+    its own phase and round.
+  - --method sep shuffles the configs within each round; --method pair runs a
+    baseline right before every other config, so that each ratio is taken
+    between neighbours in time.
+The table gives, per config, the median µs per step, the ratio of means against
+the baseline, and the median of per-round ratios with a bootstrap 95 % interval.
+Diagnostic configs switch one part of the shim off (see CONFIGS), so their
+differences from "agent" break the cost down.
 """
 
-import argparse
+from __future__ import annotations
+
 import json
-import os
+import random
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
-from pathlib import Path
 
-import torch
+from bench.gpu.cases import STEPS
+from bench.gpu.harness import Agent, case_command, clean_env, shim_env
 
-from smoke import capture_graph  # same warm-up and capture as the smoke check (this directory)
-
-
-def make_step(workload):
-    torch.manual_seed(0)
-    if workload == "compiled":
-        @torch.compile
-        def fused(a, b):
-            return torch.nn.functional.gelu(a * 1.5 + b) * 0.5
-
-        a = torch.randn(4096, device="cuda")
-        b = torch.randn(4096, device="cuda")
-
-        def step():
-            for _ in range(10):
-                fused(a, b)
-        return step
-    if workload == "eager":
-        x = torch.zeros(1024, device="cuda")
-
-        def step():
-            for _ in range(20):
-                x.add_(1.0)
-        return step
-    model = torch.nn.Sequential(*[m for _ in range(6) for m in (torch.nn.Linear(1024, 1024), torch.nn.GELU())])
-    model = model.cuda().half()
-    x = torch.randn(16, 1024, device="cuda", dtype=torch.half)
-    if workload == "mlp":
-        return lambda: model(x)
-    g, _ = capture_graph(model, x)
-    return g.replay
+# config -> (needs the agent, the workload's environment, extra case args)
+CONFIGS = {
+    "baseline": (None, {}, ()),
+    "shim": (False, {"shim": "1"}, ()),
+    "torch.profiler": (False, {}, ("--torch-profiler",)),
+    "agent": (True, {"shim": "1"}, ()),
+    # diagnostics (their estimates are wrong or absent; they only break the cost down)
+    "agent-idle": (True, {"shim": "1", "GPU_AGENT_DUTY_CYCLE": "100000"}, ()),
+    "agent-nostacks": (True, {"shim": "1", "GPU_AGENT_SAMPLE_PERIOD": "1000000000"}, ()),
+    "agent-cbwindowed": (True, {"shim": "1", "GPU_AGENT_EXP_CALLBACKS": "windowed"}, ()),
+    "agent-continuous": (True, {"shim": "1", "GPU_AGENT_DUTY_CYCLE": "1"}, ()),
+}
 
 
-BLOCKS: list = []  # per-block (start, µs/step) of a --seconds run (--blocks prints them)
+def env_of(config: str) -> dict:
+    extra = dict(CONFIGS[config][1])
+    return shim_env(**{k: v for k, v in extra.items() if k != "shim"}) if extra.pop("shim", None) \
+        else clean_env(**extra)
 
 
-def warm_up(step, steps):
-    for _ in range(steps // 4):
-        step()
-    torch.cuda.synchronize()
-
-
-def measure(step, steps, repeats, seconds=0.0):
-    """Per-step µs after a warm-up. With seconds > 0: blocks of `steps` until that
-    much time has passed, and the TIME AVERAGE over all of them (total time / total
-    steps). Duty-cycled collection costs something only inside its windows (one
-    slot in N), so a median of short repeats would skip the windowed ones and
-    understate the cost; the average over many periods is what a job pays.
-    Without seconds: the median of `repeats` blocks (the section-3 figures)."""
-    warm_up(step, steps)
-    if seconds > 0:
-        n, t0 = 0, time.perf_counter()
-        while True:
-            tb = time.perf_counter()
-            for _ in range(steps):
-                step()
-            torch.cuda.synchronize()
-            n += steps
-            # (CLOCK_MONOTONIC start in s, µs/step): the shim's debug log uses that clock
-            BLOCKS.append((round(tb, 3), round((time.perf_counter() - tb) * 1e6 / steps, 2)))
-            if time.perf_counter() - t0 >= seconds:
-                return (time.perf_counter() - t0) * 1e6 / n
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize()
-        out.append((time.perf_counter() - t0) * 1e6 / steps)
-    return statistics.median(out)
-
-
-def shim_state():
-    """The injected shim's state (1 attached, 0 idle, -1 disabled), or None without
-    a shim. dlopen of the path the driver loaded returns that same copy."""
-    import ctypes
-    import os
-    path = os.environ.get("CUDA_INJECTION64_PATH")
-    if not path:
-        return None
-    f = ctypes.CDLL(path).gpu_agent_shim_state
-    f.restype = ctypes.c_int
-    return f
-
-
-def measure_ab(step, steps, seconds, on_s, off_s, profiler):
-    """In-process A/B (bench/gpu/ab_overhead.py): blocks of `steps` for `seconds`,
-    each labelled with the state at its start and end, so that configs are compared
-    inside ONE process, over the same minutes, instead of across processes (whose
-    speed varies by +-15 % on a shared node). The state is the shim's (attached or
-    not; GPU_AGENT_EXP_TOGGLE_MS=ON:OFF makes it alternate), or with `profiler`
-    torch.profiler on for on_s and off for off_s, switched here between blocks; with
-    neither, that same time phase alone (the noise floor)."""
-    state = shim_state()
-    prof = None
-    warm_up(step, steps)
-    out, t0 = [], time.perf_counter()
-
-    def label():
-        if state is not None:
-            return state()
-        if profiler:
-            return int(prof is not None)
-        return int(phase_on())
-
-    def phase_on():  # the shim's phase: CLOCK_MONOTONIC ms modulo (on + off)
-        return time.monotonic() * 1000 % ((on_s + off_s) * 1000) < on_s * 1000
-
-    while time.perf_counter() - t0 < seconds:
-        if profiler and not state:
-            want = phase_on()
-            if want and prof is None:
-                from torch.profiler import ProfilerActivity, profile
-                prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
-                prof.start()
-            elif not want and prof is not None:
-                prof.stop()
-                prof = None
-        s0 = label()
-        tb = time.perf_counter()
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize()
-        te = time.perf_counter()
-        out.append((round(time.monotonic() - (te - tb), 4), round((te - tb) * 1e6 / steps, 2), s0, label()))
-    if prof is not None:
-        prof.stop()
+def cpu_list(spec: str) -> list[str]:
+    out: list[str] = []
+    for part in filter(None, spec.split(",")):
+        lo, _, hi = part.partition("-")
+        out += [str(c) for c in range(int(lo), int(hi or lo) + 1)]
     return out
 
 
-def thread_cpu_s() -> dict:
-    """CPU seconds of this process's threads so far, summed by thread name.
+def one(a, workload: str, config: str) -> dict:
+    """One measurement: a fresh process (four at once for mlp-x4, their mean)."""
+    n = 4 if workload == "mlp-x4" else 1
+    cpus = cpu_list(a.cpus)
+    cmd = case_command(workload, steps=int(a.scale * STEPS[workload]), repeats=a.repeats,
+                       wait=a.wait, torch_profiler=config == "torch.profiler")
+    procs = []
+    for i in range(n):
+        pin = ["taskset", "-c", cpus[i % len(cpus)] if n > 1 else a.cpus] if cpus else []
+        procs.append(subprocess.Popen(pin + cmd, env=env_of(config), stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=900)
+        if p.returncode != 0:
+            raise SystemExit(f"{workload}/{config} failed: {err[-2000:]}")
+        outs.append(json.loads(out.strip().splitlines()[-1]))
+    rec = {"workload": workload, "config": config,
+           "us_per_step": statistics.fmean(o["us_per_step"] for o in outs),
+           "blocks": [o.get("blocks") for o in outs]}
+    poller = [o.get("thread_cpu_pct", {}).get("ga-shim-poll") for o in outs]
+    if any(poller):
+        rec["poller_cpu_pct"] = max(filter(None, poller))
+    return rec
 
-    Why: the injected shim's only work while no agent is attached is its poller
-    thread ("ga-shim-poll"); its CPU time over the run bounds what it can take from
-    the launching thread, far more precisely than comparing step times across
-    processes (bench/gpu/pair_overhead.py)."""
-    out: dict = {}
-    for tid in os.listdir("/proc/self/task"):
+
+def run(a) -> None:
+    workloads, configs = a.workloads.split(","), a.configs.split(",")
+    unknown = [c for c in configs if c not in CONFIGS]
+    if unknown:
+        raise SystemExit(f"unknown config(s): {', '.join(unknown)}; known: {', '.join(CONFIGS)}")
+    phases = [("no-agent", [c for c in configs if CONFIGS[c][0] is False]),
+              ("agent", [c for c in configs if CONFIGS[c][0]])]
+    out = open(a.jsonl, "a")
+    for phase, todo in phases:
+        if not todo:
+            continue
+        agent = Agent(tempfile.mkdtemp(prefix="gpu-agent-bench-"), cpus=a.agent_cpus) \
+            if phase == "agent" else None
         try:
-            task = Path(f"/proc/self/task/{tid}")
-            name = (task / "comm").read_text().strip()
-            # schedstat's first field: time on a CPU in ns (stat's utime/stime
-            # count 10 ms ticks, too coarse for a thread that wakes every 100 ms)
-            ns = int((task / "schedstat").read_text().split()[0])
-        except OSError:
-            continue  # the thread ended meanwhile
-        out[name] = round(out.get(name, 0.0) + ns / 1e9, 6)
-    return out
+            if agent:
+                time.sleep(a.agent_settle)
+            for r in range(a.rounds):
+                for w in workloads:
+                    order = [c for c in todo if not (w == "driver-graph" and c == "torch.profiler")]
+                    random.shuffle(order)
+                    seq = [x for c in order for x in ("baseline", c)] if a.method == "pair" \
+                        else random.sample(order + ["baseline"], len(order) + 1)
+                    for c in seq:
+                        t0, c0 = time.monotonic(), agent.cpu_s() if agent else 0.0
+                        rec = one(a, w, c)
+                        rec.update(round=f"{a.tag}{r}", phase=phase, method=a.method)
+                        if agent:
+                            rec["agent_cpu_pct"] = round(100 * (agent.cpu_s() - c0) / (time.monotonic() - t0), 2)
+                            rec["agent_rss_mib"], rec["agent_peak_mib"] = agent.rss_mib()
+                        out.write(json.dumps(rec) + "\n")
+                        out.flush()
+                        print(f"{phase:8} round {r} {w:12} {c:18} {rec['us_per_step']:9.2f} µs/step"
+                              + (f"  agent {rec['agent_cpu_pct']:.1f} % CPU, {rec['agent_rss_mib']:.0f} MiB"
+                                 if agent else ""), file=sys.stderr, flush=True)
+        finally:
+            if agent:
+                tail = agent.stop()
+                if a.verbose:
+                    print(tail, file=sys.stderr)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("workload", choices=["eager", "mlp", "graph", "compiled"])
-    ap.add_argument("--config", default="baseline")
-    ap.add_argument("--steps", type=int, default=2000)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--blocks", action="store_true", help="also print each block's µs/step")
-    ap.add_argument("--seconds", type=float, default=0.0,
-                    help="time-average over blocks of --steps for this long (see measure)")
-    ap.add_argument("--ab", type=float, default=0.0, metavar="SECONDS",
-                    help="in-process A/B for this long: print labelled blocks (see measure_ab)")
-    ap.add_argument("--toggle", default="0.4:1.2", metavar="ON:OFF",
-                    help="--ab: seconds on, then off (the shim's GPU_AGENT_EXP_TOGGLE_MS)")
-    a = ap.parse_args()
-    with torch.no_grad():
-        step = make_step(a.workload)
-        t0, cpu0 = time.monotonic(), thread_cpu_s()  # the measured part only, after set-up
-        if a.ab:
-            on_s, off_s = (float(x) for x in a.toggle.split(":"))
-            blocks = measure_ab(step, a.steps, a.ab, on_s, off_s, a.config == "torch.profiler")
-            print(json.dumps({"workload": a.workload, "config": a.config, "steps": a.steps,
-                              "blocks": blocks}))
-            return
-        if a.config == "torch.profiler":
-            from torch.profiler import ProfilerActivity, profile
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
-                us = measure(step, a.steps, a.repeats, a.seconds)
-        else:
-            us = measure(step, a.steps, a.repeats, a.seconds)
-    out = {"workload": a.workload, "config": a.config, "us_per_step": round(us, 2),
-           "measured_s": round(time.monotonic() - t0, 3),
-           "thread_cpu_s": {k: round(v - cpu0.get(k, 0.0), 6) for k, v in thread_cpu_s().items()},
-           "libcupti_mapped": "libcupti" in Path("/proc/self/maps").read_text()}
-    if a.blocks:
-        out["blocks"] = BLOCKS
-    print(json.dumps(out))
+def bootstrap_ci(vals: list[float], stat=statistics.median, n: int = 2000) -> tuple[float, float]:
+    rng = random.Random(0)
+    draws = sorted(stat([rng.choice(vals) for _ in vals]) for _ in range(n))
+    return draws[int(0.025 * n)], draws[int(0.975 * n) - 1]
 
 
-if __name__ == "__main__":
-    main()
+def summarize(path: str) -> list[dict]:
+    """Per (workload, phase, config): medians and ratios against that phase's baseline."""
+    recs = [json.loads(line) for line in open(path)]
+    by: dict = {}
+    for r in recs:
+        by.setdefault((r["workload"], r["phase"], r["config"]), {})[r["round"]] = r
+    rows = []
+    for (w, ph, c), runs in sorted(by.items()):
+        base = by.get((w, ph, "baseline"), {})
+        row = {"workload": w, "phase": ph, "config": c, "n": len(runs),
+               "us_median": statistics.median(r["us_per_step"] for r in runs.values())}
+        agent = [r for r in runs.values() if "agent_cpu_pct" in r]
+        if agent:
+            row["agent_cpu_pct"] = statistics.median(r["agent_cpu_pct"] for r in agent)
+            row["agent_peak_mib"] = max(r["agent_peak_mib"] for r in agent)
+        if c != "baseline" and base:
+            row["mean_ratio"] = (statistics.fmean(r["us_per_step"] for r in runs.values())
+                                 / statistics.fmean(r["us_per_step"] for r in base.values()) - 1)
+            paired = [runs[k]["us_per_step"] / base[k]["us_per_step"] - 1 for k in runs if k in base]
+            if paired:
+                row["paired_median"] = statistics.median(paired)
+                row["paired_ci"] = bootstrap_ci(paired) if len(paired) > 2 else None
+                row["paired_min_max"] = (min(paired), max(paired))
+        rows.append(row)
+    return rows
+
+
+def print_table(path: str) -> None:
+    print("| workload | phase | config | runs | µs/step (median) | mean ratio | paired median [95 % CI] (min, max) | agent CPU, peak RSS |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in summarize(path):
+        ratio = f"{100 * r['mean_ratio']:+.1f} %" if "mean_ratio" in r else ""
+        paired = ""
+        if "paired_median" in r:
+            paired = f"{100 * r['paired_median']:+.1f} %"
+            if r.get("paired_ci"):
+                lo, hi = r["paired_ci"]
+                paired += f" [{100 * lo:+.1f}, {100 * hi:+.1f}]"
+            mn, mx = r["paired_min_max"]
+            paired += f" ({100 * mn:+.1f}, {100 * mx:+.1f})"
+        cost = (f"{r['agent_cpu_pct']:.1f} %, {r['agent_peak_mib']:.0f} MiB"
+                if "agent_cpu_pct" in r else "")
+        print(f"| {r['workload']} | {r['phase']} | {r['config']} | {r['n']} | {r['us_median']:.2f} "
+              f"| {ratio} | {paired} | {cost} |")
+

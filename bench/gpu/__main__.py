@@ -1,0 +1,106 @@
+"""The GPU benchmark: python -m bench.gpu overhead|fidelity|smoke|table [options].
+
+Run as root on a GPU node, from the repository root, with the shim built
+(`make shim`) and the agent's Python dependencies importable (docs/benchmarks.md
+says how, the device script bench/gpu/device.sh does it on a node without a
+package registry).
+
+  overhead  the job's own step time with and without the agent, separate
+            processes, steady state (bench/gpu/overhead.py)
+  fidelity  the agent's GPU time, launches and stack shares against truth
+            (bench/gpu/fidelity.py)
+  smoke     one `gpu-agent record` of a short eager + graph run; fails when the
+            profile has no kernel GPU time or no Python frame
+  table     the overhead table of a JSONL file written before
+Results go, as JSON lines, to --jsonl (appended).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench.gpu import fidelity, overhead
+from bench.gpu.cases import STEPS, WORKLOADS
+from bench.gpu.harness import case_command, clean_env, profile_kernels, profile_stacks
+
+
+def smoke(a) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        ok = True
+        for w in a.workloads.split(","):
+            prof = Path(tmp) / f"{w}.pb.gz"
+            p = subprocess.run([sys.executable, "-m", "gpu_agent", "record", "-o", str(prof), "--",
+                                *case_command(w, steps=max(1, STEPS[w] // 8), repeats=1, wait=0)],
+                               env=clean_env(), capture_output=True, text=True, timeout=600)
+            status = [ln for ln in p.stderr.splitlines() if ln.startswith("gpu-agent: ")]
+            if p.returncode != 0 or not prof.exists():
+                print(f"{w}: FAILED\n{p.stderr[-2000:]}")
+                ok = False
+                continue
+            kernels = profile_kernels(prof)
+            gpu_ns = sum(v[0] for v in kernels.values())
+            py = any(any(f.endswith(".py") or "cases" in f or "forward" in f for f in frames)
+                     for frames, _ in profile_stacks(prof))
+            good = gpu_ns > 0 and (py or w == "driver-graph")
+            ok &= good
+            print(f"{w}: {'ok' if good else 'FAILED'}: {len(kernels)} kernels, "
+                  f"{sum(v[1] for v in kernels.values())} launches, {gpu_ns / 1e6:.1f} ms GPU, "
+                  f"Python frames: {py}; {status[-1] if status else ''}")
+        if not ok:
+            raise SystemExit(1)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.gpu", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    o = sub.add_parser("overhead", help=overhead.__doc__.split("\n")[0])
+    o.add_argument("--method", choices=["sep", "pair"], default="sep")
+    o.add_argument("--rounds", type=int, default=6)
+    o.add_argument("--workloads", default="eager,mlp,graph,compiled,driver-graph,mlp-x4")
+    o.add_argument("--configs", default="baseline,shim,agent",
+                   help=f"comma-separated, from: {', '.join(overhead.CONFIGS)}")
+    o.add_argument("--wait", type=float, default=3.0, help="seconds before timing (steady state)")
+    o.add_argument("--repeats", type=int, default=5, help="timed blocks per process (median)")
+    o.add_argument("--scale", type=float, default=1.0, help="times the steps per block (2.4 s at 1)")
+    o.add_argument("--cpus", default="", help="pin the case processes here (e.g. 2-5)")
+    o.add_argument("--agent-cpus", default="", help="pin the agent here (e.g. 8-11)")
+    o.add_argument("--agent-settle", type=float, default=5.0,
+                   help="seconds between the agent watching and the first case")
+    o.add_argument("--tag", default="", help="prefix of this invocation's round names")
+    o.add_argument("--verbose", action="store_true", help="print the agent's last lines at its stop")
+    f = sub.add_parser("fidelity", help=fidelity.__doc__.split("\n")[0])
+    f.add_argument("--workloads", default="graph,driver-graph,mlp,eager,compiled,mlp-x4")
+    f.add_argument("--steps", type=int, default=0, help="steps per run (default: per case)")
+    f.add_argument("--run", action="store_true", help="also under `gpu-agent run` (defaults)")
+    f.add_argument("--record-runs", type=int, default=2, help="windowed `record` runs per case")
+    f.add_argument("--audit", action="store_true", help="truth from the same run's full trace")
+    f.add_argument("--shares", action="store_true", help="per-stack shares of the sites case")
+    f.add_argument("--intervals", action="store_true", help="per-interval spread under `run`")
+    f.add_argument("--seconds", type=float, default=40.0, help="--intervals: how long")
+    f.add_argument("--debug", action="store_true", help="the shim's exit lines too")
+    s = sub.add_parser("smoke", help="one short `gpu-agent record` per case")
+    s.add_argument("--workloads", default="eager,graph,driver-graph")
+    t = sub.add_parser("table", help="print the overhead table of --jsonl")
+    for p in (o, f, t):
+        p.add_argument("--jsonl", default="bench-gpu.jsonl", help="results, appended")
+    a = ap.parse_args(argv)
+    for w in filter(None, getattr(a, "workloads", "").split(",")):
+        if w not in WORKLOADS:
+            ap.error(f"unknown workload {w!r}; known: {', '.join(WORKLOADS)}")
+    if a.cmd == "overhead":
+        overhead.run(a)
+        overhead.print_table(a.jsonl)
+    elif a.cmd == "fidelity":
+        fidelity.run(a)
+    elif a.cmd == "smoke":
+        smoke(a)
+    else:
+        overhead.print_table(a.jsonl)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""The GPU benchmark's workloads (cases), and the process that times one of them.
+
+Each measurement is one fresh process:
+    python -m bench.gpu.cases WORKLOAD [--wait S] [--steps N] [--repeats R]
+It builds the workload, waits --wait seconds (so that an agent that is already
+running has attached to it and started its windows: "steady state"), warms up,
+then times R blocks of N steps and prints one JSON line: the median block in µs
+per step, the time average over all blocks, and each block.
+
+Workloads (launch-bound on purpose: the shim's cost is per launch):
+  eager     20 tiny elementwise kernels per step
+  mlp       6 x (Linear 1024 + GELU), batch 16, fp16
+  graph     the same MLP captured with torch.cuda.graph, replayed
+  compiled  a torch.compile'd (Inductor/Triton) elementwise chain, 10 calls per step
+  driver-graph  cuGraphLaunch of a 12-kernel driver graph (bench/gpu/driver_graph.cu,
+                a C program; the runner starts it, not this module)
+  mlp-x4    four mlp processes sharing the GPU (the runner starts four of these)
+  launch    an empty kernel launched from C (bench/gpu/launch_loop.cu): the launch
+            path alone, so that shim states differ by their ns per launch
+  sites     one add kernel launched from two call sites, site_a 3 times per step and
+            site_b once: the true split of its GPU time is 75 % / 25 % (the
+            per-stack share check of python -m bench.gpu fidelity --shares)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+# Steps per timed block: about 2.4 s each on an H200 (the issue-17 method).
+STEPS = {"eager": 16000, "mlp": 16000, "graph": 45000, "compiled": 24000,
+         "driver-graph": 45000, "mlp-x4": 4000, "sites": 16000,
+         "launch": 400000}
+WORKLOADS = list(STEPS)
+
+
+class TinyMLP:
+    """6 x (Linear 1024 + GELU), built lazily so that importing this module needs no torch."""
+
+    @staticmethod
+    def build(width=1024, depth=6):
+        import torch
+        layers = [m for _ in range(depth) for m in (torch.nn.Linear(width, width), torch.nn.GELU())]
+        return torch.nn.Sequential(*layers).cuda().half()
+
+
+def capture_graph(model, x):
+    """Warm up on a side stream, then capture one forward pass (torch's recipe)."""
+    import torch
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            model(x)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = model(x)
+    return g, y
+
+
+def site_a(x, y):
+    for _ in range(3):
+        x.add_(y)
+
+
+def site_b(x, y):
+    x.add_(y)
+
+
+def make_step(workload: str):
+    import torch
+    torch.manual_seed(0)
+    if workload == "compiled":
+        @torch.compile
+        def fused(a, b):
+            return torch.nn.functional.gelu(a * 1.5 + b) * 0.5
+
+        a = torch.randn(4096, device="cuda")
+        b = torch.randn(4096, device="cuda")
+
+        def step():
+            for _ in range(10):
+                fused(a, b)
+        return step
+    if workload == "sites":
+        x = torch.zeros(4096, device="cuda")
+        y = torch.ones(4096, device="cuda")
+
+        def step():
+            site_a(x, y)
+            site_b(x, y)
+        return step
+    if workload == "eager":
+        x = torch.zeros(1024, device="cuda")
+
+        def step():
+            for _ in range(20):
+                x.add_(1.0)
+        return step
+    model = TinyMLP.build()
+    x = torch.randn(16, 1024, device="cuda", dtype=torch.half)
+    if workload in ("mlp", "mlp-x4"):
+        return lambda: model(x)
+    g, _ = capture_graph(model, x)
+    return g.replay
+
+
+def thread_cpu_s() -> dict:
+    """CPU seconds of this process's threads so far, summed by thread name (the
+    shim's poller is "ga-shim-poll"). schedstat counts ns; stat's ticks are too
+    coarse for a thread that wakes every 100 ms."""
+    out: dict = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            task = Path(f"/proc/self/task/{tid}")
+            name = (task / "comm").read_text().strip()
+            ns = int((task / "schedstat").read_text().split()[0])
+        except OSError:
+            continue
+        out[name] = round(out.get(name, 0.0) + ns / 1e9, 6)
+    return out
+
+
+def time_blocks(step, steps: int, repeats: int) -> list[float]:
+    import torch
+    for _ in range(max(1, steps // 8)):  # warm-up: allocator, cuBLAS heuristics, Triton
+        step()
+    torch.cuda.synchronize()
+    blocks = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+        blocks.append((time.perf_counter() - t0) * 1e6 / steps)
+    return blocks
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("workload", choices=[w for w in WORKLOADS if w not in ("driver-graph", "launch")])
+    ap.add_argument("--steps", type=int, default=0, help="steps per block (default: the table)")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--wait", type=float, default=3.0,
+                    help="seconds between building the workload and timing it")
+    ap.add_argument("--torch-profiler", action="store_true",
+                    help="time it under torch.profiler (CPU + CUDA activities)")
+    a = ap.parse_args(argv)
+    import torch
+    with torch.no_grad():
+        step = make_step(a.workload)
+        step()
+        torch.cuda.synchronize()
+        time.sleep(a.wait)
+        cpu0, t0 = thread_cpu_s(), time.monotonic()
+        steps = a.steps or STEPS[a.workload]
+        if a.torch_profiler:
+            from torch.profiler import ProfilerActivity, profile
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+                blocks = time_blocks(step, steps, a.repeats)
+        else:
+            blocks = time_blocks(step, steps, a.repeats)
+    wall = time.monotonic() - t0
+    print(json.dumps({
+        "workload": a.workload, "steps": steps, "us_per_step": round(statistics.median(blocks), 3),
+        "us_mean": round(statistics.fmean(blocks), 3), "blocks": [round(b, 3) for b in blocks],
+        "thread_cpu_pct": {k: round(100 * (v - cpu0.get(k, 0.0)) / wall, 3)
+                           for k, v in thread_cpu_s().items() if v - cpu0.get(k, 0.0) > 0},
+        "shim_mapped": "gpu_agent_shim" in Path("/proc/self/maps").read_text()}))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""What every GPU benchmark needs: a clean environment, the shim, the commands that
+run a case, a running agent and its cost, and a profile's kernels.
+
+Used by the runner (python -m bench.gpu) and nothing in tests/: tests have their
+own helpers in tests/support, and the two never import each other.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections import deque
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent.parent
+SHIM = REPO / "build" / "libgpu_agent_shim.so"
+if str(REPO / "agent") not in sys.path:
+    sys.path.insert(0, str(REPO / "agent"))
+
+
+def clean_env(**extra: str) -> dict:
+    """This environment without shim injection or GPU_AGENT_* settings, plus extra;
+    PYTHONPATH gains the repository root and agent/, so that `python -m bench.gpu.cases`
+    and `python -m gpu_agent` resolve."""
+    env = {k: v for k, v in os.environ.items()
+           if k != "CUDA_INJECTION64_PATH" and not k.startswith("GPU_AGENT_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), str(REPO / "agent"), env.get("PYTHONPATH")]))
+    env.update(extra)
+    return env
+
+
+def shim_env(**extra: str) -> dict:
+    """clean_env with the shim injected the way a user does it."""
+    return clean_env(CUDA_INJECTION64_PATH=str(SHIM), **extra)
+
+
+def cuda_binary(name: str) -> str:
+    """bench/gpu/NAME.cu, built with nvcc into build/bench/ when it changed."""
+    out = REPO / "build" / "bench" / name
+    src = REPO / "bench" / "gpu" / f"{name}.cu"
+    if not out.exists() or out.stat().st_mtime < src.stat().st_mtime:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["nvcc", "-O2", "-o", str(out), str(src), "-lcuda"], check=True)
+    return str(out)
+
+
+def driver_graph_binary() -> str:
+    return cuda_binary("driver_graph")
+
+
+def case_command(workload: str, steps: int = 0, repeats: int = 5, wait: float = 3.0,
+                 torch_profiler: bool = False) -> list[str]:
+    """The command of one timed process of a case (bench/gpu/cases.py)."""
+    from bench.gpu.cases import STEPS
+    steps = steps or STEPS[workload]
+    if workload in ("driver-graph", "launch"):
+        binary = driver_graph_binary() if workload == "driver-graph" else cuda_binary("launch_loop")
+        return [binary, str(steps), "--bench", "0", str(wait), str(repeats)]
+    return ([sys.executable, "-m", "bench.gpu.cases", workload, "--steps", str(steps),
+             "--repeats", str(repeats), "--wait", str(wait)]
+            + (["--torch-profiler"] if torch_profiler else []))
+
+
+class Agent:
+    """`gpu-agent run` at its defaults (plus args), started and waited for until it
+    watches; its CPU time and peak RSS read from /proc."""
+
+    def __init__(self, output_dir: str, *args: str, cpus: str = "", env: dict | None = None):
+        cmd = [sys.executable, "-m", "gpu_agent", "run", "--output-dir", output_dir, *args]
+        if cpus:
+            cmd = ["taskset", "-c", cpus] + cmd
+        self.p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                  env=env or clean_env())
+        seen: list[str] = []
+        for line in self.p.stderr:  # every probe attached once it says "watching"
+            seen.append(line)
+            if "watching" in line:
+                break
+        else:
+            raise SystemExit("agent failed to start: " + "".join(seen))
+        self.log_tail = deque(seen, maxlen=50)
+        # a full pipe would block the agent
+        threading.Thread(target=lambda: self.log_tail.extend(self.p.stderr), daemon=True).start()
+
+    def cpu_s(self) -> float:
+        with open(f"/proc/{self.p.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def rss_mib(self) -> tuple[float, float]:
+        """(current, peak) resident MiB."""
+        vals = {}
+        with open(f"/proc/{self.p.pid}/status") as f:
+            for line in f:
+                if line.startswith(("VmRSS:", "VmHWM:")):
+                    vals[line[:5]] = int(line.split()[1]) / 1024
+        return vals.get("VmRSS", 0.0), vals.get("VmHWM", 0.0)
+
+    def stop(self) -> str:
+        self.p.send_signal(signal.SIGTERM)
+        try:
+            self.p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+        return "".join(self.log_tail)
+
+
+def profile_kernels(path: Path) -> dict[str, list[int]]:
+    """mangled kernel name -> [gpu_ns, launches] over a profile's CUDA_KERNEL leaves."""
+    from gpu_agent.proto import profile_pb2  # the real profile.proto
+    p = profile_pb2.Profile()
+    p.ParseFromString(gzip.decompress(Path(path).read_bytes()))
+    s = p.string_table
+    funcs = {f.id: f for f in p.function}
+    locs = {loc.id: loc for loc in p.location}
+    out: dict[str, list[int]] = {}
+    for smp in p.sample:
+        f = funcs[locs[smp.location_id[0]].line[0].function_id]
+        if s[f.filename] != "CUDA_KERNEL":
+            continue
+        acc = out.setdefault(s[f.system_name] or s[f.name], [0, 0])
+        acc[0] += smp.value[0]
+        acc[1] += smp.value[1]
+    return out
+
+
+def profile_stacks(path: Path) -> list[tuple[list[str], list[int]]]:
+    """Every sample of a profile: (function names from the leaf up, values)."""
+    from gpu_agent.proto import profile_pb2
+    p = profile_pb2.Profile()
+    p.ParseFromString(gzip.decompress(Path(path).read_bytes()))
+    s = p.string_table
+    names = {f.id: s[f.name] for f in p.function}
+    locs = {loc.id: [names[ln.function_id] for ln in loc.line] for loc in p.location}  # line[0]: innermost
+    return [([fn for lid in smp.location_id for fn in locs[lid]], list(smp.value)) for smp in p.sample]
+
+
+def merge_kernels(paths) -> dict[str, list[int]]:
+    """profile_kernels summed over several profiles (one `gpu-agent run`'s intervals)."""
+    total: dict[str, list[int]] = {}
+    for f in paths:
+        for k, (ns, n) in profile_kernels(f).items():
+            acc = total.setdefault(k, [0, 0])
+            acc[0] += ns
+            acc[1] += n
+    return total

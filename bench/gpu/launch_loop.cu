@@ -1,0 +1,50 @@
+// The launch path alone: an empty kernel launched with `<<<>>>` in a loop, with
+// a stream sync every 64 launches so that the queue never fills and the loop
+// stays bound by the CPU cost of a launch. Prints the median ns per launch of
+// REPEATS blocks, after WAIT seconds (an agent that is running has attached by
+// then). The differences between shim states are the shim's and CUPTI's cost
+// per launch (python -m bench.gpu overhead --workloads launch).
+//   launch_loop LAUNCHES --bench 0 WAIT REPEATS
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+__global__ void empty_kernel(int) {}
+
+static double block_ns(int n, cudaStream_t s) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < n; i++) {
+        empty_kernel<<<1, 32, 0, s>>>(i);
+        if ((i & 63) == 63) cudaStreamSynchronize(s);
+    }
+    cudaStreamSynchronize(s);
+    std::chrono::duration<double, std::nano> d = std::chrono::steady_clock::now() - t0;
+    return d.count() / n;
+}
+
+int main(int argc, char **argv) {
+    int n = argc > 1 ? atoi(argv[1]) : 200000;
+    double wait = argc > 4 ? atof(argv[4]) : 0;
+    int repeats = argc > 5 ? atoi(argv[5]) : 5;
+    if (repeats < 1 || repeats > 64) repeats = 5;
+    cudaStream_t s;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+        fprintf(stderr, "launch_loop: no CUDA device\n");
+        return 1;
+    }
+    block_ns(n / 8 + 1, s);  // warm-up
+    usleep((useconds_t)(wait * 1e6));
+    double ns[64];
+    for (int r = 0; r < repeats; r++) ns[r] = block_ns(n, s);
+    double sorted[64];
+    std::copy(ns, ns + repeats, sorted);
+    std::sort(sorted, sorted + repeats);
+    // us_per_step: one launch is the step here
+    printf("{\"workload\": \"launch\", \"us_per_step\": %.4f, \"blocks\": [", sorted[repeats / 2] / 1000);
+    for (int r = 0; r < repeats; r++) printf("%s%.4f", r ? ", " : "", ns[r] / 1000);
+    printf("]}\n");
+    return 0;
+}
