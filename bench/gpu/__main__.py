@@ -58,7 +58,8 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.gpu", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     o = sub.add_parser("overhead", help=overhead.__doc__.split("\n")[0])
-    o.add_argument("--method", choices=["sep", "pair"], default="sep")
+    o.add_argument("--method", choices=["sep", "pair", "timeline"], default="sep")
+    o.add_argument("--seconds", type=float, default=40.0, help="--method timeline: the loop's length")
     o.add_argument("--rounds", type=int, default=6)
     o.add_argument("--workloads", default="eager,mlp,graph,compiled,driver-graph,mlp-x4")
     o.add_argument("--configs", default="baseline,shim,agent",
@@ -91,7 +92,9 @@ def main(argv=None) -> None:
     for w in filter(None, getattr(a, "workloads", "").split(",")):
         if w not in WORKLOADS:
             ap.error(f"unknown workload {w!r}; known: {', '.join(WORKLOADS)}")
-    if a.cmd == "overhead":
+    if a.cmd == "overhead" and a.method == "timeline":
+        overhead.timeline(a)
+    elif a.cmd == "overhead":
         overhead.run(a)
         overhead.print_table(a.jsonl)
     elif a.cmd == "fidelity":

@@ -18,12 +18,19 @@ The table gives, per config, the median µs per step, the ratio of means against
 the baseline, and the median of per-round ratios with a bootstrap 95 % interval.
 Diagnostic configs switch one part of the shim off (see CONFIGS), so their
 differences from "agent" break the cost down.
+
+--method timeline is the breakdown inside ONE process: the `launch` case
+launches an empty kernel for --seconds while an agent starts, watches for 60 %
+of the time left, and stops; the launch loop reports its ns per launch every 5 ms. Per config, the
+mean before the agent attached, while attached (inside and between windows,
+where the shim logs them: GPU_AGENT_DUTY_CYCLE >= 100), and after it left.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -31,7 +38,7 @@ import tempfile
 import time
 
 from bench.gpu.cases import STEPS
-from bench.gpu.harness import Agent, case_command, clean_env, shim_env
+from bench.gpu.harness import Agent, case_command, clean_env, cuda_binary, shim_env
 
 # config -> (needs the agent, the workload's environment, extra case args)
 CONFIGS = {
@@ -44,6 +51,13 @@ CONFIGS = {
     "agent-nostacks": (True, {"shim": "1", "GPU_AGENT_SAMPLE_PERIOD": "1000000000"}, ()),
     "agent-cbwindowed": (True, {"shim": "1", "GPU_AGENT_EXP_CALLBACKS": "windowed"}, ()),
     "agent-continuous": (True, {"shim": "1", "GPU_AGENT_DUTY_CYCLE": "1"}, ()),
+    "agent-idle-nocb": (True, {"shim": "1", "GPU_AGENT_DUTY_CYCLE": "100000",
+                               "GPU_AGENT_EXP_CALLBACKS": "windowed"}, ()),
+    "agent-hold-activity": (True, {"shim": "1", "GPU_AGENT_EXP_HOLD": "activity"}, ()),
+    # one 20 ms window in 2 s: the shim logs each, so a timeline tells in from out
+    "agent-d100": (True, {"shim": "1", "GPU_AGENT_DUTY_CYCLE": "100"}, ()),
+    "agent-d100-cbwindowed": (True, {"shim": "1", "GPU_AGENT_DUTY_CYCLE": "100",
+                                     "GPU_AGENT_EXP_CALLBACKS": "windowed"}, ()),
 }
 
 
@@ -126,6 +140,48 @@ def run(a) -> None:
                 tail = agent.stop()
                 if a.verbose:
                     print(tail, file=sys.stderr)
+
+
+def timeline(a) -> None:
+    """See the module's doc: --method timeline."""
+    out = open(a.jsonl, "a")
+    for config in a.configs.split(","):
+        if not CONFIGS[config][0]:
+            continue
+        env = env_of(config)
+        env["GPU_AGENT_DEBUG"] = "1"  # the window lines
+        secs = a.seconds
+        loop = subprocess.Popen(["taskset", "-c", a.cpus or "2", cuda_binary("launch_loop"), "0",
+                                 "--trace", str(secs)], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        t_start = time.monotonic()
+        time.sleep(1)
+        agent = Agent(tempfile.mkdtemp(prefix="gpu-agent-bench-"), cpus=a.agent_cpus)
+        t_watch = time.monotonic()
+        time.sleep(max(2.0, (t_start + secs - t_watch) * 0.6))
+        agent.stop()
+        t_stop = time.monotonic()
+        stdout, stderr = loop.communicate(timeout=secs + 120)
+        trace = json.loads(stdout.strip().splitlines()[-1])["trace"]
+        wins = [float(m) for m in re.findall(r"window opened at ([\d.]+) s", stderr)]
+        win_s = int(env.get("GPU_AGENT_WINDOW_MS", "20")) / 1000
+
+        def mean(lo, hi, where=lambda t: True):
+            v = [ns for t, ns in trace if lo <= t < hi and where(t)]
+            return (statistics.fmean(v), len(v)) if v else (float("nan"), 0)
+
+        def in_window(t):
+            return any(w <= t < w + win_s for w in wins)
+        rec = {"method": "timeline", "config": config, "workload": "launch",
+               "before": mean(t_start + 0.5, t_watch), "attached": mean(t_watch + 1, t_stop),
+               "after": mean(t_stop + 1, t_start + secs)}
+        if wins:
+            rec["in_window"] = mean(t_watch + 1, t_stop, in_window)
+            rec["between_windows"] = mean(t_watch + 1, t_stop, lambda t: not in_window(t))
+        out.write(json.dumps(rec) + "\n")
+        out.flush()
+        print(f"timeline {config:18} ns/launch: " + ", ".join(
+            f"{k} {v[0]:.0f} (n={v[1]})" for k, v in rec.items() if isinstance(v, tuple)), flush=True)
 
 
 def bootstrap_ci(vals: list[float], stat=statistics.median, n: int = 2000) -> tuple[float, float]:
