@@ -36,6 +36,8 @@ struct ga_config {
                                    * against detached; 0 = off */
     uint32_t exp_cb_windowed;     /* GPU_AGENT_EXP_CALLBACKS=windowed: launch callbacks
                                    * follow the windows (records then weigh N) */
+    uint32_t exp_finalize;        /* GPU_AGENT_EXP_FINALIZE=detach|window: cuptiFinalize
+                                   * after each detach, or after each window (then re-attach) */
     uint32_t exp_internal;        /* GPU_AGENT_EXP_INTERNAL_LAUNCHES=1: CUPTI's
                                    * INTERNAL_LAUNCH_API activity (driver launches
                                    * outside any public API call) follows the windows;
@@ -81,6 +83,7 @@ struct ga_cupti_table {
     CUptiResult (*GetVersion)(uint32_t *);                     /* optional */
     CUptiResult (*GetTimestamp)(uint64_t *);                   /* optional: launch time */
     CUptiResult (*GetGraphNodeId)(CUgraphNode, uint64_t *);    /* optional: graph capture stacks */
+    CUptiResult (*Finalize)(void);                             /* optional: GPU_AGENT_EXP_FINALIZE */
 };
 GA_HIDDEN extern ga_cupti_table ga_cupti;
 GA_HIDDEN extern void *ga_cupti_handle;

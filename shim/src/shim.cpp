@@ -46,7 +46,7 @@ extern "C" GA_EXPORT int gpu_agent_shim_state(void);
 
 enum { ST_DISABLED = -1, ST_IDLE = 0, ST_ATTACHED = 1 };
 
-ga_config ga_cfg = {64, 8, 100, 1000, 10, 20, "", 0, 0, 0, 0, 0};
+ga_config ga_cfg = {64, 8, 100, 1000, 10, 20, "", 0, 0, 0, 0, 0, 0};
 int ga_debug_on;
 
 static std::atomic<int> g_state{ST_IDLE};
@@ -116,7 +116,7 @@ static const char *const k_known_env[] = {
     "GPU_AGENT_FLUSH_MS",      "GPU_AGENT_DEBUG",               "GPU_AGENT_CUPTI_PATH",
     "GPU_AGENT_DUTY_CYCLE",    "GPU_AGENT_WINDOW_MS",           "GPU_AGENT_AUDIT_FILE",
     "GPU_AGENT_EXP_HOLD",      "GPU_AGENT_EXP_TOGGLE_MS",       "GPU_AGENT_EXP_CALLBACKS",
-    "GPU_AGENT_EXP_INTERNAL_LAUNCHES",
+    "GPU_AGENT_EXP_INTERNAL_LAUNCHES", "GPU_AGENT_EXP_FINALIZE",
     /* read by the agent CLI, not by the shim: known, so never reported */
     "GPU_AGENT_SHIM",          "GPU_AGENT_BPF_DIR",             "GPU_AGENT_INCLUDE_DIR",
 };
@@ -171,6 +171,10 @@ static void common_init(void) {
     if (cbs && !strcmp(cbs, "windowed")) ga_cfg.exp_cb_windowed = 1;
     else if (cbs && !strcmp(cbs, "runtime")) ga_cfg.exp_cb_runtime = 1;
     else if (cbs && *cbs) note_bad(bad, sizeof(bad), "GPU_AGENT_EXP_CALLBACKS", cbs);
+    const char *fin = getenv("GPU_AGENT_EXP_FINALIZE");
+    if (fin && !strcmp(fin, "detach")) ga_cfg.exp_finalize = 1;
+    else if (fin && !strcmp(fin, "window")) ga_cfg.exp_finalize = 2;
+    else if (fin && *fin) note_bad(bad, sizeof(bad), "GPU_AGENT_EXP_FINALIZE", fin);
     const char *internal = getenv("GPU_AGENT_EXP_INTERNAL_LAUNCHES");
     if (internal && !strcmp(internal, "1")) ga_cfg.exp_internal = 1;
     else if (internal && *internal && strcmp(internal, "0"))
@@ -372,6 +376,7 @@ static CUptiResult set_collection(bool on, const char **what) {
 }
 
 static void do_attach(void) {
+    uint64_t t_attach = ga_now_ns();
     if (!ga_cupti_handle) {
         const char *why = "?";
         char path[512] = "";
@@ -437,13 +442,27 @@ static void do_attach(void) {
     g_stat_attaches.fetch_add(1, std::memory_order_relaxed);
     g_replay_asked = ga_replay_semaphore_value() != 0; /* the attach replayed the names */
     ga_fire_attach_probe();
-    ga_debug("attached (pid %d, sample period %u, graph period %u, one %u ms window in %u%s)",
-             (int)getpid(), ga_cfg.sample_period, ga_cfg.graph_sample_period, ga_cfg.window_ms,
-             ga_cfg.duty_cycle, ga_audit_on() ? ", audit" : "");
+    ga_debug("attached (pid %d, sample period %u, graph period %u, one %u ms window in %u%s) "
+             "in %.3f ms", (int)getpid(), ga_cfg.sample_period, ga_cfg.graph_sample_period,
+             ga_cfg.window_ms, ga_cfg.duty_cycle, ga_audit_on() ? ", audit" : "",
+             (double)(ga_now_ns() - t_attach) / 1e6);
+}
+
+/* GPU_AGENT_EXP_FINALIZE (benchmarks): once CUPTI kernel activity has been on in
+ * a process, its launches stay slower after the activity is disabled and the
+ * subscriber gone (bench/gpu timeline, docs/benchmarks.md); cuptiFinalize
+ * detaches CUPTI from the process entirely. */
+static void exp_finalize(void) {
+    if (!ga_cfg.exp_finalize || !ga_cupti.Finalize) return;
+    uint64_t t0 = ga_now_ns();
+    CUptiResult r = ga_cupti.Finalize();
+    ga_debug("cuptiFinalize: %s, %.3f ms", r == CUPTI_SUCCESS ? "ok" : ga_cupti_err(r),
+             (double)(ga_now_ns() - t0) / 1e6);
 }
 
 static void do_detach(const char *why) {
     undo_cupti(true, true);
+    exp_finalize();
     g_state.store(ST_IDLE, std::memory_order_release);
     g_stat_detaches.fetch_add(1, std::memory_order_relaxed);
     ga_debug("detached (pid %d): %s", (int)getpid(), why);
@@ -494,7 +513,16 @@ static void poll_once(void) noexcept {
                 /* An open window's edge is its end: it closes before its period
                  * may end, so that every launch made in it is its period's (the
                  * last replays left out per window, window.cpp, rely on it). */
-                if (ga_window_on.load(std::memory_order_relaxed)) r = set_collection(false, &what);
+                if (ga_window_on.load(std::memory_order_relaxed)) {
+                    r = set_collection(false, &what);
+                    if (ga_cfg.exp_finalize == 2 && r == CUPTI_SUCCESS) {
+                        uint64_t t0 = ga_now_ns();
+                        do_detach("GPU_AGENT_EXP_FINALIZE=window"); /* re-attaches next poll */
+                        ga_debug("window teardown %.3f ms", (double)(ga_now_ns() - t0) / 1e6);
+                        release_busy();
+                        return;
+                    }
+                }
                 uint64_t edge = UINT64_MAX;
                 bool want = ga_window_should_be_on(now, &edge);
                 if (r == CUPTI_SUCCESS && ga_window_period_ended) {
