@@ -333,12 +333,7 @@ void CUPTIAPI ga_api_callback(void *, CUpti_CallbackDomain domain, CUpti_Callbac
         }
         t->rt_epoch = epoch;
     } else {
-        if (cd->callbackSite != CUPTI_API_ENTER) {
-            /* CUPTI may be finalized only here, at an API call's exit (shim.cpp) */
-            if (GA_UNLIKELY(ga_finalize_wanted.load(std::memory_order_relaxed)))
-                ga_finalize_in_callback();
-            return;
-        }
+        if (cd->callbackSite != CUPTI_API_ENTER) return;
         if (t->rt_epoch == epoch) return; /* counted at the runtime launch above us */
     }
 
