@@ -3,7 +3,7 @@
 site_a launches k_add three times per step, site_b once, for SECONDS seconds, so
 the truth is 75 % / 25 % of the kernel's launches and GPU time (every launch of
 k_add takes the same 1000 ns on the mock's clock). The mock twin of
-bench/gpu/fidelity.py, for the per-stack share checks.
+bench/gpu/cases.py (the `sites` case), for the per-stack share checks.
 
   python py_sites.py SECONDS
 """

@@ -317,7 +317,7 @@ def test_reused_correlation_ids_do_not_join_stale_samples(tmp_path, built):
 
 
 def test_exp_toggle_alternates_attached_and_detached(tmp_path, built):
-    """GPU_AGENT_EXP_TOGGLE_MS=ON:OFF (bench/gpu/ab_overhead.py's in-process A/B): under
+    """GPU_AGENT_EXP_TOGGLE_MS=ON:OFF (the in-process A/B of earlier benchmarks): under
     one agent the shim attaches for ON ms, then detaches for OFF ms, over and over,
     and while detached it collects nothing (its records stop with its launches seen)."""
     need_ebpf()
