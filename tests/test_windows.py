@@ -22,8 +22,7 @@ import sys
 from conftest import MOCK_APP, REPO, agent_cmd, ground_truth, mock_env, need_ebpf, shim_without_cbid
 from pprof_tool import raw
 
-sys.path.insert(0, str(REPO / "bench" / "gpu"))
-from window_fidelity import audit_rows  # noqa: E402  (the one parser of the shim's audit file)
+from gpu_agent.audit import audit_rows
 
 KERNEL = "_Z16k_cuLaunchKernelPfi"
 N = 5

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from bench.gpu.harness import Agent, case_command, clean_env, driver_graph_binary, merge_kernels, \
     profile_kernels, profile_stacks, shim_env
+from gpu_agent.audit import audit_rows  # after harness, which makes agent/ importable
 
 # Steps per fidelity run: about 8 s on an H200, enough windows (one per 200 ms)
 # for the sampling error to sit well under the targets.
@@ -75,12 +76,13 @@ def steps_of(a, workload: str) -> int:
     return a.steps or FIDELITY_STEPS[workload]
 
 
-def run_mode(a, workload: str, outdir: Path) -> dict[str, list[int]]:
+def run_profiles(a, workload: str, outdir: Path, audit_dir: Path | None = None) -> list[Path]:
     """Every profile of one `gpu-agent run` (defaults, 2 s intervals) over the case."""
     outdir.mkdir(parents=True, exist_ok=True)
+    env = shim_env(GPU_AGENT_AUDIT_FILE=str(audit_dir / "audit.0")) if audit_dir else shim_env()
     agent = Agent(str(outdir), "--interval", "2s")
     try:
-        subprocess.run(command(workload, steps_of(a, workload)), env=shim_env(), check=True,
+        subprocess.run(command(workload, steps_of(a, workload), audit_dir), env=env, check=True,
                        capture_output=True, timeout=600)
         time.sleep(5)  # the last interval is written
     finally:
@@ -88,7 +90,11 @@ def run_mode(a, workload: str, outdir: Path) -> dict[str, list[int]]:
     for line in log.splitlines():
         if "processes=0 " not in line:
             print(f"    run: {line[:300]}")
-    return merge_kernels(sorted(outdir.glob("*.pb.gz")))
+    return sorted(outdir.glob("*.pb.gz"))
+
+
+def run_mode(a, workload: str, outdir: Path) -> dict[str, list[int]]:
+    return merge_kernels(run_profiles(a, workload, outdir))
 
 
 def compare(name: str, launches: dict, true_ns: dict, est: dict, noise: float = 0.0) -> dict:
@@ -135,47 +141,45 @@ def against_continuous(a, w: str, t: Path) -> list[dict]:
     return [compare(name, launches, true_ns, est, noise) for name, est in windowed]
 
 
-def audit_rows(paths) -> dict[str, list[int]]:
-    """The shim's audit files: kernel -> [launches, ns, windowed launches, windowed ns]."""
-    rows: dict[str, list[int]] = {}
-    for path in paths:
-        for line in Path(path).read_text().splitlines():
-            if line.startswith(("#", "kernel_id")):
-                continue
-            _, launches, ns, wl, wns, name = line.split("\t", 5)
-            acc = rows.setdefault(name, [0, 0, 0, 0])
-            for i, v in enumerate((launches, ns, wl, wns)):
-                acc[i] += int(v)
-    return rows
-
-
 def against_audit(a, w: str, t: Path) -> list[dict]:
     d = t / f"{w}-audit"
     d.mkdir()
     est = record(a, w, 10, t / f"{w}-audit.pb.gz", GPU_AGENT_AUDIT_FILE=str(d / "audit.0"))
     full = audit_rows(sorted(d.iterdir()))
-    return [compare("audit duty 10", {k: v[0] for k, v in full.items()},
-                    {k: v[1] for k, v in full.items()}, est)]
+    out = [compare("audit, record duty 10", {k: v[0] for k, v in full.items()},
+                   {k: v[1] for k, v in full.items()}, est)]
+    if a.run:  # the same under `gpu-agent run` at its defaults
+        d = t / f"{w}-audit-run"
+        d.mkdir()
+        est = merge_kernels(run_profiles(a, w, t / f"{w}-audit-run-prof", audit_dir=d))
+        full = audit_rows(sorted(d.iterdir()))
+        out.append(compare("audit, run defaults", {k: v[0] for k, v in full.items()},
+                           {k: v[1] for k, v in full.items()}, est))
+    return out
 
 
 def shares(a, t: Path) -> list[dict]:
     """The add kernel's GPU time under site_a and site_b: truth 75 % / 25 %."""
     out = []
-    for i in range(a.record_runs):
-        prof = t / f"sites-{i}.pb.gz"
-        record(a, "sites", 10, prof)
+    runs = [(f"record #{i + 1}", None) for i in range(a.record_runs)] + ([("run", None)] if a.run else [])
+    for i, (name, _) in enumerate(runs):
+        if name == "run":
+            profs = run_profiles(a, "sites", t / "sites-run")
+        else:
+            profs = [t / f"sites-{i}.pb.gz"]
+            record(a, "sites", 10, profs[0])
         got = {"site_a": 0, "site_b": 0, "other": 0}
-        for frames, values in profile_stacks(prof):
+        for frames, values in (smp for prof in profs for smp in profile_stacks(prof)):
             if not any("add" in f.lower() for f in frames[:1]):
                 continue
             key = next((k for k in ("site_a", "site_b") if k in frames), "other")
             got[key] += values[0]
         total = sum(got.values()) or 1
         err = max(abs(100 * got["site_a"] / total - 75), abs(100 * got["site_b"] / total - 25))
-        print(f"    shares: site_a {100 * got['site_a'] / total:.2f} %, site_b "
+        print(f"    shares ({name}): site_a {100 * got['site_a'] / total:.2f} %, site_b "
               f"{100 * got['site_b'] / total:.2f} %, elsewhere {100 * got['other'] / total:.2f} %; "
               f"error {err:.2f} points", flush=True)
-        out.append({"case": f"shares #{i + 1}", "share_err_points": err,
+        out.append({"case": f"shares, {name}", "share_err_points": err,
                     "shares_pct": {k: 100 * v / total for k, v in got.items()}})
     return out
 

@@ -2,7 +2,8 @@
 run a case, a running agent and its cost, and a profile's kernels.
 
 Used by the runner (python -m bench.gpu) and nothing in tests/: tests have their
-own helpers in tests/support, and the two never import each other.
+own helpers (tests/conftest.py), and the two never import each other. What both
+need lives in the agent package (gpu_agent.audit, gpu_agent.proto).
 """
 
 from __future__ import annotations
