@@ -56,10 +56,6 @@ CONFIGS = {
     "agent-hold-activity": (True, {"shim": "1", "GPU_AGENT_EXP_HOLD": "activity"}, ()),
     # one 20 ms window in 2 s: the shim logs each, so a timeline tells in from out
     "agent-d100": (True, {"shim": "1", "GPU_AGENT_DUTY_CYCLE": "100"}, ()),
-    # without the CUPTI reset after each window (shim.cpp, reset_after_window)
-    "agent-noreset": (True, {"shim": "1", "GPU_AGENT_CUPTI_RESET": "0"}, ()),
-    "agent-d100-noreset": (True, {"shim": "1", "GPU_AGENT_DUTY_CYCLE": "100",
-                                  "GPU_AGENT_CUPTI_RESET": "0"}, ()),
     "agent-d100-cbwindowed": (True, {"shim": "1", "GPU_AGENT_DUTY_CYCLE": "100",
                                      "GPU_AGENT_EXP_CALLBACKS": "windowed"}, ()),
 }

@@ -136,7 +136,6 @@ bool ga_cupti_load(const char **why, char *path_out, size_t path_len) noexcept {
     *(void **)&t.GetVersion = dlsym(h, "cuptiGetVersion");
     *(void **)&t.GetTimestamp = dlsym(h, "cuptiGetTimestamp");
     *(void **)&t.GetGraphNodeId = dlsym(h, "cuptiGetGraphNodeId");
-    *(void **)&t.Finalize = dlsym(h, "cuptiFinalize");
     ga_cupti = t;
     ga_cupti_handle = h;
     return true;

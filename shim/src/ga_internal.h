@@ -28,8 +28,6 @@ struct ga_config {
     uint32_t flush_ms;            /* GPU_AGENT_FLUSH_MS, default 1000 */
     uint32_t duty_cycle;          /* GPU_AGENT_DUTY_CYCLE, default 10: one window in N */
     uint32_t window_ms;           /* GPU_AGENT_WINDOW_MS, default 20 */
-    uint32_t cupti_reset;         /* GPU_AGENT_CUPTI_RESET, default 1: finalize CUPTI
-                                   * after each window (shim.cpp, reset_after_window) */
     char audit_file[256];         /* GPU_AGENT_AUDIT_FILE: "" = off (window.cpp) */
     /* Benchmark-only experiments (bench/gpu/ab_overhead.py; estimates may be wrong): */
     uint32_t exp_on_ms, exp_off_ms; /* GPU_AGENT_EXP_TOGGLE_MS=ON[:OFF]: while an agent is
@@ -83,7 +81,6 @@ struct ga_cupti_table {
     CUptiResult (*GetVersion)(uint32_t *);                     /* optional */
     CUptiResult (*GetTimestamp)(uint64_t *);                   /* optional: launch time */
     CUptiResult (*GetGraphNodeId)(CUgraphNode, uint64_t *);    /* optional: graph capture stacks */
-    CUptiResult (*Finalize)(void);                             /* optional: the reset after windows */
 };
 GA_HIDDEN extern ga_cupti_table ga_cupti;
 GA_HIDDEN extern void *ga_cupti_handle;
@@ -153,11 +150,6 @@ GA_HIDDEN bool ga_window_record_impossible(uint32_t period, uint64_t start_ns, u
  * ends the partial period the same way and fires everything held. */
 GA_HIDDEN extern bool ga_window_period_ended;
 GA_HIDDEN void ga_window_release_records(bool period_end) noexcept;
-/* The current period's number, and whether CUPTI has handed over the records
- * of `period`'s window up to its last launch (the reset after a window waits
- * for that, shim.cpp). Poller thread. */
-GA_HIDDEN uint32_t ga_window_current_period(void) noexcept;
-GA_HIDDEN bool ga_window_records_in(uint32_t period) noexcept;
 /* Launches no record stands for: before the first window with launches, at a
  * detach or exit. Records fired before their period's end (hold full).
  * Windowed records whose launch no callback saw (activity.cpp). And launches of

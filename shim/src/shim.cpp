@@ -46,7 +46,7 @@ extern "C" GA_EXPORT int gpu_agent_shim_state(void);
 
 enum { ST_DISABLED = -1, ST_IDLE = 0, ST_ATTACHED = 1 };
 
-ga_config ga_cfg = {64, 8, 100, 1000, 10, 20, 1, "", 0, 0, 0, 0, 0};
+ga_config ga_cfg = {64, 8, 100, 1000, 10, 20, "", 0, 0, 0, 0, 0};
 int ga_debug_on;
 
 static std::atomic<int> g_state{ST_IDLE};
@@ -65,12 +65,6 @@ static bool g_cbids_on;                         /* launch callbacks enabled now 
 static bool g_activity_on;                      /* CONCURRENT_KERNEL enabled now */
 static bool g_activity_used;                    /* enabled at least once this attach */
 static bool g_replay_asked;                     /* the replay semaphore was up at the last poll */
-/* The CUPTI reset after a window (reset_after_window): the period whose window
- * closed and waits for its records (0: none), when to look again; resets done,
- * and the launch-count gap they cost (ns). */
-static uint32_t g_reset_period;
-static std::atomic<uint64_t> g_reset_check_ns{UINT64_MAX};
-static uint64_t g_n_resets, g_reset_ns, g_reset_max_ns;
 static std::atomic<uint64_t> g_stat_windows;
 /* Debug statistics of the window edges (poller thread only): how long windows
  * really stayed open, and what switching CUPTI activity costs. */
@@ -122,7 +116,7 @@ static const char *const k_known_env[] = {
     "GPU_AGENT_FLUSH_MS",      "GPU_AGENT_DEBUG",               "GPU_AGENT_CUPTI_PATH",
     "GPU_AGENT_DUTY_CYCLE",    "GPU_AGENT_WINDOW_MS",           "GPU_AGENT_AUDIT_FILE",
     "GPU_AGENT_EXP_HOLD",      "GPU_AGENT_EXP_TOGGLE_MS",       "GPU_AGENT_EXP_CALLBACKS",
-    "GPU_AGENT_EXP_INTERNAL_LAUNCHES", "GPU_AGENT_CUPTI_RESET",
+    "GPU_AGENT_EXP_INTERNAL_LAUNCHES",
     /* read by the agent CLI, not by the shim: known, so never reported */
     "GPU_AGENT_SHIM",          "GPU_AGENT_BPF_DIR",             "GPU_AGENT_INCLUDE_DIR",
 };
@@ -162,7 +156,6 @@ static void common_init(void) {
     env_u32("GPU_AGENT_FLUSH_MS", &ga_cfg.flush_ms, 1, 3600000, bad, sizeof(bad));
     env_u32("GPU_AGENT_DUTY_CYCLE", &ga_cfg.duty_cycle, 1, 100000, bad, sizeof(bad));
     env_u32("GPU_AGENT_WINDOW_MS", &ga_cfg.window_ms, 1, 3600000, bad, sizeof(bad));
-    env_u32("GPU_AGENT_CUPTI_RESET", &ga_cfg.cupti_reset, 0, 1, bad, sizeof(bad));
     const char *tog = getenv("GPU_AGENT_EXP_TOGGLE_MS");
     if (tog && *tog) {
         unsigned on = 0, off = 0;
@@ -241,8 +234,6 @@ static void exp_internal_activity(bool on) {
 
 /* Undo a partial or full attach. Errors are ignored: we are leaving. */
 static void undo_cupti(bool activity, bool subscribed) {
-    g_reset_period = 0;
-    g_reset_check_ns.store(UINT64_MAX, std::memory_order_relaxed);
     if (ga_window_on.load(std::memory_order_relaxed)) ga_window_closed();
     ga_window_on.store(0, std::memory_order_relaxed);
     g_next_edge_ns.store(UINT64_MAX, std::memory_order_relaxed);
@@ -264,7 +255,7 @@ static void undo_cupti(bool activity, bool subscribed) {
             for (unsigned i = 0; i < ga_graph_cbid_count; i++)
                 ga_cupti.EnableCallback(0, g_sub, CUPTI_CB_DOMAIN_RESOURCE, ga_graph_cbids[i]);
         g_graph_cbs = false;
-        if (g_sub) ga_cupti.Unsubscribe(g_sub);
+        ga_cupti.Unsubscribe(g_sub);
         g_sub = nullptr;
     }
     ga_graph_reset(); /* graphs destroyed from now on are not reported */
@@ -380,91 +371,6 @@ static CUptiResult set_collection(bool on, const char **what) {
     return CUPTI_SUCCESS;
 }
 
-/* Registration and subscription: the attach's, and again after a reset. */
-static CUptiResult cupti_subscribe(const char **what) {
-    CUptiResult r = ga_cupti.ActivityRegisterCallbacks(ga_buffer_requested, ga_buffer_completed);
-    if (r != CUPTI_SUCCESS) {
-        *what = "cuptiActivityRegisterCallbacks";
-        return r;
-    }
-    r = ga_cupti.Subscribe(&g_sub, (CUpti_CallbackFunc)ga_api_callback, nullptr);
-    if (r != CUPTI_SUCCESS) {
-        g_sub = nullptr;
-        *what = "cuptiSubscribe";
-        return r;
-    }
-    /* Graph capture stacks (graphs.cpp): only with cuptiGetGraphNodeId, the id
-     * kernel records carry. A CUPTI without these callbacks just loses them. */
-    g_graph_cbs = false;
-    if (ga_cupti.GetGraphNodeId) {
-        g_graph_cbs = true;
-        for (unsigned i = 0; i < ga_graph_cbid_count; i++) {
-            r = ga_cupti.EnableCallback(1, g_sub, CUPTI_CB_DOMAIN_RESOURCE, ga_graph_cbids[i]);
-            if (r != CUPTI_SUCCESS)
-                ga_debug("resource callback %u not enabled: %s", (unsigned)ga_graph_cbids[i],
-                         ga_cupti_err(r));
-        }
-    }
-    return CUPTI_SUCCESS;
-}
-
-/* ---- the CUPTI reset after each window ----
- * Once CONCURRENT_KERNEL activity has been enabled in a process, every later
- * launch costs about 1 us more (H100, CUDA 13), with the activity disabled,
- * between windows, and even after the subscriber is gone: most of the +12-21 %
- * that launch-bound PyTorch paid (docs/benchmarks.md, "Where the cost goes").
- * Only cuptiFinalize takes it back. So once a closed window's records are all
- * out of CUPTI, the poller unsubscribes, finalizes CUPTI and subscribes again
- * for the launch counts. Launches made during that gap are not counted (the
- * exit line gives its length); a period whose window's records do not come in
- * before it ends (a GPU-bound job far behind its launches) keeps CUPTI as is. */
-static bool reset_enabled(void) {
-    return ga_cfg.cupti_reset && ga_cupti.Finalize && ga_cfg.duty_cycle > 1 && !ga_audit_on() &&
-           !exp_hold_activity() && !ga_cfg.exp_cb_windowed;
-}
-
-static CUptiResult reset_after_window(uint64_t now, const char **what) {
-    if (!g_reset_period || now < g_reset_check_ns.load(std::memory_order_relaxed))
-        return CUPTI_SUCCESS;
-    if (ga_window_current_period() != g_reset_period || g_activity_on) {
-        g_reset_period = 0; /* its period ended first */
-        g_reset_check_ns.store(UINT64_MAX, std::memory_order_relaxed);
-        return CUPTI_SUCCESS;
-    }
-    *what = "cuptiActivityFlushAll";
-    CUptiResult r = ga_cupti.ActivityFlushAll(0);
-    g_stat_flushes.fetch_add(1, std::memory_order_relaxed);
-    if (r != CUPTI_SUCCESS) return r;
-    if (!ga_window_records_in(g_reset_period)) {
-        g_reset_check_ns.store(now + 2000000ull, std::memory_order_relaxed); /* 2 ms */
-        return CUPTI_SUCCESS;
-    }
-    g_reset_period = 0;
-    g_reset_check_ns.store(UINT64_MAX, std::memory_order_relaxed);
-    uint64_t t0 = ga_now_ns(), seq0 = ga_launch_seq.load(std::memory_order_relaxed);
-    if (g_cbids_on) set_launch_cbids(false);
-    if (g_graph_cbs)
-        for (unsigned i = 0; i < ga_graph_cbid_count; i++)
-            ga_cupti.EnableCallback(0, g_sub, CUPTI_CB_DOMAIN_RESOURCE, ga_graph_cbids[i]);
-    g_graph_cbs = false;
-    ga_cupti.Unsubscribe(g_sub);
-    g_sub = nullptr;
-    *what = "cuptiFinalize";
-    r = ga_cupti.Finalize();
-    g_activity_used = false;
-    if (r != CUPTI_SUCCESS) return r;
-    r = cupti_subscribe(what);
-    if (r == CUPTI_SUCCESS) {
-        *what = "cuptiEnableCallback";
-        r = set_launch_cbids(true);
-    }
-    uint64_t dt = ga_now_ns() - t0;
-    if (g_n_resets < 5) ga_debug("DBG reset %.1f us, seq %llu -> %llu", dt / 1e3, (unsigned long long)seq0, (unsigned long long)ga_launch_seq.load());
-    g_n_resets++, g_reset_ns += dt;
-    if (dt > g_reset_max_ns) g_reset_max_ns = dt;
-    return r;
-}
-
 static void do_attach(void) {
     if (!ga_cupti_handle) {
         const char *why = "?";
@@ -484,23 +390,42 @@ static void do_attach(void) {
     ga_build_kind_table();
     ga_replay_names();
 
-    const char *what = nullptr;
-    CUptiResult r = cupti_subscribe(&what);
+    CUptiResult r = ga_cupti.ActivityRegisterCallbacks(ga_buffer_requested, ga_buffer_completed);
+    if (r != CUPTI_SUCCESS) return handle_failure("cuptiActivityRegisterCallbacks", r);
+
+    r = ga_cupti.Subscribe(&g_sub, (CUpti_CallbackFunc)ga_api_callback, nullptr);
     if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
         static bool logged;
         if (!logged || ga_debug_on)
             ga_log("another CUPTI client is subscribed; retrying every 10 s while the agent is "
                    "attached");
         logged = true;
+        g_sub = nullptr;
         g_retry_at_ns = ga_now_ns() + 10ull * 1000000000ull;
         return;
     }
-    if (r != CUPTI_SUCCESS) return handle_failure(what, r);
+    if (r != CUPTI_SUCCESS) {
+        g_sub = nullptr;
+        return handle_failure("cuptiSubscribe", r);
+    }
+    /* Graph capture stacks (graphs.cpp): only with cuptiGetGraphNodeId, the id
+     * kernel records carry. A CUPTI without these callbacks just loses them. */
+    g_graph_cbs = false;
+    if (ga_cupti.GetGraphNodeId) {
+        g_graph_cbs = true;
+        for (unsigned i = 0; i < ga_graph_cbid_count; i++) {
+            r = ga_cupti.EnableCallback(1, g_sub, CUPTI_CB_DOMAIN_RESOURCE, ga_graph_cbids[i]);
+            if (r != CUPTI_SUCCESS)
+                ga_debug("resource callback %u not enabled: %s", (unsigned)ga_graph_cbids[i],
+                         ga_cupti_err(r));
+        }
+    }
     g_pending_error.store(0, std::memory_order_relaxed);
     ga_audit_init();
     uint64_t now = ga_now_ns();
     ga_window_begin(now);
     uint64_t edge = UINT64_MAX;
+    const char *what = nullptr;
     r = set_collection(ga_window_should_be_on(now, &edge), &what);
     if (r != CUPTI_SUCCESS) {
         undo_cupti(true, true);
@@ -569,13 +494,7 @@ static void poll_once(void) noexcept {
                 /* An open window's edge is its end: it closes before its period
                  * may end, so that every launch made in it is its period's (the
                  * last replays left out per window, window.cpp, rely on it). */
-                if (ga_window_on.load(std::memory_order_relaxed)) {
-                    r = set_collection(false, &what);
-                    if (r == CUPTI_SUCCESS && g_activity_used && reset_enabled()) {
-                        g_reset_period = ga_window_current_period();
-                        g_reset_check_ns.store(now, std::memory_order_relaxed);
-                    }
-                }
+                if (ga_window_on.load(std::memory_order_relaxed)) r = set_collection(false, &what);
                 uint64_t edge = UINT64_MAX;
                 bool want = ga_window_should_be_on(now, &edge);
                 if (r == CUPTI_SUCCESS && ga_window_period_ended) {
@@ -592,16 +511,6 @@ static void poll_once(void) noexcept {
                 g_next_edge_ns.store(edge, std::memory_order_relaxed);
                 if (r != CUPTI_SUCCESS) {
                     do_detach("window edge failed");
-                    handle_failure(what, r);
-                    release_busy();
-                    return;
-                }
-            }
-            {
-                const char *what = nullptr;
-                CUptiResult r = reset_after_window(ga_now_ns(), &what);
-                if (r != CUPTI_SUCCESS) {
-                    do_detach("CUPTI reset after a window failed");
                     handle_failure(what, r);
                     release_busy();
                     return;
@@ -643,8 +552,6 @@ static void *poller_main(void *) {
             /* wake at the next window edge if that comes first */
             uint64_t t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
             uint64_t edge = g_next_edge_ns.load(std::memory_order_relaxed);
-            uint64_t check = g_reset_check_ns.load(std::memory_order_relaxed);
-            if (check < edge) edge = check;
             if (edge > t && edge - t < wait) wait = edge - t;
             else if (edge <= t) wait = 0;
             uint64_t ns = (uint64_t)ts.tv_nsec + wait;
@@ -755,16 +662,13 @@ static void at_exit_handler(void) {
     uint64_t attached_at = ga_window_attached_at();
     if (attached_at && ga_cfg.duty_cycle > 1)
         ga_debug("windows (pid %d): open %.3f %% of %.1f s attached (1/N = %.3f %%); activity "
-                 "enable mean %.1f max %.1f us, disable mean %.1f max %.1f us; CUPTI reset "
-                 "after %llu windows, mean %.1f max %.1f us",
+                 "enable mean %.1f max %.1f us, disable mean %.1f max %.1f us",
                  (int)getpid(), 100.0 * (double)ga_window_time_ns() / (double)(ga_now_ns() - attached_at),
                  (double)(ga_now_ns() - attached_at) / 1e9, 100.0 / ga_cfg.duty_cycle,
                  g_n_enable ? (double)g_enable_ns / (double)g_n_enable / 1e3 : 0.0,
                  (double)g_enable_max_ns / 1e3,
                  g_n_disable ? (double)g_disable_ns / (double)g_n_disable / 1e3 : 0.0,
-                 (double)g_disable_max_ns / 1e3, (unsigned long long)g_n_resets,
-                 g_n_resets ? (double)g_reset_ns / (double)g_n_resets / 1e3 : 0.0,
-                 (double)g_reset_max_ns / 1e3);
+                 (double)g_disable_max_ns / 1e3);
     release_busy();
 }
 

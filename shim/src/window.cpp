@@ -347,16 +347,6 @@ static void publish_pending(void) {
     g_pend_seq = 0;
 }
 
-uint32_t ga_window_current_period(void) noexcept {
-    return g_period_seq.load(std::memory_order_relaxed);
-}
-
-bool ga_window_records_in(uint32_t period) noexcept {
-    uint64_t last = g_period_last_launch[period % QRING].load(std::memory_order_relaxed);
-    if ((uint32_t)(last >> 32) != period) return true; /* its window saw no launch */
-    return ga_activity_newest_held(period) >= (uint32_t)last;
-}
-
 bool ga_window_late_last_replay(uint32_t period, uint32_t correlation_id) noexcept {
     uint64_t v = g_period_last_corr[period % QRING].load(std::memory_order_relaxed);
     return (uint32_t)(v >> 32) == period && correlation_id >= (uint32_t)v && (uint32_t)v;
