@@ -374,3 +374,34 @@ def test_a_mapped_file_swapped_for_a_fifo_never_hangs_the_symbolizer(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_symbol_table_keeps_no_object_per_name():
+    """PyTorch's CUDA libraries hold 10^5..10^6 function symbols; a bytes object per
+    name cost ~140 bytes per symbol and pushed the agent past 400 MiB. The table
+    keeps addresses, sizes and name offsets in arrays and reads a name from the
+    string table only when an address resolves to it."""
+    import tracemalloc
+    from array import array
+
+    from gpu_agent.symbolize import _SymbolTable
+
+    n = 100_000
+    names = [b"_ZN5torch%d%sEv" % (len(b"kernel%d" % i), b"kernel%d" % i) for i in range(n)]
+    strtab = b"\0" + b"\0".join(names) + b"\0"
+    offs, pos = array("Q"), 1
+    for name in names:
+        offs.append(pos)
+        pos += len(name) + 1
+    addrs = array("Q", range(0x10000, 0x10000 + 16 * n, 16))
+    sizes = array("Q", [16] * n)
+    binds = array("B", [1] * n)
+    tracemalloc.start()
+    try:
+        t = _SymbolTable(raw=(addrs, sizes, offs, binds, strtab, len(strtab)))
+        kept, _peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(t) == n
+    assert kept / n < 40, kept / n  # three 8-byte arrays; was ~140 with a bytes per name
+    assert t.lookup(0x10000 + 16 * 777 + 3) == ("torch::kernel777()", "_ZN5torch9kernel777Ev")
