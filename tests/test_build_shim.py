@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import MOCK_APP, REPO, agent_cmd, ground_truth, mock_env, need_ebpf
-from pprof_tool import raw
-from test_contract import _check_shim_notes
+from support.pprof_tool import raw
+from support.probes import check_shim_notes
 
 CUDA12 = Path("/opt/gpu-agent-cuda12/include")
 SCRIPT = REPO / "deploy" / "build-shim.sh"
@@ -37,7 +37,7 @@ def shim12(tmp_path_factory):
 
 
 def test_cuda12_build_keeps_the_probe_contract(shim12):
-    _check_shim_notes(shim12)
+    check_shim_notes(shim12)
 
 
 def test_cuda12_build_profiles_every_kernel_exactly(shim12, tmp_path, built):

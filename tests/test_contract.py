@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpu_agent import contract as C
-from gpu_agent import stapsdt
+from support.probes import check_shim_notes
 
 REPO = Path(__file__).resolve().parent.parent
 HEADER = REPO / "shim" / "include" / "gpu_agent_probes.h"
@@ -117,27 +117,10 @@ def test_probe_list_matches_header_comment():
     assert _header_probe_list() == {n: list(a) for n, a in C.PROBES.items()}
 
 
-def _check_shim_notes(path: Path) -> None:
-    sites: dict[str, list] = {}
-    for p in stapsdt.read_probes(str(path)):
-        assert p.provider == C.PROVIDER, p
-        sites.setdefault(p.name, []).append(p)
-    assert set(sites) == set(C.PROBES), sorted(sites)
-    for name, args in C.PROBES.items():
-        for s in sites[name]:
-            assert len(s.args) == len(args), (name, s.args)
-            for spec, (_, typ) in zip(s.args, args):
-                size = abs(int(spec.split("@")[0]))
-                assert size == C.ARG_SIZES[typ], (name, s.args)
-            assert bool(s.semaphore) == (name in C.SEMAPHORE_PROBES), name
-            if s.semaphore:
-                assert s.semaphore_offset > 0
-
-
 def test_shim_stapsdt_notes():
     if not SHIM.exists():
         pytest.fail(f"{SHIM} not built (make shim)")
-    _check_shim_notes(SHIM)
+    check_shim_notes(SHIM)
 
 
 def test_probe_firer_stapsdt_notes(tmp_path):
@@ -148,4 +131,4 @@ def test_probe_firer_stapsdt_notes(tmp_path):
     if shutil.which("gcc") is None:
         pytest.fail("no gcc (make deps installs it)")
     lib, _ = script.build(tmp_path)
-    _check_shim_notes(lib)
+    check_shim_notes(lib)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import MOCK_APP, SHIM, mock_env, need_ebpf
-from test_run import Agent
+from support.agent import Agent
 
 
 def _mine(samples, pid: int, kernel_prefix: str) -> list:

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import (MOCK_APP, SHIM, agent_cmd, ground_truth, list_paths, mock_env,
                       need_ebpf, shim_without_cbid)
-from pprof_tool import raw, top
+from support.pprof_tool import raw, top
 
 GRAPH_PATHS = {"cuGraphLaunch", "cuGraphLaunch_ptsz", "cudaGraphLaunch", "cudaGraphLaunch_ptsz"}
 

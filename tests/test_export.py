@@ -8,15 +8,14 @@ import logging
 import random
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from grpc_backends import Backend, make_ca
-from pprof_tool import raw
+from support.grpc_backends import Backend, make_ca
+from support.pprof_tool import raw
 
 from gpu_agent.collector import WindowProfiles, WindowStats
 from gpu_agent.export import otlp, parca

@@ -21,7 +21,7 @@ from conftest import MOCK_DIR, SHIM, agent_cmd, ground_truth, mock_env, need_ebp
 from gpu_agent import contract as C
 from gpu_agent.bpf_session import AggKey, BpfSession
 from gpu_agent.collector import GRAPH_BEFORE_ATTACH, GRAPH_REPLAY, GRAPH_REPLAY_LABEL, Collector
-from pprof_tool import raw
+from support.pprof_tool import raw
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "probe_firer"))
 import firer_script as F  # noqa: E402

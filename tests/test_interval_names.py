@@ -12,7 +12,7 @@ from pathlib import Path
 from conftest import fire_into
 from gpu_agent import contract as C
 from gpu_agent.collector import Collector
-from pprof_tool import raw
+from support.pprof_tool import raw
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "probe_firer"))
 import firer_script as F  # noqa: E402

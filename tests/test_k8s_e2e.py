@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import MOCK_APP, SHIM, agent_cmd, mock_env, need_ebpf
-from pprof_tool import raw
+from support.pprof_tool import raw
 
 CG = Path("/sys/fs/cgroup")
 

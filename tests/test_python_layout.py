@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -25,7 +24,7 @@ import pytest
 from gpu_agent import contract as C
 from gpu_agent.python import layout, merge as M, symbolize as S
 from gpu_agent.python.btf import task_fsbase_offset
-from test_python_stacks import SUPPORTED, TOO_OLD
+from support.interpreters import SUPPORTED, TOO_OLD
 
 REPO = Path(__file__).resolve().parent.parent
 IDS = [s[0] for s in SUPPORTED]

@@ -21,67 +21,22 @@ native-only stacks with exactly one warning.
 
 from __future__ import annotations
 
-import glob
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import MOCK_DIR, agent_cmd, mock_env, need_ebpf
-from pprof_tool import pprof, raw
+from conftest import agent_cmd, mock_env, need_ebpf
+from support.interpreters import SUPPORTED, TOO_OLD
+from support.pprof_tool import pprof, raw
 
 HERE = Path(__file__).resolve().parent
 WORKLOAD = HERE / "py_workload.py"
 NATIVE_SRC = HERE / "py_native" / "native_launcher.c"
 
-_PROBE = ("import sys, sysconfig, ctypes; print(sys.implementation.name, sys.version_info[0], "
-          "sys.version_info[1], sysconfig.get_config_var('Py_GIL_DISABLED') or 0)")
-
-
-def _candidates() -> list[str]:
-    pats = [os.path.expanduser("~/.pyenv/versions/*/bin/python3"),
-            "/root/.pyenv/versions/*/bin/python3", "/usr/bin/python3.[0-9]*",
-            "/usr/local/bin/python3.[0-9]*", "/opt/python*/bin/python3"]
-    out, seen = [], set()
-    for pat in pats:
-        for p in sorted(glob.glob(pat)):
-            if not re.search(r"python3(\.\d+)?$", p) or not os.access(p, os.X_OK):
-                continue
-            real = os.path.realpath(p)
-            if real in seen:
-                continue
-            seen.add(real)
-            out.append(p)
-    return out
-
-
-def _interpreters() -> tuple[list, list]:
-    """(supported, too_old): [(id, path, (major, minor), static)]"""
-    good, old = [], []
-    for p in _candidates():
-        try:
-            r = subprocess.run([p, "-c", _PROBE], capture_output=True, text=True, timeout=20)
-            impl, major, minor, nogil = r.stdout.split()
-        except (OSError, ValueError, subprocess.SubprocessError):
-            continue
-        if impl != "cpython" or nogil not in ("0", "None"):
-            continue
-        ver = (int(major), int(minor))
-        # Static: the interpreter is in the executable (Debian's /usr/bin/python3).
-        ldd = subprocess.run(["ldd", p], capture_output=True, text=True).stdout
-        static = "libpython" not in ldd
-        ident = f"{ver[0]}.{ver[1]}" + ("-static" if static else "") + f"-{Path(p).parts[-3]}"
-        (good if ver >= (3, 10) else old).append((ident, p, ver, static))
-    # One interpreter too old is enough to show the degradation (the newest one).
-    return good, sorted(old, key=lambda o: o[2])[-1:]
-
-
-SUPPORTED, TOO_OLD = _interpreters()
 
 
 def tags() -> dict[str, int]:

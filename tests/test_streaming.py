@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from conftest import MOCK_APP, SHIM, agent_cmd, ground_truth, mock_env, need_ebpf
-from grpc_backends import Backend, free_port
-from pprof_tool import raw
+from support.grpc_backends import Backend, free_port
+from support.pprof_tool import raw
 
 from gpu_agent.symbolize import demangle_kernel
 

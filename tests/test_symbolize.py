@@ -3,7 +3,6 @@
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 

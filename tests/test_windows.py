@@ -20,7 +20,7 @@ import subprocess
 import sys
 
 from conftest import MOCK_APP, REPO, agent_cmd, ground_truth, mock_env, need_ebpf, shim_without_cbid
-from pprof_tool import raw
+from support.pprof_tool import raw
 
 from gpu_agent.audit import audit_rows
 

@@ -1,0 +1,38 @@
+"""`gpu-agent run` as the tests start it: once, waiting until it watches."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import agent_cmd
+from support.pprof_tool import raw
+
+
+class Agent:
+    """`gpu-agent run` with 1 s intervals into out_dir; its samples read by Go pprof."""
+
+    def __init__(self, out_dir: Path, *extra: str):
+        self.out_dir = out_dir
+        self.proc = subprocess.Popen(agent_cmd("run", "--output-dir", out_dir, "--interval", "1s", *extra),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # The agent prints "watching ..." on stderr once every probe is attached.
+        seen = []
+        for line in self.proc.stderr:
+            seen.append(line)
+            if "watching" in line:
+                break
+        else:
+            pytest.fail("agent did not start: " + "".join(seen))
+
+    def stop(self) -> str:
+        self.proc.send_signal(signal.SIGTERM)
+        out, err = self.proc.communicate(timeout=60)
+        assert self.proc.returncode == 0, err
+        return out
+
+    def samples(self):
+        return [s for f in sorted(self.out_dir.glob("*.pb.gz")) for s in raw(f)]
