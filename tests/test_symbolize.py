@@ -404,3 +404,25 @@ def test_a_symbol_table_keeps_no_object_per_name():
     assert len(t) == n
     assert kept / n < 40, kept / n  # three 8-byte arrays; was ~140 with a bytes per name
     assert t.lookup(0x10000 + 16 * 777 + 3) == ("torch::kernel777()", "_ZN5torch9kernel777Ev")
+
+
+def test_one_maps_parser_serves_every_reader():
+    """procfs.parse_maps is the one reader of /proc/PID/maps: odd paths, deleted
+    files, anonymous lines and the device number come out the same for the
+    symbolizer, the Python layout and shim discovery."""
+    import os
+
+    from gpu_agent import procfs
+
+    text = (b"7f0000000000-7f0000001000 r-xp 00002000 fd:01 200 /tmp/a b/libgpu_agent_shim.so (deleted)\n"
+            b"7f0000001000-7f0000002000 rw-p 00000000 00:00 0 \n"
+            b"7f0000002000-7f0000003000 r-xp 00000000 08:01 300 /opt/\xff.so\n"
+            b"garbage line\n")
+    e = procfs.parse_maps(text)
+    assert len(e) == 3
+    assert e[0].path == "/tmp/a b/libgpu_agent_shim.so" and e[0].deleted
+    assert e[0].dev == os.makedev(0xFD, 1) and e[0].inode == 200 and e[0].offset == 0x2000
+    assert e[0].range == "7f0000000000-7f0000001000"
+    assert not e[1].file_backed and e[1].path == ""
+    assert e[2].path.encode("utf-8", "surrogateescape") == b"/opt/\xff.so"
+    assert procfs.read_maps(2**22 + 12345) is None  # no such process

@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Optional
 
 from . import contract as C
-from . import paths, preflight, stapsdt
+from . import paths, preflight, procfs, stapsdt
 from .names import KernelNames
 from .safe_open import open_regular
 
@@ -731,23 +731,12 @@ class _Mapping(NamedTuple):
 def _shim_mappings(maps: bytes) -> list[_Mapping]:
     """The mappings of files named SHIM_BASENAME in a /proc/PID/maps text, one per inode."""
     out: dict[tuple[int, int], _Mapping] = {}
-    for line in maps.decode("utf-8", "surrogateescape").splitlines():
-        parts = line.split(None, 5)
-        if len(parts) < 6 or SHIM_BASENAME not in parts[5]:
+    for e in procfs.parse_maps(maps):
+        if os.path.basename(e.path) != SHIM_BASENAME or e.inode == 0:
             continue
-        path, deleted = parts[5], False
-        if path.endswith(" (deleted)"):
-            path, deleted = path[:-len(" (deleted)")], True
-        if os.path.basename(path) != SHIM_BASENAME:
-            continue
-        try:
-            major, minor = (int(x, 16) for x in parts[3].split(":"))
-            ident = (os.makedev(major, minor), int(parts[4]))
-        except ValueError:
-            continue
-        if ident[1] == 0 or ident in out:
-            continue
-        out[ident] = _Mapping(ident, path, parts[0], deleted)
+        ident = (e.dev, e.inode)
+        if ident not in out:
+            out[ident] = _Mapping(ident, e.path, e.range, e.deleted)
     return list(out.values())
 
 

@@ -49,6 +49,7 @@ import cxxfilt
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
+from . import procfs
 from .safe_open import open_regular
 
 log = logging.getLogger(__name__)
@@ -364,23 +365,9 @@ class _ElfInfo:
 
 
 def parse_maps(text: str) -> List[Mapping]:
-    """Executable, file-backed mappings of a /proc/PID/maps text."""
-    out = []
-    for line in text.splitlines():
-        parts = line.split(None, 5)
-        if len(parts) < 6:
-            continue
-        rng, perms, off, _dev, inode, path = parts
-        if "x" not in perms or not path.startswith("/"):
-            continue
-        deleted = path.endswith(_DELETED)
-        if deleted:
-            path = path[: -len(_DELETED)]
-        try:
-            lo, hi = rng.split("-")
-            out.append(Mapping(int(lo, 16), int(hi, 16), int(off, 16), int(inode), path, deleted))
-        except ValueError:
-            continue
+    """Executable, file-backed mappings of a /proc/PID/maps text, by address."""
+    out = [Mapping(e.start, e.end, e.offset, e.inode, e.path, e.deleted)
+           for e in procfs.parse_maps(text) if "x" in e.perms and e.file_backed]
     out.sort(key=lambda m: m.start)
     return out
 

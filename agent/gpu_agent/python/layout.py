@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .. import contract as C
+from .. import procfs
 from .btf import task_fsbase_offset
 from .procmem import ProcMem, ProcMemError
 
@@ -244,18 +245,11 @@ _EXEPY = re.compile(r"/python(\d+)\.(\d+)[a-z]*$")
 
 
 def _maps(pid: int, proc_root: str = "/proc") -> list[tuple[int, int, int, str]]:
-    out = []
-    with open(f"{proc_root}/{pid}/maps") as f:
-        for line in f:
-            parts = line.split(None, 5)
-            if len(parts) < 6 or not parts[5].strip().startswith("/"):
-                continue
-            lo, hi = (int(x, 16) for x in parts[0].split("-"))
-            path = parts[5].strip()
-            if path.endswith(" (deleted)"):
-                path = path[:-10]
-            out.append((lo, hi, int(parts[2], 16), path))
-    return out
+    """(start, end, offset, path) of every file mapping of pid."""
+    entries = procfs.read_maps(pid, proc_root)
+    if entries is None:
+        raise OSError(f"cannot read {proc_root}/{pid}/maps")
+    return [(e.start, e.end, e.offset, e.path) for e in entries if e.file_backed]
 
 
 _ELF_CACHE: dict = {}
