@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Optional
 
 from . import contract as C
-from . import paths, preflight, procfs, stapsdt
+from . import elf, paths, preflight, procfs, stapsdt
 from .names import KernelNames
 from .safe_open import open_regular
 
@@ -213,7 +213,7 @@ class BpfSession:
             self._fill_map_arrays()  # before any probe can run kernel_batch
             # Data probes first, by library path: every site bcc generated code for.
             for binpath, fn_name, vaddr, _pid in usdt.enumerate_active_probes():
-                offset = stapsdt.vaddr_to_offset(self._loads, vaddr)
+                offset = elf.vaddr_to_offset(self._loads, vaddr)
                 self._attach(fn_name.decode(), self.shim_path, offset, 0)
             # The semaphore last: the shim only starts CUPTI once everything listens.
             att = probes["attach"][0]
@@ -277,8 +277,7 @@ class BpfSession:
             all_probes = stapsdt.read_probes(path)
             from elftools.elf.elffile import ELFFile
             with open(path, "rb") as f:
-                loads = [(s["p_vaddr"], s["p_offset"], s["p_filesz"])
-                         for s in ELFFile(f).iter_segments() if s["p_type"] == "PT_LOAD"]
+                loads = elf.load_segments(ELFFile(f))
         except Exception as e:
             raise BpfError(f"cannot read USDT notes of {path}: {e}") from None
         if path == self.shim_path:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from elftools.elf.elffile import ELFFile
 
+from .elf import load_segments, vaddr_to_offset
+
 NOTE_TYPE = 3  # NT_STAPSDT
 
 
@@ -27,21 +29,12 @@ class SdtProbe:
     semaphore_offset: int  # file offset of the semaphore (uprobe ref_ctr_offset), 0 if none
 
 
-def vaddr_to_offset(loads: list[tuple[int, int, int]], vaddr: int) -> int:
-    """loads: (p_vaddr, p_offset, p_filesz) of each PT_LOAD."""
-    for p_vaddr, p_offset, p_filesz in loads:
-        if p_vaddr <= vaddr < p_vaddr + p_filesz:
-            return vaddr - p_vaddr + p_offset
-    raise ValueError(f"address {vaddr:#x} is in no file-backed PT_LOAD segment")
-
-
 def read_probes(path: str) -> list[SdtProbe]:
     with open(path, "rb") as f:
         elf = ELFFile(f)
         if elf.elfclass != 64 or not elf.little_endian:
             raise ValueError(f"{path}: only 64-bit little-endian ELF is supported")
-        loads = [(s["p_vaddr"], s["p_offset"], s["p_filesz"])
-                 for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"]
+        loads = load_segments(elf)
         base_sec = elf.get_section_by_name(".stapsdt.base")
         actual_base = base_sec["sh_addr"] if base_sec is not None else None
         notes = elf.get_section_by_name(".note.stapsdt")

@@ -49,6 +49,7 @@ import cxxfilt
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
+from . import elf as _elf
 from . import procfs
 from .safe_open import open_regular
 
@@ -193,13 +194,6 @@ def demangle_kernel(name: Union[bytes, str]) -> str:
 # ELF parsing
 
 
-@dataclass
-class _Segment:
-    offset: int
-    filesz: int
-    vaddr: int
-
-
 class _SymbolTable:
     """Sorted function symbols of one ELF object, looked up with bisect.
 
@@ -215,7 +209,7 @@ class _SymbolTable:
                  raw: Optional[tuple] = None):
         # entries: (addr, size, raw name, binding), for small tables and tests;
         # raw: (addrs, sizes, name offsets, bindings, string table, its end), as
-        # _read_symbols gives them.
+        # elf.function_symbols gives them.
         if entries is not None:
             strtab = bytearray()
             addrs, sizes, offs, binds = array("Q"), array("Q"), array("Q"), array("B")
@@ -271,62 +265,6 @@ class _SymbolTable:
         return name, raw.decode("utf-8", "replace")
 
 
-_FUNC_TYPES = (2, 10)  # STT_FUNC, STT_GNU_IFUNC
-
-
-def _read_symbols(elf: ELFFile, section_name: str, mm) -> Optional[tuple]:
-    """The function symbols of one symbol section, read straight from `mm` (the
-    file mapped read-only) without a copy: (addrs, sizes, name offsets into `mm`,
-    bindings, mm, the string table's end), or None when there are none."""
-    sec = elf.get_section_by_name(section_name)
-    if sec is None or sec["sh_type"] == "SHT_NOBITS" or sec["sh_entsize"] == 0:
-        return None
-    strsec = elf.get_section(sec["sh_link"])
-    if strsec is None or strsec["sh_type"] == "SHT_NOBITS":
-        return None
-    str_base, str_end = strsec["sh_offset"], strsec["sh_offset"] + strsec["sh_size"]
-    e = "<" if elf.little_endian else ">"
-    # Raw parse (pyelftools' per-Symbol objects are ~50x slower on the
-    # 10^5..10^6-symbol tables of CUDA/PyTorch libraries).
-    if elf.elfclass == 64:
-        fmt = e + "IBBHQQ"  # name, info, other, shndx, value, size
-        ent = 24
-    else:
-        fmt = e + "IIIBBH"  # name, value, size, info, other, shndx
-        ent = 16
-    if sec["sh_entsize"] != ent or str_end > len(mm):
-        return None
-    n = min(sec["sh_size"], len(mm) - sec["sh_offset"]) // ent
-    addrs, sizes, offs, binds = array("Q"), array("Q"), array("Q"), array("B")
-    with memoryview(mm)[sec["sh_offset"]:sec["sh_offset"] + n * ent] as data:
-        for rec in struct.iter_unpack(fmt, data):
-            if elf.elfclass == 64:
-                st_name, info, _other, shndx, value, size = rec
-            else:
-                st_name, value, size, info, _other, shndx = rec
-            if (info & 0xF) not in _FUNC_TYPES or shndx == 0 or value == 0:
-                continue
-            if st_name == 0 or str_base + st_name >= str_end:
-                continue  # no name
-            addrs.append(value), sizes.append(size), offs.append(str_base + st_name)
-            binds.append(info >> 4)
-    return (addrs, sizes, offs, binds, mm, str_end) if addrs else None
-
-
-def _build_id(elf: ELFFile) -> Optional[str]:
-    try:
-        for seg in elf.iter_segments():
-            if seg["p_type"] != "PT_NOTE":
-                continue
-            for note in seg.iter_notes():
-                if note["n_type"] == "NT_GNU_BUILD_ID":
-                    desc = note["n_desc"]
-                    return desc if isinstance(desc, str) else bytes(desc).hex()
-    except (ELFError, ValueError, struct.error, KeyError):
-        return None
-    return None
-
-
 def _open_mapped(path: str, inode: int):
     """path opened for reading if it is a regular file with the mapping's inode
     (0: not known), else None; never blocks (safe_open)."""
@@ -348,16 +286,13 @@ class _ElfInfo:
     def __init__(self, open_path, build_id, segments, cache_key, display_path, inode=0):
         self.open_path = open_path
         self.build_id = build_id
-        self.segments: List[_Segment] = segments
+        self.segments: List[_elf.LoadSegment] = segments
         self.cache_key = cache_key
         self.display_path = display_path
         self.inode = inode  # the mapping's: the file reopened later must still be it
 
     def vaddr(self, file_off: int) -> int:
-        for s in self.segments:
-            if s.offset <= file_off < s.offset + s.filesz:
-                return file_off - s.offset + s.vaddr
-        return file_off
+        return _elf.offset_to_vaddr(self.segments, file_off)
 
 
 # --------------------------------------------------------------------------
@@ -513,12 +448,8 @@ class Symbolizer:
                         return _ElfInfo(path, known.build_id, known.segments, known.cache_key,
                                         m.path, ino)
                     elf = ELFFile(f)
-                    segs = [
-                        _Segment(s["p_offset"], s["p_filesz"], s["p_vaddr"])
-                        for s in elf.iter_segments()
-                        if s["p_type"] == "PT_LOAD"
-                    ]
-                    bid = _build_id(elf)
+                    segs = _elf.load_segments(elf)
+                    bid = _elf.build_id(elf)
             except (OSError, ELFError, ValueError, struct.error):
                 continue
             key = ("bid", bid) if bid else ("file", m.path, st.st_size, st.st_mtime_ns)
@@ -593,21 +524,21 @@ class Symbolizer:
             with f:
                 mm = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
                 elf = ELFFile(f)
-                syms = _read_symbols(elf, ".symtab", mm)
+                syms = _elf.function_symbols(elf, ".symtab", mm)
                 if not syms and info.build_id and len(info.build_id) > 2:
                     dbg = f"/usr/lib/debug/.build-id/{info.build_id[:2]}/{info.build_id[2:]}.debug"
                     g = _open_mapped(dbg, 0)
                     try:
                         if g:
                             gm = mmap.mmap(g.fileno(), 0, prot=mmap.PROT_READ)
-                            syms = _read_symbols(ELFFile(g), ".symtab", gm)
+                            syms = _elf.function_symbols(ELFFile(g), ".symtab", gm)
                     except (OSError, ELFError, ValueError, struct.error):
                         syms = None
                     finally:
                         if g:
                             g.close()
                 if not syms:
-                    syms = _read_symbols(elf, ".dynsym", mm)
+                    syms = _elf.function_symbols(elf, ".dynsym", mm)
             if not syms:
                 return _SymbolTable([])
             table = _SymbolTable(raw=syms)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .. import contract as C
+from .. import elf as elffile
 from .. import procfs
 from .btf import task_fsbase_offset
 from .procmem import ProcMem, ProcMemError
@@ -256,11 +257,10 @@ _ELF_CACHE: dict = {}
 
 
 def _elf_symbols(path: str, names: tuple) -> tuple[dict, list]:
-    """ELF vaddr of each wanted symbol (.dynsym then .symtab) and the PT_LOAD segments.
+    """ELF vaddr of each wanted symbol (.dynsym then .symtab) and the PT_LOAD
+    segments, cached per file identity."""
+    import mmap
 
-    A raw scan of the symbol tables (pyelftools' per-symbol objects take
-    ~100 ms on libpython's .symtab), cached per file identity.
-    """
     from elftools.elf.elffile import ELFFile
 
     st = os.stat(path)
@@ -268,31 +268,13 @@ def _elf_symbols(path: str, names: tuple) -> tuple[dict, list]:
     hit = _ELF_CACHE.get(key)
     if hit is not None:
         return hit
-    want = {n.encode(): n for n in names}
-    found: dict = {}
     with open(path, "rb") as f:
         elf = ELFFile(f)
         if elf.elfclass != 64 or not elf.little_endian:
             raise UnsupportedPython(f"{path}: not a 64-bit little-endian ELF")
-        loads = [(s["p_offset"], s["p_vaddr"], s["p_filesz"]) for s in elf.iter_segments()
-                 if s["p_type"] == "PT_LOAD"]
-        for secname in (".dynsym", ".symtab"):
-            sec = elf.get_section_by_name(secname)
-            if sec is None or sec["sh_type"] == "SHT_NOBITS" or sec["sh_entsize"] != 24:
-                continue
-            strtab = elf.get_section(sec["sh_link"]).data()
-            data = sec.data()
-            for off in range(0, len(data) - 23, 24):
-                st_name, _info, _other, shndx, value, _size = struct.unpack_from(
-                    "<IBBHQQ", data, off)
-                if not value or shndx == 0:
-                    continue
-                end = strtab.find(b"\0", st_name)
-                n = want.get(strtab[st_name:end])
-                if n is not None and n not in found:
-                    found[n] = value
-            if len(found) == len(names):
-                break
+        with mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as mm:
+            found = elffile.find_symbols(elf, mm, names)
+        loads = elffile.load_segments(elf)
     if len(_ELF_CACHE) > 64:
         _ELF_CACHE.clear()
     _ELF_CACHE[key] = (found, loads)
@@ -333,21 +315,11 @@ def find_interpreter(pid: int, proc_root: str = "/proc") -> Optional[Interpreter
             continue
         if "_PyRuntime" not in syms or "PyCode_Type" not in syms:
             continue
-        bias = _load_bias(mapping, loads)
+        bias = elffile.load_bias(loads, [(lo, off) for lo, _hi, off in mapping])
         if bias is None:
             continue
         return Interpreter(pid, path, open_path, bias, {k: v + bias for k, v in syms.items()},
                            static)
-    return None
-
-
-def _load_bias(mapping: list, loads: list) -> Optional[int]:
-    for lo, hi, off in mapping:
-        for p_off, p_vaddr, p_filesz in loads:
-            # Segments start page-aligned in the file; the mapping of file
-            # offset `off` holds vaddr p_vaddr + (off - p_off).
-            if p_off - (p_off % 4096) <= off < p_off + max(p_filesz, 1):
-                return lo - (p_vaddr + (off - p_off))
     return None
 
 
