@@ -49,7 +49,7 @@ def test_a_path_swapped_after_the_check_cannot_redirect_the_attach(tmp_path, bui
         procs = [victim_app, attacker_app]
         time.sleep(1.0)  # both have mapped their copies
 
-        real_attach, swapped = s._attach, []
+        real_attach, swapped = s.attachments.attach, []
 
         def attach_after_the_swap(fn, path, offset, ref):
             if not swapped:  # the attacker wins the race: after the check, before the attach
@@ -58,7 +58,7 @@ def test_a_path_swapped_after_the_check_cannot_redirect_the_attach(tmp_path, bui
                 swapped.append(path)
             return real_attach(fn, path, offset, ref)
 
-        s._attach = attach_after_the_swap
+        s.attachments.attach = attach_after_the_swap
         found = s.discover()
         assert swapped, "the race was never run"
         time.sleep(1.0)  # a victim shim whose semaphore rose attaches within its 100 ms poll

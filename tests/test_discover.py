@@ -114,12 +114,12 @@ def test_session_discover_dedups_and_rejects_other_builds(tmp_path, built):
         s = BpfSession(str(SHIM))
         s.open()
         try:
-            n = len(s._uprobes)
+            n = len(s.attachments.uprobes)
             found = {f.path: f for f in s.discover()}
             assert str(copy) in found and found[str(copy)].pid == procs[0].pid
             assert str(SHIM) not in found and str(link) not in found
             assert str(other) not in found and "another build" in s.discover_errors[str(other)]
-            assert len(s._uprobes) - n >= 4 * len(found)  # 3 data probes (1+ site) + attach each
+            assert len(s.attachments.uprobes) - n >= 4 * len(found)  # 3 data probes (1+ site) + attach each
             assert s.attached_files() == 1 + len(found)
             assert str(copy) not in {f.path for f in s.discover()}  # attached once
         finally:

@@ -19,7 +19,8 @@ import pytest
 
 from conftest import MOCK_DIR, SHIM, agent_cmd, ground_truth, mock_env, need_ebpf
 from gpu_agent import contract as C
-from gpu_agent.bpf_session import AggKey, BpfSession
+from gpu_agent.bpf_session import BpfSession
+from gpu_agent.estimator import AggKey
 from gpu_agent.collector import GRAPH_BEFORE_ATTACH, GRAPH_REPLAY, GRAPH_REPLAY_LABEL, Collector
 from support.pprof_tool import raw
 

@@ -14,7 +14,7 @@ import subprocess
 import time
 
 from conftest import MOCK_APP, SHIM, mock_env, need_ebpf
-from gpu_agent.bpf_session import REPLAY_HOLD_S
+from gpu_agent.shim_attach import REPLAY_HOLD_S
 from gpu_agent.collector import Collector
 
 KERNEL = "k_cuLaunchKernel(float*, int)"

@@ -38,17 +38,9 @@ set it writes. drain():
 A drain that fails half-way leaves keys in the old set; the next drain flips
 writes back onto them and the one after drains them: nothing is lost.
 
-Other copies of the shim (discover()): uprobes belong to an inode, so a
-container that bakes its own copy of the shim into its image is not covered
-by the attach to our file. discover() scans /proc/*/maps for mapped files named
-libgpu_agent_shim.so whose inode is not attached yet, checks their USDT notes
-against the contract and against the loaded program (bcc's generated argument
-readers switch on the probe site's address within its page and hard-code each
-site's argument locations, so a copy must have the same sites with the same
-argument specs: any copy of the same build does), and attaches the same BPF
-programs (one load, many uprobes) to the file through /proc/PID/root/PATH,
-which reaches into the process's mount namespace, or /proc/PID/map_files/
-when that path does not lead to the mapped inode. close() detaches them all.
+The uprobes themselves, on the agent's shim and on every copy a process maps
+(discover()), are shim_attach.py's.
+
 """
 
 from __future__ import annotations
@@ -57,86 +49,18 @@ import ctypes as ct
 import errno
 import os
 import time
-from dataclasses import dataclass, field
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, Optional
 
 from . import contract as C
-from . import elf, paths, preflight, procfs, stapsdt
+from . import paths, preflight
+from .estimator import AggKey, AggVal, Drain
 from .names import KernelNames
-from .safe_open import open_regular
+from .shim_attach import DATA_PROBES, BpfError, ShimAttachments, ShimFile, data_sites, read_shim
 
-DATA_PROBES = {  # contract probe -> BPF function
-    "cuda_correlation": "ga_cuda_correlation",
-    "kernel_batch": "ga_kernel_batch",
-    "kernel_name": "ga_kernel_name",
-    "graph_node_stack": "ga_graph_node_stack",
-    "graph_node_cloned": "ga_graph_node_cloned",
-    "graph_node_destroyed": "ga_graph_node_destroyed",
-}
-ATTACH_FN = "ga_attach"
-REPLAY_FN = "ga_replay"
-# How long an agent holds the `replay` probe's semaphore up after it attaches to a
-# shim file: several of the shim's polls (GPU_AGENT_POLL_MS, default 100 ms).
-REPLAY_HOLD_S = 1.5
+__all__ = ["BpfError", "BpfSession", "ShimFile"]
+
 BATCH_CHUNK = 1024      # keys per BPF_MAP_LOOKUP_AND_DELETE_BATCH call
 FALLBACK_GRACE_S = 0.010  # grace period if the synchronize_rcu() barrier is refused
-SHIM_BASENAME = "libgpu_agent_shim.so"  # what discover() looks for in /proc/*/maps
-
-
-class BpfError(RuntimeError):
-    pass
-
-
-class AggKey(NamedTuple):
-    tgid: int
-    device_id: int
-    stream_id: int
-    graph_id: int
-    kernel_id: int
-    stack_id: int
-    # Graph kernels (contract: ga_agg_key): the stack that created the node
-    # (graph_flags & C.AGG_CAPTURED), or C.AGG_NODE_UNKNOWN when that was never seen.
-    capture_stack_id: int = 0
-    graph_flags: int = 0
-
-
-class AggVal(NamedTuple):
-    gpu_ns: int
-    launches: int
-    weighted_ns: int
-    weighted_launches: int
-
-    def estimated(self) -> tuple[int, int]:
-        """A totals value as (GPU ns, launches) of the whole run.
-
-        The shim collects in one time window of every N (its duty cycle) and
-        weights each record by all launches / windowed launches, about N
-        (shim/src/window.cpp), so the weighted sums are the estimate;
-        with continuous collection they equal the exact sums. A value without
-        weighted sums (hand-built in a test) is taken as exact."""
-        if self.weighted_launches:
-            return self.weighted_ns, self.weighted_launches
-        return self.gpu_ns, self.launches
-
-
-@dataclass
-class Drain:
-    totals: dict[AggKey, AggVal]
-    sampled: dict[AggKey, AggVal]
-    counters: dict[str, int]
-    # Launch-to-start latency of sampled launches: (tgid, device) ->
-    # (counts by floor(log2(ns)), a list of C.LAT_BUCKETS; sum of the latencies in ns).
-    latency: dict = field(default_factory=dict)
-
-
-@dataclass
-class ShimFile:
-    """One shim file (inode) the programs are attached to."""
-
-    path: str                  # as first seen (in the owning process's mount namespace)
-    attach_path: str           # what the uprobes were attached through
-    pid: int                   # the process it was found in (0: the agent's own shim)
-    ids: set = field(default_factory=set)  # (st_dev, st_ino) pairs naming this file
 
 
 class BpfSession:
@@ -164,16 +88,11 @@ class BpfSession:
                               "barrier_fallbacks": 0}
         self.names = KernelNames(self._agent_counts)
         self._bpf = None
-        self._uprobes: list[tuple[bytes, int]] = []  # (ev_name, perf fd), attach order
-        self._replay_holds: list[tuple[float, tuple[bytes, int]]] = []  # (until, uprobe)
         self._cb_error: Optional[BaseException] = None
         self._events = 0
         self._ncpu = 0
         self._gen = 0  # the aggregation set BPF writes now
-        self._files: list[ShimFile] = []
-        self._known_ids: set[tuple[int, int]] = set()  # attached or rejected inodes
-        self._sites: frozenset = frozenset()  # data-probe sites bcc generated readers for
-        self.discover_errors: dict[str, str] = {}  # path -> why it was not attached
+        self.attachments: Optional[ShimAttachments] = None  # the uprobes on shim files
 
     # -- lifecycle ---------------------------------------------------------
     def open(self) -> None:
@@ -184,8 +103,7 @@ class BpfSession:
 
         self._lib = lib
         self._ncpu = len(get_possible_cpus())
-        self._attach_uprobe = _attach_uprobe_fn(lib)
-        probes = self._check_shim(self.shim_path)
+        probes, loads = read_shim(self.shim_path)
 
         usdt = USDT(path=self.shim_path)
         for probe, fn in DATA_PROBES.items():
@@ -199,7 +117,7 @@ class BpfSession:
         bpf_dir, inc_dir = paths.bpf_dir(), paths.include_dir()
         src = _splice_local_includes((bpf_dir / "gpu_agent.bpf.c").read_text(), bpf_dir)
         cflags = ["-DGA_BPF", f"-I{inc_dir}", f"-I{bpf_dir}", "-Wno-comment"]
-        if _tracepoint_has_field("sched", "sched_process_exit", "group_dead"):
+        if preflight.tracepoint_has_field("sched", "sched_process_exit", "group_dead"):
             cflags.append("-DGA_HAVE_GROUP_DEAD")
         cflags += self.extra_cflags
         try:
@@ -208,23 +126,13 @@ class BpfSession:
         except Exception as e:
             raise BpfError(f"loading {bpf_dir / 'gpu_agent.bpf.c'} failed: {e}") from None
         _ = bcc
-        self._sites = _data_sites(probes)
+        self.attachments = ShimAttachments(self._bpf, lib, self.shim_path, data_sites(probes))
         try:
             self._fill_map_arrays()  # before any probe can run kernel_batch
-            # Data probes first, by library path: every site bcc generated code for.
-            for binpath, fn_name, vaddr, _pid in usdt.enumerate_active_probes():
-                offset = elf.vaddr_to_offset(self._loads, vaddr)
-                self._attach(fn_name.decode(), self.shim_path, offset, 0)
-            # The semaphore last: the shim only starts CUPTI once everything listens.
-            att = probes["attach"][0]
-            self._attach(ATTACH_FN, self.shim_path, att.pc_offset, att.semaphore_offset)
-            self._ask_replay(self.shim_path, probes)
+            self.attachments.attach_own(usdt, probes, loads)
         except BaseException:
             self.close()
             raise
-        st = os.stat(self.shim_path)
-        self._files = [ShimFile(self.shim_path, self.shim_path, 0, {(st.st_dev, st.st_ino)})]
-        self._known_ids = {(st.st_dev, st.st_ino)}
         self._bpf[b"events"].open_ring_buffer(self._on_event)
         self._maps = {n: self._bpf[n.encode()] for n in (
             "totals0", "totals1", "sampled0", "sampled1", "latency0", "latency1",
@@ -249,13 +157,8 @@ class BpfSession:
         """Detach `attach` first (semaphore drops, the shim stops CUPTI), then the rest."""
         if self._bpf is None:
             return
-        for ev_name, fd in reversed(self._uprobes):
-            self._lib.bpf_close_perf_event_fd(fd)
-            self._lib.bpf_detach_uprobe(ev_name)
-        self._uprobes.clear()
-        self._replay_holds.clear()
-        self._files = []
-        self._known_ids = set()
+        if self.attachments is not None:
+            self.attachments.close()
         try:
             self._bpf.cleanup()
         finally:
@@ -269,173 +172,24 @@ class BpfSession:
         self.close()
 
     # -- attach ------------------------------------------------------------
-    def _check_shim(self, path: str) -> dict[str, list[stapsdt.SdtProbe]]:
-        """The gpu_agent probes of the shim at path, checked against the contract."""
-        if not os.path.isfile(path):
-            raise BpfError(f"shim not found: {path}")
-        try:
-            all_probes = stapsdt.read_probes(path)
-            from elftools.elf.elffile import ELFFile
-            with open(path, "rb") as f:
-                loads = elf.load_segments(ELFFile(f))
-        except Exception as e:
-            raise BpfError(f"cannot read USDT notes of {path}: {e}") from None
-        if path == self.shim_path:
-            self._loads = loads
-        probes: dict[str, list[stapsdt.SdtProbe]] = {}
-        for p in all_probes:
-            if p.provider == C.PROVIDER:
-                probes.setdefault(p.name, []).append(p)
-        for name, args in C.PROBES.items():
-            sites = probes.get(name)
-            if not sites:
-                raise BpfError(f"{path} has no USDT probe {C.PROVIDER}:{name}: "
-                               "not a gpu-agent shim, or built from another probe contract")
-            for s in sites:
-                if len(s.args) != len(args):
-                    raise BpfError(f"{path}: probe {name} has {len(s.args)} arguments, "
-                                   f"the contract says {len(args)}")
-                if bool(s.semaphore) != (name in C.SEMAPHORE_PROBES):
-                    raise BpfError(f"{path}: probe {name} "
-                                   f"{'lacks' if name in C.SEMAPHORE_PROBES else 'has'} a semaphore")
-        if len({p.semaphore for p in probes["attach"]}) != 1:
-            raise BpfError(f"{path}: attach probe sites disagree on the semaphore")
-        return probes
+    # -- shim files (shim_attach.py) ---------------------------------------
+    @property
+    def discover_errors(self) -> dict[str, str]:
+        """Shim copies that were not attached: path -> why."""
+        return self.attachments.discover_errors if self.attachments else {}
 
-    def _ask_replay(self, path: str, probes: dict) -> None:
-        """Raise the `replay` semaphore of this shim file for REPLAY_HOLD_S: shims
-        that another agent attached already announce their names again (the attach
-        semaphore does not rise for a second agent). poll() lets go of it."""
-        rep = probes[C.REPLAY_PROBE][0]
-        self._attach(REPLAY_FN, path, rep.pc_offset, rep.semaphore_offset)
-        self._replay_holds.append((time.monotonic() + REPLAY_HOLD_S, self._uprobes[-1]))
-
-    def _release_replays(self, now: float) -> None:
-        while self._replay_holds and self._replay_holds[0][0] <= now:
-            _, handle = self._replay_holds.pop(0)
-            if handle in self._uprobes:
-                self._uprobes.remove(handle)
-                self._lib.bpf_close_perf_event_fd(handle[1])
-                self._lib.bpf_detach_uprobe(handle[0])
-
-    def _attach(self, fn_name: str, path: str, offset: int, ref_ctr_offset: int) -> None:
-        from bcc import BPF
-        fn = self._bpf.load_func(fn_name.encode(), BPF.KPROBE)  # loaded once, cached by bcc
-        ev_name = b"ga_%d_%d_%s_0x%x" % (os.getpid(), len(self._files), fn_name.encode(), offset)
-        fd = self._attach_uprobe(fn.fd, 0, ev_name, path.encode(), offset, -1, ref_ctr_offset)
-        if fd < 0:
-            err = ct.get_errno()
-            why = os.strerror(err) if err else "unknown error"
-            hint = ""
-            if ref_ctr_offset:
-                hint = (" (the kernel refused the semaphore: another tracer may hold a uprobe "
-                        "on this probe with a different ref_ctr_offset)")
-            raise BpfError(f"cannot attach uprobe {fn_name} at {path}+{offset:#x}: "
-                           f"{why}{hint}")
-        self._uprobes.append((ev_name, fd))
-
-    # -- other copies of the shim ----------------------------------------------
     def attached_files(self) -> int:
         """How many shim files (inodes) the programs are attached to."""
-        return len(self._files)
+        return self.attachments.attached_files() if self.attachments else 0
 
     def files(self) -> list[ShimFile]:
-        return list(self._files)
+        return self.attachments.files() if self.attachments else []
 
     def discover(self, proc: str = "/proc") -> list[ShimFile]:
-        """Attach to every shim file mapped by a running process that is not
-        attached yet (see the module doc). Returns the files newly attached.
-        A file that cannot be used is remembered (discover_errors) and not
-        retried; one whose process went away before the attach is retried."""
-        if self._bpf is None:
+        """Attach to every shim copy a running process maps (shim_attach.py)."""
+        if self._bpf is None or self.attachments is None:
             raise BpfError("session is not open")
-        new: list[ShimFile] = []
-        needle = SHIM_BASENAME.encode()
-        try:
-            pids = [int(d) for d in os.listdir(proc) if d.isdigit()]
-        except OSError:
-            return new
-        for pid in pids:
-            try:
-                with open(f"{proc}/{pid}/maps", "rb") as f:
-                    data = f.read()
-            except OSError:
-                continue  # gone, or a kernel thread
-            if needle not in data:
-                continue
-            for m in _shim_mappings(data):
-                if m.ident in self._known_ids:
-                    continue
-                sf = self._attach_copy(proc, pid, m)
-                if sf is not None:
-                    new.append(sf)
-        return new
-
-    def _attach_copy(self, proc: str, pid: int, m: "_Mapping") -> Optional[ShimFile]:
-        """Attach to the shim copy mapped at m. The file is opened once, checked (a
-        regular file, the very inode mapped) and then named only through that open
-        file (/proc/self/fd/N) for reading its notes and for every uprobe: the
-        process that maps it can swap its path (a directory exchange, a symlink to
-        a root-owned library a root process maps) after the check, and a root
-        agent must never plant breakpoints in a file it did not verify."""
-        candidates = []
-        if not m.deleted:
-            candidates.append(f"{proc}/{pid}/root{m.path}")
-        candidates.append(f"{proc}/{pid}/map_files/{m.range}")
-        target, ids, fd = None, {m.ident}, -1
-        for c in candidates:
-            got = open_regular(c)
-            if got is None:
-                continue
-            cfd, st = got
-            sid = (st.st_dev, st.st_ino)
-            if sid in self._known_ids:  # the same file, named by another device number
-                os.close(cfd)
-                if fd >= 0:
-                    os.close(fd)
-                self._known_ids.add(m.ident)
-                for f in self._files:
-                    if sid in f.ids:
-                        f.ids.add(m.ident)
-                return None
-            # map_files/RANGE is the mapped file itself; a path must still name its inode.
-            if fd < 0 and (sid == m.ident or c.endswith(m.range)):
-                target, fd = c, cfd
-                ids.add(sid)
-            else:
-                os.close(cfd)
-        if fd < 0:
-            return None  # the process went away: try again at the next scan
-        via = f"/proc/self/fd/{fd}"
-        first = len(self._uprobes)
-        try:
-            probes = self._check_shim(via)
-            if _data_sites(probes) - self._sites:
-                raise BpfError(
-                    f"{m.path} (pid {pid}) is another build of the shim: its probe sites or "
-                    f"argument locations differ from {self.shim_path}, which the loaded BPF "
-                    "program reads arguments for")
-            for name, fn in DATA_PROBES.items():
-                for site in probes[name]:
-                    self._attach(fn, via, site.pc_offset, 0)
-            att = probes["attach"][0]
-            self._attach(ATTACH_FN, via, att.pc_offset, att.semaphore_offset)
-            self._ask_replay(via, probes)
-        except BpfError as e:
-            for ev_name, pfd in reversed(self._uprobes[first:]):
-                self._lib.bpf_close_perf_event_fd(pfd)
-                self._lib.bpf_detach_uprobe(ev_name)
-            del self._uprobes[first:]
-            if os.path.exists(f"{proc}/{pid}"):  # not a vanished process: do not retry
-                self._known_ids |= ids
-                self.discover_errors[m.path] = str(e).replace(via, target)
-            return None
-        finally:
-            os.close(fd)  # the uprobes hold the inode itself
-        sf = ShimFile(m.path, target, pid, ids)
-        self._files.append(sf)
-        self._known_ids |= ids
-        return sf
+        return self.attachments.discover(proc)
 
     # -- ring buffer -------------------------------------------------------
     def poll(self, timeout_ms: int) -> int:
@@ -447,8 +201,8 @@ class BpfSession:
         if self._bpf is None:
             raise BpfError("session is not open")
         before = self._events
-        if self._replay_holds:
-            self._release_replays(time.monotonic())
+        if self.attachments is not None and self.attachments.replay_holds:
+            self.attachments.release_replays(time.monotonic())
         self._bpf.ring_buffer_poll(timeout_ms)  # bcc 0.26 returns None, not a count
         err, self._cb_error = self._cb_error, None
         if err is not None:
@@ -720,32 +474,6 @@ class _BatchUnsupported(Exception):
     pass
 
 
-class _Mapping(NamedTuple):
-    ident: tuple[int, int]   # (st_dev, st_ino) as /proc/PID/maps shows them
-    path: str                # in the process's mount namespace
-    range: str               # "start-end", the name under /proc/PID/map_files
-    deleted: bool
-
-
-def _shim_mappings(maps: bytes) -> list[_Mapping]:
-    """The mappings of files named SHIM_BASENAME in a /proc/PID/maps text, one per inode."""
-    out: dict[tuple[int, int], _Mapping] = {}
-    for e in procfs.parse_maps(maps):
-        if os.path.basename(e.path) != SHIM_BASENAME or e.inode == 0:
-            continue
-        ident = (e.dev, e.inode)
-        if ident not in out:
-            out[ident] = _Mapping(ident, e.path, e.range, e.deleted)
-    return list(out.values())
-
-
-def _data_sites(probes: dict[str, list[stapsdt.SdtProbe]]) -> frozenset:
-    """What bcc's generated argument readers depend on, per data-probe site:
-    the probe, the site's address within its page, its argument specs."""
-    return frozenset((name, p.pc & 0xFFF, p.args) for name in DATA_PROBES
-                     for p in probes.get(name, ()))
-
-
 def _splice_local_includes(src: str, bpf_dir) -> str:
     """Inline `#include "x.h"` of headers that live in bpf/ (python_stack.h).
 
@@ -763,26 +491,3 @@ def _splice_local_includes(src: str, bpf_dir) -> str:
             return f.read()
 
     return re.sub(r'^#include "([\w.]+\.h)"[^\n]*$', paste, src, flags=re.M)
-
-
-def _attach_uprobe_fn(lib):
-    """libbcc's bpf_attach_uprobe with its real 7-argument C signature.
-
-    int bpf_attach_uprobe(int progfd, enum bpf_probe_attach_type type,
-                          const char *ev_name, const char *binary_path,
-                          uint64_t offset, pid_t pid, uint32_t ref_ctr_offset)
-    A separate prototype, so bcc's own (6-argument) declaration is left alone.
-    """
-    proto = ct.CFUNCTYPE(ct.c_int, ct.c_int, ct.c_int, ct.c_char_p, ct.c_char_p,
-                         ct.c_uint64, ct.c_int, ct.c_uint32, use_errno=True)
-    return proto(("bpf_attach_uprobe", lib))
-
-
-def _tracepoint_has_field(category: str, event: str, field: str) -> bool:
-    for d in preflight.TRACEFS_DIRS:
-        try:
-            with open(os.path.join(d, "events", category, event, "format")) as f:
-                return any(f" {field};" in line for line in f)
-        except OSError:
-            continue
-    return False

@@ -17,7 +17,8 @@ from typing import Callable, Optional
 
 from . import contract as C
 from . import estimator, invariants
-from .bpf_session import BpfSession, Drain
+from .bpf_session import BpfSession
+from .estimator import Drain
 from .pprof import FrameSpec, ProfileBuilder
 from .python import PythonStacks
 from .symbolize import Symbolizer, demangle_kernel

@@ -130,3 +130,14 @@ def check() -> None:
     _check_headers()
     _check_uprobes()
     _check_tracefs()
+
+
+def tracepoint_has_field(category: str, event: str, field: str) -> bool:
+    """Whether a tracepoint's format lists a field (older kernels lack some)."""
+    for d in TRACEFS_DIRS:
+        try:
+            with open(os.path.join(d, "events", category, event, "format")) as f:
+                return any(f" {field};" in line for line in f)
+        except OSError:
+            continue
+    return False

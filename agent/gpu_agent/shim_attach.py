@@ -1,0 +1,298 @@
+"""Attaching the loaded BPF programs to shim files: the agent's own shim, and
+every other copy a running process maps.
+
+Other copies of the shim (discover()): uprobes belong to an inode, so a
+container that bakes its own copy of the shim into its image is not covered
+by the attach to our file. discover() scans /proc/*/maps for mapped files named
+libgpu_agent_shim.so whose inode is not attached yet, checks their USDT notes
+against the contract and against the loaded program (bcc's generated argument
+readers switch on the probe site's address within its page and hard-code each
+site's argument locations, so a copy must have the same sites with the same
+argument specs: any copy of the same build does), and attaches the same BPF
+programs (one load, many uprobes) to the file through /proc/PID/root/PATH,
+which reaches into the process's mount namespace, or /proc/PID/map_files/
+when that path does not lead to the mapped inode. close() detaches them all.
+"""
+
+from __future__ import annotations
+
+import ctypes as ct
+import os
+import time
+from dataclasses import dataclass, field
+from typing import NamedTuple, Optional
+
+from . import contract as C
+from . import elf, procfs, stapsdt
+from .safe_open import open_regular
+
+DATA_PROBES = {  # contract probe -> BPF function
+    "cuda_correlation": "ga_cuda_correlation",
+    "kernel_batch": "ga_kernel_batch",
+    "kernel_name": "ga_kernel_name",
+    "graph_node_stack": "ga_graph_node_stack",
+    "graph_node_cloned": "ga_graph_node_cloned",
+    "graph_node_destroyed": "ga_graph_node_destroyed",
+}
+ATTACH_FN = "ga_attach"
+REPLAY_FN = "ga_replay"
+# How long an agent holds the `replay` probe's semaphore up after it attaches to a
+# shim file: several of the shim's polls (GPU_AGENT_POLL_MS, default 100 ms).
+REPLAY_HOLD_S = 1.5
+SHIM_BASENAME = "libgpu_agent_shim.so"  # what discover() looks for in /proc/*/maps
+
+
+class BpfError(RuntimeError):
+    pass
+
+
+@dataclass
+class ShimFile:
+    """One shim file (inode) the programs are attached to."""
+
+    path: str                  # as first seen (in the owning process's mount namespace)
+    attach_path: str           # what the uprobes were attached through
+    pid: int                   # the process it was found in (0: the agent's own shim)
+    ids: set = field(default_factory=set)  # (st_dev, st_ino) pairs naming this file
+
+
+def read_shim(path: str) -> tuple[dict[str, list[stapsdt.SdtProbe]], list[elf.LoadSegment]]:
+    """The gpu_agent probes of the shim at path, checked against the contract, and
+    its PT_LOAD segments."""
+    if not os.path.isfile(path):
+        raise BpfError(f"shim not found: {path}")
+    try:
+        all_probes = stapsdt.read_probes(path)
+        from elftools.elf.elffile import ELFFile
+        with open(path, "rb") as f:
+            loads = elf.load_segments(ELFFile(f))
+    except Exception as e:
+        raise BpfError(f"cannot read USDT notes of {path}: {e}") from None
+    probes: dict[str, list[stapsdt.SdtProbe]] = {}
+    for p in all_probes:
+        if p.provider == C.PROVIDER:
+            probes.setdefault(p.name, []).append(p)
+    for name, args in C.PROBES.items():
+        sites = probes.get(name)
+        if not sites:
+            raise BpfError(f"{path} has no USDT probe {C.PROVIDER}:{name}: "
+                           "not a gpu-agent shim, or built from another probe contract")
+        for s in sites:
+            if len(s.args) != len(args):
+                raise BpfError(f"{path}: probe {name} has {len(s.args)} arguments, "
+                               f"the contract says {len(args)}")
+            if bool(s.semaphore) != (name in C.SEMAPHORE_PROBES):
+                raise BpfError(f"{path}: probe {name} "
+                               f"{'lacks' if name in C.SEMAPHORE_PROBES else 'has'} a semaphore")
+    if len({p.semaphore for p in probes["attach"]}) != 1:
+        raise BpfError(f"{path}: attach probe sites disagree on the semaphore")
+    return probes, loads
+
+
+class ShimAttachments:
+    """The uprobes of one loaded BPF program on shim files, in attach order: the
+    agent's own shim (attach_own), and copies found later (discover)."""
+
+    def __init__(self, bpf, lib, shim_path: str, sites: frozenset):
+        self.bpf, self.lib, self.shim_path = bpf, lib, shim_path
+        self.sites = sites  # data-probe sites bcc generated argument readers for
+        self._attach_uprobe = _attach_uprobe_fn(lib)
+        self.uprobes: list[tuple[bytes, int]] = []  # (ev_name, perf fd), attach order
+        self.replay_holds: list[tuple[float, tuple[bytes, int]]] = []  # (until, uprobe)
+        self.files_: list[ShimFile] = []
+        self.known_ids: set[tuple[int, int]] = set()  # attached or rejected inodes
+        self.discover_errors: dict[str, str] = {}  # path -> why it was not attached
+
+    def attach_own(self, usdt, probes: dict, loads: list) -> None:
+        """The data probes by library path (every site bcc generated code for),
+        then the semaphore last: the shim only starts CUPTI once everything listens."""
+        for _binpath, fn_name, vaddr, _pid in usdt.enumerate_active_probes():
+            self.attach(fn_name.decode(), self.shim_path, elf.vaddr_to_offset(loads, vaddr), 0)
+        att = probes["attach"][0]
+        self.attach(ATTACH_FN, self.shim_path, att.pc_offset, att.semaphore_offset)
+        self.ask_replay(self.shim_path, probes)
+        st = os.stat(self.shim_path)
+        self.files_ = [ShimFile(self.shim_path, self.shim_path, 0, {(st.st_dev, st.st_ino)})]
+        self.known_ids = {(st.st_dev, st.st_ino)}
+
+    def close(self) -> None:
+        """Detach in reverse order: `attach` before the data probes (the semaphore
+        drops, the shim stops CUPTI)."""
+        for ev_name, fd in reversed(self.uprobes):
+            self.lib.bpf_close_perf_event_fd(fd)
+            self.lib.bpf_detach_uprobe(ev_name)
+        self.uprobes.clear()
+        self.replay_holds.clear()
+        self.files_ = []
+        self.known_ids = set()
+
+    def ask_replay(self, path: str, probes: dict) -> None:
+        """Raise the `replay` semaphore of this shim file for REPLAY_HOLD_S: shims
+        that another agent attached already announce their names again (the attach
+        semaphore does not rise for a second agent). poll() lets go of it."""
+        rep = probes[C.REPLAY_PROBE][0]
+        self.attach(REPLAY_FN, path, rep.pc_offset, rep.semaphore_offset)
+        self.replay_holds.append((time.monotonic() + REPLAY_HOLD_S, self.uprobes[-1]))
+
+    def release_replays(self, now: float) -> None:
+        while self.replay_holds and self.replay_holds[0][0] <= now:
+            _, handle = self.replay_holds.pop(0)
+            if handle in self.uprobes:
+                self.uprobes.remove(handle)
+                self.lib.bpf_close_perf_event_fd(handle[1])
+                self.lib.bpf_detach_uprobe(handle[0])
+
+    def attach(self, fn_name: str, path: str, offset: int, ref_ctr_offset: int) -> None:
+        from bcc import BPF
+        fn = self.bpf.load_func(fn_name.encode(), BPF.KPROBE)  # loaded once, cached by bcc
+        ev_name = b"ga_%d_%d_%s_0x%x" % (os.getpid(), len(self.files_), fn_name.encode(), offset)
+        fd = self._attach_uprobe(fn.fd, 0, ev_name, path.encode(), offset, -1, ref_ctr_offset)
+        if fd < 0:
+            err = ct.get_errno()
+            why = os.strerror(err) if err else "unknown error"
+            hint = ""
+            if ref_ctr_offset:
+                hint = (" (the kernel refused the semaphore: another tracer may hold a uprobe "
+                        "on this probe with a different ref_ctr_offset)")
+            raise BpfError(f"cannot attach uprobe {fn_name} at {path}+{offset:#x}: "
+                           f"{why}{hint}")
+        self.uprobes.append((ev_name, fd))
+
+    def attached_files(self) -> int:
+        """How many shim files (inodes) the programs are attached to."""
+        return len(self.files_)
+
+    def files(self) -> list[ShimFile]:
+        return list(self.files_)
+
+    def discover(self, proc: str = "/proc") -> list[ShimFile]:
+        """Attach to every shim file mapped by a running process that is not
+        attached yet (see the module doc). Returns the files newly attached.
+        A file that cannot be used is remembered (discover_errors) and not
+        retried; one whose process went away before the attach is retried."""
+        new: list[ShimFile] = []
+        needle = SHIM_BASENAME.encode()
+        try:
+            pids = [int(d) for d in os.listdir(proc) if d.isdigit()]
+        except OSError:
+            return new
+        for pid in pids:
+            try:
+                with open(f"{proc}/{pid}/maps", "rb") as f:
+                    data = f.read()
+            except OSError:
+                continue  # gone, or a kernel thread
+            if needle not in data:
+                continue
+            for m in _shim_mappings(data):
+                if m.ident in self.known_ids:
+                    continue
+                sf = self._attach_copy(proc, pid, m)
+                if sf is not None:
+                    new.append(sf)
+        return new
+
+    def _attach_copy(self, proc: str, pid: int, m: "_Mapping") -> Optional[ShimFile]:
+        """Attach to the shim copy mapped at m. The file is opened once, checked (a
+        regular file, the very inode mapped) and then named only through that open
+        file (/proc/self/fd/N) for reading its notes and for every uprobe: the
+        process that maps it can swap its path (a directory exchange, a symlink to
+        a root-owned library a root process maps) after the check, and a root
+        agent must never plant breakpoints in a file it did not verify."""
+        candidates = []
+        if not m.deleted:
+            candidates.append(f"{proc}/{pid}/root{m.path}")
+        candidates.append(f"{proc}/{pid}/map_files/{m.range}")
+        target, ids, fd = None, {m.ident}, -1
+        for c in candidates:
+            got = open_regular(c)
+            if got is None:
+                continue
+            cfd, st = got
+            sid = (st.st_dev, st.st_ino)
+            if sid in self.known_ids:  # the same file, named by another device number
+                os.close(cfd)
+                if fd >= 0:
+                    os.close(fd)
+                self.known_ids.add(m.ident)
+                for f in self.files_:
+                    if sid in f.ids:
+                        f.ids.add(m.ident)
+                return None
+            # map_files/RANGE is the mapped file itself; a path must still name its inode.
+            if fd < 0 and (sid == m.ident or c.endswith(m.range)):
+                target, fd = c, cfd
+                ids.add(sid)
+            else:
+                os.close(cfd)
+        if fd < 0:
+            return None  # the process went away: try again at the next scan
+        via = f"/proc/self/fd/{fd}"
+        first = len(self.uprobes)
+        try:
+            probes, _ = read_shim(via)
+            if data_sites(probes) - self.sites:
+                raise BpfError(
+                    f"{m.path} (pid {pid}) is another build of the shim: its probe sites or "
+                    f"argument locations differ from {self.shim_path}, which the loaded BPF "
+                    "program reads arguments for")
+            for name, fn in DATA_PROBES.items():
+                for site in probes[name]:
+                    self.attach(fn, via, site.pc_offset, 0)
+            att = probes["attach"][0]
+            self.attach(ATTACH_FN, via, att.pc_offset, att.semaphore_offset)
+            self.ask_replay(via, probes)
+        except BpfError as e:
+            for ev_name, pfd in reversed(self.uprobes[first:]):
+                self.lib.bpf_close_perf_event_fd(pfd)
+                self.lib.bpf_detach_uprobe(ev_name)
+            del self.uprobes[first:]
+            if os.path.exists(f"{proc}/{pid}"):  # not a vanished process: do not retry
+                self.known_ids |= ids
+                self.discover_errors[m.path] = str(e).replace(via, target)
+            return None
+        finally:
+            os.close(fd)  # the uprobes hold the inode itself
+        sf = ShimFile(m.path, target, pid, ids)
+        self.files_.append(sf)
+        self.known_ids |= ids
+        return sf
+
+
+class _Mapping(NamedTuple):
+    ident: tuple[int, int]   # (st_dev, st_ino) as /proc/PID/maps shows them
+    path: str                # in the process's mount namespace
+    range: str               # "start-end", the name under /proc/PID/map_files
+    deleted: bool
+
+
+def _shim_mappings(maps: bytes) -> list[_Mapping]:
+    """The mappings of files named SHIM_BASENAME in a /proc/PID/maps text, one per inode."""
+    out: dict[tuple[int, int], _Mapping] = {}
+    for e in procfs.parse_maps(maps):
+        if os.path.basename(e.path) != SHIM_BASENAME or e.inode == 0:
+            continue
+        ident = (e.dev, e.inode)
+        if ident not in out:
+            out[ident] = _Mapping(ident, e.path, e.range, e.deleted)
+    return list(out.values())
+
+
+def data_sites(probes: dict[str, list[stapsdt.SdtProbe]]) -> frozenset:
+    """What bcc's generated argument readers depend on, per data-probe site:
+    the probe, the site's address within its page, its argument specs."""
+    return frozenset((name, p.pc & 0xFFF, p.args) for name in DATA_PROBES
+                     for p in probes.get(name, ()))
+
+
+def _attach_uprobe_fn(lib):
+    """libbcc's bpf_attach_uprobe with its real 7-argument C signature.
+
+    int bpf_attach_uprobe(int progfd, enum bpf_probe_attach_type type,
+                          const char *ev_name, const char *binary_path,
+                          uint64_t offset, pid_t pid, uint32_t ref_ctr_offset)
+    A separate prototype, so bcc's own (6-argument) declaration is left alone.
+    """
+    proto = ct.CFUNCTYPE(ct.c_int, ct.c_int, ct.c_int, ct.c_char_p, ct.c_char_p,
+                         ct.c_uint64, ct.c_int, ct.c_uint32, use_errno=True)
+    return proto(("bpf_attach_uprobe", lib))
