@@ -132,3 +132,31 @@ def test_probe_firer_stapsdt_notes(tmp_path):
         pytest.fail("no gcc (make deps installs it)")
     lib, _ = script.build(tmp_path)
     check_shim_notes(lib)
+
+
+def test_a_shim_of_another_contract_version_is_refused_with_one_clear_line(tmp_path):
+    """The shim exports its contract version; the agent reads it from the file before
+    it reads any probe, and refuses another version (or none) in one line."""
+    import mmap as _mmap
+
+    from elftools.elf.elffile import ELFFile
+
+    from gpu_agent import elf
+    from gpu_agent.shim_attach import BpfError, read_shim
+
+    probes, _ = read_shim(str(SHIM))  # this build: accepted
+    assert set(probes) == set(C.PROBES)
+    copy = tmp_path / SHIM.name
+    shutil.copy(SHIM, copy)
+    with open(copy, "r+b") as f:
+        e = ELFFile(f)
+        with _mmap.mmap(f.fileno(), 0) as mm:
+            vaddr = elf.find_symbols(e, mm, (C.CONTRACT_VERSION_SYMBOL,))[C.CONTRACT_VERSION_SYMBOL]
+            off = elf.vaddr_to_offset(elf.load_segments(e), vaddr)
+            assert int.from_bytes(mm[off:off + 4], "little") == C.CONTRACT_VERSION
+            mm[off:off + 4] = (C.CONTRACT_VERSION + 1).to_bytes(4, "little")
+    with pytest.raises(BpfError) as err:
+        read_shim(str(copy))
+    msg = str(err.value)
+    assert f"version {C.CONTRACT_VERSION + 1}" in msg and "install the shim" in msg
+    assert "\n" not in msg

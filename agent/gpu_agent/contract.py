@@ -16,6 +16,10 @@ u8, u32, u64 = ct.c_uint8, ct.c_uint32, ct.c_uint64
 PROVIDER = "gpu_agent"
 SEMAPHORE_SYMBOL = "gpu_agent_attach_semaphore"
 REPLAY_SEMAPHORE_SYMBOL = "gpu_agent_replay_semaphore"
+# The contract version the shim exports (GA_CONTRACT_VERSION): a shim of another
+# version is refused before any probe of it is read (shim_attach.read_shim).
+CONTRACT_VERSION = 2
+CONTRACT_VERSION_SYMBOL = "gpu_agent_contract_version"
 
 MAX_FRAMES = 64
 BATCH_MAX = 1024
@@ -296,6 +300,7 @@ STRUCTS: dict[str, type[ct.Structure]] = {
 }
 ENUMS: dict[str, type[IntEnum]] = {"ga_counter": Counter, "ga_event_type": EventType}
 CONSTANTS: dict[str, int] = {
+    "GA_CONTRACT_VERSION": CONTRACT_VERSION,
     "GA_MAX_FRAMES": MAX_FRAMES,
     "GA_BATCH_MAX": BATCH_MAX,
     "GA_NAME_CHUNK": NAME_CHUNK,
@@ -321,5 +326,6 @@ CONSTANTS: dict[str, int] = {
     "GA_PYS_TRUNCATED": PYS_TRUNCATED,
 }
 STRING_CONSTANTS: dict[str, str] = {"GA_PROVIDER": PROVIDER,
+                                    "GA_CONTRACT_VERSION_SYMBOL": CONTRACT_VERSION_SYMBOL,
                                     "GA_SEMAPHORE_SYMBOL": SEMAPHORE_SYMBOL,
                                     "GA_REPLAY_SEMAPHORE_SYMBOL": REPLAY_SEMAPHORE_SYMBOL}

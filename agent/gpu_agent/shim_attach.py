@@ -17,7 +17,9 @@ when that path does not lead to the mapped inode. close() detaches them all.
 from __future__ import annotations
 
 import ctypes as ct
+import mmap
 import os
+import struct
 import time
 from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
@@ -58,20 +60,31 @@ class ShimFile:
 
 def read_shim(path: str) -> tuple[dict[str, list[stapsdt.SdtProbe]], list[elf.LoadSegment]]:
     """The gpu_agent probes of the shim at path, checked against the contract, and
-    its PT_LOAD segments."""
+    its PT_LOAD segments. A shim of another contract version is refused first,
+    with a line that says so, before any of its probes is misread."""
     if not os.path.isfile(path):
         raise BpfError(f"shim not found: {path}")
     try:
         all_probes = stapsdt.read_probes(path)
         from elftools.elf.elffile import ELFFile
         with open(path, "rb") as f:
-            loads = elf.load_segments(ELFFile(f))
+            e = ELFFile(f)
+            loads = elf.load_segments(e)
+            version = _contract_version(e, f, loads)
     except Exception as e:
         raise BpfError(f"cannot read USDT notes of {path}: {e}") from None
+    if version is not None and version != C.CONTRACT_VERSION:
+        raise BpfError(f"{path} speaks probe contract version {version}, this agent "
+                       f"version {C.CONTRACT_VERSION}: install the shim that came with this "
+                       "agent (gpu-agent install-shim, or gpu-agent shim-path)")
     probes: dict[str, list[stapsdt.SdtProbe]] = {}
     for p in all_probes:
         if p.provider == C.PROVIDER:
             probes.setdefault(p.name, []).append(p)
+    if version is None and probes:
+        raise BpfError(f"{path} exports no probe contract version: a shim older than this "
+                       "agent; install the shim that came with this agent (gpu-agent "
+                       "install-shim, or gpu-agent shim-path)")
     for name, args in C.PROBES.items():
         sites = probes.get(name)
         if not sites:
@@ -87,6 +100,18 @@ def read_shim(path: str) -> tuple[dict[str, list[stapsdt.SdtProbe]], list[elf.Lo
     if len({p.semaphore for p in probes["attach"]}) != 1:
         raise BpfError(f"{path}: attach probe sites disagree on the semaphore")
     return probes, loads
+
+
+def _contract_version(e, f, loads) -> Optional[int]:
+    """The shim's exported contract version, or None for a file without one (the
+    probe check then says what is wrong with it)."""
+    with mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as mm:
+        vaddr = elf.find_symbols(e, mm, (C.CONTRACT_VERSION_SYMBOL,), (".dynsym",)).get(
+            C.CONTRACT_VERSION_SYMBOL)
+        if vaddr is None:
+            return None
+        off = elf.vaddr_to_offset(loads, vaddr)
+        return struct.unpack_from("<I" if e.little_endian else ">I", mm, off)[0]
 
 
 class ShimAttachments:

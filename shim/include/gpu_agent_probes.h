@@ -104,6 +104,13 @@ typedef uint64_t ga_u64;
 #define GA_PROVIDER "gpu_agent"
 #define GA_SEMAPHORE_SYMBOL "gpu_agent_attach_semaphore"
 #define GA_REPLAY_SEMAPHORE_SYMBOL "gpu_agent_replay_semaphore"
+/* The contract's version. The shim exports it as a uint32 under
+ * GA_CONTRACT_VERSION_SYMBOL; the agent reads it from the shim file before it
+ * attaches, and refuses a shim of another version with one clear line instead
+ * of misreading its probes. Bump it whenever a probe's arguments, a shared
+ * struct, an enum or a constant below changes meaning. */
+#define GA_CONTRACT_VERSION 2u
+#define GA_CONTRACT_VERSION_SYMBOL "gpu_agent_contract_version"
 
 /* Limits shared by both sides. */
 #define GA_MAX_FRAMES 64     /* native frames per sampled stack */

@@ -43,6 +43,9 @@ GA_HIDDEN uint64_t ga_activity_stat(int which) noexcept;
 GA_HIDDEN void ga_graph_atfork_child(void) noexcept;
 
 extern "C" GA_EXPORT int gpu_agent_shim_state(void);
+/* The probe contract's version (gpu_agent_probes.h): the agent reads it from this
+ * file before it attaches, and refuses another version with one clear line. */
+extern "C" GA_EXPORT const uint32_t gpu_agent_contract_version = GA_CONTRACT_VERSION;
 
 enum { ST_DISABLED = -1, ST_IDLE = 0, ST_ATTACHED = 1 };
 

@@ -9,6 +9,9 @@ __extension__ unsigned short gpu_agent_attach_semaphore
     __attribute__((unused)) __attribute__((section(".probes")));
 __extension__ unsigned short gpu_agent_replay_semaphore
     __attribute__((unused)) __attribute__((section(".probes")));
+/* Exported like the shim's: the agent refuses a library of another version. */
+__attribute__((visibility("default"))) const unsigned int gpu_agent_contract_version =
+    GA_CONTRACT_VERSION;
 
 __attribute__((noinline)) void firer_attach(void)
 {
