@@ -29,7 +29,7 @@ CUDA_INC = os.environ.get("CUDA_HOME", "/usr/local/cuda") + "/include"
 SYS_PY = "/usr/bin/python3"  # has bcc (python3-bpfcc)
 
 EXPORTS = {"InitializeInjection", "gpu_agent_attach_semaphore", "gpu_agent_replay_semaphore",
-           "gpu_agent_shim_state",
+           "gpu_agent_shim_state", "gpu_agent_contract_version",
            "gpu_agent_shim_counter", "gpu_agent_shim_poll"}
 C_LAUNCHES, C_SAMPLES, C_FORCED, C_BATCHES, C_RECORDS = 0, 1, 2, 3, 4
 C_NAMES, C_ATTACHES, C_DETACHES, C_POLLER = 6, 8, 9, 14
