@@ -90,7 +90,7 @@ TOTAL_LAUNCHES = 15 + 2 + 4 + 1 + 1
 
 
 def test_long_name_fixture_is_valid():
-    from gpu_agent.symbolize import demangle_kernel
+    from gpu_agent.demangle import demangle_kernel
 
     mangled, demangled = long_kernel()
     assert len(mangled) > 6000

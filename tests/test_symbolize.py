@@ -6,7 +6,8 @@ import subprocess
 
 import pytest
 
-from gpu_agent.symbolize import Frame, Symbolizer, demangle_kernel, parse_maps
+from gpu_agent.demangle import demangle_kernel
+from gpu_agent.symbolize import Frame, Symbolizer, parse_maps
 
 if shutil.which("gcc") is None or shutil.which("g++") is None or shutil.which("nm") is None:
     raise RuntimeError("tests/test_symbolize.py needs gcc, g++ and nm (make deps installs them)")

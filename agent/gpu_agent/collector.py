@@ -21,7 +21,8 @@ from .bpf_session import BpfSession
 from .estimator import Drain
 from .pprof import FrameSpec, ProfileBuilder
 from .python import PythonStacks
-from .symbolize import Symbolizer, demangle_kernel
+from .demangle import demangle_kernel
+from .symbolize import Symbolizer
 
 UNSAMPLED = "[unsampled]"
 UNKNOWN_STACK = "[stack unavailable]"

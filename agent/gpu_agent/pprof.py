@@ -90,7 +90,7 @@ class FrameSpec:
         if isinstance(mangled, bytes):
             mangled = mangled.split(b"\0", 1)[0].decode("utf-8", "replace")
         if demangled is None:
-            from .symbolize import demangle_kernel
+            from .demangle import demangle_kernel
 
             demangled = demangle_kernel(mangled)
         return cls(demangled, mangled, CUDA_KERNEL_FILENAME, 0, 0, CUDA_MAPPING)

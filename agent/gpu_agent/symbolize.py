@@ -1,7 +1,7 @@
-"""Native-stack and CUDA-kernel-name symbolization.
+"""Native-stack symbolization.
 
-One job: turn ``(pid, [return addresses])`` into human-readable frames, and
-mangled kernel names into demangled ones.
+One job: turn ``(pid, [return addresses])`` into human-readable frames (names
+are demangled by demangle.py, /proc and ELF are read by procfs.py and elf.py).
 
 * ``Symbolizer.snapshot(pid)`` reads ``/proc/PID/maps`` (executable,
   file-backed mappings) and remembers them, plus the ELF identity (build-id,
@@ -33,7 +33,6 @@ mtime) in a bounded LRU.
 from __future__ import annotations
 
 import bisect
-import functools
 import logging
 import mmap
 import os
@@ -43,21 +42,20 @@ import time
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple
 
-import cxxfilt
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from . import elf as _elf
 from . import procfs
+from .demangle import demangle
 from .safe_open import open_regular
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Frame", "Mapping", "Symbolizer", "demangle", "demangle_kernel"]
+__all__ = ["Frame", "Mapping", "Symbolizer", "parse_maps"]
 
-_DELETED = " (deleted)"
 
 
 @dataclass(frozen=True)
@@ -92,102 +90,6 @@ class Mapping:
     inode: int
     path: str  # without the " (deleted)" suffix
     deleted: bool
-
-
-# --------------------------------------------------------------------------
-# Demangling
-
-
-_bfd_state = {"fn": None, "free": None, "tried": False}
-_DMGL_PARAMS_ANSI = 1 | 2
-_DMGL_NO_RECURSE_LIMIT = 1 << 18
-
-
-def _bfd_demangler():
-    """libiberty's cplus_demangle_v3 (exported by binutils' libbfd), or None.
-
-    libstdc++'s __cxa_demangle (what cxxfilt calls) refuses names whose
-    demangle tree is deeper than libiberty's recursion limit (1024): e.g. a
-    template argument pack of ~90 types.  cplus_demangle_v3 accepts
-    DMGL_NO_RECURSE_LIMIT (like ``c++filt -r``).
-    """
-    if _bfd_state["tried"]:
-        return _bfd_state["fn"]
-    _bfd_state["tried"] = True
-    import ctypes
-    import ctypes.util
-    import glob
-
-    names = []
-    found = ctypes.util.find_library("bfd")
-    if found:
-        names.append(found)
-    for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib"):
-        names.extend(sorted(glob.glob(os.path.join(d, "libbfd*.so*"))))
-    for name in names:
-        try:
-            lib = ctypes.CDLL(name)
-            fn = lib.cplus_demangle_v3
-            libc = ctypes.CDLL(None)
-        except (OSError, AttributeError):
-            continue
-        fn.restype = ctypes.c_void_p
-        fn.argtypes = [ctypes.c_char_p, ctypes.c_int]
-        free = libc.free
-        free.argtypes = [ctypes.c_void_p]
-        free.restype = None
-
-        def call(raw: bytes, fn=fn, free=free) -> Optional[bytes]:
-            p = fn(raw, _DMGL_PARAMS_ANSI | _DMGL_NO_RECURSE_LIMIT)
-            if not p:
-                return None
-            try:
-                return ctypes.string_at(p)
-            finally:
-                free(p)
-
-        _bfd_state["fn"] = call
-        return call
-    return None
-
-
-@functools.lru_cache(maxsize=16384)
-def _demangle_raw(raw: bytes) -> str:
-    text = raw.decode("utf-8", "replace")
-    if not raw.startswith(b"_Z"):
-        return text
-    try:
-        return cxxfilt.demangleb(raw, external_only=True).decode("utf-8", "replace")
-    except Exception:  # InvalidName, InternalError, LibraryNotFound...
-        pass
-    try:
-        fn = _bfd_demangler()
-        out = fn(raw) if fn is not None else None
-    except Exception:
-        out = None
-    return out.decode("utf-8", "replace") if out else text
-
-
-def demangle(name: Union[str, bytes]) -> str:
-    """Demangle a C++ (Itanium ABI) name; anything else comes back unchanged.
-
-    Never raises and never truncates: failures return the raw name.  A NUL
-    and anything after it is dropped.
-    """
-    if isinstance(name, str):
-        raw = name.encode("utf-8", "surrogateescape")
-    else:
-        raw = bytes(name)
-    return _demangle_raw(raw.split(b"\0", 1)[0])
-
-
-def demangle_kernel(name: Union[bytes, str]) -> str:
-    """Full demangled CUDA kernel name (never truncated; raw name on failure).
-
-    Kernel names arrive as mangled C++ (``_Z...``) or plain C strings, possibly
-    longer than 5000 bytes; a trailing NUL and anything after it is dropped.
-    """
-    return demangle(name)
 
 
 # --------------------------------------------------------------------------

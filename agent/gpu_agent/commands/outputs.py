@@ -169,7 +169,7 @@ class Outputs:
         self._profiles = {"written": 0, "sent": 0, "empty": 0, "deferred": 0}
         if args.metrics_addr:
             from .. import metrics as M
-            from ..symbolize import demangle_kernel
+            from ..demangle import demangle_kernel
 
             def kernel_name(kid: int) -> Optional[str]:
                 raw = collector.session.names.get(kid)
