@@ -65,12 +65,12 @@ def read_shim(path: str) -> tuple[dict[str, list[stapsdt.SdtProbe]], list[elf.Lo
     if not os.path.isfile(path):
         raise BpfError(f"shim not found: {path}")
     try:
-        all_probes = stapsdt.read_probes(path)
         from elftools.elf.elffile import ELFFile
-        with open(path, "rb") as f:
-            e = ELFFile(f)
-            loads = elf.load_segments(e)
-            version = _contract_version(e, f, loads)
+        with open(path, "rb") as f:  # one open: notes, segments and version of one file
+            ef = ELFFile(f)
+            all_probes = stapsdt.probes_in(ef, path)
+            loads = elf.load_segments(ef)
+            version = _contract_version(ef, f, loads)
     except Exception as e:
         raise BpfError(f"cannot read USDT notes of {path}: {e}") from None
     if version is not None and version != C.CONTRACT_VERSION:

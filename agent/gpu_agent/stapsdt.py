@@ -31,36 +31,40 @@ class SdtProbe:
 
 def read_probes(path: str) -> list[SdtProbe]:
     with open(path, "rb") as f:
-        elf = ELFFile(f)
-        if elf.elfclass != 64 or not elf.little_endian:
-            raise ValueError(f"{path}: only 64-bit little-endian ELF is supported")
-        loads = load_segments(elf)
-        base_sec = elf.get_section_by_name(".stapsdt.base")
-        actual_base = base_sec["sh_addr"] if base_sec is not None else None
-        notes = elf.get_section_by_name(".note.stapsdt")
-        if notes is None:
-            return []
-        out = []
-        for note in notes.iter_notes():
-            # pyelftools names type 3 after the GNU note of the same number.
-            if note["n_name"] != "stapsdt" or note["n_type"] not in (
-                    NOTE_TYPE, "NT_GNU_BUILD_ID", "NT_STAPSDT"):
-                continue
-            desc = note["n_descdata"]
-            if isinstance(desc, str):  # older pyelftools decode unknown notes as latin-1
-                desc = desc.encode("latin-1")
-            pc, base, sem = struct.unpack_from("<QQQ", desc, 0)
-            provider, name, args = desc[24:].split(b"\0")[:3]
-            # Prelink may move the file after the note was written: shift by
-            # how far .stapsdt.base moved (systemtap's rule).
-            if actual_base is not None and base:
-                delta = actual_base - base
-                pc += delta
-                if sem:
-                    sem += delta
-            out.append(SdtProbe(
-                provider=provider.decode(), name=name.decode(), pc=pc, semaphore=sem,
-                args=tuple(args.decode().split()),
-                pc_offset=vaddr_to_offset(loads, pc),
-                semaphore_offset=vaddr_to_offset(loads, sem) if sem else 0))
-        return out
+        return probes_in(ELFFile(f), path)
+
+
+def probes_in(elf: ELFFile, path: str) -> list[SdtProbe]:
+    """The USDT probes of an ELF file already open (path: for messages)."""
+    if elf.elfclass != 64 or not elf.little_endian:
+        raise ValueError(f"{path}: only 64-bit little-endian ELF is supported")
+    loads = load_segments(elf)
+    base_sec = elf.get_section_by_name(".stapsdt.base")
+    actual_base = base_sec["sh_addr"] if base_sec is not None else None
+    notes = elf.get_section_by_name(".note.stapsdt")
+    if notes is None:
+        return []
+    out = []
+    for note in notes.iter_notes():
+        # pyelftools names type 3 after the GNU note of the same number.
+        if note["n_name"] != "stapsdt" or note["n_type"] not in (
+                NOTE_TYPE, "NT_GNU_BUILD_ID", "NT_STAPSDT"):
+            continue
+        desc = note["n_descdata"]
+        if isinstance(desc, str):  # older pyelftools decode unknown notes as latin-1
+            desc = desc.encode("latin-1")
+        pc, base, sem = struct.unpack_from("<QQQ", desc, 0)
+        provider, name, args = desc[24:].split(b"\0")[:3]
+        # Prelink may move the file after the note was written: shift by
+        # how far .stapsdt.base moved (systemtap's rule).
+        if actual_base is not None and base:
+            delta = actual_base - base
+            pc += delta
+            if sem:
+                sem += delta
+        out.append(SdtProbe(
+            provider=provider.decode(), name=name.decode(), pc=pc, semaphore=sem,
+            args=tuple(args.decode().split()),
+            pc_offset=vaddr_to_offset(loads, pc),
+            semaphore_offset=vaddr_to_offset(loads, sem) if sem else 0))
+    return out
