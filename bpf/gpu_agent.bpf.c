@@ -424,6 +424,29 @@ static __always_inline int batch_one(u32 i, struct batch_ctx *bc)
     return 0;
 }
 
+/* Records this process lost (CUPTI had no buffer), counted node-wide by the
+ * caller, are added to the process's own totals under GA_KERNEL_DROPPED, as launches without GPU
+ * time, each standing for as many launches as the batch's first record (the
+ * window weight of the time of the loss). */
+static __always_inline void add_dropped(struct batch_ctx *bc, u32 dropped)
+{
+    u32 w = 0;
+    if (bc->count)
+        bpf_probe_read_user(&w, sizeof(w), (const void *)(bc->recs +
+                            __builtin_offsetof(struct ga_kernel_record, weight)));
+    if (w == 0 || w > GA_MAX_RECORD_WEIGHT)
+        w = 1;
+    struct ga_agg_key k = {};
+    k.tgid = bc->tgid;
+    k.kernel_id = GA_KERNEL_DROPPED;
+    struct ga_agg_val zero = {};
+    struct ga_agg_val *v = agg_slot(bc->totals, &k, &zero);
+    if (!v)
+        return;
+    __sync_fetch_and_add(&v->launches, dropped);
+    __sync_fetch_and_add(&v->weighted_launches, (u64)dropped * w);
+}
+
 int ga_kernel_batch(struct pt_regs *ctx)
 {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
@@ -436,10 +459,11 @@ int ga_kernel_batch(struct pt_regs *ctx)
     bpf_usdt_readarg(4, ctx, &dropped);
     count(GA_CNT_BATCHES, 1);
     see_proc(tgid);
-    if (dropped > GA_MAX_BATCH_DROPS) /* not a count any shim sends: refused */
+    if (dropped > GA_MAX_BATCH_DROPS) { /* not a count any shim sends: refused */
         count(GA_DROP_BAD_RECORD, 1);
-    else if (dropped)
-        count(GA_DROP_CUPTI, dropped);
+        dropped = 0;
+    }
+    count(GA_DROP_CUPTI, dropped);
     if (record_size != sizeof(struct ga_kernel_record) || n > GA_BATCH_MAX) {
         count(GA_DROP_BAD_RECORD, 1);
         return 0;
@@ -457,6 +481,8 @@ int ga_kernel_batch(struct pt_regs *ctx)
         count(GA_DROP_AGG_FULL, n);
         return 0;
     }
+    if (dropped)
+        add_dropped(&bc, dropped);
     /* A bounded loop, not bpf_loop(): bcc 0.26 does not relocate BPF-to-BPF
      * function references, so bpf_loop's callback arrives as NULL and the
      * verifier rejects it ("R2 type=scalar expected=func"). The verifier

@@ -31,7 +31,7 @@ def _c_layout_program() -> str:
         for member in py:
             lines.append(f'printf("enum {member.name} %lld\\n", (long long){member.name});')
     for name in C.CONSTANTS:
-        lines.append(f'printf("const {name} %lld\\n", (long long)({name}));')
+        lines.append(f'printf("const {name} %llu\\n", (unsigned long long)({name}));')
     for name in C.STRING_CONSTANTS:
         lines.append(f'printf("str {name} %s\\n", {name});')
     lines += ["return 0;", "}"]

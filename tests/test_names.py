@@ -19,7 +19,7 @@ def test_a_name_is_kept_only_under_its_own_id():
     kn = N.KernelNames({})
     victim = b"_Z6victimPf"
     feed(kn, C.kernel_id(victim), b"_Z8attackerPf")  # another process's kernel id
-    assert C.kernel_id(victim) not in kn and kn.counts["name_spoofed"] == 1
+    assert C.kernel_id(victim) not in kn and kn.counts["drop_name_spoofed"] == 1
     feed(kn, C.kernel_id(victim), victim)
     assert kn[C.kernel_id(victim)] == victim
 
@@ -40,7 +40,7 @@ def test_names_that_never_finish_stay_within_their_byte_bound():
     for i in range(20000):  # the first chunk of a 64 KiB name each, never the rest
         kn.chunk(1000 + i, C.MAX_NAME_LEN, 0, C.NAME_CHUNK, b"z" * C.NAME_CHUNK)
     assert kn._pending_bytes <= N.MAX_PENDING_BYTES and kn.pending <= N.MAX_PENDING_NAMES
-    assert kn.counts["pending_names_evicted"] == 20000 - kn.pending
+    assert kn.counts["drop_pending_names_evicted"] == 20000 - kn.pending
     # a real name still gets through afterwards
     feed(kn, C.kernel_id(b"_Z4realv"), b"_Z4realv")
     assert kn[C.kernel_id(b"_Z4realv")] == b"_Z4realv"
@@ -52,5 +52,5 @@ def test_finished_names_are_bounded_in_bytes_oldest_first(monkeypatch):
     made = [b"_Z%05d" % i + b"k" * 1000 for i in range(200)]  # 200 KB of names
     for name in made:
         feed(kn, C.kernel_id(name), name)
-    assert kn._bytes <= 64 * 1024 and kn.counts["names_evicted"] == 200 - len(kn)
+    assert kn._bytes <= 64 * 1024 and kn.counts["drop_names_evicted"] == 200 - len(kn)
     assert C.kernel_id(made[-1]) in kn and C.kernel_id(made[0]) not in kn

@@ -36,6 +36,11 @@ GRAPH_BEFORE_ATTACH = "[graph captured before attach]"
 # label value that moved with them would split every series.
 DUTY_LABEL = "gpu_time_estimated"
 INT64_MAX = (1 << 63) - 1
+# A process's launches whose records CUPTI lost (GA_KERNEL_DROPPED totals rows).
+DROPPED_CUPTI = "[dropped: cupti]"
+DROPPED_COMMENT = (f"{DROPPED_CUPTI} samples: launches whose kernel records CUPTI lost (no free "
+                   "buffer); their gpu_time is an estimate, the process's mean kernel time in the "
+                   "window times those launches")
 DUTY_COMMENT = (f"gpu_time and kernel_launches of samples labelled {DUTY_LABEL}=true are estimates: "
                 "that process's shim collected in one time window of every N "
                 "(GPU_AGENT_DUTY_CYCLE) and counted each collected kernel about N times, "
@@ -97,6 +102,7 @@ class WindowStats:
     orphan_samples: int = 0
     excluded_pids: int = 0
     impossible_records: int = 0  # kept out by invariants.py (also in drop_impossible)
+    dropped_launches: int = 0    # launches whose records CUPTI lost ([dropped: cupti] samples)
     # Processes whose shim attached in this window but which have no kernel in it: a
     # short job whose launches all fell between collection windows (said, not hidden).
     attached_without_kernels: int = 0
@@ -263,7 +269,7 @@ class Collector:
 
     # -- profile -----------------------------------------------------------
     def _kernel_name(self, kernel_id: int) -> tuple[str, str]:
-        raw = self.session.names.get(kernel_id)
+        raw = self.session.names.lookup(kernel_id)
         if raw is None:
             return f"[unknown kernel {kernel_id:#x}]", ""
         mangled = raw.decode("utf-8", "replace") if isinstance(raw, (bytes, bytearray)) else raw
@@ -300,12 +306,6 @@ class Collector:
         if lost:
             comments.append(lost)
 
-        def new_builder() -> ProfileBuilder:
-            return ProfileBuilder(period_ns=1, duration_ns=max(0, now - win.start_ns),
-                                  time_nanos=win.start_ns, comments=comments)
-
-        builder = new_builder()
-        out = WindowProfiles(builder, stats)
         # BPF keys (AggKey): tgid, device, stream, graph, kernel, stack, capture stack,
         # graph flags; totals carry stack 0. The estimator's keys put the stack last.
         # Totals as whole-run estimates: exact unless the shim collects in windows.
@@ -316,6 +316,26 @@ class Collector:
                    for k, v in win_sampled.items() if self.included(k[0])}
         est = estimator.estimate(totals, sampled)
         stats.orphan_samples = est.orphan_entries
+        mean_ns = _mean_kernel_ns(est.rows)
+        if any(row.key[4] == C.KERNEL_DROPPED for row in est.rows):
+            comments.append(DROPPED_COMMENT)
+
+        def new_builder() -> ProfileBuilder:
+            return ProfileBuilder(period_ns=1, duration_ns=max(0, now - win.start_ns),
+                                  time_nanos=win.start_ns, comments=comments)
+
+        builder = new_builder()
+        out = WindowProfiles(builder, stats)
+
+        def add(tgid: int, info: ProcInfo, frames: list, ns: int, n: int, labels: dict) -> None:
+            builder.add(frames, ns, n, labels)
+            if per_pid:
+                pb = out.per_pid.get(tgid)
+                if pb is None:
+                    pb = out.per_pid[tgid] = new_builder()
+                    out.procs[tgid] = info
+                pb.add(frames, ns, n, labels)
+
         pids = set()
         for row in est.rows:
             if max(row.gpu_ns, row.launches) > INT64_MAX:
@@ -326,6 +346,12 @@ class Collector:
             tgid, device_id, stream_id, graph_id, kernel_id, capture_id, gflags = row.key
             pids.add(tgid)
             info = self._see(tgid)
+            if kernel_id == C.KERNEL_DROPPED:
+                ns = round(row.launches * mean_ns.get(tgid, 0.0))
+                add(tgid, info, [FrameSpec.marker(DROPPED_CUPTI)], ns, row.launches,
+                    {"pid": str(tgid), "comm": info.comm, **info.pod})
+                stats.dropped_launches += row.launches
+                continue
             name, mangled = self._kernel_name(kernel_id)
             if mangled == "":
                 stats.unnamed_kernels += 1
@@ -349,13 +375,7 @@ class Collector:
             elif gflags & C.AGG_NODE_UNKNOWN:
                 stack = [FrameSpec.marker(GRAPH_BEFORE_ATTACH)] + stack
             labels.update(info.pod)
-            builder.add([leaf] + stack, row.gpu_ns, row.launches, labels)
-            if per_pid:
-                pb = out.per_pid.get(tgid)
-                if pb is None:
-                    pb = out.per_pid[tgid] = new_builder()
-                    out.procs[tgid] = info
-                pb.add([leaf] + stack, row.gpu_ns, row.launches, labels)
+            add(tgid, info, [leaf] + stack, row.gpu_ns, row.launches, labels)
             stats.gpu_ns += row.gpu_ns
             stats.kernels += row.launches
         stats.processes = len(pids)
@@ -377,3 +397,14 @@ class Collector:
             for key in [k for k in self._frames if k[0] in dead]:
                 del self._frames[key]
             self.session.forget_pids(dead)  # a reused pid must not join their stacks
+
+
+def _mean_kernel_ns(rows) -> dict[int, float]:
+    """Per process: GPU ns per launch over its recorded kernels (lost ones aside)."""
+    acc: dict[int, list[int]] = {}
+    for row in rows:
+        if row.key[4] != C.KERNEL_DROPPED:
+            a = acc.setdefault(row.key[0], [0, 0])
+            a[0] += row.gpu_ns
+            a[1] += row.launches
+    return {pid: ns / n for pid, (ns, n) in acc.items() if n}

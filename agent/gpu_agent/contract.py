@@ -18,7 +18,7 @@ SEMAPHORE_SYMBOL = "gpu_agent_attach_semaphore"
 REPLAY_SEMAPHORE_SYMBOL = "gpu_agent_replay_semaphore"
 # The contract version the shim exports (GA_CONTRACT_VERSION): a shim of another
 # version is refused before any probe of it is read (shim_attach.read_shim).
-CONTRACT_VERSION = 2
+CONTRACT_VERSION = 3
 CONTRACT_VERSION_SYMBOL = "gpu_agent_contract_version"
 
 MAX_FRAMES = 64
@@ -31,6 +31,7 @@ REC_IMPOSSIBLE = 0x2
 MAX_KERNEL_NS = 1 << 42
 MAX_RECORD_WEIGHT = 1 << 20
 MAX_BATCH_DROPS = 1 << 24
+KERNEL_DROPPED = (1 << 64) - 1
 AGG_CAPTURED = 0x1
 AGG_NODE_UNKNOWN = 0x2
 LAT_BUCKETS = 64
@@ -166,9 +167,10 @@ COUNTER_MAX = int(Counter.GA_COUNTER_MAX)
 
 
 def kernel_id(mangled: bytes) -> int:
-    """A kernel's id: FNV-1a 64 of its whole mangled name, never 0 (the shim's fnv1a64)."""
+    """A kernel's id: FNV-1a 64 of its mangled name, of the first MAX_NAME_LEN bytes
+    of a longer one, never 0 (the shim's intern_slow)."""
     h = 0xCBF29CE484222325
-    for b in mangled:
+    for b in mangled[:MAX_NAME_LEN]:
         h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
     return h or 1
 
@@ -310,6 +312,7 @@ CONSTANTS: dict[str, int] = {
     "GA_MAX_KERNEL_NS": MAX_KERNEL_NS,
     "GA_MAX_RECORD_WEIGHT": MAX_RECORD_WEIGHT,
     "GA_MAX_BATCH_DROPS": MAX_BATCH_DROPS,
+    "GA_KERNEL_DROPPED": KERNEL_DROPPED,
     "GA_AGG_CAPTURED": AGG_CAPTURED,
     "GA_AGG_NODE_UNKNOWN": AGG_NODE_UNKNOWN,
     "GA_LAT_BUCKETS": LAT_BUCKETS,

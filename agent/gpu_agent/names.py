@@ -5,11 +5,12 @@ chunk is hostile until proven otherwise:
 - a chunk must sit where the shim puts one (offset a multiple of GA_NAME_CHUNK, the
   full chunk length but for the last), so a name has at most total / GA_NAME_CHUNK
   chunks and is assembled once, in linear time, when the last one arrives;
-- a finished name must hash to its kernel id (FNV-1a 64 of the mangled name, the
-  contract's definition), so a process cannot rename another process's kernels
-  (names cut at GA_MAX_NAME_LEN cannot be checked: their id hashes the whole name);
+- a finished name must hash to its kernel id (FNV-1a 64 of the mangled name, cut
+  at GA_MAX_NAME_LEN like the name itself: the contract's definition), so a process
+  cannot rename another process's kernels;
 - unfinished names are bounded in bytes and in number, and finished ones in bytes:
-  the oldest go first, and every eviction is counted.
+  the least recently used go first (a flood of names that no kernel record uses
+  pushes out no name that the profiles use), and every eviction is counted.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ class KernelNames(Mapping[int, bytes]):
         self._pending: OrderedDict[int, _Pending] = OrderedDict()
         self._pending_bytes = 0
         self.counts = counts  # the session's agent-side counters, updated in place
-        for k in ("ev_corrupt", "name_conflict", "names_complete", "name_spoofed",
-                  "names_evicted", "pending_names_evicted"):
+        for k in ("ev_corrupt", "drop_name_conflict", "names_complete", "drop_name_spoofed",
+                  "drop_names_evicted", "drop_pending_names_evicted"):
             counts.setdefault(k, 0)
 
     # -- Mapping -------------------------------------------------------------
@@ -57,6 +58,13 @@ class KernelNames(Mapping[int, bytes]):
 
     def __len__(self) -> int:
         return len(self._names)
+
+    def lookup(self, kernel_id: int) -> bytes | None:
+        """The name of a kernel that a profile uses: kept longest under eviction."""
+        name = self._names.get(kernel_id)
+        if name is not None:
+            self._names.move_to_end(kernel_id)
+        return name
 
     @property
     def pending(self) -> int:
@@ -73,7 +81,7 @@ class KernelNames(Mapping[int, bytes]):
             return
         p = self._pending.get(kernel_id)
         if p is not None and p.total != total:
-            self.counts["name_conflict"] += 1
+            self.counts["drop_name_conflict"] += 1
             self._drop_pending(kernel_id)
             p = None
         if p is None:
@@ -87,8 +95,8 @@ class KernelNames(Mapping[int, bytes]):
         self._bound_pending()
 
     def _finish(self, kernel_id: int, name: bytes) -> None:
-        if len(name) < C.MAX_NAME_LEN and C.kernel_id(name) != kernel_id:
-            self.counts["name_spoofed"] += 1
+        if C.kernel_id(name) != kernel_id:
+            self.counts["drop_name_spoofed"] += 1
             return
         self._names[kernel_id] = name
         self._bytes += len(name)
@@ -96,7 +104,7 @@ class KernelNames(Mapping[int, bytes]):
         while self._bytes > MAX_NAME_BYTES and self._names:
             _, old = self._names.popitem(last=False)
             self._bytes -= len(old)
-            self.counts["names_evicted"] += 1
+            self.counts["drop_names_evicted"] += 1
 
     def _drop_pending(self, kernel_id: int) -> None:
         p = self._pending.pop(kernel_id, None)
@@ -107,4 +115,4 @@ class KernelNames(Mapping[int, bytes]):
         while self._pending and (len(self._pending) > MAX_PENDING_NAMES
                                  or self._pending_bytes > MAX_PENDING_BYTES):
             self._drop_pending(next(iter(self._pending)))
-            self.counts["pending_names_evicted"] += 1
+            self.counts["drop_pending_names_evicted"] += 1

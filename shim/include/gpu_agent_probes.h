@@ -109,14 +109,15 @@ typedef uint64_t ga_u64;
  * attaches, and refuses a shim of another version with one clear line instead
  * of misreading its probes. Bump it whenever a probe's arguments, a shared
  * struct, an enum or a constant below changes meaning. */
-#define GA_CONTRACT_VERSION 2u
+#define GA_CONTRACT_VERSION 3u
 #define GA_CONTRACT_VERSION_SYMBOL "gpu_agent_contract_version"
 
 /* Limits shared by both sides. */
 #define GA_MAX_FRAMES 64     /* native frames per sampled stack */
 #define GA_BATCH_MAX 1024    /* kernel records per kernel_batch probe */
 #define GA_NAME_CHUNK 512    /* bytes per kernel_name probe */
-#define GA_MAX_NAME_LEN (64 * 1024) /* longer names are cut and counted */
+#define GA_MAX_NAME_LEN (64 * 1024) /* longer names are cut and counted; a
+                                     * kernel id hashes at most this many bytes */
 
 /* One kernel execution, converted by the shim from CUPTI's
  * CUpti_ActivityKernelN (CONCURRENT_KERNEL). 64 bytes, no padding holes. */
@@ -161,6 +162,10 @@ struct ga_kernel_record {
  * that reports more CUPTI drops than this: forged counters never reach the totals. */
 #define GA_MAX_RECORD_WEIGHT (1u << 20)
 #define GA_MAX_BATCH_DROPS (1u << 24)
+/* The kernel id of a process's lost records in kernel_totals: kernel_batch's
+ * `dropped` (records CUPTI had no buffer for) are added there as launches with
+ * no GPU time, so each profile shows, per process, what it lost. */
+#define GA_KERNEL_DROPPED 0xffffffffffffffffull
 
 /* ---- BPF maps (keys and values read by the agent) ---- */
 

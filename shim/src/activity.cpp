@@ -1,14 +1,18 @@
 /* activity.cpp: CUPTI activity buffers -> kernel_batch probes, and kernel
  * name interning -> kernel_name probes.
  *
- * Buffers: a bounded pool of GA_BUF_MAX buffers of GA_BUF_SIZE bytes, each
- * followed by its own scratch array of GA_BATCH_MAX ga_kernel_records, so a
- * completed buffer is converted without any shared state. When the pool is
- * exhausted the request callback returns NULL; CUPTI then drops records and
+ * Buffers: a pool of GA_BUF_SIZE buffers, each followed by its own scratch
+ * array of GA_BATCH_MAX ga_kernel_records, so a completed buffer is converted
+ * without any shared state. The pool grows as the load needs, up to
+ * GPU_AGENT_BUFFER_POOL_MB buffers (default 64: a launch flood on saturated
+ * cores outran 16), and keeps what it grew. When it is exhausted the request
+ * callback returns NULL; CUPTI then drops records and
  * counts them, and the count (cuptiActivityGetNumDroppedRecords) is reported
  * in the next kernel_batch's `dropped` argument.
  *
- * Names: kernel_id = FNV-1a 64 of the full mangled name (never 0). A
+ * Names: kernel_id = FNV-1a 64 of the mangled name, of its first
+ * GA_MAX_NAME_LEN bytes if it is longer (never 0): the agent can check every
+ * name it is sent against its id, cut ones too. A
  * lock-free cache maps CUPTI's name pointer to the id; on a miss the id is
  * looked up under a mutex in the table of known names, and a new name is
  * stored (bounded, GA_NAME_ARENA_MAX bytes) and announced with kernel_name
@@ -23,7 +27,6 @@
 #include "ga_internal.h"
 
 #define GA_BUF_SIZE (1u << 20)
-#define GA_BUF_MAX 16
 #define GA_SCRATCH_BYTES (GA_BATCH_MAX * sizeof(struct ga_kernel_record))
 
 std::atomic<uint64_t> ga_stat_batches;
@@ -46,7 +49,7 @@ void CUPTIAPI ga_buffer_requested(uint8_t **buffer, size_t *size, size_t *max_re
     pthread_mutex_lock(&pool_mu);
     if (pool_nfree) {
         b = pool_free[--pool_nfree];
-    } else if (pool_nalloc < GA_BUF_MAX) {
+    } else if (pool_nalloc < ga_cfg.buffer_pool_mb) {
         b = (uint8_t *)aligned_alloc(64, GA_BUF_SIZE + GA_SCRATCH_BYTES);
         if (b) pool_nalloc++;
     }
@@ -153,8 +156,10 @@ static name_entry *id_tab_find(uint64_t id, name_entry **free_slot) {
 
 static uint64_t intern_slow(const char *name) {
     size_t full = strlen(name);
-    uint64_t id = fnv1a64(name, full);
     uint32_t len = full > GA_MAX_NAME_LEN ? GA_MAX_NAME_LEN : (uint32_t)full;
+    /* The id of what is sent: two names that differ only past the cut are one
+     * kernel (they would print the same), and no name goes unchecked. */
+    uint64_t id = fnv1a64(name, len);
 
     pthread_mutex_lock(&names_mu);
     if (!id_tab) id_tab = (name_entry *)calloc(ID_CAP, sizeof(name_entry));
@@ -440,18 +445,29 @@ static bool emit(struct ga_kernel_record *recs, uint32_t n, bool windows) {
     return k != 0;
 }
 
+static struct ga_kernel_record empty_batch[1];
+
+static void read_dropped(CUcontext ctx, uint32_t stream_id) {
+    if (!ga_cupti.ActivityGetNumDroppedRecords) return;
+    size_t dropped = 0;
+    if (ga_cupti.ActivityGetNumDroppedRecords(ctx, stream_id, &dropped) == CUPTI_SUCCESS && dropped) {
+        pending_dropped.fetch_add(dropped, std::memory_order_relaxed);
+        ga_stat_dropped.fetch_add(dropped, std::memory_order_relaxed);
+    }
+}
+
+/* After a flush: records lost since the last completed buffer. When every buffer
+ * was out as the last launches came, no completion callback is left to read
+ * their count (a flood's final drops went unreported). */
+void ga_report_drops(void) noexcept {
+    read_dropped(nullptr, 0);
+    if (pending_dropped.load(std::memory_order_relaxed)) fire_batch(empty_batch, 0);
+}
+
 void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer, size_t size,
                                   size_t valid_size) noexcept {
-    if (ga_cupti.ActivityGetNumDroppedRecords) {
-        size_t dropped = 0;
-        if (ga_cupti.ActivityGetNumDroppedRecords(ctx, stream_id, &dropped) == CUPTI_SUCCESS &&
-            dropped) {
-            pending_dropped.fetch_add(dropped, std::memory_order_relaxed);
-            ga_stat_dropped.fetch_add(dropped, std::memory_order_relaxed);
-        }
-    }
+    read_dropped(ctx, stream_id);
     bool fired = false;
-    static struct ga_kernel_record empty_batch[1];
     if (buffer && size >= GA_BUF_SIZE) {
         struct ga_kernel_record *out = (struct ga_kernel_record *)(buffer + GA_BUF_SIZE);
         uint32_t n = 0;

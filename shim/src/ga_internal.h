@@ -21,6 +21,8 @@ GA_HIDDEN void ga_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2
 GA_HIDDEN extern int ga_debug_on;
 
 /* ---- configuration (shim.cpp) ---- */
+#define GA_BUF_MAX 1024 /* buffers: the ceiling of GPU_AGENT_BUFFER_POOL_MB */
+
 struct ga_config {
     uint32_t sample_period;       /* GPU_AGENT_SAMPLE_PERIOD, default 64 */
     uint32_t graph_sample_period; /* GPU_AGENT_GRAPH_SAMPLE_PERIOD, default 8 */
@@ -28,6 +30,8 @@ struct ga_config {
     uint32_t flush_ms;            /* GPU_AGENT_FLUSH_MS, default 1000 */
     uint32_t duty_cycle;          /* GPU_AGENT_DUTY_CYCLE, default 10: one window in N */
     uint32_t window_ms;           /* GPU_AGENT_WINDOW_MS, default 20 */
+    uint32_t buffer_pool_mb;      /* GPU_AGENT_BUFFER_POOL_MB, default 64: CUPTI buffers
+                                   * (1 MiB each) allocated as load needs, up to this */
     char audit_file[256];         /* GPU_AGENT_AUDIT_FILE: "" = off (window.cpp) */
     /* Benchmark-only experiments (bench/gpu/ab_overhead.py; estimates may be wrong): */
     uint32_t exp_on_ms, exp_off_ms; /* GPU_AGENT_EXP_TOGGLE_MS=ON[:OFF]: while an agent is
@@ -105,6 +109,7 @@ GA_HIDDEN void CUPTIAPI ga_buffer_requested(uint8_t **buffer, size_t *size,
 GA_HIDDEN void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
                                             size_t size, size_t valid_size) noexcept;
 GA_HIDDEN void ga_replay_names(void) noexcept;
+GA_HIDDEN void ga_report_drops(void) noexcept; /* after a flush */
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_batches;
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_records;
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_dropped;

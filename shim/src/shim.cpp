@@ -49,7 +49,7 @@ extern "C" GA_EXPORT const uint32_t gpu_agent_contract_version = GA_CONTRACT_VER
 
 enum { ST_DISABLED = -1, ST_IDLE = 0, ST_ATTACHED = 1 };
 
-ga_config ga_cfg = {64, 8, 100, 1000, 10, 20, "", 0, 0, 0, 0, 0};
+ga_config ga_cfg = {64, 8, 100, 1000, 10, 20, 64, "", 0, 0, 0, 0, 0};
 int ga_debug_on;
 
 static std::atomic<int> g_state{ST_IDLE};
@@ -119,7 +119,7 @@ static const char *const k_known_env[] = {
     "GPU_AGENT_FLUSH_MS",      "GPU_AGENT_DEBUG",               "GPU_AGENT_CUPTI_PATH",
     "GPU_AGENT_DUTY_CYCLE",    "GPU_AGENT_WINDOW_MS",           "GPU_AGENT_AUDIT_FILE",
     "GPU_AGENT_EXP_HOLD",      "GPU_AGENT_EXP_TOGGLE_MS",       "GPU_AGENT_EXP_CALLBACKS",
-    "GPU_AGENT_EXP_INTERNAL_LAUNCHES",
+    "GPU_AGENT_EXP_INTERNAL_LAUNCHES", "GPU_AGENT_BUFFER_POOL_MB",
     /* read by the agent CLI, not by the shim: known, so never reported */
     "GPU_AGENT_SHIM",          "GPU_AGENT_BPF_DIR",             "GPU_AGENT_INCLUDE_DIR",
 };
@@ -159,6 +159,7 @@ static void common_init(void) {
     env_u32("GPU_AGENT_FLUSH_MS", &ga_cfg.flush_ms, 1, 3600000, bad, sizeof(bad));
     env_u32("GPU_AGENT_DUTY_CYCLE", &ga_cfg.duty_cycle, 1, 100000, bad, sizeof(bad));
     env_u32("GPU_AGENT_WINDOW_MS", &ga_cfg.window_ms, 1, 3600000, bad, sizeof(bad));
+    env_u32("GPU_AGENT_BUFFER_POOL_MB", &ga_cfg.buffer_pool_mb, 1, GA_BUF_MAX, bad, sizeof(bad));
     const char *tog = getenv("GPU_AGENT_EXP_TOGGLE_MS");
     if (tog && *tog) {
         unsigned on = 0, off = 0;
@@ -251,6 +252,7 @@ static void undo_cupti(bool activity, bool subscribed) {
     if (activity && g_activity_used) {
         ga_cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
         ga_window_release_records(false);
+        ga_report_drops();
     }
     g_activity_used = false;
     if (subscribed) {
@@ -527,6 +529,7 @@ static void poll_once(void) noexcept {
                     do_detach("flush failed");
                     handle_failure("cuptiActivityFlushAll", r);
                 } else {
+                    ga_report_drops();
                     ga_graph_after_flush(); /* destroyed graph nodes, now that their records are in */
                 }
             }
@@ -638,16 +641,19 @@ static void at_exit_handler(void) {
         }
         CUptiResult r = ga_cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
         ga_window_release_records(false);
+        ga_report_drops();
         ga_debug("exit flush (pid %d): %s", (int)getpid(),
                  r == CUPTI_SUCCESS ? "ok" : ga_cupti_err(r));
         ga_audit_write();
     }
-    ga_debug("exit (pid %d): %llu launches collected, %llu kernel records, %llu windows, "
+    ga_debug("exit (pid %d): %llu launches collected, %llu kernel records (%llu lost by CUPTI), "
+             "%llu windows, "
              "%llu launches seen while attached, %llu after the last window, %llu records "
              "weighted early, %llu records of unseen launches, %llu launches joined to the window "
              "before them, %llu graph launches left out (%llu records, %llu of them late)",
              (int)getpid(), (unsigned long long)ga_stat_launches.load(),
-             (unsigned long long)ga_stat_records.load(), (unsigned long long)g_stat_windows.load(),
+             (unsigned long long)ga_stat_records.load(), (unsigned long long)ga_stat_dropped.load(),
+             (unsigned long long)g_stat_windows.load(),
              (unsigned long long)ga_launch_seq.load(), (unsigned long long)ga_stat_unweighted.load(),
              (unsigned long long)ga_stat_held_overflow.load(), (unsigned long long)ga_stat_unseen.load(),
              (unsigned long long)ga_stat_joined.load(),

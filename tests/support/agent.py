@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import agent_cmd
+from support.env import agent_cmd
 from support.pprof_tool import raw
 
 
@@ -24,6 +24,7 @@ class Agent:
         for line in self.proc.stderr:
             seen.append(line)
             if "watching" in line:
+                self.watching_line = line
                 break
         else:
             pytest.fail("agent did not start: " + "".join(seen))

@@ -34,7 +34,9 @@ def status_line(stats, counters: dict) -> str:
             + (f" stale_join={counters['stale_join']}" if counters.get("stale_join") else "")
             # Short jobs that ran between collection windows: seen, not measured.
             + (f" attached_without_kernels={stats.attached_without_kernels}"
-               if stats.attached_without_kernels else ""))
+               if stats.attached_without_kernels else "")
+            # Launches whose records CUPTI lost: [dropped: cupti] samples.
+            + (f" dropped_launches={stats.dropped_launches}" if stats.dropped_launches else ""))
 
 
 def _unwritable(d: Path) -> str | None:

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from .. import contract as C
+from ..collector import DROPPED_CUPTI
 from .common import dir_error, duration
 
 # Plaintext to these never leaves the host: a token may go there without TLS.
@@ -172,7 +174,9 @@ class Outputs:
             from ..demangle import demangle_kernel
 
             def kernel_name(kid: int) -> Optional[str]:
-                raw = collector.session.names.get(kid)
+                if kid == C.KERNEL_DROPPED:
+                    return DROPPED_CUPTI
+                raw = collector.session.names.lookup(kid)
                 if raw is None:
                     return None
                 return demangle_kernel(raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw)
@@ -232,6 +236,9 @@ class Outputs:
         for k in ("agent_ev_corrupt", "agent_ev_unknown", "agent_callback_errors"):
             if k in c:
                 drops[k] = c[k]
+        for k, v in c.items():  # names refused or evicted (names.py)
+            if k.startswith("agent_drop_"):
+                drops["agent_" + k[len("agent_drop_"):]] = v
         self.metrics.set_health(
             attached_processes=sum(1 for p in self.collector.procs.values() if not p.exited),
             bpf_events=getattr(self.collector.session, "_events", 0),

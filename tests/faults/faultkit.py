@@ -1,0 +1,159 @@
+"""The fault suite's parts: the attacker (uid 65534, the real shim), a running
+`gpu-agent run`, and an honest workload whose totals must stay exact meanwhile."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from support.env import MOCK_APP, SHIM, ground_truth, mock_env, need_ebpf  # noqa: E402
+from support.agent import Agent  # noqa: E402
+
+import attacker as A  # noqa: E402
+
+# What the agent may use while it is attacked (it idles near 100 MiB here; the
+# DaemonSet's limit is 512 Mi). Stated in docs/security.md.
+RSS_BOUND_MIB = 320
+
+
+@pytest.fixture(scope="session")
+def world_dir():
+    """A directory that uid 65534 can read (pytest's tmp dirs are root-only)."""
+    d = Path(tempfile.mkdtemp(prefix="gpu-agent-faults-"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def attacker(world_dir, built):
+    need_ebpf()
+    return A.build(world_dir / "bin")
+
+
+def attack(exe: Path, script: A.Script, world_dir: Path, timeout: float = 120) -> int:
+    """Runs the script as uid 65534 to its end; returns the attacker's pid."""
+    path = script.write(Path(tempfile.mkstemp(dir=world_dir, suffix=".attack")[1]))
+    p = A.run(exe, SHIM, path)
+    out, err = p.communicate(timeout=timeout)
+    assert p.returncode == 0, f"attacker failed ({p.returncode}): {err}"
+    lines = out.split()
+    assert lines[-2:] == ["done", str(script.fires)], out
+    return int(lines[1])
+
+
+class Node:
+    """`gpu-agent run` (1 s windows, /metrics on a free port) under attack."""
+
+    def __init__(self, out_dir: Path, *extra: str):
+        self.agent = Agent(out_dir, "--metrics-addr", "127.0.0.1:0", *extra)
+        self.proc = self.agent.proc
+        # The "watching" line names the metrics address.
+        m = re.search(r"metrics on (http://\S+/metrics)", self.agent.watching_line)
+        assert m, self.agent.watching_line
+        self.metrics_url = m.group(1)
+
+    def metrics(self) -> dict[str, float]:
+        """`gpu_agent_drops` by reason and the other plain counters."""
+        text = urllib.request.urlopen(self.metrics_url, timeout=10).read().decode()
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            m = re.match(r'^gpu_agent_drops_total\{reason="(\w+)"\}\s+(\S+)$', line)
+            if m:
+                out[m.group(1)] = float(m.group(2))
+        return out
+
+    def rss_mib(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        raise AssertionError("no VmHWM")
+
+    def cpu_s(self) -> float:
+        f = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+    def assert_up(self) -> None:
+        assert self.proc.poll() is None, "the agent died: " + self.proc.stderr.read()
+        assert self.rss_mib() < RSS_BOUND_MIB, f"agent peak RSS {self.rss_mib():.0f} MiB"
+
+    def stop(self) -> str:
+        self.assert_up()
+        return self.agent.stop()
+
+    def samples(self):
+        return self.agent.samples()
+
+
+@pytest.fixture
+def node(tmp_path, built):
+    need_ebpf()
+    n = Node(tmp_path / "profiles")
+    yield n
+    if n.proc.poll() is None:
+        n.proc.kill()
+        n.proc.wait()
+
+
+class Honest:
+    """The mock workload through the real shim, continuous collection, with the
+    mock driver's exact per-kernel ground truth."""
+
+    def __init__(self, tmp: Path, *args: str, env: dict | None = None):
+        self.truth_path = Path(tempfile.mkstemp(dir=tmp, suffix=".truth.tsv")[1])
+        self.proc = subprocess.Popen(
+            [str(MOCK_APP), *args],
+            env=mock_env(self.truth_path, CUDA_INJECTION64_PATH=str(SHIM), GPU_AGENT_FLUSH_MS="100",
+                         **(env or {})),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def wait(self) -> None:
+        _, err = self.proc.communicate(timeout=120)
+        assert self.proc.returncode == 0, err
+
+    def truth(self) -> dict[str, tuple[int, int]]:
+        return ground_truth(self.truth_path)
+
+    def assert_exact(self, samples) -> None:
+        """Every kernel of the honest pid: its name, launches and GPU ns, exactly."""
+        truth = self.truth()
+        ns, n = defaultdict(int), defaultdict(int)
+        for s in samples:
+            if s.labels.get("pid") == str(self.proc.pid):
+                ns[s.system_names[0]] += s.values[0]
+                n[s.system_names[0]] += s.values[1]
+        assert dict(n) == {k: v[0] for k, v in truth.items()}
+        assert dict(ns) == {k: v[1] for k, v in truth.items()}
+
+
+@pytest.fixture
+def honest(tmp_path):
+    started = []
+
+    def start(*args: str, env: dict | None = None) -> Honest:
+        h = Honest(tmp_path, *args, env=env)
+        started.append(h)
+        return h
+    yield start
+    for h in started:
+        if h.proc.poll() is None:
+            h.proc.kill()
+            h.proc.wait()
+
+
+def settle(node: Node, seconds: float = 2.5) -> None:
+    """Waits for the windows that hold what happened so far to be written."""
+    time.sleep(seconds)

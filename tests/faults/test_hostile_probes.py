@@ -1,0 +1,118 @@
+"""Hostile probe arguments, fired through the real shim's probe sites by uid 65534
+while an honest workload runs (issue 16, items 1, 4, 5 and 6).
+
+Throughout, the agent stays up under its RSS bound, every refused record is
+counted, and the honest workload's names, launches and GPU ns stay exact."""
+
+from __future__ import annotations
+
+import subprocess
+
+from gpu_agent import contract as C
+
+from faultkit import MOCK_APP, SHIM, attack, ground_truth, mock_env, settle
+
+import attacker as A
+
+HONEST = ("--paths", "cuLaunchKernel,cudaLaunchKernel", "--iters", "200", "--sleep-ms", "5")
+
+
+def rec(kernel_id: int, corr: int, start: int, end: int, **kw) -> C.KernelRecord:
+    r = C.KernelRecord()
+    r.kernel_id, r.correlation_id, r.start_ns, r.end_ns = kernel_id, corr, start, end
+    for k, v in kw.items():
+        setattr(r, k, v)
+    return r
+
+
+def attacker_samples(samples, pid: int):
+    return [s for s in samples if s.labels.get("pid") == str(pid)]
+
+
+def test_impossible_durations_and_weights_are_dropped_and_counted(node, honest, attacker, world_dir):
+    """Item 1: a duration >= 2^63 ns reached pprof and crashed `gpu-agent run`."""
+    h = honest(*HONEST)
+    kid = C.kernel_id(b"_Z4evilv")
+    s = A.Script(SHIM).full_name(kid, b"_Z4evilv")
+    s.batch([rec(kid, 1, 0, (1 << 63) + 5),               # past int64
+             rec(kid, 2, 10, 1),                          # ends before it starts
+             rec(kid, 3, 0, 1 << 50),                     # 13 days: past GA_MAX_KERNEL_NS
+             rec(kid, 4, 0, 1000, weight=0xFFFFFFFF)],    # a weight no window gives
+            repeat=50)
+    before = node.metrics().get("impossible", 0)
+    pid = attack(attacker, s, world_dir)
+    h.wait()
+    settle(node)
+    assert node.metrics().get("impossible", 0) - before == 4 * 50
+    node.stop()
+    samples = node.samples()
+    assert not [x for x in attacker_samples(samples, pid) if x.frames[0] == "_Z4evilv"]
+    h.assert_exact(samples)
+
+
+def test_forged_drop_counts_are_refused_and_counted_as_bad(node, honest, attacker, world_dir):
+    """Item 6: a garbage `dropped` argument pushed drop_cupti to 1.0e14."""
+    h = honest(*HONEST)
+    s = A.Script(SHIM).batch([], dropped=0xFFFFFFFF, repeat=100)
+    before = node.metrics()
+    attack(attacker, s, world_dir)
+    h.wait()
+    settle(node)
+    after = node.metrics()
+    assert after.get("cupti", 0) == before.get("cupti", 0)
+    assert after.get("bad_record", 0) - before.get("bad_record", 0) == 100
+    node.stop()
+    h.assert_exact(node.samples())
+
+
+
+def honest_names(tmp_path) -> list[bytes]:
+    """The mangled names of the honest workload's kernels (a run without the shim)."""
+    truth = tmp_path / "names.tsv"
+    subprocess.run([str(MOCK_APP), *HONEST[:2], "--iters", "1"], env=mock_env(truth), check=True,
+                   capture_output=True, timeout=60)
+    return [k.encode() for k in ground_truth(truth)]
+
+
+def test_no_process_can_rename_another_process_kernels(node, honest, attacker, world_dir, tmp_path):
+    """Item 5: names were global and the first writer won, forever."""
+    victims = honest_names(tmp_path)
+    s = A.Script(SHIM)
+    for name in victims:
+        kid = C.kernel_id(name)
+        s.full_name(kid, b"_Z6hijackv")                                # the wrong name
+        s.full_name(kid, (b"_Z6hijack" + b"x" * C.MAX_NAME_LEN)[:C.MAX_NAME_LEN])  # a cut one
+    attack(attacker, s, world_dir)
+    h = honest(*HONEST)
+    h.wait()
+    settle(node)
+    assert node.metrics()["agent_name_spoofed"] == 2 * len(victims)
+    node.stop()
+    h.assert_exact(node.samples())
+
+
+def test_a_name_flood_and_names_that_never_finish_stay_bounded(node, honest, attacker, world_dir):
+    """Item 4: 10 000 64 KiB names took the agent past 512 MiB, and four names that
+    never finished pinned a core for 25 s (chunks were re-sorted on every arrival)."""
+    h = honest(*HONEST[:2], "--duration", "14", "--sleep-ms", "5")
+    settle(node, 1.5)  # its names are in, and a window has used them
+    s = A.Script(SHIM)
+    for i in range(1200):  # 75 MiB of names that check out, past the 64 MiB bound
+        name = b"_Z5flood%05d" % i
+        name += b"f" * (C.MAX_NAME_LEN - len(name))
+        s.full_name(C.kernel_id(name), name).sleep(8)  # paced: past the ring, into the agent
+    for i in range(4):     # every chunk but the last, again and again
+        name = b"_Z7neverend%d" % i + b"n" * C.MAX_NAME_LEN
+        for off in range(0, C.MAX_NAME_LEN - C.NAME_CHUNK, C.NAME_CHUNK):
+            s.name_chunk(i + 7, C.MAX_NAME_LEN, off, name[off:off + C.NAME_CHUNK], repeat=200)
+    cpu0 = node.cpu_s()
+    attack(attacker, s, world_dir)
+    h.wait()
+    settle(node)
+    node.assert_up()
+    assert node.cpu_s() - cpu0 < 30, "name assembly is not linear"
+    m = node.metrics()
+    # What did not fit is counted: evicted names, or chunks the ring had no room for.
+    assert m["agent_names_evicted"] + m["ringbuf_full"] > 0
+    node.stop()
+    h.assert_exact(node.samples())
