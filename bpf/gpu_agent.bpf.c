@@ -108,8 +108,13 @@ BPF_PERCPU_ARRAY(counters, u64, GA_COUNTER_MAX);
 /* A struct ga_stack is 520 bytes: too big for the 512-byte BPF stack. */
 BPF_PERCPU_ARRAY(stack_scratch, struct ga_stack, 1);
 
-/* tgids that fired a probe: only those get a PROC_EXIT event. */
-BPF_HASH(procs, u32, u8, 8192);
+/* tgids that fired a probe (only those get a PROC_EXIT event) -> the process's
+ * start tag: random, drawn at its first probe, deleted when it exits. Keys of
+ * per-process state carry the tag, so that a new process given a dead one's pid
+ * starts clean, even before the agent has seen the exit. (Not the task's start
+ * time: bcc compiles against whatever kernel headers are installed, and their
+ * task_struct layout need not be the running kernel's.) */
+BPF_HASH(procs, u32, u32, 8192);
 
 BPF_RINGBUF_OUTPUT(events, GA_RINGBUF_PAGES);
 
@@ -120,12 +125,16 @@ static __always_inline void count(u32 idx, u64 n)
         *v += n;
 }
 
-static __always_inline void see_proc(u32 tgid)
+/* The process's start tag (0 while the table is full). */
+static __always_inline u32 see_proc(u32 tgid)
 {
-    if (!procs.lookup(&tgid)) {
-        u8 one = 1;
-        procs.update(&tgid, &one);
-    }
+    u32 *t = procs.lookup(&tgid);
+    if (t)
+        return *t;
+    u32 tag = bpf_get_prandom_u32() | 1;
+    procs.insert(&tgid, &tag); /* a racing thread of the process may win: use its tag */
+    t = procs.lookup(&tgid);
+    return t ? *t : 0;
 }
 
 #include "python_stack.h" /* ga_py_unwind: the launching thread's Python frames */
@@ -134,14 +143,14 @@ static __always_inline void see_proc(u32 tgid)
  * nframes, hashed to stack_id) plus its Python frames, once per distinct stack,
  * announced to the agent with GA_EV_NEW_STACK. Returns the stack id to use
  * (it covers the Python frames, if any). */
-static __always_inline u64 store_stack(u64 pid_tgid, u64 stack_id, u64 frames, u32 nframes,
-                                       u32 cbid)
+static __always_inline u64 store_stack(u64 pid_tgid, u32 start, u64 stack_id, u64 frames,
+                                       u32 nframes, u32 cbid)
 {
     u32 tgid = pid_tgid >> 32;
     /* From here on stack_id also covers the Python frames, if any. */
-    stack_id = ga_py_unwind(tgid, (u32)pid_tgid, stack_id);
+    stack_id = ga_py_unwind(tgid, start, (u32)pid_tgid, stack_id);
 
-    struct ga_stack_key sk = {.tgid = tgid, .pad = 0, .stack_id = stack_id};
+    struct ga_stack_key sk = {.tgid = tgid, .start = start, .stack_id = stack_id};
     if (stacks.lookup(&sk))
         return stack_id;
 
@@ -181,6 +190,8 @@ static __always_inline u64 store_stack(u64 pid_tgid, u64 stack_id, u64 frames, u
     ev->hdr.type = GA_EV_NEW_STACK;
     ev->hdr.tgid = tgid;
     ev->stack_id = stack_id;
+    ev->start = start;
+    ev->pad = 0;
     events.ringbuf_submit(ev, 0);
     return stack_id;
 }
@@ -202,12 +213,12 @@ int ga_cuda_correlation(struct pt_regs *ctx)
     bpf_usdt_readarg(6, ctx, &weight);
     bpf_usdt_readarg(7, ctx, &launch_ns);
     count(GA_CNT_SAMPLES, 1);
-    see_proc(tgid);
+    u32 start = see_proc(tgid);
     /* The stack first: the join below must carry the id that covers the
      * Python frames. */
-    stack_id = store_stack(pid_tgid, stack_id, frames, nframes, cbid);
+    stack_id = store_stack(pid_tgid, start, stack_id, frames, nframes, cbid);
 
-    struct ga_corr_key ck = {.tgid = tgid, .correlation_id = corr};
+    struct ga_corr_key ck = {.tgid = tgid, .correlation_id = corr, .start = start, .pad = 0};
     struct ga_corr_val cv = {.stack_id = stack_id, .weight = weight, .cbid = cbid,
                              .launch_ns = launch_ns};
     corr_stacks.update(&ck, &cv);
@@ -228,10 +239,10 @@ int ga_graph_node_stack(struct pt_regs *ctx)
     bpf_usdt_readarg(3, ctx, &frames);
     bpf_usdt_readarg(4, ctx, &nframes);
     count(GA_CNT_GRAPH_NODES, 1);
-    see_proc(tgid);
-    stack_id = store_stack(pid_tgid, stack_id, frames, nframes, 0);
+    u32 start = see_proc(tgid);
+    stack_id = store_stack(pid_tgid, start, stack_id, frames, nframes, 0);
 
-    struct ga_node_key nk = {.tgid = tgid, .pad = 0, .node_id = node_id};
+    struct ga_node_key nk = {.tgid = tgid, .start = start, .node_id = node_id};
     struct ga_node_val nv = {.stack_id = stack_id};
     if (node_stacks.update(&nk, &nv) != 0)
         count(GA_DROP_NODE_FULL, 1);
@@ -246,7 +257,8 @@ int ga_graph_node_cloned(struct pt_regs *ctx)
 
     bpf_usdt_readarg(1, ctx, &orig);
     bpf_usdt_readarg(2, ctx, &node_id);
-    struct ga_node_key ok = {.tgid = tgid, .pad = 0, .node_id = orig};
+    u32 start = see_proc(tgid);
+    struct ga_node_key ok = {.tgid = tgid, .start = start, .node_id = orig};
     struct ga_node_val *ov = node_stacks.lookup(&ok);
     if (!ov) {
         /* Created before the shim attached: kernel_batch marks its kernels. */
@@ -254,7 +266,7 @@ int ga_graph_node_cloned(struct pt_regs *ctx)
         return 0;
     }
     struct ga_node_val nv = {.stack_id = ov->stack_id};
-    struct ga_node_key nk = {.tgid = tgid, .pad = 0, .node_id = node_id};
+    struct ga_node_key nk = {.tgid = tgid, .start = start, .node_id = node_id};
     if (node_stacks.update(&nk, &nv) != 0) {
         count(GA_DROP_NODE_FULL, 1);
         return 0;
@@ -270,7 +282,7 @@ int ga_graph_node_destroyed(struct pt_regs *ctx)
     u64 node_id = 0;
 
     bpf_usdt_readarg(1, ctx, &node_id);
-    struct ga_node_key nk = {.tgid = tgid, .pad = 0, .node_id = node_id};
+    struct ga_node_key nk = {.tgid = tgid, .start = see_proc(tgid), .node_id = node_id};
     node_stacks.delete(&nk);
     count(GA_CNT_GRAPH_DESTROYED, 1);
     return 0;
@@ -282,6 +294,8 @@ struct batch_ctx {
     u64 recs;
     u32 tgid;
     u32 count;
+    u32 start;              /* the process's start tag */
+    u32 pad;
     void *totals;           /* this generation's maps (agg_maps, lat_maps) */
     void *sampled;
     void *latency;
@@ -382,12 +396,12 @@ static __always_inline int batch_one(u32 i, struct batch_ctx *bc)
     k.stack_id = 0;
     k.capture_stack_id = 0;
     k.graph_flags = 0;
-    k.pad = 0;
+    k.start = bc->start;
     /* A graph kernel: the stack that created its node, if it was seen.
      * Branch-free (like log2_u64): the loop body's branches multiply the
      * states the verifier walks. A miss (or no node: id 0 is never stored)
      * leaves cap 0: the helper zeroes it, and stack ids are never 0. */
-    struct ga_node_key nk = {.tgid = bc->tgid, .pad = 0, .node_id = r.graph_node_id};
+    struct ga_node_key nk = {.tgid = bc->tgid, .start = bc->start, .node_id = r.graph_node_id};
     u64 cap = 0;
     bpf_probe_read_kernel(&cap, sizeof(cap), node_stacks.lookup(&nk));
     u64 has_node = (r.graph_node_id | -r.graph_node_id) >> 63;
@@ -404,7 +418,8 @@ static __always_inline int batch_one(u32 i, struct batch_ctx *bc)
     count(GA_CNT_GRAPH_ATTRIBUTED, k.graph_flags & GA_AGG_CAPTURED);
     count(GA_CNT_GRAPH_NODE_UNKNOWN, k.graph_flags >> 1);
 
-    struct ga_corr_key ck = {.tgid = bc->tgid, .correlation_id = r.correlation_id};
+    struct ga_corr_key ck = {.tgid = bc->tgid, .correlation_id = r.correlation_id,
+                             .start = bc->start, .pad = 0};
     struct ga_corr_val *cv = corr_stacks.lookup(&ck);
     if (!cv) {
         count(GA_CNT_UNSAMPLED, 1);
@@ -438,6 +453,7 @@ static __always_inline void add_dropped(struct batch_ctx *bc, u32 dropped)
         w = 1;
     struct ga_agg_key k = {};
     k.tgid = bc->tgid;
+    k.start = bc->start;
     k.kernel_id = GA_KERNEL_DROPPED;
     struct ga_agg_val zero = {};
     struct ga_agg_val *v = agg_slot(bc->totals, &k, &zero);
@@ -458,7 +474,7 @@ int ga_kernel_batch(struct pt_regs *ctx)
     bpf_usdt_readarg(3, ctx, &record_size);
     bpf_usdt_readarg(4, ctx, &dropped);
     count(GA_CNT_BATCHES, 1);
-    see_proc(tgid);
+    u32 start = see_proc(tgid);
     if (dropped > GA_MAX_BATCH_DROPS) { /* not a count any shim sends: refused */
         count(GA_DROP_BAD_RECORD, 1);
         dropped = 0;
@@ -472,7 +488,8 @@ int ga_kernel_batch(struct pt_regs *ctx)
     u32 *g = generation.lookup(&zero);
     u32 gen = (g && *g) ? 1 : 0;
     u32 it = gen, is = gen + 2, il = gen;
-    struct batch_ctx bc = {.recs = recs, .tgid = tgid, .count = n};
+    struct batch_ctx bc = {.recs = recs, .tgid = tgid, .count = n, .start = start,
+                           .pad = 0};
     bc.totals = agg_maps.lookup(&it);
     bc.sampled = agg_maps.lookup(&is);
     bc.latency = lat_maps.lookup(&il);

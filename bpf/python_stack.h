@@ -126,7 +126,7 @@ static __always_inline u64 ga_py_find_tstate(const struct ga_py_config *cfg, u32
  * stack id to use: native_id itself when there are no Python frames (no
  * config, no thread state, no frame), else native_id mixed with every frame
  * and the frames stored in py_stacks under (tgid, that id). */
-static __always_inline u64 ga_py_unwind(u32 tgid, u32 tid, u64 native_id)
+static __always_inline u64 ga_py_unwind(u32 tgid, u32 start, u32 tid, u64 native_id)
 {
     struct ga_py_config *cfg = py_procs.lookup(&tgid);
     if (!cfg)
@@ -229,7 +229,7 @@ static __always_inline u64 ga_py_unwind(u32 tgid, u32 tid, u64 native_id)
         h = native_id ^ 0x9e3779b97f4a7c15ull;
     sc->st.flags = sflags;
 
-    struct ga_stack_key sk = {.tgid = tgid, .pad = 0, .stack_id = h};
+    struct ga_stack_key sk = {.tgid = tgid, .start = start, .stack_id = h};
     if (!py_stacks.lookup(&sk) && py_stacks.update(&sk, &sc->st) != 0) {
         count(GA_DROP_PY_STACK_FULL, 1);
         return native_id;

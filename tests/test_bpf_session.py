@@ -39,12 +39,18 @@ GRAPH_NS = [10, 20, 30, 40, 50, 60]
 
 class Events:
     def __init__(self):
-        self.stacks: list[tuple[int, int]] = []
+        self.stacks: list[tuple[int, int, int]] = []  # (tgid, stack id, start tag)
         self.exits: list[int] = []
+
+    def start_of(self, tgid: int) -> int:
+        """The process's start tag, as its NEW_STACK events carry it."""
+        tags = {st for t, _, st in self.stacks if t == tgid}
+        assert len(tags) == 1, tags
+        return tags.pop()
 
 
 def _open(lib: Path, ev: Events) -> BpfSession:
-    s = BpfSession(str(lib), on_new_stack=lambda t, i: ev.stacks.append((t, i)),
+    s = BpfSession(str(lib), on_new_stack=lambda t, i, st: ev.stacks.append((t, i, st)),
                    on_proc_exit=ev.exits.append)
     s.open()
     return s
@@ -111,6 +117,15 @@ def _delta(run) -> dict[str, int]:
     return {k: after[k] - run["before"].get(k, 0) for k in after}
 
 
+def mine(agg: dict, pid: int, ev: "Events") -> dict:
+    """pid's rows, start tag checked (every row carries the process's own) and
+    cleared, so that they compare with hand-written keys."""
+    rows = {k: v for k, v in agg.items() if k.tgid == pid}
+    tag = ev.start_of(pid) if any(t == pid for t, _, _ in ev.stacks) else None
+    assert tag is None or {k.start for k in rows} <= {tag}, (tag, {k.start for k in rows})
+    return {k._replace(start=0): v for k, v in rows.items()}
+
+
 class TestMainScenario:
     def test_semaphore_seen_by_new_process(self, main_run):
         # "pid P sem 1" / "done 1": the kernel raised it at exec-time mmap.
@@ -119,7 +134,7 @@ class TestMainScenario:
 
     def test_totals_exact(self, main_run):
         pid = main_run["pid"]
-        got = {k: v for k, v in main_run["drain"].totals.items() if k.tgid == pid}
+        got = mine(main_run["drain"].totals, pid, main_run["ev"])
         want = {
             # Weight 0 (an older shim) counts as 1: weighted sums equal the exact ones.
             AggKey(pid, 0, 7, 0, K1, 0): AggVal(1000, 1, 1000, 1),
@@ -141,7 +156,7 @@ class TestMainScenario:
 
     def test_sampled_attribution(self, main_run):
         pid = main_run["pid"]
-        got = {k: v for k, v in main_run["drain"].sampled.items() if k.tgid == pid}
+        got = mine(main_run["drain"].sampled, pid, main_run["ev"])
         g = sum(GRAPH_NS)
         want = {
             AggKey(pid, 0, 7, 0, K1, S1): AggVal(1000, 1, 4000, 4),
@@ -173,11 +188,13 @@ class TestMainScenario:
 
     def test_stacks(self, main_run):
         s, pid, ev = main_run["s"], main_run["pid"], main_run["ev"]
-        assert sorted(i for t, i in ev.stacks if t == pid) == [S1, S2, S3]
-        assert s.get_stack(pid, S1) == FRAMES1
-        assert s.get_stack(pid, S2) == FRAMES2[:C.MAX_FRAMES]
-        assert s.get_stack(pid, S3) == FRAMES3
-        assert s.get_stack(pid, 0xDEAD) is None
+        assert sorted(i for t, i, _ in ev.stacks if t == pid) == [S1, S2, S3]
+        st = ev.start_of(pid)
+        assert s.get_stack(pid, S1, st) == FRAMES1
+        assert s.get_stack(pid, S2, st) == FRAMES2[:C.MAX_FRAMES]
+        assert s.get_stack(pid, S3, st) == FRAMES3
+        assert s.get_stack(pid, 0xDEAD, st) is None
+        assert s.get_stack(pid, S1, st ^ 1) is None  # another process given this pid
 
     def test_names(self, main_run):
         names = main_run["s"].names
@@ -252,10 +269,10 @@ def test_running_process_semaphore_and_data(firer, tmp_path):
             p.stdin.write("go\n")
             p.stdin.flush()
             assert _readline() == "wait 1"
-            _poll_until(s, lambda: (pid, S1) in ev.stacks)
+            _poll_until(s, lambda: any(t == pid and i == S1 for t, i, _ in ev.stacks))
             d = s.drain()
-            assert d.totals == {AggKey(pid, 0, 7, 0, K5, 0): AggVal(77, 1, 77, 1)}
-            assert d.sampled == {AggKey(pid, 0, 7, 0, K5, S1): AggVal(77, 1, 231, 3)}
+            assert mine(d.totals, pid, ev) == {AggKey(pid, 0, 7, 0, K5, 0): AggVal(77, 1, 77, 1)}
+            assert mine(d.sampled, pid, ev) == {AggKey(pid, 0, 7, 0, K5, S1): AggVal(77, 1, 231, 3)}
         finally:
             s.close()
         assert _semaphore(pid, lib) == 0
@@ -334,7 +351,8 @@ def test_windowed_records_refuse_stale_samples(firer, tmp_path):
         d = s.drain()
         sampled = {(k.kernel_id, k.stack_id): v for k, v in d.sampled.items() if k.tgid == pid}
         assert sampled == {(K5, S1): AggVal(10, 1, 640, 64), (K4, S2): AggVal(80, 1, 5120, 64)}
-        assert d.totals[AggKey(pid, 0, 7, 0, K5, 0)] == AggVal(70, 3, 700, 30)
+        totals = {k._replace(start=0): v for k, v in d.totals.items() if k.tgid == pid}
+        assert totals[AggKey(pid, 0, 7, 0, K5, 0)] == AggVal(70, 3, 700, 30)
         assert d.counters["stale_join"] == 2
     finally:
         s.close()
@@ -359,10 +377,10 @@ def test_per_key_drain_fallback(firer, tmp_path, monkeypatch):
         assert p.returncode == 0, p.stderr
         pid = int(p.stdout.split()[1])
         d = s.drain()
-        assert {k: v for k, v in d.totals.items() if k.tgid == pid} == {
+        assert mine(d.totals, pid, ev) == {
             AggKey(pid, 0, 7, 0, K5, 0): AggVal(24, 2, 24, 2),
             AggKey(pid, 0, 7, 0, K4, 0): AggVal(17, 1, 17, 1)}
-        assert {k: v for k, v in d.sampled.items() if k.tgid == pid} == {
+        assert mine(d.sampled, pid, ev) == {
             AggKey(pid, 0, 7, 0, K5, S2): AggVal(24, 2, 120, 10)}
         d = s.drain()
         assert not any(k.tgid == pid for k in (*d.totals, *d.sampled))

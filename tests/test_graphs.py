@@ -276,7 +276,7 @@ def test_bpf_node_map_clone_and_destroy(tmp_path):
     sc.wait()
     path = sc.write(tmp_path / "graph.bin")
     stacks = []
-    s = BpfSession(str(lib), on_new_stack=lambda t, i: stacks.append((t, i)))
+    s = BpfSession(str(lib), on_new_stack=lambda t, i, st: stacks.append((t, i, st)))
     s.open()
     try:
         p = subprocess.Popen([str(exe), str(path)], stdin=subprocess.PIPE,
@@ -292,8 +292,9 @@ def test_bpf_node_map_clone_and_destroy(tmp_path):
     finally:
         s.close()
     assert nodes == {}
-    assert stacks == [(pid, S)] and s is not None
-    tot = {k: v for k, v in d.totals.items() if k.tgid == pid}
+    assert [(t, i) for t, i, _ in stacks] == [(pid, S)] and s is not None
+    assert {k.start for k in d.totals if k.tgid == pid} == {stacks[0][2]}
+    tot = {k._replace(start=0): v for k, v in d.totals.items() if k.tgid == pid}
     assert tot[AggKey(pid, 0, 7, 3, K, 0, S, C.AGG_CAPTURED)].gpu_ns == 100
     assert tot[AggKey(pid, 0, 7, 3, K, 0, 0, C.AGG_NODE_UNKNOWN)].gpu_ns == 57
     c = d.counters

@@ -67,16 +67,16 @@ class BpfSession:
     """One loaded copy of the BPF program, attached to one shim file.
 
     Public API: open(), poll(timeout_ms) -> int, drain() -> Drain,
-    counters() -> dict[str, int], get_stack(tgid, stack_id) -> list[int] | None,
+    counters() -> dict[str, int], get_stack(tgid, stack_id, start) -> list[int] | None,
     close(); attribute names: dict[int, bytes] (kernel_id -> mangled name).
-    Callbacks run inside poll(): on_new_stack(tgid, stack_id), on_proc_exit(tgid),
+    Callbacks run inside poll(): on_new_stack(tgid, stack_id, start), on_proc_exit(tgid),
     on_proc_attach(tgid) (the shim in tgid attached: set up its Python stacks now).
     Python stacks: set_py_config(tgid, C.PyConfig), del_py_config(tgid),
-    get_py_stack(tgid, stack_id) -> C.PyStack | None.
+    get_py_stack(tgid, stack_id, start) -> C.PyStack | None.
     """
 
     def __init__(self, shim_path: str, *,
-                 on_new_stack: Optional[Callable[[int, int], None]] = None,
+                 on_new_stack: Optional[Callable[[int, int, int], None]] = None,
                  on_proc_exit: Optional[Callable[[int], None]] = None,
                  cflags: Optional[list[str]] = None):
         self.shim_path = os.path.realpath(shim_path)
@@ -238,7 +238,7 @@ class BpfSession:
                 return
             ev = C.EvNewStack.from_buffer_copy(buf)
             if self.on_new_stack is not None:
-                self.on_new_stack(hdr.tgid, ev.stack_id)
+                self.on_new_stack(hdr.tgid, ev.stack_id, ev.start)
         elif hdr.type == C.EventType.GA_EV_PROC_EXIT:
             if self.on_proc_exit is not None:
                 self.on_proc_exit(hdr.tgid)
@@ -286,7 +286,7 @@ class BpfSession:
 
         def add(key: C.AggKeyC, vals: memoryview) -> None:
             k = AggKey(key.tgid, key.device_id, key.stream_id, key.graph_id, key.kernel_id,
-                       key.stack_id, key.capture_stack_id, key.graph_flags)
+                       key.stack_id, key.capture_stack_id, key.graph_flags, key.start)
             v = AggVal(*vals)
             old = out.get(k)
             out[k] = v if old is None else AggVal(*(a + b for a, b in zip(old, v)))
@@ -390,11 +390,12 @@ class BpfSession:
         out["agent_names_pending"] = self.names.pending
         return out
 
-    def get_stack(self, tgid: int, stack_id: int) -> Optional[list[int]]:
-        """Frames of a stored stack, innermost first; None if unknown or evicted."""
+    def get_stack(self, tgid: int, stack_id: int, start: int) -> Optional[list[int]]:
+        """Frames of a stored stack of the process (tgid, start tag), innermost
+        first; None if unknown or evicted."""
         if self._bpf is None:
             raise BpfError("session is not open")
-        key = C.StackKey(tgid=tgid, pad=0, stack_id=stack_id)
+        key = C.StackKey(tgid=tgid, start=start, stack_id=stack_id)
         val = C.Stack()
         if self._lib.bpf_lookup_elem(self._maps["stacks"].map_fd, ct.byref(key),
                                      ct.byref(val)) != 0:
@@ -412,6 +413,13 @@ class BpfSession:
                 keys.append(ktype.from_buffer_copy(nxt))
                 ct.memmove(ct.byref(key), ct.byref(nxt), ct.sizeof(key))
         return keys
+
+    def stack_keys(self, tgid: int) -> list[tuple[int, int]]:
+        """(start tag, stack id) of every stored stack of tgid. Walks the whole map:
+        for tests and diagnostics, not for a hot path."""
+        if self._bpf is None:
+            raise BpfError("session is not open")
+        return [(k.start, k.stack_id) for k in self._map_keys("stacks", C.StackKey) if k.tgid == tgid]
 
     def graph_nodes(self, tgid: Optional[int] = None) -> dict[tuple[int, int], int]:
         """node_stacks: (tgid, graph node id) -> capture stack id (of tgid only, if given).
@@ -458,11 +466,11 @@ class BpfSession:
         key = ct.c_uint32(tgid)
         self._lib.bpf_delete_elem(self._maps["py_procs"].map_fd, ct.byref(key))
 
-    def get_py_stack(self, tgid: int, stack_id: int) -> Optional[C.PyStack]:
+    def get_py_stack(self, tgid: int, stack_id: int, start: int) -> Optional[C.PyStack]:
         """Python frames stored with a stack (innermost first); None if it has none."""
         if self._bpf is None:
             raise BpfError("session is not open")
-        key = C.StackKey(tgid=tgid, pad=0, stack_id=stack_id)
+        key = C.StackKey(tgid=tgid, start=start, stack_id=stack_id)
         val = C.PyStack()
         if self._lib.bpf_lookup_elem(self._maps["py_stacks"].map_fd, ct.byref(key),
                                      ct.byref(val)) != 0:

@@ -136,7 +136,8 @@ class Collector:
         self.procs: dict[int, ProcInfo] = {}
         self._included: dict[int, bool] = {}
         self._frames: dict[tuple[int, int], list] = {}
-        self._unsymbolized: list[tuple[int, int]] = []  # new stacks, named after this poll
+        # New stacks (tgid, stack id, process start tag), named after this poll.
+        self._unsymbolized: list[tuple[int, int, int]] = []
         self.window = Window(start_ns=time.time_ns())
         # Called with every Drain, before it is merged into the window (metrics
         # count from the very same data the profiles are built from).
@@ -159,8 +160,8 @@ class Collector:
         # only after every event of this poll had its Python frames read from memory,
         # so a short-lived process is gone only after we needed its memory.
         pending, self._unsymbolized = self._unsymbolized, []
-        for tgid, stack_id in pending:
-            self._symbolize(tgid, stack_id)
+        for tgid, stack_id, start in pending:
+            self._symbolize(tgid, stack_id, start)
 
     def drain(self) -> None:
         """Move what BPF aggregated so far into the current window.
@@ -197,12 +198,18 @@ class Collector:
                 pass
         return info
 
-    def _on_new_stack(self, tgid: int, stack_id: int) -> None:
+    def _on_new_stack(self, tgid: int, stack_id: int, start: int) -> None:
         self._see(tgid)
-        self.python.prefetch(tgid, stack_id)  # cheap, and needs the process alive
-        self._unsymbolized.append((tgid, stack_id))
+        self.python.prefetch(tgid, stack_id, start)  # cheap, and needs the process alive
+        self._unsymbolized.append((tgid, stack_id, start))
 
     def _on_proc_attach(self, tgid: int) -> None:
+        old = self.procs.get(tgid)
+        if old is not None and old.exited:
+            # A new process was given a dead one's pid before the dead one's last
+            # window closed: its name, pod and maps are its own. (BPF keeps their
+            # stacks apart by start tag; the dead one's rows take the new labels.)
+            self._forget_caches({tgid})
         self._see(tgid)
         if self.included(tgid):
             self._attached_in_window.add(tgid)
@@ -216,32 +223,34 @@ class Collector:
         for fn in self.exit_listeners:
             fn(tgid)
 
-    def _symbolize(self, tgid: int, stack_id: int) -> list:
-        key = (tgid, stack_id)
+    def _symbolize(self, tgid: int, stack_id: int, start: int) -> list:
+        """The frames of a stack of the process (tgid, start tag): a reused pid's
+        stacks are another process's (contract: ga_stack_key)."""
+        key = (tgid, stack_id, start)
         frames = self._frames.get(key)
         if frames is None:
-            ips = self.session.get_stack(tgid, stack_id)
+            ips = self.session.get_stack(tgid, stack_id, start)
             if not ips:
                 return []
             frames = self.symbolizer.symbolize(tgid, ips)
-            frames = self.python.frames(tgid, stack_id, frames)  # FrameSpec.python spliced in
+            frames = self.python.frames(tgid, stack_id, start, frames)  # Python frames spliced in
             self._frames[key] = frames
         return frames
 
-    def _stack_specs(self, tgid: int, stack_id: int) -> list:
-        frames = self._symbolize(tgid, stack_id)
+    def _stack_specs(self, tgid: int, stack_id: int, start: int) -> list:
+        frames = self._symbolize(tgid, stack_id, start)
         return [f if isinstance(f, FrameSpec) else FrameSpec.native(f)
                 for f in frames] or [FrameSpec.marker(UNKNOWN_STACK)]
 
-    def _replay_site(self, tgid: int, stack_id: int) -> str:
+    def _replay_site(self, tgid: int, stack_id: int, start: int) -> str:
         """Where a graph was launched from, in one label value: the innermost
         Python frame outside torch (`fn (file:line)`), else the innermost native
         frame outside CUDA's libraries and the shim."""
-        key = (tgid, stack_id, "site")
+        key = (tgid, stack_id, start, "site")
         site = self._frames.get(key)
         if site is not None:
             return site
-        frames = self._symbolize(tgid, stack_id)
+        frames = self._symbolize(tgid, stack_id, start)
         site = UNKNOWN_STACK
         py = [f for f in frames if isinstance(f, FrameSpec)
               and f.mapping is not None and f.mapping.filename == "[python]"]
@@ -307,12 +316,13 @@ class Collector:
             comments.append(lost)
 
         # BPF keys (AggKey): tgid, device, stream, graph, kernel, stack, capture stack,
-        # graph flags; totals carry stack 0. The estimator's keys put the stack last.
+        # graph flags, process start tag; totals carry stack 0. The estimator's keys
+        # put the stack last.
         # Totals as whole-run estimates: exact unless the shim collects in windows.
-        totals = {(*k[:5], k.capture_stack_id, k.graph_flags): v.estimated()
+        totals = {(*k[:5], k.capture_stack_id, k.graph_flags, k.start): v.estimated()
                   for k, v in win_totals.items() if self.included(k[0])}
         stats.excluded_pids = len({k[0] for k in win_totals} - {k[0] for k in totals})
-        sampled = {(*k[:5], k.capture_stack_id, k.graph_flags, k.stack_id): v
+        sampled = {(*k[:5], k.capture_stack_id, k.graph_flags, k.start, k.stack_id): v
                    for k, v in win_sampled.items() if self.included(k[0])}
         est = estimator.estimate(totals, sampled)
         stats.orphan_samples = est.orphan_entries
@@ -343,7 +353,7 @@ class Collector:
                 stats.impossible_records += 1
                 self._impossible += 1
                 continue
-            tgid, device_id, stream_id, graph_id, kernel_id, capture_id, gflags = row.key
+            tgid, device_id, stream_id, graph_id, kernel_id, capture_id, gflags, start = row.key
             pids.add(tgid)
             info = self._see(tgid)
             if kernel_id == C.KERNEL_DROPPED:
@@ -359,7 +369,7 @@ class Collector:
             if row.stack_id is None:
                 stack = [FrameSpec.marker(UNSAMPLED)]
             else:
-                stack = self._stack_specs(tgid, row.stack_id)
+                stack = self._stack_specs(tgid, row.stack_id, start)
             labels = {"pid": str(tgid), "comm": info.comm,
                       "cuda_device": str(device_id), "cuda_stream": str(stream_id)}
             if graph_id:
@@ -370,8 +380,8 @@ class Collector:
                 # Exact: every record of this node has this capture stack. The
                 # replay site (estimated over sampled graph launches) is a label.
                 labels[GRAPH_REPLAY_LABEL] = (UNSAMPLED if row.stack_id is None
-                                              else self._replay_site(tgid, row.stack_id))
-                stack = [FrameSpec.marker(GRAPH_REPLAY)] + self._stack_specs(tgid, capture_id)
+                                              else self._replay_site(tgid, row.stack_id, start))
+                stack = [FrameSpec.marker(GRAPH_REPLAY)] + self._stack_specs(tgid, capture_id, start)
             elif gflags & C.AGG_NODE_UNKNOWN:
                 stack = [FrameSpec.marker(GRAPH_BEFORE_ATTACH)] + stack
             labels.update(info.pod)
@@ -387,16 +397,18 @@ class Collector:
 
     def _forget_exited(self) -> None:
         """Exited processes have been reported once more; drop their caches so memory stays flat."""
-        gone = [pid for pid, info in self.procs.items() if info.exited]
-        for pid in gone:
-            del self.procs[pid]
+        gone = {pid for pid, info in self.procs.items() if info.exited}
+        if gone:
+            self._forget_caches(gone)
+            self.session.forget_pids(gone)  # their map entries: memory stays flat
+
+    def _forget_caches(self, pids: set[int]) -> None:
+        for pid in pids:
+            self.procs.pop(pid, None)
             self._included.pop(pid, None)
             self.symbolizer.forget(pid)
-        if gone:
-            dead = set(gone)
-            for key in [k for k in self._frames if k[0] in dead]:
-                del self._frames[key]
-            self.session.forget_pids(dead)  # a reused pid must not join their stacks
+        for key in [k for k in self._frames if k[0] in pids]:
+            del self._frames[key]
 
 
 def _mean_kernel_ns(rows) -> dict[int, float]:

@@ -78,7 +78,7 @@ class KernelRecord(ct.Structure):
 
 
 class CorrKey(ct.Structure):
-    _fields_ = [("tgid", u32), ("correlation_id", u32)]
+    _fields_ = [("tgid", u32), ("correlation_id", u32), ("start", u32), ("pad", u32)]
 
 
 class CorrVal(ct.Structure):
@@ -94,7 +94,7 @@ class LatVal(ct.Structure):
 
 
 class StackKey(ct.Structure):
-    _fields_ = [("tgid", u32), ("pad", u32), ("stack_id", u64)]
+    _fields_ = [("tgid", u32), ("start", u32), ("stack_id", u64)]
 
 
 class Stack(ct.Structure):
@@ -102,7 +102,7 @@ class Stack(ct.Structure):
 
 
 class NodeKey(ct.Structure):
-    _fields_ = [("tgid", u32), ("pad", u32), ("node_id", u64)]
+    _fields_ = [("tgid", u32), ("start", u32), ("node_id", u64)]
 
 
 class NodeVal(ct.Structure):
@@ -119,7 +119,7 @@ class AggKeyC(ct.Structure):
         ("stack_id", u64),
         ("capture_stack_id", u64),
         ("graph_flags", u32),
-        ("pad", u32),
+        ("start", u32),
     ]
 
 
@@ -205,7 +205,7 @@ class EvNameChunk(ct.Structure):
 
 
 class EvNewStack(ct.Structure):
-    _fields_ = [("hdr", EventHdr), ("stack_id", u64)]
+    _fields_ = [("hdr", EventHdr), ("stack_id", u64), ("start", u32), ("pad", u32)]
 
 
 class EvProcExit(ct.Structure):

@@ -52,6 +52,8 @@ class AggKey(NamedTuple):
     # (graph_flags & C.AGG_CAPTURED), or C.AGG_NODE_UNKNOWN when that was never seen.
     capture_stack_id: int = 0
     graph_flags: int = 0
+    # The process's start tag (contract: ga_agg_key): a reused pid's rows stay apart.
+    start: int = 0
 
 
 class AggVal(NamedTuple):

@@ -173,6 +173,8 @@ struct ga_kernel_record {
 struct ga_corr_key {
     ga_u32 tgid;
     ga_u32 correlation_id;
+    ga_u32 start;           /* the process's start tag (below) */
+    ga_u32 pad;
 };
 struct ga_corr_val {
     ga_u64 stack_id;
@@ -182,9 +184,12 @@ struct ga_corr_val {
 };
 
 /* stacks: LRU hash, (tgid, stack id) -> frames. */
+/* Per-process keys carry `start`, the process's start tag: drawn at random by BPF
+ * at the process's first probe and forgotten at its exit (the `procs` map), so a
+ * new process given a dead one's pid never meets the dead one's entries. */
 struct ga_stack_key {
     ga_u32 tgid;
-    ga_u32 pad;
+    ga_u32 start;
     ga_u64 stack_id;
 };
 struct ga_stack {
@@ -198,7 +203,7 @@ struct ga_stack {
  * deleted when the node is destroyed (graph_node_destroyed). */
 struct ga_node_key {
     ga_u32 tgid;
-    ga_u32 pad;
+    ga_u32 start;
     ga_u64 node_id;
 };
 struct ga_node_val {
@@ -224,7 +229,7 @@ struct ga_agg_key {
     ga_u64 capture_stack_id;/* GA_AGG_CAPTURED: the stack that created the graph node
                              * (node_stacks); else 0. In both maps. */
     ga_u32 graph_flags;     /* GA_AGG_* (graph kernels only; 0 otherwise) */
-    ga_u32 pad;
+    ga_u32 start;           /* the process's start tag: a reused pid's rows stay apart */
 };
 /* ga_agg_key.graph_flags: what BPF knew about a graph kernel's node. */
 #define GA_AGG_CAPTURED 0x1u   /* node_stacks had the node: capture_stack_id is set */
@@ -320,6 +325,8 @@ struct ga_ev_name_chunk {
 struct ga_ev_new_stack {
     struct ga_event_hdr hdr;
     ga_u64 stack_id;
+    ga_u32 start;           /* the process's start tag (stacks' key) */
+    ga_u32 pad;
 };
 struct ga_ev_proc_exit {
     struct ga_event_hdr hdr;

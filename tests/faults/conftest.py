@@ -1,1 +1,1 @@
-from faultkit import attacker, honest, node, world_dir  # noqa: F401  (fixtures)
+from .faultkit import attacker, honest, node, world_dir  # noqa: F401  (fixtures)

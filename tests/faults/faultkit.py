@@ -7,7 +7,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -16,13 +15,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from support.agent import Agent
+from support.env import MOCK_APP, SHIM, ground_truth, mock_env, need_ebpf
 
-from support.env import MOCK_APP, SHIM, ground_truth, mock_env, need_ebpf  # noqa: E402
-from support.agent import Agent  # noqa: E402
-
-import attacker as A  # noqa: E402
+from . import attacker as A
 
 # What the agent may use while it is attacked (it idles near 100 MiB here; the
 # DaemonSet's limit is 512 Mi). Stated in docs/security.md.

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from gpu_agent.collector import DROPPED_CUPTI
 
-from faultkit import settle
+from .faultkit import settle
 
 
 def test_lost_records_are_each_process_s_dropped_launches(node, honest):

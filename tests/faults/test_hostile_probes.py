@@ -10,9 +10,9 @@ import subprocess
 
 from gpu_agent import contract as C
 
-from faultkit import MOCK_APP, SHIM, attack, ground_truth, mock_env, settle
+from .faultkit import MOCK_APP, SHIM, attack, ground_truth, mock_env, settle
 
-import attacker as A
+from . import attacker as A
 
 HONEST = ("--paths", "cuLaunchKernel,cudaLaunchKernel", "--iters", "200", "--sleep-ms", "5")
 

@@ -136,7 +136,7 @@ class PythonStacks:
             log.warning("%s", msg)
 
     # -- stacks ---------------------------------------------------------------
-    def prefetch(self, pid: int, stack_id: int) -> None:
+    def prefetch(self, pid: int, stack_id: int, start: int) -> None:
         """Read the code objects of a new stack now, while the process surely exists.
 
         frames() names them later from the symbolizer's cache (keyed by code address
@@ -145,14 +145,14 @@ class PythonStacks:
         if not self.enabled or p is None or p.state != "python":
             return
         try:
-            st = self.session.get_py_stack(pid, stack_id)
+            st = self.session.get_py_stack(pid, stack_id, start)
             for i in range(min(st.nframes, C.PY_MAX_FRAMES) if st is not None else 0):
                 fr = st.frames[i]
                 p.sym.frame(fr.code, fr.stamp, fr.instr, bool(fr.flags & C.PYF_ENTRY))
         except Exception:  # defensive: frames() degrades on its own later
             log.debug("python prefetch of pid %d failed", pid, exc_info=True)
 
-    def frames(self, pid: int, stack_id: int, native: list) -> list:
+    def frames(self, pid: int, stack_id: int, start: int, native: list) -> list:
         """native (symbolize.Frame, innermost first) with its Python frames spliced in.
 
         Python frames come back as pprof FrameSpec.python; native ones unchanged.
@@ -161,12 +161,12 @@ class PythonStacks:
         if not self.enabled:
             return native
         try:
-            return self._frames(pid, stack_id, native)
+            return self._frames(pid, stack_id, start, native)
         except Exception:  # defensive: a Python stack must never cost the native one
             log.debug("python frames of pid %d failed", pid, exc_info=True)
             return native
 
-    def _frames(self, pid: int, stack_id: int, native: list) -> list:
+    def _frames(self, pid: int, stack_id: int, start: int, native: list) -> list:
         from ..pprof import FrameSpec
 
         p = self.procs.get(pid)
@@ -179,7 +179,7 @@ class PythonStacks:
             return native
         if p.state != "python":
             return native
-        st = self.session.get_py_stack(pid, stack_id)
+        st = self.session.get_py_stack(pid, stack_id, start)
         if st is None or st.nframes == 0:
             return native
         n = min(st.nframes, C.PY_MAX_FRAMES)
