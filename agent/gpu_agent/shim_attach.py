@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes as ct
 import mmap
 import os
+import re
 import struct
 import time
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from typing import NamedTuple, Optional
 
 from . import contract as C
 from . import elf, procfs, stapsdt
+from .preflight import TRACEFS_DIRS
 from .safe_open import open_regular
 
 DATA_PROBES = {  # contract probe -> BPF function
@@ -36,6 +38,9 @@ DATA_PROBES = {  # contract probe -> BPF function
     "graph_node_cloned": "ga_graph_node_cloned",
     "graph_node_destroyed": "ga_graph_node_destroyed",
 }
+# A uprobe event that bcc created in tracefs for one of our attaches, when the
+# perf uprobe PMU refused it (bcc appends _bcc_<pid> to our ga_<pid>_... name).
+_OUR_UPROBE_EVENT = re.compile(rb"^[pr]:(\S+?)/(ga_(\d+)_\d+_\w+_0x[0-9a-f]+_bcc_\d+)\s")
 ATTACH_FN = "ga_attach"
 REPLAY_FN = "ga_replay"
 # How long an agent holds the `replay` probe's semaphore up after it attaches to a
@@ -127,6 +132,7 @@ class ShimAttachments:
         self.files_: list[ShimFile] = []
         self.known_ids: set[tuple[int, int]] = set()  # attached or rejected inodes
         self.discover_errors: dict[str, str] = {}  # path -> why it was not attached
+        sweep_uprobe_events()  # what agents that died left behind
 
     def attach_own(self, usdt, probes: dict, loads: list) -> None:
         """The data probes by library path (every site bcc generated code for),
@@ -150,6 +156,7 @@ class ShimAttachments:
         self.replay_holds.clear()
         self.files_ = []
         self.known_ids = set()
+        sweep_uprobe_events(mine=True)
 
     def ask_replay(self, path: str, probes: dict) -> None:
         """Raise the `replay` semaphore of this shim file for REPLAY_HOLD_S: shims
@@ -174,6 +181,8 @@ class ShimAttachments:
         fd = self._attach_uprobe(fn.fd, 0, ev_name, path.encode(), offset, -1, ref_ctr_offset)
         if fd < 0:
             err = ct.get_errno()
+            # bcc's tracefs fallback may have created the event before failing.
+            self.lib.bpf_detach_uprobe(ev_name)
             why = os.strerror(err) if err else "unknown error"
             hint = ""
             if ref_ctr_offset:
@@ -308,6 +317,46 @@ def data_sites(probes: dict[str, list[stapsdt.SdtProbe]]) -> frozenset:
     the probe, the site's address within its page, its argument specs."""
     return frozenset((name, p.pc & 0xFFF, p.args) for name in DATA_PROBES
                      for p in probes.get(name, ()))
+
+
+def sweep_uprobe_events(mine: bool = False) -> int:
+    """Remove the tracefs uprobe events that agents created through bcc's fallback
+    and left behind (a failed attach, a killed agent): those of agents that no
+    longer run, and with mine, this one's. An event still in use stays (EBUSY).
+    Returns how many were removed."""
+    removed = 0
+    for d in TRACEFS_DIRS:
+        path = os.path.join(d, "uprobe_events")
+        try:
+            with open(path, "rb") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            m = _OUR_UPROBE_EVENT.match(line + b" ")
+            if not m:
+                continue
+            pid = int(m.group(3))
+            if pid == os.getpid():
+                if not mine:
+                    continue
+            elif _alive(pid):
+                continue
+            try:  # os.open: Python's append mode seeks, which tracefs refuses
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+                try:
+                    os.write(fd, b"-:%s/%s\n" % (m.group(1), m.group(2)))
+                finally:
+                    os.close(fd)
+                removed += 1
+            except OSError:
+                pass
+        break  # one tracefs holds them all
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")
 
 
 def _attach_uprobe_fn(lib):
