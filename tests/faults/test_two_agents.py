@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import time
 
-from conftest import MOCK_APP, SHIM, mock_env, need_ebpf
+from support.env import MOCK_APP, SHIM, mock_env, need_ebpf
 from gpu_agent.shim_attach import REPLAY_HOLD_S
 from gpu_agent.collector import Collector
 

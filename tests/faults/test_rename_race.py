@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import time
 
-from conftest import MOCK_APP, SHIM, mock_env, need_ebpf
+from support.env import MOCK_APP, SHIM, mock_env, need_ebpf
 from gpu_agent.bpf_session import BpfSession
 
 
