@@ -58,7 +58,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.gpu", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     o = sub.add_parser("overhead", help=overhead.__doc__.split("\n")[0])
-    o.add_argument("--method", choices=["sep", "pair", "timeline"], default="sep")
+    o.add_argument("--method", choices=["sep", "pair", "timeline", "residual"], default="sep")
     o.add_argument("--seconds", type=float, default=40.0, help="--method timeline: the loop's length")
     o.add_argument("--rounds", type=int, default=6)
     o.add_argument("--workloads", default="eager,mlp,graph,compiled,driver-graph,mlp-x4")
@@ -81,6 +81,8 @@ def main(argv=None) -> None:
     f.add_argument("--audit", action="store_true", help="truth from the same run's full trace")
     f.add_argument("--shares", action="store_true", help="per-stack shares of the sites case")
     f.add_argument("--intervals", action="store_true", help="per-interval spread under `run`")
+    f.add_argument("--flood", action="store_true",
+                   help="CUPTI short of buffers: recorded + [dropped: cupti] launches = launches made")
     f.add_argument("--seconds", type=float, default=40.0, help="--intervals: how long")
     f.add_argument("--debug", action="store_true", help="the shim's exit lines too")
     s = sub.add_parser("smoke", help="one short `gpu-agent record` per case")
@@ -94,6 +96,8 @@ def main(argv=None) -> None:
             ap.error(f"unknown workload {w!r}; known: {', '.join(WORKLOADS)}")
     if a.cmd == "overhead" and a.method == "timeline":
         overhead.timeline(a)
+    elif a.cmd == "overhead" and a.method == "residual":
+        overhead.residual(a)
     elif a.cmd == "overhead":
         overhead.run(a)
         overhead.print_table(a.jsonl)

@@ -214,11 +214,43 @@ def intervals(a, t: Path, interval: float = 5.0) -> list[dict]:
     return [res]
 
 
+def flood(a, t: Path) -> list[dict]:
+    """Lost records said, not hidden: the launch loop under `record` (continuous)
+    with the shim's buffer pool cut to POOL MiB, so that CUPTI runs out of buffers.
+    The profile's kernel launches plus its [dropped: cupti] launches must equal the
+    launches the loop made."""
+    from gpu_agent.collector import DROPPED_CUPTI
+    n, repeats = 200000, 5
+    made = (n // 8 + 1) + repeats * n  # launch_loop: a warm-up block of n/8+1, then the blocks
+    rows = []
+    for pool in (1, 64):
+        out = t / f"flood-{pool}.pb.gz"
+        p = subprocess.run([sys.executable, "-m", "gpu_agent", "record", "-o", str(out), "--",
+                            *case_command("launch", steps=n, repeats=repeats, wait=0)],
+                           env=clean_env(GPU_AGENT_BUFFER_POOL_MB=str(pool), GPU_AGENT_DEBUG="1"),
+                           capture_output=True, text=True, timeout=600)
+        if p.returncode != 0:
+            raise SystemExit(f"flood pool {pool}: {p.stderr[-2000:]}")
+        kernels = sum(v[1] for v in profile_kernels(out).values())
+        dropped = sum(v[1] for frames, v in profile_stacks(out) if frames[:1] == [DROPPED_CUPTI])
+        exit_line = next((ln[ln.index("exit (pid"):][:160] for ln in p.stderr.splitlines()
+                          if "exit (pid" in ln), "")
+        row = {"check": "flood", "pool_mib": pool, "launches_made": made, "recorded": kernels,
+               "dropped": dropped, "missing": made - kernels - dropped}
+        print(f"    pool {pool:2d} MiB: made {made}, recorded {kernels}, [dropped: cupti] {dropped}, "
+              f"missing {made - kernels - dropped}; {exit_line}", flush=True)
+        rows.append(row)
+    return rows
+
+
 def run(a) -> None:
     import json
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
+        if a.flood:
+            print("== launch loop with CUPTI short of buffers (flood)", flush=True)
+            results += [dict(r, workload="launch") for r in flood(a, t)]
         if a.shares:
             print("== sites (per-stack shares)", flush=True)
             results += [dict(r, workload="sites") for r in shares(a, t)]

@@ -39,13 +39,20 @@ def shim_env(**extra: str) -> dict:
     return clean_env(CUDA_INJECTION64_PATH=str(SHIM), **extra)
 
 
-def cuda_binary(name: str) -> str:
-    """bench/gpu/NAME.cu, built with nvcc into build/bench/ when it changed."""
+def cuda_binary(name: str, cupti: bool = False) -> str:
+    """bench/gpu/NAME.cu, built with nvcc into build/bench/ when it changed (with
+    cupti, linked to the toolkit's libcupti, wherever this toolkit keeps it)."""
     out = REPO / "build" / "bench" / name
     src = REPO / "bench" / "gpu" / f"{name}.cu"
     if not out.exists() or out.stat().st_mtime < src.stat().st_mtime:
         out.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["nvcc", "-O2", "-o", str(out), str(src), "-lcuda"], check=True)
+        extra = []
+        if cupti:
+            cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+            for d in (f"{cuda}/extras/CUPTI", cuda):
+                extra += [f"-I{d}/include", f"-L{d}/lib64", f"-Xlinker=-rpath={d}/lib64"]
+            extra.append("-lcupti")
+        subprocess.run(["nvcc", "-O2", "-o", str(out), str(src), "-lcuda", *extra], check=True)
     return str(out)
 
 

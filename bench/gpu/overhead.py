@@ -24,6 +24,11 @@ launches an empty kernel for --seconds while an agent starts, watches for 60 %
 of the time left, and stops; the launch loop reports its ns per launch every 5 ms. Per config, the
 mean before the agent attached, while attached (inside and between windows,
 where the shim logs them: GPU_AGENT_DUTY_CYCLE >= 100), and after it left.
+
+--method residual needs no shim and no agent: bench/gpu/cupti_residual.cu switches
+CUPTI kernel activity on and off in one of several ways (RESIDUAL_MODES), one
+process per mode and round, and reports ns per launch before, while on, after, and
+after for a kernel never launched while on: which way, if any, leaves no cost.
 """
 
 from __future__ import annotations
@@ -182,6 +187,30 @@ def timeline(a) -> None:
         out.flush()
         print(f"timeline {config:18} ns/launch: " + ", ".join(
             f"{k} {v[0]:.0f} (n={v[1]})" for k, v in rec.items() if isinstance(v, tuple)), flush=True)
+
+
+RESIDUAL_MODES = ("none", "global", "context", "kernel", "latency0", "hwtrace", "finalize")
+
+
+def residual(a) -> None:
+    """--method residual: bench/gpu/cupti_residual.cu, one process per mode and round
+    (no shim, no agent): ns per launch before CUPTI kernel activity, while on, and
+    after it was switched off, by the way it was switched."""
+    binary = cuda_binary("cupti_residual", cupti=True)
+    out = open(a.jsonl, "a")
+    for r in range(a.rounds):
+        for mode in RESIDUAL_MODES:
+            p = subprocess.run(["taskset", "-c", a.cpus or "2", binary, mode], env=clean_env(),
+                               capture_output=True, text=True, timeout=300)
+            line = (p.stdout.strip().splitlines() or [""])[-1]
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                rec = {"mode": mode, "error": (p.stderr or line)[-300:]}
+            rec.update(method="residual", round=f"{a.tag}{r}")
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+            print("residual " + json.dumps(rec), flush=True)
 
 
 def bootstrap_ci(vals: list[float], stat=statistics.median, n: int = 2000) -> tuple[float, float]:
