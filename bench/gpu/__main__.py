@@ -9,8 +9,10 @@ package registry).
             processes, steady state (bench/gpu/overhead.py)
   fidelity  the agent's GPU time, launches and stack shares against truth
             (bench/gpu/fidelity.py)
-  smoke     one `gpu-agent record` of a short eager + graph run; fails when the
-            profile has no kernel GPU time or no Python frame
+  smoke     one `gpu-agent record` of a short eager + graph run (after 3 s, so that
+            the agent has read the process's Python frames while it runs); fails
+            when the profile has no kernel GPU time, or less than 99 % of it under
+            Python frames
   table     the overhead table of a JSONL file written before
 Results go, as JSON lines, to --jsonl (appended).
 """
@@ -25,7 +27,7 @@ from pathlib import Path
 
 from bench.gpu import fidelity, overhead
 from bench.gpu.cases import STEPS, WORKLOADS
-from bench.gpu.harness import case_command, clean_env, profile_kernels, profile_stacks
+from bench.gpu.harness import case_command, clean_env, profile_kernels, profile_stacks, python_share
 
 
 def smoke(a) -> None:
@@ -34,7 +36,7 @@ def smoke(a) -> None:
         for w in a.workloads.split(","):
             prof = Path(tmp) / f"{w}.pb.gz"
             p = subprocess.run([sys.executable, "-m", "gpu_agent", "record", "-o", str(prof), "--",
-                                *case_command(w, steps=max(1, STEPS[w] // 8), repeats=1, wait=0)],
+                                *case_command(w, steps=max(1, STEPS[w] // 8), repeats=1, wait=3)],
                                env=clean_env(), capture_output=True, text=True, timeout=600)
             status = [ln for ln in p.stderr.splitlines() if ln.startswith("gpu-agent: ")]
             if p.returncode != 0 or not prof.exists():
@@ -43,13 +45,15 @@ def smoke(a) -> None:
                 continue
             kernels = profile_kernels(prof)
             gpu_ns = sum(v[0] for v in kernels.values())
-            py = any(any(f.endswith(".py") or "cases" in f or "forward" in f for f in frames)
-                     for frames, _ in profile_stacks(prof))
-            good = gpu_ns > 0 and (py or w == "driver-graph")
+            py = python_share(prof)
+            good = gpu_ns > 0 and (py > 0.99 or w == "driver-graph")
             ok &= good
             print(f"{w}: {'ok' if good else 'FAILED'}: {len(kernels)} kernels, "
                   f"{sum(v[1] for v in kernels.values())} launches, {gpu_ns / 1e6:.1f} ms GPU, "
-                  f"Python frames: {py}; {status[-1] if status else ''}")
+                  f"{py:.1%} of it under Python frames; {status[-1] if status else ''}")
+            if not good:  # the heaviest stack, to say what is missing
+                frames, values = max(profile_stacks(prof), key=lambda fv: fv[1][0])
+                print("    heaviest stack: " + " <- ".join(frames[:16]))
         if not ok:
             raise SystemExit(1)
 

@@ -15,6 +15,7 @@ Workloads (launch-bound on purpose: the shim's cost is per launch):
   driver-graph  cuGraphLaunch of a 12-kernel driver graph (bench/gpu/driver_graph.cu,
                 a C program; the runner starts it, not this module)
   mlp-x4    four mlp processes sharing the GPU (the runner starts four of these)
+  mlp-x10   ten of them: the agent's memory with many PyTorch processes attached
   launch    an empty kernel launched from C (bench/gpu/launch_loop.cu): the launch
             path alone, so that shim states differ by their ns per launch
   sites     one add kernel launched from two call sites, site_a 3 times per step and
@@ -34,7 +35,7 @@ from pathlib import Path
 
 # Steps per timed block: about 2.4 s each on an H200 (the issue-17 method).
 STEPS = {"eager": 16000, "mlp": 16000, "graph": 45000, "compiled": 24000,
-         "driver-graph": 45000, "mlp-x4": 4000, "sites": 16000,
+         "driver-graph": 45000, "mlp-x4": 4000, "mlp-x10": 2000, "sites": 16000,
          "launch": 400000}
 WORKLOADS = list(STEPS)
 
@@ -105,7 +106,7 @@ def make_step(workload: str):
         return step
     model = TinyMLP.build()
     x = torch.randn(16, 1024, device="cuda", dtype=torch.half)
-    if workload in ("mlp", "mlp-x4"):
+    if workload in ("mlp", "mlp-x4", "mlp-x10"):
         return lambda: model(x)
     g, _ = capture_graph(model, x)
     return g.replay

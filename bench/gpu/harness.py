@@ -148,6 +148,19 @@ def profile_stacks(path: Path) -> list[tuple[list[str], list[int]]]:
     return [([fn for lid in smp.location_id for fn in locs[lid]], list(smp.value)) for smp in p.sample]
 
 
+def python_share(path: Path) -> float:
+    """The share of a profile's GPU time whose stack has a Python frame (a .py file)."""
+    from gpu_agent.proto import profile_pb2
+    p = profile_pb2.Profile()
+    p.ParseFromString(gzip.decompress(Path(path).read_bytes()))
+    s = p.string_table
+    py_funcs = {f.id for f in p.function if s[f.filename].endswith(".py")}
+    py_locs = {loc.id for loc in p.location if any(ln.function_id in py_funcs for ln in loc.line)}
+    total = sum(smp.value[0] for smp in p.sample)
+    py = sum(smp.value[0] for smp in p.sample if py_locs.intersection(smp.location_id))
+    return py / total if total else 0.0
+
+
 def merge_kernels(paths) -> dict[str, list[int]]:
     """profile_kernels summed over several profiles (one `gpu-agent run`'s intervals)."""
     total: dict[str, list[int]] = {}

@@ -81,10 +81,10 @@ def cpu_list(spec: str) -> list[str]:
 
 
 def one(a, workload: str, config: str) -> dict:
-    """One measurement: a fresh process (four at once for mlp-x4, their mean)."""
-    n = 4 if workload == "mlp-x4" else 1
+    """One measurement: a fresh process (N at once for mlp-xN, their mean)."""
+    n = int(workload.split("-x")[1]) if "-x" in workload else 1
     cpus = cpu_list(a.cpus)
-    cmd = case_command(workload, steps=int(a.scale * STEPS[workload]), repeats=a.repeats,
+    cmd = case_command(workload.split("-x")[0] if n > 1 else workload, steps=int(a.scale * STEPS[workload]), repeats=a.repeats,
                        wait=a.wait, torch_profiler=config == "torch.profiler")
     procs = []
     for i in range(n):
