@@ -27,7 +27,8 @@ import subprocess
 
 import pytest
 
-from conftest import MOCK_APP, MOCK_DIR, REPO, SHIM
+from conftest import MOCK_APP, MOCK_DIR, REPO
+from support.env import private_shim
 
 LAUNCHES = 20_000
 # Instructions per launch, measured on the 2-core Debian 12 VM, gcc 12, -O2
@@ -56,7 +57,9 @@ def _callgrind(tmp_path, name: str, toggle: str, **env: str) -> float:
 
 @pytest.fixture(scope="module")
 def forced_shim(tmp_path_factory):
-    path = tmp_path_factory.mktemp("forced") / "libgpu_agent_shim.so"
+    # Not named libgpu_agent_shim.so: another agent on the host would discover it,
+    # and its uprobes (int3) trap under valgrind, which runs the code elsewhere.
+    path = tmp_path_factory.mktemp("forced") / "libgpu_agent_shim_forced.so"
     subprocess.run(["make", "-s", "-C", str(REPO), f"SHIM={path}", "SHIM_DEFS=-DGA_TEST_FORCE_ATTACH",
                     str(path)], check=True, capture_output=True, timeout=300)
     return path
@@ -64,7 +67,8 @@ def forced_shim(tmp_path_factory):
 
 def test_detached_shim_adds_nothing_to_a_launch(tmp_path, built):
     none = _callgrind(tmp_path, "none", "cuLaunchKernel")
-    detached = _callgrind(tmp_path, "detached", "cuLaunchKernel", CUDA_INJECTION64_PATH=str(SHIM))
+    detached = _callgrind(tmp_path, "detached", "cuLaunchKernel",
+                          CUDA_INJECTION64_PATH=str(private_shim(tmp_path / "shim")))
     assert detached - none <= DETACHED_EXTRA_MAX, (none, detached)
 
 

@@ -11,11 +11,12 @@ import pytest
 
 from conftest import MOCK_APP, SHIM, agent_cmd, mock_env, need_ebpf
 from support.agent import Agent
+from support.env import private_shim
 
 
 def workload(*args: str, **env) -> subprocess.Popen:
     # Workloads load the shim the way users do: CUDA_INJECTION64_PATH=$(gpu-agent shim-path).
-    return subprocess.Popen([str(MOCK_APP), *args], env=mock_env(CUDA_INJECTION64_PATH=str(SHIM), **env),
+    return subprocess.Popen([str(MOCK_APP), *args], env=mock_env(**{"CUDA_INJECTION64_PATH": str(SHIM), **env}),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -77,9 +78,10 @@ def test_process_running_before_the_agent_is_attached_to(tmp_path, built):
 
 def test_agent_killed_mid_run_app_finishes_normally(tmp_path, built):
     need_ebpf()
-    a = Agent(tmp_path / "profiles")
+    shim = private_shim(tmp_path / "shim")  # no other agent on the host holds its semaphore
+    a = Agent(tmp_path / "profiles", "--shim", shim)
     app = workload("--paths", "cuLaunchKernel,cudaGraphLaunch", "--duration", "3", "--sleep-ms", "1",
-                   GPU_AGENT_DEBUG="1")
+                   GPU_AGENT_DEBUG="1", CUDA_INJECTION64_PATH=str(shim))
     time.sleep(1.0)
     os.kill(a.proc.pid, signal.SIGKILL)
     a.proc.wait()

@@ -97,9 +97,12 @@ def test_outside_windows_nothing_is_collected_and_the_estimate_is_right(tmp_path
     assert st["windows"] >= 10, st
     # Every windowed record's launch was counted, but for the few launched at a
     # window's edges (activity goes on before the window opens and off after it
-    # closes): exactly the records no counted launch stands for. (3 of 119 044 here;
-    # the bound leaves room for a poller preempted at an edge on a busy machine.)
-    assert st["unseen"] == st["records"] - st["launches"] and st["unseen"] <= st["records"] // 100, st
+    # closes): the records no counted launch stands for. (3 of 119 044 here.) And a
+    # launch counted just before a window closed can lose its record when the
+    # activity goes off between its callback and its kernel (1 of 117 607, on a
+    # machine busy with a second agent). Both stay rare.
+    lost = st["launches"] - (st["records"] - st["unseen"])
+    assert 0 <= lost <= st["records"] // 1000 and st["unseen"] <= st["records"] // 100, st
     est_ns, est_launches = prof[KERNEL]
     assert abs(est_launches / true_launches - 1) < 0.03, (est_launches, true_launches)
     assert abs(est_ns / truth[KERNEL][1] - 1) < 0.05

@@ -21,6 +21,17 @@ SHIM = BUILD / "libgpu_agent_shim.so"
 
 
 
+def private_shim(directory: Path, shim: Path | None = None) -> Path:
+    """A copy of the shim that no other agent on the host attaches to: discover()
+    looks for libgpu_agent_shim.so in processes' maps, and this name differs. (The
+    suite runs beside a system agent, whose uprobes would be in the shared copy.)"""
+    import shutil
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "libgpu_agent_shim_private.so"
+    shutil.copy(shim or SHIM, path)
+    return path
+
+
 def need_ebpf() -> None:
     """Tests that load BPF fail loudly (never skip) when they cannot: CI runs them as root."""
     if os.geteuid() != 0:
