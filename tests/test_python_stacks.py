@@ -211,3 +211,52 @@ def test_pprof_top_and_list_show_python_file_and_line(profiled):
     listing = pprof("-list", "^run_phase$", str(prof))
     assert f"ROUTINE ======================== run_phase in {WORKLOAD}" in listing, listing
     assert re.search(rf"\s{t['run_phase']}:\s+model\.forward\(2\)", listing), listing
+
+
+def test_a_job_that_ends_while_native_symbols_load_keeps_its_python_frames(tmp_path, built, monkeypatch):
+    """On an H100, `record` of a PyTorch job that ran for one second named 0.001 % of its
+    GPU time under Python frames: the agent read the code objects only after naming the
+    first native stacks (seconds for libtorch's symbol tables), and by then the process
+    had exited. Native names now come from a thread of their own, so poll() reads each
+    new stack's code objects while the process lives. The slow symbol table is played
+    here by a first symbolize() call that takes 3 s."""
+    import sys
+    import time
+
+    from gpu_agent import symbolize as S
+    from gpu_agent.collector import Collector
+    from support.env import SHIM
+
+    need_ebpf()
+    real, slow = S.Symbolizer.symbolize, [True]
+
+    def first_call_slow(self, pid, ips):
+        if slow[0]:
+            slow[0] = False
+            time.sleep(3)
+        return real(self, pid, ips)
+    monkeypatch.setattr(S.Symbolizer, "symbolize", first_call_slow)
+    col = Collector(str(SHIM))
+    col.open()
+    try:
+        p = subprocess.Popen([sys.executable, str(WORKLOAD), str(tmp_path / "out.json"), "--iters", "3"],
+                             env=mock_env(CUDA_INJECTION64_PATH=str(SHIM), GPU_AGENT_SAMPLE_PERIOD="1"))
+        while p.poll() is None:
+            col.poll(20)
+        assert p.returncode == 0
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # the exit event, and the slow call's end
+            col.poll(50)
+        builder, _ = col.build_profile()
+        builder.write(tmp_path / "short.pb.gz")
+    finally:
+        col.close()
+    # The reuse phase, last, makes its stacks over 0.1 s per round, while the first
+    # stack's native names are still loading.
+    mine = [s for s in raw(tmp_path / "short.pb.gz") if s.labels.get("pid") == str(p.pid)
+            and s.frames[0] in ("k_py_free", "k_py_held", "k_reuse_a", "k_reuse_b")]
+    assert {s.frames[0] for s in mine} >= {"k_py_free", "k_reuse_a", "k_reuse_b"}, "no samples"
+    for s in mine:
+        py = [(f, file) for f, file, sysname in zip(s.frames, s.files, s.system_names)
+              if sysname.startswith("python:")]
+        assert py and not [f for f, _ in py if f.startswith("<python code")], py

@@ -9,8 +9,11 @@ Flow of one kernel (the five files to read):
 
 from __future__ import annotations
 
+import logging
 import os
+import queue
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -23,6 +26,8 @@ from .pprof import FrameSpec, ProfileBuilder
 from .python import PythonStacks
 from .demangle import demangle_kernel
 from .symbolize import Symbolizer
+
+log = logging.getLogger(__name__)
 
 UNSAMPLED = "[unsampled]"
 UNKNOWN_STACK = "[stack unavailable]"
@@ -135,9 +140,14 @@ class Collector:
         self.pid_filter = pid_filter
         self.procs: dict[int, ProcInfo] = {}
         self._included: dict[int, bool] = {}
-        self._frames: dict[tuple[int, int], list] = {}
-        # New stacks (tgid, stack id, process start tag), named after this poll.
-        self._unsymbolized: list[tuple[int, int, int]] = []
+        self._frames: dict[tuple, list] = {}
+        # New stacks (tgid, stack id, process start tag) go to a thread that names
+        # their native frames: that can take seconds (a libtorch_cuda symbol table),
+        # and meanwhile poll() must go on reading each new stack's Python code
+        # objects while its process still exists (a job of one second lost them all).
+        self._to_symbolize: "queue.SimpleQueue" = queue.SimpleQueue()
+        self._symbolizing: Optional[threading.Thread] = None
+        self._sym_lock = threading.RLock()  # _frames and whole stacks' symbolization
         self.window = Window(start_ns=time.time_ns())
         # Called with every Drain, before it is merged into the window (metrics
         # count from the very same data the profiles are built from).
@@ -150,18 +160,30 @@ class Collector:
     # -- lifecycle ---------------------------------------------------------
     def open(self) -> None:
         self.session.open()
+        self._symbolizing = threading.Thread(target=self._symbolize_new_stacks,
+                                             name="gpu-agent-symbolize", daemon=True)
+        self._symbolizing.start()
 
     def close(self) -> None:
+        if self._symbolizing is not None:
+            self._to_symbolize.put(None)
+            self._symbolizing.join(timeout=10)
+            self._symbolizing = None
         self.session.close()
 
     def poll(self, timeout_ms: int) -> None:
         self.session.poll(timeout_ms)
-        # Native symbolization can take seconds (a libtorch_cuda symbol table); it runs
-        # only after every event of this poll had its Python frames read from memory,
-        # so a short-lived process is gone only after we needed its memory.
-        pending, self._unsymbolized = self._unsymbolized, []
-        for tgid, stack_id, start in pending:
-            self._symbolize(tgid, stack_id, start)
+
+    def _symbolize_new_stacks(self) -> None:
+        """The symbolizing thread: names new stacks ahead of the profiles that use them."""
+        while True:
+            item = self._to_symbolize.get()
+            if item is None:
+                return
+            try:
+                self._symbolize(*item)
+            except Exception:  # never lose the thread: the profile names it again
+                log.exception("symbolizing a stack of pid %d failed", item[0])
 
     def drain(self) -> None:
         """Move what BPF aggregated so far into the current window.
@@ -201,7 +223,7 @@ class Collector:
     def _on_new_stack(self, tgid: int, stack_id: int, start: int) -> None:
         self._see(tgid)
         self.python.prefetch(tgid, stack_id, start)  # cheap, and needs the process alive
-        self._unsymbolized.append((tgid, stack_id, start))
+        self._to_symbolize.put((tgid, stack_id, start))
 
     def _on_proc_attach(self, tgid: int) -> None:
         old = self.procs.get(tgid)
@@ -219,7 +241,7 @@ class Collector:
         info = self.procs.get(tgid)
         if info is not None:
             info.exited = True
-        self.python.forget(tgid)
+        self.python.on_exit(tgid)
         for fn in self.exit_listeners:
             fn(tgid)
 
@@ -227,15 +249,16 @@ class Collector:
         """The frames of a stack of the process (tgid, start tag): a reused pid's
         stacks are another process's (contract: ga_stack_key)."""
         key = (tgid, stack_id, start)
-        frames = self._frames.get(key)
-        if frames is None:
-            ips = self.session.get_stack(tgid, stack_id, start)
-            if not ips:
-                return []
-            frames = self.symbolizer.symbolize(tgid, ips)
-            frames = self.python.frames(tgid, stack_id, start, frames)  # Python frames spliced in
-            self._frames[key] = frames
-        return frames
+        with self._sym_lock:
+            frames = self._frames.get(key)
+            if frames is None:
+                ips = self.session.get_stack(tgid, stack_id, start)
+                if not ips:
+                    return []
+                frames = self.symbolizer.symbolize(tgid, ips)
+                frames = self.python.frames(tgid, stack_id, start, frames)  # Python frames spliced in
+                self._frames[key] = frames
+            return frames
 
     def _stack_specs(self, tgid: int, stack_id: int, start: int) -> list:
         frames = self._symbolize(tgid, stack_id, start)
@@ -247,7 +270,8 @@ class Collector:
         Python frame outside torch (`fn (file:line)`), else the innermost native
         frame outside CUDA's libraries and the shim."""
         key = (tgid, stack_id, start, "site")
-        site = self._frames.get(key)
+        with self._sym_lock:
+            site = self._frames.get(key)
         if site is not None:
             return site
         frames = self._symbolize(tgid, stack_id, start)
@@ -265,7 +289,8 @@ class Collector:
                 if not _CUDA_LIB.match(os.path.basename(getattr(f, "filename", "") or "")):
                     site = f.function
                     break
-        self._frames[key] = site
+        with self._sym_lock:
+            self._frames[key] = site
         return site
 
     def included(self, pid: int) -> bool:
@@ -403,12 +428,14 @@ class Collector:
             self.session.forget_pids(gone)  # their map entries: memory stays flat
 
     def _forget_caches(self, pids: set[int]) -> None:
-        for pid in pids:
-            self.procs.pop(pid, None)
-            self._included.pop(pid, None)
-            self.symbolizer.forget(pid)
-        for key in [k for k in self._frames if k[0] in pids]:
-            del self._frames[key]
+        with self._sym_lock:
+            for pid in pids:
+                self.procs.pop(pid, None)
+                self._included.pop(pid, None)
+                self.symbolizer.forget(pid)
+                self.python.forget(pid)  # its code objects' names: kept until now
+            for key in [k for k in self._frames if k[0] in pids]:
+                del self._frames[key]
 
 
 def _mean_kernel_ns(rows) -> dict[int, float]:

@@ -6,7 +6,10 @@ The pieces (the BPF half is bpf/python_stack.h):
   merge.py      splice the Python frames into the native stack
   PythonStacks  (here) ties them to a BpfSession: configures each process when
                 its shim attaches (GA_EV_PROC_ATTACH), names and merges the
-                Python frames of every new stack, forgets a process at exit.
+                Python frames of every new stack, stops its BPF walks at exit and
+                forgets it once its last profile is built.
+                Thread-safe: the collector names stacks in a thread of its own
+                while its poll thread reads new stacks' code objects (prefetch).
 
 Timing: BPF can walk a process's Python stack only once the agent has stored
 its config, which it does on the attach event, i.e. at cuInit, before the
@@ -19,6 +22,7 @@ stacks shows the eval loop.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -64,11 +68,10 @@ class PythonStacks:
         self.procs: dict[int, _Proc] = {}
         self.stats = PythonStats()
         self._warned: set = set()
+        self._lock = threading.RLock()
         if enabled:
             # Parse the kernel's BTF (~0.3 s) now, beside the BPF compile (which
             # releases the GIL), not when the first Python process attaches.
-            import threading
-
             from .btf import task_fsbase_offset
             threading.Thread(target=task_fsbase_offset, name="gpu-agent-btf",
                              daemon=True).start()
@@ -78,22 +81,35 @@ class PythonStacks:
         """The shim in pid attached: set up its Python stacks now, before its first launch."""
         if not self.enabled:
             return
-        p = self.procs.get(pid)
-        if p is None or p.state != "python":
-            self._configure(pid)
+        with self._lock:
+            p = self.procs.get(pid)
+            if p is None or p.state != "python":
+                self._configure(pid)
+
+    def on_exit(self, pid: int) -> None:
+        """pid exited: BPF stops walking its stacks (a new process may get the pid);
+        the names read from its memory stay until forget()."""
+        with self._lock:
+            p = self.procs.get(pid)
+            if p is not None and p.state == "python":
+                try:
+                    self.session.del_py_config(pid)
+                except Exception:
+                    pass
 
     def forget(self, pid: int) -> None:
-        p = self.procs.pop(pid, None)
-        if p is None:
-            return
-        if p.state == "python":
-            try:
-                self.session.del_py_config(pid)
-            except Exception:
-                pass
-        if p.sym is not None:
-            log.debug("pid %d Python symbolizer: %s", pid, p.sym.stats)
-            p.sym.close()
+        with self._lock:
+            p = self.procs.pop(pid, None)
+            if p is None:
+                return
+            if p.state == "python":
+                try:
+                    self.session.del_py_config(pid)
+                except Exception:
+                    pass
+            if p.sym is not None:
+                log.debug("pid %d Python symbolizer: %s", pid, p.sym.stats)
+                p.sym.close()
 
     def _configure(self, pid: int) -> None:
         p = self.procs.get(pid) or _Proc("pending")
@@ -141,6 +157,10 @@ class PythonStacks:
 
         frames() names them later from the symbolizer's cache (keyed by code address
         and stamp), after the slower native symbolization."""
+        with self._lock:
+            self._prefetch(pid, stack_id, start)
+
+    def _prefetch(self, pid: int, stack_id: int, start: int) -> None:
         p = self.procs.get(pid)
         if not self.enabled or p is None or p.state != "python":
             return
@@ -161,7 +181,8 @@ class PythonStacks:
         if not self.enabled:
             return native
         try:
-            return self._frames(pid, stack_id, start, native)
+            with self._lock:
+                return self._frames(pid, stack_id, start, native)
         except Exception:  # defensive: a Python stack must never cost the native one
             log.debug("python frames of pid %d failed", pid, exc_info=True)
             return native
