@@ -9,10 +9,10 @@ package registry).
             processes, steady state (bench/gpu/overhead.py)
   fidelity  the agent's GPU time, launches and stack shares against truth
             (bench/gpu/fidelity.py)
-  smoke     one `gpu-agent record` of a short eager + graph run (after 3 s, so that
-            the agent has read the process's Python frames while it runs); fails
-            when the profile has no kernel GPU time, or less than 99 % of it under
-            Python frames
+  smoke     one `gpu-agent record` of a short eager + graph run (it starts at once
+            and ends within seconds: the agent must read its Python frames while it
+            runs); fails when the profile has no kernel GPU time, or less than 99 %
+            of it under named Python frames
   table     the overhead table of a JSONL file written before
 Results go, as JSON lines, to --jsonl (appended).
 """
@@ -36,7 +36,7 @@ def smoke(a) -> None:
         for w in a.workloads.split(","):
             prof = Path(tmp) / f"{w}.pb.gz"
             p = subprocess.run([sys.executable, "-m", "gpu_agent", "record", "-o", str(prof), "--",
-                                *case_command(w, steps=max(1, STEPS[w] // 8), repeats=1, wait=3)],
+                                *case_command(w, steps=max(1, STEPS[w] // 8), repeats=1, wait=0)],
                                env=clean_env(), capture_output=True, text=True, timeout=600)
             status = [ln for ln in p.stderr.splitlines() if ln.startswith("gpu-agent: ")]
             if p.returncode != 0 or not prof.exists():
