@@ -29,9 +29,7 @@ def agent(tmp_path, built):
     need_ebpf()
     a = Agent(tmp_path / "profiles")
     yield a
-    if a.proc.poll() is None:
-        a.proc.kill()
-        a.proc.wait()
+    a.kill()
 
 
 def test_running_late_concurrent_and_killed_processes(agent):

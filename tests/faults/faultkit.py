@@ -99,9 +99,7 @@ def node(tmp_path, built):
     need_ebpf()
     n = Node(tmp_path / "profiles")
     yield n
-    if n.proc.poll() is None:
-        n.proc.kill()
-        n.proc.wait()
+    n.agent.kill()
 
 
 class Honest:

@@ -35,5 +35,11 @@ class Agent:
         assert self.proc.returncode == 0, err
         return out
 
+    def kill(self) -> None:
+        """At a test's end: an agent the test left running goes, whatever state it is in."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
     def samples(self):
         return [s for f in sorted(self.out_dir.glob("*.pb.gz")) for s in raw(f)]
