@@ -93,3 +93,29 @@ def test_root_without_sys_admin_is_one_line_before_the_command_runs(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert "CAP_SYS_ADMIN" in one_line_error(proc)
     assert not marker.exists()
+
+
+def test_the_local_store_keeps_its_newest_windows_within_max_store_bytes(tmp_path, built):
+    """A node agent writing a window every interval filled its disk in the end: the
+    store is bounded, oldest windows first, and other files in it are never touched."""
+    from support.agent import Agent
+
+    need_ebpf()
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "notes.txt").write_text("not a profile")
+    agent = Agent(store, "--max-store-bytes", "2k")
+    try:
+        subprocess.run([str(MOCK_APP), "--paths", "cuLaunchKernel,cudaLaunchKernel", "--duration", "7",
+                        "--sleep-ms", "2"], env=mock_env(CUDA_INJECTION64_PATH=str(SHIM)),
+                       capture_output=True, check=True, timeout=120)
+    finally:
+        out = agent.stop()
+    written = [line.rsplit("-> ", 1)[1] for line in out.splitlines() if "-> " in line]
+    kept = sorted(p.name for p in store.glob("gpu-*.pb.gz"))
+    total = sum(p.stat().st_size for p in store.glob("gpu-*.pb.gz"))
+    assert len(written) >= 5, out
+    assert kept and kept == sorted(p.rsplit("/", 1)[1] for p in written)[-len(kept):], (kept, written)
+    assert len(kept) < len(written) and (total <= 2 * 1024 or len(kept) == 1), (total, kept)
+    assert f"rotated:{len(written) - len(kept)}" in out.splitlines()[-1], out
+    assert (store / "notes.txt").read_text() == "not a profile"

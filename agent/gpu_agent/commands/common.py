@@ -11,6 +11,20 @@ from pathlib import Path
 _UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "": 1.0}
 
 
+def byte_size(text: str) -> int:
+    """'64MiB', '512k', '1000000' -> bytes (positive)."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
+    num = t[:-1] if t[-1:] in "KMG" and t[-1:] else t
+    try:
+        v = int(float(num) * mult)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r} (examples: 64MiB, 512k, 1000000)")
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r}: must be positive")
+    return v
+
+
 def duration(text: str) -> float:
     """'10s', '500ms', '2m', '1.5' (seconds) -> seconds."""
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h|)\s*", text)

@@ -20,7 +20,8 @@ from typing import Optional
 
 from .. import contract as C
 from ..collector import DROPPED_CUPTI
-from .common import dir_error, duration
+from ..export.local import LocalStore
+from .common import byte_size, dir_error, duration
 
 # Plaintext to these never leaves the host: a token may go there without TLS.
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -35,19 +36,6 @@ def _label(text: str) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(
             f"invalid --label {text!r}: expected NAME=VALUE with NAME matching [a-zA-Z_][a-zA-Z0-9_]*")
     return k, v
-
-
-def _size(text: str) -> int:
-    t = text.strip().upper().removesuffix("B").removesuffix("I")
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
-    num = t[:-1] if t[-1:] in "KMG" and t[-1:] else t
-    try:
-        v = int(float(num) * mult)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid size {text!r} (examples: 64MiB, 512k, 1000000)")
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"invalid size {text!r}: must be positive")
-    return v
 
 
 def _positive_int(text: str) -> int:
@@ -83,7 +71,7 @@ def add_arguments(p) -> None:
                    help="deadline of one send (default 10s)")
     g.add_argument("--queue-size", default=32, type=_positive_int,
                    help="profiles waiting per backend while it is slow or down (default 32)")
-    g.add_argument("--queue-max-bytes", default=64 << 20, type=_size,
+    g.add_argument("--queue-max-bytes", default=64 << 20, type=byte_size,
                    help="bytes waiting per backend (default 64MiB)")
     g.add_argument("--queue-policy", default="drop-oldest", choices=("drop-oldest", "backpressure"),
                    help="when the queue is full: drop the oldest profile (default), or stop "
@@ -135,13 +123,14 @@ class Outputs:
         if out_dir is None and not remotes:
             out_dir = Path("./profiles")
         self.out_dir: Optional[Path] = Path(out_dir) if out_dir is not None else None
-        self._write_error: Optional[str] = None  # why the last local write failed
+        self.store: Optional[LocalStore] = None
         if self.out_dir is not None:
             # Checked before anything runs: a file or read-only directory is one line.
             why = dir_error(self.out_dir)
             if why:
                 print(f"gpu-agent: error: --output-dir: {why}", file=sys.stderr)
                 raise SystemExit(2)
+            self.store = LocalStore(self.out_dir, getattr(args, "max_store_bytes", 0))
         topts = TransportOptions(ca_file=args.ca_file, insecure_skip_verify=args.insecure_skip_verify,
                                  bearer_token_file=args.bearer_token_file, timeout_s=args.export_timeout,
                                  reconnect_max_s=min(args.retry_max_backoff, 10.0))
@@ -255,10 +244,10 @@ class Outputs:
         w = self.collector.build_profiles(per_pid=bool(self.backends))
         path = None
         if w.stats.kernels:
-            if self.out_dir is not None:
-                stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-                path = self.out_dir / f"gpu-{stamp}-{time.time_ns() % 10**9:09d}.pb.gz"
-                path = self._write_local(w.profile, path)
+            if self.store is not None:
+                path = self.store.write(w.profile)
+                self._profiles.update(written=self.store.written, rotated=self.store.rotated,
+                                      write_failed=self.store.write_failed)
             for b in self.backends:
                 b.submit(w)
             if self.backends:
@@ -268,30 +257,11 @@ class Outputs:
         self._health()
         return w.stats, path
 
-    def _write_local(self, profile, path: Path) -> Optional[Path]:
-        """Write one window into the local store; a full or read-only disk drops the
-        window (counted, said once per change of state) and the agent keeps running."""
-        try:
-            profile.write(path)
-        except OSError as e:
-            self._profiles["write_failed"] = self._profiles.get("write_failed", 0) + 1
-            why = e.strerror or str(e)
-            if why != self._write_error:
-                print(f"gpu-agent: cannot write profiles into {self.out_dir}: {why}; dropping "
-                      "windows (counted) until it can", file=sys.stderr, flush=True)
-            self._write_error = why
-            return None
-        if self._write_error is not None:
-            print(f"gpu-agent: writing profiles into {self.out_dir} again", file=sys.stderr, flush=True)
-            self._write_error = None
-        self._profiles["written"] += 1
-        return path
-
     def status(self) -> str:
         """' parca=sent:N,queued:N,dropped:N' per backend, for the status line."""
         out = ""
-        if self._profiles.get("write_failed"):
-            out += f" local=dropped:{self._profiles['write_failed']}"
+        if self.store is not None and (self.store.write_failed or self.store.rotated):
+            out += f" local=dropped:{self.store.write_failed},rotated:{self.store.rotated}"
         for b in self.backends:
             s = b.queue.snapshot()
             out += f" {b.name}=sent:{s.sent},queued:{s.depth},dropped:{sum(s.dropped.values())}"

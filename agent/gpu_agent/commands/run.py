@@ -20,7 +20,7 @@ from .. import config, k8s, preflight
 from ..collector import Collector
 from ..paths import shim_path
 from . import health
-from .common import duration, status_line
+from .common import byte_size, duration, status_line
 from .outputs import Outputs, add_arguments as add_output_arguments
 
 
@@ -29,6 +29,10 @@ def add_parser(sub) -> None:
     p.add_argument("--output-dir", default=None, type=Path,
                    help="directory for one gzip pprof per interval (default ./profiles when no "
                         "--remote-store/--otlp-endpoint is given, else none)")
+    p.add_argument("--max-store-bytes", default=1 << 30, metavar="SIZE",
+                   type=lambda t: 0 if t.strip() == "0" else byte_size(t),
+                   help="most bytes of profiles kept in --output-dir; the oldest go first "
+                        "(default 1GiB; 0: no bound)")
     p.add_argument("--interval", default=10.0, type=duration,
                    help="profile window, e.g. 10s, 500ms (default 10s)")
     p.add_argument("--duration", default=None, type=duration,
