@@ -10,6 +10,7 @@ from . import __version__, config
 from .commands import health, install_shim, record, run, shim_path
 from .paths import MissingPartError
 from .preflight import PreflightError
+from .shim_attach import BpfError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,7 +42,7 @@ def main(argv=None) -> int:
                         format="gpu-agent: %(levelname)s %(name)s: %(message)s")
     try:
         return args.func(args)
-    except (PreflightError, MissingPartError) as e:
+    except (PreflightError, MissingPartError, BpfError) as e:  # a bad --shim, a refused attach
         print(f"gpu-agent: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -119,3 +119,24 @@ def test_the_local_store_keeps_its_newest_windows_within_max_store_bytes(tmp_pat
     assert len(kept) < len(written) and (total <= 2 * 1024 or len(kept) == 1), (total, kept)
     assert f"rotated:{len(written) - len(kept)}" in out.splitlines()[-1], out
     assert (store / "notes.txt").read_text() == "not a profile"
+
+
+@pytest.mark.parametrize("bad", ["missing-shim", "shim-not-elf", "missing-token"])
+def test_bad_inputs_are_one_line_and_nothing_runs(tmp_path, bad):
+    """A bad --shim or a missing --bearer-token-file was a traceback; `record` must
+    also not run the command."""
+    need_ebpf()
+    (tmp_path / "not-elf.so").write_text("text")
+    extra = {"missing-shim": ["--shim", tmp_path / "none.so"],
+             "shim-not-elf": ["--shim", tmp_path / "not-elf.so"],
+             "missing-token": ["--remote-store", "grpc://127.0.0.1:7070",
+                               "--bearer-token-file", tmp_path / "no-token"]}[bad]
+    line = one_line_error(subprocess.run(agent_cmd("run", *extra, "--duration", "1"),
+                                         capture_output=True, text=True, timeout=120))
+    assert str(extra[-1]) in line, line
+    if bad != "missing-token":  # record has no backends
+        marker = tmp_path / "ran"
+        line = one_line_error(subprocess.run(
+            agent_cmd("record", *extra, "-o", tmp_path / "x.pb.gz", "--", "touch", marker),
+            capture_output=True, text=True, timeout=120))
+        assert str(extra[-1]) in line and not marker.exists(), line

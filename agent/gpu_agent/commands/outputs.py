@@ -131,6 +131,14 @@ class Outputs:
                 print(f"gpu-agent: error: --output-dir: {why}", file=sys.stderr)
                 raise SystemExit(2)
             self.store = LocalStore(self.out_dir, getattr(args, "max_store_bytes", 0))
+        if args.bearer_token_file:
+            try:
+                with open(args.bearer_token_file, "rb"):
+                    pass
+            except OSError as e:
+                print(f"gpu-agent: error: --bearer-token-file: cannot read {args.bearer_token_file}: "
+                      f"{e.strerror or e}", file=sys.stderr)
+                raise SystemExit(2)
         topts = TransportOptions(ca_file=args.ca_file, insecure_skip_verify=args.insecure_skip_verify,
                                  bearer_token_file=args.bearer_token_file, timeout_s=args.export_timeout,
                                  reconnect_max_s=min(args.retry_max_backoff, 10.0))
