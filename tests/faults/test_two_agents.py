@@ -65,3 +65,43 @@ def test_an_agent_that_attaches_later_gets_the_names(tmp_path, built):
             second.close()
     assert KERNEL in names and KERNEL in first_names, (names, first_names)
     assert not [n for n in names if n.startswith("[unknown kernel")], names
+
+
+def _kernel_totals(builder) -> dict[str, list[int]]:
+    """Kernel name -> [GPU ns, launches] of a profile, over every stack."""
+    p = builder.to_proto()
+    s = p.string_table
+    funcs = {f.id: f for f in p.function}
+    locs = {loc.id: loc for loc in p.location}
+    out: dict[str, list[int]] = {}
+    for smp in p.sample:
+        f = funcs[locs[smp.location_id[0]].line[0].function_id]
+        if s[f.filename] == "CUDA_KERNEL":
+            acc = out.setdefault(s[f.name], [0, 0])
+            acc[0] += smp.value[0]
+            acc[1] += smp.value[1]
+    return out
+
+
+def test_two_agents_attached_together_give_identical_profiles(tmp_path, built):
+    """Both agents' programs run on every probe hit: the same records, the same names,
+    the same totals, whichever of them a user looks at."""
+    need_ebpf()
+    shim = tmp_path / "libgpu_agent_shim-pair.so"
+    shutil.copy(SHIM, shim)
+    agents = [Collector(str(shim), python_stacks=False) for _ in range(2)]
+    for a in agents:
+        a.open()
+    try:
+        app = subprocess.run([str(MOCK_APP), "--paths", "cuLaunchKernel,cudaLaunchKernel,cuGraphLaunch",
+                              "--iters", "200", "--sleep-ms", "1"],
+                             env=mock_env(CUDA_INJECTION64_PATH=str(shim)), capture_output=True,
+                             timeout=120)
+        assert app.returncode == 0, app.stderr
+        _poll_until(agents, lambda: False, timeout=2.0)  # the exit flush's last batches
+        totals = [_kernel_totals(a.build_profile()[0]) for a in agents]
+    finally:
+        for a in agents:
+            a.close()
+    assert totals[0] and not [k for k in totals[0] if k.startswith("[unknown kernel")], totals[0]
+    assert totals[0] == totals[1]
