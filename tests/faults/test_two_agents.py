@@ -14,6 +14,7 @@ import subprocess
 import time
 
 from support.env import MOCK_APP, SHIM, mock_env, need_ebpf
+from support.pprof_tool import raw
 from gpu_agent.shim_attach import REPLAY_HOLD_S
 from gpu_agent.collector import Collector
 
@@ -67,19 +68,14 @@ def test_an_agent_that_attaches_later_gets_the_names(tmp_path, built):
     assert not [n for n in names if n.startswith("[unknown kernel")], names
 
 
-def _kernel_totals(builder) -> dict[str, list[int]]:
-    """Kernel name -> [GPU ns, launches] of a profile, over every stack."""
-    p = builder.to_proto()
-    s = p.string_table
-    funcs = {f.id: f for f in p.function}
-    locs = {loc.id: loc for loc in p.location}
+def _kernel_totals(builder, path) -> dict[str, list[int]]:
+    """Kernel name -> [GPU ns, launches] of a profile over every stack, read by Go's pprof."""
+    builder.write(path)
     out: dict[str, list[int]] = {}
-    for smp in p.sample:
-        f = funcs[locs[smp.location_id[0]].line[0].function_id]
-        if s[f.filename] == "CUDA_KERNEL":
-            acc = out.setdefault(s[f.name], [0, 0])
-            acc[0] += smp.value[0]
-            acc[1] += smp.value[1]
+    for smp in raw(path):
+        acc = out.setdefault(smp.frames[0], [0, 0])
+        acc[0] += smp.values[0]
+        acc[1] += smp.values[1]
     return out
 
 
@@ -99,7 +95,8 @@ def test_two_agents_attached_together_give_identical_profiles(tmp_path, built):
                              timeout=120)
         assert app.returncode == 0, app.stderr
         _poll_until(agents, lambda: False, timeout=2.0)  # the exit flush's last batches
-        totals = [_kernel_totals(a.build_profile()[0]) for a in agents]
+        totals = [_kernel_totals(a.build_profile()[0], tmp_path / f"agent{i}.pb.gz")
+                  for i, a in enumerate(agents)]
     finally:
         for a in agents:
             a.close()
