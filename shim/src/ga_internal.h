@@ -56,6 +56,14 @@ GA_HIDDEN extern ga_config ga_cfg;
 GA_HIDDEN bool ga_secure_exec(void) noexcept;
 
 /* CLOCK_MONOTONIC in ns: the shim's one clock for schedules and timings. */
+/* A 64-bit mix (murmur3's finalizer half) for open-addressed tables. */
+static inline uint64_t ga_mix64(uint64_t x) noexcept {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return x;
+}
+
 static inline uint64_t ga_now_ns(void) noexcept {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -108,13 +116,16 @@ GA_HIDDEN void CUPTIAPI ga_buffer_requested(uint8_t **buffer, size_t *size,
                                             size_t *max_records) noexcept;
 GA_HIDDEN void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
                                             size_t size, size_t valid_size) noexcept;
-GA_HIDDEN void ga_replay_names(void) noexcept;
+GA_HIDDEN void ga_replay_names(void) noexcept;                  /* names.cpp */
+GA_HIDDEN uint64_t ga_kernel_id_for(const char *name) noexcept; /* names.cpp: intern a name */
+GA_HIDDEN void ga_names_atfork_child(void) noexcept;
 GA_HIDDEN void ga_report_drops(void) noexcept; /* after a flush */
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_batches;
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_records;
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_dropped;
-GA_HIDDEN extern std::atomic<uint64_t> ga_stat_names;
+GA_HIDDEN extern std::atomic<uint64_t> ga_stat_names;           /* names.cpp */
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_name_chunks;
+GA_HIDDEN extern std::atomic<uint64_t> ga_stat_truncated_names;
 
 /* ---- CUDA graphs: capture stacks, clones, destroys (graphs.cpp) ---- */
 /* RESOURCE-domain callback ids the shim enables while attached (when
@@ -194,7 +205,7 @@ GA_HIDDEN void ga_audit_mark(uint32_t correlation_id) noexcept;
 GA_HIDDEN bool ga_audit_in_window(uint32_t correlation_id) noexcept;
 GA_HIDDEN void ga_audit_tally(uint64_t kernel_id, uint64_t ns, bool in_window) noexcept;
 GA_HIDDEN void ga_audit_write(void) noexcept;
-GA_HIDDEN const char *ga_name_of(uint64_t kernel_id) noexcept; /* activity.cpp; NULL if unknown */
+GA_HIDDEN const char *ga_name_of(uint64_t kernel_id) noexcept; /* names.cpp; NULL if unknown */
 /* activity.cpp: "name (n), ..." of the first kernels whose windowed records had no
  * launch callback (ga_window_period_of), for the exit line; "" if none. */
 GA_HIDDEN void ga_unseen_kernels(char *buf, size_t size) noexcept;
