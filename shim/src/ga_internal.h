@@ -111,7 +111,7 @@ GA_HIDDEN extern std::atomic<uint64_t> ga_stat_forced;
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_launches;
 GA_HIDDEN extern std::atomic<int> ga_cuda_live;           /* CUDA used in this process */
 
-/* ---- activity buffers, kernel records and names (activity.cpp) ---- */
+/* ---- activity buffers and kernel records (activity.cpp), names (names.cpp) ---- */
 GA_HIDDEN void CUPTIAPI ga_buffer_requested(uint8_t **buffer, size_t *size,
                                             size_t *max_records) noexcept;
 GA_HIDDEN void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
