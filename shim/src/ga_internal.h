@@ -54,6 +54,7 @@ GA_HIDDEN extern ga_config ga_cfg;
  * no file path from the environment (GPU_AGENT_AUDIT_FILE, GPU_AGENT_CUPTI_PATH),
  * which another user could set to make the process write or load a file. */
 GA_HIDDEN bool ga_secure_exec(void) noexcept;
+GA_HIDDEN void ga_read_config(void) noexcept; /* config.cpp: ga_cfg from the environment, once */
 
 /* CLOCK_MONOTONIC in ns: the shim's one clock for schedules and timings. */
 /* A 64-bit mix (murmur3's finalizer half) for open-addressed tables. */

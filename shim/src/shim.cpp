@@ -1,5 +1,5 @@
-/* shim.cpp: initialization, configuration, the attach poller, CUPTI
- * attach/detach, exit and fork handling, and the exported C API.
+/* shim.cpp: initialization, the attach poller, CUPTI attach/detach, exit and
+ * fork handling, and the exported C API (settings and logging: config.cpp).
  *
  * Life cycle
  *   load (LD_PRELOAD constructor): read env; if CUDA_INJECTION64_PATH is
@@ -34,8 +34,6 @@
 #include "ga_internal.h"
 #include "launch_cbids.h"
 
-extern char **environ;
-
 /* from other translation units */
 GA_HIDDEN void ga_build_kind_table(void) noexcept;
 GA_HIDDEN void ga_activity_atfork_child(void) noexcept;
@@ -49,8 +47,6 @@ extern "C" GA_EXPORT const uint32_t gpu_agent_contract_version = GA_CONTRACT_VER
 
 enum { ST_DISABLED = -1, ST_IDLE = 0, ST_ATTACHED = 1 };
 
-ga_config ga_cfg = {64, 8, 100, 1000, 10, 20, 64, "", 0, 0, 0, 0, 0};
-int ga_debug_on;
 
 static std::atomic<int> g_state{ST_IDLE};
 static std::atomic<int> g_common_once{0};
@@ -81,142 +77,9 @@ static bool g_poll_stop;
 static std::atomic<int> g_poller_running{0};
 static std::atomic<int> g_had_poller{0};
 
-/* ------------------------------------------------------------------ */
-/* logging                                                             */
-
-static void vlog(const char *fmt, va_list ap) {
-    char buf[512];
-    int n = snprintf(buf, sizeof(buf), "gpu-agent-shim: ");
-    int m = vsnprintf(buf + n, sizeof(buf) - n - 1, fmt, ap);
-    if (m < 0) return;
-    size_t len = (size_t)n + ((size_t)m < sizeof(buf) - n - 1 ? (size_t)m : sizeof(buf) - n - 2);
-    buf[len++] = '\n';
-    ssize_t w = write(2, buf, len); /* one write: lines from processes do not interleave */
-    (void)w;
-}
-
-void ga_log(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vlog(fmt, ap);
-    va_end(ap);
-}
-
-void ga_debug(const char *fmt, ...) {
-    if (!ga_debug_on) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vlog(fmt, ap);
-    va_end(ap);
-}
-
-
-/* ------------------------------------------------------------------ */
-/* configuration                                                       */
-
-static const char *const k_known_env[] = {
-    "GPU_AGENT_SAMPLE_PERIOD", "GPU_AGENT_GRAPH_SAMPLE_PERIOD", "GPU_AGENT_POLL_MS",
-    "GPU_AGENT_FLUSH_MS",      "GPU_AGENT_DEBUG",               "GPU_AGENT_CUPTI_PATH",
-    "GPU_AGENT_DUTY_CYCLE",    "GPU_AGENT_WINDOW_MS",           "GPU_AGENT_AUDIT_FILE",
-    "GPU_AGENT_EXP_HOLD",      "GPU_AGENT_EXP_TOGGLE_MS",       "GPU_AGENT_EXP_CALLBACKS",
-    "GPU_AGENT_EXP_INTERNAL_LAUNCHES", "GPU_AGENT_BUFFER_POOL_MB",
-    /* read by the agent CLI, not by the shim: known, so never reported */
-    "GPU_AGENT_SHIM",          "GPU_AGENT_BPF_DIR",             "GPU_AGENT_INCLUDE_DIR",
-};
-
-/* Adds "NAME=VALUE" to the one-line list of invalid settings. */
-static void note_bad(char *bad, size_t bad_len, const char *name, const char *v) {
-    size_t cur = strlen(bad);
-    snprintf(bad + cur, bad_len - cur, "%s%s=%s", cur ? ", " : "", name, v);
-}
-
-static void env_u32(const char *name, uint32_t *out, uint32_t lo, uint32_t hi, char *bad,
-                    size_t bad_len) {
-    const char *v = getenv(name);
-    if (!v || !*v) return;
-    char *end = nullptr;
-    errno = 0;
-    unsigned long long x = strtoull(v, &end, 10);
-    if (errno || !end || *end || x < lo || x > hi) {
-        note_bad(bad, bad_len, name, v);
-        return;
-    }
-    *out = (uint32_t)x;
-}
-
-bool ga_secure_exec(void) noexcept { return getauxval(AT_SECURE) != 0; }
-
 static void common_init(void) {
     if (g_common_once.exchange(1)) return;
-    const char *dbg = getenv("GPU_AGENT_DEBUG");
-    ga_debug_on = dbg && *dbg && strcmp(dbg, "0") != 0;
-
-    char bad[256] = "";
-    env_u32("GPU_AGENT_SAMPLE_PERIOD", &ga_cfg.sample_period, 1, 1u << 30, bad, sizeof(bad));
-    env_u32("GPU_AGENT_GRAPH_SAMPLE_PERIOD", &ga_cfg.graph_sample_period, 1, 1u << 30, bad,
-            sizeof(bad));
-    env_u32("GPU_AGENT_POLL_MS", &ga_cfg.poll_ms, 1, 3600000, bad, sizeof(bad));
-    env_u32("GPU_AGENT_FLUSH_MS", &ga_cfg.flush_ms, 1, 3600000, bad, sizeof(bad));
-    env_u32("GPU_AGENT_DUTY_CYCLE", &ga_cfg.duty_cycle, 1, 100000, bad, sizeof(bad));
-    env_u32("GPU_AGENT_WINDOW_MS", &ga_cfg.window_ms, 1, 3600000, bad, sizeof(bad));
-    env_u32("GPU_AGENT_BUFFER_POOL_MB", &ga_cfg.buffer_pool_mb, 1, GA_BUF_MAX, bad, sizeof(bad));
-    const char *tog = getenv("GPU_AGENT_EXP_TOGGLE_MS");
-    if (tog && *tog) {
-        unsigned on = 0, off = 0;
-        int n = sscanf(tog, "%u:%u", &on, &off);
-        if (n >= 1 && on > 0) {
-            ga_cfg.exp_on_ms = on;
-            ga_cfg.exp_off_ms = n == 2 && off ? off : on;
-        } else {
-            note_bad(bad, sizeof(bad), "GPU_AGENT_EXP_TOGGLE_MS", tog);
-        }
-    }
-    const char *cbs = getenv("GPU_AGENT_EXP_CALLBACKS");
-    if (cbs && !strcmp(cbs, "windowed")) ga_cfg.exp_cb_windowed = 1;
-    else if (cbs && !strcmp(cbs, "runtime")) ga_cfg.exp_cb_runtime = 1;
-    else if (cbs && *cbs) note_bad(bad, sizeof(bad), "GPU_AGENT_EXP_CALLBACKS", cbs);
-    const char *internal = getenv("GPU_AGENT_EXP_INTERNAL_LAUNCHES");
-    if (internal && !strcmp(internal, "1")) ga_cfg.exp_internal = 1;
-    else if (internal && *internal && strcmp(internal, "0"))
-        note_bad(bad, sizeof(bad), "GPU_AGENT_EXP_INTERNAL_LAUNCHES", internal);
-    const char *audit = getenv("GPU_AGENT_AUDIT_FILE");
-    if (audit && *audit && ga_secure_exec()) {
-        ga_log("GPU_AGENT_AUDIT_FILE ignored: a privileged (setuid) process takes no path from "
-               "its environment");
-    } else if (audit && *audit) {
-        if (strlen(audit) < sizeof(ga_cfg.audit_file)) {
-            strcpy(ga_cfg.audit_file, audit);
-        } else {
-            size_t cur = strlen(bad);
-            snprintf(bad + cur, sizeof(bad) - cur, "%sGPU_AGENT_AUDIT_FILE (path too long)",
-                     cur ? ", " : "");
-        }
-    }
-
-    /* unknown GPU_AGENT_* names and invalid values: one line in all */
-    char unknown[384] = "";
-    for (char **e = environ; e && *e; e++) {
-        if (strncmp(*e, "GPU_AGENT_", 10) != 0) continue;
-        /* gpu-agent run's own settings (GPU_AGENT_RUN_<FLAG>, agent/gpu_agent/config.py) */
-        if (strncmp(*e, "GPU_AGENT_RUN_", 14) == 0) continue;
-        const char *eq = strchr(*e, '=');
-        size_t nlen = eq ? (size_t)(eq - *e) : strlen(*e);
-        bool known = false;
-        for (const char *k : k_known_env)
-            if (strlen(k) == nlen && strncmp(k, *e, nlen) == 0) known = true;
-        if (known) continue;
-        size_t cur = strlen(unknown);
-        if (cur + nlen + 3 < sizeof(unknown))
-            snprintf(unknown + cur, sizeof(unknown) - cur, "%s%.*s", cur ? ", " : "", (int)nlen,
-                     *e);
-    }
-    if (unknown[0] && bad[0])
-        ga_log("unknown environment variable(s) ignored: %s; invalid value(s) ignored: %s",
-               unknown, bad);
-    else if (unknown[0])
-        ga_log("unknown environment variable(s) ignored: %s", unknown);
-    else if (bad[0])
-        ga_log("invalid value(s) ignored: %s", bad);
+    ga_read_config();
 }
 
 /* ------------------------------------------------------------------ */
