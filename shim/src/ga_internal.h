@@ -200,6 +200,7 @@ GA_HIDDEN uint32_t ga_window_weight_of(uint32_t period) noexcept;
  * rest too, at fallback_q (x 1024; 0: N). */
 GA_HIDDEN void ga_activity_fire_held(bool all, uint32_t fallback_q) noexcept;
 GA_HIDDEN uint32_t ga_window_round_weight(uint32_t weight_q, uint64_t *rng) noexcept;
+/* audit mode (audit.cpp; window.cpp explains it) */
 static inline bool ga_audit_on(void) noexcept { return ga_cfg.audit_file[0] != 0; }
 GA_HIDDEN void ga_audit_init(void) noexcept;
 GA_HIDDEN void ga_audit_mark(uint32_t correlation_id) noexcept;
