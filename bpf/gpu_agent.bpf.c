@@ -479,7 +479,8 @@ int ga_kernel_batch(struct pt_regs *ctx)
         count(GA_DROP_BAD_RECORD, 1);
         dropped = 0;
     }
-    count(GA_DROP_CUPTI, dropped);
+    if (dropped)
+        count(GA_DROP_CUPTI, dropped);
     if (record_size != sizeof(struct ga_kernel_record) || n > GA_BATCH_MAX) {
         count(GA_DROP_BAD_RECORD, 1);
         return 0;

@@ -165,7 +165,7 @@ class Outputs:
         self.drain_interval = args.metrics_drain_interval
         self._next_drain = time.monotonic() + self.drain_interval
         self._stalled_since: Optional[float] = None
-        self._profiles = {"written": 0, "sent": 0, "empty": 0, "deferred": 0}
+        self._profiles = {"sent": 0, "empty": 0, "deferred": 0}  # the store counts its own
         if args.metrics_addr:
             from .. import metrics as M
             from ..demangle import demangle_kernel
@@ -240,7 +240,7 @@ class Outputs:
             attached_processes=sum(1 for p in self.collector.procs.values() if not p.exited),
             bpf_events=getattr(self.collector.session, "_events", 0),
             kernel_records=c.get("kernels", 0), sampled_launches=c.get("samples", 0),
-            drops=drops, profiles=dict(self._profiles))
+            drops=drops, profiles=self._profile_counts())
 
     def window_due(self, final: bool = False):
         """Close the window and ship it: (stats, local path or None), or None when
@@ -254,8 +254,6 @@ class Outputs:
         if w.stats.kernels:
             if self.store is not None:
                 path = self.store.write(w.profile)
-                self._profiles.update(written=self.store.written, rotated=self.store.rotated,
-                                      write_failed=self.store.write_failed)
             for b in self.backends:
                 b.submit(w)
             if self.backends:
@@ -264,6 +262,13 @@ class Outputs:
             self._profiles["empty"] += 1
         self._health()
         return w.stats, path
+
+    def _profile_counts(self) -> dict:
+        out = {"written": 0, **self._profiles}
+        if self.store is not None:
+            out.update(written=self.store.written, rotated=self.store.rotated,
+                       write_failed=self.store.write_failed)
+        return out
 
     def status(self) -> str:
         """' parca=sent:N,queued:N,dropped:N' per backend, for the status line."""
