@@ -62,7 +62,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.gpu", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     o = sub.add_parser("overhead", help=overhead.__doc__.split("\n")[0])
-    o.add_argument("--method", choices=["sep", "pair", "timeline", "residual"], default="sep")
+    o.add_argument("--method", choices=["sep", "pair", "timeline", "residual", "events"], default="sep")
     o.add_argument("--seconds", type=float, default=40.0, help="--method timeline: the loop's length")
     o.add_argument("--rounds", type=int, default=6)
     o.add_argument("--workloads", default="eager,mlp,graph,compiled,driver-graph,mlp-x4")
@@ -102,6 +102,8 @@ def main(argv=None) -> None:
         overhead.timeline(a)
     elif a.cmd == "overhead" and a.method == "residual":
         overhead.residual(a)
+    elif a.cmd == "overhead" and a.method == "events":
+        overhead.events(a)
     elif a.cmd == "overhead":
         overhead.run(a)
         overhead.print_table(a.jsonl)

@@ -29,6 +29,12 @@ where the shim logs them: GPU_AGENT_DUTY_CYCLE >= 100), and after it left.
 CUPTI kernel activity on and off in one of several ways (RESIDUAL_MODES), one
 process per mode and round, and reports ns per launch before, while on, after, and
 after for a kernel never launched while on: which way, if any, leaves no cost.
+
+--method events needs no shim and no agent either: bench/gpu/event_timing.cu asks
+whether CUDA events could time kernels instead of kernel activity: what brackets
+of two events cost per launch (with and without a gate that keeps the CPU's launch
+time out of them), how close their durations come to CUPTI's, and what an empty
+CUPTI launch callback costs. One process per round.
 """
 
 from __future__ import annotations
@@ -211,6 +217,23 @@ def residual(a) -> None:
             out.write(json.dumps(rec) + "\n")
             out.flush()
             print("residual " + json.dumps(rec), flush=True)
+
+
+def events(a) -> None:
+    """--method events: bench/gpu/event_timing.cu, one process per round."""
+    binary = cuda_binary("event_timing", cupti=True)
+    out = open(a.jsonl, "a")
+    for r in range(a.rounds):
+        p = subprocess.run(["taskset", "-c", a.cpus or "2", binary], env=clean_env(),
+                           capture_output=True, text=True, timeout=300)
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+        if not lines:
+            lines = [json.dumps({"error": (p.stderr or p.stdout)[-300:]})]
+        for line in lines:
+            rec = json.loads(line)
+            rec.update(method="events", round=f"{a.tag}{r}")
+            out.write(json.dumps(rec) + "\n")
+            print("events " + json.dumps(rec), flush=True)
 
 
 def bootstrap_ci(vals: list[float], stat=statistics.median, n: int = 2000) -> tuple[float, float]:
