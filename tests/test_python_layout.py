@@ -1,8 +1,8 @@
 """Python-stack pieces without BPF: layouts, line tables, stamps, merging.
 
 Against every CPython 3.10+ found on this machine (see test_python_stacks):
-  * the 3.10-3.12 offset table and the _Py_DebugOffsets field order agree with
-    offsetof() compiled against that version's own headers (when installed);
+  * the 3.10-3.12 offset table and the _Py_DebugOffsets field order (offsets.py)
+    agree with offsetof() compiled against that version's own headers (when installed);
   * layout.probe() finds and checks the interpreter of a live process
     (libpython and static builds);
   * our line-table decoders give, for every instruction, the line CPython's
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from gpu_agent import contract as C
-from gpu_agent.python import layout, merge as M, symbolize as S
+from gpu_agent.python import layout, merge as M, offsets, symbolize as S
 from gpu_agent.python.btf import task_fsbase_offset
 from support.interpreters import SUPPORTED, TOO_OLD
 
@@ -139,9 +139,9 @@ def header_offsets(tmp_path_factory):
 def test_table_matches_headers(header_offsets):
     checked = 0
     for ver, h in header_offsets.items():
-        if ver not in layout._TABLE:
+        if ver not in offsets._TABLE:
             continue
-        t = layout._TABLE[ver]
+        t = offsets._TABLE[ver]
         for k in ("rt_interp_head", "interp_next", "interp_threads", "ts_next", "ts_interp",
                   "ts_thread_id", "ts_frame", "fr_previous", "fr_code", "fr_instr",
                   "co_filename", "co_name", "co_firstlineno", "co_linetable"):
@@ -154,8 +154,8 @@ def test_table_matches_headers(header_offsets):
             assert t["fr_owner"] == h["fr_is_entry"]
         if ver >= (3, 12):
             assert t["fr_owner"] == h["fr_owner"]
-            assert layout.OWNER_SHIM == h["FRAME_OWNED_BY_CSTACK"]
-        assert (h["tp_basicsize"], h["tp_members"]) == (layout.TP_BASICSIZE, layout.TP_MEMBERS)
+            assert offsets.OWNER_SHIM == h["FRAME_OWNED_BY_CSTACK"]
+        assert (h["tp_basicsize"], h["tp_members"]) == (offsets.TP_BASICSIZE, offsets.TP_MEMBERS)
         checked += 1
     if not checked:
         pytest.skip("no 3.10-3.12 headers installed")
@@ -168,14 +168,14 @@ def test_debug_offsets_field_order_matches_headers(header_offsets):
             continue
         fields = {}
         pos = 24
-        for sec, names in layout.debug_layout(ver[1]):
+        for sec, names in offsets.debug_layout(ver[1]):
             for n in names:
                 fields[f"{sec}.{n}"] = pos
                 pos += 8
         for k, v in h.items():
             if k.startswith("debug.") and k != "debug.size":
                 assert fields[k[6:]] == v, (ver, k)
-        assert layout.debug_offsets_size(ver[1]) <= h["debug.size"]
+        assert offsets.debug_offsets_size(ver[1]) <= h["debug.size"]
         checked += 1
     if not checked:
         pytest.skip("no 3.13+ headers installed")
@@ -237,13 +237,13 @@ def test_wrong_table_is_refused(monkeypatch):
     """A layout that disagrees with the live interpreter never reaches BPF."""
     if not SUPPORTED:
         pytest.skip("no CPython 3.10+")
-    old = [s for s in SUPPORTED if s[2] in layout._TABLE]
+    old = [s for s in SUPPORTED if s[2] in offsets._TABLE]
     if not old:
         pytest.skip("no 3.10-3.12 interpreter")
     _, py, ver, _ = old[0]
-    bad = dict(layout._TABLE[ver])
+    bad = dict(offsets._TABLE[ver])
     bad["co_firstlineno"] += 4
-    monkeypatch.setitem(layout._TABLE, ver, bad)
+    monkeypatch.setitem(offsets._TABLE, ver, bad)
     p = subprocess.Popen([py, "-c", _LIVE], stdout=subprocess.PIPE, text=True)
     try:
         p.stdout.readline()
@@ -370,7 +370,7 @@ def test_debug_offsets_314_variants_are_told_apart():
     truth = [(sec, [f for f in fields if (sec, f) not in
                     {("interpreter_state", "code_object_generation"),
                      ("interpreter_state", "tlbc_generation"), ("code_object", "co_tlbc")}])
-             for sec, fields in layout._DEBUG_314]
+             for sec, fields in offsets._DEBUG_314]
     vals = {"pyobject.size": 16, "pyobject.ob_type": 8, "type_object.tp_name": 24,
             "unicode_object.length": 16, "unicode_object.asciiobject_size": 40,
             "code_object.size": 224, "code_object.filename": 112, "code_object.name": 120,
@@ -380,7 +380,7 @@ def test_debug_offsets_314_variants_are_told_apart():
             "interpreter_frame.owner": 74, "thread_state.prev": 0, "thread_state.next": 8,
             "thread_state.interp": 16, "interpreter_frame.executable": 0,
             "interpreter_frame.previous": 8}
-    raw = bytearray(layout.DEBUG_COOKIE + st.pack("<QQ", 0x030E00F0, 0))
+    raw = bytearray(offsets.DEBUG_COOKIE + st.pack("<QQ", 0x030E00F0, 0))
     n = 1000
     for sec, fields in truth:
         for f in fields:
@@ -389,9 +389,9 @@ def test_debug_offsets_314_variants_are_told_apart():
     raw += bytes(8 * 16)  # whatever follows in _PyRuntime
     members = {"co_filename": 112, "co_name": 120, "co_qualname": 128, "co_firstlineno": 68,
                "co_linetable": 136}
-    got = [layout.parse_debug_offsets(bytes(raw), 14, lay)
-           for lay in layout.debug_candidates(14)]
-    ok = [d for d in got if layout._plausible(d, members)]
+    got = [offsets.parse_debug_offsets(bytes(raw), 14, lay)
+           for lay in offsets.debug_candidates(14)]
+    ok = [d for d in got if offsets._plausible(d, members)]
     assert ok
     for d in ok:  # every accepted parse agrees on what the walker uses
         assert d["thread_state.current_frame"] == 72
@@ -399,4 +399,4 @@ def test_debug_offsets_314_variants_are_told_apart():
         assert d["interpreter_frame.owner"] == 74
         assert d["code_object.co_code_adaptive"] == 208
     # The declared layout itself is refused for this blob (it is misaligned).
-    assert not layout._plausible(layout.parse_debug_offsets(bytes(raw), 14), members)
+    assert not offsets._plausible(offsets.parse_debug_offsets(bytes(raw), 14), members)

@@ -1,6 +1,8 @@
 """Python frames in GPU stacks: which line of the model launched each kernel.
 
 The pieces (the BPF half is bpf/python_stack.h):
+  offsets.py    where each CPython version keeps what is read (per-version table,
+                _Py_DebugOffsets), no process involved
   layout.py     find a process's CPython and compute/check its ga_py_config
   symbolize.py  name (code object, instruction) pairs from the process's memory
   merge.py      splice the Python frames into the native stack
@@ -28,8 +30,9 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .. import contract as C
-from .layout import Layout, NotReady, UnsupportedPython, probe
+from .layout import Layout, NotReady, probe
 from .merge import is_eval_frame, merge as merge_stacks
+from .offsets import UnsupportedPython
 from .symbolize import PyFrameInfo, PySymbolizer
 
 log = logging.getLogger("gpu_agent.python")

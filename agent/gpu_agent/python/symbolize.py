@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .. import contract as C
-from .layout import BYTES_SVAL, OB_SIZE, OB_TYPE, STR_STATE, Layout
+from .layout import Layout
+from .offsets import BYTES_SVAL, OB_SIZE, OB_TYPE, STR_STATE
 from .procmem import ProcMem, ProcMemError
 
 MAX_STR = 4096          # characters of a name or file name
