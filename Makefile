@@ -22,7 +22,7 @@ CFLAGS_COMMON := -O2 -g -fPIC -Wall -Wextra -Wno-unused-parameter -Wno-deprecate
 SHIM      := $(BUILD)/libgpu_agent_shim.so
 SHIM_DEFS ?=   # e.g. -DGA_OMIT_CBID=307 (tests prove the cbid guard with it)
 SHIM_SRCS := $(wildcard shim/src/*.cpp) $(wildcard shim/src/*.c)
-SHIM_HDRS := $(wildcard shim/src/*.h) shim/include/gpu_agent_probes.h
+SHIM_HDRS := $(wildcard shim/src/*.h) $(wildcard shim/include/*.h)
 
 MOCK_LIBS := $(MOCK)/libcuda.so.1 $(MOCK)/libcudart.so.13 $(MOCK)/libcupti.so.13
 MOCK_APP  := $(MOCK)/mock_workload

@@ -202,10 +202,10 @@ int ga_cuda_correlation(struct pt_regs *ctx)
 {
     u64 pid_tgid = bpf_get_current_pid_tgid();
     u32 tgid = pid_tgid >> 32;
-    u32 corr = 0, cbid = 0, nframes = 0, weight = 0;
+    u32 correlation_id = 0, cbid = 0, nframes = 0, weight = 0;
     u64 stack_id = 0, frames = 0, launch_ns = 0;
 
-    bpf_usdt_readarg(1, ctx, &corr);
+    bpf_usdt_readarg(1, ctx, &correlation_id);
     bpf_usdt_readarg(2, ctx, &cbid);
     bpf_usdt_readarg(3, ctx, &stack_id);
     bpf_usdt_readarg(4, ctx, &frames);
@@ -218,7 +218,7 @@ int ga_cuda_correlation(struct pt_regs *ctx)
      * Python frames. */
     stack_id = store_stack(pid_tgid, start, stack_id, frames, nframes, cbid);
 
-    struct ga_corr_key ck = {.tgid = tgid, .correlation_id = corr, .start = start, .pad = 0};
+    struct ga_corr_key ck = {.tgid = tgid, .correlation_id = correlation_id, .start = start, .pad = 0};
     struct ga_corr_val cv = {.stack_id = stack_id, .weight = weight, .cbid = cbid,
                              .launch_ns = launch_ns};
     corr_stacks.update(&ck, &cv);
@@ -253,12 +253,12 @@ int ga_graph_node_stack(struct pt_regs *ctx)
 int ga_graph_node_cloned(struct pt_regs *ctx)
 {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
-    u64 orig = 0, node_id = 0;
+    u64 original_node_id = 0, node_id = 0;
 
-    bpf_usdt_readarg(1, ctx, &orig);
+    bpf_usdt_readarg(1, ctx, &original_node_id);
     bpf_usdt_readarg(2, ctx, &node_id);
     u32 start = see_proc(tgid);
-    struct ga_node_key ok = {.tgid = tgid, .start = start, .node_id = orig};
+    struct ga_node_key ok = {.tgid = tgid, .start = start, .node_id = original_node_id};
     struct ga_node_val *ov = node_stacks.lookup(&ok);
     if (!ov) {
         /* Created before the shim attached: kernel_batch marks its kernels. */
@@ -466,11 +466,11 @@ static __always_inline void add_dropped(struct batch_ctx *bc, u32 dropped)
 int ga_kernel_batch(struct pt_regs *ctx)
 {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
-    u64 recs = 0;
-    u32 n = 0, record_size = 0, dropped = 0;
+    u64 records = 0;
+    u32 nrecords = 0, record_size = 0, dropped = 0;
 
-    bpf_usdt_readarg(1, ctx, &recs);
-    bpf_usdt_readarg(2, ctx, &n);
+    bpf_usdt_readarg(1, ctx, &records);
+    bpf_usdt_readarg(2, ctx, &nrecords);
     bpf_usdt_readarg(3, ctx, &record_size);
     bpf_usdt_readarg(4, ctx, &dropped);
     count(GA_CNT_BATCHES, 1);
@@ -481,7 +481,7 @@ int ga_kernel_batch(struct pt_regs *ctx)
     }
     if (dropped)
         count(GA_DROP_CUPTI, dropped);
-    if (record_size != sizeof(struct ga_kernel_record) || n > GA_BATCH_MAX) {
+    if (record_size != sizeof(struct ga_kernel_record) || nrecords > GA_BATCH_MAX) {
         count(GA_DROP_BAD_RECORD, 1);
         return 0;
     }
@@ -489,14 +489,14 @@ int ga_kernel_batch(struct pt_regs *ctx)
     u32 *g = generation.lookup(&zero);
     u32 gen = (g && *g) ? 1 : 0;
     u32 it = gen, is = gen + 2, il = gen;
-    struct batch_ctx bc = {.recs = recs, .tgid = tgid, .count = n, .start = start,
+    struct batch_ctx bc = {.recs = records, .tgid = tgid, .count = nrecords, .start = start,
                            .pad = 0};
     bc.totals = agg_maps.lookup(&it);
     bc.sampled = agg_maps.lookup(&is);
     bc.latency = lat_maps.lookup(&il);
     if (!bc.totals || !bc.sampled || !bc.latency) {
         /* The agent fills agg_maps/lat_maps before it attaches anything. */
-        count(GA_DROP_AGG_FULL, n);
+        count(GA_DROP_AGG_FULL, nrecords);
         return 0;
     }
     if (dropped)
@@ -507,7 +507,7 @@ int ga_kernel_batch(struct pt_regs *ctx)
      * walks at most GA_BATCH_MAX iterations of this body. */
 #pragma clang loop unroll(disable)
     for (u32 i = 0; i < GA_BATCH_MAX; i++) {
-        if (i >= n)
+        if (i >= nrecords)
             break;
         batch_one(i, &bc);
     }
@@ -520,15 +520,15 @@ int ga_kernel_name(struct pt_regs *ctx)
 {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     u64 kernel_id = 0, chunk = 0;
-    u32 total_len = 0, offset = 0, len = 0;
+    u32 total_len = 0, offset = 0, chunk_len = 0;
 
     bpf_usdt_readarg(1, ctx, &kernel_id);
     bpf_usdt_readarg(2, ctx, &total_len);
     bpf_usdt_readarg(3, ctx, &offset);
     bpf_usdt_readarg(4, ctx, &chunk);
-    bpf_usdt_readarg(5, ctx, &len);
+    bpf_usdt_readarg(5, ctx, &chunk_len);
     see_proc(tgid);
-    if (len > GA_NAME_CHUNK) {
+    if (chunk_len > GA_NAME_CHUNK) {
         count(GA_DROP_BAD_RECORD, 1);
         return 0;
     }
@@ -542,11 +542,11 @@ int ga_kernel_name(struct pt_regs *ctx)
     ev->kernel_id = kernel_id;
     ev->total_len = total_len;
     ev->offset = offset;
-    ev->len = len;
+    ev->len = chunk_len;
     ev->pad = 0;
     /* 1..GA_NAME_CHUNK in a form the verifier bounds (see ga_cuda_correlation). */
-    u32 n = ((len - 1) & (GA_NAME_CHUNK - 1)) + 1;
-    if (len && bpf_probe_read_user(ev->data, n, (const void *)chunk) != 0) {
+    u32 n = ((chunk_len - 1) & (GA_NAME_CHUNK - 1)) + 1;
+    if (chunk_len && bpf_probe_read_user(ev->data, n, (const void *)chunk) != 0) {
         count(GA_DROP_NAME_READ, 1);
         events.ringbuf_discard(ev, 0);
         return 0;

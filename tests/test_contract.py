@@ -1,4 +1,9 @@
-"""The probe contract: header (gcc) == contract.py (ctypes) == shim's .note.stapsdt."""
+"""The probe contract: header (gcc) == contract.py (ctypes) == shim's .note.stapsdt.
+
+The header's probe table (GA_PROBE_TABLE) is the one source of every probe's name
+and arguments: the shim's fire helpers and the test firer are generated from it,
+and these tests check contract.PROBES, both stapsdt notes and the BPF program's
+argument reads against it."""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from support.probes import check_shim_notes
 REPO = Path(__file__).resolve().parent.parent
 HEADER = REPO / "shim" / "include" / "gpu_agent_probes.h"
 SHIM = REPO / "build" / "libgpu_agent_shim.so"
+BPF_SOURCE = REPO / "bpf" / "gpu_agent.bpf.c"
 
 
 def _c_layout_program() -> str:
@@ -34,6 +40,9 @@ def _c_layout_program() -> str:
         lines.append(f'printf("const {name} %llu\\n", (unsigned long long)({name}));')
     for name in C.STRING_CONSTANTS:
         lines.append(f'printf("str {name} %s\\n", {name});')
+    lines += ["#define STR_(...) #__VA_ARGS__", "#define STR(...) STR_(__VA_ARGS__)",
+              '#define PRINT_PROBE(name, n, ...) printf("probe " #name " %d %s\\n", n, STR(__VA_ARGS__));',
+              "GA_PROBE_TABLE(PRINT_PROBE)"]
     lines += ["return 0;", "}"]
     return "\n".join(lines)
 
@@ -52,6 +61,10 @@ def c_layout(tmp_path_factory) -> dict[str, tuple]:
     out = {}
     for line in subprocess.run([str(exe)], check=True, capture_output=True,
                                text=True).stdout.splitlines():
+        if line.startswith("probe "):
+            _, name, n, args = (line + " ").split(" ", 3)
+            out[("probe", name)] = (int(n), args.strip())
+            continue
         kind, name, *vals = line.split()
         out[(kind, name)] = tuple(vals)
     return out
@@ -113,7 +126,40 @@ def _header_probe_list() -> dict[str, list[tuple[str, str]]]:
     return probes
 
 
+def _table_probes(c_layout) -> dict[str, list[tuple[str, str]]]:
+    """GA_PROBE_TABLE as the C preprocessor expands it: name -> [(arg, u32|u64|ptr)]."""
+    probes = {}
+    for (kind, name), (n, args) in ((k, v) for k, v in c_layout.items() if k[0] == "probe"):
+        parsed = [(arg, "ptr" if "*" in typ else typ.strip().removeprefix("ga_"))
+                  for typ, arg in re.findall(r"\(([^,()]+),\s*(\w+)\)", args)]
+        assert len(parsed) == n, f"{name}: the table says {n} arguments, lists {args!r}"
+        probes[name] = parsed
+    return probes
+
+
+def test_probe_table_is_the_contract(c_layout):
+    """contract.PROBES mirrors the table: names, order, argument names and kinds."""
+    assert _table_probes(c_layout) == {n: list(a) for n, a in C.PROBES.items()}
+
+
+def test_bpf_reads_each_probe_argument_at_its_table_position(c_layout):
+    """Each BPF program reads argument i into the variable the table names at i, and
+    reads every argument of its probe: a reordered or missing read fails here."""
+    from gpu_agent.shim_attach import DATA_PROBES
+    src = BPF_SOURCE.read_text()
+    table = _table_probes(c_layout)
+    assert set(DATA_PROBES) | set(C.SEMAPHORE_PROBES) == set(table)
+    for probe, fn in DATA_PROBES.items():
+        m = re.search(rf"^int {fn}\(struct pt_regs \*ctx\)\n\{{(.*?)^\}}", src, re.S | re.M)
+        assert m, f"no BPF function {fn} for probe {probe}"
+        reads = [(int(i), var) for i, var in
+                 re.findall(r"bpf_usdt_readarg\((\d+),\s*ctx,\s*&(\w+)\)", m.group(1))]
+        want = [(i + 1, arg) for i, (arg, _) in enumerate(table[probe])]
+        assert reads == want, f"{fn} reads {reads}, the table says {want}"
+
+
 def test_probe_list_matches_header_comment():
+    """The header's prose (what each probe means) names the table's arguments."""
     assert _header_probe_list() == {n: list(a) for n, a in C.PROBES.items()}
 
 

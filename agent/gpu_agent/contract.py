@@ -44,7 +44,7 @@ PROBES: dict[str, tuple[tuple[str, str], ...]] = {
     "cuda_correlation": (("correlation_id", "u32"), ("cbid", "u32"), ("stack_id", "u64"),
                          ("frames", "ptr"), ("nframes", "u32"), ("weight", "u32"),
                          ("launch_ns", "u64")),
-    "kernel_batch": (("records", "ptr"), ("count", "u32"), ("record_size", "u32"),
+    "kernel_batch": (("records", "ptr"), ("nrecords", "u32"), ("record_size", "u32"),
                      ("dropped", "u32")),
     "kernel_name": (("kernel_id", "u64"), ("total_len", "u32"), ("offset", "u32"),
                     ("chunk", "ptr"), ("chunk_len", "u32")),

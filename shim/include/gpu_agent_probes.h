@@ -45,7 +45,7 @@
  *                     turns start_ns - launch_ns into the launch-to-start
  *                     latency histogram (sampled, non-graph launches only).
  *
- *   kernel_batch      (const struct ga_kernel_record *records, u32 count,
+ *   kernel_batch      (const struct ga_kernel_record *records, u32 nrecords,
  *                      u32 record_size, u32 dropped)
  *                     Fired once per chunk of at most GA_BATCH_MAX records
  *                     taken from one completed CUPTI activity buffer; carries
@@ -118,6 +118,47 @@ typedef uint64_t ga_u64;
 #define GA_NAME_CHUNK 512    /* bytes per kernel_name probe */
 #define GA_MAX_NAME_LEN (64 * 1024) /* longer names are cut and counted; a
                                      * kernel id hashes at most this many bytes */
+
+/* ---- The probe table: the one machine-readable list of probes ----
+ * Each entry is P(name, nargs, (type, arg), ...), arguments in the order the
+ * probe passes them. GA_PROBE_TABLE(P) is every probe; the two semaphore probes
+ * (no arguments; fired by shim/src/attach_probe.cpp, which defines their
+ * semaphores) and the data probes are also listed apart. The shim's fire helpers
+ * and the test firer are generated from the data table (gpu_agent_fire.h);
+ * tests/test_contract.py expands the table with the C preprocessor and checks
+ * contract.PROBES, the shim's and the firer's stapsdt notes, and the BPF
+ * program's bpf_usdt_readarg() calls against it. The comment above says what
+ * each probe means. */
+#define GA_SEMAPHORE_PROBE_TABLE(P) \
+    P(attach, 0) \
+    P(replay, 0)
+#define GA_DATA_PROBE_TABLE(P) \
+    P(cuda_correlation, 7, (ga_u32, correlation_id), (ga_u32, cbid), (ga_u64, stack_id), \
+      (const ga_u64 *, frames), (ga_u32, nframes), (ga_u32, weight), (ga_u64, launch_ns)) \
+    P(kernel_batch, 4, (const struct ga_kernel_record *, records), (ga_u32, nrecords), \
+      (ga_u32, record_size), (ga_u32, dropped)) \
+    P(kernel_name, 5, (ga_u64, kernel_id), (ga_u32, total_len), (ga_u32, offset), \
+      (const char *, chunk), (ga_u32, chunk_len)) \
+    P(graph_node_stack, 4, (ga_u64, node_id), (ga_u64, stack_id), (const ga_u64 *, frames), \
+      (ga_u32, nframes)) \
+    P(graph_node_cloned, 2, (ga_u64, original_node_id), (ga_u64, node_id)) \
+    P(graph_node_destroyed, 1, (ga_u64, node_id))
+#define GA_PROBE_TABLE(P) GA_SEMAPHORE_PROBE_TABLE(P) GA_DATA_PROBE_TABLE(P)
+
+/* GA_MAP(n, f, a1, ..., an) is "f a1, ..., f an": with f(type, arg), it turns a
+ * table entry's arguments into a parameter list (GA_ARG_DECL) or an argument
+ * list (GA_ARG_NAME). */
+#define GA_MAP(n, f, ...) GA_MAP_##n(f, ##__VA_ARGS__)
+#define GA_MAP_0(f)
+#define GA_MAP_1(f, a) f a
+#define GA_MAP_2(f, a, ...) f a, GA_MAP_1(f, __VA_ARGS__)
+#define GA_MAP_3(f, a, ...) f a, GA_MAP_2(f, __VA_ARGS__)
+#define GA_MAP_4(f, a, ...) f a, GA_MAP_3(f, __VA_ARGS__)
+#define GA_MAP_5(f, a, ...) f a, GA_MAP_4(f, __VA_ARGS__)
+#define GA_MAP_6(f, a, ...) f a, GA_MAP_5(f, __VA_ARGS__)
+#define GA_MAP_7(f, a, ...) f a, GA_MAP_6(f, __VA_ARGS__)
+#define GA_ARG_DECL(type, arg) type arg
+#define GA_ARG_NAME(type, arg) arg
 
 /* One kernel execution, converted by the shim from CUPTI's
  * CUpti_ActivityKernelN (CONCURRENT_KERNEL). 64 bytes, no padding holes. */

@@ -116,7 +116,7 @@ static void fire_batch(const struct ga_kernel_record *recs, uint32_t n) {
     }
     dropped = (uint32_t)d;
     uint32_t rs = (uint32_t)sizeof(struct ga_kernel_record);
-    STAP_PROBE4(gpu_agent, kernel_batch, recs, n, rs, dropped);
+    ga_fire_kernel_batch(recs, n, rs, dropped);
     ga_stat_batches.fetch_add(1, std::memory_order_relaxed);
     ga_stat_records.fetch_add(n, std::memory_order_relaxed);
 }

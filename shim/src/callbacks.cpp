@@ -305,8 +305,7 @@ __attribute__((noinline)) static void take_sample(uint32_t corr, uint32_t cbid, 
     uint64_t frames[GA_MAX_FRAMES];
     uint64_t stack_id = 0;
     uint32_t n = ga_unwind(frames, &stack_id);
-    const uint64_t *fp = frames;
-    STAP_PROBE7(gpu_agent, cuda_correlation, corr, cbid, stack_id, fp, n, weight, launch_ns);
+    ga_fire_cuda_correlation(corr, cbid, stack_id, frames, n, weight, launch_ns);
     ga_stat_samples.fetch_add(1, std::memory_order_relaxed);
 }
 

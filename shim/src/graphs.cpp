@@ -123,7 +123,7 @@ static void exec_created(uintptr_t exec) {
 }
 
 __attribute__((noinline)) static void fire_destroyed(uint64_t id) {
-    STAP_PROBE1(gpu_agent, graph_node_destroyed, id);
+    ga_fire_graph_node_destroyed(id);
     st_destroyed.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -235,13 +235,12 @@ __attribute__((noinline)) static void take_node_stack(uint64_t id) {
     uint64_t frames[GA_MAX_FRAMES];
     uint64_t stack_id = 0;
     uint32_t n = ga_unwind(frames, &stack_id);
-    const uint64_t *fp = frames;
-    STAP_PROBE4(gpu_agent, graph_node_stack, id, stack_id, fp, n);
+    ga_fire_graph_node_stack(id, stack_id, frames, n);
     st_node_stacks.fetch_add(1, std::memory_order_relaxed);
 }
 
 __attribute__((noinline)) static void fire_cloned(uint64_t orig, uint64_t id) {
-    STAP_PROBE2(gpu_agent, graph_node_cloned, orig, id);
+    ga_fire_graph_node_cloned(orig, id);
     st_clones.fetch_add(1, std::memory_order_relaxed);
 }
 

@@ -53,7 +53,7 @@ static void fire_name(uint64_t id, const char *s, uint32_t total) {
         uint32_t len = total - off;
         if (len > GA_NAME_CHUNK) len = GA_NAME_CHUNK;
         const char *chunk = s + off;
-        STAP_PROBE5(gpu_agent, kernel_name, id, total, off, chunk, len);
+        ga_fire_kernel_name(id, total, off, chunk, len);
         ga_stat_name_chunks.fetch_add(1, std::memory_order_relaxed);
         off += len;
     } while (off < total);

@@ -1,13 +1,11 @@
 #ifndef FIRER_H
 #define FIRER_H
 #include "gpu_agent_probes.h"
-void firer_correlation(ga_u32, ga_u32, ga_u64, const ga_u64 *, ga_u32, ga_u32, ga_u64);
+/* firer_<probe>(its arguments), for every data probe of the table (probes.c) */
+#define FIRER_DECL(name, n, ...) void firer_##name(GA_MAP(n, GA_ARG_DECL, __VA_ARGS__));
+GA_DATA_PROBE_TABLE(FIRER_DECL)
+#undef FIRER_DECL
 void firer_correlation_alt(ga_u32, ga_u32, ga_u64, const ga_u64 *, ga_u32, ga_u32);
-void firer_batch(const struct ga_kernel_record *, ga_u32, ga_u32, ga_u32);
-void firer_name(ga_u64, ga_u32, ga_u32, const char *, ga_u32);
-void firer_node_stack(ga_u64, ga_u64, const ga_u64 *, ga_u32);
-void firer_node_cloned(ga_u64, ga_u64);
-void firer_node_destroyed(ga_u64);
 void firer_attach(void);
 void firer_replay(void);
 unsigned short firer_semaphore(void);

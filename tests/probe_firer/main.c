@@ -59,30 +59,30 @@ int main(int argc, char **argv)
             if (h.alt)
                 firer_correlation_alt(h.corr, h.cbid, h.stack_id, frames, h.nframes, h.weight);
             else
-                firer_correlation(h.corr, h.cbid, h.stack_id, frames, h.nframes, h.weight,
-                                  h.launch_ns);
+                firer_cuda_correlation(h.corr, h.cbid, h.stack_id, frames, h.nframes, h.weight,
+                                       h.launch_ns);
         } else if (op == 2) {
             struct { ga_u32 count, size, dropped, nbytes; } h;
             memcpy(&h, take(sizeof h), sizeof h);
-            firer_batch(take(h.nbytes), h.count, h.size, h.dropped);
+            firer_kernel_batch(take(h.nbytes), h.count, h.size, h.dropped);
         } else if (op == 3) {
             struct { ga_u64 kid; ga_u32 total, off, clen, pad; } h;
             memcpy(&h, take(sizeof h), sizeof h);
-            firer_name(h.kid, h.total, h.off, take(h.clen), h.clen);
+            firer_kernel_name(h.kid, h.total, h.off, take(h.clen), h.clen);
         } else if (op == 4) {
             firer_attach();
         } else if (op == 6) {
             struct { ga_u64 node, stack_id; ga_u32 nframes, pad; } h;
             memcpy(&h, take(sizeof h), sizeof h);
-            firer_node_stack(h.node, h.stack_id, take(8ul * h.nframes), h.nframes);
+            firer_graph_node_stack(h.node, h.stack_id, take(8ul * h.nframes), h.nframes);
         } else if (op == 7) {
             struct { ga_u64 orig, node; } h;
             memcpy(&h, take(sizeof h), sizeof h);
-            firer_node_cloned(h.orig, h.node);
+            firer_graph_node_cloned(h.orig, h.node);
         } else if (op == 8) {
             ga_u64 node;
             memcpy(&node, take(8), 8);
-            firer_node_destroyed(node);
+            firer_graph_node_destroyed(node);
         } else if (op == 5) {
             printf("wait %u\n", firer_semaphore());
             wait_line();
