@@ -146,6 +146,8 @@ class Metrics:
             self._health.update(values)
 
     def add_exporter(self, backend) -> None:
+        """A backend (export/backends.ProfileBackend): its queue_stats() feed
+        gpu_agent_export_*; one without a send queue (the local store) adds none."""
         self._exporters.append(backend)
 
     # -- bounds -------------------------------------------------------------
@@ -280,7 +282,9 @@ class Metrics:
         qbytes = GaugeMetricFamily("gpu_agent_export_queue_bytes", "Bytes waiting or in flight",
                                    labels=["backend"])
         for b in self._exporters:
-            s = b.queue.snapshot()
+            s = b.queue_stats()
+            if s is None:
+                continue
             sent.add_metric([b.name], s.sent)
             for code, v in sorted(s.failures.items()):
                 fails.add_metric([b.name, code], v)

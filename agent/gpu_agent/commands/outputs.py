@@ -1,5 +1,7 @@
 """Where `gpu-agent run` sends what it collects: a local pprof directory, Parca,
-an OTLP collector, and Prometheus /metrics. One object, driven by run's loop:
+an OTLP collector, and Prometheus /metrics. The first three are backends with one
+interface (export/backends.py), built and driven alike. One object, driven by
+run's loop:
 
   outputs = Outputs(args, collector)   # flags -> backends, metrics server
   outputs.tick()                       # every loop turn: 1 s drains for /metrics
@@ -20,7 +22,6 @@ from typing import Optional
 
 from .. import contract as C
 from ..collector import DROPPED_CUPTI
-from ..export.local import LocalStore
 from .common import byte_size, dir_error, duration
 
 # Plaintext to these never leaves the host: a token may go there without TLS.
@@ -118,19 +119,20 @@ class Outputs:
         self.node = node_name(args)
         labels = dict(args.label or [])
         remotes = [(k, v) for k, v in (("parca", args.remote_store), ("otlp", args.otlp_endpoint)) if v]
+        # Every destination is checked before anything runs (the workload included),
+        # then each becomes a backend the same way.
+        destinations = []                   # (kind, target) for make_backend, in this order
         # The local directory is the default only when no remote is configured.
         out_dir = args.output_dir
         if out_dir is None and not remotes:
             out_dir = Path("./profiles")
-        self.out_dir: Optional[Path] = Path(out_dir) if out_dir is not None else None
-        self.store: Optional[LocalStore] = None
-        if self.out_dir is not None:
-            # Checked before anything runs: a file or read-only directory is one line.
-            why = dir_error(self.out_dir)
+        if out_dir is not None:
+            # A file, or a read-only or full directory: one line now, not a dropped first window.
+            why = dir_error(Path(out_dir))
             if why:
                 print(f"gpu-agent: error: --output-dir: {why}", file=sys.stderr)
                 raise SystemExit(2)
-            self.store = LocalStore(self.out_dir, getattr(args, "max_store_bytes", 0))
+            destinations.append(("local", Path(out_dir)))
         if args.bearer_token_file:
             try:
                 with open(args.bearer_token_file, "rb"):
@@ -146,7 +148,6 @@ class Outputs:
                              policy=args.queue_policy, backoff_initial=args.retry_initial_backoff,
                              backoff_max=args.retry_max_backoff)
         self.policy = args.queue_policy
-        self.backends = []
         for kind, url in remotes:
             try:
                 ep = parse_endpoint(url)
@@ -157,15 +158,19 @@ class Outputs:
                 print(f"gpu-agent: error: {ep}: a bearer token over plaintext gRPC can be read on "
                       "the network: use grpcs://, or --allow-insecure-token", file=sys.stderr)
                 raise SystemExit(2)
-            self.backends.append(make_backend(kind, ep, topts, qopts, self.node, labels,
-                                              otlp_include_pprof=args.otlp_include_pprof))
+            destinations.append((kind, ep))
+        self.backends = [make_backend(kind, target, topts, qopts, self.node, labels,
+                                      otlp_include_pprof=args.otlp_include_pprof,
+                                      max_store_bytes=getattr(args, "max_store_bytes", 0))
+                         for kind, target in destinations]
         self.metrics = None
         self._server = None
         self.metrics_url = None
         self.drain_interval = args.metrics_drain_interval
         self._next_drain = time.monotonic() + self.drain_interval
         self._stalled_since: Optional[float] = None
-        self._profiles = {"sent": 0, "empty": 0, "deferred": 0}  # the store counts its own
+        # Windows that reached no backend; the backends count the ones they took.
+        self._unshipped = {"empty": 0, "deferred": 0}
         if args.metrics_addr:
             from .. import metrics as M
             from ..demangle import demangle_kernel
@@ -191,11 +196,7 @@ class Outputs:
             self.metrics_url = f"http://{host}:{port}/metrics"
 
     def describe(self) -> str:
-        parts = []
-        if self.out_dir is not None:
-            parts.append(f"into {self.out_dir}")
-        for b in self.backends:
-            parts.append(f"to {b.name} {b.endpoint}")
+        parts = [b.describe() for b in self.backends]
         if self.metrics_url:
             parts.append(f"metrics on {self.metrics_url}")
         return ", ".join(parts)
@@ -205,7 +206,7 @@ class Outputs:
         """Backpressure: a full queue stops reading BPF (windows stay open, maps aggregate)."""
         if self.policy != "backpressure":
             return False
-        full = any(not b.queue.has_room() for b in self.backends)
+        full = any(not b.has_room() for b in self.backends)
         if full and self._stalled_since is None:
             self._stalled_since = time.monotonic()
             logging.getLogger("gpu_agent.export").warning(
@@ -246,48 +247,35 @@ class Outputs:
         """Close the window and ship it: (stats, local path or None), or None when
         backpressure keeps the window open (the final window is always closed)."""
         if not final and self.blocked():
-            self._profiles["deferred"] += 1
+            self._unshipped["deferred"] += 1
             self._health()
             return None
-        w = self.collector.build_profiles(per_pid=bool(self.backends))
+        w = self.collector.build_profiles(per_pid=any(b.per_process for b in self.backends))
         path = None
         if w.stats.kernels:
-            if self.store is not None:
-                path = self.store.write(w.profile)
             for b in self.backends:
-                b.submit(w)
-            if self.backends:
-                self._profiles["sent"] += 1
+                path = b.submit(w) or path  # the local file, for the status line
         else:
-            self._profiles["empty"] += 1
+            self._unshipped["empty"] += 1
         self._health()
         return w.stats, path
 
     def _profile_counts(self) -> dict:
-        out = {"written": 0, **self._profiles}
-        if self.store is not None:
-            out.update(written=self.store.written, rotated=self.store.rotated,
-                       write_failed=self.store.write_failed)
+        out = {"written": 0, "sent": 0, **self._unshipped}
+        for b in self.backends:
+            for outcome, n in b.profile_counts().items():
+                # Every backend is handed every window: two that count the same
+                # outcome (parca and otlp both count "sent") count the same windows.
+                out[outcome] = max(out.get(outcome, 0), n)
         return out
 
     def status(self) -> str:
-        """' parca=sent:N,queued:N,dropped:N' per backend, for the status line."""
-        out = ""
-        if self.store is not None and (self.store.write_failed or self.store.rotated):
-            out += f" local=dropped:{self.store.write_failed},rotated:{self.store.rotated}"
-        for b in self.backends:
-            s = b.queue.snapshot()
-            out += f" {b.name}=sent:{s.sent},queued:{s.depth},dropped:{sum(s.dropped.values())}"
-        return out
+        """' local=dropped:N,rotated:N parca=sent:N,queued:N,dropped:N', for the status line."""
+        return "".join(b.status() for b in self.backends)
 
     def close(self, flush_timeout: float = 5.0) -> None:
         for b in self.backends:
             b.close(flush_timeout)
-            s = b.queue.snapshot()
-            if sum(s.dropped.values()):
-                print(f"gpu-agent: {b.name}: {s.sent} sent, dropped "
-                      + ", ".join(f"{k}={v}" for k, v in sorted(s.dropped.items())),
-                      file=sys.stderr, flush=True)
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

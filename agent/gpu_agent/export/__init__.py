@@ -1,5 +1,8 @@
-"""Sending profiles to a backend: Parca (WriteRaw) and OTLP profiles over gRPC.
+"""Sending profiles to a backend: the local directory, Parca (WriteRaw) and OTLP
+profiles over gRPC.
 
+  backends.py  the one interface all three share, and make_backend that builds each
+  local.py     one gzip pprof per window in a directory, bounded in bytes
   endpoint.py  grpc[s]://HOST:PORT -> a gRPC channel (TLS with system CAs or a
                CA file, --insecure-skip-verify, bearer token from a file)
   queue.py     bounded send queue: one sender thread, retries with exponential

@@ -1,5 +1,9 @@
 """The local profile store: one gzip pprof per window in a directory, bounded in bytes.
 
+A backend like parca and otlp (the interface is backends.ProfileBackend), without a
+send queue: a window is written when it closes, so there is nothing to hold back,
+retry or flush at the end.
+
 A full or read-only disk drops the window (counted, said once per change of state)
 and the agent keeps running. Past --max-store-bytes the oldest windows go first;
 only the store's own files (gpu-*.pb.gz, whose names sort by time) are touched.
@@ -17,6 +21,9 @@ PATTERN = "gpu-*.pb.gz"
 
 
 class LocalStore:
+    name = "local"          # in the status line
+    per_process = False     # one profile of every process per window (window.profile)
+
     def __init__(self, directory: Path, max_bytes: int = 0):
         self.dir = directory
         self.max_bytes = max_bytes          # 0: no bound
@@ -25,12 +32,18 @@ class LocalStore:
         self.rotated = 0                    # windows removed to stay under max_bytes
         self._error: Optional[str] = None   # why the last write failed
 
-    def write(self, profile) -> Optional[Path]:
+    def describe(self) -> str:
+        return f"into {self.dir}"
+
+    def has_room(self) -> bool:
+        return True  # written at once: the store never holds a window open
+
+    def submit(self, window) -> Optional[Path]:
         """Write one window; returns its path, or None when it was dropped."""
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         path = self.dir / f"gpu-{stamp}-{time.time_ns() % 10**9:09d}.pb.gz"
         try:
-            profile.write(path)
+            window.profile.write(path)
         except OSError as e:
             self.write_failed += 1
             why = e.strerror or str(e)
@@ -46,6 +59,22 @@ class LocalStore:
         if self.max_bytes:
             self._rotate(keep=path)
         return path
+
+    def profile_counts(self) -> dict:
+        return {"written": self.written, "rotated": self.rotated,
+                "write_failed": self.write_failed}
+
+    def queue_stats(self):
+        return None  # no send queue: its windows are counted in profile_counts only
+
+    def status(self) -> str:
+        """Said only once something was lost or removed: a healthy store adds nothing."""
+        if not (self.write_failed or self.rotated):
+            return ""
+        return f" local=dropped:{self.write_failed},rotated:{self.rotated}"
+
+    def close(self, flush_timeout: float = 0.0) -> None:
+        pass  # every window is on disk (or counted as dropped) when submit returns
 
     def _rotate(self, keep: Path) -> None:
         """Remove the oldest windows until the store fits max_bytes (never `keep`)."""
