@@ -72,8 +72,8 @@ $(MOCK_APP): shim/mock/workload.c $(MOCK)/libcuda.so.1 $(MOCK)/libcudart.so.13
 	$(CC) -O1 -g -fno-inline -fomit-frame-pointer -rdynamic -I$(CUDA_INC) -o $@ $< \
 	    -L$(MOCK) -lcudart -lcuda -Wl,-rpath,'$$ORIGIN' -lpthread
 
-$(MOCK_GRAPH_APP): shim/mock/graph_workload.c $(MOCK)/libcuda.so.1
-	$(CC) -O1 -g -Wall -fno-inline -fomit-frame-pointer -rdynamic -I$(CUDA_INC) -o $@ $< \
+$(MOCK_GRAPH_APP): shim/mock/graph_workload.c shim/include/gpu_agent_shim.h $(MOCK)/libcuda.so.1
+	$(CC) -O1 -g -Wall -fno-inline -fomit-frame-pointer -rdynamic -I$(CUDA_INC) -Ishim/include -o $@ $< \
 	    -L$(MOCK) -lcuda -Wl,-rpath,'$$ORIGIN' -ldl
 
 $(BUILD) $(MOCK):

@@ -30,9 +30,11 @@ SYS_PY = "/usr/bin/python3"  # has bcc (python3-bpfcc)
 
 EXPORTS = {"InitializeInjection", "gpu_agent_attach_semaphore", "gpu_agent_replay_semaphore",
            "gpu_agent_shim_state", "gpu_agent_contract_version",
-           "gpu_agent_shim_counter", "gpu_agent_shim_poll"}
-C_LAUNCHES, C_SAMPLES, C_FORCED, C_BATCHES, C_RECORDS = 0, 1, 2, 3, 4
-C_NAMES, C_ATTACHES, C_DETACHES, C_POLLER = 6, 8, 9, 14
+           "gpu_agent_shim_counter", "gpu_agent_shim_counter_name", "gpu_agent_shim_poll"}
+# counter names (shim/include/gpu_agent_shim.h), as the harness prints them
+C_LAUNCHES, C_SAMPLES, C_FORCED, C_BATCHES, C_RECORDS = (
+    "launches", "samples", "forced_samples", "batches", "records")
+C_NAMES, C_ATTACHES, C_DETACHES, C_POLLER = "names", "attaches", "detaches", "poller_running"
 
 
 # ---------------------------------------------------------------- fixtures
@@ -81,8 +83,9 @@ def shim_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.strip()]
 
 
-def c(res: dict, i: int) -> int:
-    return int(res[f"c{i}"])
+def c(res: dict, name: str) -> int:
+    """A shim counter from a RESULT line; 0 when no shim was loaded to print it."""
+    return int(res.get(name, 0))
 
 
 # ---------------------------------------------------------------- ELF: probes, nops, symbols

@@ -36,6 +36,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "gpu_agent_shim.h" /* the shim's counter ids */
 
 #define NOINLINE __attribute__((noinline))
 
@@ -180,9 +181,10 @@ static void print_shim_counters(void)
     if (!f) return;
     printf("shim node_stacks=%llu clones=%llu destroyed=%llu execs=%llu exec_nodes=%llu "
            "destroy_queue=%llu activity_buffers=%llu\n",
-           (unsigned long long)f(16), (unsigned long long)f(17), (unsigned long long)f(18),
-           (unsigned long long)f(19), (unsigned long long)f(20), (unsigned long long)f(21),
-           (unsigned long long)f(13));
+           (unsigned long long)f(GA_SC_NODE_STACKS), (unsigned long long)f(GA_SC_CLONES),
+           (unsigned long long)f(GA_SC_NODES_DESTROYED), (unsigned long long)f(GA_SC_EXECS),
+           (unsigned long long)f(GA_SC_EXEC_NODES), (unsigned long long)f(GA_SC_DESTROY_QUEUE),
+           (unsigned long long)f(GA_SC_BUFFERS));
 }
 
 static void usage(void)

@@ -394,9 +394,9 @@ void ga_activity_atfork_child(void) noexcept {
 
 uint64_t ga_activity_stat(int which) noexcept {
     switch (which) {
-    case 0: return ga_stat_null_buffers.load();
-    case 1: return ga_stat_truncated_names.load(); /* names.cpp */
-    case 2: return pool_nalloc;
+    case GA_SC_NULL_BUFFERS: return ga_stat_null_buffers.load();
+    case GA_SC_CUT_NAMES: return ga_stat_truncated_names.load(); /* names.cpp */
+    case GA_SC_BUFFERS: return pool_nalloc;
     }
     return 0;
 }

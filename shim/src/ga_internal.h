@@ -9,6 +9,7 @@
 
 #include <cupti.h>
 #include "gpu_agent_probes.h"
+#include "gpu_agent_shim.h" /* the counters enum, the tests' C API */
 
 #define GA_HIDDEN __attribute__((visibility("hidden")))
 #define GA_EXPORT __attribute__((visibility("default")))
@@ -107,6 +108,7 @@ GA_HIDDEN void CUPTIAPI ga_api_callback(void *userdata, CUpti_CallbackDomain dom
                                         CUpti_CallbackId cbid, const void *cbdata) noexcept;
 GA_HIDDEN void ga_sampler_reset_seen(void) noexcept;      /* at each attach */
 GA_HIDDEN void ga_compute_skip_ranges(void) noexcept;     /* once CUPTI is loaded */
+GA_HIDDEN void ga_build_kind_table(void) noexcept;        /* at load: launch cbid kinds */
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_samples;
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_forced;
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_launches;
@@ -121,6 +123,8 @@ GA_HIDDEN void ga_replay_names(void) noexcept;                  /* names.cpp */
 GA_HIDDEN uint64_t ga_kernel_id_for(const char *name) noexcept; /* names.cpp: intern a name */
 GA_HIDDEN void ga_names_atfork_child(void) noexcept;
 GA_HIDDEN void ga_report_drops(void) noexcept; /* after a flush */
+GA_HIDDEN uint64_t ga_activity_stat(int which) noexcept; /* GA_SC_NULL_BUFFERS, CUT_NAMES, BUFFERS */
+GA_HIDDEN void ga_activity_atfork_child(void) noexcept;
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_batches;
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_records;
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_dropped;
@@ -136,7 +140,8 @@ GA_HIDDEN extern const unsigned ga_graph_cbid_count;
 GA_HIDDEN void ga_graph_callback(CUpti_CallbackId cbid, const void *cbdata) noexcept;
 GA_HIDDEN void ga_graph_reset(void) noexcept;   /* at attach and detach: forget exec graphs */
 GA_HIDDEN void ga_graph_after_flush(void) noexcept; /* poller, after each periodic flush */
-GA_HIDDEN uint64_t ga_graph_stat(int which) noexcept;
+GA_HIDDEN uint64_t ga_graph_stat(int which) noexcept; /* GA_SC_NODE_STACKS..DESTROYS_DROPPED */
+GA_HIDDEN void ga_graph_atfork_child(void) noexcept;
 /* Unwinds the calling thread (shim and CUPTI frames dropped) into frames
  * (GA_MAX_FRAMES); returns the count and sets *stack_id (callbacks.cpp). */
 GA_HIDDEN uint32_t ga_unwind(uint64_t *frames, uint64_t *stack_id) noexcept;

@@ -281,18 +281,18 @@ void ga_graph_callback(CUpti_CallbackId cbid, const void *cbdata) noexcept {
 
 uint64_t ga_graph_stat(int which) noexcept {
     switch (which) {
-    case 0: return st_node_stacks.load();
-    case 1: return st_clones.load();
-    case 2: return st_destroyed.load();
-    case 3: return st_execs_live.load();
-    case 4: return st_exec_nodes_live.load();
-    case 5: {
+    case GA_SC_NODE_STACKS: return st_node_stacks.load();
+    case GA_SC_CLONES: return st_clones.load();
+    case GA_SC_NODES_DESTROYED: return st_destroyed.load();
+    case GA_SC_EXECS: return st_execs_live.load();
+    case GA_SC_EXEC_NODES: return st_exec_nodes_live.load();
+    case GA_SC_DESTROY_QUEUE: {
         pthread_mutex_lock(&dq_mu);
         uint64_t n = (uint64_t)dq_now.n + dq_old.n;
         pthread_mutex_unlock(&dq_mu);
         return n;
     }
-    case 6: return st_dq_dropped.load();
+    case GA_SC_DESTROYS_DROPPED: return st_dq_dropped.load();
     }
     return 0;
 }

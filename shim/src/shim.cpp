@@ -34,13 +34,6 @@
 #include "ga_internal.h"
 #include "launch_cbids.h"
 
-/* from other translation units */
-GA_HIDDEN void ga_build_kind_table(void) noexcept;
-GA_HIDDEN void ga_activity_atfork_child(void) noexcept;
-GA_HIDDEN uint64_t ga_activity_stat(int which) noexcept;
-GA_HIDDEN void ga_graph_atfork_child(void) noexcept;
-
-extern "C" GA_EXPORT int gpu_agent_shim_state(void);
 /* The probe contract's version (gpu_agent_probes.h): the agent reads it from this
  * file before it attaches, and refuses another version with one clear line. */
 extern "C" GA_EXPORT const uint32_t gpu_agent_contract_version = GA_CONTRACT_VERSION;
@@ -612,60 +605,52 @@ __attribute__((constructor)) static void ga_constructor(void) {
 /* 0 idle, 1 attached, -1 disabled. */
 extern "C" GA_EXPORT int gpu_agent_shim_state(void) { return g_state.load(); }
 
-/* Counters: 0 launches seen, 1 samples (cuda_correlation fired), 2 forced
- * samples, 3 kernel_batch fired, 4 kernel records, 5 CUPTI-dropped records,
- * 6 distinct names, 7 kernel_name chunks, 8 attaches, 9 detaches, 10 periodic
- * flushes, 11 NULL buffers handed to CUPTI, 12 cut names, 13 buffers
- * allocated, 14 poller running (0/1), 15 CUDA live in this process (0/1),
- * 16 graph_node_stack fired, 17 graph_node_cloned fired, 18 graph_node_destroyed
- * fired, 19 exec graphs tracked now, 20 exec graph node ids tracked now, 21 destroyed
- * node ids waiting for a flush, 22 destroys dropped (queue full), 23 collection
- * windows opened, 24 inside a window now (0/1), 25 launches no windowed record
- * stands for (before the first window with launches, at a detach or exit), 26 windowed records
- * fired before their period's end (the hold was full), 27 windowed records whose
- * launch no launch callback saw (activity.cpp, note_unseen), 28 launches of
- * periods whose window saw none, weighed with the period before them (window.cpp,
- * end_period; mostly the partial last period at a detach or exit), 29 graph launches
- * left out of their window (the last traced replay of each graph node: CUPTI
- * mis-times its records, window.cpp), 30 records dropped for it (also traced
- * replays launched outside a window), 31 of those, records that came after
- * their period was weighed. */
+/* Counters, by enum ga_shim_counter (gpu_agent_shim.h names and explains them). */
 extern "C" GA_EXPORT uint64_t gpu_agent_shim_counter(int which) {
     switch (which) {
-    case 0: return ga_stat_launches.load();
-    case 1: return ga_stat_samples.load();
-    case 2: return ga_stat_forced.load();
-    case 3: return ga_stat_batches.load();
-    case 4: return ga_stat_records.load();
-    case 5: return ga_stat_dropped.load();
-    case 6: return ga_stat_names.load();
-    case 7: return ga_stat_name_chunks.load();
-    case 8: return g_stat_attaches.load();
-    case 9: return g_stat_detaches.load();
-    case 10: return g_stat_flushes.load();
-    case 11: return ga_activity_stat(0);
-    case 12: return ga_activity_stat(1);
-    case 13: return ga_activity_stat(2);
-    case 14: return (uint64_t)g_poller_running.load();
-    case 15: return (uint64_t)ga_cuda_live.load();
-    case 16: return ga_graph_stat(0);
-    case 17: return ga_graph_stat(1);
-    case 18: return ga_graph_stat(2);
-    case 19: return ga_graph_stat(3);
-    case 20: return ga_graph_stat(4);
-    case 21: return ga_graph_stat(5);
-    case 22: return ga_graph_stat(6);
-    case 23: return g_stat_windows.load();
-    case 24: return (uint64_t)ga_window_on.load();
-    case 25: return ga_stat_unweighted.load();
-    case 26: return ga_stat_held_overflow.load();
-    case 27: return ga_stat_unseen.load();
-    case 28: return ga_stat_joined.load();
-    case 29: return ga_stat_left_out_launches.load();
-    case 30: return ga_stat_left_out_records.load();
-    case 31: return ga_stat_left_out_late.load();
+    case GA_SC_LAUNCHES: return ga_stat_launches.load();
+    case GA_SC_SAMPLES: return ga_stat_samples.load();
+    case GA_SC_FORCED: return ga_stat_forced.load();
+    case GA_SC_BATCHES: return ga_stat_batches.load();
+    case GA_SC_RECORDS: return ga_stat_records.load();
+    case GA_SC_CUPTI_DROPPED: return ga_stat_dropped.load();
+    case GA_SC_NAMES: return ga_stat_names.load();
+    case GA_SC_NAME_CHUNKS: return ga_stat_name_chunks.load();
+    case GA_SC_ATTACHES: return g_stat_attaches.load();
+    case GA_SC_DETACHES: return g_stat_detaches.load();
+    case GA_SC_FLUSHES: return g_stat_flushes.load();
+    case GA_SC_NULL_BUFFERS:
+    case GA_SC_CUT_NAMES:
+    case GA_SC_BUFFERS: return ga_activity_stat(which);
+    case GA_SC_POLLER: return (uint64_t)g_poller_running.load();
+    case GA_SC_CUDA_LIVE: return (uint64_t)ga_cuda_live.load();
+    case GA_SC_NODE_STACKS:
+    case GA_SC_CLONES:
+    case GA_SC_NODES_DESTROYED:
+    case GA_SC_EXECS:
+    case GA_SC_EXEC_NODES:
+    case GA_SC_DESTROY_QUEUE:
+    case GA_SC_DESTROYS_DROPPED: return ga_graph_stat(which);
+    case GA_SC_WINDOWS: return g_stat_windows.load();
+    case GA_SC_IN_WINDOW: return (uint64_t)ga_window_on.load();
+    case GA_SC_UNWEIGHTED: return ga_stat_unweighted.load();
+    case GA_SC_HELD_OVERFLOW: return ga_stat_held_overflow.load();
+    case GA_SC_UNSEEN: return ga_stat_unseen.load();
+    case GA_SC_JOINED: return ga_stat_joined.load();
+    case GA_SC_LEFT_OUT_LAUNCHES: return ga_stat_left_out_launches.load();
+    case GA_SC_LEFT_OUT_RECORDS: return ga_stat_left_out_records.load();
+    case GA_SC_LEFT_OUT_LATE: return ga_stat_left_out_late.load();
     }
     return 0;
+}
+
+extern "C" GA_EXPORT const char *gpu_agent_shim_counter_name(int which) {
+    static const char *const names[] = {
+#define GA_SC_NAME(id, name, meaning) #name,
+        GA_SHIM_COUNTER_TABLE(GA_SC_NAME)
+#undef GA_SC_NAME
+    };
+    return which >= 0 && which < GA_SC_COUNT ? names[which] : nullptr;
 }
 
 /* Runs one poll step now (tests: no need to wait for the poller). */

@@ -62,19 +62,22 @@ static void inject(int n) {
 
 static void report(const char *mode) {
     int state = -9;
-    unsigned long long c[16] = {0};
     void *h = shim;
+    uint64_t (*cnt)(int) = NULL;
+    const char *(*cname)(int) = NULL;
     if (!h) h = dlopen("libgpu_agent_shim.so", RTLD_NOW | RTLD_NOLOAD);
     if (h) {
         int (*st)(void) = (int (*)(void))dlsym(h, "gpu_agent_shim_state");
-        uint64_t (*cnt)(int) = (uint64_t (*)(int))dlsym(h, "gpu_agent_shim_counter");
+        cnt = (uint64_t (*)(int))dlsym(h, "gpu_agent_shim_counter");
+        cname = (const char *(*)(int))dlsym(h, "gpu_agent_shim_counter_name");
         if (st) state = st();
-        for (int i = 0; cnt && i < 16; i++) c[i] = cnt(i);
     }
     const char *inj = getenv("CUDA_INJECTION64_PATH");
     printf("RESULT mode=%s pid=%d state=%d pollers=%d cupti_mapped=%d injection=%s", mode,
            (int)getpid(), state, count_pollers(), mapped("cupti"), inj ? inj : "-");
-    for (int i = 0; i < 16; i++) printf(" c%d=%llu", i, c[i]);
+    /* every counter by its name (gpu_agent_shim.h); none when no shim is loaded */
+    for (int i = 0; cnt && cname && cname(i); i++)
+        printf(" %s=%llu", cname(i), (unsigned long long)cnt(i));
     printf("\n");
     fflush(stdout);
 }
