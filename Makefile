@@ -23,14 +23,19 @@ SHIM      := $(BUILD)/libgpu_agent_shim.so
 SHIM_DEFS ?=   # e.g. -DGA_OMIT_CBID=307 (tests prove the cbid guard with it)
 SHIM_SRCS := $(wildcard shim/src/*.cpp) $(wildcard shim/src/*.c)
 SHIM_HDRS := $(wildcard shim/src/*.h) $(wildcard shim/include/*.h)
+# The benchmark build (bench/gpu, tests of audit mode and the experiments): the same
+# shim plus shim/src/bench/ (audit mode, GPU_AGENT_EXP_*), which the shim that users
+# inject does not carry.
+SHIM_BENCH := $(BUILD)/shim-bench/libgpu_agent_shim.so
+SHIM_BENCH_SRCS := $(wildcard shim/src/bench/*.cpp)
 
 MOCK_LIBS := $(MOCK)/libcuda.so.1 $(MOCK)/libcudart.so.13 $(MOCK)/libcupti.so.13
 MOCK_APP  := $(MOCK)/mock_workload
 MOCK_GRAPH_APP := $(MOCK)/graph_workload
 
-.PHONY: all shim mock venv test run bench clean check-cuda-headers proto deps deps-check
+.PHONY: all shim shim-bench mock venv test run bench clean check-cuda-headers proto deps deps-check
 
-all: shim mock venv
+all: shim shim-bench mock venv
 
 # System packages (bcc, kernel headers, Go pprof, toolchain, CUDA headers). `test` and
 # `run` install them only when something is missing, so a fresh machine just works.
@@ -48,10 +53,15 @@ check-cuda-headers:
 	@test -f $(CUDA_INC)/cupti.h || { echo "error: CUDA/CUPTI headers not found in $(CUDA_INC); set CUDA_HOME=/path/to/cuda (CUDA 12 or 13)" >&2; exit 1; }
 
 shim: check-cuda-headers $(SHIM)
+shim-bench: check-cuda-headers $(SHIM_BENCH)
 
+SHIM_CXX = $(CXX) $(CFLAGS_COMMON) -Wno-comment $(SHIM_DEFS) -std=c++17 -fvisibility=hidden -fno-exceptions -fno-rtti \
+	    -shared -Wl,-soname,libgpu_agent_shim.so -Wl,-z,nodelete
 $(SHIM): $(SHIM_SRCS) $(SHIM_HDRS) | $(BUILD)
-	$(CXX) $(CFLAGS_COMMON) -Wno-comment $(SHIM_DEFS) -std=c++17 -fvisibility=hidden -fno-exceptions -fno-rtti \
-	    -shared -Wl,-soname,libgpu_agent_shim.so -Wl,-z,nodelete -o $@ $(SHIM_SRCS) -ldl -lpthread
+	$(SHIM_CXX) -o $@ $(SHIM_SRCS) -ldl -lpthread
+$(SHIM_BENCH): $(SHIM_SRCS) $(SHIM_BENCH_SRCS) $(SHIM_HDRS) | $(BUILD)
+	@mkdir -p $(@D)
+	$(SHIM_CXX) -DGA_BENCH_BUILD=1 -o $@ $(SHIM_SRCS) $(SHIM_BENCH_SRCS) -ldl -lpthread
 
 mock: check-cuda-headers $(MOCK_LIBS) $(MOCK_APP) $(MOCK_GRAPH_APP)
 

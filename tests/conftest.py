@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from support.env import (BUILD, MOCK_APP, MOCK_DIR, REPO, SHIM, agent_cmd,  # noqa: E402,F401
+from support.env import (BENCH_SHIM, BUILD, MOCK_APP, MOCK_DIR, REPO, SHIM, agent_cmd,  # noqa: E402,F401
                          ground_truth, list_paths, mock_env, need_ebpf, shim_without_cbid)
 
 

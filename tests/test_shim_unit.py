@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import shim_without_cbid
+from conftest import BENCH_SHIM, shim_without_cbid
 
 REPO = Path(__file__).resolve().parent.parent
 SHIM = REPO / "build" / "libgpu_agent_shim.so"
@@ -49,6 +49,16 @@ def shim(tmp_path_factory) -> Path:
     assert SHIM.is_file()
     private = tmp_path_factory.mktemp("shim") / "libgpu_agent_shim-private.so"
     shutil.copy(SHIM, private)
+    return private
+
+
+@pytest.fixture(scope="session")
+def bench_shim(tmp_path_factory) -> Path:
+    """A private copy of the benchmark build (audit mode, GPU_AGENT_EXP_*)."""
+    subprocess.run(["make", "-s", "-C", str(REPO), "shim-bench"], check=True, capture_output=True,
+                   timeout=300)
+    private = tmp_path_factory.mktemp("shim-bench") / "libgpu_agent_shim-bench-private.so"
+    shutil.copy(BENCH_SHIM, private)
     return private
 
 
@@ -101,25 +111,10 @@ def notes(path: Path) -> list[dict]:
 
 
 def contract_probes() -> dict[str, list[str]]:
-    """name -> argument declarations, from the contract header's comment list."""
-    text = CONTRACT.read_text()
-    block = text[text.index("Probes (name: arguments, in order):"):text.index("*/")]
-    lines = [re.sub(r"^\s*\*", "", line) for line in block.splitlines()[1:]]
-    probes: dict[str, list[str]] = {}
-    i = 0
-    while i < len(lines):
-        m = re.match(r"^   (\w+)\s{2,}\((.*)$", lines[i])
-        if not m:
-            i += 1
-            continue
-        decl = m.group(2)
-        while ")" not in decl:
-            i += 1
-            decl += " " + lines[i].strip()
-        decl = decl[:decl.index(")")]
-        probes[m.group(1)] = [] if decl.strip() == "no arguments" else [a.strip() for a in decl.split(",")]
-        i += 1
-    return probes
+    """name -> argument kinds (u32, u64, ptr): contract.PROBES, which
+    tests/test_contract.py checks against the header's probe table."""
+    from gpu_agent import contract as C
+    return {name: [kind for _, kind in args] for name, args in C.PROBES.items()}
 
 
 def test_contract_lists_the_eight_probes():
@@ -139,7 +134,7 @@ def test_probe_names_and_arguments_match_the_contract(shim):
         assert len(n["args"]) == len(decls), (n, decls)
         for spec, decl in zip(n["args"], decls):
             size = spec.split("@", 1)[0]
-            expect = "8" if ("*" in decl or decl.startswith("u64")) else "4"
+            expect = "8" if decl in ("ptr", "u64") else "4"
             assert size == expect, f"{n['name']}: {decl!r} has spec {spec!r}; want unsigned {expect} bytes"
 
 
@@ -395,11 +390,11 @@ def test_cupti_errors_are_handled(shim, tools, code, state):
     assert res["state"] == state and c(res, C_ATTACHES) == 0
 
 
-def test_runtime_domain_experiment_counts_each_launch_once(shim, tools):
-    """GPU_AGENT_EXP_CALLBACKS=runtime (benchmarks): both domains' callbacks fire for
-    a runtime launch; the pair still counts once."""
-    agent = Agent(shim)
-    env = clean_env(CUDA_INJECTION64_PATH=str(shim), GPU_AGENT_CUPTI_PATH=str(tools["fakecupti"]),
+def test_runtime_domain_experiment_counts_each_launch_once(bench_shim, tools):
+    """GPU_AGENT_EXP_CALLBACKS=runtime (the benchmark build): both domains' callbacks
+    fire for a runtime launch; the pair still counts once."""
+    agent = Agent(bench_shim)
+    env = clean_env(CUDA_INJECTION64_PATH=str(bench_shim), GPU_AGENT_CUPTI_PATH=str(tools["fakecupti"]),
                     FAKE_CUPTI=str(tools["fakecupti"]), GPU_AGENT_EXP_CALLBACKS="runtime")
     try:
         res, err, p = run([tools["harness"], "launch", "400", "0"], env)
@@ -411,7 +406,7 @@ def test_runtime_domain_experiment_counts_each_launch_once(shim, tools):
 
 def test_omitting_one_cbid_at_build_time_loses_that_path(shim, tools):
     (tools["dir"] / "omit").mkdir(exist_ok=True)
-    variant = shim_without_cbid(tools["dir"] / "omit" / "libgpu_agent_shim.so")
+    variant = shim_without_cbid(tools["dir"] / "omit" / "libgpu_agent_shim.so", bench=True)
     # Launches are counted at the driver's callbacks only, so without cuLaunchKernel's
     # neither the 100 plain cuLaunchKernel launches nor the 100 cudaLaunchKernel ones
     # (a cuLaunchKernel under each) are seen; with the runtime domain's callbacks too
@@ -429,7 +424,40 @@ def test_omitting_one_cbid_at_build_time_loses_that_path(shim, tools):
         assert got["records"] == 200  # totals do not depend on callbacks
 
 
-def test_privileged_process_takes_no_file_path_from_its_environment(tools, shim):
+def test_the_injected_shim_has_no_benchmark_settings(tools, shim):
+    """Audit mode and the GPU_AGENT_EXP_* knobs are the benchmark build's: the shim
+    users inject names them in one line as ignored, writes no audit file, and does
+    not switch the runtime domain's callbacks on."""
+    import tempfile
+    d = Path(tempfile.mkdtemp(prefix="ga-nobench-"))
+    try:
+        agent = Agent(shim)
+        env = clean_env(CUDA_INJECTION64_PATH=str(shim), GPU_AGENT_CUPTI_PATH=str(tools["fakecupti"]),
+                        FAKE_CUPTI=str(tools["fakecupti"]), GPU_AGENT_AUDIT_FILE=str(d / "audit.tsv"),
+                        GPU_AGENT_EXP_CALLBACKS="runtime", GPU_AGENT_DEBUG="1")
+        try:
+            res, err, p = run([tools["harness"], "launch", "400", "0"], env)
+        finally:
+            agent.stop()
+        assert p.returncode == 0, err
+        lines = [ln for ln in err.splitlines() if "benchmark build" in ln]
+        assert len(lines) == 1 and "GPU_AGENT_AUDIT_FILE" in lines[0] \
+            and "GPU_AGENT_EXP_CALLBACKS" in lines[0], err
+        assert "unknown environment variable" not in err, err
+        assert not (d / "audit.tsv").exists()
+        assert c(res, C_LAUNCHES) == 400  # each launch once, at the driver's callback
+        # The code is absent, not just switched off (the benchmark build has it).
+        def funcs(lib):
+            out = subprocess.run(["nm", "-C", str(lib)], capture_output=True, text=True, check=True)
+            return set(re.findall(r"^\S* *\w ([\w:]+)", out.stdout, re.M))
+        bench_only = {"ga_audit_init", "ga_audit_tally", "ga_bench_read_config", "ga_exp_toggled_off"}
+        assert not funcs(shim) & bench_only
+        assert bench_only <= funcs(BENCH_SHIM)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_privileged_process_takes_no_file_path_from_its_environment(tools, shim, bench_shim):
     """A setuid program run by another user (AT_SECURE) ignores GPU_AGENT_AUDIT_FILE and
     GPU_AGENT_CUPTI_PATH: that user could otherwise make it write, or load, a file.
     The same program run by its owner honours them."""
@@ -439,7 +467,7 @@ def test_privileged_process_takes_no_file_path_from_its_environment(tools, shim)
         os.chmod(d, 0o755)
         harness, lib = d / "harness", d / "libgpu_agent_shim.so"
         shutil.copy(tools["harness"], harness)
-        shutil.copy(shim, lib)
+        shutil.copy(bench_shim, lib)  # the build that has audit mode
         os.chown(harness, 0, 0)
         os.chmod(harness, 0o4755)  # setuid root
         env = clean_env(CUDA_INJECTION64_PATH=str(lib), GPU_AGENT_AUDIT_FILE=str(d / "audit.tsv"))

@@ -19,7 +19,8 @@ import re
 import subprocess
 import sys
 
-from conftest import MOCK_APP, REPO, agent_cmd, ground_truth, mock_env, need_ebpf, shim_without_cbid
+from conftest import (BENCH_SHIM, MOCK_APP, REPO, agent_cmd, ground_truth, mock_env, need_ebpf,
+                      shim_without_cbid)
 from support.pprof_tool import raw
 
 from gpu_agent.audit import audit_rows
@@ -68,7 +69,7 @@ def shim_exit_stats(stderr: str) -> dict[str, int]:
 def test_audit_estimate_lands_on_the_full_trace_of_the_same_run(tmp_path, built):
     need_ebpf()
     audit = tmp_path / "audit.tsv"
-    prof, truth, err = record(tmp_path, GPU_AGENT_AUDIT_FILE=str(audit))
+    prof, truth, err = record(tmp_path, shim=str(BENCH_SHIM), GPU_AGENT_AUDIT_FILE=str(audit))
     rows = audit_rows(audit)
     # The audit is the full trace of this run: it matches the mock driver exactly.
     assert {k: (v[0], v[1]) for k, v in rows.items()} == truth
@@ -163,7 +164,7 @@ def test_launches_no_callback_sees_are_counted_and_weigh_n(tmp_path, built):
     fall back to N: the estimate is N x the windowed records, on the truth for
     this steady loop."""
     need_ebpf()
-    variant = shim_without_cbid(tmp_path / "libgpu_agent_shim.so")
+    variant = shim_without_cbid(tmp_path / "libgpu_agent_shim.so", bench=True)
     prof, truth, err = record(tmp_path, shim=str(variant), GPU_AGENT_EXP_INTERNAL_LAUNCHES="1")
     st = shim_exit_stats(err)
     # The bench-only count of CUPTI's INTERNAL_LAUNCH_API records (launches made
@@ -324,7 +325,8 @@ def test_exp_toggle_alternates_attached_and_detached(tmp_path, built):
     one agent the shim attaches for ON ms, then detaches for OFF ms, over and over,
     and while detached it collects nothing (its records stop with its launches seen)."""
     need_ebpf()
-    _, _, err = record(tmp_path, GPU_AGENT_EXP_TOGGLE_MS="200:400", GPU_AGENT_POLL_MS="10")
+    _, _, err = record(tmp_path, shim=str(BENCH_SHIM), GPU_AGENT_EXP_TOGGLE_MS="200:400",
+                       GPU_AGENT_POLL_MS="10")
     attaches = len(re.findall(r"gpu-agent-shim: attached \(", err))
     detaches = len(re.findall(r"gpu-agent-shim: detached \(pid \d+\): agent gone", err))
     # 3 s of 600 ms cycles: about 5 of each (the first attach waits for CUDA to start).

@@ -12,7 +12,7 @@ source deploy/offline/bcc-offline-env.sh "$bundle" >/dev/null
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$wheels"/*.whl 2>/dev/null
 export PYTHONPATH=/tmp/site:$PWD:$PWD/agent${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 nvidia-smi -L; date -u
-make -s shim CUDA_HOME=/usr/local/cuda || exit 1
+make -s shim shim-bench CUDA_HOME=/usr/local/cuda || exit 1
 rc=0
 while [ $# -gt 0 ]; do
     [ "$1" = "--" ] && shift

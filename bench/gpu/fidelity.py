@@ -34,8 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.gpu.harness import Agent, case_command, clean_env, driver_graph_binary, merge_kernels, \
-    profile_kernels, profile_stacks, shim_env
+from bench.gpu.harness import BENCH_SHIM, Agent, case_command, clean_env, driver_graph_binary, merge_kernels, \
+    needs_bench_shim, profile_kernels, profile_stacks, shim_env
 from gpu_agent.audit import audit_rows  # after harness, which makes agent/ importable
 
 # Steps per fidelity run: about 8 s on an H200, enough windows (one per 200 ms)
@@ -58,7 +58,8 @@ def record(a, workload: str, duty: int, out: Path, **env: str) -> dict[str, list
     if a.debug:
         env["GPU_AGENT_DEBUG"] = "1"
     audit_dir = Path(env["GPU_AGENT_AUDIT_FILE"]).parent if "GPU_AGENT_AUDIT_FILE" in env else None
-    p = subprocess.run([sys.executable, "-m", "gpu_agent", "record", "--duty-cycle", str(duty),
+    shim = ["--shim", str(BENCH_SHIM)] if needs_bench_shim(env) else []
+    p = subprocess.run([sys.executable, "-m", "gpu_agent", "record", "--duty-cycle", str(duty), *shim,
                         "-o", str(out), "--", *command(workload, steps_of(a, workload), audit_dir)],
                        env=clean_env(**env), capture_output=True, text=True, timeout=600)
     if p.returncode != 0:

@@ -19,6 +19,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent.parent
 SHIM = REPO / "build" / "libgpu_agent_shim.so"
+# The benchmark build (make shim-bench): the same shim plus audit mode and the
+# GPU_AGENT_EXP_* knobs. Only settings that need it select it.
+BENCH_SHIM = REPO / "build" / "shim-bench" / "libgpu_agent_shim.so"
 if str(REPO / "agent") not in sys.path:
     sys.path.insert(0, str(REPO / "agent"))
 
@@ -34,9 +37,15 @@ def clean_env(**extra: str) -> dict:
     return env
 
 
+def needs_bench_shim(settings) -> bool:
+    return any(k.startswith("GPU_AGENT_EXP_") or k == "GPU_AGENT_AUDIT_FILE" for k in settings)
+
+
 def shim_env(**extra: str) -> dict:
-    """clean_env with the shim injected the way a user does it."""
-    return clean_env(CUDA_INJECTION64_PATH=str(SHIM), **extra)
+    """clean_env with the shim injected the way a user does it (the benchmark build
+    when a setting needs it)."""
+    shim = BENCH_SHIM if needs_bench_shim(extra) else SHIM
+    return clean_env(CUDA_INJECTION64_PATH=str(shim), **extra)
 
 
 def cuda_binary(name: str, cupti: bool = False) -> str:

@@ -75,7 +75,6 @@ typedef CUpti_ActivityKernel9 ga_activity_kernel_t;
 #define UNSEEN_SLOTS 4
 static std::atomic<uint64_t> unseen_id[UNSEEN_SLOTS], unseen_n[UNSEEN_SLOTS];
 std::atomic<uint64_t> ga_stat_unseen;
-std::atomic<uint64_t> ga_stat_internal_launches;
 
 static void note_unseen(uint64_t kernel_id) {
     ga_stat_unseen.fetch_add(1, std::memory_order_relaxed);
@@ -313,10 +312,12 @@ void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *bu
                 ga_report_cupti_error("cuptiActivityGetNextRecord", r);
                 break;
             }
+#ifdef GA_BENCH_BUILD
             if (GA_UNLIKELY(rec->kind == CUPTI_ACTIVITY_KIND_INTERNAL_LAUNCH_API)) {
                 ga_stat_internal_launches.fetch_add(1, std::memory_order_relaxed); /* experiment */
                 continue;
             }
+#endif
             if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL &&
                 rec->kind != CUPTI_ACTIVITY_KIND_KERNEL)
                 continue;

@@ -1,16 +1,14 @@
-/* callbacks.cpp: the CUPTI launch callback, per-thread launch sampling and
- * eh_frame stack unwinding. Everything here runs on the application's
+/* callbacks.cpp: the CUPTI launch callback and per-thread launch sampling (the
+ * unwinding is in unwind.cpp). Everything here runs on the application's
  * launching thread, inside the CUDA API call: no locks, no allocation, no
  * CUDA/CUPTI calls. */
 #include <dlfcn.h>
-#include <link.h>
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-#include <unwind.h>
 
 
 #include "ga_probes.h"
@@ -65,15 +63,6 @@ void ga_build_kind_table(void) noexcept {
 static std::atomic<uintptr_t> seen[SEEN_CAP];
 static std::atomic<uint32_t> seen_fill;
 
-static inline uint64_t mix64(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    x ^= x >> 33;
-    return x;
-}
-
 /* A new window: a runtime launch whose exit callback was lost when the last
  * window closed must not make this thread skip its next driver launch. */
 void ga_sampler_new_window(void) noexcept {
@@ -89,7 +78,7 @@ void ga_sampler_reset_seen(void) noexcept {
 /* true if key was not in the set and has now been added (first launch). */
 static bool seen_first(uintptr_t key) {
     if (!key) return false;
-    uint32_t i = (uint32_t)mix64(key) & (SEEN_CAP - 1);
+    uint32_t i = (uint32_t)ga_fmix64(key) & (SEEN_CAP - 1);
     for (unsigned p = 0; p < SEEN_MAX_PROBE; p++, i = (i + 1) & (SEEN_CAP - 1)) {
         uintptr_t cur = seen[i].load(std::memory_order_acquire);
         if (cur == key) return false;
@@ -102,85 +91,6 @@ static bool seen_first(uintptr_t key) {
         if (cur == key) return false; /* another thread inserted it just now */
     }
     return false;
-}
-
-/* ---- address ranges whose leading frames are dropped (shim, libcupti) ---- */
-struct range { uintptr_t lo, hi; };
-static range skip_ranges[2];
-static unsigned n_skip_ranges;
-
-struct range_ctx { uintptr_t addr; range r; bool found; };
-
-static int find_range(struct dl_phdr_info *info, size_t, void *arg) {
-    range_ctx *c = (range_ctx *)arg;
-    uintptr_t lo = UINTPTR_MAX, hi = 0;
-    bool in = false;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD) continue;
-        uintptr_t a = info->dlpi_addr + ph->p_vaddr, b = a + ph->p_memsz;
-        if (a < lo) lo = a;
-        if (b > hi) hi = b;
-        if (c->addr >= a && c->addr < b) in = true;
-    }
-    if (!in) return 0;
-    c->r.lo = lo;
-    c->r.hi = hi;
-    c->found = true;
-    return 1;
-}
-
-static void add_range_of(const void *addr) {
-    range_ctx c;
-    c.addr = (uintptr_t)addr;
-    c.found = false;
-    if (addr && dl_iterate_phdr(find_range, &c) && c.found && n_skip_ranges < 2)
-        skip_ranges[n_skip_ranges++] = c.r;
-}
-
-void ga_compute_skip_ranges(void) noexcept {
-    if (n_skip_ranges) return;
-    add_range_of((const void *)&ga_api_callback);
-    add_range_of((const void *)ga_cupti.Subscribe);
-    /* The driver's frames stay: the callback fires in the driver's launch entry,
-     * and its name (cuLaunchKernel, cuGraphLaunch, ...) says how the kernel was
-     * launched, under libcudart's frames for a runtime launch. */
-}
-
-static inline bool in_skip_range(uintptr_t ip) {
-    for (unsigned i = 0; i < n_skip_ranges; i++)
-        if (ip >= skip_ranges[i].lo && ip < skip_ranges[i].hi) return true;
-    return false;
-}
-
-/* ---- unwinding ---- */
-struct unwind_state {
-    uint64_t *frames;
-    unsigned n;
-    bool skipping;
-};
-
-static _Unwind_Reason_Code unwind_cb(struct _Unwind_Context *ctx, void *arg) {
-    unwind_state *u = (unwind_state *)arg;
-    uintptr_t ip = _Unwind_GetIP(ctx);
-    if (!ip) return _URC_END_OF_STACK;
-    if (u->skipping) {
-        if (in_skip_range(ip)) return _URC_NO_REASON;
-        u->skipping = false;
-    }
-    u->frames[u->n++] = ip;
-    return u->n >= GA_MAX_FRAMES ? _URC_END_OF_STACK : _URC_NO_REASON;
-}
-
-static uint64_t hash_stack(const uint64_t *f, unsigned n) {
-    uint64_t h = 0xcbf29ce484222325ULL ^ n;
-    for (unsigned i = 0; i < n; i++) {
-        h ^= f[i];
-        h *= 0x100000001b3ULL;
-        h = (h << 29) | (h >> 35);
-    }
-    h = mix64(h);
-    return h ? h : 1;
 }
 
 /* ---- per-thread sampling state ---- */
@@ -214,7 +124,7 @@ static int64_t draw_countdown(uint64_t *rng, uint32_t period) {
 static void tls_init(tls_state *t) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t seed = mix64((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^
+    uint64_t seed = ga_fmix64((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^
                           (uint64_t)(uintptr_t)t ^ ((uint64_t)syscall(SYS_gettid) << 17));
     t->rng = seed ? seed : 0x9e3779b97f4a7c15ULL;
     t->countdown = draw_countdown(&t->rng, ga_cfg.sample_period);
@@ -289,16 +199,6 @@ static uintptr_t launch_key(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
  * is only on the stack for sampled launches. launch_ns: CUPTI's clock at the
  * launch (API enter), the clock of kernel records' start: BPF turns it into
  * launch-to-start latency. 0 if this CUPTI lacks cuptiGetTimestamp. */
-uint32_t ga_unwind(uint64_t *frames, uint64_t *stack_id) noexcept {
-    unwind_state u;
-    u.frames = frames;
-    u.n = 0;
-    u.skipping = true;
-    _Unwind_Backtrace(unwind_cb, &u);
-    *stack_id = hash_stack(frames, u.n);
-    return u.n;
-}
-
 __attribute__((noinline)) static void take_sample(uint32_t corr, uint32_t cbid, uint32_t weight) {
     uint64_t launch_ns = 0;
     if (ga_cupti.GetTimestamp && ga_cupti.GetTimestamp(&launch_ns) != CUPTI_SUCCESS) launch_ns = 0;

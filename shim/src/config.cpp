@@ -12,7 +12,7 @@
 
 extern char **environ;
 
-ga_config ga_cfg = {64, 8, 100, 1000, 10, 20, 64, "", 0, 0, 0, 0, 0};
+ga_config ga_cfg = {64, 8, 100, 1000, 10, 20, 64};
 int ga_debug_on;
 
 /* ------------------------------------------------------------------ */
@@ -51,9 +51,11 @@ void ga_debug(const char *fmt, ...) {
 static const char *const k_known_env[] = {
     "GPU_AGENT_SAMPLE_PERIOD", "GPU_AGENT_GRAPH_SAMPLE_PERIOD", "GPU_AGENT_POLL_MS",
     "GPU_AGENT_FLUSH_MS",      "GPU_AGENT_DEBUG",               "GPU_AGENT_CUPTI_PATH",
-    "GPU_AGENT_DUTY_CYCLE",    "GPU_AGENT_WINDOW_MS",           "GPU_AGENT_AUDIT_FILE",
-    "GPU_AGENT_EXP_HOLD",      "GPU_AGENT_EXP_TOGGLE_MS",       "GPU_AGENT_EXP_CALLBACKS",
-    "GPU_AGENT_EXP_INTERNAL_LAUNCHES", "GPU_AGENT_BUFFER_POOL_MB",
+    "GPU_AGENT_DUTY_CYCLE",    "GPU_AGENT_WINDOW_MS",           "GPU_AGENT_BUFFER_POOL_MB",
+#ifdef GA_BENCH_BUILD
+    "GPU_AGENT_AUDIT_FILE",    "GPU_AGENT_EXP_HOLD",            "GPU_AGENT_EXP_TOGGLE_MS",
+    "GPU_AGENT_EXP_CALLBACKS", "GPU_AGENT_EXP_INTERNAL_LAUNCHES",
+#endif
     /* read by the agent CLI, not by the shim: known, so never reported */
     "GPU_AGENT_SHIM",          "GPU_AGENT_BPF_DIR",             "GPU_AGENT_INCLUDE_DIR",
 };
@@ -93,38 +95,23 @@ void ga_read_config(void) noexcept {
     env_u32("GPU_AGENT_DUTY_CYCLE", &ga_cfg.duty_cycle, 1, 100000, bad, sizeof(bad));
     env_u32("GPU_AGENT_WINDOW_MS", &ga_cfg.window_ms, 1, 3600000, bad, sizeof(bad));
     env_u32("GPU_AGENT_BUFFER_POOL_MB", &ga_cfg.buffer_pool_mb, 1, GA_BUF_MAX, bad, sizeof(bad));
-    const char *tog = getenv("GPU_AGENT_EXP_TOGGLE_MS");
-    if (tog && *tog) {
-        unsigned on = 0, off = 0;
-        int n = sscanf(tog, "%u:%u", &on, &off);
-        if (n >= 1 && on > 0) {
-            ga_cfg.exp_on_ms = on;
-            ga_cfg.exp_off_ms = n == 2 && off ? off : on;
-        } else {
-            note_bad(bad, sizeof(bad), "GPU_AGENT_EXP_TOGGLE_MS", tog);
+#ifdef GA_BENCH_BUILD
+    ga_bench_read_config(bad, sizeof(bad));
+#else
+    /* The benchmark build's settings (shim/src/bench/): named apart from unknown
+     * names, so that a benchmark run on the wrong shim says so. */
+    char bench_only[256] = "";
+    for (char **e = environ; e && *e; e++)
+        if (!strncmp(*e, "GPU_AGENT_EXP_", 14) || !strncmp(*e, "GPU_AGENT_AUDIT_FILE=", 21)) {
+            size_t cur = strlen(bench_only), nlen = strcspn(*e, "=");
+            if (cur + nlen + 3 < sizeof(bench_only))
+                snprintf(bench_only + cur, sizeof(bench_only) - cur, "%s%.*s", cur ? ", " : "",
+                         (int)nlen, *e);
         }
-    }
-    const char *cbs = getenv("GPU_AGENT_EXP_CALLBACKS");
-    if (cbs && !strcmp(cbs, "windowed")) ga_cfg.exp_cb_windowed = 1;
-    else if (cbs && !strcmp(cbs, "runtime")) ga_cfg.exp_cb_runtime = 1;
-    else if (cbs && *cbs) note_bad(bad, sizeof(bad), "GPU_AGENT_EXP_CALLBACKS", cbs);
-    const char *internal = getenv("GPU_AGENT_EXP_INTERNAL_LAUNCHES");
-    if (internal && !strcmp(internal, "1")) ga_cfg.exp_internal = 1;
-    else if (internal && *internal && strcmp(internal, "0"))
-        note_bad(bad, sizeof(bad), "GPU_AGENT_EXP_INTERNAL_LAUNCHES", internal);
-    const char *audit = getenv("GPU_AGENT_AUDIT_FILE");
-    if (audit && *audit && ga_secure_exec()) {
-        ga_log("GPU_AGENT_AUDIT_FILE ignored: a privileged (setuid) process takes no path from "
-               "its environment");
-    } else if (audit && *audit) {
-        if (strlen(audit) < sizeof(ga_cfg.audit_file)) {
-            strcpy(ga_cfg.audit_file, audit);
-        } else {
-            size_t cur = strlen(bad);
-            snprintf(bad + cur, sizeof(bad) - cur, "%sGPU_AGENT_AUDIT_FILE (path too long)",
-                     cur ? ", " : "");
-        }
-    }
+    if (bench_only[0])
+        ga_log("%s ignored: only the benchmark build of the shim (make shim-bench) has them",
+               bench_only);
+#endif
 
     /* unknown GPU_AGENT_* names and invalid values: one line in all */
     char unknown[384] = "";
@@ -132,6 +119,9 @@ void ga_read_config(void) noexcept {
         if (strncmp(*e, "GPU_AGENT_", 10) != 0) continue;
         /* gpu-agent run's own settings (GPU_AGENT_RUN_<FLAG>, agent/gpu_agent/config.py) */
         if (strncmp(*e, "GPU_AGENT_RUN_", 14) == 0) continue;
+#ifndef GA_BENCH_BUILD
+        if (!strncmp(*e, "GPU_AGENT_EXP_", 14) || !strncmp(*e, "GPU_AGENT_AUDIT_FILE=", 21)) continue;
+#endif
         const char *eq = strchr(*e, '=');
         size_t nlen = eq ? (size_t)(eq - *e) : strlen(*e);
         bool known = false;

@@ -33,21 +33,6 @@ struct ga_config {
     uint32_t window_ms;           /* GPU_AGENT_WINDOW_MS, default 20 */
     uint32_t buffer_pool_mb;      /* GPU_AGENT_BUFFER_POOL_MB, default 64: CUPTI buffers
                                    * (1 MiB each) allocated as load needs, up to this */
-    char audit_file[256];         /* GPU_AGENT_AUDIT_FILE: "" = off (window.cpp) */
-    /* Benchmark-only experiments (bench/gpu/ab_overhead.py; estimates may be wrong): */
-    uint32_t exp_on_ms, exp_off_ms; /* GPU_AGENT_EXP_TOGGLE_MS=ON[:OFF]: while an agent is
-                                   * attached, stay attached ON ms then detached OFF ms
-                                   * (default ON), repeating: in-process A/B of attached
-                                   * against detached; 0 = off */
-    uint32_t exp_cb_windowed;     /* GPU_AGENT_EXP_CALLBACKS=windowed: launch callbacks
-                                   * follow the windows (records then weigh N) */
-    uint32_t exp_internal;        /* GPU_AGENT_EXP_INTERNAL_LAUNCHES=1: CUPTI's
-                                   * INTERNAL_LAUNCH_API activity (driver launches
-                                   * outside any public API call) follows the windows;
-                                   * the exit line counts its records */
-    uint32_t exp_cb_runtime;      /* GPU_AGENT_EXP_CALLBACKS=runtime: the runtime
-                                   * domain's launch callbacks too (the default until
-                                   * 2026-11-22; see set_launch_cbids) */
 };
 GA_HIDDEN extern ga_config ga_cfg;
 
@@ -62,6 +47,14 @@ GA_HIDDEN void ga_read_config(void) noexcept; /* config.cpp: ga_cfg from the env
 static inline uint64_t ga_mix64(uint64_t x) noexcept {
     x ^= x >> 33;
     x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return x;
+}
+
+/* murmur3's whole 64-bit finalizer: sampling keys, seeds and stack hashes. */
+static inline uint64_t ga_fmix64(uint64_t x) noexcept {
+    x = ga_mix64(x);
+    x *= 0xc4ceb9fe1a85ec53ULL;
     x ^= x >> 33;
     return x;
 }
@@ -107,7 +100,6 @@ GA_HIDDEN const char *ga_cupti_err(CUptiResult r) noexcept;
 GA_HIDDEN void CUPTIAPI ga_api_callback(void *userdata, CUpti_CallbackDomain domain,
                                         CUpti_CallbackId cbid, const void *cbdata) noexcept;
 GA_HIDDEN void ga_sampler_reset_seen(void) noexcept;      /* at each attach */
-GA_HIDDEN void ga_compute_skip_ranges(void) noexcept;     /* once CUPTI is loaded */
 GA_HIDDEN void ga_build_kind_table(void) noexcept;        /* at load: launch cbid kinds */
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_samples;
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_forced;
@@ -142,8 +134,10 @@ GA_HIDDEN void ga_graph_reset(void) noexcept;   /* at attach and detach: forget 
 GA_HIDDEN void ga_graph_after_flush(void) noexcept; /* poller, after each periodic flush */
 GA_HIDDEN uint64_t ga_graph_stat(int which) noexcept; /* GA_SC_NODE_STACKS..DESTROYS_DROPPED */
 GA_HIDDEN void ga_graph_atfork_child(void) noexcept;
+/* ---- unwinding (unwind.cpp) ---- */
+GA_HIDDEN void ga_compute_skip_ranges(void) noexcept; /* once CUPTI is loaded */
 /* Unwinds the calling thread (shim and CUPTI frames dropped) into frames
- * (GA_MAX_FRAMES); returns the count and sets *stack_id (callbacks.cpp). */
+ * (GA_MAX_FRAMES); returns the count and sets *stack_id (never 0). */
 GA_HIDDEN uint32_t ga_unwind(uint64_t *frames, uint64_t *stack_id) noexcept;
 
 /* ---- collection windows and audit mode (window.cpp) ---- */
@@ -205,19 +199,56 @@ GA_HIDDEN uint32_t ga_window_weight_of(uint32_t period) noexcept;
  * rest too, at fallback_q (x 1024; 0: N). */
 GA_HIDDEN void ga_activity_fire_held(bool all, uint32_t fallback_q) noexcept;
 GA_HIDDEN uint32_t ga_window_round_weight(uint32_t weight_q, uint64_t *rng) noexcept;
-/* audit mode (audit.cpp; window.cpp explains it) */
-static inline bool ga_audit_on(void) noexcept { return ga_cfg.audit_file[0] != 0; }
-GA_HIDDEN void ga_audit_init(void) noexcept;
+/* ---- the benchmark build's audit mode and experiments (shim/src/bench/) ----
+ * Compiled in only with GA_BENCH_BUILD (`make shim-bench`); the shim users inject
+ * gets the no-op versions below, and names the settings it ignores. */
+#ifdef GA_BENCH_BUILD
+struct ga_bench_config {
+    char audit_file[256];           /* GPU_AGENT_AUDIT_FILE: "" = off (audit.cpp) */
+    uint32_t exp_on_ms, exp_off_ms; /* GPU_AGENT_EXP_TOGGLE_MS=ON[:OFF]; 0 = off */
+    uint32_t exp_cb_windowed;       /* GPU_AGENT_EXP_CALLBACKS=windowed */
+    uint32_t exp_cb_runtime;        /* GPU_AGENT_EXP_CALLBACKS=runtime */
+    uint32_t exp_internal;          /* GPU_AGENT_EXP_INTERNAL_LAUNCHES=1 */
+    uint32_t exp_hold_activity;     /* GPU_AGENT_EXP_HOLD=activity */
+};
+GA_HIDDEN extern ga_bench_config ga_bench;
+#define GA_EXP(field) (ga_bench.exp_##field)
+GA_HIDDEN void ga_bench_read_config(char *bad, size_t bad_size) noexcept; /* experiments.cpp */
+GA_HIDDEN bool ga_exp_toggled_off(uint64_t now_ns) noexcept;   /* the OFF part of a toggle */
+GA_HIDDEN void ga_exp_internal_activity(bool on) noexcept;
+GA_HIDDEN extern std::atomic<uint64_t> ga_stat_internal_launches;
+static inline bool ga_audit_on(void) noexcept { return ga_bench.audit_file[0] != 0; }
+GA_HIDDEN void ga_audit_init(void) noexcept; /* audit.cpp */
 GA_HIDDEN void ga_audit_mark(uint32_t correlation_id) noexcept;
 GA_HIDDEN bool ga_audit_in_window(uint32_t correlation_id) noexcept;
 GA_HIDDEN void ga_audit_tally(uint64_t kernel_id, uint64_t ns, bool in_window) noexcept;
 GA_HIDDEN void ga_audit_write(void) noexcept;
+#else
+#define GA_EXP(field) 0u
+static inline bool ga_exp_toggled_off(uint64_t) noexcept { return false; }
+static inline void ga_exp_internal_activity(bool) noexcept {}
+static inline bool ga_audit_on(void) noexcept { return false; }
+static inline void ga_audit_init(void) noexcept {}
+static inline void ga_audit_mark(uint32_t) noexcept {}
+static inline bool ga_audit_in_window(uint32_t) noexcept { return true; }
+static inline void ga_audit_tally(uint64_t, uint64_t, bool) noexcept {}
+static inline void ga_audit_write(void) noexcept {}
+#endif
 GA_HIDDEN const char *ga_name_of(uint64_t kernel_id) noexcept; /* names.cpp; NULL if unknown */
 /* activity.cpp: "name (n), ..." of the first kernels whose windowed records had no
  * launch callback (ga_window_period_of), for the exit line; "" if none. */
 GA_HIDDEN void ga_unseen_kernels(char *buf, size_t size) noexcept;
-GA_HIDDEN extern std::atomic<uint64_t> ga_stat_internal_launches; /* activity.cpp */
 GA_HIDDEN void ga_sampler_new_window(void) noexcept;        /* callbacks.cpp */
+
+/* ---- the state machine (session.cpp) ---- */
+enum { GA_ST_DISABLED = -1, GA_ST_IDLE = 0, GA_ST_ATTACHED = 1 };
+GA_HIDDEN int ga_session_state(void) noexcept;           /* GA_ST_* */
+GA_HIDDEN void ga_session_poll(void) noexcept;           /* one step; never blocks */
+GA_HIDDEN void ga_session_disable(void) noexcept;        /* off for this process's life */
+GA_HIDDEN uint64_t ga_session_next_edge_ns(void) noexcept; /* the poller wakes then */
+GA_HIDDEN uint64_t ga_session_stat(int which) noexcept;  /* GA_SC_ATTACHES/DETACHES/FLUSHES/WINDOWS */
+GA_HIDDEN void ga_session_atfork_child(void) noexcept;
+GA_HIDDEN void ga_session_at_exit(void) noexcept;        /* the poller stopped: flush, log */
 
 /* ---- errors raised inside CUPTI callbacks, handled by the poller ---- */
 GA_HIDDEN void ga_report_cupti_error(const char *what, CUptiResult r) noexcept;

@@ -1,5 +1,6 @@
-/* shim.cpp: initialization, the attach poller, CUPTI attach/detach, exit and
- * fork handling, and the exported C API (settings and logging: config.cpp).
+/* shim.cpp: initialization, the poller thread, exit and fork handling, and the
+ * exported C API. The state machine the poller drives (CUPTI attach/detach,
+ * windows, flushes) is in session.cpp; settings and logging in config.cpp.
  *
  * Life cycle
  *   load (LD_PRELOAD constructor): read env; if CUDA_INJECTION64_PATH is
@@ -15,9 +16,8 @@
  *     and cuptiActivityFlushAll(0) runs every GPU_AGENT_FLUSH_MS.
  *   exit: stop the poller (bounded wait) and, if attached, flush.
  *
- * Locking: state transitions are serialized by a try-lock (g_busy) that is
- * never waited on without a bound; the CUPTI callbacks take no lock of this
- * file. The poller's mutex/condvar is only held around its sleep. */
+ * Locking: the poller's mutex/condvar is only held around its sleep; state
+ * transitions take session.cpp's try-lock. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
@@ -38,29 +38,8 @@
  * file before it attaches, and refuses another version with one clear line. */
 extern "C" GA_EXPORT const uint32_t gpu_agent_contract_version = GA_CONTRACT_VERSION;
 
-enum { ST_DISABLED = -1, ST_IDLE = 0, ST_ATTACHED = 1 };
-
-
-static std::atomic<int> g_state{ST_IDLE};
 static std::atomic<int> g_common_once{0};
 static std::atomic<int> g_inject_once{0};
-static std::atomic<int> g_busy{0};
-static std::atomic<int> g_pending_error{0};     /* CUptiResult from a callback */
-static std::atomic<uint64_t> g_stat_attaches, g_stat_detaches, g_stat_flushes;
-static CUpti_SubscriberHandle g_sub;
-static bool g_graph_cbs;                         /* RESOURCE graph callbacks enabled */
-static bool g_block_until_drop;                 /* after OOM: wait for the next attach */
-static uint64_t g_retry_at_ns;                  /* another CUPTI subscriber: retry later */
-static uint64_t g_next_flush_ns;
-static std::atomic<uint64_t> g_next_edge_ns{UINT64_MAX}; /* next window edge (poller wakes) */
-static bool g_cbids_on;                         /* launch callbacks enabled now */
-static bool g_activity_on;                      /* CONCURRENT_KERNEL enabled now */
-static bool g_activity_used;                    /* enabled at least once this attach */
-static bool g_replay_asked;                     /* the replay semaphore was up at the last poll */
-static std::atomic<uint64_t> g_stat_windows;
-/* Debug statistics of the window edges (poller thread only): how long windows
- * really stayed open, and what switching CUPTI activity costs. */
-static uint64_t g_enable_ns, g_enable_max_ns, g_disable_ns, g_disable_max_ns, g_n_enable, g_n_disable;
 static pid_t g_init_pid;
 
 /* poller */
@@ -76,331 +55,6 @@ static void common_init(void) {
 }
 
 /* ------------------------------------------------------------------ */
-/* attach / detach (poller thread, InitializeInjection, exit)          */
-
-static void disable_forever(void) { g_state.store(ST_DISABLED, std::memory_order_release); }
-
-static CUptiResult set_launch_cbids(bool on);
-
-/* GPU_AGENT_EXP_INTERNAL_LAUNCHES=1 (benchmarks): CUPTI's records of driver
- * launches made outside any public API call (no launch callback fires for
- * them), switched with kernel activity. Errors only logged: a diagnostic. */
-static void exp_internal_activity(bool on) {
-    if (!ga_cfg.exp_internal) return;
-    CUptiResult r = on ? ga_cupti.ActivityEnable(CUPTI_ACTIVITY_KIND_INTERNAL_LAUNCH_API)
-                       : ga_cupti.ActivityDisable(CUPTI_ACTIVITY_KIND_INTERNAL_LAUNCH_API);
-    if (r != CUPTI_SUCCESS) ga_debug("INTERNAL_LAUNCH_API activity %s: %s", on ? "on" : "off", ga_cupti_err(r));
-}
-
-/* Undo a partial or full attach. Errors are ignored: we are leaving. */
-static void undo_cupti(bool activity, bool subscribed) {
-    if (ga_window_on.load(std::memory_order_relaxed)) ga_window_closed();
-    ga_window_on.store(0, std::memory_order_relaxed);
-    g_next_edge_ns.store(UINT64_MAX, std::memory_order_relaxed);
-    if (subscribed && g_cbids_on) set_launch_cbids(false);
-    if (activity && g_activity_on) {
-        ga_cupti.ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-        exp_internal_activity(false);
-    }
-    g_activity_on = false;
-    /* Records of the last window may still sit in CUPTI's buffers; with what
-     * window.cpp holds they go with the partial period's weight. */
-    if (activity && g_activity_used) {
-        ga_cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-        ga_window_release_records(false);
-        ga_report_drops();
-    }
-    g_activity_used = false;
-    if (subscribed) {
-        if (g_graph_cbs)
-            for (unsigned i = 0; i < ga_graph_cbid_count; i++)
-                ga_cupti.EnableCallback(0, g_sub, CUPTI_CB_DOMAIN_RESOURCE, ga_graph_cbids[i]);
-        g_graph_cbs = false;
-        ga_cupti.Unsubscribe(g_sub);
-        g_sub = nullptr;
-    }
-    ga_graph_reset(); /* graphs destroyed from now on are not reported */
-}
-
-/* A CUPTI call failed during attach or while attached. */
-static void handle_failure(const char *what, CUptiResult r) {
-    if (r == CUPTI_ERROR_OUT_OF_MEMORY) {
-        ga_log("%s: CUPTI out of memory; profiling off until the agent re-attaches", what);
-        g_block_until_drop = true;
-        g_state.store(ST_IDLE, std::memory_order_release);
-        return;
-    }
-    ga_log("%s failed: %s (%d); profiling disabled in this process", what, ga_cupti_err(r), (int)r);
-    disable_forever();
-}
-
-/* Launch callbacks on or off. Unsupported ids (an older CUPTI) are skipped.
- * Only the driver domain's: every runtime launch calls a driver launch, which
- * fires its own callback with the same correlation id, so the driver domain alone
- * sees every launch once, at half the callbacks of both domains. On the H200 the
- * runtime domain on top cost eager PyTorch about 2 points (+3.4 % against +1.3 %,
- * medians of four in-process A/B runs each), and its per-thread
- * deduplication miscounted CUDA 13's launches (in-window launch counts 1.4-2.2x
- * the kernel records, against 1.0006x with the driver domain alone):
- * docs/benchmarks-history.md section 10. */
-static CUptiResult set_launch_cbids(bool on) {
-    for (unsigned i = 0; i < ga_launch_cbid_count; i++) {
-        const ga_launch_cbid *e = &ga_launch_cbids[i];
-        if (ga_launch_cbid_omitted(e)) continue;
-        if (!ga_cfg.exp_cb_runtime && e->domain != CUPTI_CB_DOMAIN_DRIVER_API) continue;
-        CUptiResult r = ga_cupti.EnableCallback(on ? 1 : 0, g_sub, e->domain, e->cbid);
-        if (r == CUPTI_ERROR_INVALID_PARAMETER) {
-            if (on) ga_debug("callback %s (%u) not supported by this CUPTI", e->name, (unsigned)e->cbid);
-            continue;
-        }
-        if (r != CUPTI_SUCCESS && on) return r;
-    }
-    g_cbids_on = on;
-    return CUPTI_SUCCESS;
-}
-
-/* GPU_AGENT_EXP_HOLD=activity (benchmarks only; estimates are wrong under it):
- * CONCURRENT_KERNEL activity stays on for the whole attachment, to tell what
- * switching it costs. (The launch callbacks always stay on while attached.) */
-static bool exp_hold_activity(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("GPU_AGENT_EXP_HOLD");
-        v = e && !strcmp(e, "activity");
-    }
-    return v;
-}
-
-/* Open or close a collection window (window.cpp): kernel activity on and
- * ga_window_on set (which launches are windowed and sampled), or both off;
- * opening turns activity on first, so that every launch sampled in the window
- * has its kernel record. In audit mode activity stays on and only ga_window_on
- * flips. The launch callbacks stay on throughout the attachment. */
-static CUptiResult set_collection(bool on, const char **what) {
-    bool hw_act = on || ga_audit_on() || exp_hold_activity();
-    CUptiResult r = CUPTI_SUCCESS;
-    if (hw_act && !g_activity_on) {
-        uint64_t t0 = ga_now_ns();
-        r = ga_cupti.ActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-        uint64_t dt = ga_now_ns() - t0;
-        g_enable_ns += dt, g_n_enable++;
-        if (dt > g_enable_max_ns) g_enable_max_ns = dt;
-        if (r != CUPTI_SUCCESS) {
-            *what = "cuptiActivityEnable(CONCURRENT_KERNEL)";
-            return r;
-        }
-        g_activity_on = g_activity_used = true;
-        exp_internal_activity(true);
-    }
-    if (on) {
-        uint64_t ts = 0;
-        if (!ga_cupti.GetTimestamp || ga_cupti.GetTimestamp(&ts) != CUPTI_SUCCESS) ts = 0;
-        ga_window_opened(ts);
-        ga_sampler_new_window();
-        ga_window_on.store(1, std::memory_order_release);
-        g_stat_windows.fetch_add(1, std::memory_order_relaxed);
-        if (ga_cfg.duty_cycle >= 100) /* rare windows: say when (bench/gpu sticky check) */
-            ga_debug("window opened at %.3f s (CLOCK_MONOTONIC)", (double)ga_now_ns() / 1e9);
-    } else {
-        if (ga_window_on.load(std::memory_order_relaxed)) ga_window_closed();
-        ga_window_on.store(0, std::memory_order_release);
-    }
-    /* The launch callbacks stay on for the whole attachment: they count every
-     * launch, which the record weights need (window.cpp). (Experiment
-     * GPU_AGENT_EXP_CALLBACKS=windowed: they follow the windows.) */
-    if (ga_cfg.exp_cb_windowed && g_cbids_on && !on) set_launch_cbids(false);
-    if (!g_cbids_on && (on || !ga_cfg.exp_cb_windowed)) {
-        r = set_launch_cbids(true);
-        if (r != CUPTI_SUCCESS) {
-            *what = "cuptiEnableCallback";
-            return r;
-        }
-    }
-    if (!hw_act && g_activity_on) {
-        uint64_t t0 = ga_now_ns();
-        r = ga_cupti.ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-        uint64_t dt = ga_now_ns() - t0;
-        g_disable_ns += dt, g_n_disable++;
-        if (dt > g_disable_max_ns) g_disable_max_ns = dt;
-        g_activity_on = false;
-        exp_internal_activity(false);
-        if (r != CUPTI_SUCCESS) {
-            *what = "cuptiActivityDisable(CONCURRENT_KERNEL)";
-            return r;
-        }
-    }
-    return CUPTI_SUCCESS;
-}
-
-static void do_attach(void) {
-    if (!ga_cupti_handle) {
-        const char *why = "?";
-        char path[512] = "";
-        if (!ga_cupti_load(&why, path, sizeof(path))) {
-            ga_log("%s; profiling disabled in this process", why);
-            disable_forever();
-            return;
-        }
-        uint32_t ver = 0;
-        if (ga_cupti.GetVersion) ga_cupti.GetVersion(&ver);
-        ga_debug("loaded %s (CUPTI API version %u)", path, ver);
-        ga_compute_skip_ranges();
-    }
-    ga_sampler_reset_seen();
-    ga_graph_reset();
-    ga_build_kind_table();
-    ga_replay_names();
-
-    CUptiResult r = ga_cupti.ActivityRegisterCallbacks(ga_buffer_requested, ga_buffer_completed);
-    if (r != CUPTI_SUCCESS) return handle_failure("cuptiActivityRegisterCallbacks", r);
-
-    r = ga_cupti.Subscribe(&g_sub, (CUpti_CallbackFunc)ga_api_callback, nullptr);
-    if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
-        static bool logged;
-        if (!logged || ga_debug_on)
-            ga_log("another CUPTI client is subscribed; retrying every 10 s while the agent is "
-                   "attached");
-        logged = true;
-        g_sub = nullptr;
-        g_retry_at_ns = ga_now_ns() + 10ull * 1000000000ull;
-        return;
-    }
-    if (r != CUPTI_SUCCESS) {
-        g_sub = nullptr;
-        return handle_failure("cuptiSubscribe", r);
-    }
-    /* Graph capture stacks (graphs.cpp): only with cuptiGetGraphNodeId, the id
-     * kernel records carry. A CUPTI without these callbacks just loses them. */
-    g_graph_cbs = false;
-    if (ga_cupti.GetGraphNodeId) {
-        g_graph_cbs = true;
-        for (unsigned i = 0; i < ga_graph_cbid_count; i++) {
-            r = ga_cupti.EnableCallback(1, g_sub, CUPTI_CB_DOMAIN_RESOURCE, ga_graph_cbids[i]);
-            if (r != CUPTI_SUCCESS)
-                ga_debug("resource callback %u not enabled: %s", (unsigned)ga_graph_cbids[i],
-                         ga_cupti_err(r));
-        }
-    }
-    g_pending_error.store(0, std::memory_order_relaxed);
-    ga_audit_init();
-    uint64_t now = ga_now_ns();
-    ga_window_begin(now);
-    uint64_t edge = UINT64_MAX;
-    const char *what = nullptr;
-    r = set_collection(ga_window_should_be_on(now, &edge), &what);
-    if (r != CUPTI_SUCCESS) {
-        undo_cupti(true, true);
-        return handle_failure(what, r);
-    }
-    g_next_edge_ns.store(edge, std::memory_order_relaxed);
-    g_state.store(ST_ATTACHED, std::memory_order_release);
-    g_next_flush_ns = now + (uint64_t)ga_cfg.flush_ms * 1000000ull;
-    g_stat_attaches.fetch_add(1, std::memory_order_relaxed);
-    g_replay_asked = ga_replay_semaphore_value() != 0; /* the attach replayed the names */
-    ga_fire_attach_probe();
-    ga_debug("attached (pid %d, sample period %u, graph period %u, one %u ms window in %u%s)",
-             (int)getpid(), ga_cfg.sample_period, ga_cfg.graph_sample_period, ga_cfg.window_ms,
-             ga_cfg.duty_cycle, ga_audit_on() ? ", audit" : "");
-}
-
-static void do_detach(const char *why) {
-    undo_cupti(true, true);
-    g_state.store(ST_IDLE, std::memory_order_release);
-    g_stat_detaches.fetch_add(1, std::memory_order_relaxed);
-    ga_debug("detached (pid %d): %s", (int)getpid(), why);
-}
-
-static bool try_busy(void) {
-    int z = 0;
-    return g_busy.compare_exchange_strong(z, 1, std::memory_order_acq_rel);
-}
-static void release_busy(void) { g_busy.store(0, std::memory_order_release); }
-
-/* One step of the state machine. Never blocks on another thread. */
-static void poll_once(void) noexcept {
-    if (!try_busy()) return;
-    int st = g_state.load(std::memory_order_acquire);
-    if (st != ST_DISABLED && ga_cuda_live.load(std::memory_order_relaxed)) {
-        unsigned sem = ga_semaphore_value();
-        /* GPU_AGENT_EXP_TOGGLE_MS (benchmarks): the OFF part of each ON + OFF cycle
-         * (CLOCK_MONOTONIC, so processes toggle in step) counts as no agent. */
-        if (sem && ga_cfg.exp_on_ms &&
-            ga_now_ns() / 1000000ull % (ga_cfg.exp_on_ms + ga_cfg.exp_off_ms) >= ga_cfg.exp_on_ms)
-            sem = 0;
-        int perr = g_pending_error.exchange(0, std::memory_order_acq_rel);
-        if (st == ST_ATTACHED && perr) {
-            do_detach("CUPTI error in a callback");
-            handle_failure("CUPTI activity processing", (CUptiResult)perr);
-        } else if (sem == 0) {
-            g_block_until_drop = false;
-            g_retry_at_ns = 0;
-            if (st == ST_ATTACHED) do_detach("agent gone");
-        } else if (st == ST_IDLE) {
-            if (!g_block_until_drop && ga_now_ns() >= g_retry_at_ns) do_attach();
-        } else if (st == ST_ATTACHED) {
-            /* An agent that started asks for the names it missed: the attach
-             * semaphore does not rise for a second agent (gpu_agent_probes.h). */
-            bool asked = ga_replay_semaphore_value() != 0;
-            if (asked && !g_replay_asked) {
-                ga_replay_names();
-                ga_fire_attach_probe();
-                ga_fire_replay_probe();
-                ga_debug("names replayed for an agent that asked (pid %d)", (int)getpid());
-            }
-            g_replay_asked = asked;
-            uint64_t now = ga_now_ns();
-            if (now >= g_next_edge_ns.load(std::memory_order_relaxed)) {
-                const char *what = nullptr;
-                CUptiResult r = CUPTI_SUCCESS;
-                /* An open window's edge is its end: it closes before its period
-                 * may end, so that every launch made in it is its period's (the
-                 * last replays left out per window, window.cpp, rely on it). */
-                if (ga_window_on.load(std::memory_order_relaxed)) r = set_collection(false, &what);
-                uint64_t edge = UINT64_MAX;
-                bool want = ga_window_should_be_on(now, &edge);
-                if (r == CUPTI_SUCCESS && ga_window_period_ended) {
-                    /* A period ended: its window's records, flushed out of CUPTI
-                     * now, go to BPF with the period's weight (window.cpp), before
-                     * the next window's launches can reuse their correlation ids. */
-                    r = ga_cupti.ActivityFlushAll(0);
-                    g_stat_flushes.fetch_add(1, std::memory_order_relaxed);
-                    what = "cuptiActivityFlushAll";
-                    ga_window_release_records(true);
-                }
-                bool was_on = ga_window_on.load(std::memory_order_relaxed) != 0;
-                if (r == CUPTI_SUCCESS && want != was_on) r = set_collection(want, &what);
-                g_next_edge_ns.store(edge, std::memory_order_relaxed);
-                if (r != CUPTI_SUCCESS) {
-                    do_detach("window edge failed");
-                    handle_failure(what, r);
-                    release_busy();
-                    return;
-                }
-            }
-            if (now >= g_next_flush_ns) {
-                g_next_flush_ns = now + (uint64_t)ga_cfg.flush_ms * 1000000ull;
-                CUptiResult r = ga_cupti.ActivityFlushAll(0);
-                g_stat_flushes.fetch_add(1, std::memory_order_relaxed);
-                if (r != CUPTI_SUCCESS) {
-                    do_detach("flush failed");
-                    handle_failure("cuptiActivityFlushAll", r);
-                } else {
-                    ga_report_drops();
-                    ga_graph_after_flush(); /* destroyed graph nodes, now that their records are in */
-                }
-            }
-        }
-    }
-    release_busy();
-}
-
-void ga_report_cupti_error(const char *what, CUptiResult r) noexcept {
-    int z = 0;
-    if (g_pending_error.compare_exchange_strong(z, (int)r))
-        ga_debug("%s: %s (%d)", what, ga_cupti_err(r), (int)r);
-}
-
-/* ------------------------------------------------------------------ */
 /* poller thread                                                       */
 
 static void *poller_main(void *) {
@@ -413,7 +67,7 @@ static void *poller_main(void *) {
             uint64_t wait = (uint64_t)ga_cfg.poll_ms * 1000000ull;
             /* wake at the next window edge if that comes first */
             uint64_t t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-            uint64_t edge = g_next_edge_ns.load(std::memory_order_relaxed);
+            uint64_t edge = ga_session_next_edge_ns();
             if (edge > t && edge - t < wait) wait = edge - t;
             else if (edge <= t) wait = 0;
             uint64_t ns = (uint64_t)ts.tv_nsec + wait;
@@ -424,7 +78,7 @@ static void *poller_main(void *) {
         bool stop = g_poll_stop;
         pthread_mutex_unlock(&g_poll_mu);
         if (stop) break;
-        poll_once();
+        ga_session_poll();
     }
     g_poller_running.store(0, std::memory_order_release);
     return nullptr;
@@ -458,7 +112,7 @@ static void start_poller(void) {
         g_poller_running.store(0);
         ga_log("cannot start the poller thread (%s); profiling disabled in this process",
                strerror(rc));
-        disable_forever();
+        ga_session_disable();
         return;
     }
     g_had_poller.store(1);
@@ -482,66 +136,14 @@ static void stop_poller(unsigned timeout_ms) {
 static void at_exit_handler(void) {
     if (!g_had_poller.load()) return;
     stop_poller(1000);
-    /* Bounded wait for a transition in progress on another thread. */
-    bool got = false;
-    for (int i = 0; i < 500 && !(got = try_busy()); i++) {
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, nullptr);
-    }
-    if (!got) return;
-    if (g_state.load() == ST_ATTACHED && ga_cuda_live.load()) {
-        /* A window open at exit closes here, so that its time counts. */
-        if (ga_cfg.duty_cycle > 1 && ga_window_on.load(std::memory_order_relaxed)) {
-            ga_window_closed();
-            ga_window_on.store(0, std::memory_order_release);
-        }
-        CUptiResult r = ga_cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-        ga_window_release_records(false);
-        ga_report_drops();
-        ga_debug("exit flush (pid %d): %s", (int)getpid(),
-                 r == CUPTI_SUCCESS ? "ok" : ga_cupti_err(r));
-        ga_audit_write();
-    }
-    ga_debug("exit (pid %d): %llu launches collected, %llu kernel records (%llu lost by CUPTI), "
-             "%llu windows, "
-             "%llu launches seen while attached, %llu after the last window, %llu records "
-             "weighted early, %llu records of unseen launches, %llu launches joined to the window "
-             "before them, %llu graph launches left out (%llu records, %llu of them late)",
-             (int)getpid(), (unsigned long long)ga_stat_launches.load(),
-             (unsigned long long)ga_stat_records.load(), (unsigned long long)ga_stat_dropped.load(),
-             (unsigned long long)g_stat_windows.load(),
-             (unsigned long long)ga_launch_seq.load(), (unsigned long long)ga_stat_unweighted.load(),
-             (unsigned long long)ga_stat_held_overflow.load(), (unsigned long long)ga_stat_unseen.load(),
-             (unsigned long long)ga_stat_joined.load(),
-             (unsigned long long)ga_stat_left_out_launches.load(),
-             (unsigned long long)ga_stat_left_out_records.load(),
-             (unsigned long long)ga_stat_left_out_late.load());
-    if (ga_cfg.exp_internal)
-        ga_debug("internal launches (pid %d): %llu INTERNAL_LAUNCH_API records", (int)getpid(),
-                 (unsigned long long)ga_stat_internal_launches.load());
-    if (ga_stat_unseen.load()) {
-        char unseen[512];
-        ga_unseen_kernels(unseen, sizeof(unseen));
-        ga_debug("unseen launches (pid %d), first kernels: %s", (int)getpid(), unseen);
-    }
-    uint64_t attached_at = ga_window_attached_at();
-    if (attached_at && ga_cfg.duty_cycle > 1)
-        ga_debug("windows (pid %d): open %.3f %% of %.1f s attached (1/N = %.3f %%); activity "
-                 "enable mean %.1f max %.1f us, disable mean %.1f max %.1f us",
-                 (int)getpid(), 100.0 * (double)ga_window_time_ns() / (double)(ga_now_ns() - attached_at),
-                 (double)(ga_now_ns() - attached_at) / 1e9, 100.0 / ga_cfg.duty_cycle,
-                 g_n_enable ? (double)g_enable_ns / (double)g_n_enable / 1e3 : 0.0,
-                 (double)g_enable_max_ns / 1e3,
-                 g_n_disable ? (double)g_disable_ns / (double)g_n_disable / 1e3 : 0.0,
-                 (double)g_disable_max_ns / 1e3);
-    release_busy();
+    ga_session_at_exit();
 }
 
 static void atfork_child(void) {
     /* The child has only the forking thread: the poller is gone and any lock
      * may have been held by a thread that no longer exists. */
     init_poll_sync();
-    g_busy.store(0);
+    ga_session_atfork_child();
     g_poller_running.store(0);
     ga_activity_atfork_child();
     ga_graph_atfork_child();
@@ -550,7 +152,7 @@ static void atfork_child(void) {
      * new InitializeInjection marks it live). */
     ga_cuda_live.store(0);
     g_inject_once.store(0);
-    if (g_had_poller.load() && g_state.load() != ST_DISABLED) start_poller();
+    if (g_had_poller.load() && ga_session_state() != GA_ST_DISABLED) start_poller();
 }
 
 /* ------------------------------------------------------------------ */
@@ -581,9 +183,9 @@ extern "C" GA_EXPORT int InitializeInjection(void) {
     ga_cuda_live.store(1);
     ga_debug("initialized in pid %d (poll %u ms, flush %u ms)", (int)g_init_pid, ga_cfg.poll_ms,
              ga_cfg.flush_ms);
-    if (g_state.load() == ST_DISABLED) return 1;
-    poll_once(); /* an agent already attached sees the very first launch */
-    if (g_state.load() != ST_DISABLED) start_poller();
+    if (ga_session_state() == GA_ST_DISABLED) return 1;
+    ga_session_poll(); /* an agent already attached sees the very first launch */
+    if (ga_session_state() != GA_ST_DISABLED) start_poller();
     return 1;
 }
 
@@ -603,7 +205,7 @@ __attribute__((constructor)) static void ga_constructor(void) {
 /* ---- tiny C API for tests and tools ---- */
 
 /* 0 idle, 1 attached, -1 disabled. */
-extern "C" GA_EXPORT int gpu_agent_shim_state(void) { return g_state.load(); }
+extern "C" GA_EXPORT int gpu_agent_shim_state(void) { return ga_session_state(); }
 
 /* Counters, by enum ga_shim_counter (gpu_agent_shim.h names and explains them). */
 extern "C" GA_EXPORT uint64_t gpu_agent_shim_counter(int which) {
@@ -616,9 +218,10 @@ extern "C" GA_EXPORT uint64_t gpu_agent_shim_counter(int which) {
     case GA_SC_CUPTI_DROPPED: return ga_stat_dropped.load();
     case GA_SC_NAMES: return ga_stat_names.load();
     case GA_SC_NAME_CHUNKS: return ga_stat_name_chunks.load();
-    case GA_SC_ATTACHES: return g_stat_attaches.load();
-    case GA_SC_DETACHES: return g_stat_detaches.load();
-    case GA_SC_FLUSHES: return g_stat_flushes.load();
+    case GA_SC_ATTACHES:
+    case GA_SC_DETACHES:
+    case GA_SC_FLUSHES:
+    case GA_SC_WINDOWS: return ga_session_stat(which);
     case GA_SC_NULL_BUFFERS:
     case GA_SC_CUT_NAMES:
     case GA_SC_BUFFERS: return ga_activity_stat(which);
@@ -631,7 +234,6 @@ extern "C" GA_EXPORT uint64_t gpu_agent_shim_counter(int which) {
     case GA_SC_EXEC_NODES:
     case GA_SC_DESTROY_QUEUE:
     case GA_SC_DESTROYS_DROPPED: return ga_graph_stat(which);
-    case GA_SC_WINDOWS: return g_stat_windows.load();
     case GA_SC_IN_WINDOW: return (uint64_t)ga_window_on.load();
     case GA_SC_UNWEIGHTED: return ga_stat_unweighted.load();
     case GA_SC_HELD_OVERFLOW: return ga_stat_held_overflow.load();
@@ -654,4 +256,4 @@ extern "C" GA_EXPORT const char *gpu_agent_shim_counter_name(int which) {
 }
 
 /* Runs one poll step now (tests: no need to wait for the poller). */
-extern "C" GA_EXPORT void gpu_agent_shim_poll(void) { poll_once(); }
+extern "C" GA_EXPORT void gpu_agent_shim_poll(void) { ga_session_poll(); }

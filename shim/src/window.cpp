@@ -366,7 +366,7 @@ static void end_period(bool first = false, bool final = false) {
     if (!first && seq) {
         uint64_t all, in;
         period_counts(&all, &in);
-        if (ga_cfg.exp_cb_windowed) { /* no counts outside windows */
+        if (GA_EXP(cb_windowed)) { /* no counts outside windows */
             g_last_q = ga_cfg.duty_cycle * WQ;
             publish(seq, g_last_q);
         } else if (!in) {

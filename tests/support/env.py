@@ -18,6 +18,9 @@ BUILD = REPO / "build"
 MOCK_DIR = BUILD / "mock"
 MOCK_APP = MOCK_DIR / "mock_workload"
 SHIM = BUILD / "libgpu_agent_shim.so"
+# The benchmark build (make shim-bench): audit mode and the GPU_AGENT_EXP_* knobs,
+# which the shim users inject does not carry.
+BENCH_SHIM = BUILD / "shim-bench" / "libgpu_agent_shim.so"
 
 
 
@@ -71,10 +74,12 @@ def ground_truth(path: Path) -> dict[str, tuple[int, int]]:
     return {k: (v[0], v[1]) for k, v in acc.items()}
 
 
-def shim_without_cbid(path: Path, cbid: int = 307) -> Path:
+def shim_without_cbid(path: Path, cbid: int = 307, bench: bool = False) -> Path:
     """A shim built at `path` without one launch callback (default 307, the
-    driver's cuLaunchKernel): GA_OMIT_CBID, a build-time guard for the tests."""
-    subprocess.run(["make", "-s", "-C", str(REPO), f"SHIM={path}", f"SHIM_DEFS=-DGA_OMIT_CBID={cbid}", str(path)],
+    driver's cuLaunchKernel): GA_OMIT_CBID, a build-time guard for the tests.
+    bench: the benchmark build (audit mode, GPU_AGENT_EXP_*)."""
+    var = "SHIM_BENCH" if bench else "SHIM"
+    subprocess.run(["make", "-s", "-C", str(REPO), f"{var}={path}", f"SHIM_DEFS=-DGA_OMIT_CBID={cbid}", str(path)],
                    check=True, capture_output=True, timeout=300)
     return path
 

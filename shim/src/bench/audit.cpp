@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "ga_internal.h"
+#include "../ga_internal.h"
 
 #define AUDIT_BITS (1ull << 30) /* correlation ids tracked (128 MiB, touched lazily) */
 #define AUDIT_TAB (1u << 14)
@@ -32,7 +32,7 @@ void ga_audit_init(void) noexcept {
     g_audit_tab = (audit_row *)calloc(AUDIT_TAB, sizeof(audit_row));
     if (!g_audit_bits || !g_audit_tab) {
         ga_log("audit mode: out of memory; audit file not written");
-        ga_cfg.audit_file[0] = 0;
+        ga_bench.audit_file[0] = 0;
     }
 }
 
@@ -80,9 +80,9 @@ void ga_audit_tally(uint64_t kernel_id, uint64_t ns, bool in_window) noexcept {
 /* At exit, after the final flush. Names come from the shim's name table. */
 void ga_audit_write(void) noexcept {
     if (!g_audit_tab || !ga_audit_on()) return;
-    FILE *f = fopen(ga_cfg.audit_file, "w");
+    FILE *f = fopen(ga_bench.audit_file, "w");
     if (!f) {
-        ga_log("audit mode: cannot write %s", ga_cfg.audit_file);
+        ga_log("audit mode: cannot write %s", ga_bench.audit_file);
         return;
     }
     fprintf(f, "# gpu-agent shim audit: pid %d duty_cycle %u window_ms %u untracked %llu "
