@@ -1,8 +1,8 @@
 /* activity.cpp: CUPTI activity buffers -> kernel_batch probes.
  *
  * Buffers: a pool of GA_BUF_SIZE buffers, each followed by its own scratch
- * array of GA_BATCH_MAX ga_kernel_records, so a completed buffer is converted
- * without any shared state. The pool grows as the load needs, up to
+ * arrays of GA_BATCH_MAX ga_kernel_records and their periods, so a completed
+ * buffer is converted without any shared state. The pool grows as the load needs, up to
  * GPU_AGENT_BUFFER_POOL_MB buffers (default 64: a launch flood on saturated
  * cores outran 16), and keeps what it grew. When it is exhausted the request
  * callback returns NULL; CUPTI then drops records and
@@ -20,7 +20,7 @@
 #include "ga_internal.h"
 
 #define GA_BUF_SIZE (1u << 20)
-#define GA_SCRATCH_BYTES (GA_BATCH_MAX * sizeof(struct ga_kernel_record))
+#define GA_SCRATCH_BYTES (GA_BATCH_MAX * (sizeof(struct ga_kernel_record) + sizeof(uint32_t)))
 
 std::atomic<uint64_t> ga_stat_batches;
 std::atomic<uint64_t> ga_stat_records;
@@ -124,12 +124,14 @@ static void fire_batch(const struct ga_kernel_record *recs, uint32_t n) {
  * window.cpp weighs a record by its launch's period's counts, known only when
  * that period ends. A record whose weight is known goes at once; the others
  * wait here (copied out of the CUPTI buffer, which goes back to the pool at
- * once; their period number in .weight) until the poller releases them. A
+ * once), each with its launch's period number in a parallel array (its .weight
+ * is set when it is weighed), until the poller releases them. A
  * period's window holds a few thousand records (2-6 k on an H200); past
  * HELD_MAX the held records go at the last weight, counted. */
 #define HELD_MAX (1u << 17) /* 8 MiB of records */
 static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct ga_kernel_record *held;
+static uint32_t *held_period; /* held[i]'s launch's period (window.cpp) */
 static uint32_t held_n, held_cap;
 static uint32_t held_last_q; /* the last known weight, for overflow */
 std::atomic<uint64_t> ga_stat_held_overflow;
@@ -138,24 +140,28 @@ std::atomic<uint64_t> ga_stat_held_overflow;
  * moves them to the front, and returns how many; the rest keep their period.
  * Records of launches left out of their window (window.cpp: CUPTI mis-times
  * them) are dropped here and counted; *n shrinks by their number. */
-static uint32_t weigh_known(struct ga_kernel_record *recs, uint32_t *n, bool all, uint32_t fallback_q) {
+static uint32_t weigh_known(struct ga_kernel_record *recs, uint32_t *periods, uint32_t *n, bool all,
+                            uint32_t fallback_q) {
     if (!fallback_q) fallback_q = ga_cfg.duty_cycle * 1024u;
     uint32_t k = 0, i = 0, m = *n;
     while (i < m) { /* [0,k) weighed, [k,i) waiting, [i,m) not looked at */
-        uint32_t q = ga_window_weight_of(recs[i].weight);
+        uint32_t q = ga_window_weight_of(periods[i]);
         if (!q && !all) {
             i++;
             continue;
         }
         if (GA_UNLIKELY(ga_window_left_out(recs[i].correlation_id))) {
             ga_stat_left_out_records.fetch_add(1, std::memory_order_relaxed);
-            recs[i] = recs[--m];
+            --m;
+            recs[i] = recs[m], periods[i] = periods[m];
             continue;
         }
         struct ga_kernel_record r = recs[i];
+        uint32_t period = periods[i];
         r.weight = ga_window_round_weight(q ? q : fallback_q, &t_weight_rng);
-        recs[i++] = recs[k];
-        recs[k++] = r;
+        recs[i] = recs[k], periods[i] = periods[k];
+        recs[k] = r, periods[k] = period;
+        i++, k++;
     }
     *n = m;
     return k;
@@ -167,60 +173,65 @@ static void fire_all(struct ga_kernel_record *recs, uint32_t n) {
 }
 
 /* Append (held_mu held). When full, the held records go at the last weight. */
-static void hold(const struct ga_kernel_record *recs, uint32_t n) {
+static void hold(const struct ga_kernel_record *recs, const uint32_t *periods, uint32_t n) {
     if (held_n + n > held_cap && held_cap < HELD_MAX) {
         uint32_t cap = held_cap ? held_cap : 4096;
         while (cap < held_n + n && cap < HELD_MAX) cap *= 2;
         if (cap > HELD_MAX) cap = HELD_MAX;
         void *p = realloc(held, (size_t)cap * sizeof *held);
-        if (p) held = (struct ga_kernel_record *)p, held_cap = cap;
+        if (p) held = (struct ga_kernel_record *)p;
+        void *q = p ? realloc(held_period, (size_t)cap * sizeof *held_period) : nullptr;
+        if (q) held_period = (uint32_t *)q, held_cap = cap;
     }
     if (held_n + n > held_cap) {
         ga_stat_held_overflow.fetch_add(held_n, std::memory_order_relaxed);
-        fire_all(held, weigh_known(held, &held_n, true, held_last_q));
+        fire_all(held, weigh_known(held, held_period, &held_n, true, held_last_q));
         held_n = 0;
         if (n > held_cap) { /* no memory at all: these go too */
             struct ga_kernel_record tmp[GA_BATCH_MAX];
+            uint32_t tmp_period[GA_BATCH_MAX];
             for (uint32_t i = 0; i < n; i += GA_BATCH_MAX) {
                 uint32_t m = n - i < GA_BATCH_MAX ? n - i : GA_BATCH_MAX;
                 memcpy(tmp, recs + i, m * sizeof *recs);
+                memcpy(tmp_period, periods + i, m * sizeof *periods);
                 ga_stat_held_overflow.fetch_add(m, std::memory_order_relaxed);
-                fire_all(tmp, weigh_known(tmp, &m, true, held_last_q));
+                fire_all(tmp, weigh_known(tmp, tmp_period, &m, true, held_last_q));
             }
             return;
         }
     }
     memcpy(held + held_n, recs, (size_t)n * sizeof *recs);
+    memcpy(held_period + held_n, periods, (size_t)n * sizeof *periods);
     held_n += n;
 }
 
 void ga_activity_fire_held(bool all, uint32_t fallback_q) noexcept {
     pthread_mutex_lock(&held_mu);
     struct ga_kernel_record *recs = held;
+    uint32_t *periods = held_period;
     uint32_t n = held_n;
-    held = nullptr, held_n = held_cap = 0;
+    held = nullptr, held_period = nullptr, held_n = held_cap = 0;
     if (fallback_q) held_last_q = fallback_q;
     pthread_mutex_unlock(&held_mu);
-    if (!n) {
-        free(recs);
-        return;
+    if (n) {
+        uint32_t k = weigh_known(recs, periods, &n, all, fallback_q);
+        if (k < n) { /* periods not yet ended: back to wait */
+            pthread_mutex_lock(&held_mu);
+            hold(recs + k, periods + k, n - k);
+            pthread_mutex_unlock(&held_mu);
+        }
+        /* Fired outside the lock: CUPTI's thread may complete a buffer meanwhile. */
+        fire_all(recs, k);
     }
-    uint32_t k = weigh_known(recs, &n, all, fallback_q);
-    if (k < n) { /* periods not yet ended: back to wait */
-        pthread_mutex_lock(&held_mu);
-        hold(recs + k, n - k);
-        pthread_mutex_unlock(&held_mu);
-    }
-    /* Fired outside the lock: CUPTI's thread may complete a buffer meanwhile. */
-    fire_all(recs, k);
     free(recs);
+    free(periods);
 }
 
 uint32_t ga_activity_newest_held(uint32_t period) noexcept {
     uint32_t newest = 0;
     pthread_mutex_lock(&held_mu);
     for (uint32_t i = 0; i < held_n; i++)
-        if (held[i].weight == period && held[i].correlation_id > newest) newest = held[i].correlation_id;
+        if (held_period[i] == period && held[i].correlation_id > newest) newest = held[i].correlation_id;
     pthread_mutex_unlock(&held_mu);
     return newest;
 }
@@ -233,14 +244,14 @@ uint64_t ga_activity_leave_out_last_replays(uint32_t period, uint32_t *newest) n
     pthread_mutex_lock(&held_mu);
     uint32_t m = 0;
     for (uint32_t i = 0; i < held_n; i++)
-        m += held[i].weight == period && (held[i].flags & GA_REC_GRAPH) && held[i].graph_node_id;
+        m += held_period[i] == period && (held[i].flags & GA_REC_GRAPH) && held[i].graph_node_id;
     uint32_t cap = 16;
     while (cap < 2 * m) cap *= 2;
     struct node_last { uint64_t node; uint32_t corr; };
     node_last *tab = m ? (node_last *)calloc(cap, sizeof *tab) : nullptr;
     for (uint32_t i = 0; tab && i < held_n; i++) {
         const struct ga_kernel_record *r = &held[i];
-        if (r->weight != period || !(r->flags & GA_REC_GRAPH) || !r->graph_node_id) continue;
+        if (held_period[i] != period || !(r->flags & GA_REC_GRAPH) || !r->graph_node_id) continue;
         uint32_t j = (uint32_t)(ga_mix64(r->graph_node_id) & (cap - 1));
         while (tab[j].node && tab[j].node != r->graph_node_id) j = (j + 1) & (cap - 1);
         tab[j].node = r->graph_node_id;
@@ -260,16 +271,16 @@ uint64_t ga_activity_leave_out_last_replays(uint32_t period, uint32_t *newest) n
 }
 
 /* Fires converted records now (continuous, or their period's weight is known)
- * or holds them; true if any were fired. In windows .weight holds the period. */
-static bool emit(struct ga_kernel_record *recs, uint32_t n, bool windows) {
+ * or holds them; true if any were fired. In windows periods[i] is recs[i]'s. */
+static bool emit(struct ga_kernel_record *recs, uint32_t *periods, uint32_t n, bool windows) {
     if (!windows) {
         fire_batch(recs, n);
         return true;
     }
-    uint32_t k = weigh_known(recs, &n, false, 0);
+    uint32_t k = weigh_known(recs, periods, &n, false, 0);
     if (k < n) {
         pthread_mutex_lock(&held_mu);
-        hold(recs + k, n - k);
+        hold(recs + k, periods + k, n - k);
         pthread_mutex_unlock(&held_mu);
     }
     if (k) fire_batch(recs, k);
@@ -301,6 +312,7 @@ void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *bu
     bool fired = false;
     if (buffer && size >= GA_BUF_SIZE) {
         struct ga_kernel_record *out = (struct ga_kernel_record *)(buffer + GA_BUF_SIZE);
+        uint32_t *periods = (uint32_t *)(out + GA_BATCH_MAX); /* out[i]'s launch's period */
         uint32_t n = 0;
         CUpti_Activity *rec = nullptr;
         bool audit = ga_audit_on();
@@ -348,7 +360,8 @@ void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *bu
             }
             if (windows) {
                 bool unseen = false;
-                o->weight = ga_window_period_of(k->correlationId, &unseen); /* weighed in emit */
+                uint32_t period = ga_window_period_of(k->correlationId, &unseen); /* weighed in emit */
+                periods[n] = period;
                 if (GA_UNLIKELY(unseen)) {
                     note_unseen(o->kernel_id);
                     /* A graph replay traced but launched outside a window: made
@@ -360,8 +373,8 @@ void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *bu
                         ga_stat_left_out_records.fetch_add(1, std::memory_order_relaxed);
                         continue;
                     }
-                } else if (GA_UNLIKELY(o->flags & GA_REC_GRAPH) && ga_window_weight_of(o->weight) &&
-                           ga_window_late_last_replay(o->weight, o->correlation_id)) {
+                } else if (GA_UNLIKELY(o->flags & GA_REC_GRAPH) && ga_window_weight_of(period) &&
+                           ga_window_late_last_replay(period, o->correlation_id)) {
                     /* Its period was weighed without it, and it is no older than
                      * the replays left out then: the window's real last one. */
                     ga_stat_left_out_late.fetch_add(1, std::memory_order_relaxed);
@@ -370,15 +383,15 @@ void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *bu
                 }
                 o->join_max_lag_us = ga_cupti.GetTimestamp ? ga_window_join_max_lag_us(k->start)
                                                           : ga_cfg.window_ms * 500u;
-                if (GA_UNLIKELY(!unseen && ga_window_record_impossible(o->weight, k->start, k->end)))
+                if (GA_UNLIKELY(!unseen && ga_window_record_impossible(period, k->start, k->end)))
                     o->flags |= GA_REC_IMPOSSIBLE; /* BPF drops and counts it */
             }
             if (++n == GA_BATCH_MAX) {
-                fired |= emit(out, n, windows);
+                fired |= emit(out, periods, n, windows);
                 n = 0;
             }
         }
-        if (n) fired |= emit(out, n, windows);
+        if (n) fired |= emit(out, periods, n, windows);
     }
     if (!fired && pending_dropped.load(std::memory_order_relaxed)) fire_batch(empty_batch, 0);
     if (buffer) {
