@@ -1,21 +1,11 @@
 """Load bpf/gpu_agent.bpf.c, attach it to the shim by library path, read it back.
 
-Attach (open()):
-  1. The shim's .note.stapsdt is read (stapsdt.py) and checked against the
-     contract: every probe present, only `attach` with a semaphore.
-  2. bcc's USDT(path=shim) generates the bpf_usdt_readarg() code for the
-     data probes from their argument specs (one switch case per probe site).
-  3. The data probes are attached as uprobes on the shim FILE (pid -1): every
-     process that maps the shim, running now or started later, is covered.
-  4. Last, `attach` gets a no-op program through libbcc's 7-argument
-     bpf_attach_uprobe() with ref_ctr_offset = the semaphore's file offset:
-     the kernel raises the semaphore in every process mapping the shim (now
-     and at every later mmap) and drops it when the uprobe goes away. The shim
-     polls it to switch CUPTI on; it then replays kernel names, which the data
-     probes (already attached) see.
-  All uprobes go through our own ctypes prototype of bpf_attach_uprobe, not
-  BPF.attach_uprobe(): bcc 0.26's Python binding declares only 6 of the
-  C function's 7 arguments, so ref_ctr_offset would be stack garbage.
+Attach (open()): the shim's stapsdt notes are read and checked against the
+contract (shim_attach.read_shim); bcc generates the bpf_usdt_readarg() code for
+the data probes from their argument specs; the uprobes go on the shim FILE, so
+every process that maps it, now or later, is covered, with `attach` (and its
+semaphore) last. shim_attach.py says how, and why through libbcc's 7-argument
+bpf_attach_uprobe().
 
 Drain (drain()): exact across drains by a generation flip. The BPF program
 has two sets of aggregation maps (totals0/sampled0, totals1/sampled1) and
@@ -37,9 +27,6 @@ set it writes. drain():
      which nobody writes any more.
 A drain that fails half-way leaves keys in the old set; the next drain flips
 writes back onto them and the one after drains them: nothing is lost.
-
-The uprobes themselves, on the agent's shim and on every copy a process maps
-(discover()), are shim_attach.py's.
 
 """
 

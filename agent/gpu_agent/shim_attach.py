@@ -1,6 +1,16 @@
 """Attaching the loaded BPF programs to shim files: the agent's own shim, and
 every other copy a running process maps.
 
+The data probes are uprobes on the shim FILE (pid -1), so every process that maps
+it, running now or started later, is covered. `attach` goes last, with a no-op
+program and ref_ctr_offset = its semaphore's file offset: the kernel raises the
+semaphore in every process mapping the file (now and at every later mmap) and
+drops it when the uprobe goes away; the shim polls it to switch CUPTI on, then
+replays kernel names, which the data probes (already attached) see. Every uprobe
+goes through our own ctypes prototype of libbcc's bpf_attach_uprobe: bcc 0.26's
+Python binding declares only 6 of the C function's 7 arguments, so
+ref_ctr_offset would be stack garbage.
+
 Other copies of the shim (discover()): uprobes belong to an inode, so a
 container that bakes its own copy of the shim into its image is not covered
 by the attach to our file. discover() scans /proc/*/maps for mapped files named

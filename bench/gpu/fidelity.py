@@ -81,7 +81,7 @@ def run_profiles(a, workload: str, outdir: Path, audit_dir: Path | None = None) 
     """Every profile of one `gpu-agent run` (defaults, 2 s intervals) over the case."""
     outdir.mkdir(parents=True, exist_ok=True)
     env = shim_env(GPU_AGENT_AUDIT_FILE=str(audit_dir / "audit.0")) if audit_dir else shim_env()
-    agent = Agent(str(outdir), "--interval", "2s")
+    agent = Agent(str(outdir), "--interval", "2s", bench_shim=audit_dir is not None)
     try:
         subprocess.run(command(workload, steps_of(a, workload), audit_dir), env=env, check=True,
                        capture_output=True, timeout=600)

@@ -86,8 +86,13 @@ class Agent:
     """`gpu-agent run` at its defaults (plus args), started and waited for until it
     watches; its CPU time and peak RSS read from /proc."""
 
-    def __init__(self, output_dir: str, *args: str, cpus: str = "", env: dict | None = None):
-        cmd = [sys.executable, "-m", "gpu_agent", "run", "--output-dir", output_dir, *args]
+    def __init__(self, output_dir: str, *args: str, cpus: str = "", env: dict | None = None,
+                 bench_shim: bool = False):
+        # The agent's programs fit one build of the shim (their argument readers are
+        # generated from its probe sites): the benchmark build's processes need an
+        # agent of their own.
+        shim = ["--shim", str(BENCH_SHIM)] if bench_shim else []
+        cmd = [sys.executable, "-m", "gpu_agent", "run", "--output-dir", output_dir, *shim, *args]
         if cpus:
             cmd = ["taskset", "-c", cpus] + cmd
         self.p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

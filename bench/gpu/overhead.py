@@ -49,7 +49,7 @@ import tempfile
 import time
 
 from bench.gpu.cases import STEPS
-from bench.gpu.harness import Agent, case_command, clean_env, cuda_binary, shim_env
+from bench.gpu.harness import Agent, case_command, clean_env, cuda_binary, needs_bench_shim, shim_env
 
 # config -> (needs the agent, the workload's environment, extra case args)
 CONFIGS = {
@@ -117,14 +117,16 @@ def run(a) -> None:
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown:
         raise SystemExit(f"unknown config(s): {', '.join(unknown)}; known: {', '.join(CONFIGS)}")
+    bench = {c for c in configs if needs_bench_shim(CONFIGS[c][1])}
     phases = [("no-agent", [c for c in configs if CONFIGS[c][0] is False]),
-              ("agent", [c for c in configs if CONFIGS[c][0]])]
+              ("agent", [c for c in configs if CONFIGS[c][0] and c not in bench]),
+              ("agent-bench", [c for c in configs if CONFIGS[c][0] and c in bench])]
     out = open(a.jsonl, "a")
     for phase, todo in phases:
         if not todo:
             continue
-        agent = Agent(tempfile.mkdtemp(prefix="gpu-agent-bench-"), cpus=a.agent_cpus) \
-            if phase == "agent" else None
+        agent = Agent(tempfile.mkdtemp(prefix="gpu-agent-bench-"), cpus=a.agent_cpus,
+                      bench_shim=phase == "agent-bench") if phase != "no-agent" else None
         try:
             if agent:
                 time.sleep(a.agent_settle)
@@ -167,7 +169,8 @@ def timeline(a) -> None:
                                 stderr=subprocess.PIPE, text=True)
         t_start = time.monotonic()
         time.sleep(1)
-        agent = Agent(tempfile.mkdtemp(prefix="gpu-agent-bench-"), cpus=a.agent_cpus)
+        agent = Agent(tempfile.mkdtemp(prefix="gpu-agent-bench-"), cpus=a.agent_cpus,
+                      bench_shim=needs_bench_shim(CONFIGS[config][1]))
         t_watch = time.monotonic()
         time.sleep(max(2.0, (t_start + secs - t_watch) * 0.6))
         agent.stop()
