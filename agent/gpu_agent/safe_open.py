@@ -14,11 +14,16 @@ import stat
 from typing import Optional
 
 
-def open_regular(path: str) -> Optional[tuple[int, os.stat_result]]:
+def open_regular(path: str, follow_symlinks: bool = True) -> Optional[tuple[int, os.stat_result]]:
     """(fd, its stat) if path opens, without blocking, as a regular file; else None.
-    The caller checks the identity it expects (inode, device) and owns the fd."""
+    The caller checks the identity it expects (inode, device) and owns the fd.
+    follow_symlinks=False refuses a path whose last component is a symlink (the UI's
+    store: a link planted there must not serve a file from elsewhere)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+    if not follow_symlinks:
+        flags |= os.O_NOFOLLOW
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+        fd = os.open(path, flags)
     except OSError:
         return None
     try:

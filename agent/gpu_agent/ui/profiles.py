@@ -1,0 +1,340 @@
+"""Store files decoded once, into rows that many merges can sum quickly.
+
+A pprof is decoded with the project's protobuf code (proto/profile_pb2.py). Its
+frames become pprof.FrameSpec values, the very type ProfileBuilder writes, so a
+merged range is written back as a pprof with every field the agent wrote
+(mappings, build ids, system names, lines, addresses): query.py never invents a
+format.
+
+Every file's frames, stacks and label sets are interned in one Catalog shared by
+all files, so a file becomes four flat arrays (stack id, label-set id, GPU ns,
+launches) and a merge is integer additions, without protobuf objects. The decoded
+files are cached (least recently used, bounded in rows); an hour of a busy store is
+decoded once and then re-filtered, re-ranged and diffed from memory.
+"""
+
+from __future__ import annotations
+
+import gzip
+import threading
+from array import array
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..collector import GRAPH_BEFORE_ATTACH, GRAPH_REPLAY
+from ..pprof import AGENT_MAPPING, CUDA_KERNEL_FILENAME, CUDA_MAPPING, PYTHON_MAPPING, FrameSpec, MappingSpec
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+from ..proto import profile_pb2
+from .store import Store, StoreFile
+
+# How a frame is drawn: the CUDA kernel leaves apart from the CPU frames above them,
+# and the graph-replay markers apart from both.
+KERNEL, GRAPH, MARKER, PYTHON, NATIVE = "kernel", "graph", "marker", "python", "native"
+GRAPH_MARKERS = (GRAPH_REPLAY, GRAPH_BEFORE_ATTACH)
+DEFAULT_CACHE_ROWS = 4_000_000  # about 100 MiB of decoded rows
+
+
+def frame_kind(f: FrameSpec) -> str:
+    mapping = f.mapping.filename if f.mapping is not None else ""
+    if mapping == CUDA_MAPPING.filename or f.filename == CUDA_KERNEL_FILENAME:
+        return KERNEL
+    if f.function in GRAPH_MARKERS:
+        return GRAPH
+    if mapping == AGENT_MAPPING.filename:
+        return MARKER
+    if mapping == PYTHON_MAPPING.filename:
+        return PYTHON
+    return NATIVE
+
+
+class Catalog:
+    """Frames, the names they are drawn under, locations, stacks and label sets, each
+    numbered once for every file. Append-only: ids stay valid for every cached file.
+
+    A frame is a full FrameSpec (what a merged pprof writes back); a name is what the
+    flame graph and the top table group by: (function, kind), as pprof groups by
+    function when it draws a flame graph. A location is a pprof location's frames
+    (more than one when functions were inlined), keyed by its content, because every
+    file numbers its locations, functions and strings its own way."""
+
+    def __init__(self):
+        self.lock = threading.Lock()   # held while a file is interned
+        self.frames: list[FrameSpec] = []
+        self.frame_name: list[int] = []
+        self._frame_ids: dict[FrameSpec, int] = {}
+        self.names: list[tuple[str, str]] = []
+        self._name_ids: dict[tuple[str, str], int] = {}
+        self._mapping_ids: dict[MappingSpec, int] = {}
+        self.mappings: list[MappingSpec] = []
+        self._location_ids: dict[tuple, int] = {}
+        self.locations: list[tuple[int, ...]] = []    # frame ids, innermost first
+        self.stacks: list[tuple[int, ...]] = []       # frame ids, leaf first
+        self._stack_ids: dict[tuple[int, ...], int] = {}  # by location ids
+        self.labelsets: list[tuple[tuple[str, str], ...]] = []  # sorted (key, value)
+        self._labelset_ids: dict[tuple[tuple[str, str], ...], int] = {}
+
+    def frame(self, f: FrameSpec) -> int:
+        i = self._frame_ids.get(f)
+        if i is None:
+            i = self._frame_ids[f] = len(self.frames)
+            self.frames.append(f)
+            self.frame_name.append(self.name((f.function, frame_kind(f))))
+        return i
+
+    def name(self, key: tuple[str, str]) -> int:
+        i = self._name_ids.get(key)
+        if i is None:
+            i = self._name_ids[key] = len(self.names)
+            self.names.append(key)
+        return i
+
+    def mapping(self, m: MappingSpec) -> int:
+        i = self._mapping_ids.get(m)
+        if i is None:
+            i = self._mapping_ids[m] = len(self.mappings)
+            self.mappings.append(m)
+        return i
+
+    def location(self, mapping: int, address: int, lines: tuple[tuple[str, str, str, int], ...]) -> int:
+        """lines: (function, system name, file, line), innermost first."""
+        key = (mapping, address, lines)
+        i = self._location_ids.get(key)
+        if i is None:
+            m = self.mappings[mapping] if mapping >= 0 else None
+            frames = tuple(self.frame(FrameSpec(name, "" if system_name == name else system_name,
+                                                filename, line, address, m))
+                           for name, system_name, filename, line in lines)
+            if not frames:  # an unsymbolized address
+                frames = (self.frame(FrameSpec(f"0x{address:x}", "", "", 0, address, m)),)
+            i = self._location_ids[key] = len(self.locations)
+            self.locations.append(frames)
+        return i
+
+    def stack(self, locations: tuple[int, ...]) -> int:
+        i = self._stack_ids.get(locations)
+        if i is None:
+            i = self._stack_ids[locations] = len(self.stacks)
+            self.stacks.append(tuple(f for loc in locations for f in self.locations[loc]))
+        return i
+
+    def labelset(self, labels: tuple[tuple[str, str], ...]) -> int:
+        i = self._labelset_ids.get(labels)
+        if i is None:
+            i = self._labelset_ids[labels] = len(self.labelsets)
+            self.labelsets.append(labels)
+        return i
+
+
+@dataclass
+class DecodedProfile:
+    """One store file: its header, and one row per pprof sample."""
+
+    time_nanos: int
+    duration_nanos: int
+    comments: tuple[str, ...]
+    stacks: array = field(default_factory=lambda: array("I"))
+    labelsets: array = field(default_factory=lambda: array("I"))
+    gpu_ns: array = field(default_factory=lambda: array("q"))
+    launches: array = field(default_factory=lambda: array("q"))
+    # Unfiltered totals per label set, for the filter menus of a range.
+    by_labelset: dict = field(default_factory=dict)   # id -> [gpu_ns, launches]
+    gpu_total: int = 0
+    launch_total: int = 0
+
+    def __len__(self) -> int:
+        return len(self.stacks)
+
+
+def _profile_view():
+    """profile.proto's Profile, read with Sample.label as raw bytes.
+
+    The same schema (built from profile_pb2's own descriptor, no second .proto) with
+    one field's type changed to a wire-compatible one: a label is a length-delimited
+    message, so reading it as `bytes` keeps each label's encoding. A sample's labels
+    are then one tuple of bytes, hashable as they are: the label set of a sample is
+    found in one dictionary look-up, and decoded (profile_pb2.Label) once per distinct
+    set. Reading every label as a message object per sample was the largest cost of
+    opening a range (hundreds of thousands of samples an hour)."""
+    fdp = descriptor_pb2.FileDescriptorProto()
+    profile_pb2.DESCRIPTOR.CopyToProto(fdp)
+    old, new = "." + fdp.package + ".", ".gpu_agent.ui.profile_view."
+    fdp.name, fdp.package = "gpu_agent/ui/profile_view.proto", new.strip(".")
+    for message in fdp.message_type:
+        for f in message.field:
+            if f.type_name.startswith(old):
+                f.type_name = new + f.type_name[len(old):]
+            if message.name == "Sample" and f.name == "label":
+                f.type = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
+                f.ClearField("type_name")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(new.strip(".") + ".Profile"))
+
+
+ProfileView = _profile_view()
+
+
+def decode(data: bytes, catalog: Catalog) -> DecodedProfile:
+    """A pprof (gzip or not) as rows of catalog ids. Raises ValueError if it is none."""
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as e:
+            raise ValueError(f"not a gzip file: {e}") from None
+    p = ProfileView()
+    try:
+        p.ParseFromString(data)
+    except Exception as e:  # protobuf's DecodeError and friends
+        raise ValueError(f"not a pprof profile: {e}") from None
+    st = list(p.string_table)
+
+    def s(i: int) -> str:
+        return st[i] if 0 <= i < len(st) else ""
+
+    types = [s(t.type) for t in p.sample_type]
+    gpu_i = types.index("gpu_time") if "gpu_time" in types else (0 if types else -1)
+    launch_i = types.index("kernel_launches") if "kernel_launches" in types else -1
+    out = DecodedProfile(p.time_nanos, p.duration_nanos, tuple(s(c) for c in p.comment))
+    with catalog.lock:
+        mappings = {m.id: catalog.mapping(MappingSpec(
+            s(m.filename), build_id=s(m.build_id), has_functions=m.has_functions,
+            has_filenames=m.has_filenames, has_line_numbers=m.has_line_numbers,
+            memory_start=m.memory_start, memory_limit=m.memory_limit, file_offset=m.file_offset))
+            for m in p.mapping}
+        functions = {f.id: (s(f.name) or "??", s(f.system_name), s(f.filename)) for f in p.function}
+        unknown = ("??", "", "")
+        # This file's location ids -> the catalog's; line[0] is the innermost function
+        # of an inlined chain: leaf first, as stacks are.
+        location_of = {loc.id: catalog.location(
+            mappings.get(loc.mapping_id, -1), loc.address,
+            tuple(functions.get(ln.function_id, unknown) + (ln.line,) for ln in loc.line))
+            for loc in p.location}
+        to_location = location_of.__getitem__
+        stack_ids = catalog._stack_ids
+        labels_of: dict[tuple[bytes, ...], int] = {}
+        stacks, labelsets, gpu, launches = out.stacks, out.labelsets, out.gpu_ns, out.launches
+        by_labelset = out.by_labelset
+        two_values = gpu_i == 0 and launch_i == 1
+        for sample in p.sample:
+            try:
+                locs = tuple(map(to_location, sample.location_id))
+            except KeyError:  # a location id the file does not define: skip it, as pprof would fail
+                continue
+            sid = stack_ids.get(locs)
+            if sid is None:
+                sid = catalog.stack(locs)
+            raw = tuple(sample.label)
+            lid = labels_of.get(raw)
+            if lid is None:
+                lid = labels_of[raw] = catalog.labelset(_labels(raw, s))
+            values = sample.value
+            if two_values and len(values) == 2:
+                g, n = values
+            else:
+                g = values[gpu_i] if 0 <= gpu_i < len(values) else 0
+                n = values[launch_i] if 0 <= launch_i < len(values) else 0
+            stacks.append(sid)
+            labelsets.append(lid)
+            gpu.append(g)
+            launches.append(n)
+            acc = by_labelset.get(lid)
+            if acc is None:
+                by_labelset[lid] = [g, n]
+            else:
+                acc[0] += g
+                acc[1] += n
+    out.gpu_total = sum(gpu)
+    out.launch_total = sum(launches)
+    return out
+
+
+def _labels(raw: tuple[bytes, ...], s) -> tuple[tuple[str, str], ...]:
+    """One sample's encoded labels as sorted (key, value); a numeric label's value is
+    its number (with its unit, if any)."""
+    pairs = []
+    for b in raw:
+        lb = profile_pb2.Label.FromString(b)
+        if lb.str or not lb.num:
+            value = s(lb.str)
+        else:
+            value = str(lb.num) + (s(lb.num_unit) if lb.num_unit else "")
+        pairs.append((s(lb.key), value))
+    return tuple(sorted(pairs))
+
+
+class ProfileCache:
+    """Decoded store files, least recently used first out, at most max_rows rows.
+    Keyed by (name, size, mtime): a file rewritten under its name is read again."""
+
+    def __init__(self, store: Store, catalog: Optional[Catalog] = None, max_rows: int = DEFAULT_CACHE_ROWS):
+        self.store = store
+        self.catalog = catalog or Catalog()
+        self.max_rows = max_rows
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple, DecodedProfile] = OrderedDict()
+        self._rows = 0
+        # (GPU ns, launches) of every file decoded so far, kept after its rows are
+        # evicted: the interval chart of a long range needs only these.
+        self._totals: dict[tuple, tuple[int, int]] = {}
+        self.unreadable: dict[str, str] = {}   # name -> why, for the status page
+
+    def get(self, f: StoreFile) -> Optional[DecodedProfile]:
+        key = (f.name, f.size, f.mtime_ns)
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None:
+                self._entries.move_to_end(key)
+                return hit
+        data = self.store.read(f.name)
+        if data is None:
+            return None  # rotated away since the listing, or not a regular file
+        try:
+            decoded = decode(data, self.catalog)
+        except ValueError as e:
+            self.unreadable[f.name] = str(e)
+            return None
+        with self._lock:
+            self._totals[key] = (decoded.gpu_total, decoded.launch_total)
+            if key not in self._entries:
+                self._entries[key] = decoded
+                self._rows += len(decoded)
+            while self._rows > self.max_rows and len(self._entries) > 1:
+                _, old = self._entries.popitem(last=False)
+                self._rows -= len(old)
+        return decoded
+
+    def many(self, files: list[StoreFile]) -> list[tuple[StoreFile, DecodedProfile]]:
+        out = []
+        for f in files:
+            d = self.get(f)
+            if d is not None:
+                out.append((f, d))
+        return out
+
+    def cached(self, f: StoreFile) -> bool:
+        with self._lock:
+            return (f.name, f.size, f.mtime_ns) in self._entries
+
+    def full(self) -> bool:
+        """Past 90 % of max_rows: warming further would only evict what it just read."""
+        with self._lock:
+            return self._rows >= 0.9 * self.max_rows
+
+    def size(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def rows(self) -> int:
+        with self._lock:
+            return self._rows
+
+    def totals(self, f: StoreFile) -> Optional[tuple[int, int]]:
+        """(GPU ns, launches) of one file, decoding it only the first time."""
+        with self._lock:
+            known = self._totals.get((f.name, f.size, f.mtime_ns))
+        if known is not None:
+            return known
+        d = self.get(f)
+        return None if d is None else (d.gpu_total, d.launch_total)

@@ -1,0 +1,131 @@
+"""The profile store as the UI sees it: a directory of one gzip pprof per window.
+
+`gpu-agent run` writes `gpu-YYYYmmddTHHMMSS-NNNNNNNNN.pb.gz` (export/local.py): the
+UTC second and the nanoseconds within it at which the window was written, i.e. its
+end. The UI places every file at that time, from its name alone, so listing a
+store of thousands of files never opens one. A Perfetto trace of a window, once the
+agent writes them, sits beside it under the same stem: `gpu-…-N.perfetto-trace`
+(docs/ui.md); nothing else in the directory is ever served.
+
+Read-only and confined: names are matched against those two patterns (no slash, no
+"..", no other file), and files are opened without following a symlink, as regular
+files only, without blocking (safe_open.py).
+"""
+
+from __future__ import annotations
+
+import calendar
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from ..safe_open import open_regular
+
+PROFILE_SUFFIX = ".pb.gz"
+TRACE_SUFFIX = ".perfetto-trace"
+_NAME = re.compile(r"^gpu-(\d{8}T\d{6})-(\d{9})(\.pb\.gz|\.perfetto-trace)$")
+# A listing is reused this long: one page load makes several requests.
+_LISTING_TTL_S = 1.0
+
+
+@dataclass(frozen=True)
+class StoreFile:
+    name: str
+    end_ns: int       # when the window was written (from the name)
+    size: int
+    mtime_ns: int
+
+    @property
+    def is_trace(self) -> bool:
+        return self.name.endswith(TRACE_SUFFIX)
+
+
+def time_of(name: str) -> Optional[int]:
+    """Nanoseconds since the epoch encoded in a store file's name, or None for any
+    other name (which the UI then neither lists nor opens)."""
+    m = _NAME.match(name)
+    if not m:
+        return None
+    try:
+        seconds = calendar.timegm(time.strptime(m.group(1), "%Y%m%dT%H%M%S"))
+    except ValueError:
+        return None
+    return seconds * 1_000_000_000 + int(m.group(2))
+
+
+class Store:
+    """The listing of one directory, refreshed at most once a second."""
+
+    def __init__(self, directory: Path):
+        self.dir = Path(directory).resolve()
+        self._lock = threading.Lock()
+        self._listed_at = 0.0
+        self._profiles: list[StoreFile] = []
+        self._traces: list[StoreFile] = []
+
+    def _refresh(self) -> None:
+        now = time.monotonic()
+        if now - self._listed_at < _LISTING_TTL_S:
+            return
+        profiles, traces = [], []
+        try:
+            entries = list(os.scandir(self.dir))
+        except OSError:
+            entries = []  # a store not created yet (the agent makes it at its first window)
+        for e in entries:
+            t = time_of(e.name)
+            if t is None:
+                continue
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue  # rotated away meanwhile
+            f = StoreFile(e.name, t, st.st_size, st.st_mtime_ns)
+            (traces if f.is_trace else profiles).append(f)
+        profiles.sort(key=lambda f: (f.end_ns, f.name))
+        traces.sort(key=lambda f: (f.end_ns, f.name))
+        self._profiles, self._traces, self._listed_at = profiles, traces, now
+
+    def profiles(self) -> list[StoreFile]:
+        with self._lock:
+            self._refresh()
+            return self._profiles
+
+    def traces(self) -> list[StoreFile]:
+        with self._lock:
+            self._refresh()
+            return self._traces
+
+    def in_range(self, from_ns: int, to_ns: int, traces: bool = False) -> list[StoreFile]:
+        """Files whose window ended in (from_ns, to_ns]: adjacent ranges share none."""
+        return [f for f in (self.traces() if traces else self.profiles())
+                if from_ns < f.end_ns <= to_ns]
+
+    def read(self, name: str) -> Optional[bytes]:
+        """The bytes of one store file, or None: a name of another form, a symlink, a
+        FIFO, a file that went away. The name never leaves the directory."""
+        if time_of(name) is None:
+            return None
+        opened = open_regular(str(self.dir / name), follow_symlinks=False)
+        if opened is None:
+            return None
+        fd, _st = opened
+        with os.fdopen(fd, "rb") as f:
+            return f.read()
+
+    def summary(self) -> dict:
+        """What the status page says of the store itself."""
+        profiles, traces = self.profiles(), self.traces()
+        return {
+            "directory": str(self.dir),
+            "exists": self.dir.is_dir(),
+            "profiles": len(profiles),
+            "traces": len(traces),
+            "bytes": sum(f.size for f in profiles) + sum(f.size for f in traces),
+            "first_ns": profiles[0].end_ns if profiles else None,
+            "last_ns": profiles[-1].end_ns if profiles else None,
+        }

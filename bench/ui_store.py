@@ -1,0 +1,169 @@
+"""How fast `gpu-agent ui` opens a range of a large store (docs/benchmarks.md).
+
+Synthesizes a store the size the UI must handle, 24 h of 10 s windows from 50
+processes (8 640 files), with the agent's own pprof code (ProfileBuilder: the same
+frames, mappings and labels a real window has), then starts the real `gpu-agent ui`
+on it and times what the page asks for when it opens a 1 h range: the interval
+chart of the hour, and the merged range (flame graph, top table, filter menus).
+
+Cold: a fresh server, nothing decoded (every file of the hour is read). Warm: the
+same range asked again (decoded rows cached), then the range filtered by one pid.
+
+Usage: .venv/bin/python bench/ui_store.py [--store DIR] [--hours 24] [--processes 50]
+       [--stacks 30] [--rounds 3]
+The store is kept in --store (default /tmp/gpu-agent-ui-bench-store) and reused when
+its parameters match.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "agent"))
+
+from gpu_agent.pprof import FrameSpec, MappingSpec, ProfileBuilder  # noqa: E402
+from gpu_agent.proto import profile_pb2  # noqa: E402
+
+INTERVAL_S = 10
+MODELS = ("llama", "resnet", "bert", "whisper", "sdxl")
+KERNELS = ("ampere_sgemm_128x64_tn", "void at::native::vectorized_elementwise_kernel<4, at::native::"
+           "FillFunctor<float>, at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, "
+           "at::detail::Array<char*, 1>)", "flash_fwd_kernel<Flash_fwd_kernel_traits<128, 64, 64, 4> >",
+           "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>"
+           "(cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8::Params)",
+           "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "void at::native::reduce_kernel<512, 1>",
+           "softmax_warp_forward<float, float, float, 10, false>", "layer_norm_kernel<float>")
+
+
+def process_stacks(rng: random.Random, proc: int, stacks: int) -> list[list[FrameSpec]]:
+    """A process's distinct stacks, leaf first: kernel, torch's native frames, Python."""
+    model = MODELS[proc % len(MODELS)]
+    torch = MappingSpec("/usr/lib/python3/dist-packages/torch/lib/libtorch_cuda.so", build_id="ab" * 20)
+    py = MappingSpec("[python]", has_filenames=True, has_line_numbers=True)
+    out = []
+    for s in range(stacks):
+        kernel = FrameSpec.kernel(f"_Z{s}{model}k", KERNELS[s % len(KERNELS)] + ("" if s < len(KERNELS) else f"#{s}"))
+        native = [FrameSpec(f"at::native::op_{s % 12}_{d}", "", torch.filename, 0, 0x1000 + 64 * d + s, torch)
+                  for d in range(rng.randint(6, 14))]
+        python = [FrameSpec(f"{model}.layer{(s + d) % 24}.forward", f"python:{model}.layer{(s + d) % 24}.forward",
+                            f"/srv/{model}/model.py", 100 + d, 0, py) for d in range(rng.randint(4, 12))]
+        python.append(FrameSpec("<module>", "python:<module>", f"/srv/{model}/serve.py", 12, 0, py))
+        out.append([kernel] + native + python)
+    return out
+
+
+def template(processes: int, stacks: int) -> profile_pb2.Profile:
+    """One window of every process, built the way the agent builds one."""
+    rng = random.Random(1)
+    b = ProfileBuilder(period_ns=1, duration_ns=INTERVAL_S * 10**9, time_nanos=0)
+    for p in range(processes):
+        pid = 10_000 + p
+        labels = {"pid": str(pid), "comm": f"python{p % 7}", "cuda_device": str(p % 8), "cuda_stream": "7",
+                  "pod": f"{MODELS[p % len(MODELS)]}-{p // len(MODELS)}", "namespace": "ml",
+                  "container": "trainer"}
+        for frames in process_stacks(rng, p, stacks):
+            b.add(frames, rng.randint(10**5, 10**8), rng.randint(1, 5000), labels)
+    return b.to_proto()
+
+
+def synthesize(store: Path, hours: float, processes: int, stacks: int) -> int:
+    """Write the store (skipped when one with these parameters is there); its file count."""
+    params = {"hours": hours, "processes": processes, "stacks": stacks, "interval_s": INTERVAL_S}
+    stamp = store / "bench-params.json"
+    n = int(hours * 3600 / INTERVAL_S)
+    if stamp.exists() and json.loads(stamp.read_text()) == params and len(list(store.glob("gpu-*.pb.gz"))) == n:
+        return n
+    shutil.rmtree(store, ignore_errors=True)
+    store.mkdir(parents=True)
+    proto = template(processes, stacks)
+    base = [tuple(s.value) for s in proto.sample]  # the template's values, copied
+    rng = random.Random(2)
+    start_s = int(time.time()) - n * INTERVAL_S
+    import gzip
+    for i in range(n):
+        end_s = start_s + (i + 1) * INTERVAL_S
+        proto.time_nanos = (end_s - INTERVAL_S) * 10**9
+        for s, orig in zip(proto.sample, base):  # every window's values differ
+            s.value[0] = max(1, int(orig[0] * rng.uniform(0.5, 1.5)))
+            s.value[1] = max(1, int(orig[1] * rng.uniform(0.5, 1.5)))
+        name = time.strftime("gpu-%Y%m%dT%H%M%S", time.gmtime(end_s)) + f"-{rng.randrange(10**9):09d}.pb.gz"
+        (store / name).write_bytes(gzip.compress(proto.SerializeToString(), compresslevel=6, mtime=0))
+    stamp.write_text(json.dumps(params))
+    return n
+
+
+def get(url: str) -> tuple[float, dict]:
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(url, timeout=600) as r:
+        body = json.loads(r.read())
+    return time.perf_counter() - t0, body
+
+
+def start_ui(store: Path) -> tuple[subprocess.Popen, str]:
+    p = subprocess.Popen([sys.executable, "-m", "gpu_agent", "ui", "--profiles", str(store),
+                          "--listen", "127.0.0.1:0"], stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO / "agent")})
+    for line in p.stderr:
+        if "http://" in line:
+            return p, line[line.index("http://"):].split()[0].rstrip("/")
+    sys.exit("gpu-agent ui did not start")
+
+
+def open_hour(base: str, last_ns: int, pid: str = "") -> tuple[float, dict]:
+    """What the page asks for when it opens the last hour: the chart, then the range."""
+    to_ms = last_ns // 10**6 + 1
+    frm = to_ms - 3600 * 1000
+    t_chart, chart = get(f"{base}/api/intervals?from={frm}&to={to_ms}")
+    t_range, merged = get(f"{base}/api/range?from={frm}&to={to_ms}" + (f"&pid={pid}" if pid else ""))
+    return t_chart + t_range, {"files": len(chart["intervals"]), "total": merged["total"],
+                               "chart_s": t_chart, "range_s": t_range}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--store", type=Path, default=Path("/tmp/gpu-agent-ui-bench-store"))
+    ap.add_argument("--hours", type=float, default=24)
+    ap.add_argument("--processes", type=int, default=50)
+    ap.add_argument("--stacks", type=int, default=30, help="distinct stacks per process")
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    t0 = time.perf_counter()
+    n = synthesize(a.store, a.hours, a.processes, a.stacks)
+    size = sum(f.stat().st_size for f in a.store.glob("gpu-*.pb.gz"))
+    print(f"store: {n} files, {size / 2**20:.0f} MiB, {a.processes} processes x {a.stacks} stacks "
+          f"({time.perf_counter() - t0:.0f} s to prepare)")
+    cold, warm, filtered = [], [], []
+    for _ in range(a.rounds):
+        proc, base = start_ui(a.store)
+        try:
+            _, status = get(f"{base}/api/status")
+            last = status["store"]["last_ns"]
+            t, info = open_hour(base, last)
+            cold.append(t)
+            print(f"  cold: {t:.2f} s (chart {info['chart_s']:.2f} s, range {info['range_s']:.2f} s, "
+                  f"{info['files']} files)")
+            t, _ = open_hour(base, last)
+            warm.append(t)
+            t, _ = open_hour(base, last, pid="10007")
+            filtered.append(t)
+        finally:
+            proc.terminate()
+            proc.wait()
+    print(f"open 1 h ({n // int(24 * 3600 / INTERVAL_S / 24) if a.hours else 0} files/h): "
+          f"cold median {statistics.median(cold):.2f} s, warm {statistics.median(warm):.2f} s, "
+          f"one pid {statistics.median(filtered):.2f} s; {os.cpu_count()} CPUs")
+
+
+if __name__ == "__main__":
+    main()
