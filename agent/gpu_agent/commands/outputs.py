@@ -12,6 +12,7 @@ run's loop:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import socket
@@ -171,6 +172,7 @@ class Outputs:
         self._stalled_since: Optional[float] = None
         # Windows that reached no backend; the backends count the ones they took.
         self._unshipped = {"empty": 0, "deferred": 0}
+        self.last_health: Optional[dict] = None   # _health()'s last report
         if args.metrics_addr:
             from .. import metrics as M
             from ..demangle import demangle_kernel
@@ -227,8 +229,8 @@ class Outputs:
         self._health()
 
     def _health(self) -> None:
-        if self.metrics is None:
-            return
+        """The agent's health, for /metrics and for the UI's status page (last_health:
+        a new dict each time, read by the UI's threads without a lock)."""
         c = self.collector.counters()
         drops = {k[len("drop_"):]: v for k, v in c.items() if k.startswith("drop_")}
         for k in ("agent_ev_corrupt", "agent_ev_unknown", "agent_callback_errors"):
@@ -237,11 +239,20 @@ class Outputs:
         for k, v in c.items():  # names refused or evicted (names.py)
             if k.startswith("agent_drop_"):
                 drops["agent_" + k[len("agent_drop_"):]] = v
-        self.metrics.set_health(
+        health = dict(
             attached_processes=sum(1 for p in self.collector.procs.values() if not p.exited),
             bpf_events=getattr(self.collector.session, "_events", 0),
             kernel_records=c.get("kernels", 0), sampled_launches=c.get("samples", 0),
             drops=drops, profiles=self._profile_counts())
+        if self.metrics is not None:
+            self.metrics.set_health(**health)
+        backends = []
+        for b in self.backends:
+            q = b.queue_stats()
+            backends.append({"name": b.name, "counts": b.profile_counts(),
+                             "queue": None if q is None else dataclasses.asdict(q)})
+        self.last_health = dict(health, backends=backends, shims=self.collector.session.attached_files(),
+                                at=time.time())
 
     def window_due(self, final: bool = False):
         """Close the window and ship it: (stats, local path or None), or None when

@@ -19,7 +19,7 @@ from pathlib import Path
 from .. import config, k8s, preflight
 from ..collector import Collector
 from ..paths import shim_path
-from . import health
+from . import health, ui
 from .common import byte_size, duration, status_line
 from .outputs import Outputs, add_arguments as add_output_arguments
 
@@ -42,6 +42,8 @@ def add_parser(sub) -> None:
                    help="how often to look for other copies of the shim mapped by running "
                         "processes, e.g. in containers (default 5s; 0 turns it off)")
     add_output_arguments(p)
+    ui_group = p.add_argument_group("web UI over --output-dir (docs/ui.md)")
+    ui.add_listen_arguments(ui_group, "--ui", None)
     k8s.add_arguments(p)
     config.enable(p, "run")  # every flag also from $GPU_AGENT_RUN_<FLAG> and the config file
     p.set_defaults(func=main)
@@ -102,6 +104,14 @@ def main(args) -> int:
         print(f"gpu-agent: pod labels from {pods.source.url}", file=sys.stderr, flush=True)
     collector = Collector(str(shim))
     outputs = Outputs(args, collector)
+    ui_server = None
+    if args.ui:
+        store = next((b.dir for b in outputs.backends if b.name == "local"), None)
+        if store is None:
+            print("gpu-agent: error: --ui shows the local store: give --output-dir too", file=sys.stderr)
+            outputs.close(flush_timeout=0)
+            return 2
+        ui_server = ui.start(store, args.ui, args.ui_token_file, health=lambda: outputs.last_health)
     collector.open()
     if args.discover_interval:
         discover(collector)  # processes already running with their own copy
@@ -133,6 +143,9 @@ def main(args) -> int:
         collector.poll(0)
         write_window(collector, outputs, final=True)
     finally:
+        if ui_server is not None:
+            ui_server.shutdown()
+            ui_server.server_close()
         collector.close()
         outputs.close()
         health.forget()

@@ -26,8 +26,8 @@ def add_parser(sub) -> None:
 def add_listen_arguments(p, flag: str, default) -> None:
     """--listen (ui) or --ui (run), and --ui-token-file, shared by both commands."""
     p.add_argument(flag, default=default, metavar="HOST:PORT",
-                   help=f"address of the UI (default {default or 'off'}; loopback unless a "
-                        "token file is given: 0.0.0.0:PORT listens on every interface)")
+                   help=f"address of the UI (default {default or 'off'}; 0.0.0.0:PORT listens on "
+                        "every interface, and then wants --ui-token-file)")
     p.add_argument("--ui-token-file", default=None, metavar="FILE",
                    help="require 'Authorization: Bearer <token>' (a browser: open /?token=<token> "
                         "once); the file is re-read when it changes")
