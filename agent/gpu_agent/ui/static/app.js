@@ -64,6 +64,10 @@ function exact(v) {
   return `${Math.round(v).toLocaleString("en-US")} ${state.type === "gpu_time" ? "ns" : "launches"}`;
 }
 
+function plural(n, word) {
+  return `${n} ${word}${n === 1 ? "" : "s"}`;
+}
+
 function pct(v, total) {
   return total ? `${((100 * v) / total).toFixed(2)} %` : "–";
 }
@@ -117,95 +121,6 @@ function loadHash() {
   state.tab = p.get("tab") || state.tab;
 }
 
-// ---- the range chart -------------------------------------------------------------
-async function loadChart() {
-  const data = await getJSON("/api/intervals", new URLSearchParams({ from: state.viewFrom, to: state.viewTo }));
-  drawChart(data);
-}
-
-function drawChart(data) {
-  const svg = $("chart");
-  const W = svg.clientWidth || 800, H = 72, top = 4, bottom = 14;
-  svg.replaceChildren();
-  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
-  const span = state.viewTo - state.viewFrom;
-  const x = (ms) => ((ms - state.viewFrom) / span) * W;
-  const key = state.type === "gpu_time" ? "gpu_ns" : "launches";
-  const max = Math.max(1, ...data.intervals.map((b) => b[key]));
-  const ns = "http://www.w3.org/2000/svg";
-  for (const b of data.intervals) {
-    const r = document.createElementNS(ns, "rect");
-    const x0 = x(b.start_ms), x1 = x(b.end_ms);
-    const h = ((H - top - bottom) * b[key]) / max;
-    r.setAttribute("x", x0);
-    r.setAttribute("width", Math.max(1, x1 - x0 - 0.5));
-    r.setAttribute("y", H - bottom - h);
-    r.setAttribute("height", h);
-    r.setAttribute("class", "bar" + (b.end_ms > state.from && b.end_ms <= state.to ? " in" : ""));
-    r.dataset.start = b.start_ms;
-    r.dataset.end = b.end_ms;
-    const title = document.createElementNS(ns, "title");
-    title.textContent = `${fmtTime(b.start_ms)} – ${fmtTime(b.end_ms)}: ${fmtValue(b[key])} (${b.files} profiles)`;
-    r.append(title);
-    svg.append(r);
-  }
-  for (const [ms, anchor] of [[state.viewFrom, "start"], [state.viewTo, "end"]]) {
-    const t = document.createElementNS(ns, "text");
-    t.setAttribute("x", anchor === "start" ? 2 : W - 2);
-    t.setAttribute("y", H - 3);
-    t.setAttribute("text-anchor", anchor);
-    t.textContent = fmtTime(ms) + " UTC";
-    svg.append(t);
-  }
-  const sel = document.createElementNS(ns, "rect");
-  sel.setAttribute("class", "selection");
-  sel.setAttribute("y", 0);
-  sel.setAttribute("height", H - bottom);
-  svg.append(sel);
-  const placeSelection = (a, b) => {
-    sel.setAttribute("x", Math.max(0, Math.min(x(a), x(b))));
-    sel.setAttribute("width", Math.max(1, Math.abs(x(b) - x(a))));
-  };
-  placeSelection(Math.max(state.from, state.viewFrom), Math.min(state.to, state.viewTo));
-  $("range-info").textContent = `${data.files} profiles in view`;
-  svg.onmousedown = (ev) => {
-    const box = svg.getBoundingClientRect();
-    const toMs = (cx) => state.viewFrom + ((cx - box.left) / box.width) * span;
-    const start = toMs(ev.clientX);
-    let end = start;
-    svg.onmousemove = (e) => { end = toMs(e.clientX); placeSelection(start, end); };
-    svg.onmouseup = (e) => {
-      svg.onmousemove = svg.onmouseup = null;
-      end = toMs(e.clientX);
-      if (Math.abs(x(end) - x(start)) < 3) {
-        // A click: the interval of the bar under the pointer.
-        const bar = e.target.closest && e.target.closest("rect.bar");
-        if (!bar) return;
-        setRange(Number(bar.dataset.end) - 1, Number(bar.dataset.end));
-      } else {
-        setRange(Math.round(Math.min(start, end)), Math.round(Math.max(start, end)));
-      }
-    };
-  };
-}
-
-function setRange(from, to) {
-  state.from = from;
-  state.to = to;
-  $("from").value = fmtTime(from);
-  $("to").value = fmtTime(to);
-  refresh();
-}
-
-function setView(span) {
-  state.span = span;
-  const s = state.store;
-  const last = s && s.last_ns ? Math.floor(s.last_ns / 1e6) + 1 : Date.now();
-  const first = s && s.first_ns ? Math.floor(s.first_ns / 1e6) : last - HOUR;
-  state.viewTo = last;
-  state.viewFrom = span === "all" ? first - 1 : last - span;
-}
-
 // ---- the merged range --------------------------------------------------------------
 async function refresh() {
   saveHash();
@@ -226,7 +141,7 @@ async function refresh() {
 
 function renderRange(data) {
   state.data = data;
-  $("total").textContent = `${fmtValue(data.total)} in ${data.files} profiles` +
+  $("total").textContent = `${fmtValue(data.total)} in ${plural(data.files, "profile")}` +
     (data.filters.length ? ` (filtered: ${data.filters.join(", ")})` : "");
   $("total").dataset.total = data.total;
   renderFilters(data.labels);
@@ -325,113 +240,6 @@ function selectFrame(d) {
   $("sel-name").textContent = d.data.name;
   $("sel-value").textContent = `(${d.data.kind}, ${fmtValue(d.data.value)}, ${pct(d.data.value, state.data.total)})`;
   $("selected").hidden = false;
-}
-
-// ---- the top table -----------------------------------------------------------------
-function renderTop() {
-  const [key, dir] = state.topSort;
-  const rows = [...state.topRows].sort((a, b) => {
-    const x = a[key], y = b[key];
-    return (typeof x === "string" ? x.localeCompare(y) : x - y) * dir;
-  });
-  const body = $("top-table").tBodies[0];
-  body.replaceChildren(...rows.map((r) => el("tr", {},
-    el("td", { class: "name", title: "focus on this frame", onclick: () => { state.focus.push(r.name); refresh(); } }, r.name),
-    el("td", {}, el("span", { class: "kind " + r.kind }, r.kind)),
-    el("td", { class: "num" }, fmtValue(r.self)), el("td", { class: "num" }, pct(r.self_share, 1)),
-    el("td", { class: "num" }, fmtValue(r.total)), el("td", { class: "num" }, pct(r.total_share, 1)))));
-}
-
-// ---- the diff ----------------------------------------------------------------------
-function defaultDiffRanges() {
-  if ($("b-from").value) return;
-  const span = state.to - state.from;
-  $("a-from").value = fmtTime(state.from - span);
-  $("a-to").value = fmtTime(state.from);
-  $("b-from").value = fmtTime(state.from);
-  $("b-to").value = fmtTime(state.to);
-}
-
-async function compare() {
-  showError("");
-  try {
-    const p = new URLSearchParams({
-      a_from: parseTime($("a-from").value), a_to: parseTime($("a-to").value),
-      b_from: parseTime($("b-from").value), b_to: parseTime($("b-to").value),
-      type: state.type, normalize: $("normalize").checked ? "1" : "0",
-    });
-    const data = await getJSON("/api/diff", filterParams(p));
-    renderDiff(data);
-  } catch (e) {
-    showError(e.message);
-  }
-}
-
-function renderDiff(data) {
-  const change = (d) => {
-    const before = d.data.before, after = d.data.value, delta = d.data.delta;
-    const rel = before ? ` (${delta >= 0 ? "+" : ""}${((100 * delta) / before).toFixed(1)} %)` : " (new)";
-    return `${d.data.name}: before ${exact(before)}, after ${exact(after)}, change ${delta >= 0 ? "+" : ""}${exact(delta)}${rel}`;
-  };
-  $("diff-info").textContent = `before: ${fmtValue(data.a.total)} in ${data.a.files} profiles; ` +
-    `after: ${fmtValue(data.b.total)} in ${data.b.files} profiles` + (data.normalized ? " (normalized)" : "");
-  newChart($("diff-flame"), data.tree, {
-    details: $("diff-details"),
-    label: change,
-    colour: (d, original) => V.differentialColorMapper(d, original),
-  });
-  const body = $("changes-table").tBodies[0];
-  body.replaceChildren(...data.changes.map((r) => el("tr", { "data-name": r.name },
-    el("td", { class: "name" }, r.name),
-    el("td", {}, el("span", { class: "kind " + r.kind }, r.kind)),
-    el("td", { class: "num" }, fmtValue(r.before)), el("td", { class: "num" }, fmtValue(r.after)),
-    el("td", { class: "num " + (r.delta > 0 ? "up" : "down") },
-      `${r.delta > 0 ? "+" : ""}${fmtValue(r.delta)}` + (r.ratio ? ` (×${r.ratio.toFixed(2)})` : " (new)")))));
-  bump("diffs");
-}
-
-// ---- the status page ---------------------------------------------------------------
-async function loadStatus() {
-  const s = await getJSON("/api/status", new URLSearchParams());
-  state.store = s.store;
-  return s;
-}
-
-function renderStatus(s) {
-  const box = $("status");
-  const kv = (rows) => el("table", { class: "table" }, ...rows.map(([k, v]) =>
-    el("tr", {}, el("th", {}, k), el("td", {}, v))));
-  const st = s.store;
-  const parts = [el("h3", {}, "Store"), kv([
-    ["directory", st.directory], ["profiles", st.profiles], ["Perfetto traces", st.traces],
-    ["size", `${(st.bytes / 1048576).toFixed(1)} MiB`],
-    ["first window", st.first_ns ? fmtTime(st.first_ns / 1e6) + " UTC" : "–"],
-    ["last window", st.last_ns ? fmtTime(st.last_ns / 1e6) + " UTC" : "–"],
-    ["decoded (cached)", `${s.ui.cached_files} profiles, ${s.ui.cached_rows} rows`],
-    ["unreadable files", Object.keys(s.ui.unreadable).length],
-  ])];
-  parts.push(el("h3", {}, "Agent"));
-  if (!s.agent_attached) {
-    parts.push(el("p", { class: "note", id: "no-agent" }, "No agent is attached: this is `gpu-agent ui` reading " +
-      "the store alone. Serve the UI with `gpu-agent run --ui ADDR` to see the agent's health here."));
-  } else if (!s.agent) {
-    parts.push(el("p", { class: "note" }, "The agent has not reported yet (its first window is still open)."));
-  } else {
-    const a = s.agent;
-    parts.push(kv([
-      ["attached processes", a.attached_processes], ["shim files watched", a.shims ?? "–"],
-      ["BPF events", a.bpf_events], ["kernel records", a.kernel_records],
-      ["sampled launches", a.sampled_launches],
-      ["windows", Object.entries(a.profiles || {}).map(([k, v]) => `${k}: ${v}`).join(", ")],
-    ]));
-    parts.push(el("h3", {}, "Drops"), kv(Object.entries(a.drops || {}).map(([k, v]) => [k, v])));
-    parts.push(el("h3", {}, "Backends"), kv((a.backends || []).map((b) => [b.name,
-      b.queue ? `sent ${b.queue.sent}, queued ${b.queue.depth} (${b.queue.queued_bytes} bytes), ` +
-        `dropped ${JSON.stringify(b.queue.dropped)}, failures ${JSON.stringify(b.queue.failures)}`
-        : Object.entries(b.counts).map(([k, v]) => `${k}: ${v}`).join(", ")])));
-  }
-  box.replaceChildren(...parts);
-  bump("statuses");
 }
 
 // ---- wiring ------------------------------------------------------------------------

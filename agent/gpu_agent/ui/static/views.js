@@ -1,0 +1,111 @@
+// gpu-agent UI: the views beside the flame graph: the top table, the diff of two
+// ranges and the status page. Loaded before app.js; shares its globals.
+"use strict";
+
+// ---- the top table -----------------------------------------------------------------
+function renderTop() {
+  const [key, dir] = state.topSort;
+  const rows = [...state.topRows].sort((a, b) => {
+    const x = a[key], y = b[key];
+    return (typeof x === "string" ? x.localeCompare(y) : x - y) * dir;
+  });
+  const body = $("top-table").tBodies[0];
+  body.replaceChildren(...rows.map((r) => el("tr", { "data-name": r.name, "data-self": r.self, "data-total": r.total },
+    el("td", { class: "name", title: "focus on this frame", onclick: () => { state.focus.push(r.name); refresh(); } }, r.name),
+    el("td", {}, el("span", { class: "kind " + r.kind }, r.kind)),
+    el("td", { class: "num" }, fmtValue(r.self)), el("td", { class: "num" }, pct(r.self_share, 1)),
+    el("td", { class: "num" }, fmtValue(r.total)), el("td", { class: "num" }, pct(r.total_share, 1)))));
+}
+
+// ---- the diff ----------------------------------------------------------------------
+function defaultDiffRanges() {
+  if ($("b-from").value) return;
+  const span = state.to - state.from;
+  $("a-from").value = fmtTime(state.from - span);
+  $("a-to").value = fmtTime(state.from);
+  $("b-from").value = fmtTime(state.from);
+  $("b-to").value = fmtTime(state.to);
+}
+
+async function compare() {
+  showError("");
+  try {
+    const p = new URLSearchParams({
+      a_from: parseTime($("a-from").value), a_to: parseTime($("a-to").value),
+      b_from: parseTime($("b-from").value), b_to: parseTime($("b-to").value),
+      type: state.type, normalize: $("normalize").checked ? "1" : "0",
+    });
+    const data = await getJSON("/api/diff", filterParams(p));
+    renderDiff(data);
+  } catch (e) {
+    showError(e.message);
+  }
+}
+
+function renderDiff(data) {
+  const change = (d) => {
+    const before = d.data.before, after = d.data.value, delta = d.data.delta;
+    const rel = before ? ` (${delta >= 0 ? "+" : ""}${((100 * delta) / before).toFixed(1)} %)` : " (new)";
+    return `${d.data.name}: before ${exact(before)}, after ${exact(after)}, change ${delta >= 0 ? "+" : ""}${exact(delta)}${rel}`;
+  };
+  $("diff-info").textContent = `before: ${fmtValue(data.a.total)} in ${plural(data.a.files, "profile")}; ` +
+    `after: ${fmtValue(data.b.total)} in ${plural(data.b.files, "profile")}` + (data.normalized ? " (normalized)" : "");
+  newChart($("diff-flame"), data.tree, {
+    details: $("diff-details"),
+    label: change,
+    colour: (d, original) => V.differentialColorMapper(d, original),
+  });
+  const body = $("changes-table").tBodies[0];
+  body.replaceChildren(...data.changes.map((r) => el("tr", {
+    "data-name": r.name, "data-before": r.before, "data-after": r.after, "data-delta": r.delta },
+    el("td", { class: "name" }, r.name),
+    el("td", {}, el("span", { class: "kind " + r.kind }, r.kind)),
+    el("td", { class: "num" }, fmtValue(r.before)), el("td", { class: "num" }, fmtValue(r.after)),
+    el("td", { class: "num " + (r.delta > 0 ? "up" : "down") },
+      `${r.delta > 0 ? "+" : ""}${fmtValue(r.delta)}` + (r.ratio ? ` (×${r.ratio.toFixed(2)})` : " (new)")))));
+  bump("diffs");
+}
+
+// ---- the status page ---------------------------------------------------------------
+async function loadStatus() {
+  const s = await getJSON("/api/status", new URLSearchParams());
+  state.store = s.store;
+  return s;
+}
+
+function renderStatus(s) {
+  const box = $("status");
+  const kv = (rows) => el("table", { class: "table" }, ...rows.map(([k, v]) =>
+    el("tr", {}, el("th", {}, k), el("td", {}, v))));
+  const st = s.store;
+  const parts = [el("h3", {}, "Store"), kv([
+    ["directory", st.directory], ["profiles", st.profiles], ["Perfetto traces", st.traces],
+    ["size", `${(st.bytes / 1048576).toFixed(1)} MiB`],
+    ["first window", st.first_ns ? fmtTime(st.first_ns / 1e6) + " UTC" : "–"],
+    ["last window", st.last_ns ? fmtTime(st.last_ns / 1e6) + " UTC" : "–"],
+    ["decoded (cached)", `${s.ui.cached_files} profiles, ${s.ui.cached_rows} rows`],
+    ["unreadable files", Object.keys(s.ui.unreadable).length],
+  ])];
+  parts.push(el("h3", {}, "Agent"));
+  if (!s.agent_attached) {
+    parts.push(el("p", { class: "note", id: "no-agent" }, "No agent is attached: this is `gpu-agent ui` reading " +
+      "the store alone. Serve the UI with `gpu-agent run --ui ADDR` to see the agent's health here."));
+  } else if (!s.agent) {
+    parts.push(el("p", { class: "note" }, "The agent has not reported yet (its first window is still open)."));
+  } else {
+    const a = s.agent;
+    parts.push(kv([
+      ["attached processes", a.attached_processes], ["shim files watched", a.shims ?? "–"],
+      ["BPF events", a.bpf_events], ["kernel records", a.kernel_records],
+      ["sampled launches", a.sampled_launches],
+      ["windows", Object.entries(a.profiles || {}).map(([k, v]) => `${k}: ${v}`).join(", ")],
+    ]));
+    parts.push(el("h3", {}, "Drops"), kv(Object.entries(a.drops || {}).map(([k, v]) => [k, v])));
+    parts.push(el("h3", {}, "Backends"), kv((a.backends || []).map((b) => [b.name,
+      b.queue ? `sent ${b.queue.sent}, queued ${b.queue.depth} (${b.queue.queued_bytes} bytes), ` +
+        `dropped ${JSON.stringify(b.queue.dropped)}, failures ${JSON.stringify(b.queue.failures)}`
+        : Object.entries(b.counts).map(([k, v]) => `${k}: ${v}`).join(", ")])));
+  }
+  box.replaceChildren(...parts);
+  bump("statuses");
+}

@@ -1,0 +1,355 @@
+"""`gpu-agent ui` in Debian's headless Chromium (Playwright), over a store written by
+the real agent from the mock CUDA workload, checked against Go's pprof.
+
+The store has two phases a few idle seconds apart (no window is written while
+nothing runs, so each phase's files are known exactly):
+  before: one process launching k_cuLaunchKernel, k_cudaLaunchKernel and a graph;
+  after:  the same, plus a second process launching k_cuLaunchKernel as often, so
+          that kernel doubled and the others did not.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from conftest import MOCK_APP, REPO, mock_env, need_ebpf
+from support.agent import Agent
+from support.env import private_shim
+from support.pprof_tool import pprof, raw
+from support.ui import (Ui, free_port, frame_fill, http_get, hue, launch_browser, rgb, root_total,
+                        screenshot_colours, wait_counter, counter)
+
+CU = "k_cuLaunchKernel(float*, int)"
+RT = "k_cudaLaunchKernel(float*, int)"
+ITERS = "300"
+SCREENSHOT = REPO / "build" / "test-ui" / "flame.png"   # kept for people to look at
+
+
+def workload(shim: Path, *paths: str) -> subprocess.Popen:
+    return subprocess.Popen([str(MOCK_APP), "--paths", ",".join(paths), "--iters", ITERS, "--sleep-ms", "1"],
+                            env=mock_env(CUDA_INJECTION64_PATH=str(shim)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(*procs: subprocess.Popen) -> None:
+    for p in procs:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, built):
+    """(directory, phases): phases[name] = (from_ms, to_ms, [files], {pid: role})."""
+    need_ebpf()
+    tmp = tmp_path_factory.mktemp("ui")
+    out = tmp / "profiles"
+    # A shim of its own, and no discovery: only this test's workloads are in the store,
+    # whatever else runs on the host.
+    shim = private_shim(tmp / "shim")
+    ui_port = free_port()
+    agent = Agent(out, "--shim", shim, "--discover-interval", "0", "--ui", f"127.0.0.1:{ui_port}")
+    phases = {}
+    try:
+        t0 = int(time.time() * 1000)
+        a = workload(shim, "cuLaunchKernel", "cudaLaunchKernel", "cudaGraphLaunch")
+        finish(a)
+        time.sleep(2.5)  # the last window with kernels closes; idle windows write nothing
+        t1 = int(time.time() * 1000)
+        before = sorted(out.glob("gpu-*.pb.gz"))
+        phases["before"] = (t0, t1, before, {str(a.pid): "main"})
+        b1 = workload(shim, "cuLaunchKernel", "cudaLaunchKernel", "cudaGraphLaunch")
+        b2 = workload(shim, "cuLaunchKernel")
+        finish(b1, b2)
+        time.sleep(2.5)
+        t2 = int(time.time() * 1000)
+        after = sorted(set(out.glob("gpu-*.pb.gz")) - set(before))
+        phases["after"] = (t1, t2, after, {str(b1.pid): "main", str(b2.pid): "extra"})
+        assert before and after, "the agent wrote no profile"
+        # The agent's own UI (run --ui), kept for the status test.
+        agent_status = http_get(ui_port, "/api/status")
+    finally:
+        agent.stop()
+    yield out, phases, agent_status
+
+
+@pytest.fixture(scope="module")
+def ui(store):
+    u = Ui(store[0])
+    yield u
+    u.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        b = launch_browser(p)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = ctx.new_page()
+    errors = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    yield pg
+    ctx.close()
+    assert not errors, errors
+
+
+def pprof_totals(files, pid: str | None = None) -> dict:
+    """Go pprof's reading of the files: total GPU ns, and GPU ns per leaf (kernel)."""
+    total, by_leaf = 0, defaultdict(int)
+    for f in files:
+        for s in raw(f):
+            if pid is not None and s.labels.get("pid") != pid:
+                continue
+            total += s.values[0]
+            by_leaf[s.frames[0]] += s.values[0]
+    return {"total": total, "leaf": dict(by_leaf)}
+
+
+def open_range(page, ui, frm: int, to: int) -> None:
+    """Opens the UI, then chooses the range by typing it, as a user does (whole
+    seconds: each phase ends in idle seconds, so no window is cut off)."""
+    page.goto(ui.url)
+    wait_counter(page, "renders", 0)
+    seen = counter(page, "renders")
+    page.fill("#from", page.evaluate(f"fmtTime({frm})"))
+    page.fill("#to", page.evaluate(f"fmtTime({to})"))
+    page.click("#apply-range")
+    wait_counter(page, "renders", seen)
+
+
+def rerendered(page, action) -> None:
+    seen = counter(page, "renders")
+    action()
+    wait_counter(page, "renders", seen)
+
+
+def test_chosen_range_totals_what_go_pprof_reads(store, ui, page):
+    out, phases, _ = store
+    frm, to, files, _pids = phases["before"]
+    open_range(page, ui, frm, to)
+    assert root_total(page) == pprof_totals(files)["total"] > 0
+    # The chart marks the chosen intervals: as many bars as the range has profiles.
+    assert page.locator("#chart rect.bar.in").count() == len(files)
+    # The kernels are the leaves, coloured apart from the CPU frames above them, and
+    # the replayed graph's kernels sit under their marked frame.
+    kernel, native = frame_fill(page, f'#flame g[name="{CU}"]'), frame_fill(page, '#flame g[name="launch_cuLaunchKernel"]')
+    graph = frame_fill(page, '#flame g[name="[cuda graph replay]"]')
+    assert 110 <= hue(kernel) <= 145 and 20 <= hue(native) <= 40 and 260 <= hue(graph) <= 290
+    assert page.locator('#flame g[name="[cuda graph replay]"]').count() >= 1
+    # Icicle: the same tree upside down, the root at the top.
+    page.check("input[value=icicle]")
+    assert page.get_attribute('#flame g[name="all"]', "transform").replace(" ", "") == "translate(0,0)"
+    assert root_total(page) == pprof_totals(files)["total"]
+
+
+def drag_over_chart(page, frm: int, to: int) -> None:
+    """Choose a range as a user does on the chart: press at `frm`, release at `to`."""
+    box = page.locator("#chart").bounding_box()
+    view_from, view_to = page.evaluate("[state.viewFrom, state.viewTo]")
+    x = lambda ms: box["x"] + (ms - view_from) / (view_to - view_from) * box["width"]  # noqa: E731
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(x(frm), y)
+    page.mouse.down()
+    page.mouse.move(x(to), y, steps=5)
+    rerendered(page, page.mouse.up)
+
+
+def test_filter_by_pid(store, ui, page):
+    out, phases, _ = store
+    frm, to, files, pids = phases["after"]
+    extra = next(p for p, role in pids.items() if role == "extra")
+    page.goto(ui.url)
+    wait_counter(page, "renders", 0)
+    drag_over_chart(page, frm, page.evaluate("state.viewTo") - 1)  # from the idle gap to the end
+    assert page.locator("#chart rect.bar.in").count() == len(files)
+    everything = root_total(page)
+    assert everything == pprof_totals(files)["total"]
+    rerendered(page, lambda: page.select_option("#f-pid", extra))
+    expected = pprof_totals(files, pid=extra)
+    assert root_total(page) == expected["total"] < everything
+    assert set(expected["leaf"]) == {CU}  # that process launched one kernel, and the page shows only it
+    assert page.locator(f'#flame g[name="{RT}"]').count() == 0
+    assert page.locator(f'#flame g[name="{CU}"]').count() == 1
+
+
+def test_click_into_a_kernel_frame_then_focus_and_hide(store, ui, page):
+    out, phases, _ = store
+    frm, to, files, _ = phases["after"]
+    expected = pprof_totals(files)
+    open_range(page, ui, frm, to)
+    frame = page.locator(f'#flame g[name="{CU}"]').first
+    frame.click()
+    assert page.text_content("#sel-name") == CU
+    # Zoomed: the clicked kernel now spans the graph's whole width.
+    page.wait_for_timeout(700)
+    full = float(page.get_attribute('#flame g[name="all"] rect', "width") or 0)
+    assert float(frame.locator("rect").get_attribute("width")) == pytest.approx(full, rel=0.01)
+    rerendered(page, lambda: page.click("#focus-frame"))
+    assert root_total(page) == expected["leaf"][CU]
+    assert "focus: " + CU in page.text_content("#chips")
+    rerendered(page, lambda: page.click("#chips .chip button"))  # focus removed
+    assert root_total(page) == expected["total"]
+    page.locator(f'#flame g[name="{CU}"]').first.click()
+    rerendered(page, lambda: page.click("#hide-frame"))
+    assert root_total(page) == expected["total"] - expected["leaf"][CU]
+    assert page.locator(f'#flame g[name="{CU}"]').count() == 0
+
+
+def test_kernel_regex_and_top_table(store, ui, page):
+    out, phases, _ = store
+    frm, to, files, _ = phases["after"]
+    expected = pprof_totals(files)
+    open_range(page, ui, frm, to)
+    page.click("nav .tab[data-tab=top]")
+    row = page.locator(f'#top-table tr[data-name="{CU}"]')
+    assert int(row.get_attribute("data-self")) == int(row.get_attribute("data-total")) == expected["leaf"][CU]
+    caller = page.locator('#top-table tr[data-name="launch_cuLaunchKernel"]')
+    assert int(caller.get_attribute("data-self")) == 0  # GPU time is the kernels' own
+    assert int(caller.get_attribute("data-total")) == expected["leaf"][CU]
+    page.click("nav .tab[data-tab=flame]")
+    page.fill("#f-kernel", "^k_cudaLaunch")
+    rerendered(page, lambda: page.press("#f-kernel", "Enter"))
+    assert root_total(page) == expected["leaf"][RT]
+
+
+def test_diff_of_two_ranges_shows_the_doubled_kernel_grown(store, ui, page):
+    out, phases, _ = store
+    (a_from, a_to, a_files, _), (b_from, b_to, b_files, _) = phases["before"], phases["after"]
+    page.goto(ui.url)
+    wait_counter(page, "renders", 0)
+    page.click("nav .tab[data-tab=diff]")
+    for field, ms in (("#a-from", a_from), ("#a-to", a_to), ("#b-from", b_from), ("#b-to", b_to)):
+        page.fill(field, page.evaluate(f"fmtTime({ms})"))
+    page.click("#compare")
+    wait_counter(page, "diffs", 0)
+    before, after = pprof_totals(a_files)["leaf"], pprof_totals(b_files)["leaf"]
+    assert after[CU] == 2 * before[CU] and after[RT] == before[RT]
+    grown = page.locator(f'#changes-table tr[data-name="{CU}"]')
+    assert int(grown.get_attribute("data-before")) == before[CU]
+    assert int(grown.get_attribute("data-after")) == after[CU]
+    assert "up" in grown.locator("td").nth(4).get_attribute("class")
+    assert page.locator(f'#changes-table tr[data-name="{RT}"]').count() == 0  # unchanged
+    # The diff's flame graph: red for the kernel that grew, neutral for the one that did not.
+    r, g, b = rgb(frame_fill(page, f'#diff-flame g[name="{CU}"]'))
+    assert r > 200 and b < 150 and g < 150
+    assert rgb(frame_fill(page, f'#diff-flame g[name="{RT}"]')) == (220, 220, 220)
+    root = page.text_content('#diff-flame g[name="all"] title')
+    assert f"before {sum(before.values()):,} ns, after {sum(after.values()):,} ns" in root
+
+
+def test_screenshot_shows_the_flame_graph(store, ui, page):
+    out, phases, _ = store
+    frm, to, _files, _ = phases["after"]
+    open_range(page, ui, frm, to)
+    page.wait_for_timeout(500)  # the library's entry transition
+    png = page.screenshot(full_page=True)
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    SCREENSHOT.write_bytes(png)
+    seen = screenshot_colours(page, png)
+    assert seen["width"] == 1400 and seen["height"] >= 900
+    # Kernel leaves, graph frames, native and Python-coloured frames are all on screen.
+    assert seen["kernel"] > 2000 and seen["native"] > 5000 and seen["graph"] > 300, seen
+
+
+def test_download_links(store, ui, page, tmp_path):
+    out, phases, _ = store
+    frm, to, files, _ = phases["before"]
+    open_range(page, ui, frm, to)
+    assert page.is_hidden("#dl-trace")  # the agent writes no trace yet: no link
+    with page.expect_download() as d:
+        page.click("#dl-pprof")
+    path = tmp_path / "range.pb.gz"
+    d.value.save_as(path)
+    merged = raw(path)  # Go's pprof reads the merged range
+    assert sum(s.values[0] for s in merged) == pprof_totals(files)["total"]
+    assert {s.labels["pid"] for s in merged} == {s.labels["pid"] for f in files for s in raw(f)}
+    assert "k_cuLaunchKernel" in pprof("-top", "-nodecount=50", str(path))
+    # A trace beside the profiles (store convention, docs/ui.md) brings the link.
+    copy = tmp_path / "store"
+    shutil.copytree(out, copy)
+    name = files[0].name.replace(".pb.gz", ".perfetto-trace")
+    (copy / name).write_bytes(b"\x0a\x02\x08\x01")  # bytes as they are: the UI never parses traces
+    other = Ui(copy)
+    try:
+        open_range(page, other, frm, to)
+        assert page.is_visible("#dl-trace")
+        status, _, body = http_get(other.port, page.get_attribute("#dl-trace", "href"))
+        assert status == 200 and body == b"\x0a\x02\x08\x01"
+    finally:
+        other.stop()
+
+
+def test_status_pages(store, ui, page):
+    out, phases, agent_status = store
+    page.goto(ui.url + "#tab=status")
+    wait_counter(page, "statuses", 0)
+    assert "No agent is attached" in page.text_content("#no-agent")
+    n = len(list(out.glob("gpu-*.pb.gz")))
+    assert page.text_content('#status tr:has(th:text-is("profiles")) td') == str(n)
+    # Under `run --ui`, the same page reports the live agent.
+    status, _, body = agent_status
+    import json
+    agent = json.loads(body)["agent"]
+    assert status == 200 and agent["profiles"]["written"] == n
+    assert agent["kernel_records"] > 0 and "ringbuf_full" in agent["drops"]
+    assert agent["backends"][0]["name"] == "local"
+
+
+def test_refused_requests(store, ui, tmp_path):
+    out, _, _ = store
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not a profile")
+    for path in ("/files/../../../../etc/passwd", "/files/..%2f..%2f..%2fetc%2fpasswd",
+                 "/static/../../../../etc/passwd", "/files/" + str(secret), "/files/%2fetc%2fpasswd"):
+        status, _, body = http_get(ui.port, path)
+        assert status == 404 and b"root:" not in body, path
+    # A symlink planted in the store is not followed.
+    copy = tmp_path / "store"
+    shutil.copytree(out, copy)
+    link = copy / "gpu-20990101T000000-000000000.pb.gz"
+    link.symlink_to(secret)
+    other = Ui(copy)
+    try:
+        status, _, body = http_get(other.port, "/files/" + link.name)
+        assert status == 404 and b"not a profile" not in body
+    finally:
+        other.stop()
+    assert http_get(ui.port, "/api/status", method="POST")[0] == 405  # read-only
+    assert http_get(ui.port, "/api/status", {"Host": "attacker.example"})[0] == 403  # DNS rebinding
+
+
+def test_token_protected_listener(store, tmp_path, page):
+    out, _, _ = store
+    open_ui = Ui(out, listen="0.0.0.0:0")
+    try:
+        assert any("--ui-token-file" in line and "warning" in line for line in open_ui.lines)
+    finally:
+        open_ui.stop()
+    token = tmp_path / "token"
+    token.write_text("s3cret-token\n")
+    guarded = Ui(out, "--ui-token-file", str(token), listen="0.0.0.0:0")
+    try:
+        assert not any("warning" in line for line in guarded.lines)
+        for headers in ({}, {"Authorization": "Bearer wrong"}):
+            for path in ("/", "/api/status", "/api/range", "/download/profile.pb.gz"):
+                status, h, _ = http_get(guarded.port, path, headers)
+                assert status == 401 and h.get("WWW-Authenticate", "").startswith("Bearer"), (path, headers)
+        assert http_get(guarded.port, "/api/status", {"Authorization": "Bearer s3cret-token"})[0] == 200
+        # A browser opens /?token= once; the cookie it gets carries the token from then on.
+        page.goto(guarded.url.replace("0.0.0.0", "127.0.0.1") + "?token=s3cret-token")
+        wait_counter(page, "renders", 0)
+        assert "token" not in page.url and root_total(page) > 0
+    finally:
+        guarded.stop()
