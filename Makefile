@@ -46,7 +46,8 @@ deps-check:
 	@if [ ! -d /usr/lib/python3/dist-packages/bcc ] || [ ! -e /lib/modules/$$(uname -r)/build ] \
 	    || [ ! -d /usr/share/gocode/src/github.com/google/pprof ] || ! command -v gcc >/dev/null || ! command -v prometheus >/dev/null || ! command -v valgrind >/dev/null \
 	    || { [ ! -f /usr/local/cuda/include/cupti.h ] && [ ! -f /opt/gpu-agent-cuda/include/cupti.h ]; } \
-	    || [ ! -f /opt/gpu-agent-cuda12/include/cupti.h ]; then \
+	    || [ ! -f /opt/gpu-agent-cuda12/include/cupti.h ] \
+	    || ! command -v npm >/dev/null || ! command -v chromium >/dev/null; then \
 	    echo "make: installing missing system packages (deploy/install-deps.sh)"; bash deploy/install-deps.sh; fi
 
 check-cuda-headers:

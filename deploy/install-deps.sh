@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install what building, running and testing gpu-agent needs on Debian/Ubuntu (as root):
 # bcc + kernel headers (the agent), Go pprof (the tests read profiles with it), a C
-# toolchain, CUDA 13 headers if no toolkit is present (the shim and the mock CUDA
-# stack build against them), and CUDA 12 headers (the shim's CUDA 12 build is tested). Idempotent; `make deps` runs it, `make test`/`make run`
+# toolchain, node/npm and chromium (the web UI's bundle and its tests), CUDA 13 headers if
+# no toolkit is present (the shim and the mock CUDA stack build against them), and CUDA 12 headers (the shim's CUDA 12 build is tested). Idempotent; `make deps` runs it, `make test`/`make run`
 # run it when something is missing.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
@@ -20,6 +20,10 @@ if apt-cache show "$exact" >/dev/null 2>&1; then hdr=$exact; fi
 apt-get install -y -qq --no-install-recommends \
     build-essential binutils bpfcc-tools python3-bpfcc libbpfcc ${hdr:+$hdr} \
     golang-go golang-github-google-pprof-dev python3-venv procps prometheus valgrind >/dev/null
+# The web UI: npm builds its bundle (`make ui`, the pinned ui/package-lock.json), and the
+# UI tests drive Debian's chromium with Playwright (never Playwright's own download).
+command -v npm >/dev/null || apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+apt-get install -y -qq --no-install-recommends chromium >/dev/null
 
 kver=$(uname -r)
 if [ ! -e "/lib/modules/$kver/build" ]; then
