@@ -130,6 +130,14 @@ def open_hour(base: str, last_ns: int, pid: str = "") -> tuple[float, dict]:
                                "chart_s": t_chart, "range_s": t_range}
 
 
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--store", type=Path, default=Path("/tmp/gpu-agent-ui-bench-store"))
@@ -142,27 +150,37 @@ def main() -> None:
     n = synthesize(a.store, a.hours, a.processes, a.stacks)
     size = sum(f.stat().st_size for f in a.store.glob("gpu-*.pb.gz"))
     print(f"store: {n} files, {size / 2**20:.0f} MiB, {a.processes} processes x {a.stacks} stacks "
-          f"({time.perf_counter() - t0:.0f} s to prepare)")
-    cold, warm, filtered = [], [], []
+          f"= {a.processes * a.stacks} samples per file ({time.perf_counter() - t0:.0f} s to prepare)")
+    fresh, warm, filtered, warmups, rss = [], [], [], [], []
     for _ in range(a.rounds):
         proc, base = start_ui(a.store)
         try:
             _, status = get(f"{base}/api/status")
             last = status["store"]["last_ns"]
+            # Just started: nothing decoded yet; the warmer yields to the request.
             t, info = open_hour(base, last)
-            cold.append(t)
-            print(f"  cold: {t:.2f} s (chart {info['chart_s']:.2f} s, range {info['range_s']:.2f} s, "
+            fresh.append(t)
+            print(f"  just started: {t:.2f} s (chart {info['chart_s']:.2f} s, range {info['range_s']:.2f} s, "
                   f"{info['files']} files)")
+            while status["ui"]["warm_seconds"] is None:
+                time.sleep(1)
+                _, status = get(f"{base}/api/status")
+            warmups.append((status["ui"]["warm_seconds"], status["ui"]["cached_files"]))
+            rss.append(rss_mib(proc.pid))
             t, _ = open_hour(base, last)
             warm.append(t)
             t, _ = open_hour(base, last, pid="10007")
             filtered.append(t)
+            print(f"  warmed ({warmups[-1][1]} files in {warmups[-1][0]:.0f} s, RSS {rss[-1]:.0f} MiB): "
+                  f"{warm[-1]:.2f} s, one pid {filtered[-1]:.2f} s")
         finally:
             proc.terminate()
             proc.wait()
-    print(f"open 1 h ({n // int(24 * 3600 / INTERVAL_S / 24) if a.hours else 0} files/h): "
-          f"cold median {statistics.median(cold):.2f} s, warm {statistics.median(warm):.2f} s, "
-          f"one pid {statistics.median(filtered):.2f} s; {os.cpu_count()} CPUs")
+    med = statistics.median
+    print(f"open the last hour ({n * 3600 // int(a.hours * 3600) if a.hours else 0} files): "
+          f"just started {med(fresh):.2f} s, warmed {med(warm):.2f} s, one pid {med(filtered):.2f} s "
+          f"(medians of {a.rounds}); warm-up {med(w[0] for w in warmups):.0f} s for "
+          f"{med(w[1] for w in warmups):.0f} files, RSS {med(rss):.0f} MiB; {os.cpu_count()} CPUs")
 
 
 if __name__ == "__main__":

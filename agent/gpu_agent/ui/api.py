@@ -61,6 +61,8 @@ class Api:
         self.warmed = 0           # files decoded by the warmer
         self.warm_done_at: Optional[float] = None
         self.started_at = time.monotonic()
+        self._requests = 0            # in flight; the warmer waits for them
+        self._requests_lock = threading.Lock()
 
     # -- the warmer -----------------------------------------------------------
     def start_warming(self) -> None:
@@ -84,6 +86,8 @@ class Api:
                     break  # read on an earlier pass
                 if newest_seen is None and self.cache.full():
                     break
+                while self._requests and not self._stop.is_set():
+                    self._stop.wait(0.05)  # a user waits on a request: it gets the CPU
                 if not self.cache.cached(f) and self.cache.get(f) is not None:
                     self.warmed += 1
             if profiles:
@@ -94,6 +98,15 @@ class Api:
 
     # -- routes ---------------------------------------------------------------
     def route(self, path: str, params: dict):
+        with self._requests_lock:
+            self._requests += 1
+        try:
+            return self._route(path, params)
+        finally:
+            with self._requests_lock:
+                self._requests -= 1
+
+    def _route(self, path: str, params: dict):
         if path == "/api/status":
             return HTTPStatus.OK, self.status(), "application/json", None
         if path == "/api/intervals":

@@ -272,7 +272,8 @@ class ProfileCache:
         self.store = store
         self.catalog = catalog or Catalog()
         self.max_rows = max_rows
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()          # the entries and counts
+        self._decoding = threading.Lock()      # one file decoded at a time
         self._entries: OrderedDict[tuple, DecodedProfile] = OrderedDict()
         self._rows = 0
         # (GPU ns, launches) of every file decoded so far, kept after its rows are
@@ -282,19 +283,34 @@ class ProfileCache:
 
     def get(self, f: StoreFile) -> Optional[DecodedProfile]:
         key = (f.name, f.size, f.mtime_ns)
+        hit = self._hit(key)
+        if hit is not None:
+            return hit
+        # One decode at a time (they would serialize on the catalog anyway): a request
+        # and the warmer that want the same file decode it once.
+        with self._decoding:
+            hit = self._hit(key)
+            if hit is not None:
+                return hit
+            data = self.store.read(f.name)
+            if data is None:
+                return None  # rotated away since the listing, or not a regular file
+            try:
+                decoded = decode(data, self.catalog)
+            except ValueError as e:
+                self.unreadable[f.name] = str(e)
+                return None
+            self._insert(key, decoded)
+        return decoded
+
+    def _hit(self, key) -> Optional[DecodedProfile]:
         with self._lock:
             hit = self._entries.get(key)
             if hit is not None:
                 self._entries.move_to_end(key)
-                return hit
-        data = self.store.read(f.name)
-        if data is None:
-            return None  # rotated away since the listing, or not a regular file
-        try:
-            decoded = decode(data, self.catalog)
-        except ValueError as e:
-            self.unreadable[f.name] = str(e)
-            return None
+            return hit
+
+    def _insert(self, key, decoded: DecodedProfile) -> None:
         with self._lock:
             self._totals[key] = (decoded.gpu_total, decoded.launch_total)
             if key not in self._entries:
@@ -303,7 +319,6 @@ class ProfileCache:
             while self._rows > self.max_rows and len(self._entries) > 1:
                 _, old = self._entries.popitem(last=False)
                 self._rows -= len(old)
-        return decoded
 
     def many(self, files: list[StoreFile]) -> list[tuple[StoreFile, DecodedProfile]]:
         out = []
