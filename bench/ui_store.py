@@ -6,8 +6,10 @@ frames, mappings and labels a real window has), then starts the real `gpu-agent 
 on it and times what the page asks for when it opens a 1 h range: the interval
 chart of the hour, and the merged range (flame graph, top table, filter menus).
 
-Cold: a fresh server, nothing decoded (every file of the hour is read). Warm: the
-same range asked again (decoded rows cached), then the range filtered by one pid.
+Just started: a fresh server, nothing decoded yet (every file of the hour is read
+while the user waits). Warmed: once the server's warm-up has decoded the newest
+windows (what the UI does at start): the hour over the API, the hour filtered by one
+pid, and the page opened on that hour in Debian's Chromium until it has drawn.
 
 Usage: .venv/bin/python bench/ui_store.py [--store DIR] [--hours 24] [--processes 50]
        [--stacks 30] [--rounds 3]
@@ -130,6 +132,31 @@ def open_hour(base: str, last_ns: int, pid: str = "") -> tuple[float, dict]:
                                "chart_s": t_chart, "range_s": t_range}
 
 
+def browser_open(base: str, last_ns: int, rounds: int = 3) -> list[float]:
+    """Seconds from navigating to the page's first render of the last hour, in Debian's
+    Chromium (Playwright): requests, JSON and the flame graph drawn. [] without them."""
+    chromium = shutil.which("chromium")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return []
+    if chromium is None:
+        return []
+    to_ms = last_ns // 10**6 + 1
+    out = []
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        for _ in range(rounds):
+            page = b.new_page(viewport={"width": 1400, "height": 1000})
+            t0 = time.perf_counter()
+            page.goto(f"{base}/#from={to_ms - 3600 * 1000}&to={to_ms}")
+            page.wait_for_selector("body[data-renders]", state="attached", timeout=120_000)
+            out.append(time.perf_counter() - t0)
+            page.close()
+        b.close()
+    return out
+
+
 def rss_mib(pid: int) -> float:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -151,7 +178,7 @@ def main() -> None:
     size = sum(f.stat().st_size for f in a.store.glob("gpu-*.pb.gz"))
     print(f"store: {n} files, {size / 2**20:.0f} MiB, {a.processes} processes x {a.stacks} stacks "
           f"= {a.processes * a.stacks} samples per file ({time.perf_counter() - t0:.0f} s to prepare)")
-    fresh, warm, filtered, warmups, rss = [], [], [], [], []
+    fresh, warm, filtered, warmups, rss, browser = [], [], [], [], [], []
     for _ in range(a.rounds):
         proc, base = start_ui(a.store)
         try:
@@ -171,14 +198,18 @@ def main() -> None:
             warm.append(t)
             t, _ = open_hour(base, last, pid="10007")
             filtered.append(t)
+            shown = browser_open(base, last)
+            browser.extend(shown)
             print(f"  warmed ({warmups[-1][1]} files in {warmups[-1][0]:.0f} s, RSS {rss[-1]:.0f} MiB): "
-                  f"{warm[-1]:.2f} s, one pid {filtered[-1]:.2f} s")
+                  f"{warm[-1]:.2f} s, one pid {filtered[-1]:.2f} s; in Chromium, drawn: "
+                  + (", ".join(f"{t:.2f} s" for t in shown) or "no browser"))
         finally:
             proc.terminate()
             proc.wait()
     med = statistics.median
     print(f"open the last hour ({n * 3600 // int(a.hours * 3600) if a.hours else 0} files): "
-          f"just started {med(fresh):.2f} s, warmed {med(warm):.2f} s, one pid {med(filtered):.2f} s "
+          f"just started {med(fresh):.2f} s, warmed {med(warm):.2f} s, one pid {med(filtered):.2f} s, "
+          f"drawn in Chromium {med(browser) if browser else float('nan'):.2f} s "
           f"(medians of {a.rounds}); warm-up {med(w[0] for w in warmups):.0f} s for "
           f"{med(w[1] for w in warmups):.0f} files, RSS {med(rss):.0f} MiB; {os.cpu_count()} CPUs")
 

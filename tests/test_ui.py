@@ -105,15 +105,16 @@ def page(browser):
     assert not errors, errors
 
 
-def pprof_totals(files, pid: str | None = None) -> dict:
-    """Go pprof's reading of the files: total GPU ns, and GPU ns per leaf (kernel)."""
+def pprof_totals(files, pid: str | None = None, value: int = 0) -> dict:
+    """Go pprof's reading of the files: the total of one sample value (0: GPU ns,
+    1: launches), and that value per leaf (kernel)."""
     total, by_leaf = 0, defaultdict(int)
     for f in files:
         for s in raw(f):
             if pid is not None and s.labels.get("pid") != pid:
                 continue
-            total += s.values[0]
-            by_leaf[s.frames[0]] += s.values[0]
+            total += s.values[value]
+            by_leaf[s.frames[0]] += s.values[value]
     return {"total": total, "leaf": dict(by_leaf)}
 
 
@@ -222,6 +223,9 @@ def test_kernel_regex_and_top_table(store, ui, page):
     page.fill("#f-kernel", "^k_cudaLaunch")
     rerendered(page, lambda: page.press("#f-kernel", "Enter"))
     assert root_total(page) == expected["leaf"][RT]
+    # The same graph in kernel launches.
+    rerendered(page, lambda: page.select_option("#type", "kernel_launches"))
+    assert root_total(page) == pprof_totals(files, value=1)["leaf"][RT] == int(ITERS)
 
 
 def test_diff_of_two_ranges_shows_the_doubled_kernel_grown(store, ui, page):

@@ -143,7 +143,9 @@ class Api:
         profiles = self.store.profiles()
         last_ms = profiles[-1].end_ns // 1_000_000 + 1 if profiles else int(time.time() * 1000)
         to_ms = _ms(params, prefix + "to", last_ms)
-        from_ms = _ms(params, prefix + "from", to_ms - 3_600_000)
+        # By default the last hour, or the whole store when it is younger.
+        first_ms = profiles[0].end_ns // 1_000_000 - 1 if profiles else to_ms - 3_600_000
+        from_ms = _ms(params, prefix + "from", max(to_ms - 3_600_000, min(first_ms, to_ms - 1)))
         if from_ms >= to_ms:
             raise BadRequest(f"{prefix}from must be before {prefix}to")
         files = self.store.in_range(from_ms * 1_000_000, to_ms * 1_000_000)

@@ -50,11 +50,12 @@ def time_of(name: str) -> Optional[int]:
     m = _NAME.match(name)
     if not m:
         return None
-    try:
-        seconds = calendar.timegm(time.strptime(m.group(1), "%Y%m%dT%H%M%S"))
-    except ValueError:
+    t = m.group(1)  # YYYYmmddTHHMMSS, read by hand: strptime costs more than the listing
+    fields = (int(t[0:4]), int(t[4:6]), int(t[6:8]), int(t[9:11]), int(t[11:13]), int(t[13:15]))
+    if not (1 <= fields[1] <= 12 and 1 <= fields[2] <= 31 and fields[3] < 24 and fields[4] < 60
+            and fields[5] < 61):
         return None
-    return seconds * 1_000_000_000 + int(m.group(2))
+    return calendar.timegm(fields + (0, 0, 0)) * 1_000_000_000 + int(m.group(2))
 
 
 class Store:
