@@ -357,3 +357,32 @@ def test_token_protected_listener(store, tmp_path, page):
         assert "token" not in page.url and root_total(page) > 0
     finally:
         guarded.stop()
+
+
+def test_merges_stay_exact_when_the_cache_starts_over(store):
+    """A UI beside an agent for months restarts its catalog of stacks and label sets
+    past a bound; ranges merged before and after a restart are exact."""
+    from gpu_agent.ui.api import Api
+    from gpu_agent.ui.profiles import ProfileCache
+    from gpu_agent.ui.store import Store
+
+    out, phases, _ = store
+    s = Store(out)
+    api = Api(s, cache=ProfileCache(s))
+
+    def check(name: str) -> None:
+        frm, to, files, _ = phases[name]
+        got = api.range({"from": [str(frm)], "to": [str(to)]})
+        assert got["total"] == pprof_totals(files)["total"] and got["files"] == len(files)
+
+    check("before")
+    first = api.cache.catalog
+    api.cache.catalog_limit = len(first.stacks) + len(first.labelsets) - 1  # past it now
+    check("after")                                    # restarted, then decoded
+    assert api.cache.catalog is not first and api.cache.size() == len(phases["after"][2])
+    api.cache.catalog_limit = 10**6
+    check("before")                                   # decoded again, in the new catalog
+    (a_from, a_to, a_files, _), (b_from, b_to, b_files, _) = phases["before"], phases["after"]
+    diff = api.diff({"a_from": [str(a_from)], "a_to": [str(a_to)], "b_from": [str(b_from)], "b_to": [str(b_to)]})
+    assert diff["a"]["total"] == pprof_totals(a_files)["total"]
+    assert diff["b"]["total"] == pprof_totals(b_files)["total"]

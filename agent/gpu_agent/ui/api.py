@@ -92,6 +92,7 @@ class Api:
                     self.warmed += 1
             if profiles:
                 newest_seen = max(newest_seen or 0, profiles[-1].end_ns)
+            self.cache.forget_gone(profiles)
             if self.warm_done_at is None:
                 self.warm_done_at = time.monotonic()
             self._stop.wait(WARM_PAUSE_S)
@@ -183,8 +184,8 @@ class Api:
             filters = filters or parse_filters(params)
         except ValueError as e:
             raise BadRequest(str(e)) from None
-        decoded = [d for _f, d in self.cache.many(files)]
-        return from_ms, to_ms, Merged(self.cache.catalog, decoded, filters), filters
+        catalog, decoded = self.cache.many(files)
+        return from_ms, to_ms, Merged(catalog, decoded, filters), filters
 
     def range(self, params: dict) -> dict:
         value = _value(params)
@@ -202,8 +203,13 @@ class Api:
             filters = parse_filters(params)
         except ValueError as e:
             raise BadRequest(str(e)) from None
-        a_from, a_to, before, _ = self._merged(params, "a_", filters)
-        b_from, b_to, after, _ = self._merged(params, "b_", filters)
+        for _attempt in range(3):  # both ranges in one catalog (it may start over between)
+            a_from, a_to, before, _ = self._merged(params, "a_", filters)
+            b_from, b_to, after, _ = self._merged(params, "b_", filters)
+            if before.catalog is after.catalog:
+                break
+        else:
+            raise BadRequest("the UI's profile cache is restarting; try again", HTTPStatus.SERVICE_UNAVAILABLE)
         a, b = before.by_stack(value), after.by_stack(value)
         a_total, b_total = sum(a.values()), sum(b.values())
         # Ranges of different lengths or load: optionally compare shares, as pprof's
@@ -211,7 +217,7 @@ class Api:
         normalize = (params.get("normalize") or ["0"])[-1] in ("1", "true", "on")
         if normalize and a_total:
             a = scaled(a, b_total / a_total)
-        cat = self.cache.catalog
+        cat = after.catalog
         return {"a": {"from": a_from, "to": a_to, "files": before.files, "total": a_total},
                 "b": {"from": b_from, "to": b_to, "files": after.files, "total": b_total},
                 "type": value, "normalized": normalize, "filters": filters.describe(),

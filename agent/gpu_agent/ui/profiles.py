@@ -34,6 +34,9 @@ from .store import Store, StoreFile
 KERNEL, GRAPH, MARKER, PYTHON, NATIVE = "kernel", "graph", "marker", "python", "native"
 GRAPH_MARKERS = (GRAPH_REPLAY, GRAPH_BEFORE_ATTACH)
 DEFAULT_CACHE_ROWS = 4_000_000  # about 100 MiB of decoded rows
+# Stacks and label sets interned before the catalog starts again: every process that
+# ever ran has its own label sets, so a UI beside an agent for months would grow.
+DEFAULT_CATALOG_LIMIT = 500_000
 
 
 def frame_kind(f: FrameSpec) -> str:
@@ -268,10 +271,12 @@ class ProfileCache:
     """Decoded store files, least recently used first out, at most max_rows rows.
     Keyed by (name, size, mtime): a file rewritten under its name is read again."""
 
-    def __init__(self, store: Store, catalog: Optional[Catalog] = None, max_rows: int = DEFAULT_CACHE_ROWS):
+    def __init__(self, store: Store, catalog: Optional[Catalog] = None, max_rows: int = DEFAULT_CACHE_ROWS,
+                 catalog_limit: int = DEFAULT_CATALOG_LIMIT):
         self.store = store
         self.catalog = catalog or Catalog()
         self.max_rows = max_rows
+        self.catalog_limit = catalog_limit
         self._lock = threading.Lock()          # the entries and counts
         self._decoding = threading.Lock()      # one file decoded at a time
         self._entries: OrderedDict[tuple, DecodedProfile] = OrderedDict()
@@ -292,6 +297,8 @@ class ProfileCache:
             hit = self._hit(key)
             if hit is not None:
                 return hit
+            if len(self.catalog.stacks) + len(self.catalog.labelsets) > self.catalog_limit:
+                self._restart()
             data = self.store.read(f.name)
             if data is None:
                 return None  # rotated away since the listing, or not a regular file
@@ -302,6 +309,16 @@ class ProfileCache:
                 return None
             self._insert(key, decoded)
         return decoded
+
+    def _restart(self) -> None:
+        """A new catalog, and no decoded file (their ids are the old catalog's). A merge
+        under way keeps the catalog it started with (many() returns it)."""
+        with self._lock:
+            self.catalog = Catalog()
+            self._entries.clear()
+            self._rows = 0
+            self._totals = {k: v for k, v in self._totals.items()
+                            if k[0] in {f.name for f in self.store.profiles()}}
 
     def _hit(self, key) -> Optional[DecodedProfile]:
         with self._lock:
@@ -320,13 +337,23 @@ class ProfileCache:
                 _, old = self._entries.popitem(last=False)
                 self._rows -= len(old)
 
-    def many(self, files: list[StoreFile]) -> list[tuple[StoreFile, DecodedProfile]]:
-        out = []
-        for f in files:
-            d = self.get(f)
-            if d is not None:
-                out.append((f, d))
-        return out
+    def many(self, files: list[StoreFile]) -> tuple[Catalog, list[DecodedProfile]]:
+        """The files decoded, and the catalog their ids belong to (read again if the
+        catalog started over meanwhile)."""
+        for _attempt in range(3):
+            catalog = self.catalog
+            out = [d for d in map(self.get, files) if d is not None]
+            if self.catalog is catalog:
+                return catalog, out
+        return catalog, []  # the catalog keeps restarting: a store far beyond the limit
+
+    def forget_gone(self, present: list[StoreFile]) -> None:
+        """Drop the totals of files rotated out of the store (an agent's UI runs for months)."""
+        with self._lock:
+            if len(self._totals) <= len(present) + 1000:
+                return
+            names = {f.name for f in present}
+            self._totals = {k: v for k, v in self._totals.items() if k[0] in names}
 
     def cached(self, f: StoreFile) -> bool:
         with self._lock:

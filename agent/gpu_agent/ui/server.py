@@ -139,6 +139,8 @@ class Handler(BaseHTTPRequestHandler):
         if not self.server.loopback_only:
             return True
         host = (self.headers.get("Host") or "").strip()
+        if not host:
+            return True  # an HTTP/1.0 client (curl -0, scripts): browsers always send one
         if host.startswith("["):
             name = host[1:].split("]", 1)[0]
         else:
