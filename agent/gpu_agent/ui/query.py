@@ -235,7 +235,7 @@ def changes(catalog: Catalog, before: dict[int, int], after: dict[int, int],
             continue
         rows.append({"name": catalog.names[n][0], "kind": catalog.names[n][1], "before": old,
                      "after": new, "delta": new - old, "ratio": (new / old) if old else None})
-    rows.sort(key=lambda r: (-abs(r["delta"]), r["name"]))
+    rows.sort(key=lambda r: (-abs(r["delta"]), r["kind"] != KERNEL, r["name"]))  # kernels first on ties
     return rows[:limit]
 
 

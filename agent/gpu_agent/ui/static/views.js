@@ -80,7 +80,7 @@ function renderStatus(s) {
   const st = s.store;
   const parts = [el("h3", {}, "Store"), kv([
     ["directory", st.directory], ["profiles", st.profiles], ["Perfetto traces", st.traces],
-    ["size", `${(st.bytes / 1048576).toFixed(1)} MiB`],
+    ["size", st.bytes >= 1048576 ? `${(st.bytes / 1048576).toFixed(1)} MiB` : `${(st.bytes / 1024).toFixed(1)} KiB`],
     ["first window", st.first_ns ? fmtTime(st.first_ns / 1e6) + " UTC" : "–"],
     ["last window", st.last_ns ? fmtTime(st.last_ns / 1e6) + " UTC" : "–"],
     ["decoded (cached)", `${s.ui.cached_files} profiles, ${s.ui.cached_rows} rows`],
