@@ -45,6 +45,11 @@ def start(store: Path, listen: str, token_file, health=None):
         raise SystemExit(2)
     if warning:
         print(warning, file=sys.stderr, flush=True)
+    profiles = srv.api.store.profiles()
+    if profiles and srv.api.store.read(profiles[-1].name) is None:
+        print(f"gpu-agent: warning: cannot read {profiles[-1].name} in {store} (the agent writes "
+              "its profiles readable by root only): run the UI as root, or beside the agent "
+              "(gpu-agent run --ui)", file=sys.stderr, flush=True)
     print(f"gpu-agent: UI on {srv.url} over {Path(store).resolve()}", file=sys.stderr, flush=True)
     return srv
 

@@ -16,6 +16,7 @@ decoded once and then re-filtered, re-ranged and diffed from memory.
 from __future__ import annotations
 
 import gzip
+import os
 import threading
 from array import array
 from collections import OrderedDict
@@ -301,7 +302,10 @@ class ProfileCache:
                 self._restart()
             data = self.store.read(f.name)
             if data is None:
-                return None  # rotated away since the listing, or not a regular file
+                if os.path.lexists(self.store.dir / f.name):  # not rotated away: say why it is missing
+                    self.unreadable[f.name] = ("cannot open: not readable by this user (the agent "
+                                               "writes mode 0600), or not a regular file")
+                return None
             try:
                 decoded = decode(data, self.catalog)
             except ValueError as e:
