@@ -118,6 +118,25 @@ BPF_HASH(procs, u32, u32, 8192);
 
 BPF_RINGBUF_OUTPUT(events, GA_RINGBUF_PAGES);
 
+/* Timelines (gpu-agent record --trace/--events, gpu-agent trace): trace_mode[0]
+ * is 0 (none), 1 (every process) or 2 (the tgids in `traced`); kernel_batch then
+ * also sends each valid record of a traced process as a GA_EV_KERNEL. */
+BPF_ARRAY(trace_mode, u32, 1);
+BPF_HASH(traced, u32, u32, 1024);
+/* The events go out from a program of their own (ga_kernel_batch_trace), tail
+ * called at the end of kernel_batch with its batch in trace_batch: inside
+ * kernel_batch's loop they would take it past what the verifier walks. The
+ * agent puts the program's fd in trace_prog[0]. */
+struct trace_batch {
+    u64 recs;
+    u32 tgid;
+    u32 count;
+    u32 start;
+    u32 pad;
+};
+BPF_PERCPU_ARRAY(trace_batch_arg, struct trace_batch, 1);
+BPF_PROG_ARRAY(trace_prog, 1);
+
 static __always_inline void count(u32 idx, u64 n)
 {
     u64 *v = counters.lookup(&idx);
@@ -220,7 +239,7 @@ int ga_cuda_correlation(struct pt_regs *ctx)
 
     struct ga_corr_key ck = {.tgid = tgid, .correlation_id = correlation_id, .start = start, .pad = 0};
     struct ga_corr_val cv = {.stack_id = stack_id, .weight = weight, .cbid = cbid,
-                             .launch_ns = launch_ns};
+                             .launch_ns = launch_ns, .tid = (u32)pid_tgid, .pad = 0};
     corr_stacks.update(&ck, &cv);
     return 0;
 }
@@ -295,7 +314,7 @@ struct batch_ctx {
     u32 tgid;
     u32 count;
     u32 start;              /* the process's start tag */
-    u32 pad;
+    u32 trace;              /* 1: send each record as a GA_EV_KERNEL (timelines) */
     void *totals;           /* this generation's maps (agg_maps, lat_maps) */
     void *sampled;
     void *latency;
@@ -490,7 +509,7 @@ int ga_kernel_batch(struct pt_regs *ctx)
     u32 gen = (g && *g) ? 1 : 0;
     u32 it = gen, is = gen + 2, il = gen;
     struct batch_ctx bc = {.recs = records, .tgid = tgid, .count = nrecords, .start = start,
-                           .pad = 0};
+                           .trace = 0};
     bc.totals = agg_maps.lookup(&it);
     bc.sampled = agg_maps.lookup(&is);
     bc.latency = lat_maps.lookup(&il);
@@ -511,6 +530,105 @@ int ga_kernel_batch(struct pt_regs *ctx)
             break;
         batch_one(i, &bc);
     }
+    /* Decided after the loop: a branch before it would double what the verifier
+     * walks through the loop. */
+    u32 *tm = trace_mode.lookup(&zero);
+    if (tm && (*tm == 1 || (*tm == 2 && traced.lookup(&tgid)))) {
+        struct trace_batch *tb = trace_batch_arg.lookup(&zero);
+        if (tb) {
+            tb->recs = records;
+            tb->tgid = tgid;
+            tb->count = nrecords;
+            tb->start = start;
+            trace_prog.call(ctx, 0); /* does not return when the program is there */
+        }
+        count(GA_DROP_TRACE_FULL, nrecords); /* no trace program: the events are lost */
+    }
+    return 0;
+}
+
+/* One record of a traced process, with what batch_one would join to it, to the
+ * agent: as few branches as possible (the verifier walks every iteration). The
+ * agent checks the record, and refuses a stale join (join_max_lag_us), itself. */
+static __always_inline u32 trace_rec(u32 i, struct batch_ctx *bc)
+{
+    struct ga_ev_kernel *ev = events.ringbuf_reserve(sizeof(*ev));
+    if (!ev)
+        return 0;
+    if (bpf_probe_read_user(&ev->rec, sizeof(ev->rec),
+                            (const void *)(bc->recs + (u64)i * sizeof(ev->rec))) != 0) {
+        events.ringbuf_discard(ev, 0);
+        return 0;
+    }
+    ev->hdr.type = GA_EV_KERNEL;
+    ev->hdr.tgid = bc->tgid;
+    ev->start = bc->start;
+    struct ga_node_key nk = {.tgid = bc->tgid, .start = bc->start, .node_id = ev->rec.graph_node_id};
+    u64 cap = 0;
+    bpf_probe_read_kernel(&cap, sizeof(cap), node_stacks.lookup(&nk)); /* a miss reads 0 */
+    ev->capture_stack_id = cap & -(u64)(ev->rec.graph_node_id != 0);
+    struct ga_corr_key ck = {.tgid = bc->tgid, .correlation_id = ev->rec.correlation_id,
+                             .start = bc->start, .pad = 0};
+    struct ga_corr_val cv = {};
+    bpf_probe_read_kernel(&cv, sizeof(cv), corr_stacks.lookup(&ck)); /* a miss reads 0s */
+    ev->launch_tid = cv.tid;
+    ev->stack_id = cv.stack_id;
+    ev->launch_ns = cv.launch_ns;
+    events.ringbuf_submit(ev, 0);
+    return 1;
+}
+
+int ga_kernel_batch_trace(struct pt_regs *ctx)
+{
+    u32 zero = 0;
+    struct trace_batch *tb = trace_batch_arg.lookup(&zero);
+    if (!tb)
+        return 0;
+    struct batch_ctx bc = {.recs = tb->recs, .tgid = tb->tgid, .count = tb->count,
+                           .start = tb->start, .trace = 1};
+    u32 n = tb->count, sent = 0;
+#pragma clang loop unroll(disable)
+    for (u32 i = 0; i < GA_BATCH_MAX; i++) {
+        if (i >= n)
+            break;
+        sent += trace_rec(i, &bc);
+    }
+    count(GA_CNT_TRACE_EVENTS, sent);
+    count(GA_DROP_TRACE_FULL, n - sent); /* the ring buffer was full (or a record unreadable) */
+    return 0;
+}
+
+/* ---- gpu_device(u32 ordinal, const char *uuid, const char *model, u64 cupti_ns,
+ *                 u64 realtime_ns): a device's identity and a clock pair ---- */
+int ga_gpu_device(struct pt_regs *ctx)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    u32 ordinal = 0;
+    u64 uuid = 0, model = 0, cupti_ns = 0, realtime_ns = 0;
+
+    bpf_usdt_readarg(1, ctx, &ordinal);
+    bpf_usdt_readarg(2, ctx, &uuid);
+    bpf_usdt_readarg(3, ctx, &model);
+    bpf_usdt_readarg(4, ctx, &cupti_ns);
+    bpf_usdt_readarg(5, ctx, &realtime_ns);
+    see_proc(tgid);
+    struct ga_ev_device *ev = events.ringbuf_reserve(sizeof(*ev));
+    if (!ev) {
+        count(GA_DROP_RINGBUF_FULL, 1);
+        return 0;
+    }
+    ev->hdr.type = GA_EV_DEVICE;
+    ev->hdr.tgid = tgid;
+    ev->ordinal = ordinal;
+    ev->pad = 0;
+    ev->cupti_ns = cupti_ns;
+    ev->realtime_ns = realtime_ns;
+    /* NUL-terminated strings; a failed read leaves "" (the agent says unknown) */
+    if (bpf_probe_read_user_str(ev->uuid, sizeof(ev->uuid), (const void *)uuid) < 0)
+        ev->uuid[0] = 0;
+    if (bpf_probe_read_user_str(ev->model, sizeof(ev->model), (const void *)model) < 0)
+        ev->model[0] = 0;
+    events.ringbuf_submit(ev, 0);
     return 0;
 }
 

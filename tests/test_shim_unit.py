@@ -30,7 +30,8 @@ SYS_PY = "/usr/bin/python3"  # has bcc (python3-bpfcc)
 
 EXPORTS = {"InitializeInjection", "gpu_agent_attach_semaphore", "gpu_agent_replay_semaphore",
            "gpu_agent_shim_state", "gpu_agent_contract_version",
-           "gpu_agent_shim_counter", "gpu_agent_shim_counter_name", "gpu_agent_shim_poll"}
+           "gpu_agent_shim_counter", "gpu_agent_shim_counter_name", "gpu_agent_shim_poll",
+           "gpu_agent_trace_until_ns"}
 # counter names (shim/include/gpu_agent_shim.h), as the harness prints them
 C_LAUNCHES, C_SAMPLES, C_FORCED, C_BATCHES, C_RECORDS = (
     "launches", "samples", "forced_samples", "batches", "records")

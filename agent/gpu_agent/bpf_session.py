@@ -70,6 +70,9 @@ class BpfSession:
         self.on_new_stack = on_new_stack
         self.on_proc_exit = on_proc_exit
         self.on_proc_attach: Optional[Callable[[int], None]] = None
+        # Timelines: on_kernel(C.EvKernel) while tracing (set_trace), on_device(C.EvDevice)
+        self.on_kernel: Optional[Callable[[C.EvKernel], None]] = None
+        self.on_device: Optional[Callable[[C.EvDevice], None]] = None
         self.extra_cflags = list(cflags or [])
         self._agent_counts = {"ev_corrupt": 0, "ev_unknown": 0, "callback_errors": 0,
                               "barrier_fallbacks": 0}
@@ -102,7 +105,7 @@ class BpfSession:
         usdt_text = usdt.get_text()
 
         bpf_dir, inc_dir = paths.bpf_dir(), paths.include_dir()
-        src = _splice_local_includes((bpf_dir / "gpu_agent.bpf.c").read_text(), bpf_dir)
+        src = paths.bpf_source(bpf_dir)
         cflags = ["-DGA_BPF", f"-I{inc_dir}", f"-I{bpf_dir}", "-Wno-comment"]
         if preflight.tracepoint_has_field("sched", "sched_process_exit", "group_dead"):
             cflags.append("-DGA_HAVE_GROUP_DEAD")
@@ -121,10 +124,14 @@ class BpfSession:
             self.close()
             raise
         self._bpf[b"events"].open_ring_buffer(self._on_event)
+        # Timelines' events go out from a program kernel_batch tail-calls (bpf/).
+        trace_fn = self._bpf.load_func(b"ga_kernel_batch_trace", BPF.KPROBE)
+        self._bpf[b"trace_prog"][ct.c_int(0)] = ct.c_int(trace_fn.fd)
         self._maps = {n: self._bpf[n.encode()] for n in (
             "totals0", "totals1", "sampled0", "sampled1", "latency0", "latency1",
             "generation", "drain_barrier",
-            "stacks", "counters", "py_procs", "py_stacks", "node_stacks", "corr_stacks")}
+            "stacks", "counters", "py_procs", "py_stacks", "node_stacks", "corr_stacks",
+            "trace_mode", "traced")}
         self._gen = 0
         self._set_generation(0)
 
@@ -232,6 +239,14 @@ class BpfSession:
         elif hdr.type == C.EventType.GA_EV_PROC_ATTACH:
             if self.on_proc_attach is not None:
                 self.on_proc_attach(hdr.tgid)
+        elif hdr.type in (C.EventType.GA_EV_KERNEL, C.EventType.GA_EV_DEVICE):
+            kind = C.EvKernel if hdr.type == C.EventType.GA_EV_KERNEL else C.EvDevice
+            if len(buf) < ct.sizeof(kind):
+                self._agent_counts["ev_corrupt"] += 1
+                return
+            fn = self.on_kernel if kind is C.EvKernel else self.on_device
+            if fn is not None:
+                fn(kind.from_buffer_copy(buf))
         else:
             self._agent_counts["ev_unknown"] += 1
 
@@ -438,6 +453,20 @@ class BpfSession:
         return deleted
 
     # -- Python stacks (bpf/python_stack.h) ----------------------------------
+    def set_trace(self, every_process: bool = False, pids: tuple[int, ...] = ()) -> None:
+        """Timelines: send every kernel record of every process, or of these pids,
+        as a GA_EV_KERNEL event (bpf/gpu_agent.bpf.c, trace_mode)."""
+        one = ct.c_uint32(1)
+        for pid in pids:
+            key = ct.c_uint32(pid)
+            if self._lib.bpf_update_elem(self._maps["traced"].map_fd, ct.byref(key), ct.byref(one),
+                                         0) != 0:
+                raise BpfError(f"traced update for {pid} failed: {os.strerror(ct.get_errno())}")
+        key, mode = ct.c_uint32(0), ct.c_uint32(1 if every_process else 2 if pids else 0)
+        if self._lib.bpf_update_elem(self._maps["trace_mode"].map_fd, ct.byref(key), ct.byref(mode),
+                                     0) != 0:
+            raise BpfError(f"cannot set the trace mode: {os.strerror(ct.get_errno())}")
+
     def set_py_config(self, tgid: int, cfg: C.PyConfig) -> None:
         """Turn on Python stacks for tgid (its interpreter's layout, see python/layout.py)."""
         if self._bpf is None:
@@ -467,22 +496,3 @@ class BpfSession:
 
 class _BatchUnsupported(Exception):
     pass
-
-
-def _splice_local_includes(src: str, bpf_dir) -> str:
-    """Inline `#include "x.h"` of headers that live in bpf/ (python_stack.h).
-
-    bcc rewrites map calls (`m.lookup(&k)`) only in the main source text; in an
-    #included file they stay calls through a NULL function pointer, which the
-    verifier refuses ("unknown opcode 8d"). So our own BPF headers are pasted in.
-    """
-    import re
-
-    def paste(m):
-        path = os.path.join(str(bpf_dir), m.group(1))
-        if not os.path.isfile(path):
-            return m.group(0)
-        with open(path) as f:
-            return f.read()
-
-    return re.sub(r'^#include "([\w.]+\.h)"[^\n]*$', paste, src, flags=re.M)

@@ -134,6 +134,11 @@ class Collector:
         self.session = BpfSession(str(shim_path), on_new_stack=self._on_new_stack,
                                   on_proc_exit=self._on_proc_exit)
         self.session.on_proc_attach = self._on_proc_attach
+        self.session.on_device = self.note_device
+        # (pid, CUDA ordinal) -> timeline.GpuDevice, and pid -> CLOCK_REALTIME - CUPTI clock,
+        # from the shim's gpu_device probes
+        self.devices: dict = {}
+        self._clock_offsets: dict[int, int] = {}
         self.symbolizer = Symbolizer()
         # Python frames of launching threads (python/: BPF walks, we name and merge).
         self.python = PythonStacks(self.session, enabled=python_stacks)
@@ -236,6 +241,17 @@ class Collector:
         if self.included(tgid):
             self._attached_in_window.add(tgid)
             self.python.on_attach(tgid)
+
+    def note_device(self, ev) -> None:
+        """A gpu_device probe: the device's identity, and the process's clock pair."""
+        from .trace_collect import device_from_event
+        self.devices[(ev.hdr.tgid, ev.ordinal)] = device_from_event(ev)
+        if ev.cupti_ns and ev.realtime_ns:
+            self._clock_offsets[ev.hdr.tgid] = ev.realtime_ns - ev.cupti_ns
+
+    def clock_offset(self, pid: int) -> int:
+        """CLOCK_REALTIME minus the CUPTI clock of pid's records (0: not known)."""
+        return self._clock_offsets.get(pid, 0)
 
     def _on_proc_exit(self, tgid: int) -> None:
         info = self.procs.get(tgid)
@@ -397,6 +413,9 @@ class Collector:
                 stack = self._stack_specs(tgid, row.stack_id, start)
             labels = {"pid": str(tgid), "comm": info.comm,
                       "cuda_device": str(device_id), "cuda_stream": str(stream_id)}
+            gpu = self.devices.get((tgid, device_id))
+            if gpu is not None:  # DCGM's identity of the device, so dashboards can join
+                labels.update({k: v for k, v in (("gpu_uuid", gpu.uuid), ("gpu_model", gpu.model)) if v})
             if graph_id:
                 labels["cuda_graph"] = str(graph_id)
             if tgid in duty:
@@ -433,6 +452,9 @@ class Collector:
                 self.procs.pop(pid, None)
                 self._included.pop(pid, None)
                 self.symbolizer.forget(pid)
+                self._clock_offsets.pop(pid, None)
+                for key in [k for k in self.devices if k[0] == pid]:
+                    del self.devices[key]
                 self.python.forget(pid)  # its code objects' names: kept until now
             for key in [k for k in self._frames if k[0] in pids]:
                 del self._frames[key]

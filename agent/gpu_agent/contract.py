@@ -18,7 +18,7 @@ SEMAPHORE_SYMBOL = "gpu_agent_attach_semaphore"
 REPLAY_SEMAPHORE_SYMBOL = "gpu_agent_replay_semaphore"
 # The contract version the shim exports (GA_CONTRACT_VERSION): a shim of another
 # version is refused before any probe of it is read (shim_attach.read_shim).
-CONTRACT_VERSION = 3
+CONTRACT_VERSION = 4
 CONTRACT_VERSION_SYMBOL = "gpu_agent_contract_version"
 
 MAX_FRAMES = 64
@@ -52,6 +52,8 @@ PROBES: dict[str, tuple[tuple[str, str], ...]] = {
                          ("nframes", "u32")),
     "graph_node_cloned": (("original_node_id", "u64"), ("node_id", "u64")),
     "graph_node_destroyed": (("node_id", "u64"),),
+    "gpu_device": (("ordinal", "u32"), ("uuid", "ptr"), ("model", "ptr"), ("cupti_ns", "u64"),
+                   ("realtime_ns", "u64")),
 }
 # The agent's presence flag for the shim; and its request for a replay of names.
 SEMAPHORE_PROBE = "attach"
@@ -82,7 +84,8 @@ class CorrKey(ct.Structure):
 
 
 class CorrVal(ct.Structure):
-    _fields_ = [("stack_id", u64), ("weight", u32), ("cbid", u32), ("launch_ns", u64)]
+    _fields_ = [("stack_id", u64), ("weight", u32), ("cbid", u32), ("launch_ns", u64),
+                ("tid", u32), ("pad", u32)]
 
 
 class LatKey(ct.Structure):
@@ -160,7 +163,9 @@ class Counter(IntEnum):
     GA_DROP_NODE_FULL = 24
     GA_CNT_STALE_JOIN = 25
     GA_DROP_IMPOSSIBLE = 26
-    GA_COUNTER_MAX = 27
+    GA_CNT_TRACE_EVENTS = 27
+    GA_DROP_TRACE_FULL = 28
+    GA_COUNTER_MAX = 29
 
 
 COUNTER_MAX = int(Counter.GA_COUNTER_MAX)
@@ -186,6 +191,8 @@ class EventType(IntEnum):
     GA_EV_NEW_STACK = 2
     GA_EV_PROC_EXIT = 3
     GA_EV_PROC_ATTACH = 4
+    GA_EV_KERNEL = 5
+    GA_EV_DEVICE = 6
 
 
 class EventHdr(ct.Structure):
@@ -214,6 +221,19 @@ class EvProcExit(ct.Structure):
 
 class EvProcAttach(ct.Structure):
     _fields_ = [("hdr", EventHdr)]
+
+
+class EvKernel(ct.Structure):
+    _fields_ = [("hdr", EventHdr), ("start", u32), ("launch_tid", u32), ("stack_id", u64),
+                ("capture_stack_id", u64), ("launch_ns", u64), ("rec", KernelRecord)]
+
+
+UUID_LEN, MODEL_LEN = 48, 96
+
+
+class EvDevice(ct.Structure):
+    _fields_ = [("hdr", EventHdr), ("ordinal", u32), ("pad", u32), ("cupti_ns", u64),
+                ("realtime_ns", u64), ("uuid", ct.c_char * UUID_LEN), ("model", ct.c_char * MODEL_LEN)]
 
 
 # ---- Python stacks (see the header's "Python stacks" section) ----
@@ -296,6 +316,8 @@ STRUCTS: dict[str, type[ct.Structure]] = {
     "ga_ev_new_stack": EvNewStack,
     "ga_ev_proc_exit": EvProcExit,
     "ga_ev_proc_attach": EvProcAttach,
+    "ga_ev_kernel": EvKernel,
+    "ga_ev_device": EvDevice,
     "ga_py_config": PyConfig,
     "ga_py_frame": PyFrame,
     "ga_py_stack": PyStack,
@@ -313,6 +335,8 @@ CONSTANTS: dict[str, int] = {
     "GA_MAX_RECORD_WEIGHT": MAX_RECORD_WEIGHT,
     "GA_MAX_BATCH_DROPS": MAX_BATCH_DROPS,
     "GA_KERNEL_DROPPED": KERNEL_DROPPED,
+    "GA_UUID_LEN": UUID_LEN,
+    "GA_MODEL_LEN": MODEL_LEN,
     "GA_AGG_CAPTURED": AGG_CAPTURED,
     "GA_AGG_NODE_UNKNOWN": AGG_NODE_UNKNOWN,
     "GA_LAT_BUCKETS": LAT_BUCKETS,

@@ -87,3 +87,21 @@ def bpf_dir() -> Path:
 def include_dir() -> Path:
     return _first("GPU_AGENT_INCLUDE_DIR", [_REPO / "shim" / "include", _SHIPPED / "include"],
                   "the probe contract header", "set GPU_AGENT_INCLUDE_DIR")
+
+
+def bpf_source(bpf_dir: Path) -> str:
+    """bpf/gpu_agent.bpf.c with `#include "x.h"` of headers that live in bpf/
+    (python_stack.h) pasted in.
+
+    bcc rewrites map calls (`m.lookup(&k)`) only in the main source text; in an
+    #included file they stay calls through a NULL function pointer, which the
+    verifier refuses ("unknown opcode 8d"). So our own BPF headers are pasted in.
+    """
+    import re
+
+    def paste(m):
+        path = bpf_dir / m.group(1)
+        return path.read_text() if path.is_file() else m.group(0)
+
+    return re.sub(r'^#include "([\w.]+\.h)"[^\n]*$', paste,
+                  (bpf_dir / "gpu_agent.bpf.c").read_text(), flags=re.M)

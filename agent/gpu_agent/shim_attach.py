@@ -47,6 +47,7 @@ DATA_PROBES = {  # contract probe -> BPF function
     "graph_node_stack": "ga_graph_node_stack",
     "graph_node_cloned": "ga_graph_node_cloned",
     "graph_node_destroyed": "ga_graph_node_destroyed",
+    "gpu_device": "ga_gpu_device",
 }
 # A uprobe event that bcc created in tracefs for one of our attaches, when the
 # perf uprobe PMU refused it (bcc appends _bcc_<pid> to our ga_<pid>_... name).

@@ -79,6 +79,16 @@
  *                     captured node; cuGraphClone; child graphs). BPF copies
  *                     original_node_id's node_stacks entry to node_id.
  *
+ *   gpu_device        (u32 ordinal, const char *uuid, const char *model,
+ *                      u64 cupti_ns, u64 realtime_ns)
+ *                     A CUDA device of the process: its ordinal, its UUID
+ *                     ("GPU-" and 32 hex digits with dashes, as nvidia-smi and
+ *                     DCGM write it; "" if unknown) and model name, NUL
+ *                     terminated; plus one reading of CUPTI's clock and of
+ *                     CLOCK_REALTIME taken together, which maps the records'
+ *                     times to wall-clock time. Fired from the poller after
+ *                     an attach and after every replay request.
+ *
  *   graph_node_destroyed  (u64 node_id)
  *                     A node was destroyed (GRAPHNODE_DESTROY_STARTING, or one
  *                     per exec node the shim recorded for an exec graph at
@@ -109,7 +119,7 @@ typedef uint64_t ga_u64;
  * attaches, and refuses a shim of another version with one clear line instead
  * of misreading its probes. Bump it whenever a probe's arguments, a shared
  * struct, an enum or a constant below changes meaning. */
-#define GA_CONTRACT_VERSION 3u
+#define GA_CONTRACT_VERSION 4u
 #define GA_CONTRACT_VERSION_SYMBOL "gpu_agent_contract_version"
 
 /* Limits shared by both sides. */
@@ -142,7 +152,9 @@ typedef uint64_t ga_u64;
     P(graph_node_stack, 4, (ga_u64, node_id), (ga_u64, stack_id), (const ga_u64 *, frames), \
       (ga_u32, nframes)) \
     P(graph_node_cloned, 2, (ga_u64, original_node_id), (ga_u64, node_id)) \
-    P(graph_node_destroyed, 1, (ga_u64, node_id))
+    P(graph_node_destroyed, 1, (ga_u64, node_id)) \
+    P(gpu_device, 5, (ga_u32, ordinal), (const char *, uuid), (const char *, model), \
+      (ga_u64, cupti_ns), (ga_u64, realtime_ns))
 #define GA_PROBE_TABLE(P) GA_SEMAPHORE_PROBE_TABLE(P) GA_DATA_PROBE_TABLE(P)
 
 /* GA_MAP(n, f, a1, ..., an) is "f a1, ..., f an": with f(type, arg), it turns a
@@ -222,6 +234,8 @@ struct ga_corr_val {
     ga_u32 weight;
     ga_u32 cbid;
     ga_u64 launch_ns;       /* cuda_correlation's launch_ns (0: unknown) */
+    ga_u32 tid;             /* the launching thread (a timeline's flow arrow) */
+    ga_u32 pad;
 };
 
 /* stacks: LRU hash, (tgid, stack id) -> frames. */
@@ -339,6 +353,8 @@ enum ga_counter {
                                 * GA_REC_IMPOSSIBLE by the shim): kept out of the
                                 * totals. The agent adds streams whose records sum
                                 * to more GPU time than the interval had. */
+    GA_CNT_TRACE_EVENTS,       /* kernel events sent for timelines */
+    GA_DROP_TRACE_FULL,        /* kernel events lost: the ring buffer was full */
     GA_COUNTER_MAX
 };
 
@@ -349,6 +365,8 @@ enum ga_event_type {
     GA_EV_PROC_EXIT = 3,
     GA_EV_PROC_ATTACH = 4,     /* the shim in tgid attached (CUPTI on): the agent
                                 * looks for a Python interpreter in it now */
+    GA_EV_KERNEL = 5,          /* one kernel of a traced process (timelines) */
+    GA_EV_DEVICE = 6,          /* a gpu_device probe */
 };
 struct ga_event_hdr {
     ga_u32 type;
@@ -374,6 +392,30 @@ struct ga_ev_proc_exit {
 };
 struct ga_ev_proc_attach {
     struct ga_event_hdr hdr;
+};
+/* Timelines: while the `trace` config map says so (every process, or the tgids
+ * in `traced`), kernel_batch also sends each valid record of a traced process,
+ * with what BPF joined to it. */
+struct ga_ev_kernel {
+    struct ga_event_hdr hdr;
+    ga_u32 start;            /* the process's start tag */
+    ga_u32 launch_tid;       /* the sampled launch's thread (0: not sampled) */
+    ga_u64 stack_id;         /* the sampled launch's stack (0: none); for a graph
+                              * kernel, the graph launch's: its replay site */
+    ga_u64 capture_stack_id; /* a graph kernel's node's capture stack (0: none) */
+    ga_u64 launch_ns;        /* the sampled launch's CUPTI time (0: none) */
+    struct ga_kernel_record rec;
+};
+#define GA_UUID_LEN 48
+#define GA_MODEL_LEN 96
+struct ga_ev_device {
+    struct ga_event_hdr hdr;
+    ga_u32 ordinal;
+    ga_u32 pad;
+    ga_u64 cupti_ns;
+    ga_u64 realtime_ns;
+    char uuid[GA_UUID_LEN];
+    char model[GA_MODEL_LEN];
 };
 
 /* ---- Python stacks (CPython 3.10 and later, default GIL build) ----

@@ -230,6 +230,26 @@ CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev)
     API_RETURN(CUDA_SUCCESS);
 }
 
+/* A fixed UUID per ordinal: GPU-6d6f636b-... ("mock"), the ordinal in the last byte. */
+CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
+{
+    API_BEGIN(cuDeviceGetUuid_v2, NULL, uuid, dev);
+    if (!g_initialized) API_RETURN(CUDA_ERROR_NOT_INITIALIZED);
+    if (!uuid) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (dev < 0 || dev >= MOCK_DEVICE_COUNT) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
+    static const unsigned char base[16] = {0x6d, 0x6f, 0x63, 0x6b, 0x00, 0x01, 0x02, 0x03,
+                                           0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x00};
+    memcpy(uuid->bytes, base, 16);
+    uuid->bytes[15] = (char)dev;
+    API_RETURN(CUDA_SUCCESS);
+}
+
+#undef cuDeviceGetUuid
+CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+{
+    return cuDeviceGetUuid_v2(uuid, dev);
+}
+
 /* ------------------------------------------------------------ contexts */
 
 static void stream_init(struct mock_stream *s, struct mock_ctx *ctx)

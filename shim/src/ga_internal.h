@@ -240,6 +240,11 @@ GA_HIDDEN const char *ga_name_of(uint64_t kernel_id) noexcept; /* names.cpp; NUL
 GA_HIDDEN void ga_unseen_kernels(char *buf, size_t size) noexcept;
 GA_HIDDEN void ga_sampler_new_window(void) noexcept;        /* callbacks.cpp */
 
+/* ---- devices and on-demand captures (devices.cpp, shim.cpp) ---- */
+GA_HIDDEN void ga_announce_devices(void) noexcept;  /* a gpu_device probe per device */
+GA_HIDDEN uint64_t ga_trace_until_ns(void) noexcept; /* CLOCK_MONOTONIC; 0: no capture */
+GA_HIDDEN extern bool ga_in_injection_init;         /* inside cuInit: no driver calls */
+
 /* ---- the state machine (session.cpp) ---- */
 enum { GA_ST_DISABLED = -1, GA_ST_IDLE = 0, GA_ST_ATTACHED = 1 };
 GA_HIDDEN int ga_session_state(void) noexcept;           /* GA_ST_* */

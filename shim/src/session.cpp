@@ -34,6 +34,7 @@ static bool g_cbids_on;                         /* launch callbacks enabled now 
 static bool g_activity_on;                      /* CONCURRENT_KERNEL enabled now */
 static bool g_activity_used;                    /* enabled at least once this attach */
 static bool g_replay_asked;                     /* the replay semaphore was up at the last poll */
+static bool g_devices_told;                     /* gpu_device fired since the attach or replay */
 static std::atomic<uint64_t> g_stat_windows;
 /* Debug statistics of the window edges (poller thread only): how long windows
  * really stayed open, and what switching CUPTI activity costs. */
@@ -238,6 +239,7 @@ static void do_attach(void) {
     g_state.store(ST_ATTACHED, std::memory_order_release);
     g_next_flush_ns = now + (uint64_t)ga_cfg.flush_ms * 1000000ull;
     g_stat_attaches.fetch_add(1, std::memory_order_relaxed);
+    g_devices_told = false;
     g_replay_asked = ga_replay_semaphore_value() != 0; /* the attach replayed the names */
     ga_fire_attach_probe();
     ga_debug("attached (pid %d, sample period %u, graph period %u, one %u ms window in %u%s)",
@@ -282,12 +284,17 @@ void ga_session_poll(void) noexcept {
              * semaphore does not rise for a second agent (gpu_agent_probes.h). */
             bool asked = ga_replay_semaphore_value() != 0;
             if (asked && !g_replay_asked) {
+                g_devices_told = false;
                 ga_replay_names();
                 ga_fire_attach_probe();
                 ga_fire_replay_probe();
                 ga_debug("names replayed for an agent that asked (pid %d)", (int)getpid());
             }
             g_replay_asked = asked;
+            if (!g_devices_told && !ga_in_injection_init) { /* not inside cuInit */
+                g_devices_told = true;
+                ga_announce_devices();
+            }
             uint64_t now = ga_now_ns();
             if (now >= g_next_edge_ns.load(std::memory_order_relaxed)) {
                 const char *what = nullptr;
@@ -369,6 +376,10 @@ void ga_session_at_exit(void) noexcept {
         if (ga_cfg.duty_cycle > 1 && ga_window_on.load(std::memory_order_relaxed)) {
             ga_window_closed();
             ga_window_on.store(0, std::memory_order_release);
+        }
+        if (!g_devices_told) { /* a job shorter than one poll */
+            g_devices_told = true;
+            ga_announce_devices();
         }
         CUptiResult r = ga_cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
         ga_window_release_records(false);

@@ -38,6 +38,15 @@
  * file before it attaches, and refuses another version with one clear line. */
 extern "C" GA_EXPORT const uint32_t gpu_agent_contract_version = GA_CONTRACT_VERSION;
 
+/* gpu-agent trace --pid: the agent writes a CLOCK_MONOTONIC deadline here, into
+ * this one process (process_vm_writev); until then collection is continuous
+ * (window.cpp), then the defaults return. 0: no capture. */
+extern "C" {
+GA_EXPORT volatile uint64_t gpu_agent_trace_until_ns = 0;
+}
+uint64_t ga_trace_until_ns(void) noexcept { return gpu_agent_trace_until_ns; }
+bool ga_in_injection_init; /* InitializeInjection's own poll: inside cuInit */
+
 static std::atomic<int> g_common_once{0};
 static std::atomic<int> g_inject_once{0};
 static pid_t g_init_pid;
@@ -59,12 +68,14 @@ static void common_init(void) {
 
 static void *poller_main(void *) {
     pthread_setname_np(pthread_self(), "ga-shim-poll");
+    bool first = true; /* soon after cuInit: a short job's devices are announced in time */
     for (;;) {
         pthread_mutex_lock(&g_poll_mu);
         if (!g_poll_stop) {
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
-            uint64_t wait = (uint64_t)ga_cfg.poll_ms * 1000000ull;
+            uint64_t wait = (uint64_t)(first && ga_cfg.poll_ms > 10 ? 10 : ga_cfg.poll_ms) * 1000000ull;
+            first = false;
             /* wake at the next window edge if that comes first */
             uint64_t t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
             uint64_t edge = ga_session_next_edge_ns();
@@ -184,7 +195,9 @@ extern "C" GA_EXPORT int InitializeInjection(void) {
     ga_debug("initialized in pid %d (poll %u ms, flush %u ms)", (int)g_init_pid, ga_cfg.poll_ms,
              ga_cfg.flush_ms);
     if (ga_session_state() == GA_ST_DISABLED) return 1;
+    ga_in_injection_init = true;
     ga_session_poll(); /* an agent already attached sees the very first launch */
+    ga_in_injection_init = false;
     if (ga_session_state() != GA_ST_DISABLED) start_poller();
     return 1;
 }

@@ -75,6 +75,13 @@ bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
         *next_edge_ns = UINT64_MAX;
         return true;
     }
+    /* An on-demand capture (gpu-agent trace): one window until its deadline. Its
+     * launches all fall in the window, so its period weighs about 1. */
+    uint64_t until = ga_trace_until_ns();
+    if (now_ns < until) {
+        *next_edge_ns = until;
+        return true;
+    }
     uint64_t s = slot_ns(), period = s * ga_cfg.duty_cycle;
     /* A poller that slept past whole periods starts a fresh one now: the
      * periods it missed were off, and were never going to be collected. */

@@ -17,6 +17,7 @@ from pathlib import Path
 from .. import preflight
 from ..collector import Collector
 from ..paths import shim_path
+from . import timeline_out
 from .common import output_error, status_line
 
 DRAIN_EVERY_S = 1.0
@@ -32,6 +33,7 @@ def add_parser(sub) -> None:
                         "always-on default (10) does; default here: 1, every kernel, exact "
                         "(or GPU_AGENT_DUTY_CYCLE from the environment)")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary line on stderr")
+    timeline_out.add_arguments(p)
     p.add_argument("cmd", nargs="+", metavar="-- CMD ARGS", help="the command to profile")
     p.set_defaults(func=main)
 
@@ -69,7 +71,7 @@ def main(args) -> int:
         print("gpu-agent: error: --duty-cycle must be between 1 and 100000", file=sys.stderr)
         return 2
     # Before the command runs: a profile that cannot be written loses the whole run.
-    why = output_error(Path(args.output))
+    why = output_error(Path(args.output)) or timeline_out.unwritable(args)
     if why:
         print(f"gpu-agent: error: {why}; nothing was run", file=sys.stderr)
         return 2
@@ -77,6 +79,12 @@ def main(args) -> int:
     root = {"pid": -1}
     collector = Collector(str(shim), pid_filter=lambda pid: descends_from(root["pid"])(pid))
     collector.open()  # probes are live before the command maps the shim
+    timeline = None
+    if timeline_out.wanted(args):
+        from ..trace_collect import TimelineCollector
+        timeline = TimelineCollector(collector)
+        collector.session.set_trace(every_process=True)  # the pid filter keeps the command's
+    started_ns = time.time_ns()
     env = dict(os.environ)
     env.setdefault("CUDA_INJECTION64_PATH", str(shim))
     # A one-off recording wants every kernel: continuous collection unless asked.
@@ -106,9 +114,14 @@ def main(args) -> int:
         # The shim flushes its last activity buffer from an exit handler, before the
         # process is gone; collect what is left in the ring buffer and the maps.
         collector.poll(50)
+        # The timeline first: the profile forgets processes that exited.
+        tl = timeline.build(started_ns, time.time_ns()) if timeline is not None else None
         builder, stats = collector.build_profile()
         args.output.parent.mkdir(parents=True, exist_ok=True)
         builder.write(args.output)
+        for path in timeline_out.write(args, tl) if tl is not None else ():
+            if not args.quiet:
+                print(f"gpu-agent: {len(tl.kernels)} kernels -> {path}", file=sys.stderr)
         if not args.quiet:
             print(f"gpu-agent: {status_line(stats, collector.counters())} -> {args.output}",
                   file=sys.stderr)

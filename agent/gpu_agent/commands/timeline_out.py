@@ -1,0 +1,53 @@
+"""The timeline outputs that `record` and `trace` share: their flags, the check
+that they can be written (before anything runs), and the writing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .common import output_error
+
+TRACE_FORMATS = ("perfetto", "chrome")
+EVENTS_MODES = ("dedup", "full", "nostack")
+
+
+def add_arguments(p, trace_flag: str = "--trace") -> None:
+    p.add_argument(trace_flag, dest="trace", type=Path, default=None, metavar="FILE",
+                   help="write a timeline of every kernel (Perfetto's protobuf trace; "
+                        "--trace-format chrome for chrome://tracing)")
+    p.add_argument("--trace-format", choices=TRACE_FORMATS, default="perfetto")
+    p.add_argument("--events", type=Path, default=None, metavar="FILE.ndjson",
+                   help="write one JSON line per kernel, stacks once each (docs/events.schema.json)")
+    p.add_argument("--events-mode", choices=EVENTS_MODES, default="dedup",
+                   help="dedup: each stack once, kernels refer to it; full: stacks inline; "
+                        "nostack: no stacks")
+
+
+def wanted(args) -> bool:
+    return bool(args.trace or args.events)
+
+
+def unwritable(args) -> str:
+    """Why an output cannot be written ("" if all can): said before the workload runs."""
+    for path in filter(None, (args.trace, args.events)):
+        why = output_error(path)
+        if why:
+            return why
+    return ""
+
+
+def write(args, timeline) -> list[Path]:
+    written = []
+    if args.trace:
+        if args.trace_format == "chrome":
+            from ..reporters.chrome_trace import write_chrome
+            write_chrome(timeline, args.trace)
+        else:
+            from ..reporters.perfetto_trace import write_perfetto
+            write_perfetto(timeline, args.trace)
+        written.append(args.trace)
+    if args.events:
+        from ..reporters.events_ndjson import write_events
+        write_events(timeline, args.events, args.events_mode)
+        written.append(args.events)
+    return written
