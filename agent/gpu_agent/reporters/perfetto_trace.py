@@ -134,6 +134,8 @@ class _PerfettoWriter:
         self.builder = StreamingTraceProtoBuilder(out)
         self.interner = _Interner()
         self.tracks: set[int] = set()
+        self.fragments: dict[tuple[str, int], bytes] = {}
+        self.stream_tracks: dict[tuple, int] = {}
 
     # -- packets -------------------------------------------------------------
 
@@ -222,6 +224,13 @@ class _PerfettoWriter:
         return self._descriptor(_uid(self.tl.host, "gpu", pid, ordinal), fill)
 
     def stream_track(self, k: KernelEvent, lane: int) -> int:
+        key = (k.pid, k.device, k.stream, lane)
+        uuid = self.stream_tracks.get(key)       # every kernel asks: no hashing each time
+        if uuid is None:
+            uuid = self.stream_tracks[key] = self._new_stream_track(k, lane)
+        return uuid
+
+    def _new_stream_track(self, k: KernelEvent, lane: int) -> int:
         parent = self.device_track(k.pid, k.device)
 
         def fill(d):
@@ -239,18 +248,37 @@ class _PerfettoWriter:
         self._set_value(a, value)
 
     def _set_value(self, a: pb.DebugAnnotation, value) -> None:
-        if isinstance(value, bool):
-            a.bool_value = value
-        elif isinstance(value, int):
+        if type(value) is int:                  # most values: ids and numbers
             if value >= 0:
                 a.uint_value = value
             else:
                 a.int_value = value
+        elif isinstance(value, bool):
+            a.bool_value = value
         elif isinstance(value, str):
             a.string_value_iid = self.interner.string("debug_annotation_string_values", value)
         else:                                   # a list: grid, block, stack text
             for item in value:
                 self._set_value(a.array_values.add(), item)
+
+    def _stack(self, e: pb.TrackEvent, key: str, stack_id: int | None) -> None:
+        """A stack on an event: as text in its arguments (every Perfetto UI shows
+        them), and the launch stack also as an interned callstack (what
+        trace_processor's callstack tables and newer UIs read).
+
+        Most of a kernel's encoding is its stacks, and they repeat: each (key,
+        stack) is built once, kept serialized, and merged into later events
+        (merging a serialized message appends to its repeated fields)."""
+        if stack_id is None or stack_id not in self.tl.stacks:
+            return
+        fragment = self.fragments.get((key, stack_id))
+        if fragment is None:
+            part = pb.TrackEvent()
+            if key == "launch_stack":
+                part.callstack_iid = self.interner.callstack(stack_id, self.tl.stacks[stack_id])
+            self._annotate(part, key, stack_text(self.tl, stack_id))
+            fragment = self.fragments[(key, stack_id)] = part.SerializeToString()
+        e.MergeFromString(fragment)
 
     def kernel(self, k: KernelEvent, lane: int, flow: int | None) -> None:
         track = self.stream_track(k, lane)
@@ -260,11 +288,8 @@ class _PerfettoWriter:
             e.category_iids.append(self.interner.string("event_categories", "cuda_graph"))
         for key, value in kernel_args(self.tl, k).items():
             self._annotate(e, key, value)
-        if k.stack_id is not None and k.stack_id in self.tl.stacks:
-            e.callstack_iid = self.interner.callstack(k.stack_id, self.tl.stacks[k.stack_id])
-            self._annotate(e, "launch_stack", stack_text(self.tl, k.stack_id))
-        if k.replay_stack_id is not None and k.replay_stack_id in self.tl.stacks:
-            self._annotate(e, "replay_stack", stack_text(self.tl, k.replay_stack_id))
+        self._stack(e, "launch_stack", k.stack_id)
+        self._stack(e, "replay_stack", k.replay_stack_id)
         if flow is not None:
             e.terminating_flow_ids.append(flow)
         self._send_event(begin)
@@ -281,10 +306,7 @@ class _PerfettoWriter:
         if is_graph_kernel(first):
             self._annotate(e, "graph_id", first.graph_id)
             self._annotate(e, "kernels", len(flows))
-        sid = launch_stack_id(first)
-        if sid is not None and sid in self.tl.stacks:
-            e.callstack_iid = self.interner.callstack(sid, self.tl.stacks[sid])
-            self._annotate(e, "launch_stack", stack_text(self.tl, sid))
+        self._stack(e, "launch_stack", launch_stack_id(first))
         self._send_event(p)
 
     def drops(self) -> None:
