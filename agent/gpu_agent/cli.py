@@ -7,7 +7,7 @@ import logging
 import sys
 
 from . import __version__, config
-from .commands import health, install_shim, record, run, shim_path, ui
+from .commands import health, install_shim, record, run, shim_path, trace, ui
 from .paths import MissingPartError
 from .preflight import PreflightError
 from .shim_attach import BpfError
@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="agent log verbosity on stderr (default warning)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for mod in (run, record, shim_path, install_shim, health, ui):
+    for mod in (run, record, trace, shim_path, install_shim, health, ui):
         mod.add_parser(sub)
     return parser
 

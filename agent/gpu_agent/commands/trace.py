@@ -1,0 +1,168 @@
+"""`gpu-agent trace --pid PID|--pod NAME --duration 5s -o FILE`: a full-fidelity
+kernel timeline of running processes, on demand, beside an always-on agent.
+
+For the capture, each target's shim collects continuously: the agent writes a
+CLOCK_MONOTONIC deadline into the shim's exported `gpu_agent_trace_until_ns`
+(through /proc/PID/mem; the shim polls it, shim/src/window.cpp), and the shim
+returns to its defaults at the deadline by itself, even if this command dies.
+Other processes are untouched. One capture at a time on a node (a lock file)."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import mmap
+import os
+import struct
+import sys
+import time
+
+from elftools.elf.elffile import ELFFile
+
+from .. import elf, k8s, preflight, procfs
+from ..collector import Collector
+from . import timeline_out
+from .common import duration
+
+TRACE_SYMBOL = "gpu_agent_trace_until_ns"
+LOCK_PATHS = ("/run/gpu-agent/trace.lock", "/tmp/gpu-agent-trace.lock")
+SETTLE_S = 1.5  # after the deadline: the shim closes its window and flushes (flush_ms 1000)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("trace", help="a timeline of every kernel of running processes, for a while")
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--pid", type=int, action="append", help="a process to trace (repeatable)")
+    who.add_argument("--pod", help="every process of this pod that runs the shim")
+    p.add_argument("--duration", type=duration, default=5.0, help="how long (default 5s)")
+    timeline_out.add_arguments(p, trace_flag="-o")
+    k8s.add_arguments(p)  # --pod: which processes are the pod's
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    preflight.check()
+    if not timeline_out.wanted(args):
+        return _error("trace needs -o FILE and/or --events FILE")
+    why = timeline_out.unwritable(args)
+    if why:
+        return _error(f"{why}; nothing was traced")
+    pods = k8s.from_args(args) if args.pod else None
+    if pods is not None:
+        pods.start()
+        pods.wait_ready(5.0)
+        k8s.configure(pods)
+    targets = _targets(args)
+    if isinstance(targets, str):
+        return _error(targets)
+    lock = _lock()
+    if isinstance(lock, str):
+        return _error(lock)
+    shims = {pid: _shim_of(pid) for pid in targets}
+    bad = [f"{pid} ({w})" for pid, w in shims.items() if isinstance(w, str)]
+    if bad:
+        return _error(f"cannot trace {', '.join(bad)}")
+    pids = set(targets)
+    collector = Collector(next(iter(shims.values()))[0], pid_filter=lambda p: p in pids)
+    collector.open()
+    try:
+        from ..trace_collect import TimelineCollector
+        timeline = TimelineCollector(collector)
+        collector.session.set_trace(pids=tuple(pids))
+        started = time.time_ns()
+        deadline = time.monotonic_ns() + int(args.duration * 1e9)
+        for pid, (_, addr) in shims.items():
+            _write_deadline(pid, addr, deadline)
+        try:
+            end = time.monotonic() + args.duration + SETTLE_S
+            while time.monotonic() < end:
+                collector.poll(100)
+        finally:
+            for pid, (_, addr) in shims.items():  # back to the defaults now, if we stop early
+                _write_deadline(pid, addr, 0)
+        collector.poll(50)
+        tl = timeline.build(started, time.time_ns())
+        for path in timeline_out.write(args, tl):
+            print(f"gpu-agent: {len(tl.kernels)} kernels of {len(tl.processes)} process(es) "
+                  f"-> {path}", file=sys.stderr)
+    finally:
+        collector.close()
+    return 0
+
+
+def _error(msg: str) -> int:
+    print(f"gpu-agent: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def _targets(args):
+    if args.pid:
+        gone = [p for p in args.pid if not os.path.exists(f"/proc/{p}")]
+        return f"no process {', '.join(map(str, gone))}" if gone else list(dict.fromkeys(args.pid))
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit() and k8s.proc_labels(int(d)).get("pod") == args.pod \
+                and not isinstance(_shim_of(int(d)), str):
+            pids.append(int(d))
+    return pids or f"no process of pod {args.pod!r} runs the gpu-agent shim"
+
+
+def _lock():
+    """The node's one capture: an flock held for this process's life."""
+    for path in LOCK_PATHS:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            f = open(path, "a+")
+        except OSError:
+            continue
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            f.seek(0)
+            holder = f.read().strip() or "?"
+            return f"another capture is running (pid {holder}); one at a time"
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        return f
+    return f"cannot create a lock file in {' or '.join(os.path.dirname(p) for p in LOCK_PATHS)}"
+
+
+def _shim_of(pid: int):
+    """(path of the shim pid maps, as this agent reaches it; runtime address of
+    its TRACE_SYMBOL), or why not."""
+    maps = procfs.read_maps(pid)
+    if maps is None:
+        return "gone"
+    by_file: dict[tuple, list] = {}
+    for m in maps:
+        if m.file_backed and "libgpu_agent_shim" in os.path.basename(m.path):
+            by_file.setdefault((m.path, m.inode), []).append(m)
+    for (path, _inode), ms in by_file.items():
+        reach = f"/proc/{pid}/root{path}"
+        try:
+            with open(reach, "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as mm:
+                e = ELFFile(f)
+                vaddr = elf.find_symbols(e, mm, (TRACE_SYMBOL,), (".dynsym",)).get(TRACE_SYMBOL)
+                bias = elf.load_bias(elf.load_segments(e), [(m.start, m.offset) for m in ms])
+        except (OSError, ValueError):
+            continue
+        if vaddr is not None and bias is not None:
+            return reach, bias + vaddr
+    return "it runs no gpu-agent shim that takes captures"
+
+
+def _write_deadline(pid: int, addr: int, deadline_ns: int) -> None:
+    try:
+        fd = os.open(f"/proc/{pid}/mem", os.O_WRONLY)
+        try:
+            os.pwrite(fd, struct.pack("<Q", deadline_ns), addr)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass  # the process is gone: nothing to capture or restore
+
+

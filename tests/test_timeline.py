@@ -1,0 +1,129 @@
+"""Kernel timelines through the real shim, real eBPF and the real writers:
+`record --trace/--events` and the on-demand `trace --pid` beside `gpu-agent run`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections import defaultdict
+
+from conftest import MOCK_APP, MOCK_DIR, SHIM, agent_cmd, ground_truth, mock_env, need_ebpf
+from support.agent import Agent
+from support.pprof_tool import raw
+
+MOCK_UUID = "GPU-6d6f636b-0001-0203-0405-060708090a00"  # shim/mock/mock_cuda.c, ordinal 0
+MOCK_MODEL = "NVIDIA H100 80GB HBM3 (mock)"
+
+
+def events(path):
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    by = defaultdict(list)
+    for line in lines:
+        by[line["type"]].append(line)
+    return lines, by
+
+
+def frames_of(stacks: dict, sid) -> list[str]:
+    return [f["name"] for f in stacks.get(sid, [])]
+
+
+def test_record_timeline_has_every_kernel_with_its_stacks_on_the_wall_clock(tmp_path):
+    need_ebpf()
+    gt = tmp_path / "truth.tsv"
+    ev, trace, prof = tmp_path / "e.ndjson", tmp_path / "t.perfetto-trace", tmp_path / "p.pb.gz"
+    t0 = time.time_ns()
+    p = subprocess.run(agent_cmd("record", "-o", prof, "--trace", trace, "--events", ev, "--",
+                                 MOCK_DIR / "graph_workload", "--replays", "30"),
+                       env=mock_env(gt), capture_output=True, text=True, timeout=120)
+    t1 = time.time_ns()
+    assert p.returncode == 0, p.stderr
+    lines, by = events(ev)
+    head = by["header"][0]
+    assert lines[0] is head and head["clock"] == "CLOCK_REALTIME"
+    assert [(d["uuid"], d["model"]) for d in head["devices"]] == [(MOCK_UUID, MOCK_MODEL)]
+    # Every kernel once, with its exact time: the mock driver's own totals.
+    got = defaultdict(lambda: [0, 0])
+    for k in by["kernel"]:
+        got[k["mangled"]][0] += 1
+        got[k["mangled"]][1] += k["end_ns"] - k["start_ns"]
+        assert t0 <= k["start_ns"] <= k["end_ns"] <= t1  # CLOCK_REALTIME, not CUPTI's clock
+    assert {m: tuple(v) for m, v in got.items()} == ground_truth(gt)
+    # Graph kernels: the stack that captured their node, and where the graph was replayed.
+    stacks = {s["id"]: s["frames"] for s in by["callstack_def"]}
+    graph = [k for k in by["kernel"] if k.get("graph_id")]
+    assert graph and all(k.get("stack_id") for k in graph)
+    assert all(any(n.startswith("capture_") for n in frames_of(stacks, k["stack_id"])) for k in graph)
+    replayed = [k for k in graph if k.get("replay_stack_id")]
+    assert replayed and all("replay_graph" in frames_of(stacks, k["replay_stack_id"]) for k in replayed)
+    # dedup: each stack defined once, before the first kernel that uses it
+    seen = set()
+    for line in lines:
+        if line["type"] == "callstack_def":
+            assert line["id"] not in seen
+            seen.add(line["id"])
+        elif line["type"] == "kernel":
+            assert {line.get("stack_id"), line.get("replay_stack_id")} - {None} <= seen
+    # The Perfetto trace parses with Perfetto's own protos and holds every kernel.
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+    tr = Trace()
+    tr.ParseFromString(trace.read_bytes())
+    slices = [pk for pk in tr.packet if pk.HasField("track_event") and pk.track_event.type == 1]
+    assert len(slices) >= len(by["kernel"])
+    # The profile carries DCGM's identity of the device.
+    assert {(s.labels.get("gpu_uuid"), s.labels.get("gpu_model")) for s in raw(prof)
+            if s.files and s.files[0] == "CUDA_KERNEL"} == {(MOCK_UUID, MOCK_MODEL)}
+
+
+def test_an_unwritable_trace_is_refused_before_the_command_runs(tmp_path):
+    need_ebpf()
+    marker = tmp_path / "ran"
+    p = subprocess.run(agent_cmd("record", "-o", tmp_path / "p.pb.gz", "--events",
+                                 "/proc/no/such/dir/e.ndjson", "--", "touch", marker),
+                       env=mock_env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and not marker.exists()
+    assert len(p.stderr.strip().splitlines()) == 1 and "nothing was run" in p.stderr
+
+
+def test_trace_pid_beside_run_is_continuous_for_that_process_only(tmp_path):
+    need_ebpf()
+    rate, seconds = 2000, 2.0
+    env = mock_env(CUDA_INJECTION64_PATH=str(SHIM))
+    agent = Agent(tmp_path / "run")  # always-on defaults: one window in 10
+    work = [subprocess.Popen([MOCK_APP, "--bench", str(int(rate * 12)), "--rate", str(rate)], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)]
+    try:
+        time.sleep(2.0)  # both attached, at the defaults
+        target, other = work[0].pid, work[1].pid
+        ev = tmp_path / "cap.ndjson"
+        cap = subprocess.Popen(agent_cmd("trace", "--pid", target, "--duration", f"{seconds}s",
+                                         "--events", ev), stderr=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        second = subprocess.run(agent_cmd("trace", "--pid", other, "--duration", "1s", "--events",
+                                          tmp_path / "no.ndjson"), capture_output=True, text=True,
+                                timeout=60)
+        assert second.returncode == 2 and "another capture is running" in second.stderr
+        assert len(second.stderr.strip().splitlines()) == 1, second.stderr
+        _, err = cap.communicate(timeout=120)
+        assert cap.returncode == 0, err
+        _, by = events(ev)
+        kernels = by["kernel"]
+        assert {k["pid"] for k in kernels} == {target}
+        # Continuous during the capture: about rate x duration launches, not one tenth.
+        assert len(kernels) > 0.6 * rate * seconds, len(kernels)
+        # Afterwards the shim is back at its defaults: the deadline reads 0 again.
+        from gpu_agent.commands.trace import _shim_of
+        import os
+        import struct
+        path, addr = _shim_of(target)
+        fd = os.open(f"/proc/{target}/mem", os.O_RDONLY)
+        try:
+            assert struct.unpack("<Q", os.pread(fd, 8, addr))[0] == 0
+        finally:
+            os.close(fd)
+    finally:
+        for w in work:
+            w.kill()
+            w.wait()
+        agent.kill()
