@@ -57,13 +57,14 @@ def _timeline() -> Timeline:
     launch_graph = t + 40_000
     kernels = [
         # pid 4242, GPU 0, stream 7: a sampled eager launch, then an unsampled one,
-        # then one that overlaps it (programmatic dependent launch)
+        # then one that overlaps it (programmatic dependent launch), at .039 µs past a
+        # microsecond (the Chrome writer must pad the fraction)
         KernelEvent(4242, t + 10_000, t + 25_500, GEMM, GEMM_MANGLED, 0, 7, 0xA1, 100,
                     grid=(128, 1, 1), block=(256, 1, 1), stack_id=1,
                     launch_tid=4242, launch_ns=t + 4_000),
         KernelEvent(4242, t + 26_000, t + 30_000, RELU, "_Z11relu_kernelPfi", 0, 7, 0xA1, 101,
                     grid=(64, 1, 1), block=(128, 1, 1)),
-        KernelEvent(4242, t + 29_000, t + 33_000, RELU, "_Z11relu_kernelPfi", 0, 7, 0xA1, 102),
+        KernelEvent(4242, t + 29_250, t + 33_000, RELU, "_Z11relu_kernelPfi", 0, 7, 0xA1, 102),
         # pid 4242, GPU 0, stream 13: two nodes of graph 5, one sampled cudaGraphLaunch
         # on another thread
         KernelEvent(4242, launch_graph + 6_000, launch_graph + 9_000, ADD, "_ZN2at6native29vectorized_elementwise_kernelE",
