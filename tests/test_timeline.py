@@ -8,7 +8,7 @@ import subprocess
 import time
 from collections import defaultdict
 
-from conftest import MOCK_APP, MOCK_DIR, SHIM, agent_cmd, ground_truth, mock_env, need_ebpf
+from conftest import MOCK_APP, MOCK_DIR, REPO, SHIM, agent_cmd, ground_truth, mock_env, need_ebpf
 from support.agent import Agent
 from support.pprof_tool import raw
 
@@ -39,6 +39,11 @@ def test_record_timeline_has_every_kernel_with_its_stacks_on_the_wall_clock(tmp_
     t1 = time.time_ns()
     assert p.returncode == 0, p.stderr
     lines, by = events(ev)
+    import jsonschema
+    schema = json.loads((REPO / "docs" / "events.schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    for line in lines:  # the real agent's output, every line, against the published schema
+        validator.validate(line)
     head = by["header"][0]
     assert lines[0] is head and head["clock"] == "CLOCK_REALTIME"
     assert [(d["uuid"], d["model"]) for d in head["devices"]] == [(MOCK_UUID, MOCK_MODEL)]

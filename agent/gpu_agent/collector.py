@@ -130,9 +130,11 @@ class Collector:
     """
 
     def __init__(self, shim_path: str, *, pid_filter: Optional[Callable[[int], bool]] = None,
-                 python_stacks: bool = True):
+                 python_stacks: bool = True, ringbuf_mib: int = 0):
+        # ringbuf_mib: a larger BPF ring buffer (a power of two), for timelines' events
+        cflags = [f"-DGA_RINGBUF_PAGES={ringbuf_mib * 256}"] if ringbuf_mib else None
         self.session = BpfSession(str(shim_path), on_new_stack=self._on_new_stack,
-                                  on_proc_exit=self._on_proc_exit)
+                                  on_proc_exit=self._on_proc_exit, cflags=cflags)
         self.session.on_proc_attach = self._on_proc_attach
         self.session.on_device = self.note_device
         # (pid, CUDA ordinal) -> timeline.GpuDevice, and pid -> CLOCK_REALTIME - CUPTI clock,

@@ -5,8 +5,12 @@ so a kernel's counter and the profiles agree exactly and nothing is counted
 twice. The agent drains every second while metrics are on.
 
 Kernel series: gpu_agent_kernel_gpu_seconds_total and
-gpu_agent_kernel_launches_total{pid, comm, cuda_device, kernel, pod, namespace,
-container} (pod labels empty, i.e. absent, outside Kubernetes).
+gpu_agent_kernel_launches_total{pid, comm, cuda_device, UUID, modelName, kernel, pod,
+namespace, container} (pod labels empty, i.e. absent, outside Kubernetes). UUID and
+modelName are the device's identity under the names DCGM's exporter gives them, so
+that PromQL can join per-code series with DCGM's per-device ones (`on(UUID)`); they
+are absent until the shim has announced the device (its gpu_device probe, within a
+poll of the attach).
 
 Bounded cardinality:
   - the kernel label keeps the top-N kernels by GPU time (node-wide, scored with
@@ -28,8 +32,9 @@ from typing import Callable, Optional
 
 OTHER = "other"
 POD_LABELS = ("pod", "namespace", "container")
-KERNEL_LABELS = ("pid", "comm", "cuda_device", "kernel") + POD_LABELS
-PROC_LABELS = ("pid", "comm", "cuda_device") + POD_LABELS
+GPU_LABELS = ("UUID", "modelName")  # as DCGM's exporter names them
+KERNEL_LABELS = ("pid", "comm", "cuda_device") + GPU_LABELS + ("kernel",) + POD_LABELS
+PROC_LABELS = ("pid", "comm", "cuda_device") + GPU_LABELS + POD_LABELS
 # Launch-to-start latency buckets: powers of two, 1.024 us .. ~17 s (log2 histogram in BPF).
 LAT_MIN_LOG2, LAT_MAX_LOG2 = 10, 34
 
@@ -57,6 +62,7 @@ class Metrics:
 
     def __init__(self, *, top_n: int = 50, ttl_s: float = 300.0, half_life_s: float = 600.0,
                  proc_info: Callable[[int], object], kernel_name: Callable[[int], str],
+                 device_info: Callable[[int, int], object] = lambda pid, dev: None,
                  clock: Callable[[], float] = time.monotonic):
         if top_n < 1:
             raise ValueError("top-N must be at least 1")
@@ -65,6 +71,7 @@ class Metrics:
         self.half_life_s = half_life_s
         self._proc_info = proc_info
         self._kernel_name = kernel_name
+        self._device_info = device_info  # (pid, ordinal) -> .uuid, .model, or None
         self._clock = clock
         self._lock = threading.Lock()
         self._series: dict[tuple[int, int, object], _Series] = {}  # (pid, dev, kernel_id|OTHER)
@@ -193,6 +200,10 @@ class Metrics:
         with self._lock:
             return len(self._series)
 
+    def _gpu(self, pid: int, dev: int) -> tuple[str, str]:
+        d = self._device_info(pid, dev)
+        return (getattr(d, "uuid", "") or "", getattr(d, "model", "") or "") if d else ("", "")
+
     def describe(self):
         return []  # collected lazily: no duplicate-name checks against a static description
 
@@ -212,7 +223,8 @@ class Metrics:
                 if p is None:
                     continue
                 kname = OTHER if kid == OTHER else self._names.get(kid) or self._kernel_name(kid) or f"[unknown kernel {kid:#x}]"
-                labels = [str(pid), p.comm, str(dev), kname] + [p.pod.get(k, "") for k in POD_LABELS]
+                labels = [str(pid), p.comm, str(dev), *self._gpu(pid, dev), kname] + \
+                    [p.pod.get(k, "") for k in POD_LABELS]
                 gpu.add_metric(labels, s.gpu_ns / 1e9)
                 launches.add_metric(labels, s.launches)
             yield gpu
@@ -227,8 +239,8 @@ class Metrics:
                                         "launches", labels=PROC_LABELS)
             for pid, p in sorted(self._procs.items()):
                 for dev, ns in sorted(p.busy_ns.items()):
-                    busy.add_metric([str(pid), p.comm, str(dev)] + [p.pod.get(k, "") for k in POD_LABELS],
-                                    ns / 1e9)
+                    busy.add_metric([str(pid), p.comm, str(dev), *self._gpu(pid, dev)] +
+                                    [p.pod.get(k, "") for k in POD_LABELS], ns / 1e9)
                 for dev, (buckets, sum_ns) in sorted(p.latency.items()):
                     cum, out = 0, []
                     # bucket i holds latencies in [2^i, 2^(i+1)) ns: cumulative up to le=2^(i+1)
@@ -237,8 +249,8 @@ class Metrics:
                         if LAT_MIN_LOG2 <= i + 1 <= LAT_MAX_LOG2:
                             out.append((repr(2 ** (i + 1) / 1e9), cum))
                     out.append(("+Inf", cum))
-                    lat.add_metric([str(pid), p.comm, str(dev)] + [p.pod.get(k, "") for k in POD_LABELS],
-                                   out, sum_ns / 1e9)
+                    lat.add_metric([str(pid), p.comm, str(dev), *self._gpu(pid, dev)] +
+                                   [p.pod.get(k, "") for k in POD_LABELS], out, sum_ns / 1e9)
             yield busy
             yield lat
 

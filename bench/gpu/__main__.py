@@ -23,6 +23,7 @@ import argparse
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from bench.gpu import fidelity, overhead
@@ -35,9 +36,15 @@ def smoke(a) -> None:
         ok = True
         for w in a.workloads.split(","):
             prof = Path(tmp) / f"{w}.pb.gz"
-            p = subprocess.run([sys.executable, "-m", "gpu_agent", "record", "-o", str(prof), "--",
+            tl = []
+            if a.timeline:
+                Path(a.timeline).mkdir(parents=True, exist_ok=True)
+                tl = ["--trace", f"{a.timeline}/{w}.perfetto-trace", "--events", f"{a.timeline}/{w}.ndjson"]
+            t0 = time.time_ns()
+            p = subprocess.run([sys.executable, "-m", "gpu_agent", "record", "-o", str(prof), *tl, "--",
                                 *case_command(w, steps=max(1, STEPS[w] // 8), repeats=1, wait=0)],
                                env=clean_env(), capture_output=True, text=True, timeout=600)
+            t1 = time.time_ns()
             status = [ln for ln in p.stderr.splitlines() if ln.startswith("gpu-agent: ")]
             if p.returncode != 0 or not prof.exists():
                 print(f"{w}: FAILED\n{p.stderr[-2000:]}")
@@ -51,11 +58,39 @@ def smoke(a) -> None:
             print(f"{w}: {'ok' if good else 'FAILED'}: {len(kernels)} kernels, "
                   f"{sum(v[1] for v in kernels.values())} launches, {gpu_ns / 1e6:.1f} ms GPU, "
                   f"{py:.1%} of it under Python frames; {status[-1] if status else ''}")
+            if a.timeline and p.returncode == 0:
+                good &= timeline_check(w, Path(f"{a.timeline}/{w}.ndjson"), kernels, t0, t1)
+                ok &= good
             if not good:  # the heaviest stack, to say what is missing
                 frames, values = max(profile_stacks(prof), key=lambda fv: fv[1][0])
                 print("    heaviest stack: " + " <- ".join(frames[:16]))
         if not ok:
             raise SystemExit(1)
+
+
+def timeline_check(w: str, path: Path, kernels: dict, t0: int, t1: int) -> bool:
+    """record --events against the same run's profile: every kernel once, on the
+    wall clock, with the devices' identity and the stacks it should have."""
+    import json
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    head, ks = lines[0], [x for x in lines if x["type"] == "kernel"]
+    launches = sum(v[1] for v in kernels.values())
+    on_clock = sum(t0 <= k["start_ns"] <= k["end_ns"] <= t1 for k in ks)
+    graph = [k for k in ks if k.get("graph_id")]
+    eager = [k for k in ks if not k.get("graph_id")]
+    good = (len(ks) == launches and on_clock == len(ks) and head["clock"] == "CLOCK_REALTIME"
+            and all(d["uuid"].startswith("GPU-") for d in head["devices"]) and head["devices"]
+            and all(k.get("stack_id") for k in graph))
+    print(f"  timeline {w}: {'ok' if good else 'FAILED'}: {len(ks)} kernel events for {launches} "
+          f"launches in the profile, {on_clock} inside the run's wall-clock span, devices "
+          f"{[(d['uuid'], d['model']) for d in head['devices']]}, {len(graph)} graph kernels "
+          f"({sum(bool(k.get('stack_id')) for k in graph)} with a capture stack, "
+          f"{sum(bool(k.get('replay_stack_id')) for k in graph)} with a replay site), "
+          f"{len(eager)} other kernels ({sum(bool(k.get('stack_id')) for k in eager)} with a sampled "
+          f"launch stack, {sum(bool(k.get('launch_ns')) for k in eager)} with a flow), "
+          f"{sum(x['type'] == 'callstack_def' for x in lines)} distinct stacks, "
+          f"{path.stat().st_size / 1e6:.1f} MB; drops {[x for x in lines if x['type'] == 'drop']}")
+    return good
 
 
 def main(argv=None) -> None:
@@ -91,6 +126,8 @@ def main(argv=None) -> None:
     f.add_argument("--debug", action="store_true", help="the shim's exit lines too")
     s = sub.add_parser("smoke", help="one short `gpu-agent record` per case")
     s.add_argument("--workloads", default="eager,graph,driver-graph")
+    s.add_argument("--timeline", default="", metavar="DIR",
+                   help="also record --trace/--events into DIR and check them against the profile")
     t = sub.add_parser("table", help="print the overhead table of --jsonl")
     for p in (o, f, t):
         p.add_argument("--jsonl", default="bench-gpu.jsonl", help="results, appended")

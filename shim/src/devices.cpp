@@ -24,14 +24,21 @@ static void *driver_sym(const char *name) {
     return p ? p : dlsym(RTLD_DEFAULT, name);
 }
 
-void ga_announce_devices(void) noexcept {
+bool ga_announce_devices(void) noexcept {
     count_fn count = (count_fn)driver_sym("cuDeviceGetCount");
     get_fn get = (get_fn)driver_sym("cuDeviceGet");
     uuid_fn uuid = (uuid_fn)driver_sym("cuDeviceGetUuid_v2");
     if (!uuid) uuid = (uuid_fn)driver_sym("cuDeviceGetUuid");
     name_fn name = (name_fn)driver_sym("cuDeviceGetName");
     int n = 0;
-    if (!count || !get || count(&n) != CUDA_SUCCESS) return;
+    CUresult r = count && get ? count(&n) : CUDA_ERROR_NOT_FOUND;
+    if (r != CUDA_SUCCESS) {
+        /* CUDA_ERROR_NOT_INITIALIZED: cuInit has not returned yet (the poller's
+         * first step can run inside it, on an H100 with CUDA 13); the next poll asks again. */
+        ga_debug("devices not announced: cuDeviceGetCount %s (%d)", count ? "failed" : "not found", (int)r);
+        return r != CUDA_ERROR_NOT_INITIALIZED;
+    }
+    ga_debug("announcing %d device(s)%s", n, uuid ? "" : " (no cuDeviceGetUuid)");
     for (int i = 0; i < n && i < 64; i++) {
         CUdevice dev;
         if (get(&dev, i) != CUDA_SUCCESS) continue;
@@ -53,4 +60,5 @@ void ga_announce_devices(void) noexcept {
         const char *idp = id, *modelp = model;
         ga_fire_gpu_device((uint32_t)i, idp, modelp, cupti_ns, realtime_ns);
     }
+    return true;
 }

@@ -241,7 +241,7 @@ GA_HIDDEN void ga_unseen_kernels(char *buf, size_t size) noexcept;
 GA_HIDDEN void ga_sampler_new_window(void) noexcept;        /* callbacks.cpp */
 
 /* ---- devices and on-demand captures (devices.cpp, shim.cpp) ---- */
-GA_HIDDEN void ga_announce_devices(void) noexcept;  /* a gpu_device probe per device */
+GA_HIDDEN bool ga_announce_devices(void) noexcept;  /* a gpu_device probe per device; false: retry */
 GA_HIDDEN uint64_t ga_trace_until_ns(void) noexcept; /* CLOCK_MONOTONIC; 0: no capture */
 GA_HIDDEN extern bool ga_in_injection_init;         /* inside cuInit: no driver calls */
 

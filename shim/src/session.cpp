@@ -291,10 +291,8 @@ void ga_session_poll(void) noexcept {
                 ga_debug("names replayed for an agent that asked (pid %d)", (int)getpid());
             }
             g_replay_asked = asked;
-            if (!g_devices_told && !ga_in_injection_init) { /* not inside cuInit */
-                g_devices_told = true;
-                ga_announce_devices();
-            }
+            if (!g_devices_told && !ga_in_injection_init) /* not inside cuInit */
+                g_devices_told = ga_announce_devices();
             uint64_t now = ga_now_ns();
             if (now >= g_next_edge_ns.load(std::memory_order_relaxed)) {
                 const char *what = nullptr;
@@ -377,10 +375,8 @@ void ga_session_at_exit(void) noexcept {
             ga_window_closed();
             ga_window_on.store(0, std::memory_order_release);
         }
-        if (!g_devices_told) { /* a job shorter than one poll */
-            g_devices_told = true;
-            ga_announce_devices();
-        }
+        if (!g_devices_told) /* a job shorter than one poll */
+            g_devices_told = ga_announce_devices();
         CUptiResult r = ga_cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
         ga_window_release_records(false);
         ga_report_drops();

@@ -186,7 +186,8 @@ class Outputs:
                 return demangle_kernel(raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw)
 
             self.metrics = M.Metrics(top_n=args.metrics_top_kernels, ttl_s=args.metrics_ttl,
-                                     proc_info=collector.proc, kernel_name=kernel_name)
+                                     proc_info=collector.proc, kernel_name=kernel_name,
+                                     device_info=lambda pid, dev: collector.devices.get((pid, dev)))
             collector.drain_listeners.append(self.metrics.on_drain)
             collector.exit_listeners.append(self.metrics.on_exit)
             for b in self.backends:

@@ -77,7 +77,8 @@ def main(args) -> int:
         return 2
 
     root = {"pid": -1}
-    collector = Collector(str(shim), pid_filter=lambda pid: descends_from(root["pid"])(pid))
+    collector = Collector(str(shim), pid_filter=lambda pid: descends_from(root["pid"])(pid),
+                          ringbuf_mib=timeline_out.RINGBUF_MIB if timeline_out.wanted(args) else 0)
     collector.open()  # probes are live before the command maps the shim
     timeline = None
     if timeline_out.wanted(args):

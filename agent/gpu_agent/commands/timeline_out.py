@@ -8,6 +8,9 @@ from pathlib import Path
 from .common import output_error
 
 TRACE_FORMATS = ("perfetto", "chrome")
+# The BPF ring buffer while a timeline is captured: on an H100, a CUDA-graph replay
+# loop made about 76 000 kernels a second, and 4 MiB lost half of their events.
+RINGBUF_MIB = 128
 EVENTS_MODES = ("dedup", "full", "nostack")
 
 

@@ -63,7 +63,8 @@ def main(args) -> int:
     if bad:
         return _error(f"cannot trace {', '.join(bad)}")
     pids = set(targets)
-    collector = Collector(next(iter(shims.values()))[0], pid_filter=lambda p: p in pids)
+    collector = Collector(next(iter(shims.values()))[0], pid_filter=lambda p: p in pids,
+                          ringbuf_mib=timeline_out.RINGBUF_MIB)
     collector.open()
     try:
         from ..trace_collect import TimelineCollector
@@ -82,6 +83,11 @@ def main(args) -> int:
                 _write_deadline(pid, addr, 0)
         collector.poll(50)
         tl = timeline.build(started, time.time_ns())
+        # The capture's span only: before the deadline reached the shim and after it
+        # passed, the always-on windows were collecting, one in ten.
+        until = started + int(args.duration * 1e9)
+        tl.kernels = [k for k in tl.kernels if started <= k.start_ns <= until]
+        tl.ended_ns = until
         for path in timeline_out.write(args, tl):
             print(f"gpu-agent: {len(tl.kernels)} kernels of {len(tl.processes)} process(es) "
                   f"-> {path}", file=sys.stderr)
