@@ -20,6 +20,11 @@ from support.probes import check_shim_notes
 
 REPO = Path(__file__).resolve().parent.parent
 HEADER = REPO / "shim" / "include" / "gpu_agent_probes.h"
+PY_HEADER = HEADER.parent / "gpu_agent_python.h"  # included by HEADER
+
+
+def header_text() -> str:
+    return HEADER.read_text() + PY_HEADER.read_text()
 SHIM = REPO / "build" / "libgpu_agent_shim.so"
 BPF_SOURCE = REPO / "bpf" / "gpu_agent.bpf.c"
 
@@ -80,7 +85,7 @@ def test_struct_layouts(c_layout):
 
 
 def test_every_header_struct_is_mirrored():
-    structs = set(re.findall(r"^struct (\w+) \{", HEADER.read_text(), re.M))
+    structs = set(re.findall(r"^struct (\w+) \{", header_text(), re.M))
     assert structs == set(C.STRUCTS)
 
 
@@ -95,7 +100,7 @@ def test_enums_and_constants(c_layout):
 
 
 def test_every_header_enum_member_is_mirrored():
-    text = HEADER.read_text()
+    text = header_text()
     for ename, py in C.ENUMS.items():
         body = re.search(r"enum %s \{(.*?)\};" % ename, text, re.S).group(1)
         body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
@@ -104,7 +109,7 @@ def test_every_header_enum_member_is_mirrored():
 
 
 def test_every_header_constant_is_mirrored():
-    defines = set(re.findall(r"^#define (GA_\w+)\s+\S", HEADER.read_text(), re.M))
+    defines = set(re.findall(r"^#define (GA_\w+)\s+\S", header_text(), re.M))
     assert defines == set(C.CONSTANTS) | set(C.STRING_CONSTANTS)
 
 
@@ -146,7 +151,8 @@ def test_bpf_reads_each_probe_argument_at_its_table_position(c_layout):
     """Each BPF program reads argument i into the variable the table names at i, and
     reads every argument of its probe: a reordered or missing read fails here."""
     from gpu_agent.shim_attach import DATA_PROBES
-    src = BPF_SOURCE.read_text()
+    from gpu_agent.paths import bpf_source
+    src = bpf_source(BPF_SOURCE.parent)  # with its local headers pasted in, as bcc gets it
     table = _table_probes(c_layout)
     assert set(DATA_PROBES) | set(C.SEMAPHORE_PROBES) == set(table)
     for probe, fn in DATA_PROBES.items():
