@@ -41,6 +41,20 @@ RUN for v in 12 13; do \
     done \
  && ls -l /out/cuda12/libgpu_agent_shim.so /out/cuda13/libgpu_agent_shim.so
 
+# ---------------------------------------------------------------- web UI bundle (build time only)
+# d3-flame-graph and its parts, pinned by ui/package-lock.json, bundled by `make ui` into
+# one offline script with its licenses (docs/ui.md); node never reaches the runtime image.
+FROM ${BASE_IMAGE} AS ui
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends make nodejs npm ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY Makefile ./
+COPY ui/ ui/
+RUN make --no-print-directory ui && ls -l agent/gpu_agent/ui/static/vendor/
+
 # ---------------------------------------------------------------- wheel (agent + native parts)
 FROM ${BASE_IMAGE} AS wheel
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -53,6 +67,7 @@ COPY pyproject.toml README.md ./
 COPY agent/ agent/
 COPY bpf/ agent/gpu_agent/_native/bpf/
 COPY shim/include/ agent/gpu_agent/_native/include/
+COPY --from=ui /src/agent/gpu_agent/ui/static/vendor/ agent/gpu_agent/ui/static/vendor/
 COPY --from=shim /out/cuda12/libgpu_agent_shim.so agent/gpu_agent/_native/cuda12/
 COPY --from=shim /out/cuda13/libgpu_agent_shim.so agent/gpu_agent/_native/cuda13/
 RUN python3 -m venv /tmp/build \
