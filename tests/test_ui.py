@@ -386,3 +386,34 @@ def test_merges_stay_exact_when_the_cache_starts_over(store):
     diff = api.diff({"a_from": [str(a_from)], "a_to": [str(a_to)], "b_from": [str(b_from)], "b_to": [str(b_to)]})
     assert diff["a"]["total"] == pprof_totals(a_files)["total"]
     assert diff["b"]["total"] == pprof_totals(b_files)["total"]
+
+
+def test_ranges_decoded_in_worker_processes_match_the_server(store):
+    """A range decoded by the pool's processes (workers.py) merges to what the server
+    decodes itself: the same totals (Go pprof's), tree, top table and filter menus,
+    also after the server's catalog started over."""
+    from gpu_agent.ui.api import Api
+    from gpu_agent.ui.profiles import ProfileCache
+    from gpu_agent.ui.store import Store
+    from gpu_agent.ui.workers import DecodePool
+
+    out, phases, _ = store
+    s = Store(out)
+    plain = Api(s, cache=ProfileCache(s))
+    pooled = Api(s, cache=ProfileCache(s))
+    pool = pooled.cache.pool = DecodePool(s)
+    pool.min_files = 1
+    pool._start()
+    try:
+        assert pool.ready(), pool.failed
+        for name in ("before", "after", "before"):
+            frm, to, files, _ = phases[name]
+            params = {"from": [str(frm)], "to": [str(to)]}
+            got, want = pooled.range(params), plain.range(params)
+            assert got["total"] == pprof_totals(files)["total"] and got["files"] == len(files)
+            for key in ("total", "tree", "top", "labels", "comments"):
+                assert got[key] == want[key], key
+            assert pooled.intervals(params) == plain.intervals(params)
+            pooled.cache._restart()  # the next range is sent to workers that must start over
+    finally:
+        pool.close()

@@ -20,6 +20,7 @@ from typing import Callable, Optional
 
 from .profiles import ProfileCache
 from .query import VALUE_INDEX, Filters, Merged, changes, parse_filters, scaled, tree_of
+from .workers import DecodePool
 from .store import PROFILE_SUFFIX, TRACE_SUFFIX, Store
 
 MAX_BARS = 360            # the chart's bars; longer ranges sum neighbouring intervals
@@ -65,11 +66,17 @@ class Api:
         self._requests_lock = threading.Lock()
 
     # -- the warmer -----------------------------------------------------------
-    def start_warming(self) -> None:
+    def start_warming(self, pool: bool = True) -> None:
+        """The warmer, and (pool) the processes that decode a range's files (workers.py)."""
+        if pool and self.cache.pool is None:
+            self.cache.pool = DecodePool(self.store)
+            self.cache.pool.start()
         threading.Thread(target=self._warm, name="gpu-agent-ui-warm", daemon=True).start()
 
     def stop(self) -> None:
         self._stop.set()
+        if self.cache.pool is not None:
+            self.cache.pool.close()
 
     def _warm(self) -> None:
         """Decode the store newest first until the cache is full, then each new window
@@ -157,6 +164,7 @@ class Api:
         one per equal slice of the range. A bar spans from the window before it (or
         one typical window back) to its own end."""
         from_ms, to_ms, files = self._files(params)
+        self.cache.prefetch(files, totals_only=True)
         ends = [f.end_ns // 1_000_000 for f in files]
         gaps = sorted(b - a for a, b in zip(ends, ends[1:]))
         window_ms = gaps[len(gaps) // 2] if gaps else 10_000

@@ -123,6 +123,15 @@ class Catalog:
             self.stacks.append(tuple(f for loc in locations for f in self.locations[loc]))
         return i
 
+    def stack_of_frames(self, frames: tuple[int, ...]) -> int:
+        """A stack given by its frames (what a decoding worker sends, workers.py)."""
+        key = ("frames",) + frames
+        i = self._stack_ids.get(key)
+        if i is None:
+            i = self._stack_ids[key] = len(self.stacks)
+            self.stacks.append(frames)
+        return i
+
     def labelset(self, labels: tuple[tuple[str, str], ...]) -> int:
         i = self._labelset_ids.get(labels)
         if i is None:
@@ -210,12 +219,29 @@ def decode(data: bytes, catalog: Catalog) -> DecodedProfile:
         functions = {f.id: (s(f.name) or "??", s(f.system_name), s(f.filename)) for f in p.function}
         unknown = ("??", "", "")
         # This file's location ids -> the catalog's; line[0] is the innermost function
-        # of an inlined chain: leaf first, as stacks are.
-        location_of = {loc.id: catalog.location(
-            mappings.get(loc.mapping_id, -1), loc.address,
-            tuple(functions.get(ln.function_id, unknown) + (ln.line,) for ln in loc.line))
-            for loc in p.location}
-        to_location = location_of.__getitem__
+        # of an inlined chain: leaf first, as stacks are. A (function, line) pair recurs
+        # in many locations of a file: each is looked up once.
+        line_of: dict[tuple[int, int], tuple] = {}
+        location = catalog.location
+        location_of = {}
+        for loc in p.location:
+            lines = []
+            for ln in loc.line[:]:
+                key = (ln.function_id, ln.line)
+                v = line_of.get(key)
+                if v is None:
+                    v = line_of[key] = functions.get(key[0], unknown) + (key[1],)
+                lines.append(v)
+            location_of[loc.id] = location(mappings.get(loc.mapping_id, -1), loc.address, tuple(lines))
+        # Location ids are 1..N in every writer we know: a list then maps them faster.
+        top = max(location_of, default=0)
+        if 0 <= min(location_of, default=0) and top < 4 * len(location_of) + 16:
+            table = [None] * (top + 1)
+            for k, v in location_of.items():
+                table[k] = v
+            to_location = table.__getitem__
+        else:
+            to_location = location_of.__getitem__
         stack_ids = catalog._stack_ids
         labels_of: dict[tuple[bytes, ...], int] = {}
         stacks, labelsets, gpu, launches = out.stacks, out.labelsets, out.gpu_ns, out.launches
@@ -223,17 +249,19 @@ def decode(data: bytes, catalog: Catalog) -> DecodedProfile:
         two_values = gpu_i == 0 and launch_i == 1
         for sample in p.sample:
             try:
-                locs = tuple(map(to_location, sample.location_id))
-            except KeyError:  # a location id the file does not define: skip it, as pprof would fail
+                locs = tuple(map(to_location, sample.location_id[:]))
+            except (KeyError, IndexError, TypeError):  # an id the file does not define: skip it
+                continue
+            if None in locs:
                 continue
             sid = stack_ids.get(locs)
             if sid is None:
                 sid = catalog.stack(locs)
-            raw = tuple(sample.label)
+            raw = tuple(sample.label[:])
             lid = labels_of.get(raw)
             if lid is None:
                 lid = labels_of[raw] = catalog.labelset(_labels(raw, s))
-            values = sample.value
+            values = sample.value[:]
             if two_values and len(values) == 2:
                 g, n = values
             else:
@@ -280,6 +308,7 @@ class ProfileCache:
         self.catalog_limit = catalog_limit
         self._lock = threading.Lock()          # the entries and counts
         self._decoding = threading.Lock()      # one file decoded at a time
+        self.pool = None                       # a workers.DecodePool, for many()
         self._entries: OrderedDict[tuple, DecodedProfile] = OrderedDict()
         self._rows = 0
         # (GPU ns, launches) of every file decoded so far, kept after its rows are
@@ -346,10 +375,35 @@ class ProfileCache:
         catalog started over meanwhile)."""
         for _attempt in range(3):
             catalog = self.catalog
+            self.prefetch(files)
             out = [d for d in map(self.get, files) if d is not None]
             if self.catalog is catalog:
                 return catalog, out
         return catalog, []  # the catalog keeps restarting: a store far beyond the limit
+
+    def prefetch(self, files: list[StoreFile], totals_only: bool = False) -> None:
+        """Decode the files not decoded yet (only those of unknown totals if
+        totals_only), in the pool's processes when there are enough of them for it
+        to pay (workers.py); get() and totals() then find them here."""
+        pool = self.pool
+        if pool is None or not pool.ready():
+            return
+        with self._lock:
+            missing = [f for f in files if (f.name, f.size, f.mtime_ns) not in
+                       (self._totals if totals_only else self._entries)]
+        if len(missing) < pool.min_files:
+            return
+        with self._decoding:
+            if len(self.catalog.stacks) + len(self.catalog.labelsets) > self.catalog_limit:
+                self._restart()
+            keys = {f.name: (f.name, f.size, f.mtime_ns) for f in missing}
+
+            def on_file(f: StoreFile, decoded: Optional[DecodedProfile], error: Optional[str]) -> None:
+                if decoded is not None:
+                    self._insert(keys[f.name], decoded)
+                elif error != "unreadable":
+                    self.unreadable[f.name] = error   # "unreadable": get() says why
+            pool.decode(missing, self.catalog, on_file)
 
     def forget_gone(self, present: list[StoreFile]) -> None:
         """Drop the totals of files rotated out of the store (an agent's UI runs for months)."""
