@@ -252,10 +252,10 @@ def decode(data: bytes, catalog: Catalog) -> DecodedProfile:
                 locs = tuple(map(to_location, sample.location_id[:]))
             except (KeyError, IndexError, TypeError):  # an id the file does not define: skip it
                 continue
-            if None in locs:
-                continue
             sid = stack_ids.get(locs)
             if sid is None:
+                if None in locs:  # an id the file does not define
+                    continue
                 sid = catalog.stack(locs)
             raw = tuple(sample.label[:])
             lid = labels_of.get(raw)
