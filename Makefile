@@ -109,6 +109,17 @@ $(UI_BUNDLE): ui/package.json ui/package-lock.json ui/src/vendor.js
 	    echo "==== $$(node -p "p=require('$$d/package.json'); p.name+'@'+p.version+' ('+p.license+')'") ===="; \
 	    cat "$$d"/LICENSE* || exit 1; echo; done > ../$(UI_VENDOR)/THIRD_PARTY_LICENSES.txt
 
+# Test-only third-party trace viewers (speedscope), pinned by tests/viewers/package-lock.json:
+# tests/test_trace_viewers.py opens the Chrome JSON trace in them in headless Chromium.
+# Never part of the product or the wheel.
+VIEWERS := tests/viewers/node_modules/.package-lock.json
+.PHONY: test-viewers
+test-viewers: $(VIEWERS)
+
+$(VIEWERS): tests/viewers/package.json tests/viewers/package-lock.json
+	cd tests/viewers && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -131,6 +142,7 @@ $(PPROF):
 
 test: deps-check
 	$(MAKE) all $(PPROF)
+	$(MAKE) test-viewers
 	$(VPY) -m pytest -q -rs tests
 
 run: deps-check

@@ -1,0 +1,180 @@
+"""The Chrome JSON trace in a real third-party viewer: `gpu-agent record --trace-format
+chrome` as a user runs it, then speedscope (npm, pinned by tests/viewers/package-lock.json,
+installed by `make test-viewers`) opens the file in Debian's headless Chromium."""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import json
+import re
+import subprocess
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import MOCK_DIR, REPO, agent_cmd, mock_env, need_ebpf
+from support.ui import launch_browser
+
+SPEEDSCOPE = REPO / "tests" / "viewers" / "node_modules" / "speedscope"
+SCREENSHOTS = REPO / "build" / "test-viewers"
+
+
+def speedscope_release() -> Path:
+    index = SPEEDSCOPE / "dist" / "release" / "index.html"
+    if not index.is_file():
+        pytest.fail(f"speedscope is not installed ({index} is missing): run `make test-viewers` "
+                    "(npm ci in tests/viewers; deploy/install-deps.sh installs npm)")
+    return index.parent
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+class StaticServer:
+    """http.server on 127.0.0.1 (a port the kernel picks), serving one folder, for the
+    test's lifetime only."""
+
+    def __init__(self, root: Path):
+        handler = lambda *a, **kw: _Quiet(*a, directory=str(root), **kw)  # noqa: E731
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=10)
+
+
+# Pixels of a PNG, decoded by a canvas in the page: how many are coloured (not the
+# white/grey background, not the black toolbar), in how many distinct colours.
+_COLOURED = """async ([b64, top]) => {
+  const img = new Image();
+  img.src = "data:image/png;base64," + b64;
+  await img.decode();
+  const c = document.createElement("canvas");
+  c.width = img.width; c.height = img.height;
+  const g = c.getContext("2d");
+  g.drawImage(img, 0, 0);
+  const d = g.getImageData(0, top, c.width, c.height - top).data;
+  let coloured = 0;
+  const colours = new Set();
+  for (let i = 0; i < d.length; i += 4) {
+    const max = Math.max(d[i], d[i + 1], d[i + 2]), min = Math.min(d[i], d[i + 1], d[i + 2]);
+    if (max - min < 24) continue;               // white, greys, black text
+    coloured++;
+    colours.add((d[i] >> 3) << 10 | (d[i + 1] >> 3) << 5 | (d[i + 2] >> 3));
+  }
+  return {pixels: d.length / 4, coloured, colours: colours.size};
+}"""
+
+
+def _us(text: str) -> float:
+    """speedscope's duration text ("43.00µs", "1.20ms") in µs."""
+    m = re.fullmatch(r"([\d.]+)(ns|µs|ms|s)", text.strip())
+    assert m, text
+    return float(m.group(1)) * {"ns": 1e-3, "µs": 1.0, "ms": 1e3, "s": 1e6}[m.group(2)]
+
+
+def test_speedscope_opens_the_recorded_chrome_trace_and_shows_every_kernel(tmp_path):
+    need_ebpf()
+    release = speedscope_release()
+    www = tmp_path / "www"
+    www.mkdir()
+    trace = www / "trace.json"
+    p = subprocess.run(agent_cmd("record", "--trace-format", "chrome", "--trace", trace,
+                                 "-o", tmp_path / "p.pb.gz", "--",
+                                 MOCK_DIR / "graph_workload", "--replays", "5"),
+                       env=mock_env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    (www / "speedscope").symlink_to(release, target_is_directory=True)
+
+    # What the viewer must show: the kernels of the trace, on their GPU stream's row.
+    events = json.loads(trace.read_text())["traceEvents"]
+    rows = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+            if e["ph"] == "M" and e["name"] == "thread_name"}
+    gpu = {key: name for key, name in rows.items() if name.startswith("GPU 0:")}
+    assert len(gpu) == 1, rows
+    (gpu_pid, gpu_tid), gpu_row = next(iter(gpu.items()))
+    kernels = [e for e in events if e["ph"] == "X" and (e["pid"], e["tid"]) == (gpu_pid, gpu_tid)]
+    want = Counter(k["name"] for k in kernels)
+    assert {n.split("(")[0] for n in want} == {"k_attn_scores", "k_attn_softmax", "k_mlp_up",
+                                               "k_mlp_down"} and set(want.values()) == {5}
+    want_us = sorted((k["name"], round(float(k["dur"]), 2)) for k in kernels)
+
+    server = StaticServer(www)
+    from playwright.sync_api import sync_playwright
+    try:
+        with sync_playwright() as pw:
+            browser = launch_browser(pw)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 900})
+                errors, dialogs = [], []
+                page.on("pageerror", lambda e: errors.append(str(e)))
+                page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+                base = f"http://127.0.0.1:{server.port}"
+                page.goto(f"{base}/speedscope/index.html#profileURL={base}/trace.json",
+                          timeout=15_000)
+                # Loaded: the toolbar names the first imported row, "… (1/N)" for N rows.
+                toolbar = page.locator("text=/\\(pid \\d+\\), .* \\(tid \\d+\\)/").first
+                toolbar.wait_for(timeout=15_000)
+                body = page.inner_text("body")
+                assert "Something went wrong" not in body and not dialogs and not errors, \
+                    (body[:500], dialogs, errors)
+                m = re.search(r"\((\d+)/(\d+)\)", toolbar.inner_text())
+                assert m and int(m.group(2)) == len(rows), (toolbar.inner_text(), rows)
+                # To the GPU stream's row ("n": speedscope's next profile).
+                for _ in range(len(rows)):
+                    if gpu_row in toolbar.inner_text():
+                        break
+                    page.keyboard.press("n")
+                    page.wait_for_timeout(200)
+                title = toolbar.inner_text()
+                assert f"(pid {gpu_pid}), {gpu_row} (tid {gpu_tid})" in title, title
+
+                # The time-ordered flame chart (canvas) of that row, as a user sees it.
+                page.wait_for_timeout(500)
+                SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+                png = page.screenshot(path=str(SCREENSHOTS / "speedscope.png"))
+                pix = page.evaluate(_COLOURED, [base64.b64encode(png).decode(), 24])
+                # The 20 kernels fill the whole width in their own pastel colours (an
+                # empty row is white and grey only).
+                assert pix["coloured"] > 0.05 * pix["pixels"] and pix["colours"] >= len(want), pix
+
+                # The Sandwich view lists every frame in a DOM table: one row per kernel
+                # (speedscope names a Chrome event by its name plus its args' JSON), with
+                # the trace's durations.
+                page.keyboard.press("3")
+                page.locator("text=Symbol Name").wait_for(timeout=10_000)
+                page.wait_for_timeout(300)
+                table = page.evaluate("""() => [...document.querySelectorAll("tr")]
+                    .map(tr => [...tr.querySelectorAll("td")].map(td => td.innerText))
+                    .filter(cells => cells.length === 3)""")
+                page.screenshot(path=str(SCREENSHOTS / "speedscope-sandwich.png"))
+                assert not errors and not dialogs, (errors, dialogs)
+            finally:
+                browser.close()
+    finally:
+        server.stop()
+    # The profile selector's (hidden) table: each imported row with its total time.
+    selector = {name: _us(total) for number, name, total in table if number.isdigit()}
+    assert len(selector) == len(rows), selector
+    on_gpu = [us for name, us in selector.items() if name.endswith(f"{gpu_row} (tid {gpu_tid})")]
+    assert on_gpu == [pytest.approx(sum(float(k["dur"]) for k in kernels), abs=0.01)], selector
+    got = Counter()
+    got_us = []
+    for total, self_time, symbol in [row for row in table if not row[0].isdigit()]:
+        name, _, args = symbol.partition(" {")
+        assert name in want, symbol
+        assert json.loads("{" + args)["device_uuid"].startswith("GPU-"), symbol
+        got[name] += 1
+        got_us.append((name, round(_us(self_time.split(" (")[0]), 2)))
+        assert total.split(" (")[0] == self_time.split(" (")[0], (total, self_time)  # leaves
+    assert got == want
+    assert sorted(got_us) == want_us
