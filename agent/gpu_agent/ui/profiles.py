@@ -38,6 +38,8 @@ DEFAULT_CACHE_ROWS = 4_000_000  # about 100 MiB of decoded rows
 # Stacks and label sets interned before the catalog starts again: every process that
 # ever ran has its own label sets, so a UI beside an agent for months would grow.
 DEFAULT_CATALOG_LIMIT = 500_000
+# A range asked for while the decoding processes start waits this long for them.
+POOL_START_WAIT_S = 3.0
 
 
 def frame_kind(f: FrameSpec) -> str:
@@ -386,7 +388,7 @@ class ProfileCache:
         totals_only), in the pool's processes when there are enough of them for it
         to pay (workers.py); get() and totals() then find them here."""
         pool = self.pool
-        if pool is None or not pool.ready():
+        if pool is None or not pool.ready(wait=POOL_START_WAIT_S):
             return
         with self._lock:
             missing = [f for f in files if (f.name, f.size, f.mtime_ns) not in

@@ -84,10 +84,12 @@ class DecodePool:
         self.min_files = MIN_FILES
         self._workers: list[_Worker] = []
         self._ready = threading.Event()
+        self._starting = False
         self._lock = threading.Lock()     # one batch at a time
         self.failed: Optional[str] = None
 
     def start(self) -> None:
+        self._starting = True
         threading.Thread(target=self._start, name="gpu-agent-ui-pool", daemon=True).start()
 
     def _start(self) -> None:
@@ -97,8 +99,14 @@ class DecodePool:
             self._ready.set()
         except Exception as e:  # no processes here: decode in the server
             self.failed = str(e)
+        finally:
+            self._starting = False
 
-    def ready(self) -> bool:
+    def ready(self, wait: float = 0.0) -> bool:
+        """Up; or, while it starts (a fraction of a second, at the server's start),
+        up within `wait` seconds: a range asked for at once still gets the workers."""
+        if wait and self._starting and not self._ready.is_set():
+            self._ready.wait(wait)
         return self._ready.is_set()
 
     def close(self) -> None:
