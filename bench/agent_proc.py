@@ -23,7 +23,7 @@ def start_agent(output_dir: str, interval: str) -> subprocess.Popen:
     seen = []
     for line in p.stderr:  # wait until every probe is attached
         seen.append(line)
-        if "watching" in line:
+        if "watching every process" in line:  # not "also watching" a copy
             p.log_tail = deque(seen, maxlen=50)
             threading.Thread(target=lambda: p.log_tail.extend(p.stderr), daemon=True).start()
             return p

@@ -40,7 +40,7 @@ class Agent:
         def read_err():
             for line in self.proc.stderr:
                 self.err.append(line)
-                if "watching" in line:
+                if "watching every process" in line:  # not "also watching" a copy
                     ready.set()
             ready.set()
 

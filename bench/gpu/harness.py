@@ -100,7 +100,7 @@ class Agent:
         seen: list[str] = []
         for line in self.p.stderr:  # every probe attached once it says "watching"
             seen.append(line)
-            if "watching" in line:
+            if "watching every process" in line:  # not "also watching" a copy
                 break
         else:
             raise SystemExit("agent failed to start: " + "".join(seen))

@@ -67,7 +67,7 @@ def test_run_keeps_going_when_its_store_fills_up(tmp_path):
         err = []
         for line in agent.stderr:
             err.append(line)
-            if "watching" in line:
+            if "watching every process" in line:  # not "also watching" a copy
                 break
         subprocess.run(["dd", "if=/dev/zero", f"of={mnt / 'fill'}", "bs=4k", "count=64"],
                        capture_output=True)  # fills the tmpfs

@@ -23,7 +23,7 @@ class Agent:
         seen = []
         for line in self.proc.stderr:
             seen.append(line)
-            if "watching" in line:
+            if "watching every process" in line:  # not "also watching" a copy
                 self.watching_line = line
                 break
         else:
