@@ -11,13 +11,17 @@ as the profiles')."""
 from __future__ import annotations
 
 import socket
-from typing import Optional
+import sys
+import time
+from collections import deque
+from typing import Callable, Optional
 
 from . import contract as C
 from .pprof import FrameSpec
 from .timeline import Drop, Frame, GpuDevice, KernelEvent, Timeline
 
-DEFAULT_MAX_KERNELS = 2_000_000  # about 200 MB of compact events; past it, counted
+DEFAULT_RING = 2_000_000  # kernel events kept: about 400 MB of compact events at most
+RETENTIONS = ("drop-oldest", "backpressure")
 
 
 def device_from_event(ev: C.EvDevice) -> GpuDevice:
@@ -26,22 +30,36 @@ def device_from_event(ev: C.EvDevice) -> GpuDevice:
 
 
 class TimelineCollector:
-    """Kernel events of the collector's session, for the pids the collector includes."""
+    """Kernel events of the collector's session, for the pids the collector includes,
+    in a ring of `ring` events. When it is full, drop-oldest keeps the newest events
+    and counts the ones it let go; backpressure pauses the capture: it says so once,
+    calls on_pause (`trace` returns its targets to the always-on windows), and
+    counts the events that still arrive without keeping them."""
 
-    def __init__(self, collector, max_kernels: int = DEFAULT_MAX_KERNELS):
+    def __init__(self, collector, ring: int = DEFAULT_RING, retention: str = "drop-oldest",
+                 on_pause: Optional[Callable[[], None]] = None):
+        if retention not in RETENTIONS:
+            raise ValueError(f"retention must be one of {', '.join(RETENTIONS)}")
         self.collector = collector
-        self.max_kernels = max_kernels
-        self._raw: list[tuple] = []
-        self.over_cap = 0
+        self.ring, self.retention, self.on_pause = ring, retention, on_pause
+        self._raw: deque = deque(maxlen=ring if retention == "drop-oldest" else None)
+        self.dropped_oldest = 0   # drop-oldest: events the ring let go
+        self.not_kept = 0         # backpressure: events after the pause
+        self.paused_ns = 0        # CLOCK_REALTIME of the pause (0: never)
         self.refused = 0          # records that cannot be true (as BPF counts drop_impossible)
         self._threads: dict[tuple[int, int], str] = {}
         collector.session.on_kernel = self._on_kernel
         collector.session.on_device = collector.note_device
 
     def _on_kernel(self, ev: C.EvKernel) -> None:
-        if len(self._raw) >= self.max_kernels:
-            self.over_cap += 1
-            return
+        if len(self._raw) >= self.ring:
+            if self.retention == "drop-oldest":
+                self.dropped_oldest += 1  # the append below lets the oldest go
+            else:
+                if not self.paused_ns:
+                    self._pause()
+                self.not_kept += 1
+                return
         r, pid = ev.rec, ev.hdr.tgid
         if ev.launch_tid and (pid, ev.launch_tid) not in self._threads:
             self._threads[(pid, ev.launch_tid)] = _thread_name(pid, ev.launch_tid)
@@ -49,6 +67,13 @@ class TimelineCollector:
                           r.context_id, r.correlation_id, r.graph_id, r.graph_node_id, r.flags,
                           r.join_max_lag_us, ev.stack_id, ev.capture_stack_id, ev.launch_tid,
                           ev.launch_ns))
+
+    def _pause(self) -> None:
+        self.paused_ns = time.time_ns()
+        print(f"gpu-agent: timeline ring full ({self.ring} kernel events): capture paused "
+              "(--retention backpressure); later kernels are counted, not kept", file=sys.stderr)
+        if self.on_pause is not None:
+            self.on_pause()
 
     def build(self, started_ns: int, ended_ns: int) -> Timeline:
         c = self.collector
@@ -94,8 +119,8 @@ class TimelineCollector:
         tl.threads = {key: n for key, n in self._threads.items() if key[0] in tl.processes}
         counters = c.counters()
         for what, n in (("trace_ringbuf", counters.get("drop_trace_full", 0)),
-                        ("trace_cap", self.over_cap), ("impossible", self.refused),
-                        ("cupti", counters.get("drop_cupti", 0))):
+                        ("ring_oldest", self.dropped_oldest), ("paused", self.not_kept),
+                        ("impossible", self.refused), ("cupti", counters.get("drop_cupti", 0))):
             if n:
                 tl.drops.append(Drop(what, int(n)))
         if any(c.clock_offset(pid) == 0 for pid in tl.processes):

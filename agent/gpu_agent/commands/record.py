@@ -82,8 +82,7 @@ def main(args) -> int:
     collector.open()  # probes are live before the command maps the shim
     timeline = None
     if timeline_out.wanted(args):
-        from ..trace_collect import TimelineCollector
-        timeline = TimelineCollector(collector)
+        timeline = timeline_out.collector_for(args, collector)
         collector.session.set_trace(every_process=True)  # the pid filter keeps the command's
     started_ns = time.time_ns()
     env = dict(os.environ)

@@ -67,8 +67,10 @@ def main(args) -> int:
                           ringbuf_mib=timeline_out.RINGBUF_MIB)
     collector.open()
     try:
-        from ..trace_collect import TimelineCollector
-        timeline = TimelineCollector(collector)
+        def back_to_defaults():  # backpressure: the targets stop collecting every kernel
+            for pid, (_, addr) in shims.items():
+                _write_deadline(pid, addr, 0)
+        timeline = timeline_out.collector_for(args, collector, on_pause=back_to_defaults)
         collector.session.set_trace(pids=tuple(pids))
         started = time.time_ns()
         deadline = time.monotonic_ns() + int(args.duration * 1e9)
