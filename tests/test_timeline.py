@@ -95,9 +95,11 @@ def test_trace_pid_beside_run_is_continuous_for_that_process_only(tmp_path):
     need_ebpf()
     rate, seconds = 2000, 2.0
     # GPU_AGENT_DEBUG: each shim says at exit what share of its attached time was in windows
-    env = mock_env(CUDA_INJECTION64_PATH=str(SHIM), GPU_AGENT_DEBUG="1")
+    env = mock_env(CUDA_INJECTION64_PATH=str(SHIM), GPU_AGENT_DEBUG="1",
+                   GPU_AGENT_DUTY_CYCLE="10")  # the always-on default (mock_env says 1)
     agent = Agent(tmp_path / "run")  # always-on defaults: one window in 10
-    work = [subprocess.Popen([MOCK_APP, "--bench", str(int(rate * 8)), "--rate", str(rate)], env=env,
+    # 20 s: they outlive the capture, BPF compile included, then exit by themselves
+    work = [subprocess.Popen([MOCK_APP, "--bench", str(int(rate * 20)), "--rate", str(rate)], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             for _ in range(2)]
     try:
@@ -130,14 +132,14 @@ def test_trace_pid_beside_run_is_continuous_for_that_process_only(tmp_path):
         finally:
             os.close(fd)
         # The uncaptured process kept its window-mode cost: windows open about one
-        # tenth of its attached time; the captured one, about its 2 s more.
+        # tenth of its attached time; the captured one, its 2 s more (about 19 %).
         share = {}
         for w in work:
             _, werr = w.communicate(timeout=60)
             m = re.search(r"windows \(pid (\d+)\): open ([\d.]+) %", werr)
             assert m, werr[-2000:]
             share[int(m.group(1))] = float(m.group(2))
-        assert share[other] < 15.0 and share[target] > 20.0, share
+        assert share[other] < 13.0 and share[target] > share[other] + 5.0, share
     finally:
         for w in work:
             if w.poll() is None:
