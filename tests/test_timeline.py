@@ -55,6 +55,8 @@ def test_record_timeline_has_every_kernel_with_its_stacks_on_the_wall_clock(tmp_
         got[k["mangled"]][1] += k["end_ns"] - k["start_ns"]
         assert t0 <= k["start_ns"] <= k["end_ns"] <= t1  # CLOCK_REALTIME, not CUPTI's clock
     assert {m: tuple(v) for m, v in got.items()} == ground_truth(gt)
+    # The launch geometry CUPTI gives (graph_workload launches <<<4, 128>>>)
+    assert {(tuple(k["grid"]), tuple(k["block"])) for k in by["kernel"]} == {((4, 1, 1), (128, 1, 1))}
     # Graph kernels: the stack that captured their node, and where the graph was replayed.
     stacks = {s["id"]: s["frames"] for s in by["callstack_def"]}
     graph = [k for k in by["kernel"] if k.get("graph_id")]

@@ -76,6 +76,8 @@ class KernelRecord(ct.Structure):
         ("flags", u32),
         ("weight", u32),
         ("join_max_lag_us", u32),
+        ("grid_x", u32), ("grid_y", u32), ("grid_z", u32),
+        ("block_x", u32), ("block_y", u32), ("block_z", u32),
     ]
 
 

@@ -66,7 +66,8 @@ class TimelineCollector:
         self._raw.append((pid, ev.start, r.start_ns, r.end_ns, r.kernel_id, r.device_id, r.stream_id,
                           r.context_id, r.correlation_id, r.graph_id, r.graph_node_id, r.flags,
                           r.join_max_lag_us, ev.stack_id, ev.capture_stack_id, ev.launch_tid,
-                          ev.launch_ns))
+                          ev.launch_ns, (r.grid_x, r.grid_y, r.grid_z),
+                          (r.block_x, r.block_y, r.block_z)))
 
     def _pause(self) -> None:
         self.paused_ns = time.time_ns()
@@ -90,7 +91,7 @@ class TimelineCollector:
             return stack_ids[key]
 
         for (pid, start, t0, t1, kid, dev, stream, ctx, corr, gid, gnode, flags, lag, sid, cap,
-             tid, launch) in self._raw:
+             tid, launch, grid, block) in self._raw:
             if not c.included(pid):
                 continue
             if kid == 0 or t1 < t0 or t1 - t0 > C.MAX_KERNEL_NS or flags & C.REC_IMPOSSIBLE:
@@ -103,7 +104,8 @@ class TimelineCollector:
             graph = bool(gid or gnode)
             k = KernelEvent(pid=pid, start_ns=t0 + off, end_ns=t1 + off, name=name, mangled=mangled,
                             device=dev, stream=stream, context=ctx, correlation_id=corr,
-                            graph_id=gid, graph_node_id=gnode)
+                            graph_id=gid, graph_node_id=gnode,
+                            grid=grid if grid[0] else None, block=block if block[0] else None)
             if graph:
                 k.stack_id = stack(pid, start, cap)
                 k.replay_stack_id = stack(pid, start, sid)

@@ -173,7 +173,7 @@ typedef uint64_t ga_u64;
 #define GA_ARG_NAME(type, arg) arg
 
 /* One kernel execution, converted by the shim from CUPTI's
- * CUpti_ActivityKernelN (CONCURRENT_KERNEL). 64 bytes, no padding holes. */
+ * CUpti_ActivityKernelN (CONCURRENT_KERNEL). 88 bytes, no padding holes. */
 struct ga_kernel_record {
     ga_u64 start_ns;        /* GPU start, CUPTI timestamp clock */
     ga_u64 end_ns;          /* GPU end */
@@ -202,6 +202,8 @@ struct ga_kernel_record {
                              * 25x too many joins). The shim sets the time since
                              * the last window opened before the kernel started,
                              * so only that window's launches can join it. */
+    ga_u32 grid_x, grid_y, grid_z;    /* the launch's grid and block (timelines) */
+    ga_u32 block_x, block_y, block_z;
 };
 #define GA_REC_GRAPH 0x1u
 /* The shim found the record's times impossible (it started before the window

@@ -345,6 +345,8 @@ void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *bu
             o->stream_id = k->streamId;
             o->graph_id = k->graphId;
             o->flags = (k->graphId || k->graphNodeId) ? GA_REC_GRAPH : 0;
+            o->grid_x = (uint32_t)k->gridX, o->grid_y = (uint32_t)k->gridY, o->grid_z = (uint32_t)k->gridZ;
+            o->block_x = (uint32_t)k->blockX, o->block_y = (uint32_t)k->blockY, o->block_z = (uint32_t)k->blockZ;
             /* Continuous: each record is itself. In windows: its launch's
              * period's weight, once that period has ended (window.cpp), and only
              * launches of the window this kernel ran in may join it; without

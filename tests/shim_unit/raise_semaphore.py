@@ -51,13 +51,14 @@ def probes(path):
 
 TEXT = r'''
 #include <uapi/linux/ptrace.h>
+#include "gpu_agent_probes.h"
 BPF_ARRAY(cnt, u64, 16);
 BPF_ARRAY(first, u64, 16);
 static void add(int i, u64 v) { u64 *p = cnt.lookup(&i); if (p) __sync_fetch_and_add(p, v); }
 int on_batch(struct pt_regs *ctx) {
     u32 n = 0, rs = 0, d = 0;
     bpf_usdt_readarg(2, ctx, &n); bpf_usdt_readarg(3, ctx, &rs); bpf_usdt_readarg(4, ctx, &d);
-    add(0, 1); add(1, n); add(2, d); if (rs != 64) add(9, 1);
+    add(0, 1); add(1, n); add(2, d); if (rs != sizeof(struct ga_kernel_record)) add(9, 1);
     return 0;
 }
 int on_corr(struct pt_regs *ctx) {
@@ -86,7 +87,8 @@ u = USDT(path=args.shim)
 u.enable_probe("kernel_batch", "on_batch")
 u.enable_probe("cuda_correlation", "on_corr")
 u.enable_probe("kernel_name", "on_name")
-b = BPF(text=TEXT, usdt_contexts=[u])
+INCLUDE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shim", "include")
+b = BPF(text=TEXT, usdt_contexts=[u], cflags=["-DGA_BPF", f"-I{INCLUDE}", "-Wno-comment"])
 lib = ct.CDLL("libbcc.so.0", use_errno=True)
 attach = ct.CFUNCTYPE(ct.c_int, ct.c_int, ct.c_int, ct.c_char_p, ct.c_char_p, ct.c_uint64, ct.c_int,
                       ct.c_uint32, use_errno=True)(("bpf_attach_uprobe", lib))
