@@ -25,6 +25,17 @@ def byte_size(text: str) -> int:
     return v
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a count of at least 1."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
 def duration(text: str) -> float:
     """'10s', '500ms', '2m', '1.5' (seconds) -> seconds."""
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h|)\s*", text)

@@ -23,7 +23,7 @@ from typing import Optional
 
 from .. import contract as C
 from ..collector import DROPPED_CUPTI
-from .common import byte_size, dir_error, duration
+from .common import byte_size, dir_error, duration, positive_int
 
 # Plaintext to these never leaves the host: a token may go there without TLS.
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -38,16 +38,6 @@ def _label(text: str) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(
             f"invalid --label {text!r}: expected NAME=VALUE with NAME matching [a-zA-Z_][a-zA-Z0-9_]*")
     return k, v
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        v = 0
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
 
 
 def add_arguments(p) -> None:
@@ -71,7 +61,7 @@ def add_arguments(p) -> None:
                    help="extra label on every profile sent (repeatable)")
     g.add_argument("--export-timeout", default=10.0, type=duration,
                    help="deadline of one send (default 10s)")
-    g.add_argument("--queue-size", default=32, type=_positive_int,
+    g.add_argument("--queue-size", default=32, type=positive_int,
                    help="profiles waiting per backend while it is slow or down (default 32)")
     g.add_argument("--queue-max-bytes", default=64 << 20, type=byte_size,
                    help="bytes waiting per backend (default 64MiB)")
@@ -87,7 +77,7 @@ def add_arguments(p) -> None:
                    metavar="HOST:PORT",
                    help="serve /metrics (off by default; bare flag: 127.0.0.1:9464; a missing "
                         "HOST means 127.0.0.1; 0.0.0.0:9464 listens on every interface)")
-    m.add_argument("--metrics-top-kernels", default=50, type=_positive_int,
+    m.add_argument("--metrics-top-kernels", default=50, type=positive_int,
                    help="kernels with their own label; the rest are summed as kernel=\"other\" "
                         "(default 50)")
     m.add_argument("--metrics-ttl", default=300.0, type=duration,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..trace_collect import DEFAULT_RING, RETENTIONS
-from .common import output_error
+from .common import output_error, positive_int
 
 TRACE_FORMATS = ("perfetto", "chrome")
 # The BPF ring buffer while a timeline is captured: on an H100, a CUDA-graph replay
@@ -25,23 +25,12 @@ def add_arguments(p, trace_flag: str = "--trace") -> None:
     p.add_argument("--events-mode", choices=EVENTS_MODES, default="dedup",
                    help="dedup: each stack once, kernels refer to it; full: stacks inline; "
                         "nostack: no stacks")
-    p.add_argument("--ring", type=_positive, default=DEFAULT_RING, metavar="EVENTS",
+    p.add_argument("--ring", type=positive_int, default=DEFAULT_RING, metavar="EVENTS",
                    help=f"kernel events kept (default {DEFAULT_RING}); what happens when it is "
                         "full: --retention")
     p.add_argument("--retention", choices=RETENTIONS, default="drop-oldest",
                    help="drop-oldest: keep the newest events, count the rest; backpressure: "
                         "pause the capture when the ring is full, and say so")
-
-
-def _positive(text: str) -> int:
-    import argparse
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"invalid event count {text!r} (a positive integer)")
-    return n
 
 
 def collector_for(args, collector, on_pause=None):
