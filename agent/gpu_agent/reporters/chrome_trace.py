@@ -25,7 +25,7 @@ import json
 
 from ..timeline import KernelEvent, Timeline
 from .kernel_fields import (assign_lanes, device_label, is_graph_kernel, kernel_args,
-                            kernel_end, launch_name, launch_stack_id, stack_text,
+                            kernel_end, launch_name, launch_stack_id, sampled_launches, stack_text,
                             stream_label)
 
 # Made-up tids of GPU rows start here: above Linux's pid_max (4 194 304), so
@@ -153,13 +153,8 @@ class _ChromeWriter:
 def write_chrome(timeline: Timeline, path) -> None:
     """Write `timeline` to `path` as a Chrome JSON trace."""
     tl = timeline
-    launches: dict[tuple[int, int, int], list] = {}
-    flows: dict[int, int] = {}
-    for i, k in enumerate(tl.kernels):
-        if k.launch_tid is None or k.launch_ns is None:
-            continue
-        flows[i] = len(flows) + 1          # small ints: JSON readers parse ids as doubles
-        launches.setdefault((k.pid, k.launch_tid, k.launch_ns), [k, []])[1].append(flows[i])
+    # small ints as flow ids: JSON readers parse ids as doubles
+    flows, launches = sampled_launches(tl, lambda k, n: n)
     lanes = assign_lanes(tl.kernels)
     with open(path, "w", encoding="utf-8") as out:
         out.write('{"traceEvents":[\n')

@@ -109,3 +109,17 @@ def assign_lanes(kernels: list[KernelEvent]) -> list[int]:
 
 def stream_label(stream: int, lane: int) -> str:
     return f"stream {stream}" if lane == 0 else f"stream {stream} (overlap {lane})"
+
+
+def sampled_launches(tl: Timeline, flow_id) -> tuple[dict[int, int], dict[tuple[int, int, int], list]]:
+    """The flow arrows of sampled launches: kernel index -> flow id (flow_id(k, n),
+    n counting from 1), and each sampled launch (pid, tid, launch_ns) -> [its first
+    kernel, the flow ids of the kernels it launched]; a graph launch has several."""
+    flows: dict[int, int] = {}
+    launches: dict[tuple[int, int, int], list] = {}
+    for i, k in enumerate(tl.kernels):
+        if k.launch_tid is None or k.launch_ns is None:
+            continue
+        flows[i] = flow_id(k, len(flows) + 1)
+        launches.setdefault((k.pid, k.launch_tid, k.launch_ns), [k, []])[1].append(flows[i])
+    return flows, launches

@@ -34,7 +34,7 @@ from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
 from ..timeline import Frame, KernelEvent, Timeline
 from .kernel_fields import (assign_lanes, device_label, is_graph_kernel, kernel_args,
-                            kernel_end, launch_name, launch_stack_id,
+                            kernel_end, launch_name, launch_stack_id, sampled_launches,
                             stack_text, stream_label)
 
 # One writer, one sequence. Interned data is scoped to (sequence, generation):
@@ -336,17 +336,9 @@ class _PerfettoWriter:
 def write_perfetto(timeline: Timeline, path) -> None:
     """Write `timeline` to `path` as a Perfetto protobuf trace."""
     tl = timeline
-    # Sampled launches: (pid, tid, launch_ns) -> flow ids of the kernels it
-    # launched. One entry per sampled launch, a small share of the kernels.
-    launches: dict[tuple[int, int, int], list] = {}
-    flows: dict[int, int] = {}
-    for i, k in enumerate(tl.kernels):
-        if k.launch_tid is None or k.launch_ns is None:
-            continue
-        flow = _uid(tl.host, "flow", k.pid, k.correlation_id, k.launch_ns, k.graph_node_id, k.start_ns)
-        flows[i] = flow
-        entry = launches.setdefault((k.pid, k.launch_tid, k.launch_ns), [k, []])
-        entry[1].append(flow)
+    # Flow ids hashed, not counted: traces concatenated by the UI stay apart.
+    flows, launches = sampled_launches(tl, lambda k, n: _uid(tl.host, "flow", k.pid, k.correlation_id,
+                                                            k.launch_ns, k.graph_node_id, k.start_ns))
     lanes = assign_lanes(tl.kernels)
     with open(path, "wb") as out:
         w = _PerfettoWriter(tl, out)
