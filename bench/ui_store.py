@@ -7,12 +7,12 @@ on it and times what the page asks for when it opens a 1 h range: the interval
 chart of the hour, and the merged range (flame graph, top table, filter menus).
 
 Just started: a fresh server, nothing decoded yet (every file of the hour is read
-while the user waits). Warmed: once the server's warm-up has decoded the newest
+while the user waits), over the API and as the page in Chromium, until it has drawn. Warmed: once the server's warm-up has decoded the newest
 windows (what the UI does at start): the hour over the API, the hour filtered by one
 pid, and the page opened on that hour in Debian's Chromium until it has drawn.
 
 Usage: .venv/bin/python bench/ui_store.py [--store DIR] [--hours 24] [--processes 50]
-       [--stacks 30] [--rounds 3]
+       [--stacks 30] [--rounds 3] [--foreign]
 The store is kept in --store (default /tmp/gpu-agent-ui-bench-store) and reused when
 its parameters match.
 """
@@ -34,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "agent"))
 
-from gpu_agent.pprof import FrameSpec, MappingSpec, ProfileBuilder  # noqa: E402
+from gpu_agent.pprof import FrameSpec, MappingSpec, Numbering, ProfileBuilder  # noqa: E402
 from gpu_agent.proto import profile_pb2  # noqa: E402
 
 INTERVAL_S = 10
@@ -65,10 +65,13 @@ def process_stacks(rng: random.Random, proc: int, stacks: int) -> list[list[Fram
     return out
 
 
-def template(processes: int, stacks: int) -> profile_pb2.Profile:
-    """One window of every process, built the way the agent builds one."""
+def template(processes: int, stacks: int, numbered: bool) -> profile_pb2.Profile:
+    """One window of every process, built the way the agent builds one (its frames
+    numbered as the agent numbers them in all its windows: pprof.Numbering), or as
+    another writer would (numbered=False: ids 1..N of each file's own)."""
     rng = random.Random(1)
-    b = ProfileBuilder(period_ns=1, duration_ns=INTERVAL_S * 10**9, time_nanos=0)
+    b = ProfileBuilder(period_ns=1, duration_ns=INTERVAL_S * 10**9, time_nanos=0,
+                       numbering=Numbering() if numbered else None)
     for p in range(processes):
         pid = 10_000 + p
         labels = {"pid": str(pid), "comm": f"python{p % 7}", "cuda_device": str(p % 8), "cuda_stream": "7",
@@ -79,16 +82,17 @@ def template(processes: int, stacks: int) -> profile_pb2.Profile:
     return b.to_proto()
 
 
-def synthesize(store: Path, hours: float, processes: int, stacks: int) -> int:
+def synthesize(store: Path, hours: float, processes: int, stacks: int, numbered: bool = True) -> int:
     """Write the store (skipped when one with these parameters is there); its file count."""
-    params = {"hours": hours, "processes": processes, "stacks": stacks, "interval_s": INTERVAL_S}
+    params = {"hours": hours, "processes": processes, "stacks": stacks, "interval_s": INTERVAL_S,
+              "numbered": numbered}
     stamp = store / "bench-params.json"
     n = int(hours * 3600 / INTERVAL_S)
     if stamp.exists() and json.loads(stamp.read_text()) == params and len(list(store.glob("gpu-*.pb.gz"))) == n:
         return n
     shutil.rmtree(store, ignore_errors=True)
     store.mkdir(parents=True)
-    proto = template(processes, stacks)
+    proto = template(processes, stacks, numbered)
     base = [tuple(s.value) for s in proto.sample]  # the template's values, copied
     rng = random.Random(2)
     start_s = int(time.time()) - n * INTERVAL_S
@@ -157,6 +161,39 @@ def browser_open(base: str, last_ns: int, rounds: int = 3) -> list[float]:
     return out
 
 
+def browser_fresh(store: Path, rounds: int) -> list[float]:
+    """Seconds from navigating to a just-started server's page (no range in the URL:
+    the page opens the store's last hour) to its first render, in Debian's Chromium.
+    The browser starts first, so the server's warm-up gets no head start. [] without
+    Playwright or Chromium."""
+    chromium = shutil.which("chromium")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return []
+    if chromium is None:
+        return []
+    out = []
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        for _ in range(rounds):
+            page = b.new_page(viewport={"width": 1400, "height": 1000})
+            proc, base = start_ui(store)
+            try:
+                t0 = time.perf_counter()
+                page.goto(base + "/")
+                page.wait_for_selector("body[data-renders]", state="attached", timeout=120_000)
+                out.append(time.perf_counter() - t0)
+                files = page.inner_text("#total")
+            finally:
+                proc.terminate()
+                proc.wait()
+            print(f"  just started, in Chromium, drawn: {out[-1]:.2f} s ({files})")
+            page.close()
+        b.close()
+    return out
+
+
 def rss_mib(pid: int) -> float:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -167,14 +204,17 @@ def rss_mib(pid: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--store", type=Path, default=Path("/tmp/gpu-agent-ui-bench-store"))
+    ap.add_argument("--store", type=Path, help="default /tmp/gpu-agent-ui-bench-store[-foreign]")
     ap.add_argument("--hours", type=float, default=24)
     ap.add_argument("--processes", type=int, default=50)
     ap.add_argument("--stacks", type=int, default=30, help="distinct stacks per process")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--foreign", action="store_true",
+                    help="files as a writer other than the agent writes them (no pprof.Numbering)")
     a = ap.parse_args()
+    a.store = a.store or Path("/tmp/gpu-agent-ui-bench-store" + ("-foreign" if a.foreign else ""))
     t0 = time.perf_counter()
-    n = synthesize(a.store, a.hours, a.processes, a.stacks)
+    n = synthesize(a.store, a.hours, a.processes, a.stacks, numbered=not a.foreign)
     size = sum(f.stat().st_size for f in a.store.glob("gpu-*.pb.gz"))
     print(f"store: {n} files, {size / 2**20:.0f} MiB, {a.processes} processes x {a.stacks} stacks "
           f"= {a.processes * a.stacks} samples per file ({time.perf_counter() - t0:.0f} s to prepare)")
@@ -206,9 +246,11 @@ def main() -> None:
         finally:
             proc.terminate()
             proc.wait()
+    fresh_browser = browser_fresh(a.store, a.rounds)
     med = statistics.median
     print(f"open the last hour ({n * 3600 // int(a.hours * 3600) if a.hours else 0} files): "
-          f"just started {med(fresh):.2f} s, warmed {med(warm):.2f} s, one pid {med(filtered):.2f} s, "
+          f"just started {med(fresh):.2f} s (drawn in Chromium "
+          f"{med(fresh_browser) if fresh_browser else float('nan'):.2f} s), warmed {med(warm):.2f} s, one pid {med(filtered):.2f} s, "
           f"drawn in Chromium {med(browser) if browser else float('nan'):.2f} s "
           f"(medians of {a.rounds}); warm-up {med(w[0] for w in warmups):.0f} s for "
           f"{med(w[1] for w in warmups):.0f} files, RSS {med(rss):.0f} MiB; {os.cpu_count()} CPUs")

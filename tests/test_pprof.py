@@ -273,3 +273,56 @@ def test_profiles_are_readable_by_their_owner_only(tmp_path):
     path = tmp_path / "p.pb.gz"
     ProfileBuilder(period_ns=1, duration_ns=1, time_nanos=1).write(path)
     assert os.stat(path).st_mode & 0o777 == 0o600
+
+
+def _locations_by_frame(proto) -> dict:
+    """(function, line, address) -> location id, from a written profile."""
+    st = proto.string_table
+    fn = {f.id: st[f.name] for f in proto.function}
+    return {(fn[loc.line[0].function_id], loc.line[0].line, loc.address): loc.id for loc in proto.location}
+
+
+@needs_pprof
+def test_numbered_windows_share_location_ids(tmp_path):
+    """Windows written with one Numbering give a frame the same location id in every
+    file, whatever order its samples came in; another numbering is named apart; Go
+    pprof reads such a profile (ids need not be 1..N) to the same totals."""
+    from gpu_agent.pprof import NUMBERING_COMMENT, Numbering
+
+    numbering = Numbering()
+    samples = list(build_profile()._samples.items())
+    rebuilt = build_profile()
+
+    def window(order, numbering):
+        b = ProfileBuilder(period_ns=64, duration_ns=10, time_nanos=1, numbering=numbering)
+        for (locs, lab), (ns, n) in order:
+            b.add([_frame_of(rebuilt, i) for i in locs], ns, n, dict(lab))
+        return b.to_proto()
+
+    windows = [window(samples, numbering), window(samples[::-1], numbering)]
+    a, b = (_locations_by_frame(w) for w in windows)
+    assert a == b and a.keys() == _locations_by_frame(rebuilt.to_proto()).keys()
+    # Without a numbering, the reversed window numbers its frames otherwise.
+    assert _locations_by_frame(window(samples, None)) != _locations_by_frame(window(samples[::-1], None))
+    comments = [[w.string_table[c] for c in w.comment] for w in windows]
+    assert comments[0] == comments[1] == [NUMBERING_COMMENT + numbering.id]
+    assert Numbering().id != numbering.id
+    path = tmp_path / "numbered.pb.gz"
+    path.write_bytes(gzip.compress(windows[1].SerializeToString()))
+    out, _ = run_pprof("-raw", str(path), cwd=tmp_path)
+    vals = [tuple(map(int, m)) for m in re.findall(r"^\s+(\d+)\s+(\d+): [\d ]+$", out, re.M)]
+    assert sum(v[0] for v in vals) == TOTAL_NS and sum(v[1] for v in vals) == TOTAL_LAUNCHES
+
+
+def _frame_of(builder: ProfileBuilder, location_id: int) -> FrameSpec:
+    """The FrameSpec a builder interned as location_id (for re-adding its samples)."""
+    p = builder.to_proto()
+    st = p.string_table
+    loc = next(loc for loc in p.location if loc.id == location_id)
+    f = next(f for f in p.function if f.id == loc.line[0].function_id)
+    m = next((m for m in p.mapping if m.id == loc.mapping_id), None)
+    spec = None if m is None else MappingSpec(st[m.filename], st[m.build_id], m.has_functions, m.has_filenames,
+                                              m.has_line_numbers, m.memory_start, m.memory_limit, m.file_offset)
+    sysname = st[f.system_name]
+    return FrameSpec(st[f.name], "" if sysname == st[f.name] else sysname, st[f.filename], loc.line[0].line,
+                     loc.address, spec)

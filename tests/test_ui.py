@@ -417,3 +417,75 @@ def test_ranges_decoded_in_worker_processes_match_the_server(store):
             pooled.cache._restart()  # the next range is sent to workers that must start over
     finally:
         pool.close()
+
+
+def test_agent_windows_take_the_numbered_path(store):
+    """The agent numbers frames alike in all its windows (pprof.Numbering), so the UI
+    reads its files without walking them (numbered.py): every file of the store takes
+    that path, and decodes to exactly the rows the general path reads from the same
+    file without its numbering comment (frames, label sets, values, filter totals)."""
+    import gzip as gz
+
+    from gpu_agent.pprof import NUMBERING_COMMENT
+    from gpu_agent.proto import profile_pb2
+    from gpu_agent.ui.catalog import Catalog
+    from gpu_agent.ui.numbered import decode_numbered
+    from gpu_agent.ui.profiles import decode
+
+    out, phases, _ = store
+    files = phases["before"][2] + phases["after"][2]
+    numberings = set()
+
+    def rows(catalog, d):
+        return sorted((tuple(repr(catalog.frames[f]) for f in catalog.stacks[s]), catalog.labelsets[l], g, n)
+                      for s, l, g, n in zip(d.stacks, d.labelsets, d.gpu_ns, d.launches))
+
+    fast_catalog = Catalog()
+    for f in files:
+        raw = gz.decompress(f.read_bytes())
+        p = profile_pb2.Profile.FromString(raw)
+        comments = [p.string_table[c] for c in p.comment]
+        numberings |= {c for c in comments if c.startswith(NUMBERING_COMMENT)}
+        fast = decode_numbered(raw, fast_catalog)
+        assert fast is not None, f"{f.name}: not read on the numbered path"
+        plain = [c for c in p.comment if not p.string_table[c].startswith(NUMBERING_COMMENT)]
+        del p.comment[:]
+        p.comment.extend(plain)
+        general_catalog = Catalog()
+        general = decode(p.SerializeToString(), general_catalog)
+        assert not general_catalog.numberings        # the general path read it
+        assert rows(fast_catalog, fast) == rows(general_catalog, general)
+        assert (fast.gpu_total, fast.launch_total, fast.comments) == \
+            (general.gpu_total, general.launch_total, general.comments)
+        assert ({fast_catalog.labelsets[k]: v for k, v in fast.by_labelset.items()} ==
+                {general_catalog.labelsets[k]: v for k, v in general.by_labelset.items()})
+    assert len(numberings) == 1, numberings          # one agent, one numbering
+    # Its locations were decoded once for all the files, not once per file.
+    known = next(iter(fast_catalog.numberings.values()))
+    assert len(known.locations) == len(fast_catalog.locations)
+
+
+def test_numbered_path_leaves_what_it_cannot_read_exactly_to_the_general_one():
+    """A numbered file with a sample naming an undefined location, or a third value,
+    is read the general way (which skips that sample), never half-read."""
+    from gpu_agent.pprof import FrameSpec, Numbering, ProfileBuilder
+    from gpu_agent.proto import profile_pb2
+    from gpu_agent.ui.catalog import Catalog
+    from gpu_agent.ui.numbered import decode_numbered
+    from gpu_agent.ui.profiles import decode
+
+    b = ProfileBuilder(period_ns=1, duration_ns=10, time_nanos=1, numbering=Numbering())
+    b.add([FrameSpec.kernel("k1"), FrameSpec.python("f", "/a.py", 3)], 100, 1, {"pid": "1"})
+    b.add([FrameSpec.kernel("k2")], 50, 2, {"pid": "2"})
+    good = b.to_proto()
+    assert decode_numbered(good.SerializeToString(), Catalog()).gpu_total == 150
+    undefined = profile_pb2.Profile.FromString(good.SerializeToString())
+    undefined.sample[1].location_id.append(999_999)
+    third = profile_pb2.Profile.FromString(good.SerializeToString())
+    third.sample_type.add(type=third.sample_type[0].type, unit=third.sample_type[0].unit)
+    for s in third.sample:
+        s.value.append(7)
+    for p, total in ((undefined, 100), (third, 150)):
+        data = p.SerializeToString()
+        assert decode_numbered(data, Catalog()) is None
+        assert decode(data, Catalog()).gpu_total == total

@@ -22,7 +22,7 @@ from . import contract as C
 from . import estimator, invariants
 from .bpf_session import BpfSession
 from .estimator import Drain
-from .pprof import FrameSpec, ProfileBuilder
+from .pprof import FrameSpec, Numbering, ProfileBuilder
 from .python import PythonStacks
 from .demangle import demangle_kernel
 from .symbolize import Symbolizer
@@ -163,6 +163,9 @@ class Collector:
         self._impossible = 0                     # records invariants.py kept out, in all
         self._attached_in_window: set[int] = set()
         self._counters_at_window: dict[str, int] = {}
+        # Every window's profiles number frames alike (pprof.Numbering): a reader of
+        # many windows resolves each frame once.
+        self._numbering = Numbering()
 
     # -- lifecycle ---------------------------------------------------------
     def open(self) -> None:
@@ -373,9 +376,12 @@ class Collector:
         if any(row.key[4] == C.KERNEL_DROPPED for row in est.rows):
             comments.append(DROPPED_COMMENT)
 
+        if self._numbering.full():
+            self._numbering = Numbering()
+
         def new_builder() -> ProfileBuilder:
             return ProfileBuilder(period_ns=1, duration_ns=max(0, now - win.start_ns),
-                                  time_nanos=win.start_ns, comments=comments)
+                                  time_nanos=win.start_ns, comments=comments, numbering=self._numbering)
 
         builder = new_builder()
         out = WindowProfiles(builder, stats)

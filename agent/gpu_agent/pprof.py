@@ -20,13 +20,16 @@ the frame kinds gpu-agent uses:
 
 Strings, functions, locations and mappings are deduplicated; ids start at 1;
 ``string_table[0] == ""``; identical (stack, labels) samples are merged by
-summing their values.
+summing their values. With a ``Numbering``, function and location ids are the
+numbering's instead: the same frame has the same location id in every profile
+written with it (the agent's windows), which the profile names in a comment.
 """
 
 from __future__ import annotations
 
 import gzip
 import os
+import secrets
 from dataclasses import dataclass
 from typing import Dict, List, Mapping as TMapping, Optional, Sequence, Tuple, Union
 
@@ -37,6 +40,8 @@ __all__ = [
     "MappingSpec",
     "FrameSpec",
     "ProfileBuilder",
+    "Numbering",
+    "NUMBERING_COMMENT",
     "CUDA_MAPPING",
     "AGENT_MAPPING",
     "PYTHON_MAPPING",
@@ -46,6 +51,8 @@ __all__ = [
 
 CUDA_KERNEL_FILENAME = "CUDA_KERNEL"
 UNSAMPLED = "[unsampled]"
+# The comment that names a profile's Numbering: "gpu-agent numbering <16 hex digits>".
+NUMBERING_COMMENT = "gpu-agent numbering "
 
 
 @dataclass(frozen=True)
@@ -126,6 +133,44 @@ class FrameSpec:
         return cls(function, "python:" + function, filename, int(line), 0, PYTHON_MAPPING)
 
 
+class Numbering:
+    """Function and location ids shared by many profiles: in each profile written with
+    it, a location id means the same frame (mapping, address, function, line), and so
+    does a function id. pprof allows any nonzero ids; a reader that merges many
+    windows (the UI, ui/profiles.py) then resolves each location once per numbering,
+    not once per file. Its id is random, so two agents' numberings never mix.
+
+    Bounded: full() says when the writer should start a new one (ids are never
+    forgotten while in use, or an old id would name a new frame)."""
+
+    def __init__(self, limit: int = 1_000_000):
+        self.id = secrets.token_hex(8)
+        self.limit = limit
+        self._functions: Dict[Tuple[str, str, str], int] = {}
+        self._locations: Dict[Tuple, int] = {}
+
+    @property
+    def comment(self) -> str:
+        return NUMBERING_COMMENT + self.id
+
+    def full(self) -> bool:
+        return len(self._functions) + len(self._locations) >= self.limit
+
+    def function_id(self, name: str, system_name: str, filename: str) -> int:
+        key = (name, system_name, filename)
+        i = self._functions.get(key)
+        if i is None:
+            i = self._functions[key] = len(self._functions) + 1
+        return i
+
+    def location_id(self, mapping: Optional[MappingSpec], address: int, function_id: int, line: int) -> int:
+        key = (mapping, address, function_id, line)
+        i = self._locations.get(key)
+        if i is None:
+            i = self._locations[key] = len(self._locations) + 1
+        return i
+
+
 class ProfileBuilder:
     """Accumulates samples and writes one pprof profile.
 
@@ -135,7 +180,11 @@ class ProfileBuilder:
     nanoseconds since the Unix epoch.
     """
 
-    def __init__(self, period_ns: int, duration_ns: int, time_nanos: int, comments: Sequence[str] = ()):
+    def __init__(self, period_ns: int, duration_ns: int, time_nanos: int, comments: Sequence[str] = (),
+                 numbering: Optional[Numbering] = None):
+        self.numbering = numbering
+        if numbering is not None:
+            comments = [*comments, numbering.comment]
         self.period_ns = int(period_ns)
         self.duration_ns = int(duration_ns)
         self.time_nanos = int(time_nanos)
@@ -177,7 +226,10 @@ class ProfileBuilder:
         key = (self._str(f.function), self._str(f.system_name or f.function), self._str(f.filename), 0)
         i = self._functions.get(key)
         if i is None:
-            i = len(self._functions) + 1
+            if self.numbering is None:
+                i = len(self._functions) + 1
+            else:
+                i = self.numbering.function_id(f.function, f.system_name or f.function, f.filename)
             self._functions[key] = i
         return i
 
@@ -185,7 +237,10 @@ class ProfileBuilder:
         key = (self._mapping(f.mapping), int(f.address), self._function(f), int(f.line))
         i = self._locations.get(key)
         if i is None:
-            i = len(self._locations) + 1
+            if self.numbering is None:
+                i = len(self._locations) + 1
+            else:
+                i = self.numbering.location_id(f.mapping, key[1], key[2], key[3])
             self._locations[key] = i
         return i
 

@@ -1,16 +1,13 @@
 """Store files decoded once, into rows that many merges can sum quickly.
 
-A pprof is decoded with the project's protobuf code (proto/profile_pb2.py). Its
-frames become pprof.FrameSpec values, the very type ProfileBuilder writes, so a
-merged range is written back as a pprof with every field the agent wrote
-(mappings, build ids, system names, lines, addresses): query.py never invents a
-format.
-
-Every file's frames, stacks and label sets are interned in one Catalog shared by
-all files, so a file becomes four flat arrays (stack id, label-set id, GPU ns,
-launches) and a merge is integer additions, without protobuf objects. The decoded
-files are cached (least recently used, bounded in rows); an hour of a busy store is
-decoded once and then re-filtered, re-ranged and diffed from memory.
+A pprof is decoded with the project's protobuf code (proto/profile_pb2.py, read
+through views.py). Every file's frames, stacks and label sets are interned in one
+Catalog (catalog.py) shared by all files, so a file becomes four flat arrays (stack
+id, label-set id, GPU ns, launches) and a merge is integer additions, without
+protobuf objects. The agent's own windows take the numbered path (numbered.py);
+any other pprof the general one here. The decoded files are cached (least recently
+used, bounded in rows); an hour of a busy store is decoded once and then
+re-filtered, re-ranged and diffed from memory.
 """
 
 from __future__ import annotations
@@ -18,177 +15,21 @@ from __future__ import annotations
 import gzip
 import os
 import threading
-from array import array
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Optional
 
-from ..collector import GRAPH_BEFORE_ATTACH, GRAPH_REPLAY
-from ..pprof import AGENT_MAPPING, CUDA_KERNEL_FILENAME, CUDA_MAPPING, PYTHON_MAPPING, FrameSpec, MappingSpec
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-
-from ..proto import profile_pb2
+from ..pprof import MappingSpec
+from .catalog import Catalog, DecodedProfile, labels_of
+from .numbered import decode_numbered
 from .store import Store, StoreFile
+from .views import ProfileView
 
-# How a frame is drawn: the CUDA kernel leaves apart from the CPU frames above them,
-# and the graph-replay markers apart from both.
-KERNEL, GRAPH, MARKER, PYTHON, NATIVE = "kernel", "graph", "marker", "python", "native"
-GRAPH_MARKERS = (GRAPH_REPLAY, GRAPH_BEFORE_ATTACH)
 DEFAULT_CACHE_ROWS = 4_000_000  # about 100 MiB of decoded rows
 # Stacks and label sets interned before the catalog starts again: every process that
 # ever ran has its own label sets, so a UI beside an agent for months would grow.
 DEFAULT_CATALOG_LIMIT = 500_000
 # A range asked for while the decoding processes start waits this long for them.
 POOL_START_WAIT_S = 3.0
-
-
-def frame_kind(f: FrameSpec) -> str:
-    mapping = f.mapping.filename if f.mapping is not None else ""
-    if mapping == CUDA_MAPPING.filename or f.filename == CUDA_KERNEL_FILENAME:
-        return KERNEL
-    if f.function in GRAPH_MARKERS:
-        return GRAPH
-    if mapping == AGENT_MAPPING.filename:
-        return MARKER
-    if mapping == PYTHON_MAPPING.filename:
-        return PYTHON
-    return NATIVE
-
-
-class Catalog:
-    """Frames, the names they are drawn under, locations, stacks and label sets, each
-    numbered once for every file. Append-only: ids stay valid for every cached file.
-
-    A frame is a full FrameSpec (what a merged pprof writes back); a name is what the
-    flame graph and the top table group by: (function, kind), as pprof groups by
-    function when it draws a flame graph. A location is a pprof location's frames
-    (more than one when functions were inlined), keyed by its content, because every
-    file numbers its locations, functions and strings its own way."""
-
-    def __init__(self):
-        self.lock = threading.Lock()   # held while a file is interned
-        self.frames: list[FrameSpec] = []
-        self.frame_name: list[int] = []
-        self._frame_ids: dict[FrameSpec, int] = {}
-        self.names: list[tuple[str, str]] = []
-        self._name_ids: dict[tuple[str, str], int] = {}
-        self._mapping_ids: dict[MappingSpec, int] = {}
-        self.mappings: list[MappingSpec] = []
-        self._location_ids: dict[tuple, int] = {}
-        self.locations: list[tuple[int, ...]] = []    # frame ids, innermost first
-        self.stacks: list[tuple[int, ...]] = []       # frame ids, leaf first
-        self._stack_ids: dict[tuple[int, ...], int] = {}  # by location ids
-        self.labelsets: list[tuple[tuple[str, str], ...]] = []  # sorted (key, value)
-        self._labelset_ids: dict[tuple[tuple[str, str], ...], int] = {}
-
-    def frame(self, f: FrameSpec) -> int:
-        i = self._frame_ids.get(f)
-        if i is None:
-            i = self._frame_ids[f] = len(self.frames)
-            self.frames.append(f)
-            self.frame_name.append(self.name((f.function, frame_kind(f))))
-        return i
-
-    def name(self, key: tuple[str, str]) -> int:
-        i = self._name_ids.get(key)
-        if i is None:
-            i = self._name_ids[key] = len(self.names)
-            self.names.append(key)
-        return i
-
-    def mapping(self, m: MappingSpec) -> int:
-        i = self._mapping_ids.get(m)
-        if i is None:
-            i = self._mapping_ids[m] = len(self.mappings)
-            self.mappings.append(m)
-        return i
-
-    def location(self, mapping: int, address: int, lines: tuple[tuple[str, str, str, int], ...]) -> int:
-        """lines: (function, system name, file, line), innermost first."""
-        key = (mapping, address, lines)
-        i = self._location_ids.get(key)
-        if i is None:
-            m = self.mappings[mapping] if mapping >= 0 else None
-            frames = tuple(self.frame(FrameSpec(name, "" if system_name == name else system_name,
-                                                filename, line, address, m))
-                           for name, system_name, filename, line in lines)
-            if not frames:  # an unsymbolized address
-                frames = (self.frame(FrameSpec(f"0x{address:x}", "", "", 0, address, m)),)
-            i = self._location_ids[key] = len(self.locations)
-            self.locations.append(frames)
-        return i
-
-    def stack(self, locations: tuple[int, ...]) -> int:
-        i = self._stack_ids.get(locations)
-        if i is None:
-            i = self._stack_ids[locations] = len(self.stacks)
-            self.stacks.append(tuple(f for loc in locations for f in self.locations[loc]))
-        return i
-
-    def stack_of_frames(self, frames: tuple[int, ...]) -> int:
-        """A stack given by its frames (what a decoding worker sends, workers.py)."""
-        key = ("frames",) + frames
-        i = self._stack_ids.get(key)
-        if i is None:
-            i = self._stack_ids[key] = len(self.stacks)
-            self.stacks.append(frames)
-        return i
-
-    def labelset(self, labels: tuple[tuple[str, str], ...]) -> int:
-        i = self._labelset_ids.get(labels)
-        if i is None:
-            i = self._labelset_ids[labels] = len(self.labelsets)
-            self.labelsets.append(labels)
-        return i
-
-
-@dataclass
-class DecodedProfile:
-    """One store file: its header, and one row per pprof sample."""
-
-    time_nanos: int
-    duration_nanos: int
-    comments: tuple[str, ...]
-    stacks: array = field(default_factory=lambda: array("I"))
-    labelsets: array = field(default_factory=lambda: array("I"))
-    gpu_ns: array = field(default_factory=lambda: array("q"))
-    launches: array = field(default_factory=lambda: array("q"))
-    # Unfiltered totals per label set, for the filter menus of a range.
-    by_labelset: dict = field(default_factory=dict)   # id -> [gpu_ns, launches]
-    gpu_total: int = 0
-    launch_total: int = 0
-
-    def __len__(self) -> int:
-        return len(self.stacks)
-
-
-def _profile_view():
-    """profile.proto's Profile, read with Sample.label as raw bytes.
-
-    The same schema (built from profile_pb2's own descriptor, no second .proto) with
-    one field's type changed to a wire-compatible one: a label is a length-delimited
-    message, so reading it as `bytes` keeps each label's encoding. A sample's labels
-    are then one tuple of bytes, hashable as they are: the label set of a sample is
-    found in one dictionary look-up, and decoded (profile_pb2.Label) once per distinct
-    set. Reading every label as a message object per sample was the largest cost of
-    opening a range (hundreds of thousands of samples an hour)."""
-    fdp = descriptor_pb2.FileDescriptorProto()
-    profile_pb2.DESCRIPTOR.CopyToProto(fdp)
-    old, new = "." + fdp.package + ".", ".gpu_agent.ui.profile_view."
-    fdp.name, fdp.package = "gpu_agent/ui/profile_view.proto", new.strip(".")
-    for message in fdp.message_type:
-        for f in message.field:
-            if f.type_name.startswith(old):
-                f.type_name = new + f.type_name[len(old):]
-            if message.name == "Sample" and f.name == "label":
-                f.type = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
-                f.ClearField("type_name")
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(fdp)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName(new.strip(".") + ".Profile"))
-
-
-ProfileView = _profile_view()
 
 
 def decode(data: bytes, catalog: Catalog) -> DecodedProfile:
@@ -198,6 +39,9 @@ def decode(data: bytes, catalog: Catalog) -> DecodedProfile:
             data = gzip.decompress(data)
         except (OSError, EOFError) as e:
             raise ValueError(f"not a gzip file: {e}") from None
+    numbered = decode_numbered(data, catalog)
+    if numbered is not None:
+        return numbered
     p = ProfileView()
     try:
         p.ParseFromString(data)
@@ -245,7 +89,7 @@ def decode(data: bytes, catalog: Catalog) -> DecodedProfile:
         else:
             to_location = location_of.__getitem__
         stack_ids = catalog._stack_ids
-        labels_of: dict[tuple[bytes, ...], int] = {}
+        label_ids: dict[tuple[bytes, ...], int] = {}
         stacks, labelsets, gpu, launches = out.stacks, out.labelsets, out.gpu_ns, out.launches
         by_labelset = out.by_labelset
         two_values = gpu_i == 0 and launch_i == 1
@@ -260,9 +104,9 @@ def decode(data: bytes, catalog: Catalog) -> DecodedProfile:
                     continue
                 sid = catalog.stack(locs)
             raw = tuple(sample.label[:])
-            lid = labels_of.get(raw)
+            lid = label_ids.get(raw)
             if lid is None:
-                lid = labels_of[raw] = catalog.labelset(_labels(raw, s))
+                lid = label_ids[raw] = catalog.labelset(labels_of(raw, s))
             values = sample.value[:]
             if two_values and len(values) == 2:
                 g, n = values
@@ -282,20 +126,6 @@ def decode(data: bytes, catalog: Catalog) -> DecodedProfile:
     out.gpu_total = sum(gpu)
     out.launch_total = sum(launches)
     return out
-
-
-def _labels(raw: tuple[bytes, ...], s) -> tuple[tuple[str, str], ...]:
-    """One sample's encoded labels as sorted (key, value); a numeric label's value is
-    its number (with its unit, if any)."""
-    pairs = []
-    for b in raw:
-        lb = profile_pb2.Label.FromString(b)
-        if lb.str or not lb.num:
-            value = s(lb.str)
-        else:
-            value = str(lb.num) + (s(lb.num_unit) if lb.num_unit else "")
-        pairs.append((s(lb.key), value))
-    return tuple(sorted(pairs))
 
 
 class ProfileCache:

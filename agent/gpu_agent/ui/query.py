@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..pprof import ProfileBuilder
-from .profiles import KERNEL, Catalog, DecodedProfile
+from .catalog import KERNEL, Catalog, DecodedProfile
 
 FILTER_LABELS = ("pid", "comm", "pod", "namespace", "container", "cuda_device")
 VALUE_INDEX = {"gpu_time": 0, "kernel_launches": 1}

@@ -1,7 +1,8 @@
 """Store files decoded in helper processes, for the range a user waits on.
 
 Decoding a pprof is Python work (profiles.decode): one core decodes an hour of a
-busy store (360 windows) in about 5 s. Opening a range whose files are not decoded
+busy store (360 windows) in about 0.8 s (the agent's windows) to 2.4 s (another
+writer's). Opening a range whose files are not decoded
 yet spreads them over WORKERS processes (the multiprocessing module's spawn
 context: no fork of a threaded server), each decoding with its own Catalog and
 sending back the rows and only what its catalog gained since its last answer
@@ -23,7 +24,8 @@ from array import array
 from pathlib import Path
 from typing import Optional
 
-from .profiles import Catalog, DecodedProfile, decode
+from .catalog import Catalog, DecodedProfile
+from .profiles import decode
 from .store import Store, StoreFile
 
 WORKERS = 2
