@@ -396,3 +396,33 @@ def test_workload_cli(progs, tmp_path):
         env=env_for(MOCK_CUDA_GROUND_TRUTH=tmp_path / "t.tsv"))
     gt = truth(tmp_path / "t.tsv")
     assert gt["_Z16k_cuLaunchKernelPfi"][0] == 600 and gt["_Z23k_cudaLaunchKernel_ptszPfi"][0] == 600
+
+
+QUEUE_PROBE = """
+import ctypes, sys, time
+sys.path.insert(0, sys.argv[1])
+from py_workload import check, setup
+lib = ctypes.PyDLL("libcuda.so.1")
+setup(lib)
+check(lib.cuInit(0), "cuInit")
+dev, ctx, mod, f = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+check(lib.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
+check(lib.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev), "cuCtxCreate")
+check(lib.cuModuleLoadData(ctypes.byref(mod), b"k_slow=10000\\n\\0"), "cuModuleLoadData")
+check(lib.cuModuleGetFunction(ctypes.byref(f), mod, b"k_slow"), "cuModuleGetFunction")
+t0 = time.monotonic()
+for _ in range(int(sys.argv[2])):
+    lib.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, None, None, None)
+print(time.monotonic() - t0)
+"""
+
+
+def test_a_full_launch_queue_holds_the_host_back():
+    """The driver's launch queue is bounded (MOCK_QUEUE_DEPTH = 1024 kernels a
+    stream): launching 20 000 kernels of 10 us takes the host at least the GPU time
+    of all but the last 1 024, as on a real GPU; without the bound the mock's GPU
+    fell seconds behind a fast host, and records started long after their launch."""
+    n, kernel_s, depth = 20_000, 10e-6, 1024
+    p = run(["python3", "-c", QUEUE_PROBE, Path(__file__).parent, n], env=env_for())
+    took = float(p.stdout.split()[-1])
+    assert took >= 0.97 * (n - depth) * kernel_s, took

@@ -126,9 +126,12 @@ def test_graph_kernels_keep_their_gpu_time_under_windows(tmp_path, built):
     windows = shim_exit_stats(err)["windows"]
     launches_out, records_out = int(left_out.group(1)), int(left_out.group(2))
     # About one replay per window, its window's last traced one (none in a window
-    # the loop's pauses left empty), three records each. Records of replays traced
-    # after a window's flag went off (the closing edge) are dropped too.
-    assert windows // 2 <= launches_out <= windows + 1, (left_out.groups(), windows)
+    # the loop's pauses left empty), three records each; two when the GPU runs behind
+    # the host (the mock's launch queue is full here, as a real one would be) and a
+    # later node of the last replay has no record yet when its window is settled: the
+    # replay before it is then some node's newest. Records of replays traced after a
+    # window's flag went off (the closing edge) are dropped too.
+    assert windows // 2 <= launches_out <= 2 * windows + 1, (left_out.groups(), windows)
     assert records_out >= 3 * launches_out - 6, left_out.groups()
     for k in nodes:
         est_ns, est_launches = prof[k]

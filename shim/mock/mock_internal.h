@@ -51,11 +51,17 @@ struct mock_func {                 /* a CUfunction */
 struct mock_ctx;
 struct mock_graph;
 
+/* Kernels a stream holds queued before a launch waits for the oldest to finish,
+ * as the real driver's launch queue does. */
+#define MOCK_QUEUE_DEPTH 1024
+
 struct mock_stream {               /* a CUstream */
     uint32_t magic;
     uint32_t id;                   /* CUPTI stream id */
     struct mock_ctx *ctx;
     _Atomic uint64_t busy_until;   /* virtual GPU clock of this stream */
+    _Atomic uint64_t queued;       /* kernels launched on it, ever */
+    _Atomic uint64_t ends[MOCK_QUEUE_DEPTH]; /* end of launch n at [n % depth] */
     struct mock_graph *_Atomic capture; /* non-NULL while capturing */
 };
 
