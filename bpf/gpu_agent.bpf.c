@@ -158,6 +158,36 @@ static __always_inline u32 see_proc(u32 tgid)
 
 #include "python_stack.h" /* ga_py_unwind: the launching thread's Python frames */
 
+/* Store s (filled) as the stack of (tgid, start, stack_id), once, and announce it
+ * with GA_EV_NEW_STACK. Returns stack_id. */
+static __always_inline u64 announce_stack(u32 tgid, u32 start, u64 stack_id, struct ga_stack *s)
+{
+    struct ga_stack_key sk = {.tgid = tgid, .start = start, .stack_id = stack_id};
+    /* NOEXIST: a racing thread of the same process may have stored it
+     * first; it also sent the NEW_STACK event. */
+    int err = stacks.insert(&sk, s);
+    if (err == -17 /* EEXIST */)
+        return stack_id;
+    if (err) {
+        count(GA_DROP_STACK_FULL, 1);
+        return stack_id;
+    }
+    count(GA_CNT_NEW_STACKS, 1);
+
+    struct ga_ev_new_stack *ev = events.ringbuf_reserve(sizeof(*ev));
+    if (!ev) {
+        count(GA_DROP_RINGBUF_FULL, 1);
+        return stack_id;
+    }
+    ev->hdr.type = GA_EV_NEW_STACK;
+    ev->hdr.tgid = tgid;
+    ev->stack_id = stack_id;
+    ev->start = start;
+    ev->pad = 0;
+    events.ringbuf_submit(ev, 0);
+    return stack_id;
+}
+
 /* Store the stack of the calling thread: the shim's native frames (frames,
  * nframes, hashed to stack_id) plus its Python frames, once per distinct stack,
  * announced to the agent with GA_EV_NEW_STACK. Returns the stack id to use
@@ -190,29 +220,7 @@ static __always_inline u64 store_stack(u64 pid_tgid, u32 start, u64 stack_id, u6
             return stack_id;
         }
     }
-    /* NOEXIST: a racing thread of the same process may have stored it
-     * first; it also sent the NEW_STACK event. */
-    int err = stacks.insert(&sk, s);
-    if (err == -17 /* EEXIST */)
-        return stack_id;
-    if (err) {
-        count(GA_DROP_STACK_FULL, 1);
-        return stack_id;
-    }
-    count(GA_CNT_NEW_STACKS, 1);
-
-    struct ga_ev_new_stack *ev = events.ringbuf_reserve(sizeof(*ev));
-    if (!ev) {
-        count(GA_DROP_RINGBUF_FULL, 1);
-        return stack_id;
-    }
-    ev->hdr.type = GA_EV_NEW_STACK;
-    ev->hdr.tgid = tgid;
-    ev->stack_id = stack_id;
-    ev->start = start;
-    ev->pad = 0;
-    events.ringbuf_submit(ev, 0);
-    return stack_id;
+    return announce_stack(tgid, start, stack_id, s);
 }
 
 /* ---- cuda_correlation(u32 corr, u32 cbid, u64 stack_id, const u64 *frames,
@@ -260,6 +268,20 @@ struct batch_ctx {
 };
 
 #include "aggregate.h"
+
+/* This generation's aggregation maps into bc; -1 if they are not there (the agent
+ * fills agg_maps/lat_maps before it attaches anything). */
+static __always_inline int batch_maps(struct batch_ctx *bc)
+{
+    u32 zero = 0;
+    u32 *g = generation.lookup(&zero);
+    u32 gen = (g && *g) ? 1 : 0;
+    u32 it = gen, is = gen + 2, il = gen;
+    bc->totals = agg_maps.lookup(&it);
+    bc->sampled = agg_maps.lookup(&is);
+    bc->latency = lat_maps.lookup(&il);
+    return (bc->totals && bc->sampled && bc->latency) ? 0 : -1;
+}
 
 static __always_inline int batch_one(u32 i, struct batch_ctx *bc)
 {
@@ -473,3 +495,5 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
     emit_proc_event(GA_EV_PROC_EXIT, tgid);
     return 0;
 }
+
+#include "parcagpu.h" /* parcagpu's probes: a second source of kernels */

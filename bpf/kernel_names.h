@@ -30,7 +30,7 @@ int ga_kernel_name(struct pt_regs *ctx)
     ev->total_len = total_len;
     ev->offset = offset;
     ev->len = chunk_len;
-    ev->pad = 0;
+    ev->flags = 0; /* verified: the agent checks the name's hash against kernel_id */
     /* 1..GA_NAME_CHUNK in a form the verifier bounds (see ga_cuda_correlation). */
     u32 n = ((chunk_len - 1) & (GA_NAME_CHUNK - 1)) + 1;
     if (chunk_len && bpf_probe_read_user(ev->data, n, (const void *)chunk) != 0) {

@@ -21,10 +21,11 @@ from support.probes import check_shim_notes
 REPO = Path(__file__).resolve().parent.parent
 HEADER = REPO / "shim" / "include" / "gpu_agent_probes.h"
 PY_HEADER = HEADER.parent / "gpu_agent_python.h"  # included by HEADER
+PG_HEADER = HEADER.parent / "gpu_agent_parcagpu.h"  # included by HEADER
 
 
 def header_text() -> str:
-    return HEADER.read_text() + PY_HEADER.read_text()
+    return HEADER.read_text() + PY_HEADER.read_text() + PG_HEADER.read_text()
 SHIM = REPO / "build" / "libgpu_agent_shim.so"
 BPF_SOURCE = REPO / "bpf" / "gpu_agent.bpf.c"
 

@@ -42,6 +42,7 @@ from . import contract as C
 from . import paths, preflight
 from .estimator import AggKey, AggVal, Drain
 from .names import KernelNames
+from .parcagpu import ParcagpuFiles
 from .shim_attach import DATA_PROBES, BpfError, ShimAttachments, ShimFile, data_sites, read_shim
 
 __all__ = ["BpfError", "BpfSession", "ShimFile"]
@@ -83,6 +84,7 @@ class BpfSession:
         self._ncpu = 0
         self._gen = 0  # the aggregation set BPF writes now
         self.attachments: Optional[ShimAttachments] = None  # the uprobes on shim files
+        self.parcagpu: Optional[ParcagpuFiles] = None       # and on parcagpu libraries
 
     # -- lifecycle ---------------------------------------------------------
     def open(self) -> None:
@@ -117,6 +119,7 @@ class BpfSession:
             raise BpfError(f"loading {bpf_dir / 'gpu_agent.bpf.c'} failed: {e}") from None
         _ = bcc
         self.attachments = ShimAttachments(self._bpf, lib, self.shim_path, data_sites(probes))
+        self.parcagpu = ParcagpuFiles(self._bpf, self.attachments)
         try:
             self._fill_map_arrays()  # before any probe can run kernel_batch
             self.attachments.attach_own(usdt, probes, loads)
@@ -165,25 +168,21 @@ class BpfSession:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # -- attach ------------------------------------------------------------
-    # -- shim files (shim_attach.py) ---------------------------------------
+    # -- shim files (shim_attach.py) and parcagpu libraries (parcagpu.py) --
     @property
     def discover_errors(self) -> dict[str, str]:
-        """Shim copies that were not attached: path -> why."""
-        return self.attachments.discover_errors if self.attachments else {}
+        """Shim copies and parcagpu files that were not attached: path -> why."""
+        return {**self.attachments.discover_errors, **self.parcagpu.errors} if self.attachments else {}
 
     def attached_files(self) -> int:
         """How many shim files (inodes) the programs are attached to."""
         return self.attachments.attached_files() if self.attachments else 0
 
-    def files(self) -> list[ShimFile]:
-        return self.attachments.files() if self.attachments else []
-
     def discover(self, proc: str = "/proc") -> list[ShimFile]:
-        """Attach to every shim copy a running process maps (shim_attach.py)."""
+        """Attach to every shim copy and parcagpu library a running process maps."""
         if self._bpf is None or self.attachments is None:
             raise BpfError("session is not open")
-        return self.attachments.discover(proc)
+        return self.attachments.discover(proc) + self.parcagpu.discover(proc)
 
     # -- ring buffer -------------------------------------------------------
     def poll(self, timeout_ms: int) -> int:
@@ -225,7 +224,7 @@ class BpfSession:
                 return
             ev = C.EvNameChunk.from_buffer_copy(buf.ljust(ct.sizeof(C.EvNameChunk), b"\0"))
             self.names.chunk(ev.kernel_id, ev.total_len, ev.offset, ev.len,
-                             buf[C.EvNameChunk.data.offset:])
+                             buf[C.EvNameChunk.data.offset:], not ev.flags & C.NAME_UNVERIFIED)
         elif hdr.type == C.EventType.GA_EV_NEW_STACK:
             if len(buf) < ct.sizeof(C.EvNewStack):
                 self._agent_counts["ev_corrupt"] += 1

@@ -22,6 +22,7 @@ from . import contract as C
 from . import estimator, invariants
 from .bpf_session import BpfSession
 from .estimator import Drain
+from .parcagpu import SOURCE_LABEL as PARCAGPU_SOURCE
 from .pprof import FrameSpec, Numbering, ProfileBuilder
 from .python import PythonStacks
 from .demangle import demangle_kernel
@@ -277,6 +278,9 @@ class Collector:
                 if not ips:
                     return []
                 frames = self.symbolizer.symbolize(tgid, ips)
+                # parcagpu's own callback frames (a parcagpu stack starts inside it)
+                skip = self.session.parcagpu.paths if self.session.parcagpu else ()
+                frames = [f for f in frames if getattr(f, "filename", None) not in skip]
                 frames = self.python.frames(tgid, stack_id, start, frames)  # Python frames spliced in
                 self._frames[key] = frames
             return frames
@@ -428,6 +432,8 @@ class Collector:
                 labels["cuda_graph"] = str(graph_id)
             if tgid in duty:
                 labels[DUTY_LABEL] = "true"
+            if gflags & C.AGG_PARCAGPU:
+                labels["source"] = PARCAGPU_SOURCE
             if gflags & C.AGG_CAPTURED:
                 # Exact: every record of this node has this capture stack. The
                 # replay site (estimated over sampled graph launches) is a label.

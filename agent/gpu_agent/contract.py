@@ -167,7 +167,10 @@ class Counter(IntEnum):
     GA_DROP_IMPOSSIBLE = 26
     GA_CNT_TRACE_EVENTS = 27
     GA_DROP_TRACE_FULL = 28
-    GA_COUNTER_MAX = 29
+    GA_CNT_PG_CORRELATIONS = 29
+    GA_CNT_PG_KERNELS = 30
+    GA_DROP_PG_ARGS = 31
+    GA_COUNTER_MAX = 32
 
 
 COUNTER_MAX = int(Counter.GA_COUNTER_MAX)
@@ -208,7 +211,7 @@ class EvNameChunk(ct.Structure):
         ("total_len", u32),
         ("offset", u32),
         ("len", u32),
-        ("pad", u32),
+        ("flags", u32),
         ("data", ct.c_char * NAME_CHUNK),
     ]
 
@@ -300,6 +303,34 @@ class PyStack(ct.Structure):
     _fields_ = [("nframes", u32), ("flags", u32), ("frames", PyFrame * PY_MAX_FRAMES)]
 
 
+# ---- parcagpu's probes as a second source (gpu_agent_parcagpu.h) ----
+PG_PROBE_CORRELATION = 0
+PG_PROBE_KERNEL = 1
+PG_MAX_ARGS = 8
+AGG_PARCAGPU = 0x4
+NAME_UNVERIFIED = 0x1
+PG_NAME_CHUNKS = 16
+PG_ARG_NONE, PG_ARG_REG, PG_ARG_MEM, PG_ARG_IMM = 0, 1, 2, 3
+PG_REG_NAMES = "rax,rbx,rcx,rdx,rsi,rdi,rbp,rsp,r8,r9,r10,r11,r12,r13,r14,r15,rip"
+PG_NREGS = 17
+
+
+class PgArg(ct.Structure):
+    _fields_ = [("disp", u64), ("kind", u32), ("reg", u32), ("size", u32), ("is_signed", u32)]
+
+
+class PgSiteKey(ct.Structure):
+    _fields_ = [("probe", u32), ("page_offset", u32)]
+
+
+class PgSite(ct.Structure):
+    _fields_ = [("nargs", u32), ("pad", u32), ("args", PgArg * PG_MAX_ARGS)]
+
+
+class PgNameKey(ct.Structure):
+    _fields_ = [("tgid", u32), ("start", u32), ("name", u64)]
+
+
 # C struct name -> ctypes mirror; the contract test walks this.
 STRUCTS: dict[str, type[ct.Structure]] = {
     "ga_kernel_record": KernelRecord,
@@ -323,6 +354,10 @@ STRUCTS: dict[str, type[ct.Structure]] = {
     "ga_py_config": PyConfig,
     "ga_py_frame": PyFrame,
     "ga_py_stack": PyStack,
+    "ga_pg_arg": PgArg,
+    "ga_pg_site_key": PgSiteKey,
+    "ga_pg_site": PgSite,
+    "ga_pg_name_key": PgNameKey,
 }
 ENUMS: dict[str, type[IntEnum]] = {"ga_counter": Counter, "ga_event_type": EventType}
 CONSTANTS: dict[str, int] = {
@@ -353,8 +388,20 @@ CONSTANTS: dict[str, int] = {
     "GA_PY_STAMP_MUL": PY_STAMP_MUL,
     "GA_PYF_ENTRY": PYF_ENTRY,
     "GA_PYS_TRUNCATED": PYS_TRUNCATED,
+    "GA_PG_PROBE_CORRELATION": PG_PROBE_CORRELATION,
+    "GA_PG_PROBE_KERNEL": PG_PROBE_KERNEL,
+    "GA_PG_MAX_ARGS": PG_MAX_ARGS,
+    "GA_AGG_PARCAGPU": AGG_PARCAGPU,
+    "GA_NAME_UNVERIFIED": NAME_UNVERIFIED,
+    "GA_PG_NAME_CHUNKS": PG_NAME_CHUNKS,
+    "GA_PG_ARG_NONE": PG_ARG_NONE,
+    "GA_PG_ARG_REG": PG_ARG_REG,
+    "GA_PG_ARG_MEM": PG_ARG_MEM,
+    "GA_PG_ARG_IMM": PG_ARG_IMM,
+    "GA_PG_NREGS": PG_NREGS,
 }
 STRING_CONSTANTS: dict[str, str] = {"GA_PROVIDER": PROVIDER,
                                     "GA_CONTRACT_VERSION_SYMBOL": CONTRACT_VERSION_SYMBOL,
                                     "GA_SEMAPHORE_SYMBOL": SEMAPHORE_SYMBOL,
-                                    "GA_REPLAY_SEMAPHORE_SYMBOL": REPLAY_SEMAPHORE_SYMBOL}
+                                    "GA_REPLAY_SEMAPHORE_SYMBOL": REPLAY_SEMAPHORE_SYMBOL,
+                                    "GA_PG_REG_NAMES": PG_REG_NAMES}

@@ -7,7 +7,9 @@ chunk is hostile until proven otherwise:
   chunks and is assembled once, in linear time, when the last one arrives;
 - a finished name must hash to its kernel id (FNV-1a 64 of the mangled name, cut
   at GA_MAX_NAME_LEN like the name itself: the contract's definition), so a process
-  cannot rename another process's kernels;
+  cannot rename another process's kernels; but for parcagpu's kernels, whose ids
+  BPF derives from the process and the name's address (gpu_agent_parcagpu.h) and
+  whose chunks only BPF flags unverified: no other process can reach those ids;
 - unfinished names are bounded in bytes and in number, and finished ones in bytes:
   the least recently used go first (a flood of names that no kernel record uses
   pushes out no name that the profiles use), and every eviction is counted.
@@ -26,10 +28,11 @@ MAX_NAME_BYTES = 64 << 20     # finished names kept; about 64 k names of 1 KiB
 
 
 class _Pending:
-    __slots__ = ("total", "chunks")
+    __slots__ = ("total", "chunks", "verified")
 
-    def __init__(self, total: int):
+    def __init__(self, total: int, verified: bool):
         self.total = total
+        self.verified = verified
         self.chunks: dict[int, bytes] = {}
 
     def need(self) -> int:
@@ -71,7 +74,8 @@ class KernelNames(Mapping[int, bytes]):
         return len(self._pending)
 
     # -- intake --------------------------------------------------------------
-    def chunk(self, kernel_id: int, total: int, offset: int, length: int, payload: bytes) -> None:
+    def chunk(self, kernel_id: int, total: int, offset: int, length: int, payload: bytes,
+              verified: bool = True) -> None:
         if kernel_id in self._names:
             return  # replay after an attach, or a second process: ids are name hashes
         if (kernel_id == 0 or total == 0 or total > C.MAX_NAME_LEN or length > len(payload)
@@ -80,22 +84,22 @@ class KernelNames(Mapping[int, bytes]):
             self.counts["ev_corrupt"] += 1
             return
         p = self._pending.get(kernel_id)
-        if p is not None and p.total != total:
+        if p is not None and (p.total != total or p.verified != verified):
             self.counts["drop_name_conflict"] += 1
             self._drop_pending(kernel_id)
             p = None
         if p is None:
-            p = self._pending[kernel_id] = _Pending(total)
+            p = self._pending[kernel_id] = _Pending(total, verified)
         if offset not in p.chunks:
             p.chunks[offset] = payload[:length]
             self._pending_bytes += length
         if len(p.chunks) == p.need():
             self._drop_pending(kernel_id)
-            self._finish(kernel_id, b"".join(p.chunks[o] for o in range(0, total, C.NAME_CHUNK)))
+            self._finish(kernel_id, b"".join(p.chunks[o] for o in range(0, total, C.NAME_CHUNK)), p.verified)
         self._bound_pending()
 
-    def _finish(self, kernel_id: int, name: bytes) -> None:
-        if C.kernel_id(name) != kernel_id:
+    def _finish(self, kernel_id: int, name: bytes, verified: bool) -> None:
+        if verified and C.kernel_id(name) != kernel_id:
             self.counts["drop_name_spoofed"] += 1
             return
         self._names[kernel_id] = name

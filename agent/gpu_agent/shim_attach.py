@@ -72,6 +72,7 @@ class ShimFile:
     attach_path: str           # what the uprobes were attached through
     pid: int                   # the process it was found in (0: the agent's own shim)
     ids: set = field(default_factory=set)  # (st_dev, st_ino) pairs naming this file
+    source: str = "shim"       # or "parcagpu": a parcagpu library (parcagpu.py)
 
 
 def read_shim(path: str) -> tuple[dict[str, list[stapsdt.SdtProbe]], list[elf.LoadSegment]]:
@@ -203,6 +204,13 @@ class ShimAttachments:
                            f"{why}{hint}")
         self.uprobes.append((ev_name, fd))
 
+    def detach_from(self, first: int) -> None:
+        """Detach the uprobes attached since there were `first` (a failed file's)."""
+        for ev_name, pfd in reversed(self.uprobes[first:]):
+            self.lib.bpf_close_perf_event_fd(pfd)
+            self.lib.bpf_detach_uprobe(ev_name)
+        del self.uprobes[first:]
+
     def attached_files(self) -> int:
         """How many shim files (inodes) the programs are attached to."""
         return len(self.files_)
@@ -229,7 +237,7 @@ class ShimAttachments:
                 continue  # gone, or a kernel thread
             if needle not in data:
                 continue
-            for m in _shim_mappings(data):
+            for m in file_mappings(data, SHIM_BASENAME):
                 if m.ident in self.known_ids:
                     continue
                 sf = self._attach_copy(proc, pid, m)
@@ -244,34 +252,18 @@ class ShimAttachments:
         process that maps it can swap its path (a directory exchange, a symlink to
         a root-owned library a root process maps) after the check, and a root
         agent must never plant breakpoints in a file it did not verify."""
-        candidates = []
-        if not m.deleted:
-            candidates.append(f"{proc}/{pid}/root{m.path}")
-        candidates.append(f"{proc}/{pid}/map_files/{m.range}")
-        target, ids, fd = None, {m.ident}, -1
-        for c in candidates:
-            got = open_regular(c)
-            if got is None:
-                continue
-            cfd, st = got
-            sid = (st.st_dev, st.st_ino)
-            if sid in self.known_ids:  # the same file, named by another device number
-                os.close(cfd)
-                if fd >= 0:
-                    os.close(fd)
-                self.known_ids.add(m.ident)
-                for f in self.files_:
-                    if sid in f.ids:
-                        f.ids.add(m.ident)
-                return None
-            # map_files/RANGE is the mapped file itself; a path must still name its inode.
-            if fd < 0 and (sid == m.ident or c.endswith(m.range)):
-                target, fd = c, cfd
-                ids.add(sid)
-            else:
-                os.close(cfd)
-        if fd < 0:
+        got = open_mapped_file(proc, pid, m)
+        if got is None:
             return None  # the process went away: try again at the next scan
+        fd, target, ids, seen = got
+        known = seen & self.known_ids
+        if known:  # the same file, named by another device number
+            os.close(fd)
+            self.known_ids.add(m.ident)
+            for f in self.files_:
+                if known & f.ids:
+                    f.ids.add(m.ident)
+            return None
         via = f"/proc/self/fd/{fd}"
         first = len(self.uprobes)
         try:
@@ -288,10 +280,7 @@ class ShimAttachments:
             self.attach(ATTACH_FN, via, att.pc_offset, att.semaphore_offset)
             self.ask_replay(via, probes)
         except BpfError as e:
-            for ev_name, pfd in reversed(self.uprobes[first:]):
-                self.lib.bpf_close_perf_event_fd(pfd)
-                self.lib.bpf_detach_uprobe(ev_name)
-            del self.uprobes[first:]
+            self.detach_from(first)
             if os.path.exists(f"{proc}/{pid}"):  # not a vanished process: do not retry
                 self.known_ids |= ids
                 self.discover_errors[m.path] = str(e).replace(via, target)
@@ -304,6 +293,34 @@ class ShimAttachments:
         return sf
 
 
+def open_mapped_file(proc: str, pid: int, m: "_Mapping") -> Optional[tuple[int, str, set, set]]:
+    """The file pid maps at m, opened once and checked (a regular file, the very inode
+    mapped): (fd, the path it was opened through, its (dev, ino) ids, the ids of every
+    candidate path opened), or None if the process went away. Through
+    /proc/PID/root/PATH (the process's mount namespace) or /proc/PID/map_files/RANGE
+    when that path does not lead to the mapped inode. Name the file only through the
+    fd (/proc/self/fd/N) from then on: the process can swap its path after the check."""
+    candidates = []
+    if not m.deleted:
+        candidates.append(f"{proc}/{pid}/root{m.path}")
+    candidates.append(f"{proc}/{pid}/map_files/{m.range}")
+    target, ids, fd, seen = None, {m.ident}, -1, set()
+    for c in candidates:
+        got = open_regular(c)
+        if got is None:
+            continue
+        cfd, st = got
+        sid = (st.st_dev, st.st_ino)
+        seen.add(sid)
+        # map_files/RANGE is the mapped file itself; a path must still name its inode.
+        if fd < 0 and (sid == m.ident or c.endswith(m.range)):
+            target, fd = c, cfd
+            ids.add(sid)
+        else:
+            os.close(cfd)
+    return None if fd < 0 else (fd, target, ids, seen)
+
+
 class _Mapping(NamedTuple):
     ident: tuple[int, int]   # (st_dev, st_ino) as /proc/PID/maps shows them
     path: str                # in the process's mount namespace
@@ -311,11 +328,14 @@ class _Mapping(NamedTuple):
     deleted: bool
 
 
-def _shim_mappings(maps: bytes) -> list[_Mapping]:
-    """The mappings of files named SHIM_BASENAME in a /proc/PID/maps text, one per inode."""
+def file_mappings(maps: bytes, basename: Optional[str] = None, executable: bool = False) -> list[_Mapping]:
+    """The file mappings of a /proc/PID/maps text, one per inode: those of files named
+    basename, or, with executable, every executable one."""
     out: dict[tuple[int, int], _Mapping] = {}
     for e in procfs.parse_maps(maps):
-        if os.path.basename(e.path) != SHIM_BASENAME or e.inode == 0:
+        if e.inode == 0 or (basename is not None and os.path.basename(e.path) != basename):
+            continue
+        if executable and "x" not in e.perms:
             continue
         ident = (e.dev, e.inode)
         if ident not in out:

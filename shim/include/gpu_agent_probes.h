@@ -357,6 +357,10 @@ enum ga_counter {
                                 * to more GPU time than the interval had. */
     GA_CNT_TRACE_EVENTS,       /* kernel events sent for timelines */
     GA_DROP_TRACE_FULL,        /* kernel events lost: the ring buffer was full */
+    GA_CNT_PG_CORRELATIONS,    /* parcagpu cuda_correlation probes seen */
+    GA_CNT_PG_KERNELS,         /* parcagpu kernel_executed probes seen */
+    GA_DROP_PG_ARGS,           /* a parcagpu probe whose site the agent has not
+                                * registered, or whose arguments could not be read */
     GA_COUNTER_MAX
 };
 
@@ -380,7 +384,7 @@ struct ga_ev_name_chunk {
     ga_u32 total_len;
     ga_u32 offset;
     ga_u32 len;
-    ga_u32 pad;
+    ga_u32 flags;           /* GA_NAME_UNVERIFIED: a parcagpu name (gpu_agent_parcagpu.h) */
     char data[GA_NAME_CHUNK];
 };
 struct ga_ev_new_stack {
@@ -422,5 +426,7 @@ struct ga_ev_device {
 
 /* ---- Python stacks: gpu_agent_python.h (BPF <-> agent only) ---- */
 #include "gpu_agent_python.h"
+/* ---- parcagpu's probes as a second source: gpu_agent_parcagpu.h (BPF <-> agent only) ---- */
+#include "gpu_agent_parcagpu.h"
 
 #endif /* GPU_AGENT_PROBES_H */

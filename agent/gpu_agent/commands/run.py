@@ -63,7 +63,8 @@ def discover(collector: Collector) -> None:
         print(f"gpu-agent: looking for shim copies failed: {e}", file=sys.stderr, flush=True)
         return
     for f in found:
-        print(f"gpu-agent: also watching {f.path} (pid {f.pid}, through {f.attach_path})",
+        what = "parcagpu library " if f.source == "parcagpu" else ""
+        print(f"gpu-agent: also watching {what}{f.path} (pid {f.pid}, through {f.attach_path})",
               file=sys.stderr, flush=True)
     for path, why in session.discover_errors.items():
         if path not in errors:

@@ -1,0 +1,180 @@
+"""parcagpu's probes as a second source of kernels (shim/include/gpu_agent_parcagpu.h).
+
+Parca users inject parcagpu's libparcagpucupti.so into their workloads. The agent
+finds the processes that map a library with `parcagpu` provider probes, whatever
+the file is called (its USDT notes say so, not its name), and reads two of them:
+cuda_correlation (the launching thread's stack, in BPF) and kernel_executed (each
+kernel's exact time). Their argument locations are the compiler's choice in that
+build, so the agent parses each site's specs ("8@%rax", "-4@-20(%rbp)") into the BPF
+hash pg_sites and the programs read what they name (bpf/parcagpu.h).
+
+A file is attached as the shim is (uprobes on the inode, through /proc/PID/root or
+map_files, shim_attach.open_mapped_file): every process mapping it, running or
+started later, is covered, and the uprobe on cuda_correlation raises its semaphore,
+which turns parcagpu's callback work on. The other probes (activity_batch,
+pc_sample_batch, stall_reason_map, cubin_loaded, cubin_unloaded, gpu_config, error)
+are not read.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Optional
+
+from . import contract as C
+from . import stapsdt
+from .shim_attach import BpfError, ShimAttachments, ShimFile, file_mappings, open_mapped_file
+
+PROVIDER = "parcagpu"
+# probe -> (its index in pg_sites keys, its argument count, the BPF program)
+PROBES = {
+    "kernel_executed": (C.PG_PROBE_KERNEL, 8, "ga_pg_kernel_executed"),
+    "cuda_correlation": (C.PG_PROBE_CORRELATION, 3, "ga_pg_cuda_correlation"),  # last: its semaphore
+}
+SOURCE_LABEL = "parcagpu"  # the samples' `source` label
+
+_REG_INDEX = {name: i for i, name in enumerate(C.PG_REG_NAMES.split(","))}
+_LEGACY = ("ax", "bx", "cx", "dx", "si", "di", "bp", "sp")
+_ALIASES = {}
+for _i, _r in enumerate(_LEGACY):
+    _ALIASES.update({"r" + _r: _i, "e" + _r: _i, _r: _i})
+    _ALIASES[_r[0] + "l" if _r[1] == "x" else _r + "l"] = _i  # al bl cl dl sil dil bpl spl
+for _n in range(8, 16):
+    for _suffix in ("", "d", "w", "b"):
+        _ALIASES[f"r{_n}{_suffix}"] = _REG_INDEX[f"r{_n}"]
+_ALIASES["rip"] = _REG_INDEX["rip"]
+_ARG = re.compile(r"^(-?\d+)@(.+)$")
+_MEM = re.compile(r"^(-?(?:0x[0-9a-fA-F]+|\d+))?\(%(\w+)\)$")
+
+
+def parse_arg(spec: str) -> C.PgArg:
+    """One stapsdt argument spec (x86-64 AT&T syntax) as BPF reads it. ValueError
+    for a form BPF cannot read (an index register, a symbol)."""
+    m = _ARG.match(spec)
+    if not m:
+        raise ValueError(f"argument spec {spec!r} has no size")
+    size, operand = int(m.group(1)), m.group(2)
+    if abs(size) not in (1, 2, 4, 8):
+        raise ValueError(f"argument spec {spec!r}: size {size}")
+    a = C.PgArg(size=abs(size), is_signed=int(size < 0))
+    if operand.startswith("$"):
+        a.kind, a.disp = C.PG_ARG_IMM, int(operand[1:], 0) & 0xFFFFFFFFFFFFFFFF
+    elif operand.startswith("%"):
+        reg = _ALIASES.get(operand[1:])
+        if reg is None:
+            raise ValueError(f"argument spec {spec!r}: unknown register")
+        a.kind, a.reg = C.PG_ARG_REG, reg
+    else:
+        mm = _MEM.match(operand)
+        reg = _ALIASES.get(mm.group(2)) if mm else None
+        if reg is None:
+            raise ValueError(f"argument spec {spec!r}: not a register, memory or constant operand")
+        a.kind, a.reg, a.disp = C.PG_ARG_MEM, reg, int(mm.group(1) or "0", 0) & 0xFFFFFFFFFFFFFFFF
+    return a
+
+
+def site_of(probe: stapsdt.SdtProbe) -> C.PgSite:
+    site = C.PgSite(nargs=len(probe.args))
+    for i, spec in enumerate(probe.args):
+        site.args[i] = parse_arg(spec)
+    return site
+
+
+class ParcagpuFiles:
+    """The parcagpu files the BPF programs are attached to, through a ShimAttachments
+    (its uprobes: close() detaches them with the shim's)."""
+
+    def __init__(self, bpf, attachments: ShimAttachments):
+        self.sites = bpf[b"pg_sites"]
+        self.att = attachments
+        self.files: list[ShimFile] = []
+        self.checked: set[tuple[int, int]] = set()   # inodes looked at (parcagpu or not)
+        self.registered: dict[tuple[int, int], bytes] = {}  # (probe, page offset) -> site
+        self.errors: dict[str, str] = {}              # path -> why it was not attached
+        self.paths: set[str] = set()                  # the attached files, as processes map them
+
+    def discover(self, proc: str = "/proc") -> list[ShimFile]:
+        """Attach to every parcagpu file mapped by a running process and not checked
+        yet. parcagpu is a CUPTI client, so only processes that map libcupti are looked
+        at; in those, every executable file mapping is checked once (its inode) for
+        probes of provider parcagpu."""
+        new = []
+        try:
+            pids = [int(d) for d in os.listdir(proc) if d.isdigit()]
+        except OSError:
+            return new
+        for pid in pids:
+            try:
+                with open(f"{proc}/{pid}/maps", "rb") as f:
+                    data = f.read()
+            except OSError:
+                continue
+            if b"libcupti" not in data:
+                continue
+            for m in file_mappings(data, executable=True):
+                if m.ident in self.checked:
+                    continue
+                sf = self._check(proc, pid, m)
+                if sf is not None:
+                    new.append(sf)
+        return new
+
+    def _check(self, proc: str, pid: int, m) -> Optional[ShimFile]:
+        got = open_mapped_file(proc, pid, m)
+        if got is None:
+            return None  # gone: the next scan looks again
+        fd, target, ids, seen = got
+        if seen & self.checked:
+            os.close(fd)
+            self.checked.add(m.ident)
+            return None
+        via = f"/proc/self/fd/{fd}"
+        first = len(self.att.uprobes)
+        try:
+            try:
+                probes = [p for p in stapsdt.read_probes(via) if p.provider == PROVIDER]
+            except Exception:  # not an ELF file we can read: not parcagpu
+                probes = []
+            self.checked |= ids
+            if not probes:
+                return None
+            self._attach(via, m.path, probes)
+        except BpfError as e:
+            self.att.detach_from(first)
+            self.errors[m.path] = str(e).replace(via, target)
+            return None
+        finally:
+            os.close(fd)
+        sf = ShimFile(m.path, target, pid, ids, source=PROVIDER)
+        self.files.append(sf)
+        self.paths.add(m.path)
+        return sf
+
+    def _attach(self, via: str, path: str, probes: list[stapsdt.SdtProbe]) -> None:
+        sites: list[tuple[str, stapsdt.SdtProbe, C.PgSite]] = []
+        for name, (index, nargs, _fn) in PROBES.items():
+            found = [p for p in probes if p.name == name]
+            if not found:
+                raise BpfError(f"{path} has no USDT probe {PROVIDER}:{name}")
+            for p in found:
+                if len(p.args) != nargs:
+                    raise BpfError(f"{path}: probe {PROVIDER}:{name} has {len(p.args)} arguments, "
+                                   f"parcagpu's probes.d says {nargs}")
+                try:
+                    site = site_of(p)
+                except ValueError as e:
+                    raise BpfError(f"{path}: probe {PROVIDER}:{name}: {e}") from None
+                key = (index, p.pc & 0xFFF)
+                old = self.registered.get(key)
+                if old is not None and old != bytes(site):
+                    raise BpfError(f"{path}: another build of parcagpu has a {name} site at the "
+                                   "same page offset with other argument locations (the BPF "
+                                   "programs tell sites apart by that offset)")
+                sites.append((name, p, site))
+        for name, p, site in sites:
+            index = PROBES[name][0]
+            self.sites[C.PgSiteKey(index, p.pc & 0xFFF)] = site
+            self.registered[(index, p.pc & 0xFFF)] = bytes(site)
+        for name, p, _site in sites:  # in PROBES order: cuda_correlation's semaphore last
+            self.att.attach(PROBES[name][2], via, p.pc_offset, p.semaphore_offset)

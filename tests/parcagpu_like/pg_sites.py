@@ -1,0 +1,57 @@
+"""Launches mock kernels from two Python call sites in a known 3:1 ratio, once the
+parcagpu-shaped library's cuda_correlation semaphore is up (an agent attached).
+
+  python pg_sites.py LIB ITERS TESTS_DIR [PAUSE_S]
+  (LIB: pglike's path; prints what it launched as JSON)
+"""
+
+import ctypes
+import json
+import sys
+import time
+
+sys.path.insert(0, sys.argv[3] if len(sys.argv) > 3 else ".")
+from py_workload import check, setup  # noqa: E402
+
+lib = ctypes.PyDLL("libcuda.so.1")  # holds the GIL: the Python frames are current
+setup(lib)
+
+
+def site_a(f):
+    for _ in range(3):
+        lib.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, None, None, None)
+
+
+def site_b(f):
+    lib.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, None, None, None)
+
+
+def main():
+    iters = int(sys.argv[2])
+    check(lib.cuInit(0), "cuInit")  # loads the injection library
+    sem = ctypes.c_ushort.in_dll(ctypes.CDLL(sys.argv[1]), "parcagpu_cuda_correlation_semaphore")
+    deadline = time.monotonic() + 60
+    while not sem.value and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not sem.value:
+        raise SystemExit("pg_sites: no agent raised the semaphore")
+    # The agent sets up Python stacks when it first hears of the process (its first
+    # probe, below: cuInit fires none); a long-running job gives it that moment.
+    lib.cuDeviceGet(ctypes.byref(ctypes.c_int()), 0)
+    dev, ctx, mod, f = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    check(lib.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
+    check(lib.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev), "cuCtxCreate")
+    check(lib.cuModuleLoadData(ctypes.byref(mod), b"k_pg=2500\n\0"), "cuModuleLoadData")
+    check(lib.cuModuleGetFunction(ctypes.byref(f), mod, b"k_pg"), "cuModuleGetFunction")
+    lib.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, None, None, None)  # the agent hears of us
+    lib.cuCtxSynchronize()
+    time.sleep(float(sys.argv[4]) if len(sys.argv) > 4 else 1.0)
+    for _ in range(iters):
+        site_a(f)
+        site_b(f)
+    lib.cuCtxSynchronize()
+    print(json.dumps({"launches": 4 * iters + 1, "gpu_ns": (4 * iters + 1) * 2500}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""parcagpu's probes as a second source (agent/gpu_agent/parcagpu.py, bpf/parcagpu.h).
+
+tests/parcagpu_like/pglike.c fires parcagpu-shaped probes (provider parcagpu, the
+signatures of its src/probes.d, a semaphore on cuda_correlation), written from that
+contract alone, from a CUPTI injection into the mock CUDA stack. Its file name says
+nothing of parcagpu: `gpu-agent run` must find it by its probes, attach through
+/proc/PID/root, and give its kernels launch stacks, exact GPU time, and the label
+source=parcagpu. Everything is read back through Go's pprof.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from support.agent import Agent
+from support.env import MOCK_DIR, REPO, ground_truth, mock_env, need_ebpf, private_shim
+
+HERE = Path(__file__).resolve().parent
+KERNEL = "k_pg"
+
+
+def build_pglike(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    lib = directory / "libcupti_client_test.so"  # nothing in the name says parcagpu
+    cuda_inc = os.environ.get("CUDA_HOME", "/usr/local/cuda") + "/include"
+    if not Path(cuda_inc, "cupti.h").exists():
+        cuda_inc = "/opt/gpu-agent-cuda/include"
+    subprocess.run(["gcc", "-O2", "-g", "-Wall", "-fPIC", "-shared", "-I", str(REPO / "shim" / "third_party"),
+                    "-I", cuda_inc, "-o", str(lib), str(HERE / "parcagpu_like" / "pglike.c"),
+                    "-L", str(MOCK_DIR), "-l:libcupti.so.13", "-lpthread"], check=True)
+    return lib
+
+
+def run_workload(lib: Path, gt: Path, iters: int, **env: str) -> dict:
+    e = mock_env(gt, CUDA_INJECTION64_PATH=str(lib), **env)
+    p = subprocess.run([sys.executable, str(HERE / "parcagpu_like" / "pg_sites.py"), str(lib), str(iters),
+                        str(HERE)], env=e, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def agent(tmp_path, built):
+    need_ebpf()
+    a = Agent(tmp_path / "profiles", "--shim", private_shim(tmp_path / "shim"), "--discover-interval", "0.2s")
+    yield a
+    a.kill()
+
+
+def by_site(samples) -> tuple[Counter, Counter, set]:
+    """(GPU ns, launches) of KERNEL per call site (site_a, site_b, or none), sources."""
+    ns, n, sources = Counter(), Counter(), set()
+    for s in samples:
+        if s.frames[0] != KERNEL:
+            continue
+        site = next((f for f in s.frames if f in ("site_a", "site_b")), "[unsampled]"
+                    if "[unsampled]" in s.frames else "none")
+        ns[site] += s.values[0]
+        n[site] += s.values[1]
+        sources.add(s.labels.get("source"))
+    return ns, n, sources
+
+
+def test_parcagpu_process_found_by_its_probes_with_exact_kernels_and_stacks(agent, tmp_path):
+    """Every launch sampled (no rate limit): each kernel's exact GPU time and count,
+    each under the Python call site that launched it (3:1), labelled source=parcagpu."""
+    lib = build_pglike(tmp_path / "pg")
+    gt = tmp_path / "truth.tsv"
+    launched = run_workload(lib, gt, 3000, PGLIKE_RATE="0")
+    agent.stop()
+    truth = ground_truth(gt)
+    (launches, gpu_ns), = truth.values()
+    assert (launches, gpu_ns) == (launched["launches"], launched["gpu_ns"])
+    ns, n, sources = by_site(agent.samples())
+    assert sum(n.values()) == launches and sum(ns.values()) == gpu_ns, (n, ns)
+    assert (n["site_a"], n["site_b"]) == (9000, 3000), n  # the 1 launch before the loop: "none"
+    assert sources == {"parcagpu"}
+
+
+def test_rate_limited_parcagpu_keeps_unsampled_time(agent, tmp_path):
+    """parcagpu's default: 100 correlation probes a second per thread. With every
+    kernel record passed on, the kernels' GPU time stays whole (the estimator splits
+    it over the sampled stacks, about 3:1), none is dropped, and the stacks come from
+    about 150 correlation probes, not 80 000."""
+    lib = build_pglike(tmp_path / "pg")
+    gt = tmp_path / "truth.tsv"
+    run_workload(lib, gt, 20000, PGLIKE_RATE="100", PGLIKE_ALL_RECORDS="1")
+    agent.stop()
+    (launches, gpu_ns), = ground_truth(gt).values()
+    ns, n, sources = by_site(agent.samples())
+    assert sum(n.values()) == launches and sum(ns.values()) == gpu_ns, (n, ns, launches)
+    # About 150 correlations over the run: site_a's share is 0.75 give or take 0.035
+    # (one standard deviation); 0.1 is three.
+    assert abs(n["site_a"] / (n["site_a"] + n["site_b"]) - 0.75) < 0.1, n
+    assert sources == {"parcagpu"}
+
+
+@pytest.mark.parametrize("spec,kind,reg,disp,size,signed", [
+    ("8@%rax", "reg", "rax", 0, 8, False),
+    ("-4@%ebx", "reg", "rbx", 0, 4, True),
+    ("4@92(%r13)", "mem", "r13", 92, 4, False),
+    ("8@-24(%rbp)", "mem", "rbp", -24, 8, False),
+    ("-8@(%rsp)", "mem", "rsp", 0, 8, True),
+    ("4@$7", "imm", None, 7, 4, False),
+    ("1@%r9b", "reg", "r9", 0, 1, False),
+])
+def test_argument_specs(spec, kind, reg, disp, size, signed):
+    from gpu_agent import contract as C
+    from gpu_agent.parcagpu import parse_arg
+    a = parse_arg(spec)
+    kinds = {"reg": C.PG_ARG_REG, "mem": C.PG_ARG_MEM, "imm": C.PG_ARG_IMM}
+    assert a.kind == kinds[kind] and (a.size, bool(a.is_signed)) == (size, signed)
+    assert a.disp == disp & 0xFFFFFFFFFFFFFFFF
+    if reg is not None:
+        assert a.reg == C.PG_REG_NAMES.split(",").index(reg)
+
+
+@pytest.mark.parametrize("spec", ["8@foo(%rip)", "8@(%rax,%rbx,8)", "3@%rax", "%rax", "8@%xmm0"])
+def test_argument_specs_it_cannot_read_are_refused(spec):
+    from gpu_agent.parcagpu import parse_arg
+    with pytest.raises(ValueError):
+        parse_arg(spec)
