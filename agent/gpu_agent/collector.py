@@ -53,6 +53,9 @@ DUTY_COMMENT = (f"gpu_time and kernel_launches of samples labelled {DUTY_LABEL}=
                 "corrected for how much the windows slowed its launches")
 # Label of graph kernels: where the graph was launched (replayed) from.
 GRAPH_REPLAY_LABEL = "cuda_graph_replay"
+PARCAGPU_COMMENT = ("source=parcagpu samples: parcagpu passes on the kernel records of only the "
+                    "launches it samples (by default 100 a second per thread), so their GPU time "
+                    "and launches are those kernels', not the process's")
 # Frames skipped when naming a replay site: CUDA's own libraries and the shim.
 _CUDA_LIB = re.compile(r"^lib(cuda|cudart|cupti|gpu_agent_shim|nvrtc|cublas\w*|cudnn\w*)\b")
 
@@ -277,7 +280,8 @@ class Collector:
                 ips = self.session.get_stack(tgid, stack_id, start)
                 if not ips:
                     return []
-                frames = self.symbolizer.symbolize(tgid, ips)
+                # 0: where a frame-pointer walk (a parcagpu stack) ended
+                frames = self.symbolizer.symbolize(tgid, [ip for ip in ips if ip])
                 # parcagpu's own callback frames (a parcagpu stack starts inside it)
                 skip = self.session.parcagpu.paths if self.session.parcagpu else ()
                 frames = [f for f in frames if getattr(f, "filename", None) not in skip]
@@ -379,6 +383,8 @@ class Collector:
         mean_ns = _mean_kernel_ns(est.rows)
         if any(row.key[4] == C.KERNEL_DROPPED for row in est.rows):
             comments.append(DROPPED_COMMENT)
+        if any(row.key[6] & C.AGG_PARCAGPU for row in est.rows):
+            comments.append(PARCAGPU_COMMENT)
 
         if self._numbering.full():
             self._numbering = Numbering()
