@@ -105,6 +105,21 @@ def test_rate_limited_parcagpu_keeps_unsampled_time(agent, tmp_path):
     assert sources == {"parcagpu"}
 
 
+def test_impossible_parcagpu_records_are_counted_not_profiled(agent, tmp_path):
+    """A record that ends before it starts, or has no name, is counted as a drop on
+    the status line and kept out of the profile, and the good records stay exact."""
+    lib = build_pglike(tmp_path / "pg")
+    gt = tmp_path / "truth.tsv"
+    run_workload(lib, gt, 500, PGLIKE_RATE="0", PGLIKE_BAD="1")
+    out = agent.stop()
+    (launches, gpu_ns), = ground_truth(gt).values()
+    ns, n, _ = by_site(agent.samples())
+    assert (sum(n.values()), sum(ns.values())) == (launches, gpu_ns)
+    # The status line shows the running totals: the last one is the count.
+    assert re.findall(r"drop_impossible=(\d+)", out)[-1] == str(launches), out[-600:]
+    assert re.findall(r"drop_bad_record=(\d+)", out)[-1] == str(launches), out[-600:]
+
+
 @pytest.mark.parametrize("spec,kind,reg,disp,size,signed", [
     ("8@%rax", "reg", "rax", 0, 8, False),
     ("-4@%ebx", "reg", "rbx", 0, 4, True),

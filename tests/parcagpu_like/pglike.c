@@ -14,6 +14,8 @@
  * dtrace -G gives them; only cuda_correlation's gates the work.
  *
  * Its file name says nothing of parcagpu: the agent must find it by its probes.
+ * PGLIKE_BAD=1: after each buffer, also one record that ends before it starts and
+ * one without a name (what a broken or hostile library could fire).
  */
 #define _SDT_HAS_SEMAPHORES 1
 #include <sys/sdt.h>
@@ -35,7 +37,7 @@ __extension__ unsigned short parcagpu_kernel_executed_semaphore
 static uint32_t g_filter[FILTER_SIZE];
 static pthread_mutex_t g_filter_mu = PTHREAD_MUTEX_INITIALIZER;
 static double g_rate;
-static int g_all_records;
+static int g_all_records, g_bad;
 static __thread double t_tokens = -1, t_last;
 static __thread uint32_t t_runtime_corr; /* the runtime launch this thread is inside */
 
@@ -160,6 +162,12 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
         uint32_t corr = k->correlationId, dev = k->deviceId, strm = k->streamId, graph = k->graphId;
         const char *name = k->name;
         STAP_PROBE8(parcagpu, kernel_executed, start, end, corr, dev, strm, graph, node, name);
+        if (g_bad) {
+            uint64_t later = end + 1000;
+            const char *none = NULL;
+            STAP_PROBE8(parcagpu, kernel_executed, later, start, corr, dev, strm, graph, node, name);
+            STAP_PROBE8(parcagpu, kernel_executed, start, end, corr, dev, strm, graph, node, none);
+        }
     }
     free(buffer);
 }
@@ -174,6 +182,7 @@ int InitializeInjection(void)
     const char *r = getenv("PGLIKE_RATE");
     g_rate = r ? atof(r) : 100;
     g_all_records = getenv("PGLIKE_ALL_RECORDS") && atoi(getenv("PGLIKE_ALL_RECORDS"));
+    g_bad = getenv("PGLIKE_BAD") && atoi(getenv("PGLIKE_BAD"));
     CUpti_SubscriberHandle sub;
     if (cuptiSubscribe(&sub, (CUpti_CallbackFunc)on_callback, NULL) != CUPTI_SUCCESS) {
         fprintf(stderr, "pglike: cuptiSubscribe failed\n");
