@@ -20,6 +20,7 @@ its parameters match.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -136,20 +137,33 @@ def open_hour(base: str, last_ns: int, pid: str = "") -> tuple[float, dict]:
                                "chart_s": t_chart, "range_s": t_range}
 
 
-def browser_open(base: str, last_ns: int, rounds: int = 3) -> list[float]:
-    """Seconds from navigating to the page's first render of the last hour, in Debian's
-    Chromium (Playwright): requests, JSON and the flame graph drawn. [] without them."""
-    chromium = shutil.which("chromium")
+@contextlib.contextmanager
+def chromium():
+    """Debian's Chromium through Playwright, or None without them."""
+    path = shutil.which("chromium")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        return []
-    if chromium is None:
-        return []
+        path = None
+    if path is None:
+        yield None
+        return
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=path, args=["--no-sandbox"])
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def browser_open(base: str, last_ns: int, rounds: int = 3) -> list[float]:
+    """Seconds from navigating to the page's first render of the last hour, in Debian's
+    Chromium (Playwright): requests, JSON and the flame graph drawn. [] without them."""
     to_ms = last_ns // 10**6 + 1
     out = []
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+    with chromium() as b:
+        if b is None:
+            return []
         for _ in range(rounds):
             page = b.new_page(viewport={"width": 1400, "height": 1000})
             t0 = time.perf_counter()
@@ -157,7 +171,6 @@ def browser_open(base: str, last_ns: int, rounds: int = 3) -> list[float]:
             page.wait_for_selector("body[data-renders]", state="attached", timeout=120_000)
             out.append(time.perf_counter() - t0)
             page.close()
-        b.close()
     return out
 
 
@@ -166,16 +179,10 @@ def browser_fresh(store: Path, rounds: int) -> list[float]:
     the page opens the store's last hour) to its first render, in Debian's Chromium.
     The browser starts first, so the server's warm-up gets no head start. [] without
     Playwright or Chromium."""
-    chromium = shutil.which("chromium")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        return []
-    if chromium is None:
-        return []
     out = []
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+    with chromium() as b:
+        if b is None:
+            return []
         for _ in range(rounds):
             page = b.new_page(viewport={"width": 1400, "height": 1000})
             proc, base = start_ui(store)
@@ -190,7 +197,6 @@ def browser_fresh(store: Path, rounds: int) -> list[float]:
                 proc.wait()
             print(f"  just started, in Chromium, drawn: {out[-1]:.2f} s ({files})")
             page.close()
-        b.close()
     return out
 
 

@@ -24,7 +24,7 @@ from typing import Optional
 
 from . import contract as C
 from . import stapsdt
-from .shim_attach import BpfError, ShimAttachments, ShimFile, file_mappings, open_mapped_file
+from .shim_attach import BpfError, ShimAttachments, ShimFile, file_mappings, maps_containing, open_mapped_file
 
 PROVIDER = "parcagpu"
 # probe -> (its index in pg_sites keys, its argument count, the BPF program)
@@ -100,18 +100,7 @@ class ParcagpuFiles:
         at; in those, every executable file mapping is checked once (its inode) for
         probes of provider parcagpu."""
         new = []
-        try:
-            pids = [int(d) for d in os.listdir(proc) if d.isdigit()]
-        except OSError:
-            return new
-        for pid in pids:
-            try:
-                with open(f"{proc}/{pid}/maps", "rb") as f:
-                    data = f.read()
-            except OSError:
-                continue
-            if b"libcupti" not in data:
-                continue
+        for pid, data in maps_containing(proc, b"libcupti"):
             for m in file_mappings(data, executable=True):
                 if m.ident in self.checked:
                     continue

@@ -224,19 +224,7 @@ class ShimAttachments:
         A file that cannot be used is remembered (discover_errors) and not
         retried; one whose process went away before the attach is retried."""
         new: list[ShimFile] = []
-        needle = SHIM_BASENAME.encode()
-        try:
-            pids = [int(d) for d in os.listdir(proc) if d.isdigit()]
-        except OSError:
-            return new
-        for pid in pids:
-            try:
-                with open(f"{proc}/{pid}/maps", "rb") as f:
-                    data = f.read()
-            except OSError:
-                continue  # gone, or a kernel thread
-            if needle not in data:
-                continue
+        for pid, data in maps_containing(proc, SHIM_BASENAME.encode()):
             for m in file_mappings(data, SHIM_BASENAME):
                 if m.ident in self.known_ids:
                     continue
@@ -326,6 +314,22 @@ class _Mapping(NamedTuple):
     path: str                # in the process's mount namespace
     range: str               # "start-end", the name under /proc/PID/map_files
     deleted: bool
+
+
+def maps_containing(proc: str, needle: bytes):
+    """(pid, its /proc/PID/maps text) of every process whose maps mention needle."""
+    try:
+        pids = [int(d) for d in os.listdir(proc) if d.isdigit()]
+    except OSError:
+        return
+    for pid in pids:
+        try:
+            with open(f"{proc}/{pid}/maps", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue  # gone, or a kernel thread
+        if needle in data:
+            yield pid, data
 
 
 def file_mappings(maps: bytes, basename: Optional[str] = None, executable: bool = False) -> list[_Mapping]:

@@ -11,19 +11,8 @@ import sys
 import time
 
 sys.path.insert(0, sys.argv[3] if len(sys.argv) > 3 else ".")
-from py_workload import check, setup  # noqa: E402
-
-lib = ctypes.PyDLL("libcuda.so.1")  # holds the GIL: the Python frames are current
-setup(lib)
-
-
-def site_a(f):
-    for _ in range(3):
-        lib.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, None, None, None)
-
-
-def site_b(f):
-    lib.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, None, None, None)
+from py_sites import lib, site_a, site_b  # noqa: E402  (the same 3:1 call sites)
+from py_workload import check  # noqa: E402
 
 
 def main():

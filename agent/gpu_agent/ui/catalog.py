@@ -165,3 +165,10 @@ def labels_of(raw: tuple[bytes, ...], s) -> tuple[tuple[str, str], ...]:
             value = str(lb.num) + (s(lb.num_unit) if lb.num_unit else "")
         pairs.append((s(lb.key), value))
     return tuple(sorted(pairs))
+
+
+def mapping_spec(m, s) -> MappingSpec:
+    """A pprof Mapping (s: its file's string table look-up) as the agent writes it."""
+    return MappingSpec(s(m.filename), build_id=s(m.build_id), has_functions=m.has_functions,
+                       has_filenames=m.has_filenames, has_line_numbers=m.has_line_numbers,
+                       memory_start=m.memory_start, memory_limit=m.memory_limit, file_offset=m.file_offset)

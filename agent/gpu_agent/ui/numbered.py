@@ -22,9 +22,9 @@ from __future__ import annotations
 from array import array
 from typing import Optional
 
-from ..pprof import NUMBERING_COMMENT, MappingSpec
+from ..pprof import NUMBERING_COMMENT
 from ..proto import profile_pb2
-from .catalog import Catalog, DecodedProfile, Numbered, labels_of
+from .catalog import Catalog, DecodedProfile, Numbered, labels_of, mapping_spec
 from .views import FlatLocations, FlatSamples, RawProfile
 
 # Joined after every sample: a label that no writer produces (0xff is no valid
@@ -106,10 +106,7 @@ def _learn_locations(p, s, catalog: Catalog, known: Numbered) -> bool:
     mappings = {}
     for b in p.mapping:
         m = profile_pb2.Mapping.FromString(b)
-        mappings[m.id] = catalog.mapping(MappingSpec(
-            s(m.filename), build_id=s(m.build_id), has_functions=m.has_functions,
-            has_filenames=m.has_filenames, has_line_numbers=m.has_line_numbers,
-            memory_start=m.memory_start, memory_limit=m.memory_limit, file_offset=m.file_offset))
+        mappings[m.id] = catalog.mapping(mapping_spec(m, s))
     functions = {}
     for b in p.function:
         f = profile_pb2.Function.FromString(b)

@@ -18,8 +18,7 @@ import threading
 from collections import OrderedDict
 from typing import Optional
 
-from ..pprof import MappingSpec
-from .catalog import Catalog, DecodedProfile, labels_of
+from .catalog import Catalog, DecodedProfile, labels_of, mapping_spec
 from .numbered import decode_numbered
 from .store import Store, StoreFile
 from .views import ProfileView
@@ -57,11 +56,7 @@ def decode(data: bytes, catalog: Catalog) -> DecodedProfile:
     launch_i = types.index("kernel_launches") if "kernel_launches" in types else -1
     out = DecodedProfile(p.time_nanos, p.duration_nanos, tuple(s(c) for c in p.comment))
     with catalog.lock:
-        mappings = {m.id: catalog.mapping(MappingSpec(
-            s(m.filename), build_id=s(m.build_id), has_functions=m.has_functions,
-            has_filenames=m.has_filenames, has_line_numbers=m.has_line_numbers,
-            memory_start=m.memory_start, memory_limit=m.memory_limit, file_offset=m.file_offset))
-            for m in p.mapping}
+        mappings = {m.id: catalog.mapping(mapping_spec(m, s)) for m in p.mapping}
         functions = {f.id: (s(f.name) or "??", s(f.system_name), s(f.filename)) for f in p.function}
         unknown = ("??", "", "")
         # This file's location ids -> the catalog's; line[0] is the innermost function
