@@ -152,6 +152,19 @@ class DecodedProfile:
     def __len__(self) -> int:
         return len(self.stacks)
 
+    def finish(self) -> "DecodedProfile":
+        """Its totals and per-label-set sums, from its rows."""
+        by = self.by_labelset
+        for lid, g, n in zip(self.labelsets, self.gpu_ns, self.launches):
+            acc = by.get(lid)
+            if acc is None:
+                by[lid] = [g, n]
+            else:
+                acc[0] += g
+                acc[1] += n
+        self.gpu_total, self.launch_total = sum(self.gpu_ns), sum(self.launches)
+        return self
+
 
 def labels_of(raw: tuple[bytes, ...], s) -> tuple[tuple[str, str], ...]:
     """One sample's encoded labels as sorted (key, value); a numeric label's value is

@@ -79,19 +79,9 @@ def decode_numbered(data: bytes, catalog: Catalog) -> Optional[DecodedProfile]:
         del groups[n]
         label_ids = {g: catalog.labelset(labels_of(tuple(g.split(b"\x00")[:-1]), s)) for g in set(groups)}
         lids = list(map(label_ids.__getitem__, groups))
-    gpu, launches = values[0::2], values[1::2]
-    by_labelset = out.by_labelset
-    for lid, g, k in zip(lids, gpu, launches):
-        acc = by_labelset.get(lid)
-        if acc is None:
-            by_labelset[lid] = [g, k]
-        else:
-            acc[0] += g
-            acc[1] += k
     out.stacks, out.labelsets = array("I", sids), array("I", lids)
-    out.gpu_ns, out.launches = array("q", gpu), array("q", launches)
-    out.gpu_total, out.launch_total = sum(gpu), sum(launches)
-    return out
+    out.gpu_ns, out.launches = array("q", values[0::2]), array("q", values[1::2])
+    return out.finish()
 
 
 def _learn_locations(p, s, catalog: Catalog, known: Numbered) -> bool:

@@ -86,7 +86,6 @@ def decode(data: bytes, catalog: Catalog) -> DecodedProfile:
         stack_ids = catalog._stack_ids
         label_ids: dict[tuple[bytes, ...], int] = {}
         stacks, labelsets, gpu, launches = out.stacks, out.labelsets, out.gpu_ns, out.launches
-        by_labelset = out.by_labelset
         two_values = gpu_i == 0 and launch_i == 1
         for sample in p.sample:
             try:
@@ -112,15 +111,7 @@ def decode(data: bytes, catalog: Catalog) -> DecodedProfile:
             labelsets.append(lid)
             gpu.append(g)
             launches.append(n)
-            acc = by_labelset.get(lid)
-            if acc is None:
-                by_labelset[lid] = [g, n]
-            else:
-                acc[0] += g
-                acc[1] += n
-    out.gpu_total = sum(gpu)
-    out.launch_total = sum(launches)
-    return out
+    return out.finish()
 
 
 class ProfileCache:
