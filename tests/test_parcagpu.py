@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -39,12 +41,32 @@ def build_pglike(directory: Path) -> Path:
     return lib
 
 
-def run_workload(lib: Path, gt: Path, iters: int, **env: str) -> dict:
+def run_workload(agent: Agent, lib: Path, gt: Path, iters: int, **env: str) -> dict:
+    """The workload, started once this test's agent watches lib: another agent on the
+    host (the suite runs beside one) may raise the semaphore first."""
     e = mock_env(gt, CUDA_INJECTION64_PATH=str(lib), **env)
-    p = subprocess.run([sys.executable, str(HERE / "parcagpu_like" / "pg_sites.py"), str(lib), str(iters),
-                        str(HERE)], env=e, capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    go = lib.parent / "go"
+    p = subprocess.Popen([sys.executable, str(HERE / "parcagpu_like" / "pg_sites.py"), str(lib), str(iters),
+                          str(HERE), "1.0", str(go)], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    wait_for_line(agent, f"also watching parcagpu library {lib}")
+    go.touch()
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def wait_for_line(agent: Agent, text: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    seen = []
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([agent.proc.stderr], [], [], 0.2)
+        if ready:
+            line = agent.proc.stderr.readline()
+            seen.append(line)
+            if text in line:
+                return
+    pytest.fail(f"the agent never said {text!r}: {''.join(seen)[-2000:]}")
 
 
 @pytest.fixture
@@ -74,7 +96,7 @@ def test_parcagpu_process_found_by_its_probes_with_exact_kernels_and_stacks(agen
     each under the Python call site that launched it (3:1), labelled source=parcagpu."""
     lib = build_pglike(tmp_path / "pg")
     gt = tmp_path / "truth.tsv"
-    launched = run_workload(lib, gt, 3000, PGLIKE_RATE="0")
+    launched = run_workload(agent, lib, gt, 3000, PGLIKE_RATE="0")
     agent.stop()
     truth = ground_truth(gt)
     (launches, gpu_ns), = truth.values()
@@ -94,7 +116,7 @@ def test_rate_limited_parcagpu_keeps_unsampled_time(agent, tmp_path):
     site_b's launch follows site_a's loop and a call. docs/parcagpu.md.)"""
     lib = build_pglike(tmp_path / "pg")
     gt = tmp_path / "truth.tsv"
-    run_workload(lib, gt, 20000, PGLIKE_RATE="100", PGLIKE_ALL_RECORDS="1")
+    run_workload(agent, lib, gt, 20000, PGLIKE_RATE="100", PGLIKE_ALL_RECORDS="1")
     out = agent.stop()
     (launches, gpu_ns), = ground_truth(gt).values()
     ns, n, sources = by_site(agent.samples())
@@ -110,7 +132,7 @@ def test_impossible_parcagpu_records_are_counted_not_profiled(agent, tmp_path):
     the status line and kept out of the profile, and the good records stay exact."""
     lib = build_pglike(tmp_path / "pg")
     gt = tmp_path / "truth.tsv"
-    run_workload(lib, gt, 500, PGLIKE_RATE="0", PGLIKE_BAD="1")
+    run_workload(agent, lib, gt, 500, PGLIKE_RATE="0", PGLIKE_BAD="1")
     out = agent.stop()
     (launches, gpu_ns), = ground_truth(gt).values()
     ns, n, _ = by_site(agent.samples())

@@ -1,12 +1,14 @@
 """Launches mock kernels from two Python call sites in a known 3:1 ratio, once the
 parcagpu-shaped library's cuda_correlation semaphore is up (an agent attached).
 
-  python pg_sites.py LIB ITERS TESTS_DIR [PAUSE_S]
-  (LIB: pglike's path; prints what it launched as JSON)
+  python pg_sites.py LIB ITERS TESTS_DIR [PAUSE_S] [GO_FILE]
+  (LIB: pglike's path; prints what it launched as JSON. With GO_FILE, it also waits
+  for that file: another agent on the host may have raised the semaphore first.)
 """
 
 import ctypes
 import json
+import os
 import sys
 import time
 
@@ -24,6 +26,9 @@ def main():
         time.sleep(0.05)
     if not sem.value:
         raise SystemExit("pg_sites: no agent raised the semaphore")
+    go = sys.argv[5] if len(sys.argv) > 5 else None
+    while go and not os.path.exists(go) and time.monotonic() < deadline:
+        time.sleep(0.05)
     # The agent sets up Python stacks when it first hears of the process (its first
     # probe, below: cuInit fires none); a long-running job gives it that moment.
     lib.cuDeviceGet(ctypes.byref(ctypes.c_int()), 0)
