@@ -74,8 +74,9 @@ $(MOCK)/libcudart.so.13: shim/mock/mock_cudart.c shim/mock/mock_internal.h $(MOC
 	$(CC) $(CFLAGS_COMMON) -shared -Wl,-soname,libcudart.so.13 -o $@ $< -L$(MOCK) -lcuda -ldl -lpthread
 	ln -sf libcudart.so.13 $(MOCK)/libcudart.so
 
-$(MOCK)/libcupti.so.13: shim/mock/mock_cupti.c shim/mock/mock_internal.h $(MOCK)/libcuda.so.1
-	$(CC) $(CFLAGS_COMMON) -shared -Wl,-soname,libcupti.so.13 -o $@ $< -L$(MOCK) -lcuda -ldl -lpthread
+$(MOCK)/libcupti.so.13: shim/mock/mock_cupti.c shim/mock/mock_pcsampling.c shim/mock/mock_internal.h $(MOCK)/libcuda.so.1
+	$(CC) $(CFLAGS_COMMON) -shared -Wl,-soname,libcupti.so.13 -o $@ shim/mock/mock_cupti.c shim/mock/mock_pcsampling.c \
+	    -L$(MOCK) -lcuda -ldl -lpthread
 	ln -sf libcupti.so.13 $(MOCK)/libcupti.so
 
 # The workload keeps frame pointers off on purpose: stacks must come from eh_frame.

@@ -9,6 +9,7 @@ CONCURRENT_KERNEL activity and writes everything it saw to a text file.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections import defaultdict
 from pathlib import Path
@@ -426,3 +427,114 @@ def test_a_full_launch_queue_holds_the_host_back():
     p = run(["python3", "-c", QUEUE_PROBE, Path(__file__).parent, n], env=env_for())
     took = float(p.stdout.split()[-1])
     assert took >= 0.97 * (n - depth) * kernel_s, took
+
+
+PCS_C = r"""
+#include <cuda.h>
+#include <cupti.h>
+#include <cupti_pcsampling.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *cubin; static size_t cubin_size;
+static void CUPTIAPI on_res(void *u, CUpti_CallbackDomain d, CUpti_CallbackId id, const void *data) {
+    const CUpti_ModuleResourceData *m = ((const CUpti_ResourceData *)data)->resourceDescriptor;
+    if (d == CUPTI_CB_DOMAIN_RESOURCE && id == CUPTI_CBID_RESOURCE_MODULE_LOADED) {
+        cubin = m->pCubin; cubin_size = m->cubinSize;
+    }
+}
+static CUpti_PCSamplingData buffer(size_t n) {
+    CUpti_PCSamplingData b = {sizeof b, n};
+    b.pPcData = calloc(n, sizeof *b.pPcData);
+    for (size_t i = 0; i < n; i++) b.pPcData[i].stallReason = calloc(8, sizeof(CUpti_PCSamplingStallReason));
+    return b;
+}
+static void show(const char *what, CUpti_PCSamplingData *b) {
+    printf("%s total=%llu remaining=%zu pcs=%zu\n", what, (unsigned long long)b->totalSamples,
+           b->remainingNumPcs, b->totalNumPcs);
+    for (size_t i = 0; i < b->totalNumPcs; i++) {
+        CUpti_PCSamplingPCData *p = &b->pPcData[i];
+        printf("pc %s 0x%llx crc=%llu corr=%u", p->functionName, (unsigned long long)p->pcOffset,
+               (unsigned long long)p->cubinCrc, p->correlationId);
+        for (size_t r = 0; r < p->stallReasonCount; r++)
+            printf(" %u:%u", p->stallReason[r].pcSamplingStallReasonIndex, p->stallReason[r].samples);
+        printf("\n");
+    }
+}
+int main(void) {
+    CUdevice dev; CUcontext ctx; CUmodule mod; CUfunction hot, cold;
+    CUpti_SubscriberHandle sub;
+    cuptiSubscribe(&sub, on_res, NULL);
+    cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
+    cuInit(0); cuDeviceGet(&dev, 0); cuCtxCreate(&ctx, 0, dev);
+    cuModuleLoadData(&mod, "k_hot=4096@0x210:6,0x240:3,0x0:1\nk_cold=1024\n");
+    cuModuleGetFunction(&hot, mod, "k_hot"); cuModuleGetFunction(&cold, mod, "k_cold");
+    size_t n = 0;
+    CUpti_PCSamplingGetNumStallReasonsParams np = {CUpti_PCSamplingGetNumStallReasonsParamsSize, 0, ctx, &n};
+    printf("reasons before enable: %d\n", cuptiPCSamplingGetNumStallReasons(&np));
+    CUpti_PCSamplingEnableParams ep = {CUpti_PCSamplingEnableParamsSize, 0, ctx};
+    cuptiPCSamplingEnable(&ep);
+    printf("reasons: %d %zu\n", cuptiPCSamplingGetNumStallReasons(&np), n);
+    uint32_t idx[8]; char *names[8];
+    for (int i = 0; i < 8; i++) names[i] = calloc(CUPTI_STALL_REASON_STRING_SIZE, 1);
+    CUpti_PCSamplingGetStallReasonsParams rp = {CUpti_PCSamplingGetStallReasonsParamsSize, 0, ctx, n, idx, names};
+    cuptiPCSamplingGetStallReasons(&rp);
+    for (size_t i = 0; i < n; i++) printf("reason %u %s\n", idx[i], names[i]);
+    CUpti_PCSamplingData configured = buffer(64), out = buffer(64);
+    CUpti_PCSamplingConfigurationInfo cfg[2] = {{CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_SAMPLING_PERIOD},
+                                                {CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_SAMPLING_DATA_BUFFER}};
+    cfg[0].attributeData.samplingPeriodData.samplingPeriod = 4;
+    cfg[1].attributeData.samplingDataBufferData.samplingDataBuffer = &configured;
+    CUpti_PCSamplingConfigurationInfoParams cp = {CUpti_PCSamplingConfigurationInfoParamsSize, 0, ctx, 2, cfg};
+    cuptiPCSamplingSetConfigurationAttribute(&cp);
+    for (int i = 0; i < 10; i++) cuLaunchKernel(hot, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+    for (int i = 0; i < 5; i++) cuLaunchKernel(cold, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+    cuCtxSynchronize();
+    CUpti_PCSamplingGetDataParams gp = {CUpti_PCSamplingGetDataParamsSize, 0, ctx, &out};
+    printf("getdata: %d\n", cuptiPCSamplingGetData(&gp));
+    show("got", &out);
+    for (int i = 0; i < 2; i++) cuLaunchKernel(hot, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+    CUpti_PCSamplingDisableParams dp = {CUpti_PCSamplingDisableParamsSize, 0, ctx};
+    cuptiPCSamplingDisable(&dp);
+    printf("getdata after disable: %d\n", cuptiPCSamplingGetData(&gp));
+    show("configured", &configured);
+    CUpti_GetCubinCrcParams cc = {CUpti_GetCubinCrcParamsSize, cubin_size, cubin};
+    cuptiGetCubinCrc(&cc);
+    printf("cubin %zu crc=%llu\n", cubin_size, (unsigned long long)cc.cubinCrc);
+    return 0;
+}
+"""
+
+
+def test_pc_sampling_api_follows_what_an_h100_showed(tmp_path):
+    """The mock's PC Sampling API (shim/mock/mock_pcsampling.c) keeps the rules an
+    H100 showed (bench/gpu/pc_sampling.cu): Enable before the stall-reason queries,
+    GetData refused after Disable (which leaves the rest in the configured buffer),
+    `_not_issued` reasons as subsets, one correlation id; and gives exact,
+    deterministic samples: D >> period per launch over the module's pcs by weight."""
+    run(["make", "-s", "-C", REPO, "mock"], timeout=300)
+    (tmp_path / "pcs.c").write_text(PCS_C)
+    run(["cc", "-I", CUDA_INC, "-Wall", "-Wno-deprecated-declarations", "-Wno-missing-field-initializers",
+         "-o", tmp_path / "pcs", tmp_path / "pcs.c", "-L", MOCK, "-lcupti", "-lcuda"])
+    out = run([tmp_path / "pcs"], env=env_for()).stdout
+    invalid = "7"  # CUPTI_ERROR_INVALID_OPERATION
+    assert f"reasons before enable: {invalid}" in out
+    assert "reasons: 0 5" in out
+    names = dict(re.findall(r"^reason (\d+) (\S+)$", out, re.M))
+    assert names["3"] == names["2"] + "_not_issued"
+    got = out.split("got total=")[1].split("getdata after disable")[0]
+    # k_hot: 4096 ns >> 4 = 256 samples a launch: 153 at 0x210, 76 at 0x240, 27 at 0x0;
+    # each: 3/4 mio_throttle (2), half of that not issued (3), the rest selected (7).
+    assert got.startswith("2880 remaining=0 pcs=4")  # 10 x 256 + 5 x 64, not-issued not counted
+    assert "pc k_hot 0x210" in got and " 2:1140 3:570 7:390" in got
+    assert "pc k_hot 0x240" in got and " 2:570 3:280 7:190" in got
+    assert "pc k_hot 0x0" in got and " 2:200 3:100 7:70" in got
+    assert "pc k_cold 0x0" in got and " 2:240 3:120 7:80" in got
+    assert set(re.findall(r"corr=(\d+)", got)) == {"0"}
+    assert f"getdata after disable: {invalid}" in out
+    conf = out.split("configured total=")[1]
+    assert conf.startswith("512 remaining=0 pcs=3")  # the 2 launches after GetData
+    crc = re.search(r"cubin (\d+) crc=(\d+)", out)
+    assert int(crc.group(1)) == len("k_hot=4096@0x210:6,0x240:3,0x0:1\nk_cold=1024\n")
+    assert set(re.findall(r"crc=(\d+)", got)) == {crc.group(2)}

@@ -415,16 +415,21 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr_v1 dptr)
 
 /* ------------------------------------------------------ modules / funcs */
 
-struct mock_def { char *name; uint64_t ns; };
+struct mock_def { char *name; uint64_t ns; char *pcs; };
 struct mock_module {
     uint32_t magic;
+    uint32_t id;                   /* CUpti_ModuleResourceData.moduleId */
+    char *image;                   /* the "cubin": its text, announced at load */
+    size_t image_size;
+    uint64_t crc;                  /* what the mock's cuptiGetCubinCrc says of it */
     pthread_mutex_t mu;
     struct mock_def *defs;
     size_t ndefs;
     struct mock_func *funcs;
 };
 
-/* Image format (text): one `name=duration_ns` per line; names may be many KB. */
+/* Image format (text): one `name=duration_ns[@pc:weight,...]` per line; names may
+ * be many KB. The pcs say where the PC Sampling API's samples of the kernel land. */
 static void parse_image(struct mock_module *m, const char *img)
 {
     size_t cap = 0;
@@ -439,6 +444,8 @@ static void parse_image(struct mock_module *m, const char *img)
             }
             m->defs[m->ndefs].name = strndup(img, (size_t)(eq - img));
             m->defs[m->ndefs].ns = strtoull(eq + 1, NULL, 10);
+            const char *at = memchr(eq, '@', len - (size_t)(eq - img));
+            m->defs[m->ndefs].pcs = at ? strndup(at + 1, len - (size_t)(at + 1 - img)) : NULL;
             m->ndefs++;
         }
         img += len + (eol ? 1 : 0);
@@ -447,11 +454,35 @@ static void parse_image(struct mock_module *m, const char *img)
 
 struct mock_module *mockcuda_module_load(const char *image)
 {
+    static _Atomic uint32_t next_id = 1;
     struct mock_module *m = calloc(1, sizeof(*m));
     m->magic = MOCK_MOD_MAGIC;
+    m->id = atomic_fetch_add(&next_id, 1);
     pthread_mutex_init(&m->mu, NULL);
     parse_image(m, image);
+    m->image = strdup(image ? image : "");
+    m->image_size = strlen(m->image);
+    m->crc = 0xcbf29ce484222325ull;  /* FNV-1a 64, as the mock's cuptiGetCubinCrc */
+    for (size_t i = 0; i < m->image_size; i++) m->crc = (m->crc ^ (uint8_t)m->image[i]) * 0x100000001b3ull;
     return m;
+}
+
+uint64_t mockcuda_module_crc(const struct mock_module *m)
+{
+    return m ? m->crc : 0;
+}
+
+/* CUPTI_CBID_RESOURCE_MODULE_LOADED, with the module's image as its cubin. */
+static void module_loaded(struct mock_module *m)
+{
+    CUpti_CallbackId cbid = CUPTI_CBID_RESOURCE_MODULE_LOADED;
+    if (!mockcuda_gate.active || !mockcuda_gate.api[CUPTI_CB_DOMAIN_RESOURCE][cbid]) return;
+    const struct mock_cupti_hooks *h = atomic_load(&g_hooks);
+    if (!h || !h->resource) return;
+    CUpti_ModuleResourceData md = { .moduleId = m->id, .cubinSize = m->image_size, .pCubin = m->image };
+    CUpti_ResourceData rd = { .context = (CUcontext)t_ctx, .resourceDescriptor = &md };
+    rd.resourceHandle.stream = NULL;
+    h->resource(cbid, &rd);
 }
 
 struct mock_func *mockcuda_module_function(struct mock_module *m, const char *name)
@@ -466,8 +497,21 @@ struct mock_func *mockcuda_module_function(struct mock_module *m, const char *na
     f->mod = m;
     f->block[0] = f->block[1] = f->block[2] = 1;
     f->duration_ns = 1000 + (mock_fnv1a32(name) % 9000);
+    f->npcs = 1; /* pc 0x0, weight 1 */
+    f->pc_weight[0] = 1;
     for (size_t i = 0; i < m->ndefs; i++)
-        if (!strcmp(m->defs[i].name, name)) { f->duration_ns = m->defs[i].ns; break; }
+        if (!strcmp(m->defs[i].name, name)) {
+            f->duration_ns = m->defs[i].ns;
+            const char *p = m->defs[i].pcs;
+            for (uint32_t n = 0; p && *p && n < MOCK_MAX_PCS; n++) {
+                char *end;
+                f->pc[n] = strtoull(p, &end, 0);
+                f->pc_weight[n] = *end == ':' ? (uint32_t)strtoul(end + 1, &end, 10) : 1;
+                f->npcs = n + 1;
+                p = *end == ',' ? end + 1 : "";
+            }
+            break;
+        }
     f->next_in_mod = m->funcs;
     m->funcs = f;
     pthread_mutex_lock(&g_funcs_mu);
@@ -496,6 +540,7 @@ CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image)
     if (!t_ctx) API_RETURN(CUDA_ERROR_INVALID_CONTEXT);
     if (!module || !image) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     *module = (CUmodule)mockcuda_module_load(image);
+    module_loaded((struct mock_module *)*module);
     API_RETURN(CUDA_SUCCESS);
 }
 
@@ -638,6 +683,10 @@ static void exec_kernel(struct mock_stream *s, const struct launch_desc *d, uint
         start = busy > now ? busy : now;
     } while (!atomic_compare_exchange_weak(&s->busy_until, &busy, start + dur));
     atomic_store_explicit(slot, start + dur, memory_order_relaxed);
+    if (__builtin_expect(mockcuda_gate.pc_sampling, 0)) {
+        const struct mock_cupti_hooks *ph = atomic_load(&g_hooks);
+        if (ph && ph->pc_sample) ph->pc_sample(d->f, dur);
+    }
     if (g_gt_path) {
         atomic_fetch_add_explicit(&d->f->gt_launches, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&d->f->gt_ns, dur, memory_order_relaxed);

@@ -43,7 +43,8 @@ static void hook_resource(CUpti_CallbackId cbid, const CUpti_ResourceData *d)
 
 static void hook_kernel(const struct mock_kernel_exec *k);
 
-static const struct mock_cupti_hooks g_hooks = { hook_api, hook_resource, hook_kernel };
+static const struct mock_cupti_hooks g_hooks = { hook_api, hook_resource, hook_kernel,
+                                                  mock_pc_sample /* mock_pcsampling.c */ };
 
 static void ensure_registered(void)
 {
@@ -704,4 +705,9 @@ CUptiResult CUPTIAPI cuptiFinalize(void)
     g_period_ms = 0;
     pthread_mutex_unlock(&g_act_mu);
     return CUPTI_SUCCESS;
+}
+
+void mock_ensure_registered(void)
+{
+    ensure_registered();
 }

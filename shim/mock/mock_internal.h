@@ -35,10 +35,17 @@
 
 struct mock_module;
 
+#define MOCK_MAX_PCS 8
+
 struct mock_func {                 /* a CUfunction */
     uint32_t magic;
     char *name;                    /* stable heap copy of the mangled name */
     uint64_t duration_ns;
+    /* Where its PC samples land (PC Sampling API): offsets in the function and
+     * their weights, from the module image (`name=ns@0x210:6,0x240:3`); none: 0x0. */
+    uint32_t npcs;
+    uint64_t pc[MOCK_MAX_PCS];
+    uint32_t pc_weight[MOCK_MAX_PCS];
     struct mock_module *mod;
     unsigned block[3];             /* cuFuncSetBlockShape, for legacy cuLaunch* */
     unsigned shmem;
@@ -121,6 +128,8 @@ struct mock_cupti_hooks {
     /* Called for every executed kernel while gate.kernel_activity is set, and
      * for every executed graph node while gate.graph_nodes is set. */
     void (*kernel)(const struct mock_kernel_exec *k);
+    /* Called for every executed kernel while gate.pc_sampling is set. */
+    void (*pc_sample)(const struct mock_func *f, uint64_t duration_ns);
 };
 
 /* Gate bytes, exported by libcuda, written by libcupti.  Hot paths test
@@ -129,9 +138,17 @@ struct mock_cupti_gate {
     volatile uint8_t active;           /* a CUPTI client exists: assign correlation ids */
     volatile uint8_t kernel_activity;  /* KERNEL or CONCURRENT_KERNEL activity enabled */
     volatile uint8_t graph_nodes;      /* graph nodes reach libcupti with activity off too */
+    volatile uint8_t pc_sampling;      /* cuptiPCSamplingEnable'd: kernels are sampled */
     volatile uint8_t api[CUPTI_CB_DOMAIN_SIZE][MOCK_MAX_CBID];
 };
 extern struct mock_cupti_gate mockcuda_gate;
+
+/* libcupti's PC Sampling API (mock_pcsampling.c): a kernel executed while enabled. */
+void mock_pc_sample(const struct mock_func *f, uint64_t duration_ns);
+/* What the mock's cuptiGetCubinCrc says of a module's image (libcuda). */
+uint64_t mockcuda_module_crc(const struct mock_module *m);
+/* libcupti's hooks installed in libcuda (mock_cupti.c). */
+void mock_ensure_registered(void);
 
 /* Install (or with NULL remove) libcupti's hooks. */
 void mockcuda_register_cupti(const struct mock_cupti_hooks *hooks);
