@@ -44,6 +44,9 @@ def _callgrind(tmp_path, name: str, toggle: str, **env: str) -> float:
     e = {k: v for k, v in os.environ.items()
          if not k.startswith(("GPU_AGENT_", "MOCK_")) and k != "CUDA_INJECTION64_PATH"}
     e["LD_LIBRARY_PATH"] = str(MOCK_DIR)
+    # The mock's launch queue unbounded: under valgrind its GPU outpaces nothing, and
+    # a launch waiting for a full queue would count timing-dependent instructions.
+    e["MOCK_CUDA_QUEUE_DEPTH"] = "0"
     e.update(env)
     p = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
                         "--collect-atstart=no", f"--toggle-collect={toggle}",

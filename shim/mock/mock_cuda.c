@@ -667,22 +667,33 @@ static void exec_kernel(struct mock_stream *s, const struct launch_desc *d, uint
      * or this one waits for it. A host that launches faster than the GPU runs the
      * kernels is held back to the GPU's pace, and a kernel starts at most a queue's
      * worth of work after its launch (unbounded, the mock GPU fell seconds behind). */
-    uint64_t seq = atomic_fetch_add_explicit(&s->queued, 1, memory_order_relaxed);
-    _Atomic uint64_t *slot = &s->ends[seq % MOCK_QUEUE_DEPTH];
-    uint64_t oldest = atomic_load_explicit(slot, memory_order_relaxed);
-    if (oldest > now) {
-        if (oldest - now > 100000) {
-            struct timespec ts = {0, (long)(oldest - now - 50000)};
-            nanosleep(&ts, NULL);
-        }
-        while ((now = mock_now_ns()) < oldest) {
+    /* MOCK_CUDA_QUEUE_DEPTH (1..MOCK_QUEUE_DEPTH; 0: unbounded, for the instruction-
+     * count guard, where waits would make the counts depend on timing). */
+    static long depth = -1;
+    if (__builtin_expect(depth < 0, 0)) {
+        const char *e = getenv("MOCK_CUDA_QUEUE_DEPTH");
+        long v = e ? atol(e) : MOCK_QUEUE_DEPTH;
+        depth = v < 0 || v > MOCK_QUEUE_DEPTH ? MOCK_QUEUE_DEPTH : v;
+    }
+    _Atomic uint64_t *slot = NULL;
+    if (depth) {
+        uint64_t seq = atomic_fetch_add_explicit(&s->queued, 1, memory_order_relaxed);
+        slot = &s->ends[seq % (uint64_t)depth];
+        uint64_t oldest = atomic_load_explicit(slot, memory_order_relaxed);
+        if (oldest > now) {
+            if (oldest - now > 100000) {
+                struct timespec ts = {0, (long)(oldest - now - 50000)};
+                nanosleep(&ts, NULL);
+            }
+            while ((now = mock_now_ns()) < oldest) {
+            }
         }
     }
     uint64_t busy = atomic_load_explicit(&s->busy_until, memory_order_relaxed), start;
     do {
         start = busy > now ? busy : now;
     } while (!atomic_compare_exchange_weak(&s->busy_until, &busy, start + dur));
-    atomic_store_explicit(slot, start + dur, memory_order_relaxed);
+    if (slot) atomic_store_explicit(slot, start + dur, memory_order_relaxed);
     if (__builtin_expect(mockcuda_gate.pc_sampling, 0)) {
         const struct mock_cupti_hooks *ph = atomic_load(&g_hooks);
         if (ph && ph->pc_sample) ph->pc_sample(d->f, dur);
