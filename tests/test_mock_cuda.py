@@ -467,7 +467,7 @@ int main(void) {
     CUpti_SubscriberHandle sub;
     cuptiSubscribe(&sub, on_res, NULL);
     cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
-    cuInit(0); cuDeviceGet(&dev, 0); cuCtxCreate(&ctx, 0, dev);
+    cuInit(0); cuDeviceGet(&dev, 0); cuCtxCreate_v2(&ctx, 0, dev);
     cuModuleLoadData(&mod, "k_hot=4096@0x210:6,0x240:3,0x0:1\nk_cold=1024\n");
     cuModuleGetFunction(&hot, mod, "k_hot"); cuModuleGetFunction(&cold, mod, "k_cold");
     size_t n = 0;
@@ -475,7 +475,8 @@ int main(void) {
     printf("reasons before enable: %d\n", cuptiPCSamplingGetNumStallReasons(&np));
     CUpti_PCSamplingEnableParams ep = {CUpti_PCSamplingEnableParamsSize, 0, ctx};
     cuptiPCSamplingEnable(&ep);
-    printf("reasons: %d %zu\n", cuptiPCSamplingGetNumStallReasons(&np), n);
+    CUptiResult got_reasons = cuptiPCSamplingGetNumStallReasons(&np);
+    printf("reasons: %d %zu\n", got_reasons, n);
     uint32_t idx[8]; char *names[8];
     for (int i = 0; i < 8; i++) names[i] = calloc(CUPTI_STALL_REASON_STRING_SIZE, 1);
     CUpti_PCSamplingGetStallReasonsParams rp = {CUpti_PCSamplingGetStallReasonsParamsSize, 0, ctx, n, idx, names};
