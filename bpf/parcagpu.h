@@ -85,10 +85,11 @@ static __always_inline int pg_arg(struct pg_regs *ctx, struct ga_pg_site *site, 
  * process fires no `attach`) and sets up its Python stacks, as at a shim's attach. */
 static __always_inline u32 pg_see_proc(u32 tgid)
 {
-    u32 known = procs.lookup(&tgid) != 0;
+    u32 *known = procs.lookup(&tgid);
+    if (known)
+        return *known;
     u32 start = see_proc(tgid);
-    if (!known)
-        emit_proc_event(GA_EV_PROC_ATTACH, tgid);
+    emit_proc_event(GA_EV_PROC_ATTACH, tgid);
     return start;
 }
 
@@ -134,9 +135,6 @@ int ga_pg_cuda_correlation(struct pt_regs *ctx)
     u64 stack_id = ga_py_unwind(tgid, start, (u32)pid_tgid, h);
     struct ga_stack_key sk = {.tgid = tgid, .start = start, .stack_id = stack_id};
     if (!stacks.lookup(&sk)) {
-        s = stack_scratch.lookup(&zero); /* ga_py_unwind may have used the verifier's view of it */
-        if (!s)
-            return 0;
         s->nframes = nframes;
         s->cbid = (u32)cbid;
         announce_stack(tgid, start, stack_id, s);

@@ -385,7 +385,6 @@ class Collector:
             comments.append(DROPPED_COMMENT)
         if any(row.key[6] & C.AGG_PARCAGPU for row in est.rows):
             comments.append(PARCAGPU_COMMENT)
-
         if self._numbering.full():
             self._numbering = Numbering()
 
