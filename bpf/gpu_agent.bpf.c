@@ -444,6 +444,7 @@ int ga_kernel_batch(struct pt_regs *ctx)
 #include "timeline.h"
 
 #include "kernel_names.h"
+#include "pcsampling.h" /* opt-in PC sampling: batches, stall reasons, cubins */
 
 static __always_inline void emit_proc_event(u32 type, u32 tgid)
 {

@@ -22,10 +22,11 @@ REPO = Path(__file__).resolve().parent.parent
 HEADER = REPO / "shim" / "include" / "gpu_agent_probes.h"
 PY_HEADER = HEADER.parent / "gpu_agent_python.h"  # included by HEADER
 PG_HEADER = HEADER.parent / "gpu_agent_parcagpu.h"  # included by HEADER
+PC_HEADER = HEADER.parent / "gpu_agent_pcsampling.h"  # included by HEADER
 
 
 def header_text() -> str:
-    return HEADER.read_text() + PY_HEADER.read_text() + PG_HEADER.read_text()
+    return HEADER.read_text() + PY_HEADER.read_text() + PG_HEADER.read_text() + PC_HEADER.read_text()
 SHIM = REPO / "build" / "libgpu_agent_shim.so"
 BPF_SOURCE = REPO / "bpf" / "gpu_agent.bpf.c"
 
@@ -115,9 +116,10 @@ def test_every_header_constant_is_mirrored():
 
 
 def _header_probe_list() -> dict[str, list[tuple[str, str]]]:
-    """Parse the probe list out of the header's comment block."""
-    text = HEADER.read_text()
-    block = text[text.index("Probes (name: arguments, in order):"):text.index("*/")]
+    """Parse the probe list out of the headers' comment blocks (PC sampling's in its own)."""
+    text, pc_text = HEADER.read_text(), PC_HEADER.read_text()
+    block = (text[text.index("Probes (name: arguments, in order):"):text.index("*/")]
+             + pc_text[pc_text.index("Probes:"):pc_text.index("*/")])
     block = re.sub(r"^\s*\*", "", block, flags=re.M)
     probes = {}
     for m in re.finditer(r"^\s{2,3}(\w+)\s+\(([^)]*)\)", block, re.M):

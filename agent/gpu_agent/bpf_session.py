@@ -26,9 +26,7 @@ set it writes. drain():
   3. reads and deletes the whole old set (BPF_MAP_LOOKUP_AND_DELETE_BATCH),
      which nobody writes any more.
 A drain that fails half-way leaves keys in the old set; the next drain flips
-writes back onto them and the one after drains them: nothing is lost.
-
-"""
+writes back onto them and the one after drains them: nothing is lost."""
 
 from __future__ import annotations
 
@@ -49,14 +47,19 @@ __all__ = ["BpfError", "BpfSession", "ShimFile"]
 
 BATCH_CHUNK = 1024      # keys per BPF_MAP_LOOKUP_AND_DELETE_BATCH call
 FALLBACK_GRACE_S = 0.010  # grace period if the synchronize_rcu() barrier is refused
+# Fixed-size ring-buffer events: type -> (struct, the session's callback attribute)
+_FIXED_EVENTS = {C.EventType.GA_EV_KERNEL: (C.EvKernel, "on_kernel"),
+                 C.EventType.GA_EV_DEVICE: (C.EvDevice, "on_device"),
+                 C.EventType.GA_EV_PC_BATCH: (C.EvPcBatch, "on_pc_batch"),
+                 C.EventType.GA_EV_STALL_REASON: (C.EvStallReason, "on_stall_reason"),
+                 C.EventType.GA_EV_CUBIN: (C.EvCubin, "on_cubin")}
 
 
 class BpfSession:
     """One loaded copy of the BPF program, attached to one shim file.
 
-    Public API: open(), poll(timeout_ms) -> int, drain() -> Drain,
-    counters() -> dict[str, int], get_stack(tgid, stack_id, start) -> list[int] | None,
-    close(); attribute names: dict[int, bytes] (kernel_id -> mangled name).
+    Public API: open(), poll(timeout_ms) -> int, drain() -> Drain, counters() -> dict[str, int],
+    get_stack(tgid, stack_id, start) -> list[int] | None, close(); names (kernel_id -> name).
     Callbacks run inside poll(): on_new_stack(tgid, stack_id, start), on_proc_exit(tgid),
     on_proc_attach(tgid) (the shim in tgid attached: set up its Python stacks now).
     Python stacks: set_py_config(tgid, C.PyConfig), del_py_config(tgid),
@@ -71,9 +74,9 @@ class BpfSession:
         self.on_new_stack = on_new_stack
         self.on_proc_exit = on_proc_exit
         self.on_proc_attach: Optional[Callable[[int], None]] = None
-        # Timelines: on_kernel(C.EvKernel) while tracing (set_trace), on_device(C.EvDevice)
-        self.on_kernel: Optional[Callable[[C.EvKernel], None]] = None
-        self.on_device: Optional[Callable[[C.EvDevice], None]] = None
+        # Fixed-size events (_FIXED_EVENTS): on_kernel(C.EvKernel) while tracing
+        # (set_trace), on_device(C.EvDevice); PC sampling's (pc_samples.py)
+        self.on_kernel = self.on_device = self.on_pc_batch = self.on_stall_reason = self.on_cubin = None
         self.extra_cflags = list(cflags or [])
         self._agent_counts = {"ev_corrupt": 0, "ev_unknown": 0, "callback_errors": 0,
                               "barrier_fallbacks": 0}
@@ -238,12 +241,12 @@ class BpfSession:
         elif hdr.type == C.EventType.GA_EV_PROC_ATTACH:
             if self.on_proc_attach is not None:
                 self.on_proc_attach(hdr.tgid)
-        elif hdr.type in (C.EventType.GA_EV_KERNEL, C.EventType.GA_EV_DEVICE):
-            kind = C.EvKernel if hdr.type == C.EventType.GA_EV_KERNEL else C.EvDevice
+        elif hdr.type in _FIXED_EVENTS:
+            kind, attr = _FIXED_EVENTS[hdr.type]
             if len(buf) < ct.sizeof(kind):
                 self._agent_counts["ev_corrupt"] += 1
                 return
-            fn = self.on_kernel if kind is C.EvKernel else self.on_device
+            fn = getattr(self, attr)
             if fn is not None:
                 fn(kind.from_buffer_copy(buf))
         else:

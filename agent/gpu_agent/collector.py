@@ -23,6 +23,7 @@ from . import estimator, invariants
 from .bpf_session import BpfSession
 from .estimator import Drain
 from .parcagpu import SOURCE_LABEL as PARCAGPU_SOURCE
+from . import pc_samples
 from .pprof import FrameSpec, Numbering, ProfileBuilder
 from .python import PythonStacks
 from .demangle import demangle_kernel
@@ -141,6 +142,9 @@ class Collector:
                                   on_proc_exit=self._on_proc_exit, cflags=cflags)
         self.session.on_proc_attach = self._on_proc_attach
         self.session.on_device = self.note_device
+        self.pcs = pc_samples.PcSamples()  # opt-in PC sampling's samples, names and cubins
+        s = self.session
+        s.on_pc_batch, s.on_stall_reason, s.on_cubin = self.pcs.on_batch, self.pcs.on_stall_reason, self.pcs.on_cubin
         # (pid, CUDA ordinal) -> timeline.GpuDevice, and pid -> CLOCK_REALTIME - CUPTI clock,
         # from the shim's gpu_device probes
         self.devices: dict = {}
@@ -217,6 +221,7 @@ class Collector:
     def counters(self) -> dict:
         c = self.session.counters()
         c["drop_impossible"] = c.get("drop_impossible", 0) + self._impossible
+        c.update(self.pcs.counts)
         return c
 
     # -- events (called from session.poll) ---------------------------------
@@ -380,11 +385,13 @@ class Collector:
                    for k, v in win_sampled.items() if self.included(k[0])}
         est = estimator.estimate(totals, sampled)
         stats.orphan_samples = est.orphan_entries
-        mean_ns = _mean_kernel_ns(est.rows)
+        mean_ns = estimator.mean_kernel_ns(est.rows)
         if any(row.key[4] == C.KERNEL_DROPPED for row in est.rows):
             comments.append(DROPPED_COMMENT)
         if any(row.key[6] & C.AGG_PARCAGPU for row in est.rows):
             comments.append(PARCAGPU_COMMENT)
+        if self.pcs.window:
+            comments.append(pc_samples.COMMENT)
         if self._numbering.full():
             self._numbering = Numbering()
 
@@ -395,14 +402,16 @@ class Collector:
         builder = new_builder()
         out = WindowProfiles(builder, stats)
 
-        def add(tgid: int, info: ProcInfo, frames: list, ns: int, n: int, labels: dict) -> None:
-            builder.add(frames, ns, n, labels)
+        def add(tgid: int, info: ProcInfo, frames: list, ns: int, n: int, labels: dict, pcs: int = 0) -> None:
+            builder.add(frames, ns, n, labels, pcs)
             if per_pid:
                 pb = out.per_pid.get(tgid)
                 if pb is None:
                     pb = out.per_pid[tgid] = new_builder()
                     out.procs[tgid] = info
-                pb.add(frames, ns, n, labels)
+                pb.add(frames, ns, n, labels, pcs)
+
+        kernel_stacks: dict = {}  # (tgid, start, kernel) -> its rows' stacks: PC samples go there
 
         pids = set()
         for row in est.rows:
@@ -449,8 +458,14 @@ class Collector:
                 stack = [FrameSpec.marker(GRAPH_BEFORE_ATTACH)] + stack
             labels.update(info.pod)
             add(tgid, info, [leaf] + stack, row.gpu_ns, row.launches, labels)
+            kernel_stacks.setdefault((tgid, start, kernel_id), []).append(
+                ([leaf] + stack, {k: v for k, v in labels.items() if k != DUTY_LABEL}, row.gpu_ns))
             stats.gpu_ns += row.gpu_ns
             stats.kernels += row.launches
+        pc_samples.add_to_profile(
+            self.pcs, kernel_stacks, self._kernel_name,
+            lambda tgid: {"pid": str(tgid), "comm": self._see(tgid).comm, **self._see(tgid).pod},
+            lambda tgid, frames, labels, n: add(tgid, self._see(tgid), frames, 0, 0, labels, n))
         stats.processes = len(pids)
         stats.attached_without_kernels = len(self._attached_in_window - pids)
         self._attached_in_window = set()
@@ -471,6 +486,7 @@ class Collector:
                 self.procs.pop(pid, None)
                 self._included.pop(pid, None)
                 self.symbolizer.forget(pid)
+                self.pcs.forget({pid})
                 self._clock_offsets.pop(pid, None)
                 for key in [k for k in self.devices if k[0] == pid]:
                     del self.devices[key]
@@ -478,13 +494,3 @@ class Collector:
             for key in [k for k in self._frames if k[0] in pids]:
                 del self._frames[key]
 
-
-def _mean_kernel_ns(rows) -> dict[int, float]:
-    """Per process: GPU ns per launch over its recorded kernels (lost ones aside)."""
-    acc: dict[int, list[int]] = {}
-    for row in rows:
-        if row.key[4] != C.KERNEL_DROPPED:
-            a = acc.setdefault(row.key[0], [0, 0])
-            a[0] += row.gpu_ns
-            a[1] += row.launches
-    return {pid: ns / n for pid, (ns, n) in acc.items() if n}

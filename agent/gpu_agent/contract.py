@@ -18,7 +18,7 @@ SEMAPHORE_SYMBOL = "gpu_agent_attach_semaphore"
 REPLAY_SEMAPHORE_SYMBOL = "gpu_agent_replay_semaphore"
 # The contract version the shim exports (GA_CONTRACT_VERSION): a shim of another
 # version is refused before any probe of it is read (shim_attach.read_shim).
-CONTRACT_VERSION = 4
+CONTRACT_VERSION = 5
 CONTRACT_VERSION_SYMBOL = "gpu_agent_contract_version"
 
 MAX_FRAMES = 64
@@ -54,6 +54,9 @@ PROBES: dict[str, tuple[tuple[str, str], ...]] = {
     "graph_node_destroyed": (("node_id", "u64"),),
     "gpu_device": (("ordinal", "u32"), ("uuid", "ptr"), ("model", "ptr"), ("cupti_ns", "u64"),
                    ("realtime_ns", "u64")),
+    "pc_sample_batch": (("records", "ptr"), ("nrecords", "u32"), ("dropped", "u32")),
+    "pc_stall_reason": (("index", "u32"), ("name", "ptr")),
+    "cubin_loaded": (("cubin_crc", "u64"), ("cubin", "ptr"), ("cubin_size", "u64")),
 }
 # The agent's presence flag for the shim; and its request for a replay of names.
 SEMAPHORE_PROBE = "attach"
@@ -170,7 +173,10 @@ class Counter(IntEnum):
     GA_CNT_PG_CORRELATIONS = 29
     GA_CNT_PG_KERNELS = 30
     GA_DROP_PG_ARGS = 31
-    GA_COUNTER_MAX = 32
+    GA_CNT_PC_BATCHES = 32
+    GA_DROP_PC_READ = 33
+    GA_DROP_PC_SAMPLES = 34
+    GA_COUNTER_MAX = 35
 
 
 COUNTER_MAX = int(Counter.GA_COUNTER_MAX)
@@ -198,6 +204,9 @@ class EventType(IntEnum):
     GA_EV_PROC_ATTACH = 4
     GA_EV_KERNEL = 5
     GA_EV_DEVICE = 6
+    GA_EV_PC_BATCH = 7
+    GA_EV_STALL_REASON = 8
+    GA_EV_CUBIN = 9
 
 
 class EventHdr(ct.Structure):
@@ -239,6 +248,29 @@ UUID_LEN, MODEL_LEN = 48, 96
 class EvDevice(ct.Structure):
     _fields_ = [("hdr", EventHdr), ("ordinal", u32), ("pad", u32), ("cupti_ns", u64),
                 ("realtime_ns", u64), ("uuid", ct.c_char * UUID_LEN), ("model", ct.c_char * MODEL_LEN)]
+
+
+# ---- PC sampling (gpu_agent_pcsampling.h) ----
+PC_BATCH_MAX = 64
+STALL_NAME_LEN = 128
+
+
+class PcRecord(ct.Structure):
+    _fields_ = [("cubin_crc", u64), ("pc_offset", u64), ("kernel_id", u64), ("stall_reason", u32),
+                ("samples", u32)]
+
+
+class EvPcBatch(ct.Structure):
+    _fields_ = [("hdr", EventHdr), ("start", u32), ("nrecords", u32), ("dropped", u32), ("pad", u32),
+                ("records", PcRecord * PC_BATCH_MAX)]
+
+
+class EvStallReason(ct.Structure):
+    _fields_ = [("hdr", EventHdr), ("index", u32), ("pad", u32), ("name", ct.c_char * STALL_NAME_LEN)]
+
+
+class EvCubin(ct.Structure):
+    _fields_ = [("hdr", EventHdr), ("cubin_crc", u64), ("address", u64), ("size", u64)]
 
 
 # ---- Python stacks (see the header's "Python stacks" section) ----
@@ -351,6 +383,10 @@ STRUCTS: dict[str, type[ct.Structure]] = {
     "ga_ev_proc_attach": EvProcAttach,
     "ga_ev_kernel": EvKernel,
     "ga_ev_device": EvDevice,
+    "ga_pc_record": PcRecord,
+    "ga_ev_pc_batch": EvPcBatch,
+    "ga_ev_stall_reason": EvStallReason,
+    "ga_ev_cubin": EvCubin,
     "ga_py_config": PyConfig,
     "ga_py_frame": PyFrame,
     "ga_py_stack": PyStack,
@@ -377,6 +413,8 @@ CONSTANTS: dict[str, int] = {
     "GA_AGG_CAPTURED": AGG_CAPTURED,
     "GA_AGG_NODE_UNKNOWN": AGG_NODE_UNKNOWN,
     "GA_LAT_BUCKETS": LAT_BUCKETS,
+    "GA_PC_BATCH_MAX": PC_BATCH_MAX,
+    "GA_STALL_NAME_LEN": STALL_NAME_LEN,
     "GA_PY_MAX_FRAMES": PY_MAX_FRAMES,
     "GA_PY_MAX_THREADS": PY_MAX_THREADS,
     "GA_PY_NO_INSTR": PY_NO_INSTR,

@@ -38,6 +38,8 @@ from fractions import Fraction
 from numbers import Real
 from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
+from . import contract as C
+
 # ---- what one drain of the BPF maps gives the estimate (bpf_session.drain) ----
 
 
@@ -217,3 +219,14 @@ def estimate(
             if a or b:
                 out.rows.append(EstimatedRow(tk, s, a, b))
     return out
+
+
+def mean_kernel_ns(rows) -> dict[int, float]:
+    """Per process: GPU ns per launch over its recorded kernels (lost ones aside)."""
+    acc: dict[int, list[int]] = {}
+    for row in rows:
+        if row.key[4] != C.KERNEL_DROPPED:
+            a = acc.setdefault(row.key[0], [0, 0])
+            a[0] += row.gpu_ns
+            a[1] += row.launches
+    return {pid: ns / n for pid, (ns, n) in acc.items() if n}

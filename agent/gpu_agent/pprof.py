@@ -3,7 +3,8 @@
 One job: accumulate ``(stack, values, labels)`` samples and serialize them
 as a pprof profile that Go's ``pprof`` reads as-is (no re-symbolization).
 
-Sample types: ``gpu_time/nanoseconds`` (default) and ``kernel_launches/count``.
+Sample types: ``gpu_time/nanoseconds`` (default) and ``kernel_launches/count``, and
+``pc_samples/count`` when a sample has PC samples (opt-in PC sampling).
 Stacks are given leaf first as ``FrameSpec``s; the helper constructors build
 the frame kinds gpu-agent uses:
 
@@ -198,6 +199,7 @@ class ProfileBuilder:
         # Intern header strings first (stable, small indices).
         self._st_gpu = (self._str("gpu_time"), self._str("nanoseconds"))
         self._st_launch = (self._str("kernel_launches"), self._str("count"))
+        self._st_pc: Optional[Tuple[int, int]] = None  # pc_samples/count, once one is added
         # Mapping 1 is ours: pprof shows the first mapping as "File:".
         self._mapping(AGENT_MAPPING)
 
@@ -252,6 +254,7 @@ class ProfileBuilder:
         gpu_ns: int,
         launches: int,
         labels: Optional[TMapping[str, str]] = None,
+        pc_samples: int = 0,
     ) -> None:
         """Add one sample; identical (stack, labels) samples are summed."""
         locs = tuple(self._location(f) for f in frames_leaf_first)
@@ -259,19 +262,23 @@ class ProfileBuilder:
         for k, v in lab:
             self._str(k)
             self._str(v)
+        if pc_samples and self._st_pc is None:
+            self._st_pc = (self._str("pc_samples"), self._str("count"))
         acc = self._samples.get((locs, lab))
         if acc is None:
-            self._samples[(locs, lab)] = [int(gpu_ns), int(launches)]
+            self._samples[(locs, lab)] = [int(gpu_ns), int(launches), int(pc_samples)]
         else:
             acc[0] += int(gpu_ns)
             acc[1] += int(launches)
+            acc[2] += int(pc_samples)
 
     def __len__(self) -> int:
         return len(self._samples)
 
     def to_proto(self) -> "profile_pb2.Profile":
         p = profile_pb2.Profile()
-        for t, u in (self._st_gpu, self._st_launch):
+        types = [self._st_gpu, self._st_launch] + ([self._st_pc] if self._st_pc else [])
+        for t, u in types:
             vt = p.sample_type.add()
             vt.type, vt.unit = t, u
         p.period_type.type, p.period_type.unit = self._st_gpu
@@ -305,7 +312,7 @@ class ProfileBuilder:
         for (locs, lab), vals in self._samples.items():
             ps = p.sample.add()
             ps.location_id.extend(locs)
-            ps.value.extend(vals)
+            ps.value.extend(vals[:len(types)])
             for k, v in lab:
                 pl = ps.label.add()
                 pl.key = self._strings[k]

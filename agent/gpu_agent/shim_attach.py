@@ -48,6 +48,9 @@ DATA_PROBES = {  # contract probe -> BPF function
     "graph_node_cloned": "ga_graph_node_cloned",
     "graph_node_destroyed": "ga_graph_node_destroyed",
     "gpu_device": "ga_gpu_device",
+    "pc_sample_batch": "ga_pc_sample_batch",
+    "pc_stall_reason": "ga_pc_stall_reason",
+    "cubin_loaded": "ga_cubin_loaded",
 }
 # A uprobe event that bcc created in tracefs for one of our attaches, when the
 # perf uprobe PMU refused it (bcc appends _bcc_<pid> to our ga_<pid>_... name).

@@ -89,6 +89,9 @@
  *                     times to wall-clock time. Fired from the poller after
  *                     an attach and after every replay request.
  *
+ *   pc_sample_batch, pc_stall_reason, cubin_loaded: PC sampling (opt-in), in
+ *                     gpu_agent_pcsampling.h with their records.
+ *
  *   graph_node_destroyed  (u64 node_id)
  *                     A node was destroyed (GRAPHNODE_DESTROY_STARTING, or one
  *                     per exec node the shim recorded for an exec graph at
@@ -119,7 +122,7 @@ typedef uint64_t ga_u64;
  * attaches, and refuses a shim of another version with one clear line instead
  * of misreading its probes. Bump it whenever a probe's arguments, a shared
  * struct, an enum or a constant below changes meaning. */
-#define GA_CONTRACT_VERSION 4u
+#define GA_CONTRACT_VERSION 5u
 #define GA_CONTRACT_VERSION_SYMBOL "gpu_agent_contract_version"
 
 /* Limits shared by both sides. */
@@ -154,7 +157,11 @@ typedef uint64_t ga_u64;
     P(graph_node_cloned, 2, (ga_u64, original_node_id), (ga_u64, node_id)) \
     P(graph_node_destroyed, 1, (ga_u64, node_id)) \
     P(gpu_device, 5, (ga_u32, ordinal), (const char *, uuid), (const char *, model), \
-      (ga_u64, cupti_ns), (ga_u64, realtime_ns))
+      (ga_u64, cupti_ns), (ga_u64, realtime_ns)) \
+    P(pc_sample_batch, 3, (const struct ga_pc_record *, records), (ga_u32, nrecords), \
+      (ga_u32, dropped)) \
+    P(pc_stall_reason, 2, (ga_u32, index), (const char *, name)) \
+    P(cubin_loaded, 3, (ga_u64, cubin_crc), (const void *, cubin), (ga_u64, cubin_size))
 #define GA_PROBE_TABLE(P) GA_SEMAPHORE_PROBE_TABLE(P) GA_DATA_PROBE_TABLE(P)
 
 /* GA_MAP(n, f, a1, ..., an) is "f a1, ..., f an": with f(type, arg), it turns a
@@ -361,6 +368,10 @@ enum ga_counter {
     GA_CNT_PG_KERNELS,         /* parcagpu kernel_executed probes seen */
     GA_DROP_PG_ARGS,           /* a parcagpu probe whose site the agent has not
                                 * registered, or whose arguments could not be read */
+    GA_CNT_PC_BATCHES,         /* pc_sample_batch probes passed on */
+    GA_DROP_PC_READ,           /* a pc_sample_batch (or cubin_loaded, pc_stall_reason)
+                                * out of contract or unreadable */
+    GA_DROP_PC_SAMPLES,        /* PC samples the shim reported as lost */
     GA_COUNTER_MAX
 };
 
@@ -373,6 +384,9 @@ enum ga_event_type {
                                 * looks for a Python interpreter in it now */
     GA_EV_KERNEL = 5,          /* one kernel of a traced process (timelines) */
     GA_EV_DEVICE = 6,          /* a gpu_device probe */
+    GA_EV_PC_BATCH = 7,        /* gpu_agent_pcsampling.h */
+    GA_EV_STALL_REASON = 8,
+    GA_EV_CUBIN = 9,
 };
 struct ga_event_hdr {
     ga_u32 type;
@@ -426,6 +440,8 @@ struct ga_ev_device {
 
 /* ---- Python stacks: gpu_agent_python.h (BPF <-> agent only) ---- */
 #include "gpu_agent_python.h"
+/* ---- PC sampling: gpu_agent_pcsampling.h (its records, events and probes' meaning) ---- */
+#include "gpu_agent_pcsampling.h"
 /* ---- parcagpu's probes as a second source: gpu_agent_parcagpu.h (BPF <-> agent only) ---- */
 #include "gpu_agent_parcagpu.h"
 

@@ -39,7 +39,12 @@
     X(JOINED, joined, "launches of window-less periods, weighed with the one before")   \
     X(LEFT_OUT_LAUNCHES, left_out_launches, "graph launches left out of their window")  \
     X(LEFT_OUT_RECORDS, left_out_records, "records dropped for it")                     \
-    X(LEFT_OUT_LATE, left_out_late, "of those, records that came after their weighing")
+    X(LEFT_OUT_LATE, left_out_late, "of those, records that came after their weighing") \
+    X(PC_SAMPLES, pc_samples, "PC samples passed on (GPU_AGENT_PC_SAMPLING)")          \
+    X(PC_RECORDS, pc_records, "their (pc, stall reason) records")                       \
+    X(PC_DROPPED, pc_dropped, "PC samples CUPTI reported lost")                         \
+    X(CUBINS, cubins, "cubins kept and announced")                                      \
+    X(CUBINS_DROPPED, cubins_dropped, "cubins not kept (GPU_AGENT_PC_CUBIN_MB reached)")
 
 enum ga_shim_counter {
 #define GA_SC_ENUM(id, name, meaning) GA_SC_##id,

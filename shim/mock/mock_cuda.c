@@ -419,7 +419,9 @@ struct mock_def { char *name; uint64_t ns; char *pcs; };
 struct mock_module {
     uint32_t magic;
     uint32_t id;                   /* CUpti_ModuleResourceData.moduleId */
-    char *image;                   /* the "cubin": its text, announced at load */
+    char *image;                   /* the "cubin": its text, or the file its `cubin=`
+                                    * line names, announced at load */
+    char *cubin_path;
     size_t image_size;
     uint64_t crc;                  /* what the mock's cuptiGetCubinCrc says of it */
     pthread_mutex_t mu;
@@ -429,7 +431,9 @@ struct mock_module {
 };
 
 /* Image format (text): one `name=duration_ns[@pc:weight,...]` per line; names may
- * be many KB. The pcs say where the PC Sampling API's samples of the kernel land. */
+ * be many KB. The pcs say where the PC Sampling API's samples of the kernel land.
+ * A line `cubin=PATH` makes that file (a real cubin, with line info) the module's
+ * "cubin": what MODULE_LOADED announces and cuptiGetCubinCrc sums. */
 static void parse_image(struct mock_module *m, const char *img)
 {
     size_t cap = 0;
@@ -437,7 +441,10 @@ static void parse_image(struct mock_module *m, const char *img)
         const char *eol = strchr(img, '\n');
         size_t len = eol ? (size_t)(eol - img) : strlen(img);
         const char *eq = memrchr(img, '=', len);
-        if (eq && img[0] != '#' && eq > img) {
+        if (len > 6 && !strncmp(img, "cubin=", 6)) {
+            free(m->cubin_path);
+            m->cubin_path = strndup(img + 6, len - 6);
+        } else if (eq && img[0] != '#' && eq > img) {
             if (m->ndefs == cap) {
                 cap = cap ? cap * 2 : 16;
                 m->defs = realloc(m->defs, cap * sizeof(*m->defs));
@@ -460,8 +467,19 @@ struct mock_module *mockcuda_module_load(const char *image)
     m->id = atomic_fetch_add(&next_id, 1);
     pthread_mutex_init(&m->mu, NULL);
     parse_image(m, image);
-    m->image = strdup(image ? image : "");
-    m->image_size = strlen(m->image);
+    FILE *f = m->cubin_path ? fopen(m->cubin_path, "rb") : NULL;
+    if (f) {
+        fseek(f, 0, SEEK_END);
+        long n = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        m->image = malloc(n > 0 ? (size_t)n : 1);
+        m->image_size = n > 0 ? fread(m->image, 1, (size_t)n, f) : 0;
+        fclose(f);
+    } else {
+        if (m->cubin_path) fprintf(stderr, "mock libcuda: cubin=%s: cannot read it\n", m->cubin_path);
+        m->image = strdup(image ? image : "");
+        m->image_size = strlen(m->image);
+    }
     m->crc = 0xcbf29ce484222325ull;  /* FNV-1a 64, as the mock's cuptiGetCubinCrc */
     for (size_t i = 0; i < m->image_size; i++) m->crc = (m->crc ^ (uint8_t)m->image[i]) * 0x100000001b3ull;
     return m;

@@ -215,6 +215,16 @@ CUptiResult CUPTIAPI cuptiPCSamplingStop(CUpti_PCSamplingStopParams *p)
     return CUPTI_SUCCESS;
 }
 
+/* For tests: whether samples are being taken now (enabled, and started if start/stop
+ * control is on), so that a workload can launch only what will be sampled. */
+int mock_cupti_pc_sampling_active(void)
+{
+    pthread_mutex_lock(&mu);
+    int on = enabled && (!start_stop || started);
+    pthread_mutex_unlock(&mu);
+    return on;
+}
+
 CUptiResult CUPTIAPI cuptiGetCubinCrc(CUpti_GetCubinCrcParams *p)
 {
     if (!p || !p->cubin) return CUPTI_ERROR_INVALID_PARAMETER;

@@ -216,7 +216,9 @@ void CUPTIAPI ga_api_callback(void *, CUpti_CallbackDomain domain, CUpti_Callbac
     if (domain == CUPTI_CB_DOMAIN_DRIVER_API) d = 0;
     else if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) d = 1;
     else {
-        if (domain == CUPTI_CB_DOMAIN_RESOURCE) ga_graph_callback(cbid, cbdata);
+        if (domain != CUPTI_CB_DOMAIN_RESOURCE) return;
+        if (cbid == CUPTI_CBID_RESOURCE_MODULE_LOADED) ga_pcs_module_loaded(cbdata);
+        else ga_graph_callback(cbid, cbdata);
         return;
     }
     unsigned kind1 = kind_tab[d][cbid];
@@ -245,6 +247,7 @@ void CUPTIAPI ga_api_callback(void *, CUpti_CallbackDomain domain, CUpti_Callbac
     if (GA_UNLIKELY(ga_audit_on())) ga_audit_mark(cd->correlationId);
     ga_stat_launches.fetch_add(1, std::memory_order_relaxed);
     if (ga_cfg.duty_cycle > 1) ga_window_note_launch(cd->correlationId);
+    if (GA_UNLIKELY(ga_pcs_on.load(std::memory_order_relaxed))) ga_pcs_note_context(cd->context);
     if (GA_UNLIKELY(!t->inited)) tls_init(t);
 
     uint32_t weight = 0;

@@ -12,7 +12,7 @@
 
 extern char **environ;
 
-ga_config ga_cfg = {64, 8, 100, 1000, 10, 20, 64};
+ga_config ga_cfg = {64, 8, 100, 1000, 10, 20, 64, 0, 0, 256};
 int ga_debug_on;
 
 /* ------------------------------------------------------------------ */
@@ -52,6 +52,7 @@ static const char *const k_known_env[] = {
     "GPU_AGENT_SAMPLE_PERIOD", "GPU_AGENT_GRAPH_SAMPLE_PERIOD", "GPU_AGENT_POLL_MS",
     "GPU_AGENT_FLUSH_MS",      "GPU_AGENT_DEBUG",               "GPU_AGENT_CUPTI_PATH",
     "GPU_AGENT_DUTY_CYCLE",    "GPU_AGENT_WINDOW_MS",           "GPU_AGENT_BUFFER_POOL_MB",
+    "GPU_AGENT_PC_SAMPLING",   "GPU_AGENT_PC_SAMPLING_PERIOD",  "GPU_AGENT_PC_CUBIN_MB",
 #ifdef GA_BENCH_BUILD
     "GPU_AGENT_AUDIT_FILE",    "GPU_AGENT_EXP_HOLD",            "GPU_AGENT_EXP_TOGGLE_MS",
     "GPU_AGENT_EXP_CALLBACKS", "GPU_AGENT_EXP_INTERNAL_LAUNCHES",
@@ -95,6 +96,9 @@ void ga_read_config(void) noexcept {
     env_u32("GPU_AGENT_DUTY_CYCLE", &ga_cfg.duty_cycle, 1, 100000, bad, sizeof(bad));
     env_u32("GPU_AGENT_WINDOW_MS", &ga_cfg.window_ms, 1, 3600000, bad, sizeof(bad));
     env_u32("GPU_AGENT_BUFFER_POOL_MB", &ga_cfg.buffer_pool_mb, 1, GA_BUF_MAX, bad, sizeof(bad));
+    env_u32("GPU_AGENT_PC_SAMPLING", &ga_cfg.pc_sampling, 0, 1, bad, sizeof(bad));
+    env_u32("GPU_AGENT_PC_SAMPLING_PERIOD", &ga_cfg.pc_period, 5, 31, bad, sizeof(bad));
+    env_u32("GPU_AGENT_PC_CUBIN_MB", &ga_cfg.pc_cubin_mb, 0, 65536, bad, sizeof(bad));
 #ifdef GA_BENCH_BUILD
     ga_bench_read_config(bad, sizeof(bad));
 #else

@@ -33,6 +33,10 @@ struct ga_config {
     uint32_t window_ms;           /* GPU_AGENT_WINDOW_MS, default 20 */
     uint32_t buffer_pool_mb;      /* GPU_AGENT_BUFFER_POOL_MB, default 64: CUPTI buffers
                                    * (1 MiB each) allocated as load needs, up to this */
+    uint32_t pc_sampling;         /* GPU_AGENT_PC_SAMPLING, default 0 (off) */
+    uint32_t pc_period;           /* GPU_AGENT_PC_SAMPLING_PERIOD: 2^N cycles (5..31);
+                                   * 0 (default): CUPTI's own */
+    uint32_t pc_cubin_mb;         /* GPU_AGENT_PC_CUBIN_MB, default 256: cubins kept */
 };
 GA_HIDDEN extern ga_config ga_cfg;
 
@@ -239,6 +243,18 @@ GA_HIDDEN const char *ga_name_of(uint64_t kernel_id) noexcept; /* names.cpp; NUL
  * launch callback (ga_window_period_of), for the exit line; "" if none. */
 GA_HIDDEN void ga_unseen_kernels(char *buf, size_t size) noexcept;
 GA_HIDDEN void ga_sampler_new_window(void) noexcept;        /* callbacks.cpp */
+
+/* ---- PC sampling, opt-in (pcsampling.cpp) ---- */
+GA_HIDDEN extern std::atomic<int> ga_pcs_on;        /* launches note their contexts */
+GA_HIDDEN void ga_pcs_note_context(CUcontext c) noexcept; /* launch callback: lock-free */
+GA_HIDDEN bool ga_pcs_wanted(void) noexcept;        /* GPU_AGENT_PC_SAMPLING */
+GA_HIDDEN void ga_pcs_attach(void) noexcept;        /* at attach: on if wanted and possible */
+GA_HIDDEN void ga_pcs_poll(bool window_on) noexcept; /* poller: set up noted contexts */
+GA_HIDDEN void ga_pcs_window(bool on) noexcept;     /* window opened, or closed (drain) */
+GA_HIDDEN void ga_pcs_flush(void) noexcept;         /* periodic flush: drain what is running */
+GA_HIDDEN void ga_pcs_module_loaded(const void *cbdata) noexcept; /* RESOURCE MODULE_LOADED */
+GA_HIDDEN void ga_pcs_replay(void) noexcept;        /* an agent asked: reasons, cubins again */
+GA_HIDDEN uint64_t ga_pcs_stat(int which) noexcept; /* GA_SC_PC_SAMPLES..CUBINS_DROPPED */
 
 /* ---- devices and on-demand captures (devices.cpp, shim.cpp) ---- */
 GA_HIDDEN bool ga_announce_devices(void) noexcept;  /* a gpu_device probe per device; false: retry */

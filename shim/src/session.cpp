@@ -51,6 +51,10 @@ static CUptiResult set_launch_cbids(bool on);
 static void undo_cupti(bool activity, bool subscribed) {
     if (ga_window_on.load(std::memory_order_relaxed)) ga_window_closed();
     ga_window_on.store(0, std::memory_order_relaxed);
+    ga_pcs_window(false); /* the last window's PC samples */
+    if (subscribed && ga_pcs_on.load(std::memory_order_relaxed))
+        ga_cupti.EnableCallback(0, g_sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
+    ga_pcs_on.store(0, std::memory_order_relaxed);
     g_next_edge_ns.store(UINT64_MAX, std::memory_order_relaxed);
     if (subscribed && g_cbids_on) set_launch_cbids(false);
     if (activity && g_activity_on) {
@@ -141,12 +145,14 @@ static CUptiResult set_collection(bool on, const char **what) {
         ga_window_opened(ts);
         ga_sampler_new_window();
         ga_window_on.store(1, std::memory_order_release);
+        ga_pcs_window(true);
         g_stat_windows.fetch_add(1, std::memory_order_relaxed);
         if (ga_cfg.duty_cycle >= 100) /* rare windows: say when (bench/gpu sticky check) */
             ga_debug("window opened at %.3f s (CLOCK_MONOTONIC)", (double)ga_now_ns() / 1e9);
     } else {
         if (ga_window_on.load(std::memory_order_relaxed)) ga_window_closed();
         ga_window_on.store(0, std::memory_order_release);
+        ga_pcs_window(false);
     }
     /* The launch callbacks stay on for the whole attachment: they count every
      * launch, which the record weights need (window.cpp). (Experiment
@@ -224,6 +230,13 @@ static void do_attach(void) {
                          ga_cupti_err(r));
         }
     }
+    /* PC sampling (opt-in): modules' cubins from now on, for their line tables. */
+    ga_pcs_attach();
+    if (ga_pcs_on.load(std::memory_order_relaxed)) {
+        r = ga_cupti.EnableCallback(1, g_sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
+        if (r != CUPTI_SUCCESS) ga_debug("module-loaded callback not enabled: %s", ga_cupti_err(r));
+        ga_pcs_replay(); /* what an earlier attachment set up */
+    }
     g_pending_error.store(0, std::memory_order_relaxed);
     ga_audit_init();
     uint64_t now = ga_now_ns();
@@ -286,6 +299,7 @@ void ga_session_poll(void) noexcept {
             if (asked && !g_replay_asked) {
                 g_devices_told = false;
                 ga_replay_names();
+                ga_pcs_replay();
                 ga_fire_attach_probe();
                 ga_fire_replay_probe();
                 ga_debug("names replayed for an agent that asked (pid %d)", (int)getpid());
@@ -293,6 +307,7 @@ void ga_session_poll(void) noexcept {
             g_replay_asked = asked;
             if (!g_devices_told && !ga_in_injection_init) /* not inside cuInit */
                 g_devices_told = ga_announce_devices();
+            if (!ga_in_injection_init) ga_pcs_poll(ga_window_on.load(std::memory_order_relaxed) != 0);
             uint64_t now = ga_now_ns();
             if (now >= g_next_edge_ns.load(std::memory_order_relaxed)) {
                 const char *what = nullptr;
@@ -332,6 +347,7 @@ void ga_session_poll(void) noexcept {
                 } else {
                     ga_report_drops();
                     ga_graph_after_flush(); /* destroyed graph nodes, now that their records are in */
+                    ga_pcs_flush();
                 }
             }
         }
@@ -375,6 +391,7 @@ void ga_session_at_exit(void) noexcept {
             ga_window_closed();
             ga_window_on.store(0, std::memory_order_release);
         }
+        ga_pcs_window(false); /* samples of the window open at exit */
         if (!g_devices_told) /* a job shorter than one poll */
             g_devices_told = ga_announce_devices();
         CUptiResult r = ga_cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);

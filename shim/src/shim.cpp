@@ -255,6 +255,11 @@ extern "C" GA_EXPORT uint64_t gpu_agent_shim_counter(int which) {
     case GA_SC_LEFT_OUT_LAUNCHES: return ga_stat_left_out_launches.load();
     case GA_SC_LEFT_OUT_RECORDS: return ga_stat_left_out_records.load();
     case GA_SC_LEFT_OUT_LATE: return ga_stat_left_out_late.load();
+    case GA_SC_PC_SAMPLES:
+    case GA_SC_PC_RECORDS:
+    case GA_SC_PC_DROPPED:
+    case GA_SC_CUBINS:
+    case GA_SC_CUBINS_DROPPED: return ga_pcs_stat(which);
     }
     return 0;
 }

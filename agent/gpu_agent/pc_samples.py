@@ -1,0 +1,178 @@
+"""PC samples with stall reasons (opt-in: the shim's GPU_AGENT_PC_SAMPLING=1).
+
+The shim drains CUPTI's PC samples after each collection window and fires them
+as pc_sample_batch probes (shim/src/pcsampling.cpp); BPF passes each batch on
+(bpf/pcsampling.h), with the stall reasons' names and the modules' cubins
+(address and size in the process, read here from /proc/PID/mem). This module
+keeps one window's samples, the names and the line tables (cubin.py), and says
+how each sample's frames read under its kernel:
+
+    CUDA_KERNEL kernel -> SASS function+offset (file:line) -> [stall: reason]
+
+The collector puts them under the kernel's launch stacks (collector.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, OrderedDict
+from typing import Optional
+
+from . import contract as C
+from .cubin import LineTable, read_line_table
+from .pprof import FrameSpec, MappingSpec
+from .python.procmem import ProcMem, ProcMemError
+
+log = logging.getLogger(__name__)
+
+STALL_PREFIX = "smsp__pcsamp_warps_issue_stalled_"
+# CUPTI pairs each stall reason with "<reason>_not_issued", a subset of it (the
+# H100 showed it; docs/benchmarks.md): adding both would count samples twice.
+NOT_ISSUED_SUFFIX = "_not_issued"
+STALL_LABEL = "stall_reason"
+MAX_CUBIN_BYTES = 512 << 20   # one cubin larger than this is not read
+PENDING_BYTES = 256 << 20     # cubins read, not parsed yet (only sampled ones are)
+MAX_TABLES = 4096
+COMMENT = ("pc_samples: the GPU's program-counter samples (CUPTI PC sampling, "
+           "GPU_AGENT_PC_SAMPLING=1), as taken in the shim's collection windows (not scaled "
+           "to the whole run). CUPTI's continuous mode does not say which launch a sample "
+           "came from, so each kernel's samples are split over its launch stacks in "
+           "proportion to their GPU time in the same profile. Stall reasons ending in "
+           "_not_issued are subsets of their reason and are left out")
+
+# (tgid, start tag, kernel id, cubin crc, pc offset, stall reason index)
+Key = tuple[int, int, int, int, int, int]
+
+
+class PcSamples:
+    def __init__(self, proc_root: str = "/proc"):
+        self.proc_root = proc_root
+        self.window: Counter = Counter()
+        self.reasons: dict[tuple[int, int], str] = {}   # (tgid, index) -> CUPTI's name
+        self._pending: "OrderedDict[int, bytes]" = OrderedDict()  # crc -> cubin bytes
+        self._tables: "OrderedDict[int, LineTable]" = OrderedDict()
+        self.counts = Counter()  # agent-side: cubins read / unreadable / evicted, samples
+
+    # -- events (BpfSession callbacks) --------------------------------------
+    def on_batch(self, ev: C.EvPcBatch) -> None:
+        for i in range(min(ev.nrecords, C.PC_BATCH_MAX)):
+            r = ev.records[i]
+            self.window[(ev.hdr.tgid, ev.start, r.kernel_id, r.cubin_crc, r.pc_offset,
+                         r.stall_reason)] += r.samples
+        self.counts["pc_samples_dropped"] += ev.dropped
+
+    def on_stall_reason(self, ev: C.EvStallReason) -> None:
+        name = ev.name.split(b"\0", 1)[0].decode("utf-8", "replace")
+        self.reasons[(ev.hdr.tgid, ev.index)] = name
+
+    def on_cubin(self, ev: C.EvCubin) -> None:
+        """Read the shim's copy now (a short job may be gone by the profile's end);
+        parse it only if a sample needs it."""
+        crc = ev.cubin_crc
+        if crc in self._tables or crc in self._pending:
+            return
+        if not 0 < ev.size <= MAX_CUBIN_BYTES:
+            self.counts["cubins_unreadable"] += 1
+            return
+        try:
+            mem = ProcMem(ev.hdr.tgid, self.proc_root)
+            try:
+                data = mem.read(ev.address, ev.size)
+            finally:
+                mem.close()
+        except ProcMemError as e:
+            log.debug("cubin %#x of pid %d: %s", crc, ev.hdr.tgid, e)
+            self.counts["cubins_unreadable"] += 1
+            return
+        self._pending[crc] = data
+        self.counts["cubins_read"] += 1
+        while sum(map(len, self._pending.values())) > PENDING_BYTES and len(self._pending) > 1:
+            self._pending.popitem(last=False)
+            self.counts["cubins_evicted"] += 1
+
+    # -- the window ------------------------------------------------------------
+    def take(self) -> Counter:
+        """The window's samples (and a new, empty window)."""
+        w, self.window = self.window, Counter()
+        return w
+
+    def reason(self, tgid: int, index: int) -> Optional[str]:
+        """The short name of a stall reason ("long_scoreboard"); None for a
+        _not_issued one (left out)."""
+        name = self.reasons.get((tgid, index))
+        if name is None:
+            return f"reason {index}"
+        if name.endswith(NOT_ISSUED_SUFFIX):
+            return None
+        return name[len(STALL_PREFIX):] if name.startswith(STALL_PREFIX) else name
+
+    def line_table(self, crc: int) -> Optional[LineTable]:
+        t = self._tables.get(crc)
+        if t is None:
+            data = self._pending.pop(crc, None)
+            if data is None:
+                return None
+            t = self._tables[crc] = read_line_table(data)
+            if len(self._tables) > MAX_TABLES:
+                self._tables.popitem(last=False)
+        else:
+            self._tables.move_to_end(crc)
+        return t
+
+    def sass_frame(self, mangled: str, demangled: str, crc: int, pc: int) -> FrameSpec:
+        """The instruction's frame: function+offset, with its source line where the
+        cubin has line info; in a mapping named by the cubin's CRC."""
+        table = self.line_table(crc) if mangled else None
+        where = table.lookup(mangled, pc) if table else None
+        path, line = where if where else ("", 0)
+        mapping = MappingSpec(f"[cubin {crc:016x}]", has_functions=True, has_filenames=bool(path),
+                              has_line_numbers=bool(line))
+        return FrameSpec(f"{demangled}+{pc:#x}", f"{mangled}+{pc:#x}", path, line, pc, mapping)
+
+    def forget(self, pids: set[int]) -> None:
+        for key in [k for k in self.reasons if k[0] in pids]:
+            del self.reasons[key]
+
+
+def stall_frame(reason: str) -> FrameSpec:
+    return FrameSpec.marker(f"[stall: {reason}]")
+
+
+def split(n: int, weights: list[int]) -> list[int]:
+    """n as integers in proportion to weights (largest remainders first); all to the
+    first when every weight is 0."""
+    total = sum(weights)
+    if total <= 0:
+        return [n] + [0] * (len(weights) - 1)
+    shares = [n * w // total for w in weights]
+    rest = n - sum(shares)
+    order = sorted(range(len(weights)), key=lambda i: (-(n * weights[i] % total), i))
+    for i in order[:rest]:
+        shares[i] += 1
+    return shares
+
+
+def add_to_profile(pcs: PcSamples, kernel_stacks: dict, kernel_name, base_labels, add) -> int:
+    """Put the window's samples into a profile; returns how many went in.
+
+    kernel_stacks: (tgid, start tag, kernel id) -> [(frames leaf first, from the
+    kernel's leaf down; labels; GPU ns)], the kernel's rows of the same profile;
+    kernel_name(kernel_id) -> (demangled, mangled); base_labels(tgid) -> the labels
+    of a kernel with no rows; add(tgid, frames, labels, samples)."""
+    from .pprof import UNSAMPLED
+    added = 0
+    for (tgid, start, kernel_id, crc, pc, index), n in sorted(pcs.take().items()):
+        reason = pcs.reason(tgid, index)
+        if reason is None or n <= 0:
+            continue
+        name, mangled = kernel_name(kernel_id)
+        top = [stall_frame(reason), pcs.sass_frame(mangled, name, crc, pc)]
+        stacks = kernel_stacks.get((tgid, start, kernel_id))
+        if not stacks:
+            stacks = [([FrameSpec.kernel(mangled or name, name), FrameSpec.marker(UNSAMPLED)],
+                       base_labels(tgid), 1)]
+        for (frames, labels, _), k in zip(stacks, split(n, [s[2] for s in stacks])):
+            if k:
+                add(tgid, top + frames, {**labels, STALL_LABEL: reason}, k)
+                added += k
+    return added
