@@ -257,6 +257,27 @@ def test_pprof_accepts_empty_profile(tmp_path):
     assert "gpu_time/nanoseconds[dflt]" in out
 
 
+def test_pc_samples_type_only_when_a_sample_has_pc_samples(tmp_path):
+    """The third sample type appears once a sample carries PC samples; every sample
+    then has three values, and Go pprof reads them by that type."""
+    k = FrameSpec.kernel("_Z1kv")
+    plain = ProfileBuilder(1, 1, 1)
+    plain.add([k], 100, 1)
+    pp = plain.to_proto()
+    assert [pp.string_table[s.type] for s in pp.sample_type] == ["gpu_time", "kernel_launches"]
+    b = ProfileBuilder(1, 1, 1)
+    b.add([k], 100, 1)
+    b.add([FrameSpec.marker("[stall: wait]"), k], 0, 0, {"stall_reason": "wait"}, pc_samples=7)
+    b.add([FrameSpec.marker("[stall: wait]"), k], 0, 0, {"stall_reason": "wait"}, pc_samples=5)
+    p = b.to_proto()
+    assert [p.string_table[s.type] for s in p.sample_type] == ["gpu_time", "kernel_launches", "pc_samples"]
+    assert sorted(list(s.value) for s in p.sample) == [[0, 0, 12], [100, 1, 0]]
+    path = tmp_path / "pc.pb.gz"
+    b.write(path)
+    out, _ = run_pprof("-top", "-sample_index=pc_samples", str(path), cwd=tmp_path)
+    assert re.search(r"^\s*12\s+100%.*\[stall: wait\]", out, re.M), out
+
+
 def test_mapping_spec_dedup():
     b = ProfileBuilder(1, 1, 1)
     m = MappingSpec("/lib/x.so", "b1")
@@ -295,7 +316,7 @@ def test_numbered_windows_share_location_ids(tmp_path):
 
     def window(order, numbering):
         b = ProfileBuilder(period_ns=64, duration_ns=10, time_nanos=1, numbering=numbering)
-        for (locs, lab), (ns, n) in order:
+        for (locs, lab), (ns, n, *_) in order:
             b.add([_frame_of(rebuilt, i) for i in locs], ns, n, dict(lab))
         return b.to_proto()
 

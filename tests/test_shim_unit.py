@@ -118,10 +118,11 @@ def contract_probes() -> dict[str, list[str]]:
     return {name: [kind for _, kind in args] for name, args in C.PROBES.items()}
 
 
-def test_contract_lists_the_nine_probes():
+def test_contract_lists_the_twelve_probes():
     assert set(contract_probes()) == {"attach", "replay", "cuda_correlation", "kernel_batch", "kernel_name",
                                       "graph_node_stack", "graph_node_cloned",
-                                      "graph_node_destroyed", "gpu_device"}
+                                      "graph_node_destroyed", "gpu_device", "pc_sample_batch",
+                                      "pc_stall_reason", "cubin_loaded"}
 
 
 def test_probe_names_and_arguments_match_the_contract(shim):

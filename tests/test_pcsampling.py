@@ -1,0 +1,148 @@
+"""PC sampling with stall reasons (opt-in): shim/src/pcsampling.cpp -> bpf/pcsampling.h
+-> agent/gpu_agent/pc_samples.py and cubin.py -> pprof's pc_samples/count.
+
+The mock's PC Sampling API (shim/mock/mock_pcsampling.c) gives deterministic
+samples over three pcs of the real cubin an H100 ran (tests/data/pcsampling, from
+bench/gpu/pc_sampling.cu); nvdisasm's listing of that cubin, made on the H100 box,
+is the reference for the source lines. Everything is read back through Go's pprof.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from gpu_agent.cubin import read_line_table
+from support.env import agent_cmd, mock_env, need_ebpf, private_shim
+from support.pprof_tool import pprof, raw
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / "data" / "pcsampling"
+HOT = "_Z8hot_loopPfii"
+KERNEL_NS = 256_000
+PERIOD = 8                                  # log2 cycles; the mock: one cycle per ns
+PCS = {0x1D0: 6, 0x1C0: 2, 0xD0: 1}         # where the mock's samples land, by weight
+ITERS = 100                                 # site_a 3 launches + site_b 1, each iteration
+
+
+def nvdisasm_lines() -> dict[int, int]:
+    """pc offset -> source line, from `nvdisasm -g` of the cubin (on the H100 box)."""
+    out, line = {}, None
+    for text in (DATA / "hot_loop_sm90.nvdisasm.txt").read_text().splitlines():
+        m = re.search(r'//## File ".*", line (\d+)', text)
+        if m:
+            line = int(m.group(1))
+            continue
+        m = re.match(r"\s+/\*([0-9a-f]{4})\*/", text)
+        if m and line is not None:
+            out[int(m.group(1), 16)] = line
+    return out
+
+
+def per_launch() -> dict[tuple[int, str], int]:
+    """The mock's samples of one launch (mock_pcsampling.c): D >> period over the pcs by
+    weight (floors, the rest to the last), each 3/4 mio_throttle, the rest selected; the
+    mio_throttle_not_issued subset is left out by the agent."""
+    total, weights, given, out = KERNEL_NS >> PERIOD, sum(PCS.values()), 0, {}
+    for i, (pc, w) in enumerate(PCS.items()):
+        s = total - given if i == len(PCS) - 1 else total * w // weights
+        given += s
+        out[(pc, "mio_throttle")] = s * 3 // 4
+        out[(pc, "selected")] = s - s * 3 // 4
+    return out
+
+
+def test_cubin_line_table_matches_nvdisasm_for_every_instruction():
+    """pyelftools' reading of .debug_line (relocations off: function-relative pcs) gives
+    every instruction of the H100's hot_loop the line nvdisasm gives it."""
+    table = read_line_table((DATA / "hot_loop_sm90.cubin").read_bytes())
+    ref = nvdisasm_lines()
+    assert len(ref) > 100
+    got = {pc: table.lookup(HOT, pc) for pc in ref}
+    assert {pc: g[1] for pc, g in got.items() if g} == ref
+    assert {g[0] for g in got.values()} == {"/work/main/bench/gpu/pc_sampling.cu"}
+    assert table.lookup("_Z5otherv", 0x10) is None
+    assert not read_line_table(b"not an elf")
+
+
+def record(tmp_path: Path, _iters: str = str(ITERS), **env: str) -> tuple[Path, dict, str]:
+    need_ebpf()
+    out = tmp_path / "pc.pb.gz"
+    shim = private_shim(tmp_path / "shim")  # no other agent on the host attaches to it
+    e = mock_env(GPU_AGENT_SAMPLE_PERIOD="1", **env)  # every launch's stack: an exact 3:1
+    p = subprocess.run(agent_cmd("record", "--shim", shim, "-o", out, "--", sys.executable,
+                                 str(HERE / "py_pc_sampling.py"), _iters, str(KERNEL_NS),
+                                 ",".join(f"{pc:#x}:{w}" for pc, w in PCS.items())),
+                       env=e, capture_output=True, text=True, timeout=180, cwd=HERE)
+    assert p.returncode == 0, p.stderr
+    return out, json.loads(p.stdout.strip().splitlines()[-1]), p.stderr
+
+
+def test_pc_samples_exact_under_their_launch_stacks_with_lines_and_stall_reasons(tmp_path):
+    out, launched, _ = record(tmp_path, GPU_AGENT_PC_SAMPLING="1",
+                              GPU_AGENT_PC_SAMPLING_PERIOD=str(PERIOD))
+    assert launched == {"launches": 4 * ITERS + 1, "pc_sampling_active": True}
+    assert "pc_samples/count" in pprof("-raw", str(out)).split("Samples:", 1)[1].splitlines()[1]
+    lines = nvdisasm_lines()
+    got: Counter = Counter()
+    for s in raw(out):
+        pcs = s.values[2]
+        if not pcs:
+            continue
+        assert s.values[:2] == [0, 0]  # PC samples carry no GPU time or launches
+        # [stall: r] -> hot_loop+0x.. (file:line) -> hot_loop kernel -> ... -> site
+        m = re.fullmatch(r"\[stall: (\w+)\]", s.frames[0])
+        assert m and s.labels["stall_reason"] == m.group(1), (s.frames[:3], s.labels)
+        reason = m.group(1)
+        assert not reason.endswith("_not_issued")
+        sass = re.fullmatch(r"hot_loop\(float\*, int, int\)\+(0x[0-9a-f]+)", s.frames[1])
+        assert sass, s.frames[:3]
+        pc = int(sass.group(1), 16)
+        assert s.files[1].endswith("bench/gpu/pc_sampling.cu") and s.lines[1] == lines[pc]
+        assert s.frames[2] == "hot_loop(float*, int, int)" and s.files[2] == "CUDA_KERNEL"
+        site = next((f for f in s.frames if f in ("site_a", "site_b")), "|".join(s.frames[3:]))
+        got[(pc, reason, site)] += pcs
+    want = Counter()
+    for (pc, reason), n in per_launch().items():
+        want[(pc, reason, "site_a")] = n * 3 * ITERS
+        want[(pc, reason, "site_b")] = n * ITERS
+    assert got == want
+    assert lines[0x1D0] == 39  # the hot loop's line: most samples land on it
+
+
+def test_pc_sampling_is_off_unless_asked(tmp_path):
+    """The default: no PC Sampling API call at all (the mock's gate stays shut), and the
+    profile has the two usual sample types."""
+    out, launched, err = record(tmp_path, GPU_AGENT_DEBUG="1")
+    assert launched == {"launches": 4 * ITERS + 1, "pc_sampling_active": False}
+    header = pprof("-raw", str(out)).split("Samples:", 1)[1].splitlines()[1]
+    assert "pc_samples" not in header and "kernel_launches/count" in header
+    assert "PC sampling set up" not in err
+
+
+def test_pc_sampling_follows_the_collection_windows(tmp_path):
+    """With the always-on default's windows (one in 10) the GPU samples only inside
+    them: the shim starts sampling when a window opens and stops and drains it when
+    it closes. Each launch's samples come whole (the mock samples a kernel as it
+    ends), so every (pc, reason) holds the same number k of launches' samples, and k
+    is a fraction of the launches."""
+    out, launched, err = record(tmp_path, GPU_AGENT_PC_SAMPLING="1", GPU_AGENT_DUTY_CYCLE="10",
+                                GPU_AGENT_PC_SAMPLING_PERIOD=str(PERIOD), GPU_AGENT_DEBUG="1",
+                                _iters="2000")
+    got: Counter = Counter()
+    for s in raw(out):
+        if s.values[2]:
+            pc = int(s.frames[1].rsplit("+", 1)[1], 16)
+            got[(pc, s.labels["stall_reason"])] += s.values[2]
+    one = per_launch()
+    assert set(got) == set(one), got
+    k = {n // one[key] for key, n in got.items()}
+    assert len(k) == 1 and all(n % one[key] == 0 for key, n in got.items()), got
+    k = k.pop()
+    assert 0 < k < 0.5 * launched["launches"], (k, launched, err[-2000:])
