@@ -18,6 +18,8 @@ Workloads (launch-bound on purpose: the shim's cost is per launch):
   mlp-x10   ten of them: the agent's memory with many PyTorch processes attached
   launch    an empty kernel launched from C (bench/gpu/launch_loop.cu): the launch
             path alone, so that shim states differ by their ns per launch
+  matmul    one 4096 x 4096 fp16 matmul per step: GPU-bound, where a GPU-side cost
+            (PC sampling slows kernels while it samples) shows
   sites     one add kernel launched from two call sites, site_a 3 times per step and
             site_b once: the true split of its GPU time is 75 % / 25 % (the
             per-stack share check of python -m bench.gpu fidelity --shares)
@@ -36,7 +38,7 @@ from pathlib import Path
 # Steps per timed block: about 2.4 s each on an H200 (the issue-17 method).
 STEPS = {"eager": 16000, "mlp": 16000, "graph": 45000, "compiled": 24000,
          "driver-graph": 45000, "mlp-x4": 4000, "mlp-x10": 2000, "sites": 16000,
-         "launch": 400000}
+         "launch": 400000, "matmul": 8000}
 WORKLOADS = list(STEPS)
 
 
@@ -97,6 +99,10 @@ def make_step(workload: str):
             site_a(x, y)
             site_b(x, y)
         return step
+    if workload == "matmul":
+        a = torch.randn(4096, 4096, device="cuda", dtype=torch.half)
+        b = torch.randn(4096, 4096, device="cuda", dtype=torch.half)
+        return lambda: torch.mm(a, b)
     if workload == "eager":
         x = torch.zeros(1024, device="cuda")
 

@@ -57,6 +57,8 @@ CONFIGS = {
     "shim": (False, {"shim": "1"}, ()),
     "torch.profiler": (False, {}, ("--torch-profiler",)),
     "agent": (True, {"shim": "1"}, ()),
+    # opt-in PC sampling with stall reasons, in the same windows
+    "agent-pcs": (True, {"shim": "1", "GPU_AGENT_PC_SAMPLING": "1"}, ()),
     # diagnostics (their estimates are wrong or absent; they only break the cost down)
     "agent-idle": (True, {"shim": "1", "GPU_AGENT_DUTY_CYCLE": "100000"}, ()),
     "agent-nostacks": (True, {"shim": "1", "GPU_AGENT_SAMPLE_PERIOD": "1000000000"}, ()),
