@@ -13,11 +13,11 @@ report() { echo "== $1"; python3 -m bench.gpu.pc_report "$out/$1.pb.gz" --under 
 
 # 1. Where the samples land: continuous (record's default), then the always-on
 #    default's windows (one 20 ms window in 10).
-GPU_AGENT_PC_SAMPLING=1 python3 -m gpu_agent record -o "$out/hot_d1.pb.gz" -- "$out/hot_loop" 4
+GPU_AGENT_PC_SAMPLING=1 timeout 90 python3 -m gpu_agent record -o "$out/hot_d1.pb.gz" -- "$out/hot_loop" 4
 report hot_d1 launch_batch main
-GPU_AGENT_PC_SAMPLING=1 python3 -m gpu_agent record --duty-cycle 10 -o "$out/hot_d10.pb.gz" -- "$out/hot_loop" 4
+GPU_AGENT_PC_SAMPLING=1 timeout 90 python3 -m gpu_agent record --duty-cycle 10 -o "$out/hot_d10.pb.gz" -- "$out/hot_loop" 4
 report hot_d10 launch_batch main
-GPU_AGENT_PC_SAMPLING=1 python3 -m gpu_agent record --duty-cycle 10 -o "$out/mlp.pb.gz" -- \
+GPU_AGENT_PC_SAMPLING=1 timeout 90 python3 -m gpu_agent record --duty-cycle 10 -o "$out/mlp.pb.gz" -- \
     python3 -m bench.gpu.cases mlp --steps 3000 --repeats 2 --wait 0.5
 report mlp forward step
 

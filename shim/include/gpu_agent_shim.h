@@ -44,7 +44,8 @@
     X(PC_RECORDS, pc_records, "their (pc, stall reason) records")                       \
     X(PC_DROPPED, pc_dropped, "PC samples CUPTI reported lost")                         \
     X(CUBINS, cubins, "cubins kept and announced")                                      \
-    X(CUBINS_DROPPED, cubins_dropped, "cubins not kept (GPU_AGENT_PC_CUBIN_MB reached)")
+    X(CUBINS_DROPPED, cubins_dropped, "cubins not kept (GPU_AGENT_PC_CUBIN_MB reached)") \
+    X(PC_GET_DATA_ERRORS, pc_get_data_errors, "cuptiPCSamplingGetData failures (samples lost)")
 
 enum ga_shim_counter {
 #define GA_SC_ENUM(id, name, meaning) GA_SC_##id,

@@ -243,11 +243,13 @@ void CUPTIAPI ga_api_callback(void *, CUpti_CallbackDomain domain, CUpti_Callbac
     /* Every launch is counted: the windows' weights are ratios of these counts
      * (window.cpp). Outside a collection window nothing else happens. */
     ga_launch_seq.fetch_add(1, std::memory_order_relaxed);
+    /* Opt-in PC sampling starts, stops and drains at launches (pcsampling.cpp). */
+    if (GA_UNLIKELY(ga_pcs_on.load(std::memory_order_relaxed)))
+        ga_pcs_launch(cd->context, ga_window_on.load(std::memory_order_relaxed) != 0);
     if (!ga_window_on.load(std::memory_order_relaxed)) return;
     if (GA_UNLIKELY(ga_audit_on())) ga_audit_mark(cd->correlationId);
     ga_stat_launches.fetch_add(1, std::memory_order_relaxed);
     if (ga_cfg.duty_cycle > 1) ga_window_note_launch(cd->correlationId);
-    if (GA_UNLIKELY(ga_pcs_on.load(std::memory_order_relaxed))) ga_pcs_note_context(cd->context);
     if (GA_UNLIKELY(!t->inited)) tls_init(t);
 
     uint32_t weight = 0;

@@ -245,13 +245,13 @@ GA_HIDDEN void ga_unseen_kernels(char *buf, size_t size) noexcept;
 GA_HIDDEN void ga_sampler_new_window(void) noexcept;        /* callbacks.cpp */
 
 /* ---- PC sampling, opt-in (pcsampling.cpp) ---- */
-GA_HIDDEN extern std::atomic<int> ga_pcs_on;        /* launches note their contexts */
-GA_HIDDEN void ga_pcs_note_context(CUcontext c) noexcept; /* launch callback: lock-free */
+GA_HIDDEN extern std::atomic<int> ga_pcs_on;        /* launches call ga_pcs_launch */
+/* Launch callback: note the context; start, stop or drain its sampling (window_on). */
+GA_HIDDEN void ga_pcs_launch(CUcontext c, bool window_on) noexcept;
 GA_HIDDEN bool ga_pcs_wanted(void) noexcept;        /* GPU_AGENT_PC_SAMPLING */
 GA_HIDDEN void ga_pcs_attach(void) noexcept;        /* at attach: on if wanted and possible */
-GA_HIDDEN void ga_pcs_poll(bool window_on) noexcept; /* poller: set up noted contexts */
-GA_HIDDEN void ga_pcs_window(bool on) noexcept;     /* window opened, or closed (drain) */
-GA_HIDDEN void ga_pcs_flush(void) noexcept;         /* periodic flush: drain what is running */
+GA_HIDDEN void ga_pcs_poll(void) noexcept;          /* poller: set up noted contexts */
+GA_HIDDEN void ga_pcs_stop_all(void) noexcept;      /* detach, exit: stop and drain */
 GA_HIDDEN void ga_pcs_module_loaded(const void *cbdata) noexcept; /* RESOURCE MODULE_LOADED */
 GA_HIDDEN void ga_pcs_replay(void) noexcept;        /* an agent asked: reasons, cubins again */
 GA_HIDDEN uint64_t ga_pcs_stat(int which) noexcept; /* GA_SC_PC_SAMPLES..CUBINS_DROPPED */

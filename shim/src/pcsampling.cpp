@@ -4,14 +4,18 @@
  * start/stop control, so that the GPU samples only inside the shim's collection
  * windows: on an H100 a kernel ran 3.7x slower while sampling, whatever the
  * period (docs/benchmarks.md), so sampling follows the duty cycle like kernel
- * activity. Launch callbacks note each context they see (ga_pcs_note_context,
- * lock-free); everything else runs on the poller: a context is enabled and
- * configured once (Enable first: the stall-reason queries and the configuration
- * are refused before it, as an H100 showed), started when a window opens,
- * stopped and drained when it closes (CUPTI asks for a drain after every range's
- * end). The drained PCs go to BPF as pc_sample_batch probes; the stall-reason
- * names and the modules' cubins (kept here, read by the agent from
- * /proc/PID/mem) are announced too, and again when an agent asks.
+ * activity. A context is enabled and configured on the poller once a launch has
+ * noted it (Enable first: the stall-reason queries and the configuration are
+ * refused before it, as an H100 showed). Starting, stopping and draining run on
+ * the launching thread, in the launch callback (as parcagpu does): on an H100 a
+ * process whose poller thread started and stopped sampling while the application
+ * waited in cudaDeviceSynchronize hung. The first launch in a window starts
+ * sampling, the first after it stops it and drains what is left; while sampling,
+ * a launch drains at most every PCS_DRAIN_NS (a drain CUPTI waited a second for
+ * failed with CUPTI_ERROR_OUT_OF_MEMORY on the H100: its staging buffer was full).
+ * The drained PCs go to BPF as pc_sample_batch probes; the stall-reason names and
+ * the modules' cubins (kept here, read by the agent from /proc/PID/mem) are
+ * announced too, and again when an agent asks.
  * In continuous mode every sample of a range carries one correlation id (seen on
  * the H100), so samples join launches by kernel (function name), not by launch.
  */
@@ -19,6 +23,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cupti_pcsampling.h>
 
@@ -29,6 +34,8 @@
 #define PCS_BUFFER_PCS 2048 /* PCs per GetData call */
 #define PCS_MAX_REASONS 256
 #define PCS_MAX_CUBINS 4096
+#define PCS_DRAIN_NS 10000000ull           /* while sampling, a launch drains this often */
+#define PCS_SCRATCH_BYTES (16u << 20)      /* CUPTI's staging of decoded PCs (parcagpu's size) */
 
 static struct {
     CUptiResult (*Enable)(CUpti_PCSamplingEnableParams *);
@@ -42,15 +49,21 @@ static struct {
 } api;
 
 struct pcs_ctx {
-    CUcontext ctx;
-    bool ready, failed, started;
+    std::atomic<uintptr_t> ctx;     /* noted by a launch (lock-free), then fixed */
+    std::atomic<int> state;         /* PCS_NOTED, PCS_READY (set up), PCS_FAILED */
+    std::atomic<int> busy;          /* try-lock: starting, stopping, draining */
+    bool started;
+    uint64_t last_drain_ns;
     CUpti_PCSamplingData cupti_buf; /* the configured buffer: CUPTI's own */
     CUpti_PCSamplingData out;       /* what GetData fills */
+    ga_pc_record batch[GA_PC_BATCH_MAX];
+    uint32_t batch_n;
+    uint64_t pending_drops;
 };
+enum { PCS_NOTED = 0, PCS_READY = 1, PCS_FAILED = 2 };
 
-std::atomic<int> ga_pcs_on;          /* sampling wanted and possible: launches note contexts */
-static std::atomic<uintptr_t> noted[PCS_MAX_CTX];
-static pcs_ctx ctxs[PCS_MAX_CTX];    /* poller thread only */
+std::atomic<int> ga_pcs_on;          /* sampling wanted and possible: launches come here */
+static pcs_ctx ctxs[PCS_MAX_CTX];
 static bool loaded, load_failed;
 static size_t n_reasons;
 static uint32_t reason_index[PCS_MAX_REASONS];
@@ -62,23 +75,10 @@ static pthread_mutex_t cubin_mu = PTHREAD_MUTEX_INITIALIZER;
 static cubin cubins[PCS_MAX_CUBINS];
 static size_t n_cubins, cubin_bytes;
 
-static ga_pc_record batch[GA_PC_BATCH_MAX];
-static uint32_t batch_n;
-static uint64_t pending_drops;
-static std::atomic<uint64_t> st_samples, st_records, st_dropped, st_cubins, st_cubins_dropped;
+static std::atomic<uint64_t> st_samples, st_records, st_dropped, st_cubins, st_cubins_dropped,
+    st_get_data_errors;
 
 bool ga_pcs_wanted(void) noexcept { return ga_cfg.pc_sampling != 0; }
-
-void ga_pcs_note_context(CUcontext c) noexcept {
-    uintptr_t v = (uintptr_t)c;
-    if (!v) return;
-    for (unsigned i = 0; i < PCS_MAX_CTX; i++) {
-        uintptr_t cur = noted[i].load(std::memory_order_relaxed);
-        if (cur == v) return;
-        if (cur == 0 && noted[i].compare_exchange_strong(cur, v, std::memory_order_acq_rel)) return;
-        if (cur == v) return;
-    }
-}
 
 static bool load_api(void) {
     if (loaded || load_failed) return loaded;
@@ -128,13 +128,14 @@ static void announce_reasons(void) {
 
 /* Enable, read the stall reasons, configure; on the poller. */
 static bool set_up(pcs_ctx *p) {
-    CUpti_PCSamplingEnableParams ep = {CUpti_PCSamplingEnableParamsSize, nullptr, p->ctx};
+    CUcontext ctx = (CUcontext)p->ctx.load(std::memory_order_relaxed);
+    CUpti_PCSamplingEnableParams ep = {CUpti_PCSamplingEnableParamsSize, nullptr, ctx};
     CUptiResult r = api.Enable(&ep);
     const char *what = "cuptiPCSamplingEnable";
     if (r == CUPTI_SUCCESS && !reasons_known) {
         size_t n = 0;
         CUpti_PCSamplingGetNumStallReasonsParams np = {CUpti_PCSamplingGetNumStallReasonsParamsSize,
-                                                        nullptr, p->ctx, &n};
+                                                        nullptr, ctx, &n};
         what = "cuptiPCSamplingGetNumStallReasons";
         r = api.GetNumStallReasons(&np);
         if (r == CUPTI_SUCCESS) {
@@ -142,7 +143,7 @@ static bool set_up(pcs_ctx *p) {
             char *names[PCS_MAX_REASONS];
             for (size_t i = 0; i < n_reasons; i++) names[i] = reason_name[i];
             CUpti_PCSamplingGetStallReasonsParams rp = {CUpti_PCSamplingGetStallReasonsParamsSize,
-                                                         nullptr, p->ctx, n_reasons, reason_index, names};
+                                                         nullptr, ctx, n_reasons, reason_index, names};
             what = "cuptiPCSamplingGetStallReasons";
             r = api.GetStallReasons(&rp);
             if (r == CUPTI_SUCCESS) {
@@ -156,7 +157,7 @@ static bool set_up(pcs_ctx *p) {
         return false;
     }
     if (r == CUPTI_SUCCESS) {
-        CUpti_PCSamplingConfigurationInfo cfg[5];
+        CUpti_PCSamplingConfigurationInfo cfg[6];
         memset(cfg, 0, sizeof(cfg));
         unsigned n = 0;
         cfg[n].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_COLLECTION_MODE;
@@ -168,12 +169,14 @@ static bool set_up(pcs_ctx *p) {
         cfg[n++].attributeData.stallReasonData.pStallReasonIndex = reason_index;
         cfg[n].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_SAMPLING_DATA_BUFFER;
         cfg[n++].attributeData.samplingDataBufferData.samplingDataBuffer = &p->cupti_buf;
+        cfg[n].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_SCRATCH_BUFFER_SIZE;
+        cfg[n++].attributeData.scratchBufferSizeData.scratchBufferSize = PCS_SCRATCH_BYTES;
         if (ga_cfg.pc_period) { /* else CUPTI's default: set periods broke sampling on some GPUs (parcagpu) */
             cfg[n].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_SAMPLING_PERIOD;
             cfg[n++].attributeData.samplingPeriodData.samplingPeriod = ga_cfg.pc_period;
         }
         CUpti_PCSamplingConfigurationInfoParams cp = {CUpti_PCSamplingConfigurationInfoParamsSize,
-                                                       nullptr, p->ctx, n, cfg};
+                                                       nullptr, ctx, n, cfg};
         what = "cuptiPCSamplingSetConfigurationAttribute";
         r = api.SetConfigurationAttribute(&cp);
     }
@@ -182,21 +185,22 @@ static bool set_up(pcs_ctx *p) {
         ga_log("PC sampling off in a context: %s failed: %s (%d)", what, ga_cupti_err(r), (int)r);
         return false;
     }
-    ga_debug("PC sampling set up in context %p (%zu stall reasons, period %s)", (void *)p->ctx,
+    ga_debug("PC sampling set up in context %p (%zu stall reasons, period %s)", (void *)ctx,
              n_reasons, ga_cfg.pc_period ? "set" : "CUPTI's default");
     return true;
 }
 
-static void flush_batch(void) {
-    if (!batch_n && !pending_drops) return;
-    uint32_t drops = pending_drops > UINT32_MAX ? UINT32_MAX : (uint32_t)pending_drops;
-    ga_fire_pc_sample_batch(batch, batch_n, drops);
-    pending_drops = 0;
-    batch_n = 0;
+static void flush_batch(pcs_ctx *p) {
+    if (!p->batch_n && !p->pending_drops) return;
+    uint32_t drops = p->pending_drops > UINT32_MAX ? UINT32_MAX : (uint32_t)p->pending_drops;
+    ga_fire_pc_sample_batch(p->batch, p->batch_n, drops);
+    p->pending_drops = 0;
+    p->batch_n = 0;
 }
 
-static void take(const CUpti_PCSamplingData *b) {
-    pending_drops += b->droppedSamples;
+static void take(pcs_ctx *p) {
+    const CUpti_PCSamplingData *b = &p->out;
+    p->pending_drops += b->droppedSamples;
     st_dropped.fetch_add(b->droppedSamples, std::memory_order_relaxed);
     for (size_t i = 0; i < b->totalNumPcs; i++) {
         const CUpti_PCSamplingPCData *pc = &b->pPcData[i];
@@ -204,7 +208,7 @@ static void take(const CUpti_PCSamplingData *b) {
         for (size_t r = 0; r < pc->stallReasonCount; r++) {
             uint32_t n = pc->stallReason[r].samples;
             if (!n) continue;
-            ga_pc_record *rec = &batch[batch_n++];
+            ga_pc_record *rec = &p->batch[p->batch_n++];
             rec->cubin_crc = pc->cubinCrc;
             rec->pc_offset = pc->pcOffset;
             rec->kernel_id = kernel_id;
@@ -212,72 +216,97 @@ static void take(const CUpti_PCSamplingData *b) {
             rec->samples = n;
             st_samples.fetch_add(n, std::memory_order_relaxed);
             st_records.fetch_add(1, std::memory_order_relaxed);
-            if (batch_n == GA_PC_BATCH_MAX) flush_batch();
+            if (p->batch_n == GA_PC_BATCH_MAX) flush_batch(p);
         }
     }
 }
 
-/* Everything CUPTI has for p, until it says there is no more. */
+/* Everything CUPTI has for p, until it says there is no more; p is locked. */
 static void drain(pcs_ctx *p) {
+    CUcontext ctx = (CUcontext)p->ctx.load(std::memory_order_relaxed);
     for (int guard = 0; guard < 4096; guard++) {
-        CUpti_PCSamplingGetDataParams gp = {CUpti_PCSamplingGetDataParamsSize, nullptr, p->ctx, &p->out};
+        CUpti_PCSamplingGetDataParams gp = {CUpti_PCSamplingGetDataParamsSize, nullptr, ctx, &p->out};
         CUptiResult r = api.GetData(&gp);
         if (r != CUPTI_SUCCESS) {
+            /* OUT_OF_MEMORY: CUPTI's staging filled before this drain; those samples are lost */
+            st_get_data_errors.fetch_add(1, std::memory_order_relaxed);
             ga_debug("cuptiPCSamplingGetData: %s (%d)", ga_cupti_err(r), (int)r);
             break;
         }
-        take(&p->out);
+        take(p);
         if (p->out.totalNumPcs == 0 && p->out.remainingNumPcs == 0) break;
     }
-    flush_batch();
+    flush_batch(p);
+    p->last_drain_ns = ga_now_ns();
 }
 
-/* Poller: set up contexts that launched since the last poll; in an open window
- * they start at once. */
-void ga_pcs_poll(bool window_on) noexcept {
+static bool lock(pcs_ctx *p) {
+    int z = 0;
+    return p->busy.compare_exchange_strong(z, 1, std::memory_order_acq_rel);
+}
+static void unlock(pcs_ctx *p) { p->busy.store(0, std::memory_order_release); }
+
+static void set_started(pcs_ctx *p, bool on) {
+    CUcontext ctx = (CUcontext)p->ctx.load(std::memory_order_relaxed);
+    CUptiResult r;
+    if (on) {
+        CUpti_PCSamplingStartParams sp = {CUpti_PCSamplingStartParamsSize, nullptr, ctx};
+        r = api.Start(&sp);
+        p->started = r == CUPTI_SUCCESS;
+        p->last_drain_ns = ga_now_ns();
+    } else {
+        CUpti_PCSamplingStopParams sp = {CUpti_PCSamplingStopParamsSize, nullptr, ctx};
+        r = api.Stop(&sp);
+        p->started = false;
+        drain(p); /* CUPTI asks for a drain after every range */
+    }
+    if (r != CUPTI_SUCCESS)
+        ga_debug("cuptiPCSampling%s: %s (%d)", on ? "Start" : "Stop", ga_cupti_err(r), (int)r);
+}
+
+/* A launch (its callback, on the launching thread): note a new context; in a
+ * ready one, start sampling in a window, stop it after, drain while it runs. */
+void ga_pcs_launch(CUcontext c, bool window_on) noexcept {
+    uintptr_t v = (uintptr_t)c;
+    pcs_ctx *p = nullptr;
+    for (unsigned i = 0; v && i < PCS_MAX_CTX && !p; i++) {
+        uintptr_t cur = ctxs[i].ctx.load(std::memory_order_acquire);
+        if (cur == 0 && ctxs[i].ctx.compare_exchange_strong(cur, v, std::memory_order_acq_rel)) return;
+        if (cur == v) p = &ctxs[i];
+    }
+    if (!p || p->state.load(std::memory_order_acquire) != PCS_READY) return;
+    if (window_on == p->started && !(p->started && ga_now_ns() - p->last_drain_ns >= PCS_DRAIN_NS)) return;
+    if (!lock(p)) return;
+    if (window_on != p->started) set_started(p, window_on);
+    else if (p->started) drain(p);
+    unlock(p);
+}
+
+/* Poller: set up the contexts launches noted. */
+void ga_pcs_poll(void) noexcept {
     if (!ga_pcs_on.load(std::memory_order_relaxed)) return;
     for (unsigned i = 0; i < PCS_MAX_CTX; i++) {
-        CUcontext c = (CUcontext)noted[i].load(std::memory_order_acquire);
-        if (!c) break;
         pcs_ctx *p = &ctxs[i];
-        if (p->ctx == c) continue;
-        p->ctx = c;
-        p->ready = set_up(p);
-        p->failed = !p->ready;
-        if (p->ready && window_on) {
-            CUpti_PCSamplingStartParams sp = {CUpti_PCSamplingStartParamsSize, nullptr, c};
-            p->started = api.Start(&sp) == CUPTI_SUCCESS;
-        }
+        if (!p->ctx.load(std::memory_order_acquire)) break;
+        if (p->state.load(std::memory_order_relaxed) != PCS_NOTED) continue;
+        p->state.store(set_up(p) ? PCS_READY : PCS_FAILED, std::memory_order_release);
     }
 }
 
-/* A window opened (on) or closed: start sampling, or stop and drain it. */
-void ga_pcs_window(bool on) noexcept {
-    if (!ga_pcs_on.load(std::memory_order_relaxed)) return;
+/* Detach and exit: no launch callback will stop sampling any more. */
+void ga_pcs_stop_all(void) noexcept {
     for (unsigned i = 0; i < PCS_MAX_CTX; i++) {
         pcs_ctx *p = &ctxs[i];
-        if (!p->ready) continue;
-        if (on && !p->started) {
-            CUpti_PCSamplingStartParams sp = {CUpti_PCSamplingStartParamsSize, nullptr, p->ctx};
-            CUptiResult r = api.Start(&sp);
-            p->started = r == CUPTI_SUCCESS;
-            if (!p->started) ga_debug("cuptiPCSamplingStart: %s (%d)", ga_cupti_err(r), (int)r);
-        } else if (!on && p->started) {
-            CUpti_PCSamplingStopParams sp = {CUpti_PCSamplingStopParamsSize, nullptr, p->ctx};
-            CUptiResult r = api.Stop(&sp);
-            if (r != CUPTI_SUCCESS) ga_debug("cuptiPCSamplingStop: %s (%d)", ga_cupti_err(r), (int)r);
-            p->started = false;
-            drain(p);
+        bool got = lock(p);
+        for (int spin = 0; spin < 1000 && !got; spin++) { /* a launch drains it now */
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, nullptr);
+            got = lock(p);
         }
+        if (!got) continue;
+        if (p->started) set_started(p, false);
+        unlock(p);
     }
-}
-
-/* The periodic flush: what sampling that is still on gathered (a window that
- * stays open, GPU_AGENT_DUTY_CYCLE=1, is never closed and drained). */
-void ga_pcs_flush(void) noexcept {
-    if (!ga_pcs_on.load(std::memory_order_relaxed)) return;
-    for (unsigned i = 0; i < PCS_MAX_CTX; i++)
-        if (ctxs[i].started) drain(&ctxs[i]);
 }
 
 /* CUPTI_CBID_RESOURCE_MODULE_LOADED (a CUDA thread, while attached): keep a copy
@@ -324,6 +353,7 @@ uint64_t ga_pcs_stat(int which) noexcept {
     case GA_SC_PC_DROPPED: return st_dropped.load();
     case GA_SC_CUBINS: return st_cubins.load();
     case GA_SC_CUBINS_DROPPED: return st_cubins_dropped.load();
+    case GA_SC_PC_GET_DATA_ERRORS: return st_get_data_errors.load();
     }
     return 0;
 }

@@ -51,7 +51,7 @@ static CUptiResult set_launch_cbids(bool on);
 static void undo_cupti(bool activity, bool subscribed) {
     if (ga_window_on.load(std::memory_order_relaxed)) ga_window_closed();
     ga_window_on.store(0, std::memory_order_relaxed);
-    ga_pcs_window(false); /* the last window's PC samples */
+    ga_pcs_stop_all(); /* no launch callback will stop PC sampling now; its last samples */
     if (subscribed && ga_pcs_on.load(std::memory_order_relaxed))
         ga_cupti.EnableCallback(0, g_sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
     ga_pcs_on.store(0, std::memory_order_relaxed);
@@ -145,14 +145,12 @@ static CUptiResult set_collection(bool on, const char **what) {
         ga_window_opened(ts);
         ga_sampler_new_window();
         ga_window_on.store(1, std::memory_order_release);
-        ga_pcs_window(true);
         g_stat_windows.fetch_add(1, std::memory_order_relaxed);
         if (ga_cfg.duty_cycle >= 100) /* rare windows: say when (bench/gpu sticky check) */
             ga_debug("window opened at %.3f s (CLOCK_MONOTONIC)", (double)ga_now_ns() / 1e9);
     } else {
         if (ga_window_on.load(std::memory_order_relaxed)) ga_window_closed();
         ga_window_on.store(0, std::memory_order_release);
-        ga_pcs_window(false);
     }
     /* The launch callbacks stay on for the whole attachment: they count every
      * launch, which the record weights need (window.cpp). (Experiment
@@ -307,7 +305,7 @@ void ga_session_poll(void) noexcept {
             g_replay_asked = asked;
             if (!g_devices_told && !ga_in_injection_init) /* not inside cuInit */
                 g_devices_told = ga_announce_devices();
-            if (!ga_in_injection_init) ga_pcs_poll(ga_window_on.load(std::memory_order_relaxed) != 0);
+            if (!ga_in_injection_init) ga_pcs_poll(); /* contexts launches noted: set up */
             uint64_t now = ga_now_ns();
             if (now >= g_next_edge_ns.load(std::memory_order_relaxed)) {
                 const char *what = nullptr;
@@ -347,7 +345,6 @@ void ga_session_poll(void) noexcept {
                 } else {
                     ga_report_drops();
                     ga_graph_after_flush(); /* destroyed graph nodes, now that their records are in */
-                    ga_pcs_flush();
                 }
             }
         }
@@ -391,7 +388,7 @@ void ga_session_at_exit(void) noexcept {
             ga_window_closed();
             ga_window_on.store(0, std::memory_order_release);
         }
-        ga_pcs_window(false); /* samples of the window open at exit */
+        ga_pcs_stop_all(); /* samples of the window open at exit */
         if (!g_devices_told) /* a job shorter than one poll */
             g_devices_told = ga_announce_devices();
         CUptiResult r = ga_cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
@@ -420,6 +417,13 @@ void ga_session_at_exit(void) noexcept {
         ga_debug("internal launches (pid %d): %llu INTERNAL_LAUNCH_API records", (int)getpid(),
                  (unsigned long long)ga_stat_internal_launches.load());
 #endif
+    if (ga_pcs_wanted())
+        ga_debug("PC sampling (pid %d): %llu samples in %llu records, %llu lost by CUPTI, %llu "
+                 "GetData failures, %llu cubins kept, %llu not", (int)getpid(),
+                 (unsigned long long)ga_pcs_stat(GA_SC_PC_SAMPLES), (unsigned long long)ga_pcs_stat(GA_SC_PC_RECORDS),
+                 (unsigned long long)ga_pcs_stat(GA_SC_PC_DROPPED),
+                 (unsigned long long)ga_pcs_stat(GA_SC_PC_GET_DATA_ERRORS),
+                 (unsigned long long)ga_pcs_stat(GA_SC_CUBINS), (unsigned long long)ga_pcs_stat(GA_SC_CUBINS_DROPPED));
     if (ga_stat_unseen.load()) {
         char unseen[512];
         ga_unseen_kernels(unseen, sizeof(unseen));

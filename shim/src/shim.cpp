@@ -259,7 +259,8 @@ extern "C" GA_EXPORT uint64_t gpu_agent_shim_counter(int which) {
     case GA_SC_PC_RECORDS:
     case GA_SC_PC_DROPPED:
     case GA_SC_CUBINS:
-    case GA_SC_CUBINS_DROPPED: return ga_pcs_stat(which);
+    case GA_SC_CUBINS_DROPPED:
+    case GA_SC_PC_GET_DATA_ERRORS: return ga_pcs_stat(which);
     }
     return 0;
 }
