@@ -475,6 +475,7 @@ int main(void) {
     printf("reasons before enable: %d\n", cuptiPCSamplingGetNumStallReasons(&np));
     CUpti_PCSamplingEnableParams ep = {CUpti_PCSamplingEnableParamsSize, 0, ctx};
     cuptiPCSamplingEnable(&ep);
+    printf("kernel activity after enable: %d\n", cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
     CUptiResult got_reasons = cuptiPCSamplingGetNumStallReasons(&np);
     printf("reasons: %d %zu\n", got_reasons, n);
     uint32_t idx[8]; char *names[8];
@@ -512,7 +513,8 @@ def test_pc_sampling_api_follows_what_an_h100_showed(tmp_path):
     """The mock's PC Sampling API (shim/mock/mock_pcsampling.c) keeps the rules an
     H100 showed (bench/gpu/pc_sampling.cu): Enable before the stall-reason queries,
     GetData refused after Disable (which leaves the rest in the configured buffer),
-    `_not_issued` reasons as subsets, one correlation id; and gives exact,
+    `_not_issued` reasons as subsets, one correlation id, kernel activity refused once
+    sampling is enabled (CUPTI_ERROR_NOT_COMPATIBLE); and gives exact,
     deterministic samples: D >> period per launch over the module's pcs by weight."""
     run(["make", "-s", "-C", REPO, "mock"], timeout=300)
     (tmp_path / "pcs.c").write_text(PCS_C)
@@ -521,6 +523,7 @@ def test_pc_sampling_api_follows_what_an_h100_showed(tmp_path):
     out = run([tmp_path / "pcs"], env=env_for()).stdout
     invalid = "7"  # CUPTI_ERROR_INVALID_OPERATION
     assert f"reasons before enable: {invalid}" in out
+    assert "kernel activity after enable: 14" in out  # CUPTI_ERROR_NOT_COMPATIBLE
     assert "reasons: 0 5" in out
     names = dict(re.findall(r"^reason (\d+) (\S+)$", out, re.M))
     assert names["3"] == names["2"] + "_not_issued"

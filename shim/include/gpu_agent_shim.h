@@ -45,7 +45,8 @@
     X(PC_DROPPED, pc_dropped, "PC samples CUPTI reported lost")                         \
     X(CUBINS, cubins, "cubins kept and announced")                                      \
     X(CUBINS_DROPPED, cubins_dropped, "cubins not kept (GPU_AGENT_PC_CUBIN_MB reached)") \
-    X(PC_GET_DATA_ERRORS, pc_get_data_errors, "cuptiPCSamplingGetData failures (samples lost)")
+    X(PC_GET_DATA_ERRORS, pc_get_data_errors, "cuptiPCSamplingGetData failures (samples lost)") \
+    X(OUTSIDE_WINDOWS, outside_windows, "records of launches outside windows (PC sampling holds activity on)")
 
 enum ga_shim_counter {
 #define GA_SC_ENUM(id, name, meaning) GA_SC_##id,

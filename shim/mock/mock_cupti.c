@@ -350,6 +350,9 @@ CUptiResult CUPTIAPI cuptiActivityEnable(CUpti_ActivityKind kind)
     /* Other kinds are accepted but produce no records in the mock. */
     if (kind == CUPTI_ACTIVITY_KIND_KERNEL) g_kind_kernel = 1;
     if (kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
+        /* An H100 (CUDA 13) refused kernel activity once PC sampling was enabled;
+         * enabled before, both ran. */
+        if (!g_kind_conc && mockcuda_gate.pc_sampling) return CUPTI_ERROR_NOT_COMPATIBLE;
         if (!g_kind_conc && getenv("MOCK_CUPTI_CORR_RESTART")) mockcuda_restart_correlation_ids();
         g_kind_conc = 1;
     }

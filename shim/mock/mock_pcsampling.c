@@ -9,7 +9,9 @@
  *   - stall reasons come in pairs, `<reason>` and `<reason>_not_issued`, the second a
  *     subset of the first (totalSamples counts the first of each pair);
  *   - in continuous mode without start/stop control every record carries one
- *     correlation id (0 here).
+ *     correlation id (0 here);
+ *   - cuptiActivityEnable(CONCURRENT_KERNEL) while it is enabled answers
+ *     CUPTI_ERROR_NOT_COMPATIBLE (mock_cupti.c), unless that activity was on before.
  * Samples are deterministic: a kernel that runs D ns gives D >> period samples (one
  * cycle per ns), spread over its function's pcs by weight (the module image's
  * `name=ns@0x210:6,0x240:3`; default 0x0), each pc's samples 3/4 mio_throttle (half of

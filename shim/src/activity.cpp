@@ -306,6 +306,9 @@ void ga_report_drops(void) noexcept {
     if (pending_dropped.load(std::memory_order_relaxed)) fire_batch(empty_batch, 0);
 }
 
+/* Records of launches outside windows, while activity stays on for PC sampling. */
+static std::atomic<uint64_t> ga_stat_outside_windows;
+
 void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer, size_t size,
                                   size_t valid_size) noexcept {
     read_dropped(ctx, stream_id);
@@ -364,6 +367,11 @@ void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *bu
                 bool unseen = false;
                 uint32_t period = ga_window_period_of(k->correlationId, &unseen); /* weighed in emit */
                 periods[n] = period;
+                if (GA_UNLIKELY(unseen) && ga_pcs_on.load(std::memory_order_relaxed)) {
+                    /* activity held on for PC sampling: a launch outside the windows */
+                    ga_stat_outside_windows.fetch_add(1, std::memory_order_relaxed);
+                    continue;
+                }
                 if (GA_UNLIKELY(unseen)) {
                     note_unseen(o->kernel_id);
                     /* A graph replay traced but launched outside a window: made
@@ -413,6 +421,7 @@ uint64_t ga_activity_stat(int which) noexcept {
     case GA_SC_NULL_BUFFERS: return ga_stat_null_buffers.load();
     case GA_SC_CUT_NAMES: return ga_stat_truncated_names.load(); /* names.cpp */
     case GA_SC_BUFFERS: return pool_nalloc;
+    case GA_SC_OUTSIDE_WINDOWS: return ga_stat_outside_windows.load();
     }
     return 0;
 }

@@ -119,7 +119,7 @@ GA_HIDDEN void ga_replay_names(void) noexcept;                  /* names.cpp */
 GA_HIDDEN uint64_t ga_kernel_id_for(const char *name) noexcept; /* names.cpp: intern a name */
 GA_HIDDEN void ga_names_atfork_child(void) noexcept;
 GA_HIDDEN void ga_report_drops(void) noexcept; /* after a flush */
-GA_HIDDEN uint64_t ga_activity_stat(int which) noexcept; /* GA_SC_NULL_BUFFERS, CUT_NAMES, BUFFERS */
+GA_HIDDEN uint64_t ga_activity_stat(int which) noexcept; /* GA_SC_NULL_BUFFERS, CUT_NAMES, BUFFERS, OUTSIDE_WINDOWS */
 GA_HIDDEN void ga_activity_atfork_child(void) noexcept;
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_batches;
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_records;

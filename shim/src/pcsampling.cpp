@@ -36,6 +36,7 @@
 #define PCS_MAX_CUBINS 4096
 #define PCS_DRAIN_NS 10000000ull           /* while sampling, a launch drains this often */
 #define PCS_SCRATCH_BYTES (16u << 20)      /* CUPTI's staging of decoded PCs (parcagpu's size) */
+#define PCS_WORKER_SLEEP_MS 5
 
 static struct {
     CUptiResult (*Enable)(CUpti_PCSamplingEnableParams *);
@@ -46,6 +47,7 @@ static struct {
     CUptiResult (*Start)(CUpti_PCSamplingStartParams *);
     CUptiResult (*Stop)(CUpti_PCSamplingStopParams *);
     CUptiResult (*GetCubinCrc)(CUpti_GetCubinCrcParams *);
+    CUptiResult (*GetConfigurationAttribute)(CUpti_PCSamplingConfigurationInfoParams *); /* optional */
 } api;
 
 struct pcs_ctx {
@@ -92,6 +94,7 @@ static bool load_api(void) {
     PCS_SYM(Start, cuptiPCSamplingStart);
     PCS_SYM(Stop, cuptiPCSamplingStop);
     PCS_SYM(GetCubinCrc, cuptiGetCubinCrc);
+    PCS_SYM(GetConfigurationAttribute, cuptiPCSamplingGetConfigurationAttribute);
 #undef PCS_SYM
     loaded = api.Enable && api.GetNumStallReasons && api.GetStallReasons &&
              api.SetConfigurationAttribute && api.GetData && api.Start && api.Stop && api.GetCubinCrc;
@@ -157,7 +160,7 @@ static bool set_up(pcs_ctx *p) {
         return false;
     }
     if (r == CUPTI_SUCCESS) {
-        CUpti_PCSamplingConfigurationInfo cfg[6];
+        CUpti_PCSamplingConfigurationInfo cfg[7];
         memset(cfg, 0, sizeof(cfg));
         unsigned n = 0;
         cfg[n].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_COLLECTION_MODE;
@@ -171,6 +174,10 @@ static bool set_up(pcs_ctx *p) {
         cfg[n++].attributeData.samplingDataBufferData.samplingDataBuffer = &p->cupti_buf;
         cfg[n].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_SCRATCH_BUFFER_SIZE;
         cfg[n++].attributeData.scratchBufferSizeData.scratchBufferSize = PCS_SCRATCH_BYTES;
+        /* CUPTI's decoding threads wake every 100 ms by default: the hardware buffer
+         * filled before that on an H100 (GetData: OUT_OF_MEMORY) */
+        cfg[n].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_WORKER_THREAD_PERIODIC_SLEEP_SPAN;
+        cfg[n++].attributeData.workerThreadPeriodicSleepSpanData.workerThreadPeriodicSleepSpan = PCS_WORKER_SLEEP_MS;
         if (ga_cfg.pc_period) { /* else CUPTI's default: set periods broke sampling on some GPUs (parcagpu) */
             cfg[n].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_SAMPLING_PERIOD;
             cfg[n++].attributeData.samplingPeriodData.samplingPeriod = ga_cfg.pc_period;
@@ -185,8 +192,15 @@ static bool set_up(pcs_ctx *p) {
         ga_log("PC sampling off in a context: %s failed: %s (%d)", what, ga_cupti_err(r), (int)r);
         return false;
     }
-    ga_debug("PC sampling set up in context %p (%zu stall reasons, period %s)", (void *)ctx,
-             n_reasons, ga_cfg.pc_period ? "set" : "CUPTI's default");
+    CUpti_PCSamplingConfigurationInfo q[2];
+    memset(q, 0, sizeof(q));
+    q[0].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_SAMPLING_PERIOD;
+    q[1].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_HARDWARE_BUFFER_SIZE;
+    CUpti_PCSamplingConfigurationInfoParams qp = {CUpti_PCSamplingConfigurationInfoParamsSize, nullptr, ctx, 2, q};
+    if (!api.GetConfigurationAttribute || api.GetConfigurationAttribute(&qp) != CUPTI_SUCCESS) memset(q, 0, sizeof(q));
+    ga_debug("PC sampling set up in context %p (%zu stall reasons, period 2^%u cycles, hardware buffer %zu MiB)",
+             (void *)ctx, n_reasons, q[0].attributeData.samplingPeriodData.samplingPeriod,
+             q[1].attributeData.hardwareBufferSizeData.hardwareBufferSize >> 20);
     return true;
 }
 

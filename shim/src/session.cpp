@@ -124,7 +124,10 @@ static CUptiResult set_launch_cbids(bool on) {
  * has its kernel record. In audit mode activity stays on and only ga_window_on
  * flips. The launch callbacks stay on throughout the attachment. */
 static CUptiResult set_collection(bool on, const char **what) {
-    bool hw_act = on || ga_audit_on() || GA_EXP(hold_activity);
+    /* With PC sampling, kernel activity stays on for the whole attachment: on an
+     * H100, enabling it once PC sampling was enabled failed (CUPTI_ERROR_NOT_COMPATIBLE);
+     * records of launches outside windows are then dropped (activity.cpp). */
+    bool hw_act = on || ga_audit_on() || GA_EXP(hold_activity) || ga_pcs_on.load(std::memory_order_relaxed);
     CUptiResult r = CUPTI_SUCCESS;
     if (hw_act && !g_activity_on) {
         uint64_t t0 = ga_now_ns();
@@ -419,11 +422,12 @@ void ga_session_at_exit(void) noexcept {
 #endif
     if (ga_pcs_wanted())
         ga_debug("PC sampling (pid %d): %llu samples in %llu records, %llu lost by CUPTI, %llu "
-                 "GetData failures, %llu cubins kept, %llu not", (int)getpid(),
+                 "GetData failures, %llu cubins kept, %llu not; %llu kernel records outside windows", (int)getpid(),
                  (unsigned long long)ga_pcs_stat(GA_SC_PC_SAMPLES), (unsigned long long)ga_pcs_stat(GA_SC_PC_RECORDS),
                  (unsigned long long)ga_pcs_stat(GA_SC_PC_DROPPED),
                  (unsigned long long)ga_pcs_stat(GA_SC_PC_GET_DATA_ERRORS),
-                 (unsigned long long)ga_pcs_stat(GA_SC_CUBINS), (unsigned long long)ga_pcs_stat(GA_SC_CUBINS_DROPPED));
+                 (unsigned long long)ga_pcs_stat(GA_SC_CUBINS), (unsigned long long)ga_pcs_stat(GA_SC_CUBINS_DROPPED),
+                 (unsigned long long)ga_activity_stat(GA_SC_OUTSIDE_WINDOWS));
     if (ga_stat_unseen.load()) {
         char unseen[512];
         ga_unseen_kernels(unseen, sizeof(unseen));

@@ -237,7 +237,8 @@ extern "C" GA_EXPORT uint64_t gpu_agent_shim_counter(int which) {
     case GA_SC_WINDOWS: return ga_session_stat(which);
     case GA_SC_NULL_BUFFERS:
     case GA_SC_CUT_NAMES:
-    case GA_SC_BUFFERS: return ga_activity_stat(which);
+    case GA_SC_BUFFERS:
+    case GA_SC_OUTSIDE_WINDOWS: return ga_activity_stat(which);
     case GA_SC_POLLER: return (uint64_t)g_poller_running.load();
     case GA_SC_CUDA_LIVE: return (uint64_t)ga_cuda_live.load();
     case GA_SC_NODE_STACKS:
