@@ -12,7 +12,7 @@
 
 extern char **environ;
 
-ga_config ga_cfg = {64, 8, 100, 1000, 10, 20, 64, 0, 0, 256};
+ga_config ga_cfg = {64, 8, 100, 1000, 10, 20, 64, 0, 16, 256};
 int ga_debug_on;
 
 /* ------------------------------------------------------------------ */
@@ -97,7 +97,11 @@ void ga_read_config(void) noexcept {
     env_u32("GPU_AGENT_WINDOW_MS", &ga_cfg.window_ms, 1, 3600000, bad, sizeof(bad));
     env_u32("GPU_AGENT_BUFFER_POOL_MB", &ga_cfg.buffer_pool_mb, 1, GA_BUF_MAX, bad, sizeof(bad));
     env_u32("GPU_AGENT_PC_SAMPLING", &ga_cfg.pc_sampling, 0, 1, bad, sizeof(bad));
-    env_u32("GPU_AGENT_PC_SAMPLING_PERIOD", &ga_cfg.pc_period, 5, 31, bad, sizeof(bad));
+    env_u32("GPU_AGENT_PC_SAMPLING_PERIOD", &ga_cfg.pc_period, 0, 31, bad, sizeof(bad));
+    if (ga_cfg.pc_period && ga_cfg.pc_period < 5) {
+        note_bad(bad, sizeof(bad), "GPU_AGENT_PC_SAMPLING_PERIOD", getenv("GPU_AGENT_PC_SAMPLING_PERIOD"));
+        ga_cfg.pc_period = 16;
+    }
     env_u32("GPU_AGENT_PC_CUBIN_MB", &ga_cfg.pc_cubin_mb, 0, 65536, bad, sizeof(bad));
 #ifdef GA_BENCH_BUILD
     ga_bench_read_config(bad, sizeof(bad));

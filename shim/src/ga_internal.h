@@ -34,8 +34,9 @@ struct ga_config {
     uint32_t buffer_pool_mb;      /* GPU_AGENT_BUFFER_POOL_MB, default 64: CUPTI buffers
                                    * (1 MiB each) allocated as load needs, up to this */
     uint32_t pc_sampling;         /* GPU_AGENT_PC_SAMPLING, default 0 (off) */
-    uint32_t pc_period;           /* GPU_AGENT_PC_SAMPLING_PERIOD: 2^N cycles (5..31);
-                                   * 0 (default): CUPTI's own */
+    uint32_t pc_period;           /* GPU_AGENT_PC_SAMPLING_PERIOD: 2^N cycles (5..31), default
+                                   * 16 (docs/benchmarks.md: the cost falls with it); 0: CUPTI's
+                                   * own (2^11 on an H100) */
     uint32_t pc_cubin_mb;         /* GPU_AGENT_PC_CUBIN_MB, default 256: cubins kept */
 };
 GA_HIDDEN extern ga_config ga_cfg;

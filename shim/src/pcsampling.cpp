@@ -178,7 +178,7 @@ static bool set_up(pcs_ctx *p) {
          * filled before that on an H100 (GetData: OUT_OF_MEMORY) */
         cfg[n].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_WORKER_THREAD_PERIODIC_SLEEP_SPAN;
         cfg[n++].attributeData.workerThreadPeriodicSleepSpanData.workerThreadPeriodicSleepSpan = PCS_WORKER_SLEEP_MS;
-        if (ga_cfg.pc_period) { /* else CUPTI's default: set periods broke sampling on some GPUs (parcagpu) */
+        if (ga_cfg.pc_period) { /* 0: CUPTI's default (parcagpu saw set periods break sampling on Blackwell) */
             cfg[n].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_SAMPLING_PERIOD;
             cfg[n++].attributeData.samplingPeriodData.samplingPeriod = ga_cfg.pc_period;
         }
