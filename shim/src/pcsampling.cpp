@@ -289,7 +289,11 @@ void ga_pcs_launch(CUcontext c, bool window_on) noexcept {
         if (cur == v) p = &ctxs[i];
     }
     if (!p || p->state.load(std::memory_order_acquire) != PCS_READY) return;
-    if (window_on == p->started && !(p->started && ga_now_ns() - p->last_drain_ns >= PCS_DRAIN_NS)) return;
+    /* In windows a drain at each stop is enough (a 20 ms window's samples fit); a
+     * window that never closes (GPU_AGENT_DUTY_CYCLE=1) is drained as it runs. */
+    if (window_on == p->started &&
+        !(p->started && ga_cfg.duty_cycle == 1 && ga_now_ns() - p->last_drain_ns >= PCS_DRAIN_NS))
+        return;
     if (!lock(p)) return;
     if (window_on != p->started) set_started(p, window_on);
     else if (p->started) drain(p);
