@@ -10,9 +10,9 @@
  * the launching thread, in the launch callback (as parcagpu does): on an H100 a
  * process whose poller thread started and stopped sampling while the application
  * waited in cudaDeviceSynchronize hung. The first launch in a window starts
- * sampling, the first after it stops it and drains what is left; while sampling,
- * a launch drains at most every PCS_DRAIN_NS (a drain CUPTI waited a second for
- * failed with CUPTI_ERROR_OUT_OF_MEMORY on the H100: its staging buffer was full).
+ * sampling, the first after it stops it and drains it. With continuous collection
+ * (GPU_AGENT_DUTY_CYCLE=1) a launch drains at most every PCS_DRAIN_NS instead: drains
+ * a second apart failed with CUPTI_ERROR_OUT_OF_MEMORY on the H100 (its buffer was full).
  * The drained PCs go to BPF as pc_sample_batch probes; the stall-reason names and
  * the modules' cubins (kept here, read by the agent from /proc/PID/mem) are
  * announced too, and again when an agent asks.
