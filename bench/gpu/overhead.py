@@ -59,6 +59,7 @@ CONFIGS = {
     "agent": (True, {"shim": "1"}, ()),
     # opt-in PC sampling with stall reasons, in the same windows
     "agent-pcs": (True, {"shim": "1", "GPU_AGENT_PC_SAMPLING": "1"}, ()),
+    "agent-pcs-e10": (True, {"shim": "1", "GPU_AGENT_PC_SAMPLING": "1", "GPU_AGENT_PC_SAMPLING_EVERY": "10"}, ()),
     # diagnostics (their estimates are wrong or absent; they only break the cost down)
     "agent-idle": (True, {"shim": "1", "GPU_AGENT_DUTY_CYCLE": "100000"}, ()),
     "agent-nostacks": (True, {"shim": "1", "GPU_AGENT_SAMPLE_PERIOD": "1000000000"}, ()),

@@ -38,6 +38,8 @@ struct ga_config {
                                    * 16 (docs/benchmarks.md: the cost falls with it); 0: CUPTI's
                                    * own (2^11 on an H100) */
     uint32_t pc_cubin_mb;         /* GPU_AGENT_PC_CUBIN_MB, default 256: cubins kept */
+    uint32_t pc_every;            /* GPU_AGENT_PC_SAMPLING_EVERY, default 1: sample in one
+                                   * collection window of every this many */
 };
 GA_HIDDEN extern ga_config ga_cfg;
 
@@ -256,6 +258,7 @@ GA_HIDDEN void ga_pcs_stop_all(void) noexcept;      /* detach, exit: stop and dr
 GA_HIDDEN void ga_pcs_module_loaded(const void *cbdata) noexcept; /* RESOURCE MODULE_LOADED */
 GA_HIDDEN void ga_pcs_replay(void) noexcept;        /* an agent asked: reasons, cubins again */
 GA_HIDDEN uint64_t ga_pcs_stat(int which) noexcept; /* GA_SC_PC_SAMPLES..CUBINS_DROPPED */
+GA_HIDDEN void ga_pcs_log_times(void) noexcept;     /* exit line: start/stop costs */
 
 /* ---- devices and on-demand captures (devices.cpp, shim.cpp) ---- */
 GA_HIDDEN bool ga_announce_devices(void) noexcept;  /* a gpu_device probe per device; false: retry */

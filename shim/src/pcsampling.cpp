@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cupti_pcsampling.h>
 
@@ -260,9 +261,20 @@ static bool lock(pcs_ctx *p) {
 }
 static void unlock(pcs_ctx *p) { p->busy.store(0, std::memory_order_release); }
 
+/* What starting, stopping (with its drain) cost the launching thread, in ns. */
+static std::atomic<uint64_t> st_start_ns, st_starts, st_start_max, st_stop_ns, st_stops, st_stop_max;
+
+static void note_time(std::atomic<uint64_t> &sum, std::atomic<uint64_t> &n, std::atomic<uint64_t> &max,
+                      uint64_t dt) {
+    sum.fetch_add(dt, std::memory_order_relaxed);
+    n.fetch_add(1, std::memory_order_relaxed);
+    if (dt > max.load(std::memory_order_relaxed)) max.store(dt, std::memory_order_relaxed);
+}
+
 static void set_started(pcs_ctx *p, bool on) {
     CUcontext ctx = (CUcontext)p->ctx.load(std::memory_order_relaxed);
     CUptiResult r;
+    uint64_t t0 = ga_now_ns();
     if (on) {
         CUpti_PCSamplingStartParams sp = {CUpti_PCSamplingStartParamsSize, nullptr, ctx};
         r = api.Start(&sp);
@@ -274,6 +286,8 @@ static void set_started(pcs_ctx *p, bool on) {
         p->started = false;
         drain(p); /* CUPTI asks for a drain after every range */
     }
+    if (on) note_time(st_start_ns, st_starts, st_start_max, ga_now_ns() - t0);
+    else note_time(st_stop_ns, st_stops, st_stop_max, ga_now_ns() - t0);
     if (r != CUPTI_SUCCESS)
         ga_debug("cuptiPCSampling%s: %s (%d)", on ? "Start" : "Stop", ga_cupti_err(r), (int)r);
 }
@@ -281,6 +295,8 @@ static void set_started(pcs_ctx *p, bool on) {
 /* A launch (its callback, on the launching thread): note a new context; in a
  * ready one, start sampling in a window, stop it after, drain while it runs. */
 void ga_pcs_launch(CUcontext c, bool window_on) noexcept {
+    /* one window in GPU_AGENT_PC_SAMPLING_EVERY samples */
+    if (window_on && ga_cfg.pc_every > 1) window_on = ga_session_stat(GA_SC_WINDOWS) % ga_cfg.pc_every == 1;
     uintptr_t v = (uintptr_t)c;
     pcs_ctx *p = nullptr;
     for (unsigned i = 0; v && i < PCS_MAX_CTX && !p; i++) {
@@ -362,6 +378,14 @@ void ga_pcs_replay(void) noexcept {
     pthread_mutex_lock(&cubin_mu);
     for (size_t i = 0; i < n_cubins; i++) ga_fire_cubin_loaded(cubins[i].crc, cubins[i].copy, cubins[i].size);
     pthread_mutex_unlock(&cubin_mu);
+}
+
+void ga_pcs_log_times(void) noexcept {
+    uint64_t ns = st_starts.load(), ms = st_stops.load();
+    ga_debug("PC sampling (pid %d): start mean %.1f max %.1f us (%llu), stop and drain mean %.1f max %.1f us (%llu)",
+             (int)getpid(), ns ? (double)st_start_ns.load() / (double)ns / 1e3 : 0.0, (double)st_start_max.load() / 1e3,
+             (unsigned long long)ns, ms ? (double)st_stop_ns.load() / (double)ms / 1e3 : 0.0,
+             (double)st_stop_max.load() / 1e3, (unsigned long long)ms);
 }
 
 uint64_t ga_pcs_stat(int which) noexcept {

@@ -428,6 +428,7 @@ void ga_session_at_exit(void) noexcept {
                  (unsigned long long)ga_pcs_stat(GA_SC_PC_GET_DATA_ERRORS),
                  (unsigned long long)ga_pcs_stat(GA_SC_CUBINS), (unsigned long long)ga_pcs_stat(GA_SC_CUBINS_DROPPED),
                  (unsigned long long)ga_activity_stat(GA_SC_OUTSIDE_WINDOWS));
+    if (ga_pcs_wanted()) ga_pcs_log_times();
     if (ga_stat_unseen.load()) {
         char unseen[512];
         ga_unseen_kernels(unseen, sizeof(unseen));
