@@ -60,6 +60,8 @@ CONFIGS = {
     # opt-in PC sampling with stall reasons, in the same windows
     "agent-pcs": (True, {"shim": "1", "GPU_AGENT_PC_SAMPLING": "1"}, ()),
     "agent-pcs-e10": (True, {"shim": "1", "GPU_AGENT_PC_SAMPLING": "1", "GPU_AGENT_PC_SAMPLING_EVERY": "10"}, ()),
+    # diagnostic: PC sampling enabled (and kernel activity held on), sampling in the first window only
+    "agent-pcs-idle": (True, {"shim": "1", "GPU_AGENT_PC_SAMPLING": "1", "GPU_AGENT_PC_SAMPLING_EVERY": "100000"}, ()),
     # diagnostics (their estimates are wrong or absent; they only break the cost down)
     "agent-idle": (True, {"shim": "1", "GPU_AGENT_DUTY_CYCLE": "100000"}, ()),
     "agent-nostacks": (True, {"shim": "1", "GPU_AGENT_SAMPLE_PERIOD": "1000000000"}, ()),
