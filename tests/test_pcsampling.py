@@ -13,6 +13,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -146,3 +147,49 @@ def test_pc_sampling_follows_the_collection_windows(tmp_path):
     assert len(k) == 1 and all(n % one[key] == 0 for key, n in got.items()), got
     k = k.pop()
     assert 0 < k < 0.5 * launched["launches"], (k, launched, err[-2000:])
+
+
+def test_pc_probes_through_real_ebpf_and_their_bad_input(firer, tmp_path):
+    """The three probes through the real BPF program, fired by tests/probe_firer from
+    the contract alone: a batch's records reach the agent as they are, with its
+    process's start tag; the stall reason's name; the cubin, read from the process's
+    memory, gives lines. A batch claiming more than GA_PC_BATCH_MAX records is
+    dropped and counted, and so are the samples the shim says CUPTI lost."""
+    import firer_script as F
+    from gpu_agent.bpf_session import BpfSession
+    from gpu_agent.pc_samples import PcSamples
+    from gpu_agent import contract as C
+
+    lib, exe = firer
+    kid, crc = 0xABC, 0x5EED
+    recs = [C.PcRecord(cubin_crc=crc, pc_offset=0x1D0, kernel_id=kid, stall_reason=2, samples=5),
+            C.PcRecord(cubin_crc=crc, pc_offset=0x1C0, kernel_id=kid, stall_reason=9, samples=7)]
+    sc = (F.Script().stall_reason(2, b"smsp__pcsamp_warps_issue_stalled_long_scoreboard")
+          .stall_reason(3, b"smsp__pcsamp_warps_issue_stalled_long_scoreboard_not_issued")
+          .cubin(crc, (DATA / "hot_loop_sm90.cubin").read_bytes())
+          .pc_batch(recs, dropped=3).pc_batch(recs, count=C.PC_BATCH_MAX + 1).wait())
+    path = sc.write(tmp_path / "pc.bin")
+    pcs = PcSamples()
+    s = BpfSession(str(lib))
+    s.on_pc_batch, s.on_stall_reason, s.on_cubin = pcs.on_batch, pcs.on_stall_reason, pcs.on_cubin
+    s.open()
+    p = subprocess.Popen([str(exe), str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(p.stdout.readline().split()[1])
+        assert p.stdout.readline().startswith("wait")  # everything fired; the process lives on
+        end = time.monotonic() + 10
+        while not pcs.window and time.monotonic() < end:
+            s.poll(50)
+        s.poll(50)
+        counters = s.counters()
+        window = pcs.take()
+        assert {(k[0], k[2:]) for k in window} == {(pid, (kid, crc, 0x1D0, 2)), (pid, (kid, crc, 0x1C0, 9))}
+        assert sorted(window.values()) == [5, 7] and len({k[1] for k in window}) == 1
+        assert pcs.reason(pid, 2) == "long_scoreboard" and pcs.reason(pid, 3) is None
+        assert pcs.line_table(crc).lookup(HOT, 0x1D0)[1] == nvdisasm_lines()[0x1D0]
+        assert counters["pc_batches"] == 1 and counters["drop_pc_read"] == 1
+        assert counters["drop_pc_samples"] == 3
+    finally:
+        s.close()
+        p.kill()
+        p.wait()

@@ -51,7 +51,8 @@ class PcSamples:
         self.reasons: dict[tuple[int, int], str] = {}   # (tgid, index) -> CUPTI's name
         self._pending: "OrderedDict[int, bytes]" = OrderedDict()  # crc -> cubin bytes
         self._tables: "OrderedDict[int, LineTable]" = OrderedDict()
-        self.counts = Counter()  # agent-side: cubins read / unreadable / evicted, samples
+        # cubins read, unreadable (their samples keep offsets only), evicted unparsed
+        self.counts = Counter()
 
     # -- events (BpfSession callbacks) --------------------------------------
     def on_batch(self, ev: C.EvPcBatch) -> None:
@@ -59,7 +60,6 @@ class PcSamples:
             r = ev.records[i]
             self.window[(ev.hdr.tgid, ev.start, r.kernel_id, r.cubin_crc, r.pc_offset,
                          r.stall_reason)] += r.samples
-        self.counts["pc_samples_dropped"] += ev.dropped
 
     def on_stall_reason(self, ev: C.EvStallReason) -> None:
         name = ev.name.split(b"\0", 1)[0].decode("utf-8", "replace")
@@ -72,7 +72,7 @@ class PcSamples:
         if crc in self._tables or crc in self._pending:
             return
         if not 0 < ev.size <= MAX_CUBIN_BYTES:
-            self.counts["cubins_unreadable"] += 1
+            self.counts["agent_cubins_unreadable"] += 1
             return
         try:
             mem = ProcMem(ev.hdr.tgid, self.proc_root)
@@ -82,13 +82,13 @@ class PcSamples:
                 mem.close()
         except ProcMemError as e:
             log.debug("cubin %#x of pid %d: %s", crc, ev.hdr.tgid, e)
-            self.counts["cubins_unreadable"] += 1
+            self.counts["agent_cubins_unreadable"] += 1
             return
         self._pending[crc] = data
-        self.counts["cubins_read"] += 1
+        self.counts["agent_cubins_read"] += 1
         while sum(map(len, self._pending.values())) > PENDING_BYTES and len(self._pending) > 1:
             self._pending.popitem(last=False)
-            self.counts["cubins_evicted"] += 1
+            self.counts["agent_cubins_evicted"] += 1
 
     # -- the window ------------------------------------------------------------
     def take(self) -> Counter:

@@ -81,6 +81,23 @@ class Script:
         self.parts.append(struct.pack("<QQ", 8, node_id))
         return self
 
+    def pc_batch(self, recs: list[C.PcRecord], dropped: int = 0, *, count: int | None = None) -> "Script":
+        data = b"".join(bytes(r) for r in recs)
+        self.parts.append(struct.pack("<QIIII", 9, len(recs) if count is None else count, dropped,
+                                      len(data), 0))
+        self.parts.append(_pad8(data))
+        return self
+
+    def stall_reason(self, index: int, name: bytes) -> "Script":
+        self.parts.append(struct.pack("<QII", 10, index, len(name) + 1))
+        self.parts.append(_pad8(name + b"\0"))
+        return self
+
+    def cubin(self, crc: int, data: bytes) -> "Script":
+        self.parts.append(struct.pack("<QQQ", 11, crc, len(data)))
+        self.parts.append(_pad8(data))
+        return self
+
     def attach(self) -> "Script":
         self.parts.append(struct.pack("<Q", 4))
         return self

@@ -83,6 +83,18 @@ int main(int argc, char **argv)
             ga_u64 node;
             memcpy(&node, take(8), 8);
             firer_graph_node_destroyed(node);
+        } else if (op == 9) {
+            struct { ga_u32 count, dropped, nbytes, pad; } h;
+            memcpy(&h, take(sizeof h), sizeof h);
+            firer_pc_sample_batch(take(h.nbytes), h.count, h.dropped);
+        } else if (op == 10) {
+            struct { ga_u32 index, len; } h;
+            memcpy(&h, take(sizeof h), sizeof h);
+            firer_pc_stall_reason(h.index, take(h.len));
+        } else if (op == 11) {
+            struct { ga_u64 crc, size; } h;
+            memcpy(&h, take(sizeof h), sizeof h);
+            firer_cubin_loaded(h.crc, take(h.size), h.size);
         } else if (op == 5) {
             printf("wait %u\n", firer_semaphore());
             wait_line();
