@@ -17,7 +17,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-
 from gpu_agent.cubin import read_line_table
 from support.env import agent_cmd, mock_env, need_ebpf, private_shim
 from support.pprof_tool import pprof, raw
