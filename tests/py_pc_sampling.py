@@ -8,7 +8,8 @@ once the mock samples (the shim attached and set the context up), so every launc
 is sampled; a warm-up kernel before that lets the shim see the context. (Without
 GPU_AGENT_PC_SAMPLING=1 it does not wait, and says whether the mock sampled.)
 
-  python py_pc_sampling.py ITERS KERNEL_NS PCS   (PCS: "0x1d0:6,0x1c0:2,0xd0:1")
+  python py_pc_sampling.py ITERS KERNEL_NS PCS [SECONDS]   (PCS: "0x1d0:6,0x1c0:2,0xd0:1")
+(With SECONDS, it repeats the ITERS iterations until that many seconds have passed.)
 Prints what it launched as JSON.
 """
 
@@ -28,6 +29,8 @@ HOT = b"_Z8hot_loopPfii"
 
 def main():
     iters, kernel_ns, pcs = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    seconds = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
+    launches = 1
     check(lib.cuInit(0), "cuInit")
     dev, ctx, mod = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_void_p()
     hot, warm = ctypes.c_void_p(), ctypes.c_void_p()
@@ -55,11 +58,17 @@ def main():
     # attach); a long-running job gives it that moment.
     time.sleep(1.0)
     check(lib.cuCtxSynchronize(), "cuCtxSynchronize")
-    for _ in range(iters):
-        site_a(hot)
-        site_b(hot)
-    check(lib.cuCtxSynchronize(), "cuCtxSynchronize")
-    print(json.dumps({"launches": 4 * iters + 1, "pc_sampling_active": bool(active())}))
+    end = time.monotonic() + seconds
+    while True:  # ITERS iterations, or for SECONDS if given
+        for _ in range(iters):
+            site_a(hot)
+            site_b(hot)
+        check(lib.cuCtxSynchronize(), "cuCtxSynchronize")
+        launches += 4 * iters
+        if time.monotonic() >= end:
+            break
+        time.sleep(0.01)
+    print(json.dumps({"launches": launches, "pc_sampling_active": bool(active())}))
 
 
 if __name__ == "__main__":

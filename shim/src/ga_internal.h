@@ -254,7 +254,7 @@ GA_HIDDEN void ga_pcs_launch(CUcontext c, bool window_on) noexcept;
 GA_HIDDEN bool ga_pcs_wanted(void) noexcept;        /* GPU_AGENT_PC_SAMPLING */
 GA_HIDDEN void ga_pcs_attach(void) noexcept;        /* at attach: on if wanted and possible */
 GA_HIDDEN void ga_pcs_poll(void) noexcept;          /* poller: set up noted contexts */
-GA_HIDDEN void ga_pcs_stop_all(void) noexcept;      /* detach, exit: stop and drain */
+GA_HIDDEN void ga_pcs_stop_all(bool disable) noexcept; /* detach (disable too), exit: stop, drain */
 GA_HIDDEN void ga_pcs_module_loaded(const void *cbdata) noexcept; /* RESOURCE MODULE_LOADED */
 GA_HIDDEN void ga_pcs_replay(void) noexcept;        /* an agent asked: reasons, cubins again */
 GA_HIDDEN uint64_t ga_pcs_stat(int which) noexcept; /* GA_SC_PC_SAMPLES..CUBINS_DROPPED */

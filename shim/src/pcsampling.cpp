@@ -41,6 +41,7 @@
 
 static struct {
     CUptiResult (*Enable)(CUpti_PCSamplingEnableParams *);
+    CUptiResult (*Disable)(CUpti_PCSamplingDisableParams *);
     CUptiResult (*GetNumStallReasons)(CUpti_PCSamplingGetNumStallReasonsParams *);
     CUptiResult (*GetStallReasons)(CUpti_PCSamplingGetStallReasonsParams *);
     CUptiResult (*SetConfigurationAttribute)(CUpti_PCSamplingConfigurationInfoParams *);
@@ -88,6 +89,7 @@ static bool load_api(void) {
     void *h = ga_cupti_handle;
 #define PCS_SYM(field, sym) *(void **)&api.field = h ? dlsym(h, #sym) : nullptr
     PCS_SYM(Enable, cuptiPCSamplingEnable);
+    PCS_SYM(Disable, cuptiPCSamplingDisable);
     PCS_SYM(GetNumStallReasons, cuptiPCSamplingGetNumStallReasons);
     PCS_SYM(GetStallReasons, cuptiPCSamplingGetStallReasons);
     PCS_SYM(SetConfigurationAttribute, cuptiPCSamplingSetConfigurationAttribute);
@@ -97,7 +99,7 @@ static bool load_api(void) {
     PCS_SYM(GetCubinCrc, cuptiGetCubinCrc);
     PCS_SYM(GetConfigurationAttribute, cuptiPCSamplingGetConfigurationAttribute);
 #undef PCS_SYM
-    loaded = api.Enable && api.GetNumStallReasons && api.GetStallReasons &&
+    loaded = api.Enable && api.Disable && api.GetNumStallReasons && api.GetStallReasons &&
              api.SetConfigurationAttribute && api.GetData && api.Start && api.Stop && api.GetCubinCrc;
     if (!loaded) {
         load_failed = true;
@@ -156,7 +158,7 @@ static bool set_up(pcs_ctx *p) {
             }
         }
     }
-    if (r == CUPTI_SUCCESS && (!alloc_buffer(&p->cupti_buf) || !alloc_buffer(&p->out))) {
+    if (r == CUPTI_SUCCESS && !p->out.pPcData && (!alloc_buffer(&p->cupti_buf) || !alloc_buffer(&p->out))) {
         ga_log("PC sampling: no memory for its buffers; off in this context");
         return false;
     }
@@ -198,10 +200,12 @@ static bool set_up(pcs_ctx *p) {
     q[0].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_SAMPLING_PERIOD;
     q[1].attributeType = CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_HARDWARE_BUFFER_SIZE;
     CUpti_PCSamplingConfigurationInfoParams qp = {CUpti_PCSamplingConfigurationInfoParamsSize, nullptr, ctx, 2, q};
-    if (!api.GetConfigurationAttribute || api.GetConfigurationAttribute(&qp) != CUPTI_SUCCESS) memset(q, 0, sizeof(q));
-    ga_debug("PC sampling set up in context %p (%zu stall reasons, period 2^%u cycles, hardware buffer %zu MiB)",
-             (void *)ctx, n_reasons, q[0].attributeData.samplingPeriodData.samplingPeriod,
-             q[1].attributeData.hardwareBufferSizeData.hardwareBufferSize >> 20);
+    if (api.GetConfigurationAttribute && api.GetConfigurationAttribute(&qp) == CUPTI_SUCCESS)
+        ga_debug("PC sampling set up in context %p (%zu stall reasons, period 2^%u cycles, hardware "
+                 "buffer %zu MiB)", (void *)ctx, n_reasons, q[0].attributeData.samplingPeriodData.samplingPeriod,
+                 q[1].attributeData.hardwareBufferSizeData.hardwareBufferSize >> 20);
+    else
+        ga_debug("PC sampling set up in context %p (%zu stall reasons)", (void *)ctx, n_reasons);
     return true;
 }
 
@@ -213,8 +217,7 @@ static void flush_batch(pcs_ctx *p) {
     p->batch_n = 0;
 }
 
-static void take(pcs_ctx *p) {
-    const CUpti_PCSamplingData *b = &p->out;
+static void take(pcs_ctx *p, const CUpti_PCSamplingData *b) {
     p->pending_drops += b->droppedSamples;
     st_dropped.fetch_add(b->droppedSamples, std::memory_order_relaxed);
     for (size_t i = 0; i < b->totalNumPcs; i++) {
@@ -248,7 +251,7 @@ static void drain(pcs_ctx *p) {
             ga_debug("cuptiPCSamplingGetData: %s (%d)", ga_cupti_err(r), (int)r);
             break;
         }
-        take(p);
+        take(p, &p->out);
         if (p->out.totalNumPcs == 0 && p->out.remainingNumPcs == 0) break;
     }
     flush_batch(p);
@@ -327,8 +330,10 @@ void ga_pcs_poll(void) noexcept {
     }
 }
 
-/* Detach and exit: no launch callback will stop sampling any more. */
-void ga_pcs_stop_all(void) noexcept {
+/* Detach and exit: no launch callback will stop sampling any more. At a detach
+ * sampling is also disabled, and set up again after the next attach has turned
+ * kernel activity on: CUPTI refuses activity while PC sampling is enabled. */
+void ga_pcs_stop_all(bool disable) noexcept {
     for (unsigned i = 0; i < PCS_MAX_CTX; i++) {
         pcs_ctx *p = &ctxs[i];
         bool got = lock(p);
@@ -339,6 +344,13 @@ void ga_pcs_stop_all(void) noexcept {
         }
         if (!got) continue;
         if (p->started) set_started(p, false);
+        if (disable && p->state.load(std::memory_order_relaxed) == PCS_READY) {
+            CUpti_PCSamplingDisableParams dp = {CUpti_PCSamplingDisableParamsSize, nullptr,
+                                                (CUcontext)p->ctx.load(std::memory_order_relaxed)};
+            if (api.Disable(&dp) == CUPTI_SUCCESS) take(p, &p->cupti_buf); /* Disable leaves the rest there */
+            flush_batch(p);
+            p->state.store(PCS_NOTED, std::memory_order_release);
+        }
         unlock(p);
     }
 }

@@ -51,7 +51,7 @@ static CUptiResult set_launch_cbids(bool on);
 static void undo_cupti(bool activity, bool subscribed) {
     if (ga_window_on.load(std::memory_order_relaxed)) ga_window_closed();
     ga_window_on.store(0, std::memory_order_relaxed);
-    ga_pcs_stop_all(); /* no launch callback will stop PC sampling now; its last samples */
+    ga_pcs_stop_all(true); /* no launch callback will stop PC sampling now; its last samples */
     if (subscribed && ga_pcs_on.load(std::memory_order_relaxed))
         ga_cupti.EnableCallback(0, g_sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
     ga_pcs_on.store(0, std::memory_order_relaxed);
@@ -391,7 +391,7 @@ void ga_session_at_exit(void) noexcept {
             ga_window_closed();
             ga_window_on.store(0, std::memory_order_release);
         }
-        ga_pcs_stop_all(); /* samples of the window open at exit */
+        ga_pcs_stop_all(false); /* samples of the window open at exit */
         if (!g_devices_told) /* a job shorter than one poll */
             g_devices_told = ga_announce_devices();
         CUptiResult r = ga_cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
