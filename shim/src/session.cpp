@@ -54,7 +54,6 @@ static void undo_cupti(bool activity, bool subscribed) {
     ga_pcs_stop_all(true); /* no launch callback will stop PC sampling now; its last samples */
     if (subscribed && ga_pcs_on.load(std::memory_order_relaxed))
         ga_cupti.EnableCallback(0, g_sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
-    ga_pcs_on.store(0, std::memory_order_relaxed);
     g_next_edge_ns.store(UINT64_MAX, std::memory_order_relaxed);
     if (subscribed && g_cbids_on) set_launch_cbids(false);
     if (activity && g_activity_on) {
@@ -70,6 +69,9 @@ static void undo_cupti(bool activity, bool subscribed) {
         ga_report_drops();
     }
     g_activity_used = false;
+    /* Only now: the records flushed above of launches outside windows (kernel
+     * activity was held on for PC sampling) were still to be dropped, not weighed. */
+    ga_pcs_on.store(0, std::memory_order_relaxed);
     if (subscribed) {
         if (g_graph_cbs)
             for (unsigned i = 0; i < ga_graph_cbid_count; i++)
