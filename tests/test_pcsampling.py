@@ -194,14 +194,16 @@ def test_pc_probes_through_real_ebpf_and_their_bad_input(firer, tmp_path):
 
 
 def test_pc_sampling_survives_the_agent_restarting(tmp_path, built):
-    """An agent that leaves and another that comes (a DaemonSet's restart): the shim
-    disables PC sampling at the detach, turns kernel activity on at the next attach
-    and only then sets PC sampling up again (CUPTI refuses activity while PC sampling
-    is enabled: the mock refuses it too), so the second agent gets PC samples."""
+    """An agent that leaves and another that comes (a DaemonSet's restart), at the
+    default windows: the shim disables PC sampling at the detach, turns kernel
+    activity on at the next attach and only then sets PC sampling up again (CUPTI
+    refuses activity while PC sampling is enabled: the mock refuses it too), so the
+    second agent gets PC samples."""
     from support.agent import Agent
     need_ebpf()
     shim = private_shim(tmp_path / "shim")
-    env = mock_env(CUDA_INJECTION64_PATH=str(shim), GPU_AGENT_PC_SAMPLING="1", GPU_AGENT_DEBUG="1")
+    env = mock_env(CUDA_INJECTION64_PATH=str(shim), GPU_AGENT_PC_SAMPLING="1", GPU_AGENT_DEBUG="1",
+                   GPU_AGENT_DUTY_CYCLE="10")
     first = Agent(tmp_path / "first", "--shim", shim)
     p = subprocess.Popen([sys.executable, str(HERE / "py_pc_sampling.py"), "20", str(KERNEL_NS),
                           "0x1d0:1", "20"], env=env, cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -219,6 +221,9 @@ def test_pc_sampling_survives_the_agent_restarting(tmp_path, built):
     assert err.count("attached (pid") == 2 and "detached" in err, err
     assert "profiling disabled" not in err and "NOT_COMPATIBLE" not in err, err
     assert err.count("PC sampling set up") == 2, err
+    # kernel activity stays on for PC sampling: the records of launches outside the
+    # windows, flushed at the detach too, are dropped, never weighed as unseen ones
+    assert " 0 records of unseen launches" in err and "records outside windows" in err, err
     for agent in (first, second):
         got = sum(s.values[2] for s in agent.samples() if len(s.values) > 2 and s.frames[2] != "k_warm")
         assert got > 0, agent.out_dir
