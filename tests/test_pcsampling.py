@@ -227,3 +227,29 @@ def test_pc_sampling_survives_the_agent_restarting(tmp_path, built):
     for agent in (first, second):
         got = sum(s.values[2] for s in agent.samples() if len(s.values) > 2 and s.frames[2] != "k_warm")
         assert got > 0, agent.out_dir
+
+
+def test_samples_split_over_launch_stacks_exactly_and_only_for_included_processes():
+    """add_to_profile: a kernel's samples split over its rows by GPU time, whole
+    (largest remainders); a kernel with no row keeps [unsampled]; _not_issued
+    reasons and processes the profile leaves out (record's pid filter) add nothing."""
+    from gpu_agent.pc_samples import PcSamples, add_to_profile, split
+    from gpu_agent.pprof import FrameSpec
+
+    assert split(10, [1, 1, 1]) == [4, 3, 3] and split(7, [0, 0]) == [7, 0] and sum(split(101, [3, 5, 9])) == 101
+    pcs = PcSamples()
+    pcs.reasons.update({(1, 2): "smsp__pcsamp_warps_issue_stalled_wait",
+                        (1, 3): "smsp__pcsamp_warps_issue_stalled_wait_not_issued"})
+    pcs.window.update({(1, 7, 0xA, 0, 0x10, 2): 10, (1, 7, 0xA, 0, 0x10, 3): 4,
+                       (1, 7, 0xB, 0, 0x20, 2): 5, (2, 9, 0xA, 0, 0x10, 2): 6})
+    leaf = FrameSpec.kernel("_Z1av")
+    stacks = {(1, 7, 0xA): [([leaf, FrameSpec.marker("s1")], {"pid": "1"}, 300),
+                            ([leaf, FrameSpec.marker("s2")], {"pid": "1"}, 100)]}
+    got = []
+    n = add_to_profile(pcs, stacks, lambda k: (f"k{k:x}", f"_Zk{k:x}"), lambda t: {"pid": str(t)},
+                       lambda t, frames, labels, k: got.append((t, [f.function for f in frames], labels, k)),
+                       included=lambda t: t == 1)
+    assert n == 15 and not pcs.window
+    assert [(g[1][-1], g[2]["stall_reason"], g[3]) for g in got] == [
+        ("s1", "wait", 8), ("s2", "wait", 2), ("[unsampled]", "wait", 5)]
+    assert got[0][1][:2] == ["[stall: wait]", "ka+0x10"] and got[2][1][:2] == ["[stall: wait]", "kb+0x20"]

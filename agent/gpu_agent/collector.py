@@ -390,7 +390,7 @@ class Collector:
             comments.append(DROPPED_COMMENT)
         if any(row.key[6] & C.AGG_PARCAGPU for row in est.rows):
             comments.append(PARCAGPU_COMMENT)
-        if self.pcs.window:
+        if any(self.included(k[0]) for k in self.pcs.window):
             comments.append(pc_samples.COMMENT)
         if self._numbering.full():
             self._numbering = Numbering()
@@ -465,7 +465,8 @@ class Collector:
         pc_samples.add_to_profile(
             self.pcs, kernel_stacks, self._kernel_name,
             lambda tgid: {"pid": str(tgid), "comm": self._see(tgid).comm, **self._see(tgid).pod},
-            lambda tgid, frames, labels, n: add(tgid, self._see(tgid), frames, 0, 0, labels, n))
+            lambda tgid, frames, labels, n: add(tgid, self._see(tgid), frames, 0, 0, labels, n),
+            self.included)
         stats.processes = len(pids)
         stats.attached_without_kernels = len(self._attached_in_window - pids)
         self._attached_in_window = set()

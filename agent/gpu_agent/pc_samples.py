@@ -152,18 +152,20 @@ def split(n: int, weights: list[int]) -> list[int]:
     return shares
 
 
-def add_to_profile(pcs: PcSamples, kernel_stacks: dict, kernel_name, base_labels, add) -> int:
+def add_to_profile(pcs: PcSamples, kernel_stacks: dict, kernel_name, base_labels, add,
+                   included=lambda tgid: True) -> int:
     """Put the window's samples into a profile; returns how many went in.
 
     kernel_stacks: (tgid, start tag, kernel id) -> [(frames leaf first, from the
     kernel's leaf down; labels; GPU ns)], the kernel's rows of the same profile;
     kernel_name(kernel_id) -> (demangled, mangled); base_labels(tgid) -> the labels
-    of a kernel with no rows; add(tgid, frames, labels, samples)."""
+    of a kernel with no rows; add(tgid, frames, labels, samples); included(tgid):
+    whether the profile covers that process (`record` keeps its command's)."""
     from .pprof import UNSAMPLED
     added = 0
     for (tgid, start, kernel_id, crc, pc, index), n in sorted(pcs.take().items()):
         reason = pcs.reason(tgid, index)
-        if reason is None or n <= 0:
+        if reason is None or n <= 0 or not included(tgid):
             continue
         name, mangled = kernel_name(kernel_id)
         top = [stall_frame(reason), pcs.sass_frame(mangled, name, crc, pc)]
