@@ -55,8 +55,9 @@ def main():
     if wanted and not active():
         raise SystemExit("py_pc_sampling: PC sampling never started")
     # The agent sets up Python stacks when it first hears of the process (the shim's
-    # attach); a long-running job gives it that moment.
-    time.sleep(1.0)
+    # attach); a long-running job gives it that moment (1 s was short once under load).
+    if wanted:
+        time.sleep(2.5)
     check(lib.cuCtxSynchronize(), "cuCtxSynchronize")
     end = time.monotonic() + seconds
     while True:  # ITERS iterations, or for SECONDS if given
