@@ -44,7 +44,8 @@ class Agent:
                     ready.set()
             ready.set()
 
-        threading.Thread(target=read_err, daemon=True).start()
+        self._reader = threading.Thread(target=read_err, daemon=True)
+        self._reader.start()
         if not ready.wait(120) or self.proc.poll() is not None:
             pytest.fail("agent did not start: " + "".join(self.err))
         m = re.search(r"metrics on (http://\S+/metrics)", "".join(self.err))
@@ -62,7 +63,11 @@ class Agent:
 
     def stop(self) -> str:
         self.proc.send_signal(signal.SIGTERM)
-        out, _ = self.proc.communicate(timeout=60)
+        # stdout here; stderr stays the reader thread's (communicate() would close it
+        # under the thread, which then failed on the closed pipe)
+        self.proc.wait(timeout=60)  # `run` writes little to stdout: no pipe fills
+        out = self.proc.stdout.read()
+        self._reader.join(timeout=10)
         assert self.proc.returncode == 0, "".join(self.err)
         return out
 
