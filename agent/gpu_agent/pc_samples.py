@@ -47,7 +47,7 @@ Key = tuple[int, int, int, int, int, int]
 class PcSamples:
     def __init__(self, proc_root: str = "/proc"):
         self.proc_root = proc_root
-        self.window: Counter = Counter()
+        self.window: "Counter[Key]" = Counter()
         self.reasons: dict[tuple[int, int], str] = {}   # (tgid, index) -> CUPTI's name
         self._pending: "OrderedDict[int, bytes]" = OrderedDict()  # crc -> cubin bytes
         self._tables: "OrderedDict[int, LineTable]" = OrderedDict()

@@ -258,7 +258,7 @@ GA_HIDDEN void ga_pcs_stop_all(bool disable) noexcept; /* detach (disable too), 
 GA_HIDDEN void ga_pcs_module_loaded(const void *cbdata) noexcept; /* RESOURCE MODULE_LOADED */
 GA_HIDDEN void ga_pcs_replay(void) noexcept;        /* an agent asked: reasons, cubins again */
 GA_HIDDEN uint64_t ga_pcs_stat(int which) noexcept; /* GA_SC_PC_SAMPLES..CUBINS_DROPPED */
-GA_HIDDEN void ga_pcs_log_times(void) noexcept;     /* exit line: start/stop costs */
+GA_HIDDEN void ga_pcs_log_exit(void) noexcept;      /* debug exit lines */
 
 /* ---- devices and on-demand captures (devices.cpp, shim.cpp) ---- */
 GA_HIDDEN bool ga_announce_devices(void) noexcept;  /* a gpu_device probe per device; false: retry */

@@ -392,7 +392,14 @@ void ga_pcs_replay(void) noexcept {
     pthread_mutex_unlock(&cubin_mu);
 }
 
-void ga_pcs_log_times(void) noexcept {
+/* The debug exit lines: what was sampled and lost, and what starting and stopping cost. */
+void ga_pcs_log_exit(void) noexcept {
+    ga_debug("PC sampling (pid %d): %llu samples in %llu records, %llu lost by CUPTI, %llu "
+             "GetData failures, %llu cubins kept, %llu not; %llu kernel records outside windows",
+             (int)getpid(), (unsigned long long)st_samples.load(), (unsigned long long)st_records.load(),
+             (unsigned long long)st_dropped.load(), (unsigned long long)st_get_data_errors.load(),
+             (unsigned long long)st_cubins.load(), (unsigned long long)st_cubins_dropped.load(),
+             (unsigned long long)ga_activity_stat(GA_SC_OUTSIDE_WINDOWS));
     uint64_t ns = st_starts.load(), ms = st_stops.load();
     ga_debug("PC sampling (pid %d): start mean %.1f max %.1f us (%llu), stop and drain mean %.1f max %.1f us (%llu)",
              (int)getpid(), ns ? (double)st_start_ns.load() / (double)ns / 1e3 : 0.0, (double)st_start_max.load() / 1e3,

@@ -422,15 +422,7 @@ void ga_session_at_exit(void) noexcept {
         ga_debug("internal launches (pid %d): %llu INTERNAL_LAUNCH_API records", (int)getpid(),
                  (unsigned long long)ga_stat_internal_launches.load());
 #endif
-    if (ga_pcs_wanted())
-        ga_debug("PC sampling (pid %d): %llu samples in %llu records, %llu lost by CUPTI, %llu "
-                 "GetData failures, %llu cubins kept, %llu not; %llu kernel records outside windows", (int)getpid(),
-                 (unsigned long long)ga_pcs_stat(GA_SC_PC_SAMPLES), (unsigned long long)ga_pcs_stat(GA_SC_PC_RECORDS),
-                 (unsigned long long)ga_pcs_stat(GA_SC_PC_DROPPED),
-                 (unsigned long long)ga_pcs_stat(GA_SC_PC_GET_DATA_ERRORS),
-                 (unsigned long long)ga_pcs_stat(GA_SC_CUBINS), (unsigned long long)ga_pcs_stat(GA_SC_CUBINS_DROPPED),
-                 (unsigned long long)ga_activity_stat(GA_SC_OUTSIDE_WINDOWS));
-    if (ga_pcs_wanted()) ga_pcs_log_times();
+    if (ga_pcs_wanted()) ga_pcs_log_exit();
     if (ga_stat_unseen.load()) {
         char unseen[512];
         ga_unseen_kernels(unseen, sizeof(unseen));
