@@ -4,7 +4,7 @@
  * arguments from what the specs name, keep the launching thread's stack at
  * cuda_correlation, and add each kernel_executed record to the same maps as a
  * shim's records, under a kernel id of its name's address (pg_kernel_id) and with
- * GA_AGG_PARCAGPU in graph_flags. */
+ * GA_AGG_PARCAGPU in graph_flags. Its PC sampling probes: parcagpu_pc.h. */
 
 BPF_HASH(pg_sites, struct ga_pg_site_key, struct ga_pg_site, 256);
 /* Names already sent, per process: CUPTI keeps one name string per function. */
@@ -275,3 +275,5 @@ int ga_pg_kernel_executed(struct pt_regs *ctx)
     agg_add(bc.sampled, &k, ns, cv->weight);
     return 0;
 }
+
+#include "parcagpu_pc.h" /* its PC sampling probes */

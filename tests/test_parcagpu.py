@@ -29,14 +29,17 @@ HERE = Path(__file__).resolve().parent
 KERNEL = "k_pg"
 
 
+def cuda_include() -> str:
+    """The CUDA headers the shim builds with."""
+    cuda_inc = os.environ.get("CUDA_HOME", "/usr/local/cuda") + "/include"
+    return cuda_inc if Path(cuda_inc, "cupti.h").exists() else "/opt/gpu-agent-cuda/include"
+
+
 def build_pglike(directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     lib = directory / "libcupti_client_test.so"  # nothing in the name says parcagpu
-    cuda_inc = os.environ.get("CUDA_HOME", "/usr/local/cuda") + "/include"
-    if not Path(cuda_inc, "cupti.h").exists():
-        cuda_inc = "/opt/gpu-agent-cuda/include"
     subprocess.run(["gcc", "-O2", "-g", "-Wall", "-fPIC", "-shared", "-I", str(REPO / "shim" / "third_party"),
-                    "-I", cuda_inc, "-o", str(lib), str(HERE / "parcagpu_like" / "pglike.c"),
+                    "-I", cuda_include(), "-o", str(lib), str(HERE / "parcagpu_like" / "pglike.c"),
                     "-L", str(MOCK_DIR), "-l:libcupti.so.13", "-lpthread"], check=True)
     return lib
 
@@ -140,6 +143,70 @@ def test_impossible_parcagpu_records_are_counted_not_profiled(agent, tmp_path):
     # The status line shows the running totals: the last one is the count.
     assert re.findall(r"drop_impossible=(\d+)", out)[-1] == str(launches), out[-600:]
     assert re.findall(r"drop_bad_record=(\d+)", out)[-1] == str(launches), out[-600:]
+
+
+def test_parcagpu_pc_samples_under_their_kernels_stacks_with_lines(agent, tmp_path):
+    """parcagpu's PC sampling probes, as pglike fires them through the mock's PC
+    Sampling API (pointers to CUPTI's CUpti_PCSamplingPCData, 64-byte stall-reason
+    slots, cubin copies; the last two gated by their semaphores): every sample
+    under its kernel's launch stacks (found by the function's name, as parcagpu's
+    kernel ids are its name strings' addresses), with the real cubin's source line
+    and its stall reason, in exact numbers; bad batches are counted, not read."""
+    from test_pcsampling import DATA, HOT, KERNEL_NS, PCS, PERIOD, nvdisasm_lines, per_launch
+    lib = build_pglike(tmp_path / "pg")
+    iters = 100
+    pcs = ",".join(f"{pc:#x}:{w}" for pc, w in PCS.items())
+    run_workload(agent, lib, tmp_path / "truth.tsv", iters, PGLIKE_RATE="0", PGLIKE_PC="1", PGLIKE_BAD="1",
+                 PGLIKE_PC_PERIOD=str(PERIOD), PG_SITES_CUBIN=str(DATA / "hot_loop_sm90.cubin"),
+                 PG_SITES_KERNEL=f"{HOT}={KERNEL_NS}@{pcs}")
+    out = agent.stop()
+    # PGLIKE_BAD's batch of 129 records and its NULL record: dropped, counted, nothing else lost
+    assert re.findall(r"drop_pc_read=(\d+)", out)[-1] == "2", out[-600:]
+    lines = nvdisasm_lines()
+    got: Counter = Counter()
+    for s in agent.samples():
+        if len(s.values) < 3 or not s.values[2] or "k_warm" in s.frames:
+            continue
+        stall = re.fullmatch(r"\[stall: (\w+)\]", s.frames[0])
+        sass = re.fullmatch(r"hot_loop\(float\*, int, int\)\+(0x[0-9a-f]+)", s.frames[1])
+        assert stall and sass and s.labels["stall_reason"] == stall.group(1), (s.frames[:3], s.labels)
+        pc = int(sass.group(1), 16)
+        assert s.files[1].endswith("bench/gpu/pc_sampling.cu") and s.lines[1] == lines[pc]
+        assert s.frames[2] == "hot_loop(float*, int, int)" and s.files[2] == "CUDA_KERNEL"
+        site = next((f for f in s.frames if f in ("site_a", "site_b", "[unsampled]")), "none")
+        assert site == "[unsampled]" or s.labels.get("source") == "parcagpu", s.labels
+        got[(pc, stall.group(1), site)] += s.values[2]
+    totals: Counter = Counter()
+    for (pc, reason, _), n in got.items():
+        totals[(pc, reason)] += n
+    assert totals == {k: n * 4 * iters for k, n in per_launch().items()}
+    by = Counter()
+    for (_, _, site), n in got.items():
+        by[site] += n
+    # split by GPU time within each profile (3:1), whole samples: off by a few at most
+    assert by["none"] == 0 and by["[unsampled]"] < 0.05 * sum(by.values()), by
+    assert abs(by["site_a"] - 3 * by["site_b"]) <= 0.02 * by["site_a"] + 8, by
+
+
+def test_bpf_reads_cuptis_pc_record_layout(tmp_path):
+    """BPF reads parcagpu's CUpti_PCSamplingPCData and CUpti_PCSamplingStallReason
+    through ga_pg_cupti_pc and ga_pg_stall: the real cupti_pcsampling.h must agree."""
+    pairs = {"size": "size", "cubinCrc": "cubin_crc", "pcOffset": "pc_offset",
+             "functionIndex": "function_index", "functionName": "function_name",
+             "stallReasonCount": "stall_reason_count", "stallReason": "stall_reason"}
+    src = ["#include <stddef.h>", "#include <cupti_pcsampling.h>", '#include "gpu_agent_probes.h"']
+    src += [f"_Static_assert(offsetof(CUpti_PCSamplingPCData, {c}) == offsetof(struct ga_pg_cupti_pc, {g}), "
+            f'"{c}");' for c, g in pairs.items()]
+    src += ['_Static_assert(offsetof(CUpti_PCSamplingPCData, correlationId) == GA_PG_CUPTI_PC_BASE, "base");',
+            '_Static_assert(sizeof(struct ga_pg_cupti_pc) == GA_PG_CUPTI_PC_BASE, "ours");',
+            '_Static_assert(sizeof(CUpti_PCSamplingStallReason) == sizeof(struct ga_pg_stall), "stall");',
+            "_Static_assert(offsetof(CUpti_PCSamplingStallReason, samples) == "
+            'offsetof(struct ga_pg_stall, samples), "samples");']
+    c = tmp_path / "layout.c"
+    c.write_text("\n".join(src) + "\n")
+    p = subprocess.run(["gcc", "-fsyntax-only", "-I", cuda_include(), "-I", str(REPO / "shim" / "include"), str(c)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
 
 
 @pytest.mark.parametrize("spec,kind,reg,disp,size,signed", [

@@ -52,7 +52,7 @@ _FIXED_EVENTS = {C.EventType.GA_EV_KERNEL: (C.EvKernel, "on_kernel"),
                  C.EventType.GA_EV_DEVICE: (C.EvDevice, "on_device"),
                  C.EventType.GA_EV_PC_BATCH: (C.EvPcBatch, "on_pc_batch"),
                  C.EventType.GA_EV_STALL_REASON: (C.EvStallReason, "on_stall_reason"),
-                 C.EventType.GA_EV_CUBIN: (C.EvCubin, "on_cubin")}
+                 C.EventType.GA_EV_CUBIN: (C.EvCubin, "on_cubin"), C.EventType.GA_EV_PG_PC: (C.EvPgPc, "on_pg_pc")}
 
 
 class BpfSession:
@@ -63,8 +63,7 @@ class BpfSession:
     Callbacks run inside poll(): on_new_stack(tgid, stack_id, start), on_proc_exit(tgid),
     on_proc_attach(tgid) (the shim in tgid attached: set up its Python stacks now).
     Python stacks: set_py_config(tgid, C.PyConfig), del_py_config(tgid),
-    get_py_stack(tgid, stack_id, start) -> C.PyStack | None.
-    """
+    get_py_stack(tgid, stack_id, start) -> C.PyStack | None."""
 
     def __init__(self, shim_path: str, *,
                  on_new_stack: Optional[Callable[[int, int, int], None]] = None,
@@ -75,8 +74,9 @@ class BpfSession:
         self.on_proc_exit = on_proc_exit
         self.on_proc_attach: Optional[Callable[[int], None]] = None
         # Fixed-size events (_FIXED_EVENTS): on_kernel(C.EvKernel) while tracing
-        # (set_trace), on_device(C.EvDevice); PC sampling's (pc_samples.py)
+        # (set_trace), on_device(C.EvDevice); PC sampling's (pc_samples.py), parcagpu's too
         self.on_kernel = self.on_device = self.on_pc_batch = self.on_stall_reason = self.on_cubin = None
+        self.on_pg_pc = None
         self.extra_cflags = list(cflags or [])
         self._agent_counts = {"ev_corrupt": 0, "ev_unknown": 0, "callback_errors": 0,
                               "barrier_fallbacks": 0}

@@ -145,6 +145,7 @@ class Collector:
         self.pcs = pc_samples.PcSamples()  # opt-in PC sampling's samples, names and cubins
         s = self.session
         s.on_pc_batch, s.on_stall_reason, s.on_cubin = self.pcs.on_batch, self.pcs.on_stall_reason, self.pcs.on_cubin
+        s.on_pg_pc = self.pcs.on_pg_pc
         # (pid, CUDA ordinal) -> timeline.GpuDevice, and pid -> CLOCK_REALTIME - CUPTI clock,
         # from the shim's gpu_device probes
         self.devices: dict = {}

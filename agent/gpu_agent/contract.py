@@ -207,6 +207,7 @@ class EventType(IntEnum):
     GA_EV_PC_BATCH = 7
     GA_EV_STALL_REASON = 8
     GA_EV_CUBIN = 9
+    GA_EV_PG_PC = 10
 
 
 class EventHdr(ct.Structure):
@@ -338,6 +339,15 @@ class PyStack(ct.Structure):
 # ---- parcagpu's probes as a second source (gpu_agent_parcagpu.h) ----
 PG_PROBE_CORRELATION = 0
 PG_PROBE_KERNEL = 1
+PG_PROBE_PC_BATCH = 2
+PG_PROBE_STALL_MAP = 3
+PG_PROBE_CUBIN = 4
+PG_PC_BATCH_MAX = 128
+PG_PC_REASONS = 64
+PG_PC_NAME = 512
+PG_CUPTI_PC_BASE = 56
+PG_STALL_SLOT = 64
+PG_STALL_MAX = 64
 PG_MAX_ARGS = 8
 AGG_PARCAGPU = 0x4
 NAME_UNVERIFIED = 0x1
@@ -361,6 +371,21 @@ class PgSite(ct.Structure):
 
 class PgNameKey(ct.Structure):
     _fields_ = [("tgid", u32), ("start", u32), ("name", u64)]
+
+
+class PgCuptiPc(ct.Structure):
+    _fields_ = [("size", u64), ("cubin_crc", u64), ("pc_offset", u64), ("function_index", u32),
+                ("pad", u32), ("function_name", u64), ("stall_reason_count", u64), ("stall_reason", u64)]
+
+
+class PgStall(ct.Structure):
+    _fields_ = [("index", u32), ("samples", u32)]
+
+
+class EvPgPc(ct.Structure):
+    _fields_ = [("hdr", EventHdr), ("start", u32), ("nreasons", u32), ("cubin_crc", u64),
+                ("pc_offset", u64), ("name_len", u32), ("reasons_cut", u32),
+                ("reasons", PgStall * PG_PC_REASONS), ("name", ct.c_char * PG_PC_NAME)]
 
 
 # C struct name -> ctypes mirror; the contract test walks this.
@@ -394,6 +419,9 @@ STRUCTS: dict[str, type[ct.Structure]] = {
     "ga_pg_site_key": PgSiteKey,
     "ga_pg_site": PgSite,
     "ga_pg_name_key": PgNameKey,
+    "ga_pg_cupti_pc": PgCuptiPc,
+    "ga_pg_stall": PgStall,
+    "ga_ev_pg_pc": EvPgPc,
 }
 ENUMS: dict[str, type[IntEnum]] = {"ga_counter": Counter, "ga_event_type": EventType}
 CONSTANTS: dict[str, int] = {
@@ -428,6 +456,15 @@ CONSTANTS: dict[str, int] = {
     "GA_PYS_TRUNCATED": PYS_TRUNCATED,
     "GA_PG_PROBE_CORRELATION": PG_PROBE_CORRELATION,
     "GA_PG_PROBE_KERNEL": PG_PROBE_KERNEL,
+    "GA_PG_PROBE_PC_BATCH": PG_PROBE_PC_BATCH,
+    "GA_PG_PROBE_STALL_MAP": PG_PROBE_STALL_MAP,
+    "GA_PG_PROBE_CUBIN": PG_PROBE_CUBIN,
+    "GA_PG_PC_BATCH_MAX": PG_PC_BATCH_MAX,
+    "GA_PG_PC_REASONS": PG_PC_REASONS,
+    "GA_PG_PC_NAME": PG_PC_NAME,
+    "GA_PG_CUPTI_PC_BASE": PG_CUPTI_PC_BASE,
+    "GA_PG_STALL_SLOT": PG_STALL_SLOT,
+    "GA_PG_STALL_MAX": PG_STALL_MAX,
     "GA_PG_MAX_ARGS": PG_MAX_ARGS,
     "GA_AGG_PARCAGPU": AGG_PARCAGPU,
     "GA_NAME_UNVERIFIED": NAME_UNVERIFIED,

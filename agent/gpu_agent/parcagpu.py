@@ -2,9 +2,10 @@
 
 Parca users inject parcagpu's libparcagpucupti.so into their workloads. The agent
 finds the processes that map a library with `parcagpu` provider probes, whatever
-the file is called (its USDT notes say so, not its name), and reads two of them:
-cuda_correlation (the launching thread's stack, in BPF) and kernel_executed (each
-kernel's exact time). Their argument locations are the compiler's choice in that
+the file is called (its USDT notes say so, not its name), and reads
+cuda_correlation (the launching thread's stack, in BPF), kernel_executed (each
+kernel's exact time) and, with parcagpu's PC sampling on, pc_sample_batch,
+stall_reason_map and cubin_loaded (bpf/parcagpu_pc.h; pc_samples.py). Their argument locations are the compiler's choice in that
 build, so the agent parses each site's specs ("8@%rax", "-4@-20(%rbp)") into the BPF
 hash pg_sites and the programs read what they name (bpf/parcagpu.h).
 
@@ -12,8 +13,7 @@ A file is attached as the shim is (uprobes on the inode, through /proc/PID/root 
 map_files, shim_attach.open_mapped_file): every process mapping it, running or
 started later, is covered, and the uprobe on cuda_correlation raises its semaphore,
 which turns parcagpu's callback work on. The other probes (activity_batch,
-pc_sample_batch, stall_reason_map, cubin_loaded, cubin_unloaded, gpu_config, error)
-are not read.
+cubin_unloaded, gpu_config, error) are not read.
 """
 
 from __future__ import annotations
@@ -29,9 +29,16 @@ from .shim_attach import BpfError, ShimAttachments, ShimFile, file_mappings, map
 PROVIDER = "parcagpu"
 # probe -> (its index in pg_sites keys, its argument count, the BPF program)
 PROBES = {
+    "pc_sample_batch": (C.PG_PROBE_PC_BATCH, 2, "ga_pg_pc_sample_batch"),
+    "stall_reason_map": (C.PG_PROBE_STALL_MAP, 2, "ga_pg_stall_reason_map"),
+    "cubin_loaded": (C.PG_PROBE_CUBIN, 3, "ga_pg_cubin_loaded"),
     "kernel_executed": (C.PG_PROBE_KERNEL, 8, "ga_pg_kernel_executed"),
     "cuda_correlation": (C.PG_PROBE_CORRELATION, 3, "ga_pg_cuda_correlation"),  # last: its semaphore
 }
+# Its PC sampling probes: read where a build has them (not every one does); their
+# semaphores gate the names' and cubins' announcements, as cuda_correlation's does
+# the callback work.
+OPTIONAL = {"pc_sample_batch", "stall_reason_map", "cubin_loaded"}
 SOURCE_LABEL = "parcagpu"  # the samples' `source` label
 
 _REG_INDEX = {name: i for i, name in enumerate(C.PG_REG_NAMES.split(","))}
@@ -144,6 +151,8 @@ class ParcagpuFiles:
         sites: list[tuple[str, stapsdt.SdtProbe, C.PgSite]] = []
         for name, (index, nargs, _fn) in PROBES.items():
             found = [p for p in probes if p.name == name]
+            if not found and name in OPTIONAL:
+                continue
             if not found:
                 raise BpfError(f"{path} has no USDT probe {PROVIDER}:{name}")
             for p in found:

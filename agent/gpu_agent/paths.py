@@ -99,9 +99,11 @@ def bpf_source(bpf_dir: Path) -> str:
     """
     import re
 
+    def pasted(text: str) -> str:  # and the headers they include, in turn
+        return re.sub(r'^#include "([\w.]+\.h)"[^\n]*$', paste, text, flags=re.M)
+
     def paste(m):
         path = bpf_dir / m.group(1)
-        return path.read_text() if path.is_file() else m.group(0)
+        return pasted(path.read_text()) if path.is_file() else m.group(0)
 
-    return re.sub(r'^#include "([\w.]+\.h)"[^\n]*$', paste,
-                  (bpf_dir / "gpu_agent.bpf.c").read_text(), flags=re.M)
+    return pasted((bpf_dir / "gpu_agent.bpf.c").read_text())

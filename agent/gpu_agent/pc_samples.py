@@ -20,6 +20,7 @@ from typing import Optional
 
 from . import contract as C
 from .cubin import LineTable, read_line_table
+from .demangle import demangle_kernel
 from .pprof import FrameSpec, MappingSpec
 from .python.procmem import ProcMem, ProcMemError
 
@@ -33,9 +34,9 @@ STALL_LABEL = "stall_reason"
 MAX_CUBIN_BYTES = 512 << 20   # one cubin larger than this is not read
 PENDING_BYTES = 256 << 20     # cubins read, not parsed yet (only sampled ones are)
 MAX_TABLES = 4096
-COMMENT = ("pc_samples: the GPU's program-counter samples (CUPTI PC sampling, "
-           "GPU_AGENT_PC_SAMPLING=1), as taken in the shim's collection windows (not scaled "
-           "to the whole run). CUPTI's continuous mode does not say which launch a sample "
+COMMENT = ("pc_samples: the GPU's program-counter samples (CUPTI PC sampling: the shim's "
+           "GPU_AGENT_PC_SAMPLING=1, in its collection windows, not scaled to the whole run; "
+           "or parcagpu's, as it passes them on). CUPTI's continuous mode does not say which launch a sample "
            "came from, so each kernel's samples are split over its launch stacks in "
            "proportion to their GPU time in the same profile. Stall reasons ending in "
            "_not_issued are subsets of their reason and are left out")
@@ -51,6 +52,7 @@ class PcSamples:
         self.reasons: dict[tuple[int, int], str] = {}   # (tgid, index) -> CUPTI's name
         self._pending: "OrderedDict[int, bytes]" = OrderedDict()  # crc -> cubin bytes
         self._tables: "OrderedDict[int, LineTable]" = OrderedDict()
+        self.pg_names: "OrderedDict[int, str]" = OrderedDict()  # parcagpu PCs' kernels: id -> name
         # cubins read, unreadable (their samples keep offsets only), evicted unparsed
         self.counts = Counter()
 
@@ -60,6 +62,24 @@ class PcSamples:
             r = ev.records[i]
             self.window[(ev.hdr.tgid, ev.start, r.kernel_id, r.cubin_crc, r.pc_offset,
                          r.stall_reason)] += r.samples
+
+    def on_pg_pc(self, ev: C.EvPgPc) -> None:
+        """One PC of a parcagpu pc_sample_batch. Its kernel is named, not numbered:
+        it goes in the window under the id a shim gives that name, and
+        add_to_profile finds the process's kernel of that name (parcagpu's kernel
+        ids are its name strings' addresses)."""
+        name = bytes(ev.name[:min(ev.name_len, C.PG_PC_NAME - 1)])
+        kernel_id = C.kernel_id(name) if name else 0
+        if kernel_id:
+            self.pg_names[kernel_id] = name.decode("utf-8", "replace")
+            self.pg_names.move_to_end(kernel_id)
+            if len(self.pg_names) > MAX_TABLES * 16:
+                self.pg_names.popitem(last=False)
+        self.counts["agent_pc_reasons_cut"] += ev.reasons_cut
+        for i in range(min(ev.nreasons, C.PG_PC_REASONS)):
+            r = ev.reasons[i]
+            if r.samples:
+                self.window[(ev.hdr.tgid, ev.start, kernel_id, ev.cubin_crc, ev.pc_offset, r.index)] += r.samples
 
     def on_stall_reason(self, ev: C.EvStallReason) -> None:
         name = ev.name.split(b"\0", 1)[0].decode("utf-8", "replace")
@@ -163,11 +183,23 @@ def add_to_profile(pcs: PcSamples, kernel_stacks: dict, kernel_name, base_labels
     whether the profile covers that process (`record` keeps its command's)."""
     from .pprof import UNSAMPLED
     added = 0
+    by_name: dict = {}  # (tgid, start, mangled name) -> kernel id, built when needed
     for (tgid, start, kernel_id, crc, pc, index), n in sorted(pcs.take().items()):
         reason = pcs.reason(tgid, index)
         if reason is None or n <= 0 or not included(tgid):
             continue
+        named = pcs.pg_names.get(kernel_id)
+        if named is not None and (tgid, start, kernel_id) not in kernel_stacks:
+            if not by_name:
+                by_name = {(t, s, kernel_name(k)[1]): k for t, s, k in kernel_stacks}
+            found = by_name.get((tgid, start, named))
+            if found is None and len(named) >= C.PG_PC_NAME - 1:  # cut: the name it begins
+                found = next((k for (t, s, m), k in by_name.items()
+                              if (t, s) == (tgid, start) and m.startswith(named)), None)
+            kernel_id = kernel_id if found is None else found
         name, mangled = kernel_name(kernel_id)
+        if named is not None and not mangled:  # no kernel of that name in the profile
+            name, mangled = demangle_kernel(named), named
         top = [stall_frame(reason), pcs.sass_frame(mangled, name, crc, pc)]
         stacks = kernel_stacks.get((tgid, start, kernel_id))
         if not stacks:

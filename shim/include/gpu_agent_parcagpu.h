@@ -9,7 +9,19 @@
  *       parcagpu's callback work, and parcagpu rate-limits it (100/s a thread);
  *   kernel_executed(u64 start, u64 end, u32 correlationId, u32 deviceId,
  *                   u32 streamId, u32 graphId, u64 graphNodeId, const char *name)
- *       once per kernel record it passes on.
+ *       once per kernel record it passes on;
+ * and with its PC sampling on (PARCAGPU_PC_SAMPLING_RATE), read when present:
+ *   pc_sample_batch(const void **records, u32 count)
+ *       pointers to CUPTI's CUpti_PCSamplingPCData records (at most 128), each
+ *       one PC's samples per stall reason; its functionName is CUPTI's allocation,
+ *       valid only during the probe, so BPF copies it into the event;
+ *   stall_reason_map(const char *names, u32 count)
+ *       count 64-byte slots, slot i the name of stall reason index i (empty:
+ *       none); fired while its semaphore is up, again when it rises;
+ *   cubin_loaded(u64 cubinCrc, const char *cubin, u64 cubinSize)
+ *       a module's cubin, kept by parcagpu; gated and re-fired like the map.
+ * The last two become the shim's GA_EV_STALL_REASON and GA_EV_CUBIN events; a PC
+ * record becomes one GA_EV_PG_PC event (its function's kernel is found by name).
  * Their argument locations are whatever parcagpu's compiler chose, so BPF cannot
  * use bcc's generated readers (compiled for one file): the agent parses each
  * site's argument specs from the file's .note.stapsdt ("8@%rax", "-4@-20(%rbp)")
@@ -30,6 +42,15 @@
 
 #define GA_PG_PROBE_CORRELATION 0
 #define GA_PG_PROBE_KERNEL 1
+#define GA_PG_PROBE_PC_BATCH 2
+#define GA_PG_PROBE_STALL_MAP 3
+#define GA_PG_PROBE_CUBIN 4
+#define GA_PG_PC_BATCH_MAX 128      /* records per pc_sample_batch (parcagpu fires <= 128) */
+#define GA_PG_PC_REASONS 64         /* stall reasons kept per PC (CUPTI has about 30) */
+#define GA_PG_PC_NAME 512           /* function-name bytes kept, NUL included */
+#define GA_PG_CUPTI_PC_BASE 56      /* bytes of CUpti_PCSamplingPCData in every CUPTI */
+#define GA_PG_STALL_SLOT 64         /* stall_reason_map's slot size */
+#define GA_PG_STALL_MAX 64          /* slots read */
 #define GA_PG_MAX_ARGS 8
 #define GA_AGG_PARCAGPU 0x4u        /* ga_agg_key.graph_flags: a parcagpu record */
 #define GA_NAME_UNVERIFIED 0x1u     /* ga_ev_name_chunk.flags */
@@ -66,6 +87,36 @@ struct ga_pg_name_key {
     ga_u32 tgid;
     ga_u32 start;
     ga_u64 name;
+};
+
+/* CUpti_PCSamplingPCData (cupti_pcsampling.h), the part every CUPTI version has;
+ * tests/test_contract.py checks it against the real header. */
+struct ga_pg_cupti_pc {
+    ga_u64 size;             /* the record's size, as CUPTI sets it */
+    ga_u64 cubin_crc;
+    ga_u64 pc_offset;
+    ga_u32 function_index;
+    ga_u32 pad;
+    ga_u64 function_name;    /* char *, CUPTI's */
+    ga_u64 stall_reason_count;
+    ga_u64 stall_reason;     /* CUpti_PCSamplingStallReason * */
+};
+/* CUpti_PCSamplingStallReason */
+struct ga_pg_stall {
+    ga_u32 index;
+    ga_u32 samples;
+};
+/* GA_EV_PG_PC: one PC record of a parcagpu pc_sample_batch */
+struct ga_ev_pg_pc {
+    struct ga_event_hdr hdr;
+    ga_u32 start;            /* the process's start tag */
+    ga_u32 nreasons;         /* reasons[] read */
+    ga_u64 cubin_crc;
+    ga_u64 pc_offset;
+    ga_u32 name_len;         /* name's bytes, NUL excluded */
+    ga_u32 reasons_cut;      /* the record had more than GA_PG_PC_REASONS */
+    struct ga_pg_stall reasons[GA_PG_PC_REASONS];
+    char name[GA_PG_PC_NAME];
 };
 
 #endif

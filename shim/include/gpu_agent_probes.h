@@ -387,6 +387,7 @@ enum ga_event_type {
     GA_EV_PC_BATCH = 7,        /* gpu_agent_pcsampling.h */
     GA_EV_STALL_REASON = 8,
     GA_EV_CUBIN = 9,
+    GA_EV_PG_PC = 10,          /* one PC of a parcagpu pc_sample_batch (gpu_agent_parcagpu.h) */
 };
 struct ga_event_hdr {
     ga_u32 type;

@@ -4,6 +4,9 @@ parcagpu-shaped library's cuda_correlation semaphore is up (an agent attached).
   python pg_sites.py LIB ITERS TESTS_DIR [PAUSE_S] [GO_FILE]
   (LIB: pglike's path; prints what it launched as JSON. With GO_FILE, it also waits
   for that file: another agent on the host may have raised the semaphore first.)
+With PG_SITES_CUBIN=PATH and PG_SITES_KERNEL=NAME=NS@PCS the module is that real
+cubin, its kernel NAME the one launched (sampled on PCS by the mock's PC sampling),
+after one launch of k_warm.
 """
 
 import ctypes
@@ -35,9 +38,16 @@ def main():
     dev, ctx, mod, f = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
     check(lib.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
     check(lib.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev), "cuCtxCreate")
-    check(lib.cuModuleLoadData(ctypes.byref(mod), b"k_pg=2500\n\0"), "cuModuleLoadData")
-    check(lib.cuModuleGetFunction(ctypes.byref(f), mod, b"k_pg"), "cuModuleGetFunction")
-    lib.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, None, None, None)  # the agent hears of us
+    image, name, first = "k_pg=2500\n", "k_pg", f
+    if os.environ.get("PG_SITES_CUBIN"):
+        kernel = os.environ["PG_SITES_KERNEL"]
+        image = f"cubin={os.environ['PG_SITES_CUBIN']}\n{kernel}\nk_warm=1000\n"
+        name, first = kernel.split("=", 1)[0], ctypes.c_void_p()
+    check(lib.cuModuleLoadData(ctypes.byref(mod), image.encode() + b"\0"), "cuModuleLoadData")
+    check(lib.cuModuleGetFunction(ctypes.byref(f), mod, name.encode()), "cuModuleGetFunction")
+    if first is not f:
+        check(lib.cuModuleGetFunction(ctypes.byref(first), mod, b"k_warm"), "cuModuleGetFunction")
+    lib.cuLaunchKernel(first, 1, 1, 1, 1, 1, 1, 0, None, None, None)  # the agent hears of us
     lib.cuCtxSynchronize()
     time.sleep(float(sys.argv[4]) if len(sys.argv) > 4 else 1.0)
     for _ in range(iters):

@@ -1,0 +1,134 @@
+/* parcagpu_pc.h: parcagpu's PC sampling probes (included by parcagpu.h; contract in
+ * gpu_agent_parcagpu.h). They become the events the shim's PC sampling gives
+ * (pcsampling.h): stall-reason names and cubins as they are, and each PC record as
+ * one GA_EV_PG_PC event, with the function's name copied now (CUPTI's string lives
+ * only until parcagpu handles the batch), so pc_samples.py keeps one kind of
+ * window whichever library sampled. */
+
+/* One CUpti_PCSamplingPCData of a batch: *slot points to it. */
+static __always_inline void pg_pc_record(u32 tgid, u32 start, u64 slot)
+{
+    u64 rec = 0;
+    struct ga_pg_cupti_pc pc = {};
+    if (bpf_probe_read_user(&rec, sizeof(rec), (const void *)slot) != 0 || !rec ||
+        bpf_probe_read_user(&pc, sizeof(pc), (const void *)rec) != 0 || pc.size < GA_PG_CUPTI_PC_BASE) {
+        count(GA_DROP_PC_READ, 1);
+        return;
+    }
+    struct ga_ev_pg_pc *ev = events.ringbuf_reserve(sizeof(*ev));
+    if (!ev) {
+        count(GA_DROP_RINGBUF_FULL, 1);
+        return;
+    }
+    ev->hdr.type = GA_EV_PG_PC;
+    ev->hdr.tgid = tgid;
+    ev->start = start;
+    ev->cubin_crc = pc.cubin_crc;
+    ev->pc_offset = pc.pc_offset;
+    u64 n = pc.stall_reason_count;
+    ev->reasons_cut = n > GA_PG_PC_REASONS;
+    ev->nreasons = n > GA_PG_PC_REASONS ? GA_PG_PC_REASONS : (u32)n;
+    /* 1..GA_PG_PC_REASONS entries, in a form the verifier bounds */
+    u32 bytes = (((ev->nreasons - 1) & (GA_PG_PC_REASONS - 1)) + 1) * sizeof(struct ga_pg_stall);
+    if (ev->nreasons && bpf_probe_read_user(ev->reasons, bytes, (const void *)pc.stall_reason) != 0) {
+        count(GA_DROP_PC_READ, 1);
+        events.ringbuf_discard(ev, 0);
+        return;
+    }
+    long len = pc.function_name
+        ? bpf_probe_read_user_str(ev->name, sizeof(ev->name), (const void *)pc.function_name) : 0;
+    ev->name_len = len > 0 ? (u32)len - 1 : 0;
+    events.ringbuf_submit(ev, 0);
+}
+
+/* ---- pc_sample_batch(const void **records, u32 count) ---- */
+int ga_pg_pc_sample_batch(struct pt_regs *ctx)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    struct ga_pg_site *site = pg_site(ctx, GA_PG_PROBE_PC_BATCH);
+    struct pg_regs g;
+    pg_regs(ctx, &g);
+    u64 records = 0, n = 0;
+    if (!site || pg_arg(&g, site, 0, &records) || pg_arg(&g, site, 1, &n)) {
+        count(GA_DROP_PG_ARGS, 1);
+        return 0;
+    }
+    if (n > GA_PG_PC_BATCH_MAX) {
+        count(GA_DROP_PC_READ, 1);
+        return 0;
+    }
+    u32 start = pg_see_proc(tgid);
+    count(GA_CNT_PC_BATCHES, 1);
+    for (u32 i = 0; i < GA_PG_PC_BATCH_MAX; i++) {
+        if (i >= n)
+            break;
+        pg_pc_record(tgid, start, records + (u64)i * sizeof(u64));
+    }
+    return 0;
+}
+
+/* ---- stall_reason_map(const char *names, u32 count): slot i names reason i ---- */
+int ga_pg_stall_reason_map(struct pt_regs *ctx)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    struct ga_pg_site *site = pg_site(ctx, GA_PG_PROBE_STALL_MAP);
+    struct pg_regs g;
+    pg_regs(ctx, &g);
+    u64 names = 0, n = 0;
+    if (!site || pg_arg(&g, site, 0, &names) || pg_arg(&g, site, 1, &n)) {
+        count(GA_DROP_PG_ARGS, 1);
+        return 0;
+    }
+    pg_see_proc(tgid);
+    for (u32 i = 0; i < GA_PG_STALL_MAX; i++) {
+        if (i >= n)
+            break;
+        struct ga_ev_stall_reason *ev = events.ringbuf_reserve(sizeof(*ev));
+        if (!ev) {
+            count(GA_DROP_RINGBUF_FULL, 1);
+            return 0;
+        }
+        ev->hdr.type = GA_EV_STALL_REASON;
+        ev->hdr.tgid = tgid;
+        ev->index = i;
+        ev->pad = 0;
+        long len = bpf_probe_read_user_str(ev->name, GA_PG_STALL_SLOT,
+                                           (const void *)(names + (u64)i * GA_PG_STALL_SLOT));
+        if (len <= 1) { /* an empty slot: no reason has that index */
+            if (len < 0)
+                count(GA_DROP_PC_READ, 1);
+            events.ringbuf_discard(ev, 0);
+            continue;
+        }
+        events.ringbuf_submit(ev, 0);
+    }
+    return 0;
+}
+
+/* ---- cubin_loaded(u64 cubinCrc, const char *cubin, u64 cubinSize): parcagpu's
+ * copy, read by the agent from /proc/PID/mem as the shim's ---- */
+int ga_pg_cubin_loaded(struct pt_regs *ctx)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    struct ga_pg_site *site = pg_site(ctx, GA_PG_PROBE_CUBIN);
+    struct pg_regs g;
+    pg_regs(ctx, &g);
+    u64 crc = 0, cubin = 0, size = 0;
+    if (!site || pg_arg(&g, site, 0, &crc) || pg_arg(&g, site, 1, &cubin) || pg_arg(&g, site, 2, &size)) {
+        count(GA_DROP_PG_ARGS, 1);
+        return 0;
+    }
+    pg_see_proc(tgid);
+    struct ga_ev_cubin *ev = events.ringbuf_reserve(sizeof(*ev));
+    if (!ev) {
+        count(GA_DROP_RINGBUF_FULL, 1);
+        return 0;
+    }
+    ev->hdr.type = GA_EV_CUBIN;
+    ev->hdr.tgid = tgid;
+    ev->cubin_crc = crc;
+    ev->address = cubin;
+    ev->size = size;
+    events.ringbuf_submit(ev, 0);
+    return 0;
+}
