@@ -178,11 +178,13 @@ class Api:
             bar = slots.get(slot)
             if bar is None:
                 start = max(ends[i - 1] if i else from_ms, end_ms - window_ms)
-                bar = slots[slot] = {"start_ms": start, "end_ms": end_ms, "gpu_ns": 0, "launches": 0, "files": 0}
+                bar = slots[slot] = {"start_ms": start, "end_ms": end_ms, "gpu_ns": 0, "launches": 0,
+                                     "pc_samples": 0, "files": 0}
                 bars.append(bar)
             bar["end_ms"] = end_ms
             bar["gpu_ns"] += totals[0]
             bar["launches"] += totals[1]
+            bar["pc_samples"] += totals[2]
             bar["files"] += 1
         return {"from": from_ms, "to": to_ms, "files": len(files), "window_ms": window_ms, "intervals": bars}
 

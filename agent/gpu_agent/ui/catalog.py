@@ -145,24 +145,30 @@ class DecodedProfile:
     gpu_ns: array = field(default_factory=lambda: array("q"))
     launches: array = field(default_factory=lambda: array("q"))
     # Unfiltered totals per label set, for the filter menus of a range.
-    by_labelset: dict = field(default_factory=dict)   # id -> [gpu_ns, launches]
+    by_labelset: dict = field(default_factory=dict)   # id -> [gpu_ns, launches, pc_samples]
     gpu_total: int = 0
     launch_total: int = 0
+    pc_samples: array = field(default_factory=lambda: array("q"))  # empty: none in the file
+    pc_total: int = 0
 
     def __len__(self) -> int:
         return len(self.stacks)
 
     def finish(self) -> "DecodedProfile":
         """Its totals and per-label-set sums, from its rows."""
+        if len(self.pc_samples) != len(self.stacks):  # a file without PC samples: zeros
+            self.pc_samples = array("q", bytes(8 * len(self.stacks)))
         by = self.by_labelset
-        for lid, g, n in zip(self.labelsets, self.gpu_ns, self.launches):
+        for lid, g, n, p in zip(self.labelsets, self.gpu_ns, self.launches, self.pc_samples):
             acc = by.get(lid)
             if acc is None:
-                by[lid] = [g, n]
+                by[lid] = [g, n, p]
             else:
                 acc[0] += g
                 acc[1] += n
+                acc[2] += p
         self.gpu_total, self.launch_total = sum(self.gpu_ns), sum(self.launches)
+        self.pc_total = sum(self.pc_samples)
         return self
 
 

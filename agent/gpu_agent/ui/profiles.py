@@ -54,6 +54,7 @@ def decode(data: bytes, catalog: Catalog) -> DecodedProfile:
     types = [s(t.type) for t in p.sample_type]
     gpu_i = types.index("gpu_time") if "gpu_time" in types else (0 if types else -1)
     launch_i = types.index("kernel_launches") if "kernel_launches" in types else -1
+    pc_i = types.index("pc_samples") if "pc_samples" in types else -1
     out = DecodedProfile(p.time_nanos, p.duration_nanos, tuple(s(c) for c in p.comment))
     with catalog.lock:
         mappings = {m.id: catalog.mapping(mapping_spec(m, s)) for m in p.mapping}
@@ -85,7 +86,7 @@ def decode(data: bytes, catalog: Catalog) -> DecodedProfile:
             to_location = location_of.__getitem__
         stack_ids = catalog._stack_ids
         label_ids: dict[tuple[bytes, ...], int] = {}
-        stacks, labelsets, gpu, launches = out.stacks, out.labelsets, out.gpu_ns, out.launches
+        stacks, labelsets, gpu, launches, pcs = out.stacks, out.labelsets, out.gpu_ns, out.launches, out.pc_samples
         two_values = gpu_i == 0 and launch_i == 1
         for sample in p.sample:
             try:
@@ -111,6 +112,7 @@ def decode(data: bytes, catalog: Catalog) -> DecodedProfile:
             labelsets.append(lid)
             gpu.append(g)
             launches.append(n)
+            pcs.append(values[pc_i] if 0 <= pc_i < len(values) else 0)
     return out.finish()
 
 
@@ -131,7 +133,7 @@ class ProfileCache:
         self._rows = 0
         # (GPU ns, launches) of every file decoded so far, kept after its rows are
         # evicted: the interval chart of a long range needs only these.
-        self._totals: dict[tuple, tuple[int, int]] = {}
+        self._totals: dict[tuple, tuple[int, int, int]] = {}
         self.unreadable: dict[str, str] = {}   # name -> why, for the status page
 
     def get(self, f: StoreFile) -> Optional[DecodedProfile]:
@@ -180,7 +182,7 @@ class ProfileCache:
 
     def _insert(self, key, decoded: DecodedProfile) -> None:
         with self._lock:
-            self._totals[key] = (decoded.gpu_total, decoded.launch_total)
+            self._totals[key] = (decoded.gpu_total, decoded.launch_total, decoded.pc_total)
             if key not in self._entries:
                 self._entries[key] = decoded
                 self._rows += len(decoded)
@@ -248,11 +250,11 @@ class ProfileCache:
         with self._lock:
             return self._rows
 
-    def totals(self, f: StoreFile) -> Optional[tuple[int, int]]:
-        """(GPU ns, launches) of one file, decoding it only the first time."""
+    def totals(self, f: StoreFile) -> Optional[tuple[int, int, int]]:
+        """(GPU ns, launches, PC samples) of one file, decoding it only the first time."""
         with self._lock:
             known = self._totals.get((f.name, f.size, f.mtime_ns))
         if known is not None:
             return known
         d = self.get(f)
-        return None if d is None else (d.gpu_total, d.launch_total)
+        return None if d is None else (d.gpu_total, d.launch_total, d.pc_total)

@@ -20,7 +20,7 @@ from ..pprof import ProfileBuilder
 from .catalog import KERNEL, Catalog, DecodedProfile
 
 FILTER_LABELS = ("pid", "comm", "pod", "namespace", "container", "cuda_device")
-VALUE_INDEX = {"gpu_time": 0, "kernel_launches": 1}
+VALUE_INDEX = {"gpu_time": 0, "kernel_launches": 1, "pc_samples": 2}
 TOP_ROWS = 300
 CHANGE_ROWS = 100
 
@@ -63,7 +63,8 @@ def parse_filters(params: dict[str, list[str]], prefix: str = "") -> Filters:
 
 
 class Merged:
-    """The filtered sum of a range's rows: {(stack id, label-set id): [GPU ns, launches]}."""
+    """The filtered sum of a range's rows: {(stack id, label-set id): [GPU ns, launches,
+    PC samples]}."""
 
     def __init__(self, catalog: Catalog, files: list[DecodedProfile], filters: Filters):
         self.catalog = catalog
@@ -77,15 +78,16 @@ class Merged:
             for c in d.comments:
                 if c not in self.comments:
                     self.comments.append(c)
-            for lid, (g, n) in d.by_labelset.items():
-                acc = self.by_labelset.setdefault(lid, [0, 0])
+            for lid, (g, n, p) in d.by_labelset.items():
+                acc = self.by_labelset.setdefault(lid, [0, 0, 0])
                 acc[0] += g
                 acc[1] += n
+                acc[2] += p
         keep_labels = self._labelsets_kept(filters)
         keep_stack: dict[int, bool] = {}
         rows = self.rows
         for d in files:
-            for sid, lid, g, n in zip(d.stacks, d.labelsets, d.gpu_ns, d.launches):
+            for sid, lid, g, n, p in zip(d.stacks, d.labelsets, d.gpu_ns, d.launches, d.pc_samples):
                 if keep_labels is not None and lid not in keep_labels:
                     continue
                 if not filters.empty():
@@ -96,10 +98,11 @@ class Merged:
                         continue
                 acc = rows.get((sid, lid))
                 if acc is None:
-                    rows[(sid, lid)] = [g, n]
+                    rows[(sid, lid)] = [g, n, p]
                 else:
                     acc[0] += g
                     acc[1] += n
+                    acc[2] += p
 
     def _labelsets_kept(self, filters: Filters) -> Optional[set[int]]:
         if not filters.labels:
@@ -115,9 +118,9 @@ class Merged:
         cat = self.catalog
         frames = cat.stacks[sid]
         functions = {cat.names[cat.frame_name[f]][0] for f in frames}
-        if filters.kernel is not None:
-            leaf = cat.names[cat.frame_name[frames[0]]] if frames else ("", "")
-            if leaf[1] != KERNEL or not filters.kernel.search(leaf[0]):
+        if filters.kernel is not None:  # the kernel's frame: the leaf, or under a PC sample's
+            kernel = next((n for n in (cat.names[cat.frame_name[f]] for f in frames) if n[1] == KERNEL), None)
+            if kernel is None or not filters.kernel.search(kernel[0]):
                 return False
         if any(f not in functions for f in filters.focus):
             return False
@@ -171,8 +174,8 @@ class Merged:
         comments = list(self.comments) + [f"merged by gpu-agent ui from {self.files} profiles"]
         b = ProfileBuilder(period_ns=1, duration_ns=max(0, self.end_ns - self.start_ns),
                            time_nanos=self.start_ns, comments=comments)
-        for (sid, lid), (g, n) in self.rows.items():
-            b.add([cat.frames[f] for f in cat.stacks[sid]], g, n, dict(cat.labelsets[lid]))
+        for (sid, lid), (g, n, p) in self.rows.items():
+            b.add([cat.frames[f] for f in cat.stacks[sid]], g, n, dict(cat.labelsets[lid]), p)
         return b.to_bytes()
 
 

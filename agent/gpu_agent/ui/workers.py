@@ -184,4 +184,4 @@ class DecodePool:
         return DecodedProfile(d.time_nanos, d.duration_nanos, d.comments,
                               array("I", map(st, d.stacks)), array("I", map(lb, d.labelsets)),
                               d.gpu_ns, d.launches, {lb(k): v for k, v in d.by_labelset.items()},
-                              d.gpu_total, d.launch_total)
+                              d.gpu_total, d.launch_total, d.pc_samples, d.pc_total)

@@ -54,8 +54,10 @@ function parseTime(text) {
   return ms;
 }
 
+const UNIT = { gpu_time: "ns", kernel_launches: "launches", pc_samples: "samples" };
+
 function fmtValue(v, type) {
-  if ((type || state.type) !== "gpu_time") return `${NUMBER.format(v)} launches`;
+  if ((type || state.type) !== "gpu_time") return `${NUMBER.format(v)} ${UNIT[type || state.type]}`;
   const a = Math.abs(v);
   if (a >= 1e9) return `${(v / 1e9).toFixed(3)} s`;
   if (a >= 1e6) return `${(v / 1e6).toFixed(2)} ms`;
@@ -64,7 +66,7 @@ function fmtValue(v, type) {
 }
 
 function exact(v) {
-  return `${NUMBER.format(v)} ${state.type === "gpu_time" ? "ns" : "launches"}`;
+  return `${NUMBER.format(v)} ${UNIT[state.type]}`;
 }
 
 function plural(n, word) {

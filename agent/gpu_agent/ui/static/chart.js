@@ -15,7 +15,7 @@ function drawChart(data) {
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   const span = state.viewTo - state.viewFrom;
   const x = (ms) => ((ms - state.viewFrom) / span) * W;
-  const key = state.type === "gpu_time" ? "gpu_ns" : "launches";
+  const key = { gpu_time: "gpu_ns", kernel_launches: "launches", pc_samples: "pc_samples" }[state.type];
   const max = Math.max(1, ...data.intervals.map((b) => b[key]));
   const ns = "http://www.w3.org/2000/svg";
   for (const b of data.intervals) {

@@ -1,0 +1,54 @@
+"""`gpu-agent ui` with PC samples: a profile `record` wrote with the mock's PC
+sampling (tests/test_pcsampling.py), served from a store, in Debian's headless
+Chromium; every figure checked against Go's pprof."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+from support.pprof_tool import raw
+from support.ui import Ui, root_total
+from test_pcsampling import PERIOD, record
+from test_ui import browser, open_range, page, rerendered  # noqa: F401  (fixtures)
+
+
+def test_pc_samples_are_a_value_of_the_flame_graph_top_table_and_download(tmp_path, page, built):  # noqa: F811
+    out, _, _ = record(tmp_path, GPU_AGENT_PC_SAMPLING="1", GPU_AGENT_PC_SAMPLING_PERIOD=str(PERIOD))
+    rows = raw(out)
+    pcs = sum(s.values[2] for s in rows)
+    stalls = {}
+    for s in rows:
+        if s.values[2]:
+            stalls[s.frames[0]] = stalls.get(s.frames[0], 0) + s.values[2]
+    assert pcs > 0 and "[stall: mio_throttle]" in stalls
+    store = tmp_path / "store"
+    store.mkdir()
+    now = time.time()
+    shutil.copy(out, store / time.strftime("gpu-%Y%m%dT%H%M%S-000000000.pb.gz", time.gmtime(now)))
+    ui = Ui(store)
+    try:
+        open_range(page, ui, int(now - 60) * 1000, int(now + 2) * 1000)
+        rerendered(page, lambda: page.select_option("#type", "pc_samples"))
+        assert root_total(page) == pcs
+        # the stall reasons are the flame graph's leaves, one per instruction and stack
+        title = page.text_content('#flame g[name="[stall: mio_throttle]"] title')
+        assert title.startswith("[stall: mio_throttle]: ") and " samples (" in title, title
+        # The kernel filter finds a PC sample's kernel under its stall and instruction frames.
+        page.fill("#f-kernel", "^hot_loop")
+        rerendered(page, lambda: page.press("#f-kernel", "Enter"))
+        assert root_total(page) == pcs
+        page.click("nav .tab[data-tab=top]")
+        for stall, n in stalls.items():
+            row = page.locator(f'#top-table tr[data-name="{stall}"]')
+            assert int(row.get_attribute("data-self")) == int(row.get_attribute("data-total")) == n
+        # The range's pprof keeps the PC samples and their stall_reason labels.
+        with page.expect_download() as d:
+            page.click("#dl-pprof")
+        merged = tmp_path / "range.pb.gz"
+        d.value.save_as(merged)
+        back = [s for s in raw(merged) if len(s.values) > 2 and s.values[2]]
+        assert sum(s.values[2] for s in back) == pcs
+        assert {s.labels.get("stall_reason") for s in back} == {f[len("[stall: "):-1] for f in stalls}
+    finally:
+        ui.stop()
