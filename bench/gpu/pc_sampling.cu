@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -132,6 +133,9 @@ int main(int argc, char **argv) {
     // (function, pc offset, reason) -> samples; and correlation ids seen
     std::map<std::tuple<std::string, uint64_t, uint32_t>, uint64_t> samples;
     std::map<uint32_t, uint64_t> corr;
+    // CUPTI documents functionName as the client's to free(); NVIDIA's sample frees
+    // each distinct pointer once: how many records share one says which a client must do.
+    std::set<const void *> name_ptrs;
     uint64_t total = 0, dropped = 0, records = 0, calls = 0, crc = 0;
     auto take = [&](CUpti_PCSamplingData &b) {
         total += b.totalSamples;
@@ -142,6 +146,7 @@ int main(int argc, char **argv) {
             crc = pc.cubinCrc;
             uint64_t off = pc.pcOffset;  // a packed struct: copied, not bound
             std::string fn = pc.functionName ? pc.functionName : "?";
+            name_ptrs.insert(pc.functionName);
             for (size_t r = 0; r < pc.stallReasonCount; r++) {
                 uint32_t reason = pc.stallReason[r].pcSamplingStallReasonIndex;
                 samples[std::make_tuple(fn, off, reason)] += pc.stallReason[r].samples;
@@ -193,10 +198,10 @@ int main(int argc, char **argv) {
     printf("{\"launches\": %d, \"period_log2_cycles\": %u, \"us_per_launch_off\": %.1f, \"us_per_launch_on\": %.1f,"
            " \"stall_reasons\": %zu, \"get_data_calls\": %llu, \"pc_records\": %llu, \"samples\": %llu,"
            " \"total_samples\": %llu, \"dropped_samples\": %llu, \"correlation_ids\": %zu, \"cubin_crc\": %llu,"
-           " \"cubin_bytes\": %zu, \"hot_line\": %d,\n \"samples_by_line\": {",
+           " \"cubin_bytes\": %zu, \"hot_line\": %d, \"function_name_pointers\": %zu,\n \"samples_by_line\": {",
            launches, period, off_us, on_us, nreasons, (unsigned long long)calls, (unsigned long long)records,
            (unsigned long long)sum, (unsigned long long)total, (unsigned long long)dropped, corr.size(),
-           (unsigned long long)crc, g_cubin.size(), 39);
+           (unsigned long long)crc, g_cubin.size(), 39, name_ptrs.size());
     const char *sep = "";
     for (auto &[l, v] : by_line) { printf("%s\"%s\": %llu", sep, l.c_str(), (unsigned long long)v); sep = ", "; }
     printf("},\n \"samples_by_reason\": {");
