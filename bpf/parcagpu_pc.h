@@ -1,4 +1,4 @@
-/* parcagpu_pc.h: parcagpu's PC sampling probes (included by parcagpu.h; contract in
+/* parcagpu_pc.h: parcagpu's PC sampling and error probes (included by parcagpu.h; contract in
  * gpu_agent_parcagpu.h). They become the events the shim's PC sampling gives
  * (pcsampling.h): stall-reason names and cubins as they are, and each PC record as
  * one GA_EV_PG_PC event, with the function's name copied now (CUPTI's string lives
@@ -129,6 +129,36 @@ int ga_pg_cubin_loaded(struct pt_regs *ctx)
     ev->cubin_crc = crc;
     ev->address = cubin;
     ev->size = size;
+    events.ringbuf_submit(ev, 0);
+    return 0;
+}
+
+/* ---- error(s32 code, const char *message, const char *component) ---- */
+int ga_pg_error(struct pt_regs *ctx)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    struct ga_pg_site *site = pg_site(ctx, GA_PG_PROBE_ERROR);
+    struct pg_regs g;
+    pg_regs(ctx, &g);
+    u64 code = 0, message = 0, component = 0;
+    if (!site || pg_arg(&g, site, 0, &code) || pg_arg(&g, site, 1, &message) || pg_arg(&g, site, 2, &component)) {
+        count(GA_DROP_PG_ARGS, 1);
+        return 0;
+    }
+    count(GA_CNT_PG_ERRORS, 1);
+    struct ga_ev_pg_error *ev = events.ringbuf_reserve(sizeof(*ev));
+    if (!ev) {
+        count(GA_DROP_RINGBUF_FULL, 1);
+        return 0;
+    }
+    ev->hdr.type = GA_EV_PG_ERROR;
+    ev->hdr.tgid = tgid;
+    ev->code = (u32)code;
+    ev->pad = 0;
+    if (!message || bpf_probe_read_user_str(ev->message, sizeof(ev->message), (const void *)message) < 0)
+        ev->message[0] = 0;
+    if (!component || bpf_probe_read_user_str(ev->component, sizeof(ev->component), (const void *)component) < 0)
+        ev->component[0] = 0;
     events.ringbuf_submit(ev, 0);
     return 0;
 }

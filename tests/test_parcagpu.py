@@ -151,7 +151,8 @@ def test_parcagpu_pc_samples_under_their_kernels_stacks_with_lines(agent, tmp_pa
     slots, cubin copies; the last two gated by their semaphores): every sample
     under its kernel's launch stacks (found by the function's name, as parcagpu's
     kernel ids are its name strings' addresses), with the real cubin's source line
-    and its stall reason, in exact numbers; bad batches are counted, not read."""
+    and its stall reason, in exact numbers; bad batches are counted, not read, and
+    its errors logged once."""
     from test_pcsampling import DATA, HOT, KERNEL_NS, PCS, PERIOD, nvdisasm_lines, per_launch
     lib = build_pglike(tmp_path / "pg")
     iters = 100
@@ -162,6 +163,10 @@ def test_parcagpu_pc_samples_under_their_kernels_stacks_with_lines(agent, tmp_pa
     out = agent.stop()
     # PGLIKE_BAD's batch of 129 records and its NULL record: dropped, counted, nothing else lost
     assert re.findall(r"drop_pc_read=(\d+)", out)[-1] == "2", out[-600:]
+    # and its error probe, fired twice: counted twice, logged once
+    assert re.findall(r"pg_errors=(\d+)", out)[-1] == "2", out[-600:]
+    logged = re.findall(r"parcagpu in pid \d+ reports error 35 in pc_sampling: (.*)", agent.err)
+    assert logged == ["cuptiPCSamplingGetData: CUPTI_ERROR_INSUFFICIENT_PRIVILEGES"], agent.err[-2000:]
     lines = nvdisasm_lines()
     got: Counter = Counter()
     for s in agent.samples():

@@ -52,7 +52,8 @@ _FIXED_EVENTS = {C.EventType.GA_EV_KERNEL: (C.EvKernel, "on_kernel"),
                  C.EventType.GA_EV_DEVICE: (C.EvDevice, "on_device"),
                  C.EventType.GA_EV_PC_BATCH: (C.EvPcBatch, "on_pc_batch"),
                  C.EventType.GA_EV_STALL_REASON: (C.EvStallReason, "on_stall_reason"),
-                 C.EventType.GA_EV_CUBIN: (C.EvCubin, "on_cubin"), C.EventType.GA_EV_PG_PC: (C.EvPgPc, "on_pg_pc")}
+                 C.EventType.GA_EV_CUBIN: (C.EvCubin, "on_cubin"), C.EventType.GA_EV_PG_PC: (C.EvPgPc, "on_pg_pc"),
+                 C.EventType.GA_EV_PG_ERROR: (C.EvPgError, "on_pg_error")}
 
 
 class BpfSession:
@@ -76,7 +77,7 @@ class BpfSession:
         # Fixed-size events (_FIXED_EVENTS): on_kernel(C.EvKernel) while tracing
         # (set_trace), on_device(C.EvDevice); PC sampling's (pc_samples.py), parcagpu's too
         self.on_kernel = self.on_device = self.on_pc_batch = self.on_stall_reason = self.on_cubin = None
-        self.on_pg_pc = None
+        self.on_pg_pc = self.on_pg_error = None
         self.extra_cflags = list(cflags or [])
         self._agent_counts = {"ev_corrupt": 0, "ev_unknown": 0, "callback_errors": 0,
                               "barrier_fallbacks": 0}
@@ -123,6 +124,7 @@ class BpfSession:
         _ = bcc
         self.attachments = ShimAttachments(self._bpf, lib, self.shim_path, data_sites(probes))
         self.parcagpu = ParcagpuFiles(self._bpf, self.attachments)
+        self.on_pg_error = self.parcagpu.on_error
         try:
             self._fill_map_arrays()  # before any probe can run kernel_batch
             self.attachments.attach_own(usdt, probes, loads)
@@ -190,10 +192,8 @@ class BpfSession:
     # -- ring buffer -------------------------------------------------------
     def poll(self, timeout_ms: int) -> int:
         """Handle pending ring-buffer events (waiting up to timeout_ms for the first).
-
         Returns the number of events handled. An exception raised by a
-        callback is re-raised here, after the poll.
-        """
+        callback is re-raised here, after the poll."""
         if self._bpf is None:
             raise BpfError("session is not open")
         before = self._events

@@ -176,7 +176,8 @@ class Counter(IntEnum):
     GA_CNT_PC_BATCHES = 32
     GA_DROP_PC_READ = 33
     GA_DROP_PC_SAMPLES = 34
-    GA_COUNTER_MAX = 35
+    GA_CNT_PG_ERRORS = 35
+    GA_COUNTER_MAX = 36
 
 
 COUNTER_MAX = int(Counter.GA_COUNTER_MAX)
@@ -208,6 +209,7 @@ class EventType(IntEnum):
     GA_EV_STALL_REASON = 8
     GA_EV_CUBIN = 9
     GA_EV_PG_PC = 10
+    GA_EV_PG_ERROR = 11
 
 
 class EventHdr(ct.Structure):
@@ -342,6 +344,8 @@ PG_PROBE_KERNEL = 1
 PG_PROBE_PC_BATCH = 2
 PG_PROBE_STALL_MAP = 3
 PG_PROBE_CUBIN = 4
+PG_PROBE_ERROR = 5
+PG_ERROR_LEN = 128
 PG_PC_BATCH_MAX = 128
 PG_PC_REASONS = 64
 PG_PC_NAME = 512
@@ -388,6 +392,11 @@ class EvPgPc(ct.Structure):
                 ("reasons", PgStall * PG_PC_REASONS), ("name", ct.c_char * PG_PC_NAME)]
 
 
+class EvPgError(ct.Structure):
+    _fields_ = [("hdr", EventHdr), ("code", ct.c_int32), ("pad", u32), ("message", ct.c_char * PG_ERROR_LEN),
+                ("component", ct.c_char * PG_ERROR_LEN)]
+
+
 # C struct name -> ctypes mirror; the contract test walks this.
 STRUCTS: dict[str, type[ct.Structure]] = {
     "ga_kernel_record": KernelRecord,
@@ -422,6 +431,7 @@ STRUCTS: dict[str, type[ct.Structure]] = {
     "ga_pg_cupti_pc": PgCuptiPc,
     "ga_pg_stall": PgStall,
     "ga_ev_pg_pc": EvPgPc,
+    "ga_ev_pg_error": EvPgError,
 }
 ENUMS: dict[str, type[IntEnum]] = {"ga_counter": Counter, "ga_event_type": EventType}
 CONSTANTS: dict[str, int] = {
@@ -459,6 +469,8 @@ CONSTANTS: dict[str, int] = {
     "GA_PG_PROBE_PC_BATCH": PG_PROBE_PC_BATCH,
     "GA_PG_PROBE_STALL_MAP": PG_PROBE_STALL_MAP,
     "GA_PG_PROBE_CUBIN": PG_PROBE_CUBIN,
+    "GA_PG_PROBE_ERROR": PG_PROBE_ERROR,
+    "GA_PG_ERROR_LEN": PG_ERROR_LEN,
     "GA_PG_PC_BATCH_MAX": PG_PC_BATCH_MAX,
     "GA_PG_PC_REASONS": PG_PC_REASONS,
     "GA_PG_PC_NAME": PG_PC_NAME,

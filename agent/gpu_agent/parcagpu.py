@@ -5,19 +5,21 @@ finds the processes that map a library with `parcagpu` provider probes, whatever
 the file is called (its USDT notes say so, not its name), and reads
 cuda_correlation (the launching thread's stack, in BPF), kernel_executed (each
 kernel's exact time) and, with parcagpu's PC sampling on, pc_sample_batch,
-stall_reason_map and cubin_loaded (bpf/parcagpu_pc.h; pc_samples.py). Their argument locations are the compiler's choice in that
-build, so the agent parses each site's specs ("8@%rax", "-4@-20(%rbp)") into the BPF
+stall_reason_map and cubin_loaded (bpf/parcagpu_pc.h; pc_samples.py). Their
+argument locations are the compiler's choice in that build, so the agent parses each site's specs ("8@%rax", "-4@-20(%rbp)") into the BPF
 hash pg_sites and the programs read what they name (bpf/parcagpu.h).
 
 A file is attached as the shim is (uprobes on the inode, through /proc/PID/root or
 map_files, shim_attach.open_mapped_file): every process mapping it, running or
 started later, is covered, and the uprobe on cuda_correlation raises its semaphore,
-which turns parcagpu's callback work on. The other probes (activity_batch,
-cubin_unloaded, gpu_config, error) are not read.
+which turns parcagpu's callback work on. Its error probe is logged, once per kind
+and process. The other probes (activity_batch, cubin_unloaded, gpu_config) are not
+read.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from typing import Optional
@@ -26,19 +28,23 @@ from . import contract as C
 from . import stapsdt
 from .shim_attach import BpfError, ShimAttachments, ShimFile, file_mappings, maps_containing, open_mapped_file
 
+log = logging.getLogger(__name__)
+
 PROVIDER = "parcagpu"
 # probe -> (its index in pg_sites keys, its argument count, the BPF program)
 PROBES = {
     "pc_sample_batch": (C.PG_PROBE_PC_BATCH, 2, "ga_pg_pc_sample_batch"),
     "stall_reason_map": (C.PG_PROBE_STALL_MAP, 2, "ga_pg_stall_reason_map"),
     "cubin_loaded": (C.PG_PROBE_CUBIN, 3, "ga_pg_cubin_loaded"),
+    "error": (C.PG_PROBE_ERROR, 3, "ga_pg_error"),
     "kernel_executed": (C.PG_PROBE_KERNEL, 8, "ga_pg_kernel_executed"),
     "cuda_correlation": (C.PG_PROBE_CORRELATION, 3, "ga_pg_cuda_correlation"),  # last: its semaphore
 }
 # Its PC sampling probes: read where a build has them (not every one does); their
 # semaphores gate the names' and cubins' announcements, as cuda_correlation's does
 # the callback work.
-OPTIONAL = {"pc_sample_batch", "stall_reason_map", "cubin_loaded"}
+OPTIONAL = {"pc_sample_batch", "stall_reason_map", "cubin_loaded", "error"}
+MAX_ERRORS_LOGGED = 256  # distinct (process, code, component, message) reported
 SOURCE_LABEL = "parcagpu"  # the samples' `source` label
 
 _REG_INDEX = {name: i for i, name in enumerate(C.PG_REG_NAMES.split(","))}
@@ -100,6 +106,17 @@ class ParcagpuFiles:
         self.registered: dict[tuple[int, int], bytes] = {}  # (probe, page offset) -> site
         self.errors: dict[str, str] = {}              # path -> why it was not attached
         self.paths: set[str] = set()                  # the attached files, as processes map them
+        self.errors_seen: set[tuple] = set()
+
+    def on_error(self, ev: C.EvPgError) -> None:
+        """A parcagpu error probe (its PC sampling refused, a bad setting): logged once
+        per kind and process; BPF counts them all (pg_errors)."""
+        text = lambda b: bytes(b).split(b"\0", 1)[0].decode("utf-8", "replace")  # noqa: E731
+        key = (ev.hdr.tgid, ev.code, text(ev.component), text(ev.message))
+        if key in self.errors_seen or len(self.errors_seen) >= MAX_ERRORS_LOGGED:
+            return
+        self.errors_seen.add(key)
+        log.warning("parcagpu in pid %d reports error %d in %s: %s", *key)
 
     def discover(self, proc: str = "/proc") -> list[ShimFile]:
         """Attach to every parcagpu file mapped by a running process and not checked

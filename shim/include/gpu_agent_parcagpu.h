@@ -19,7 +19,9 @@
  *       count 64-byte slots, slot i the name of stall reason index i (empty:
  *       none); fired while its semaphore is up, again when it rises;
  *   cubin_loaded(u64 cubinCrc, const char *cubin, u64 cubinSize)
- *       a module's cubin, kept by parcagpu; gated and re-fired like the map.
+ *       a module's cubin, kept by parcagpu; gated and re-fired like the map;
+ *   error(s32 code, const char *message, const char *component)
+ *       what went wrong in it (PC sampling refused, a bad setting): GA_EV_PG_ERROR.
  * The last two become the shim's GA_EV_STALL_REASON and GA_EV_CUBIN events; a PC
  * record becomes one GA_EV_PG_PC event (its function's kernel is found by name).
  * Their argument locations are whatever parcagpu's compiler chose, so BPF cannot
@@ -45,6 +47,8 @@
 #define GA_PG_PROBE_PC_BATCH 2
 #define GA_PG_PROBE_STALL_MAP 3
 #define GA_PG_PROBE_CUBIN 4
+#define GA_PG_PROBE_ERROR 5
+#define GA_PG_ERROR_LEN 128         /* bytes kept of an error's message and component */
 #define GA_PG_PC_BATCH_MAX 128      /* records per pc_sample_batch (parcagpu fires <= 128) */
 #define GA_PG_PC_REASONS 64         /* stall reasons kept per PC (CUPTI has about 30) */
 #define GA_PG_PC_NAME 512           /* function-name bytes kept, NUL included */
@@ -117,6 +121,14 @@ struct ga_ev_pg_pc {
     ga_u32 reasons_cut;      /* the record had more than GA_PG_PC_REASONS */
     struct ga_pg_stall reasons[GA_PG_PC_REASONS];
     char name[GA_PG_PC_NAME];
+};
+/* GA_EV_PG_ERROR: a parcagpu error probe */
+struct ga_ev_pg_error {
+    struct ga_event_hdr hdr;
+    ga_u32 code;             /* an int32_t, two's complement */
+    ga_u32 pad;
+    char message[GA_PG_ERROR_LEN];
+    char component[GA_PG_ERROR_LEN];
 };
 
 #endif

@@ -372,6 +372,7 @@ enum ga_counter {
     GA_DROP_PC_READ,           /* a pc_sample_batch (or cubin_loaded, pc_stall_reason)
                                 * out of contract or unreadable */
     GA_DROP_PC_SAMPLES,        /* PC samples the shim reported as lost */
+    GA_CNT_PG_ERRORS,          /* parcagpu error probes (the agent logs each kind once) */
     GA_COUNTER_MAX
 };
 
@@ -388,6 +389,7 @@ enum ga_event_type {
     GA_EV_STALL_REASON = 8,
     GA_EV_CUBIN = 9,
     GA_EV_PG_PC = 10,          /* one PC of a parcagpu pc_sample_batch (gpu_agent_parcagpu.h) */
+    GA_EV_PG_ERROR = 11,       /* a parcagpu error probe */
 };
 struct ga_event_hdr {
     ga_u32 type;

@@ -24,7 +24,8 @@
  * Its file name says nothing of parcagpu: the agent must find it by its probes.
  * PGLIKE_BAD=1: after each buffer, also one record that ends before it starts and
  * one without a name (what a broken or hostile library could fire); with PGLIKE_PC,
- * at exit, a pc_sample_batch of 129 records and one whose record pointer is NULL.
+ * at exit, a pc_sample_batch of 129 records and one whose record pointer is NULL,
+ * and the same error probe twice.
  */
 #define _SDT_HAS_SEMAPHORES 1
 #include <sys/sdt.h>
@@ -47,6 +48,8 @@ __extension__ unsigned short parcagpu_pc_sample_batch_semaphore
 __extension__ unsigned short parcagpu_stall_reason_map_semaphore
     __attribute__((unused, section(".probes"), visibility("hidden")));
 __extension__ unsigned short parcagpu_cubin_loaded_semaphore
+    __attribute__((unused, section(".probes"), visibility("hidden")));
+__extension__ unsigned short parcagpu_error_semaphore
     __attribute__((unused, section(".probes"), visibility("hidden")));
 
 #define FILTER_SIZE 65536u /* correlation ids fired, not yet matched (open addressing) */
@@ -161,6 +164,11 @@ __attribute__((noinline)) static void fire_stall_reason_map(const char *names, u
 __attribute__((noinline)) static void fire_cubin_loaded(uint64_t crc, const char *cubin, uint64_t size)
 {
     STAP_PROBE3(parcagpu, cubin_loaded, crc, cubin, size);
+}
+
+__attribute__((noinline)) static void fire_error(int32_t code, const char *message, const char *component)
+{
+    STAP_PROBE3(parcagpu, error, code, message, component);
 }
 
 static void fire_batches(CUpti_PCSamplingData *d)
@@ -301,6 +309,8 @@ static void pc_at_exit(void)
             const void *ptrs[PC_BATCH + 1] = {0};
             fire_pc_sample_batch(ptrs, PC_BATCH + 1);
             fire_pc_sample_batch(ptrs, 1);
+            for (int i = 0; i < 2; i++) /* twice: the agent logs one */
+                fire_error(35, "cuptiPCSamplingGetData: CUPTI_ERROR_INSUFFICIENT_PRIVILEGES", "pc_sampling");
         }
     }
     pthread_mutex_unlock(&g_pc_mu);

@@ -31,8 +31,8 @@ class Agent:
 
     def stop(self) -> str:
         self.proc.send_signal(signal.SIGTERM)
-        out, err = self.proc.communicate(timeout=60)
-        assert self.proc.returncode == 0, err
+        out, self.err = self.proc.communicate(timeout=60)
+        assert self.proc.returncode == 0, self.err
         return out
 
     def kill(self) -> None:

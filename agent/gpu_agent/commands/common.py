@@ -61,7 +61,9 @@ def status_line(stats, counters: dict) -> str:
             + (f" attached_without_kernels={stats.attached_without_kernels}"
                if stats.attached_without_kernels else "")
             # Launches whose records CUPTI lost: [dropped: cupti] samples.
-            + (f" dropped_launches={stats.dropped_launches}" if stats.dropped_launches else ""))
+            + (f" dropped_launches={stats.dropped_launches}" if stats.dropped_launches else "")
+            # parcagpu's error probes (each kind logged once): why its PC samples may be missing.
+            + (f" pg_errors={counters['pg_errors']}" if counters.get("pg_errors") else ""))
 
 
 def _unwritable(d: Path) -> str | None:
