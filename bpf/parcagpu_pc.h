@@ -83,24 +83,9 @@ int ga_pg_stall_reason_map(struct pt_regs *ctx)
     for (u32 i = 0; i < GA_PG_STALL_MAX; i++) {
         if (i >= n)
             break;
-        struct ga_ev_stall_reason *ev = events.ringbuf_reserve(sizeof(*ev));
-        if (!ev) {
-            count(GA_DROP_RINGBUF_FULL, 1);
+        /* an empty slot (no reason has that index) sends nothing; pcsampling.h */
+        if (emit_stall_reason(tgid, i, names + (u64)i * GA_PG_STALL_SLOT, GA_PG_STALL_SLOT) < 0)
             return 0;
-        }
-        ev->hdr.type = GA_EV_STALL_REASON;
-        ev->hdr.tgid = tgid;
-        ev->index = i;
-        ev->pad = 0;
-        long len = bpf_probe_read_user_str(ev->name, GA_PG_STALL_SLOT,
-                                           (const void *)(names + (u64)i * GA_PG_STALL_SLOT));
-        if (len <= 1) { /* an empty slot: no reason has that index */
-            if (len < 0)
-                count(GA_DROP_PC_READ, 1);
-            events.ringbuf_discard(ev, 0);
-            continue;
-        }
-        events.ringbuf_submit(ev, 0);
     }
     return 0;
 }
@@ -119,17 +104,7 @@ int ga_pg_cubin_loaded(struct pt_regs *ctx)
         return 0;
     }
     pg_see_proc(tgid);
-    struct ga_ev_cubin *ev = events.ringbuf_reserve(sizeof(*ev));
-    if (!ev) {
-        count(GA_DROP_RINGBUF_FULL, 1);
-        return 0;
-    }
-    ev->hdr.type = GA_EV_CUBIN;
-    ev->hdr.tgid = tgid;
-    ev->cubin_crc = crc;
-    ev->address = cubin;
-    ev->size = size;
-    events.ringbuf_submit(ev, 0);
+    emit_cubin(tgid, crc, cubin, size); /* pcsampling.h */
     return 0;
 }
 

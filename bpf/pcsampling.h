@@ -42,6 +42,31 @@ int ga_pc_sample_batch(struct pt_regs *ctx)
     return 0;
 }
 
+/* A stall reason's name (at most `size` bytes at `name` in tgid) to the agent; an
+ * empty one is not sent. Returns -1 once the ring buffer is full. */
+static __always_inline int emit_stall_reason(u32 tgid, u32 index, u64 name, u32 size)
+{
+    struct ga_ev_stall_reason *ev = events.ringbuf_reserve(sizeof(*ev));
+    if (!ev) {
+        count(GA_DROP_RINGBUF_FULL, 1);
+        return -1;
+    }
+    ev->hdr.type = GA_EV_STALL_REASON;
+    ev->hdr.tgid = tgid;
+    ev->index = index;
+    ev->pad = 0;
+    long len = bpf_probe_read_user_str(ev->name, size < sizeof(ev->name) ? size : sizeof(ev->name),
+                                       (const void *)name);
+    if (len <= 1) {
+        if (len < 0)
+            count(GA_DROP_PC_READ, 1);
+        events.ringbuf_discard(ev, 0);
+        return 0;
+    }
+    events.ringbuf_submit(ev, 0);
+    return 0;
+}
+
 /* ---- pc_stall_reason(u32 index, const char *name) ---- */
 int ga_pc_stall_reason(struct pt_regs *ctx)
 {
@@ -52,22 +77,24 @@ int ga_pc_stall_reason(struct pt_regs *ctx)
     bpf_usdt_readarg(1, ctx, &index);
     bpf_usdt_readarg(2, ctx, &name);
     see_proc(tgid);
-    struct ga_ev_stall_reason *ev = events.ringbuf_reserve(sizeof(*ev));
+    emit_stall_reason(tgid, index, name, GA_STALL_NAME_LEN);
+    return 0;
+}
+
+/* A module's cubin, at `address` in tgid, to the agent (the shim's or parcagpu's). */
+static __always_inline void emit_cubin(u32 tgid, u64 crc, u64 address, u64 size)
+{
+    struct ga_ev_cubin *ev = events.ringbuf_reserve(sizeof(*ev));
     if (!ev) {
         count(GA_DROP_RINGBUF_FULL, 1);
-        return 0;
+        return;
     }
-    ev->hdr.type = GA_EV_STALL_REASON;
+    ev->hdr.type = GA_EV_CUBIN;
     ev->hdr.tgid = tgid;
-    ev->index = index;
-    ev->pad = 0;
-    if (bpf_probe_read_user_str(ev->name, sizeof(ev->name), (const void *)name) <= 0) {
-        count(GA_DROP_PC_READ, 1);
-        events.ringbuf_discard(ev, 0);
-        return 0;
-    }
+    ev->cubin_crc = crc;
+    ev->address = address;
+    ev->size = size;
     events.ringbuf_submit(ev, 0);
-    return 0;
 }
 
 /* ---- cubin_loaded(u64 cubin_crc, const void *cubin, u64 cubin_size): the agent
@@ -81,16 +108,6 @@ int ga_cubin_loaded(struct pt_regs *ctx)
     bpf_usdt_readarg(2, ctx, &cubin);
     bpf_usdt_readarg(3, ctx, &cubin_size);
     see_proc(tgid);
-    struct ga_ev_cubin *ev = events.ringbuf_reserve(sizeof(*ev));
-    if (!ev) {
-        count(GA_DROP_RINGBUF_FULL, 1);
-        return 0;
-    }
-    ev->hdr.type = GA_EV_CUBIN;
-    ev->hdr.tgid = tgid;
-    ev->cubin_crc = cubin_crc;
-    ev->address = cubin;
-    ev->size = cubin_size;
-    events.ringbuf_submit(ev, 0);
+    emit_cubin(tgid, cubin_crc, cubin, cubin_size);
     return 0;
 }
