@@ -10,10 +10,13 @@ import time
 from support.pprof_tool import raw
 from support.ui import Ui, root_total
 from test_pcsampling import PERIOD, record
-from test_ui import browser, open_range, page, rerendered  # noqa: F401  (fixtures)
+import test_ui
+from test_ui import open_range, rerendered
+
+browser, page = test_ui.browser, test_ui.page  # its fixtures: one headless Chromium
 
 
-def test_pc_samples_are_a_value_of_the_flame_graph_top_table_and_download(tmp_path, page, built):  # noqa: F811
+def test_pc_samples_are_a_value_of_the_flame_graph_top_table_and_download(tmp_path, page, built):
     out, _, _ = record(tmp_path, GPU_AGENT_PC_SAMPLING="1", GPU_AGENT_PC_SAMPLING_PERIOD=str(PERIOD))
     rows = raw(out)
     pcs = sum(s.values[2] for s in rows)

@@ -6,8 +6,9 @@ the file is called (its USDT notes say so, not its name), and reads
 cuda_correlation (the launching thread's stack, in BPF), kernel_executed (each
 kernel's exact time) and, with parcagpu's PC sampling on, pc_sample_batch,
 stall_reason_map and cubin_loaded (bpf/parcagpu_pc.h; pc_samples.py). Their
-argument locations are the compiler's choice in that build, so the agent parses each site's specs ("8@%rax", "-4@-20(%rbp)") into the BPF
-hash pg_sites and the programs read what they name (bpf/parcagpu.h).
+argument locations are the compiler's choice in that build, so the agent parses
+each site's specs ("8@%rax", "-4@-20(%rbp)") into the BPF hash pg_sites and the
+programs read what they name (bpf/parcagpu.h).
 
 A file is attached as the shim is (uprobes on the inode, through /proc/PID/root or
 map_files, shim_attach.open_mapped_file): every process mapping it, running or
@@ -40,9 +41,9 @@ PROBES = {
     "kernel_executed": (C.PG_PROBE_KERNEL, 8, "ga_pg_kernel_executed"),
     "cuda_correlation": (C.PG_PROBE_CORRELATION, 3, "ga_pg_cuda_correlation"),  # last: its semaphore
 }
-# Its PC sampling probes: read where a build has them (not every one does); their
-# semaphores gate the names' and cubins' announcements, as cuda_correlation's does
-# the callback work.
+# Its PC sampling and error probes: read where a build has them (not every one
+# does); their semaphores gate the names' and cubins' announcements, as
+# cuda_correlation's does the callback work.
 OPTIONAL = {"pc_sample_batch", "stall_reason_map", "cubin_loaded", "error"}
 MAX_ERRORS_LOGGED = 256  # distinct (process, code, component, message) reported
 SOURCE_LABEL = "parcagpu"  # the samples' `source` label

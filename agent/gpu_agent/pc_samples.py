@@ -36,9 +36,9 @@ PENDING_BYTES = 256 << 20     # cubins read, not parsed yet (only sampled ones a
 MAX_TABLES = 4096
 COMMENT = ("pc_samples: the GPU's program-counter samples (CUPTI PC sampling: the shim's "
            "GPU_AGENT_PC_SAMPLING=1, in its collection windows, not scaled to the whole run; "
-           "or parcagpu's, as it passes them on). CUPTI's continuous mode does not say which launch a sample "
-           "came from, so each kernel's samples are split over its launch stacks in "
-           "proportion to their GPU time in the same profile. Stall reasons ending in "
+           "or parcagpu's, as it passes them on). CUPTI's continuous mode does not say "
+           "which launch a sample came from, so each kernel's samples are split over its "
+           "launch stacks in proportion to their GPU time in the same profile. Stall reasons ending in "
            "_not_issued are subsets of their reason and are left out")
 
 # (tgid, start tag, kernel id, cubin crc, pc offset, stall reason index)
