@@ -207,14 +207,15 @@ class Collector:
     def drain(self) -> None:
         """Move what BPF aggregated so far into the current window.
 
-        Ring-buffer events already waiting are handled first: the kernel names the
-        shim announced before its records (and exits) must be known when the
-        window's profile is built. `run` can reach an interval's end right after
-        seconds of symbolizing a new process's first stacks, with that process's
-        names still queued: on an H200 its whole first interval read
-        "[unknown kernel]"."""
+        Ring-buffer events are handled before and after: the kernel names sent
+        before their records (and exits) must be known when the window's profile
+        is built (on an H200, a first interval after seconds of symbolizing read
+        "[unknown kernel]"). A probe sends a name before it adds a record, and the
+        drain waits for every probe under way: the second poll gets a name sent
+        during the first (CI lost one parcagpu kernel so)."""
         self.session.poll(0)
         d = self.session.drain()
+        self.session.poll(0)
         for fn in self.drain_listeners:
             fn(d)
         self.window.merge(d)

@@ -59,6 +59,7 @@ static double g_rate;
 static int g_all_records, g_bad;
 static __thread double t_tokens = -1, t_last;
 static __thread uint32_t t_runtime_corr; /* the runtime launch this thread is inside */
+static __thread uint32_t t_chosen_corr;  /* the launch whose exit fires cuda_correlation */
 
 #define TOMBSTONE 0xffffffffu
 
@@ -329,26 +330,32 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
         return;
     if (g_pc && cb->callbackSite == CUPTI_API_EXIT && domain == CUPTI_CB_DOMAIN_DRIVER_API)
         pc_after_launch(cb->context);
-    if (domain == CUPTI_CB_DOMAIN_RUNTIME_API && cb->callbackSite == CUPTI_API_ENTER) {
-        t_runtime_corr = cb->correlationId;
+    /* A driver launch under a runtime launch shares its correlation id: the
+     * runtime launch fires it. The launch is chosen, and its id put in the filter,
+     * at API enter: the mock completes a kernel's record inside the launch, and a
+     * periodic flush may hand it over before the exit callback runs. */
+    uint32_t corr = cb->correlationId;
+    if (cb->callbackSite == CUPTI_API_ENTER) {
+        if (domain == CUPTI_CB_DOMAIN_DRIVER_API && corr == t_runtime_corr)
+            return;
+        if (domain == CUPTI_CB_DOMAIN_RUNTIME_API)
+            t_runtime_corr = corr;
+        if (parcagpu_cuda_correlation_semaphore && take_token()) {
+            t_chosen_corr = corr;
+            filter_insert(corr);
+        }
         return;
     }
-    if (cb->callbackSite != CUPTI_API_EXIT || !parcagpu_cuda_correlation_semaphore)
-        return;
-    int signed_cbid;
-    if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
-        if (cb->correlationId == t_runtime_corr)
-            return; /* the runtime launch's exit fires it */
-        signed_cbid = -(int)cbid;
-    } else {
+    if (domain == CUPTI_CB_DOMAIN_DRIVER_API && corr == t_runtime_corr)
+        return; /* the runtime launch's exit fires it */
+    if (domain == CUPTI_CB_DOMAIN_RUNTIME_API)
         t_runtime_corr = 0;
-        signed_cbid = (int)cbid;
-    }
-    if (!take_token())
+    if (t_chosen_corr != corr || !corr)
         return;
+    t_chosen_corr = 0;
+    int signed_cbid = domain == CUPTI_CB_DOMAIN_DRIVER_API ? -(int)cbid : (int)cbid;
     const char *name = cb->symbolName ? cb->symbolName : cb->functionName;
-    STAP_PROBE3(parcagpu, cuda_correlation, cb->correlationId, signed_cbid, name);
-    filter_insert(cb->correlationId);
+    STAP_PROBE3(parcagpu, cuda_correlation, corr, signed_cbid, name);
 }
 
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
