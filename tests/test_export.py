@@ -17,7 +17,7 @@ import pytest
 from support.grpc_backends import Backend, make_ca
 from support.pprof_tool import raw
 
-from gpu_agent.collector import WindowProfiles, WindowStats
+from gpu_agent.window import WindowProfiles, WindowStats
 from gpu_agent.export import otlp, parca
 from gpu_agent.export.backends import QueueOptions, make_backend
 from gpu_agent.export.endpoint import TransportOptions, parse_endpoint

@@ -15,7 +15,6 @@ import queue
 import re
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from . import contract as C
@@ -25,6 +24,8 @@ from .estimator import Drain
 from .parcagpu import SOURCE_LABEL as PARCAGPU_SOURCE
 from . import pc_samples
 from .pprof import FrameSpec, Numbering, ProfileBuilder
+from .procfs import read_comm
+from .window import ProcInfo, Window, WindowProfiles, WindowStats
 from .python import PythonStacks
 from .demangle import demangle_kernel
 from .symbolize import Symbolizer
@@ -60,70 +61,6 @@ PARCAGPU_COMMENT = ("source=parcagpu samples: parcagpu passes on the kernel reco
 # Frames skipped when naming a replay site: CUDA's own libraries and the shim.
 _CUDA_LIB = re.compile(r"^lib(cuda|cudart|cupti|gpu_agent_shim|nvrtc|cublas\w*|cudnn\w*)\b")
 
-
-@dataclass
-class ProcInfo:
-    pid: int
-    comm: str
-    exited: bool = False
-
-    @property
-    def pod(self) -> dict:
-        """pod/namespace/container where known (k8s.proc_labels; {} outside Kubernetes)."""
-        try:
-            from . import k8s
-            return k8s.proc_labels(self.pid)
-        except Exception:  # metadata is best effort
-            return {}
-
-
-@dataclass
-class Window:
-    """Aggregates drained from BPF over one profile window (merged over drains)."""
-
-    start_ns: int
-    totals: dict = field(default_factory=dict)
-    sampled: dict = field(default_factory=dict)
-
-    def merge(self, drain) -> None:
-        for dst, src in ((self.totals, drain.totals), (self.sampled, drain.sampled)):
-            for k, v in src.items():
-                old = dst.get(k)
-                dst[k] = v if old is None else type(v)(*(a + b for a, b in zip(old, v)))
-
-
-@dataclass
-class WindowProfiles:
-    """One closed window: the node-wide profile and, if asked, one profile per process."""
-
-    profile: ProfileBuilder
-    stats: "WindowStats"
-    per_pid: dict = field(default_factory=dict)   # pid -> ProfileBuilder
-    procs: dict = field(default_factory=dict)     # pid -> ProcInfo (as of this window)
-
-
-@dataclass
-class WindowStats:
-    processes: int = 0
-    kernels: int = 0
-    gpu_ns: int = 0
-    samples: int = 0
-    unnamed_kernels: int = 0
-    orphan_samples: int = 0
-    excluded_pids: int = 0
-    impossible_records: int = 0  # kept out by invariants.py (also in drop_impossible)
-    dropped_launches: int = 0    # launches whose records CUPTI lost ([dropped: cupti] samples)
-    # Processes whose shim attached in this window but which have no kernel in it: a
-    # short job whose launches all fell between collection windows (said, not hidden).
-    attached_without_kernels: int = 0
-
-
-def _read_comm(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return "?"
 
 
 class Collector:
@@ -171,6 +108,8 @@ class Collector:
         self.exit_listeners: list[Callable[[int], None]] = []
         self._impossible = 0                     # records invariants.py kept out, in all
         self._attached_in_window: set[int] = set()
+        self._after_drain = False          # drain()'s second poll: exits wait (drain())
+        self._late_exits: list[int] = []
         self._counters_at_window: dict[str, int] = {}
         # Every window's profiles number frames alike (pprof.Numbering): a reader of
         # many windows resolves each frame once.
@@ -191,6 +130,7 @@ class Collector:
         self.session.close()
 
     def poll(self, timeout_ms: int) -> None:
+        self._apply_late_exits()
         self.session.poll(timeout_ms)
 
     def _symbolize_new_stacks(self) -> None:
@@ -212,10 +152,16 @@ class Collector:
         is built (on an H200, a first interval after seconds of symbolizing read
         "[unknown kernel]"). A probe sends a name before it adds a record, and the
         drain waits for every probe under way: the second poll gets a name sent
-        during the first (CI lost one parcagpu kernel so)."""
+        during the first. An exit it reads waits for the next poll: that process's
+        last records may be in the next drain, and need its name, maps and pod."""
+        self._apply_late_exits()
         self.session.poll(0)
         d = self.session.drain()
-        self.session.poll(0)
+        self._after_drain = True
+        try:
+            self.session.poll(0)
+        finally:
+            self._after_drain = False
         for fn in self.drain_listeners:
             fn(d)
         self.window.merge(d)
@@ -230,7 +176,7 @@ class Collector:
     def _see(self, pid: int) -> Optional[ProcInfo]:
         info = self.procs.get(pid)
         if info is None:
-            info = ProcInfo(pid, _read_comm(pid))
+            info = ProcInfo(pid, read_comm(pid))
             self.procs[pid] = info
             info.pod  # reads /proc/PID/cgroup now, while the process exists (k8s caches it)
             if self.pid_filter is not None:
@@ -247,6 +193,9 @@ class Collector:
         self._to_symbolize.put((tgid, stack_id, start))
 
     def _on_proc_attach(self, tgid: int) -> None:
+        if tgid in self._late_exits:  # the pid is already another process's
+            self._late_exits.remove(tgid)
+            self._exit_now(tgid)
         old = self.procs.get(tgid)
         if old is not None and old.exited:
             # A new process was given a dead one's pid before the dead one's last
@@ -270,6 +219,17 @@ class Collector:
         return self._clock_offsets.get(pid, 0)
 
     def _on_proc_exit(self, tgid: int) -> None:
+        if self._after_drain:
+            self._late_exits.append(tgid)
+        else:
+            self._exit_now(tgid)
+
+    def _apply_late_exits(self) -> None:
+        late, self._late_exits = self._late_exits, []
+        for tgid in late:
+            self._exit_now(tgid)
+
+    def _exit_now(self, tgid: int) -> None:
         info = self.procs.get(tgid)
         if info is not None:
             info.exited = True

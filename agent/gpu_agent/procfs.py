@@ -65,3 +65,12 @@ def read_maps(pid: int, proc_root: str = "/proc") -> Optional[List[MapEntry]]:
             return parse_maps(f.read())
     except OSError:
         return None
+
+
+def read_comm(pid: int) -> str:
+    """The process's name as /proc shows it; "?" once it is gone."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"

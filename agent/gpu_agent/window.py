@@ -1,0 +1,65 @@
+"""What one profile window holds: its aggregates (merged over drains), the
+processes in it, and, once closed, its profiles and their figures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .pprof import ProfileBuilder
+
+
+@dataclass
+class ProcInfo:
+    pid: int
+    comm: str
+    exited: bool = False
+
+    @property
+    def pod(self) -> dict:
+        """pod/namespace/container where known (k8s.proc_labels; {} outside Kubernetes)."""
+        try:
+            from . import k8s
+            return k8s.proc_labels(self.pid)
+        except Exception:  # metadata is best effort
+            return {}
+
+
+@dataclass
+class Window:
+    """Aggregates drained from BPF over one profile window (merged over drains)."""
+
+    start_ns: int
+    totals: dict = field(default_factory=dict)
+    sampled: dict = field(default_factory=dict)
+
+    def merge(self, drain) -> None:
+        for dst, src in ((self.totals, drain.totals), (self.sampled, drain.sampled)):
+            for k, v in src.items():
+                old = dst.get(k)
+                dst[k] = v if old is None else type(v)(*(a + b for a, b in zip(old, v)))
+
+
+@dataclass
+class WindowProfiles:
+    """One closed window: the node-wide profile and, if asked, one profile per process."""
+
+    profile: ProfileBuilder
+    stats: "WindowStats"
+    per_pid: dict = field(default_factory=dict)   # pid -> ProfileBuilder
+    procs: dict = field(default_factory=dict)     # pid -> ProcInfo (as of this window)
+
+
+@dataclass
+class WindowStats:
+    processes: int = 0
+    kernels: int = 0
+    gpu_ns: int = 0
+    samples: int = 0
+    unnamed_kernels: int = 0
+    orphan_samples: int = 0
+    excluded_pids: int = 0
+    impossible_records: int = 0  # kept out by invariants.py (also in drop_impossible)
+    dropped_launches: int = 0    # launches whose records CUPTI lost ([dropped: cupti] samples)
+    # Processes whose shim attached in this window but which have no kernel in it: a
+    # short job whose launches all fell between collection windows (said, not hidden).
+    attached_without_kernels: int = 0
