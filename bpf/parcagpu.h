@@ -93,10 +93,23 @@ static __always_inline u32 pg_see_proc(u32 tgid)
     return start;
 }
 
-static __always_inline struct ga_pg_site *pg_site(struct pt_regs *ctx, u32 probe)
+/* The first n arguments of the probe that fired (n <= GA_PG_MAX_ARGS, a constant
+ * at each call), as its site's specs say; 0, or -1 counted as a drop when the
+ * site is unknown or an argument cannot be read. */
+static __always_inline int pg_args(struct pt_regs *ctx, u32 probe, u32 n, u64 *a)
 {
     struct ga_pg_site_key k = {.probe = probe, .page_offset = (u32)(PT_REGS_IP(ctx) & 0xfff)};
-    return pg_sites.lookup(&k);
+    struct ga_pg_site *site = pg_sites.lookup(&k);
+    struct pg_regs g;
+    pg_regs(ctx, &g);
+#pragma unroll
+    for (u32 i = 0; i < GA_PG_MAX_ARGS; i++) {
+        if (i < n && (!site || pg_arg(&g, site, i, &a[i]))) {
+            count(GA_DROP_PG_ARGS, 1);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* ---- cuda_correlation(u32 correlationId, int signedCbid, const char *name) ----
@@ -109,14 +122,10 @@ int ga_pg_cuda_correlation(struct pt_regs *ctx)
     u64 pid_tgid = bpf_get_current_pid_tgid();
     u32 tgid = pid_tgid >> 32;
     count(GA_CNT_PG_CORRELATIONS, 1);
-    struct ga_pg_site *site = pg_site(ctx, GA_PG_PROBE_CORRELATION);
-    struct pg_regs g;
-    pg_regs(ctx, &g);
-    u64 corr = 0, cbid = 0;
-    if (!site || pg_arg(&g, site, 0, &corr) || pg_arg(&g, site, 1, &cbid)) {
-        count(GA_DROP_PG_ARGS, 1);
+    u64 a[2] = {};
+    if (pg_args(ctx, GA_PG_PROBE_CORRELATION, 2, a))
         return 0;
-    }
+    u64 corr = a[0], cbid = a[1];
     count(GA_CNT_SAMPLES, 1);
     u32 start = pg_see_proc(tgid);
     u32 zero = 0;
@@ -224,16 +233,9 @@ int ga_pg_kernel_executed(struct pt_regs *ctx)
 {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     count(GA_CNT_PG_KERNELS, 1);
-    struct ga_pg_site *site = pg_site(ctx, GA_PG_PROBE_KERNEL);
-    struct pg_regs g;
-    pg_regs(ctx, &g);
     u64 a[8] = {};
-    if (!site || pg_arg(&g, site, 0, &a[0]) || pg_arg(&g, site, 1, &a[1]) ||
-        pg_arg(&g, site, 2, &a[2]) || pg_arg(&g, site, 3, &a[3]) || pg_arg(&g, site, 4, &a[4]) ||
-        pg_arg(&g, site, 5, &a[5]) || pg_arg(&g, site, 6, &a[6]) || pg_arg(&g, site, 7, &a[7])) {
-        count(GA_DROP_PG_ARGS, 1);
+    if (pg_args(ctx, GA_PG_PROBE_KERNEL, 8, a))
         return 0;
-    }
     u64 name = a[7];
     if (!name) {
         count(GA_DROP_BAD_RECORD, 1);

@@ -45,14 +45,10 @@ static __always_inline void pg_pc_record(u32 tgid, u32 start, u64 slot)
 int ga_pg_pc_sample_batch(struct pt_regs *ctx)
 {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
-    struct ga_pg_site *site = pg_site(ctx, GA_PG_PROBE_PC_BATCH);
-    struct pg_regs g;
-    pg_regs(ctx, &g);
-    u64 records = 0, n = 0;
-    if (!site || pg_arg(&g, site, 0, &records) || pg_arg(&g, site, 1, &n)) {
-        count(GA_DROP_PG_ARGS, 1);
+    u64 a[2] = {};
+    if (pg_args(ctx, GA_PG_PROBE_PC_BATCH, 2, a))
         return 0;
-    }
+    u64 records = a[0], n = a[1];
     if (n > GA_PG_PC_BATCH_MAX) {
         count(GA_DROP_PC_READ, 1);
         return 0;
@@ -71,14 +67,10 @@ int ga_pg_pc_sample_batch(struct pt_regs *ctx)
 int ga_pg_stall_reason_map(struct pt_regs *ctx)
 {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
-    struct ga_pg_site *site = pg_site(ctx, GA_PG_PROBE_STALL_MAP);
-    struct pg_regs g;
-    pg_regs(ctx, &g);
-    u64 names = 0, n = 0;
-    if (!site || pg_arg(&g, site, 0, &names) || pg_arg(&g, site, 1, &n)) {
-        count(GA_DROP_PG_ARGS, 1);
+    u64 a[2] = {};
+    if (pg_args(ctx, GA_PG_PROBE_STALL_MAP, 2, a))
         return 0;
-    }
+    u64 names = a[0], n = a[1];
     pg_see_proc(tgid);
     for (u32 i = 0; i < GA_PG_STALL_MAX; i++) {
         if (i >= n)
@@ -95,14 +87,10 @@ int ga_pg_stall_reason_map(struct pt_regs *ctx)
 int ga_pg_cubin_loaded(struct pt_regs *ctx)
 {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
-    struct ga_pg_site *site = pg_site(ctx, GA_PG_PROBE_CUBIN);
-    struct pg_regs g;
-    pg_regs(ctx, &g);
-    u64 crc = 0, cubin = 0, size = 0;
-    if (!site || pg_arg(&g, site, 0, &crc) || pg_arg(&g, site, 1, &cubin) || pg_arg(&g, site, 2, &size)) {
-        count(GA_DROP_PG_ARGS, 1);
+    u64 a[3] = {};
+    if (pg_args(ctx, GA_PG_PROBE_CUBIN, 3, a))
         return 0;
-    }
+    u64 crc = a[0], cubin = a[1], size = a[2];
     pg_see_proc(tgid);
     emit_cubin(tgid, crc, cubin, size); /* pcsampling.h */
     return 0;
@@ -112,14 +100,10 @@ int ga_pg_cubin_loaded(struct pt_regs *ctx)
 int ga_pg_error(struct pt_regs *ctx)
 {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
-    struct ga_pg_site *site = pg_site(ctx, GA_PG_PROBE_ERROR);
-    struct pg_regs g;
-    pg_regs(ctx, &g);
-    u64 code = 0, message = 0, component = 0;
-    if (!site || pg_arg(&g, site, 0, &code) || pg_arg(&g, site, 1, &message) || pg_arg(&g, site, 2, &component)) {
-        count(GA_DROP_PG_ARGS, 1);
+    u64 a[3] = {};
+    if (pg_args(ctx, GA_PG_PROBE_ERROR, 3, a))
         return 0;
-    }
+    u64 code = a[0], message = a[1], component = a[2];
     count(GA_CNT_PG_ERRORS, 1);
     struct ga_ev_pg_error *ev = events.ringbuf_reserve(sizeof(*ev));
     if (!ev) {
