@@ -1,8 +1,10 @@
 """Duty-cycled collection windows (shim/src/window.cpp), end to end.
 
 The shim collects in one GPU_AGENT_WINDOW_MS slot of every GPU_AGENT_DUTY_CYCLE
-(N), counts every launch (its launch callbacks stay on), and weights each windowed
-record by all launches / windowed launches over the last whole periods (about N). These tests run a
+(N), and weights each windowed record by its period's launches / windowed launches
+(about N): counted by launch callbacks that stay on (GPU_AGENT_TEARDOWN=0, the
+tests marked COUNTED), or, by default, extrapolated from the count phase before
+each window, CUPTI being torn down between windows. These tests run a
 paced mock workload under `gpu-agent record --duty-cycle N` through the real
 shim, real eBPF and Go pprof:
 - in audit mode the shim also sees the full trace of the same run, which must
@@ -26,6 +28,11 @@ from support.pprof_tool import raw
 from gpu_agent.audit import audit_rows
 
 KERNEL = "_Z16k_cuLaunchKernelPfi"
+# The tests of the weights that count every launch (launch callbacks on between
+# windows): GPU_AGENT_TEARDOWN=0. By default CUPTI is torn down after every
+# window and the launches between windows are extrapolated from a count phase
+# (tests/test_teardown.py).
+COUNTED = {"GPU_AGENT_TEARDOWN": "0"}
 N = 5
 # 3 s, 30 periods of 5 x 20 ms slots; launched in blocks of 1000 every 5 ms, so
 # that each window holds several blocks (coarser blocks make the estimate noisy).
@@ -144,17 +151,15 @@ def test_windows_that_slow_launches_do_not_bias_the_estimate(tmp_path, built):
     """On an H200 a launch-bound loop launches more slowly inside windows, so
     weighting windowed records by N ran 7-17 % low. The mock models that
     (MOCK_CUPTI_ACTIVITY_LAUNCH_NS: CPU per launch while kernel activity is on) on
-    a paced loop that catches up after each window: N x the windowed launches
-    must be well short of the truth,
-    and the ratio-weighted estimate must still land on it."""
+    a closed loop (4 us of CPU work after each launch, as a training step's Python
+    does): N x the windowed launches must be well short of the truth, and the
+    estimate (each period's launches: its window's, plus the rest of the period at
+    the rate of the count phase before the window) must still land on it."""
     need_ebpf()
-    prof, truth, err = record(tmp_path, MOCK_CUPTI_ACTIVITY_LAUNCH_NS="8000")
+    prof, truth, err = record(tmp_path, "--spin-ns", "4000", rate=0, MOCK_CUPTI_ACTIVITY_LAUNCH_NS="8000")
     true_launches = truth[KERNEL][0]
     windowed = shim_exit_stats(err)["launches"]
     assert N * windowed < 0.75 * true_launches, (windowed, true_launches)  # the bias is there
-    # The paced loop catches up after each window, so single periods differ; over
-    # whole periods the ratio holds (-0.3 to -2.5 % on this 3 s run, where the
-    # former rate-based weight read -0.2 to +5.5 %).
     est_launches = prof[KERNEL][1]
     assert abs(est_launches / true_launches - 1) < 0.05, (est_launches, true_launches)
 
@@ -168,7 +173,7 @@ def test_launches_no_callback_sees_are_counted_and_weigh_n(tmp_path, built):
     this steady loop."""
     need_ebpf()
     variant = shim_without_cbid(tmp_path / "libgpu_agent_shim.so", bench=True)
-    prof, truth, err = record(tmp_path, shim=str(variant), GPU_AGENT_EXP_INTERNAL_LAUNCHES="1")
+    prof, truth, err = record(tmp_path, shim=str(variant), GPU_AGENT_EXP_INTERNAL_LAUNCHES="1", **COUNTED)
     st = shim_exit_stats(err)
     # The bench-only count of CUPTI's INTERNAL_LAUNCH_API records (launches made
     # outside any public API call) ran; the mock makes none: here the unseen
@@ -195,7 +200,7 @@ def test_a_job_whose_launch_rate_changes_is_weighed_period_by_period(tmp_path, b
     own launches / windowed launches land within a few hundredths of a percent."""
     need_ebpf()
     prof, truth, err = record(tmp_path, "--warm", "40000", "--warm-rate", "20000",
-                              MOCK_CUPTI_ACTIVITY_LAUNCH_NS="8000")
+                              MOCK_CUPTI_ACTIVITY_LAUNCH_NS="8000", **COUNTED)
     true_launches = truth[KERNEL][0]
     assert int(re.search(r"(\d+) after the last window", err).group(1)) == 0, err[-2000:]
     est_launches = prof[KERNEL][1]
@@ -213,7 +218,7 @@ def test_records_completing_periods_after_their_launch_keep_their_periods_weight
     weighing each record by the period it completes in read -5 % to +21 %."""
     need_ebpf()
     prof, truth, err = record(tmp_path, "--gap-ms", "40", "--gap-every-ms", "60",
-                              MOCK_CUPTI_RECORD_LAG_MS="150")
+                              MOCK_CUPTI_RECORD_LAG_MS="150", **COUNTED)
     assert int(re.search(r"(\d+) after the last window", err).group(1)) == 0, err[-2000:]
     est_launches = prof[KERNEL][1]
     true_launches = truth[KERNEL][0]
@@ -226,7 +231,7 @@ def short_run(tmp_path, i: int, launches: int) -> tuple[int, int, int, int]:
     before them (the shim's exit line)."""
     gt = tmp_path / f"truth{i}.tsv"
     out = tmp_path / f"short{i}.pb.gz"
-    e = mock_env(gt, GPU_AGENT_WINDOW_MS="20", GPU_AGENT_DEBUG="1")
+    e = mock_env(gt, GPU_AGENT_WINDOW_MS="20", GPU_AGENT_DEBUG="1", **COUNTED)
     p = subprocess.run(agent_cmd("record", "--duty-cycle", "50", "-o", out, "--", MOCK_APP,
                                  "--bench", str(launches), "--rate", str(RATE)),
                        env=e, capture_output=True, text=True, timeout=120)
@@ -329,7 +334,7 @@ def test_exp_toggle_alternates_attached_and_detached(tmp_path, built):
     and while detached it collects nothing (its records stop with its launches seen)."""
     need_ebpf()
     _, _, err = record(tmp_path, shim=str(BENCH_SHIM), GPU_AGENT_EXP_TOGGLE_MS="200:400",
-                       GPU_AGENT_POLL_MS="10")
+                       GPU_AGENT_POLL_MS="10", **COUNTED)
     attaches = len(re.findall(r"gpu-agent-shim: attached \(", err))
     detaches = len(re.findall(r"gpu-agent-shim: detached \(pid \d+\): agent gone", err))
     # 3 s of 600 ms cycles: about 5 of each (the first attach waits for CUDA to start).

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.gpu import fidelity, overhead
+from bench.gpu import fidelity, inprocess, overhead
 from bench.gpu.cases import STEPS, WORKLOADS
 from bench.gpu.harness import case_command, clean_env, profile_kernels, profile_stacks, python_share
 
@@ -97,7 +97,13 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.gpu", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     o = sub.add_parser("overhead", help=overhead.__doc__.split("\n")[0])
-    o.add_argument("--method", choices=["sep", "pair", "timeline", "residual", "events"], default="sep")
+    o.add_argument("--method", choices=["sep", "pair", "timeline", "residual", "events", "inprocess"],
+                   default="sep")
+    o.add_argument("--periods", type=int, default=6, help="--method inprocess: attach/detach periods")
+    o.add_argument("--on", type=float, default=10.0, help="--method inprocess: seconds the agent watches")
+    o.add_argument("--off", type=float, default=6.0, help="--method inprocess: seconds without agent")
+    o.add_argument("--settle", type=float, default=1.0, help="--method inprocess: attached blocks skipped (s)")
+    o.add_argument("--shim-env", default="", help="--method inprocess: shim settings, K=V,K=V")
     o.add_argument("--seconds", type=float, default=40.0, help="--method timeline: the loop's length")
     o.add_argument("--rounds", type=int, default=6)
     o.add_argument("--workloads", default="eager,mlp,graph,compiled,driver-graph,mlp-x4")
@@ -135,7 +141,9 @@ def main(argv=None) -> None:
     for w in filter(None, getattr(a, "workloads", "").split(",")):
         if w not in WORKLOADS:
             ap.error(f"unknown workload {w!r}; known: {', '.join(WORKLOADS)}")
-    if a.cmd == "overhead" and a.method == "timeline":
+    if a.cmd == "overhead" and a.method == "inprocess":
+        inprocess.inprocess(a)
+    elif a.cmd == "overhead" and a.method == "timeline":
         overhead.timeline(a)
     elif a.cmd == "overhead" and a.method == "residual":
         overhead.residual(a)

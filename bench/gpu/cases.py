@@ -23,6 +23,13 @@ Workloads (launch-bound on purpose: the shim's cost is per launch):
   sites     one add kernel launched from two call sites, site_a 3 times per step and
             site_b once: the true split of its GPU time is 75 % / 25 % (the
             per-stack share check of python -m bench.gpu fidelity --shares)
+  llama     Llama decode: a random-weight 8-layer Llama (hidden 1024, 16 heads, 4 KV
+            heads; transformers, nothing downloaded), batch 1, generate() of 32 tokens
+            a step
+
+--trace SECONDS times blocks of --steps steps for that long instead, and reports
+each block with the shim's state at its end (attached, teardowns so far): the
+in-process method of python -m bench.gpu overhead --method inprocess.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from pathlib import Path
 # Steps per timed block: about 2.4 s each on an H200 (the issue-17 method).
 STEPS = {"eager": 16000, "mlp": 16000, "graph": 45000, "compiled": 24000,
          "driver-graph": 45000, "mlp-x4": 4000, "mlp-x10": 2000, "sites": 16000,
-         "launch": 400000, "matmul": 8000}
+         "launch": 400000, "matmul": 8000, "llama": 40}
 WORKLOADS = list(STEPS)
 
 
@@ -103,6 +110,14 @@ def make_step(workload: str):
         a = torch.randn(4096, 4096, device="cuda", dtype=torch.half)
         b = torch.randn(4096, 4096, device="cuda", dtype=torch.half)
         return lambda: torch.mm(a, b)
+    if workload == "llama":
+        from transformers import LlamaConfig, LlamaForCausalLM
+        cfg = LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
+                          num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=512)
+        model = LlamaForCausalLM(cfg).cuda().half().eval()
+        ids = torch.randint(0, 32000, (1, 16), device="cuda")
+        return lambda: model.generate(ids, max_new_tokens=32, min_new_tokens=32, do_sample=False,
+                                      pad_token_id=0)
     if workload == "eager":
         x = torch.zeros(1024, device="cuda")
 
@@ -149,6 +164,51 @@ def time_blocks(step, steps: int, repeats: int) -> list[float]:
     return blocks
 
 
+class ShimState:
+    """The shim's state through its C API (the copy this process mapped), or None."""
+
+    def __init__(self):
+        import ctypes
+        path = next((ln.split()[-1] for ln in Path("/proc/self/maps").read_text().splitlines()
+                     if "gpu_agent_shim" in ln and ln.split()[-1].endswith(".so")), None)
+        self.lib = ctypes.CDLL(path) if path else None
+        if self.lib:
+            self.lib.gpu_agent_shim_counter.restype = ctypes.c_uint64
+            self.lib.gpu_agent_shim_counter_name.restype = ctypes.c_char_p
+            names = {}
+            for i in range(256):
+                n = self.lib.gpu_agent_shim_counter_name(i)
+                if not n:
+                    break
+                names[n.decode()] = i
+            self.teardowns = names.get("teardowns")
+
+    def now(self) -> tuple[int, int]:
+        """(attached 0/1, teardowns so far)"""
+        if not self.lib:
+            return 0, 0
+        td = self.lib.gpu_agent_shim_counter(self.teardowns) if self.teardowns is not None else 0
+        return int(self.lib.gpu_agent_shim_state() == 1), int(td)
+
+
+def trace_blocks(step, steps: int, seconds: float) -> list[list]:
+    """Blocks of `steps` steps for `seconds`: [monotonic s at the end, µs per step,
+    attached, teardowns so far] each."""
+    import torch
+    for _ in range(max(1, steps // 2)):
+        step()
+    torch.cuda.synchronize()
+    shim, out, end = ShimState(), [], time.monotonic() + seconds
+    while time.monotonic() < end:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+        us = (time.perf_counter() - t0) * 1e6 / steps
+        out.append([round(time.monotonic(), 4), round(us, 3), *shim.now()])
+    return out
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("workload", choices=[w for w in WORKLOADS if w not in ("driver-graph", "launch")])
@@ -158,12 +218,19 @@ def main(argv=None) -> None:
                     help="seconds between building the workload and timing it")
     ap.add_argument("--torch-profiler", action="store_true",
                     help="time it under torch.profiler (CPU + CUDA activities)")
+    ap.add_argument("--trace", type=float, default=0, metavar="SECONDS",
+                    help="time blocks of --steps steps for SECONDS, each with the shim's state")
     a = ap.parse_args(argv)
     import torch
     with torch.no_grad():
         step = make_step(a.workload)
         step()
         torch.cuda.synchronize()
+        if a.trace:
+            print(json.dumps({"workload": a.workload, "steps": a.steps, "ready": time.monotonic()}), flush=True)
+            trace = trace_blocks(step, a.steps or max(1, STEPS[a.workload] // 40), a.trace)
+            print(json.dumps({"workload": a.workload, "trace": trace}), flush=True)
+            return
         time.sleep(a.wait)
         cpu0, t0 = thread_cpu_s(), time.monotonic()
         steps = a.steps or STEPS[a.workload]

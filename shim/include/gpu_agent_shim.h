@@ -46,7 +46,11 @@
     X(CUBINS, cubins, "cubins kept and announced")                                      \
     X(CUBINS_DROPPED, cubins_dropped, "cubins not kept (GPU_AGENT_PC_CUBIN_MB reached)") \
     X(PC_GET_DATA_ERRORS, pc_get_data_errors, "cuptiPCSamplingGetData failures (samples lost)") \
-    X(OUTSIDE_WINDOWS, outside_windows, "records of launches outside windows (PC sampling holds activity on)")
+    X(OUTSIDE_WINDOWS, outside_windows, "records of launches outside windows (PC sampling holds activity on)") \
+    X(TEARDOWNS, teardowns, "CUPTI finalized at a window's end or a detach")            \
+    X(TEARDOWNS_FAILED, teardowns_failed, "teardowns that failed or were put off")      \
+    X(GATE_SKIPPED, gate_skipped, "CUPTI calls a callback skipped during a teardown")   \
+    X(WINDOWS_SKIPPED, windows_skipped, "windows not opened: another CUPTI client subscribed")
 
 enum ga_shim_counter {
 #define GA_SC_ENUM(id, name, meaning) GA_SC_##id,

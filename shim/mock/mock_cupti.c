@@ -13,10 +13,64 @@
 #include <cupti.h>
 #include "mock_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <errno.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------ finalize
+ * A CUPTI call from another thread while one thread is inside cuptiFinalize
+ * crashes on a GPU (CUPTI's docs, "Dynamic Attach and Detach"): the mock says so
+ * and aborts, whichever of the two came first. CUPTI's own worker thread (buffer
+ * deliveries) is CUPTI's business and exempt. Every entry point opens with
+ * API_GUARD() (mock_internal.h). The fixed costs of a teardown cycle are modelled too:
+ * MOCK_CUPTI_FINALIZE_US (default 2000) per cuptiFinalize and MOCK_CUPTI_ENABLE_US
+ * (default 1000) for the first kernel-activity enable after a finalize (an H100
+ * took 1.9-2.7 ms to finalize and 10-31 ms to enable again in PyTorch). */
+static _Atomic long g_fin_tid;        /* the thread inside cuptiFinalize; 0: none */
+static _Atomic int g_inside;          /* threads inside a CUPTI call now */
+static __thread int t_depth;          /* this thread's nesting of CUPTI calls */
+static __thread int t_cupti_worker;   /* this is CUPTI's own worker thread */
+
+static void crash(const char *fn, const char *what)
+{
+    fprintf(stderr, "mock libcupti: %s %s (thread %ld; cuptiFinalize on thread %ld): this crashes on a GPU\n",
+            fn, what, (long)gettid(), atomic_load(&g_fin_tid));
+    abort();
+}
+
+int mockcupti_api_enter(const char *fn)
+{
+    if (t_depth++ == 0) atomic_fetch_add(&g_inside, 1);
+    long fin = atomic_load(&g_fin_tid);
+    if (fin && fin != (long)gettid() && !t_cupti_worker) crash(fn, "called while another thread is inside cuptiFinalize");
+    return 0;
+}
+
+void mockcupti_api_leave(int *unused)
+{
+    (void)unused;
+    if (--t_depth == 0) atomic_fetch_sub(&g_inside, 1);
+}
+
+
+static long env_long(const char *name, long dflt)
+{
+    const char *e = getenv(name);
+    return e && *e ? atol(e) : dflt;
+}
+
+static void sleep_us(long us)
+{
+    if (us <= 0) return;
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+static int g_reinstrument = 1;        /* the next kernel-activity enable pays MOCK_CUPTI_ENABLE_US */
+static _Atomic long g_finalizes;
 
 /* ------------------------------------------------------------ callbacks */
 
@@ -53,6 +107,7 @@ static void ensure_registered(void)
 
 CUptiResult CUPTIAPI cuptiSubscribe(CUpti_SubscriberHandle *subscriber, CUpti_CallbackFunc callback, void *userdata)
 {
+    API_GUARD();
     if (!subscriber) return CUPTI_ERROR_INVALID_PARAMETER;
     pthread_mutex_lock(&g_sub_mu);
     if (g_sub_taken) {
@@ -71,6 +126,7 @@ CUptiResult CUPTIAPI cuptiSubscribe(CUpti_SubscriberHandle *subscriber, CUpti_Ca
 CUptiResult CUPTIAPI cuptiSubscribe_v2(CUpti_SubscriberHandle *subscriber, CUpti_CallbackFunc callback,
                                        void *userdata, CUpti_SubscriberParams *pParams)
 {
+    API_GUARD();
     return cuptiSubscribe(subscriber, callback, userdata);
 }
 
@@ -81,6 +137,7 @@ static void clear_gate_api(void)
 
 CUptiResult CUPTIAPI cuptiUnsubscribe(CUpti_SubscriberHandle subscriber)
 {
+    API_GUARD();
     pthread_mutex_lock(&g_sub_mu);
     if (subscriber != &g_sub || !g_sub_taken) {
         pthread_mutex_unlock(&g_sub_mu);
@@ -101,6 +158,7 @@ static int valid_domain(CUpti_CallbackDomain d)
 CUptiResult CUPTIAPI cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle subscriber,
                                          CUpti_CallbackDomain domain, CUpti_CallbackId cbid)
 {
+    API_GUARD();
     if (subscriber != &g_sub || !g_sub_taken || !valid_domain(domain) || cbid >= MOCK_MAX_CBID)
         return CUPTI_ERROR_INVALID_PARAMETER;
     mockcuda_gate.api[domain][cbid] = enable ? 1 : 0;
@@ -110,6 +168,7 @@ CUptiResult CUPTIAPI cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle
 CUptiResult CUPTIAPI cuptiEnableDomain(uint32_t enable, CUpti_SubscriberHandle subscriber,
                                        CUpti_CallbackDomain domain)
 {
+    API_GUARD();
     if (subscriber != &g_sub || !g_sub_taken || !valid_domain(domain)) return CUPTI_ERROR_INVALID_PARAMETER;
     memset((void *)mockcuda_gate.api[domain], enable ? 1 : 0, MOCK_MAX_CBID);
     return CUPTI_SUCCESS;
@@ -117,6 +176,7 @@ CUptiResult CUPTIAPI cuptiEnableDomain(uint32_t enable, CUpti_SubscriberHandle s
 
 CUptiResult CUPTIAPI cuptiEnableAllDomains(uint32_t enable, CUpti_SubscriberHandle subscriber)
 {
+    API_GUARD();
     if (subscriber != &g_sub || !g_sub_taken) return CUPTI_ERROR_INVALID_PARAMETER;
     for (int d = CUPTI_CB_DOMAIN_DRIVER_API; d < CUPTI_CB_DOMAIN_SIZE; d++)
         memset((void *)mockcuda_gate.api[d], enable ? 1 : 0, MOCK_MAX_CBID);
@@ -126,6 +186,7 @@ CUptiResult CUPTIAPI cuptiEnableAllDomains(uint32_t enable, CUpti_SubscriberHand
 CUptiResult CUPTIAPI cuptiGetCallbackState(uint32_t *enable, CUpti_SubscriberHandle subscriber,
                                            CUpti_CallbackDomain domain, CUpti_CallbackId cbid)
 {
+    API_GUARD();
     if (!enable || subscriber != &g_sub || !valid_domain(domain) || cbid >= MOCK_MAX_CBID)
         return CUPTI_ERROR_INVALID_PARAMETER;
     *enable = mockcuda_gate.api[domain][cbid];
@@ -136,6 +197,7 @@ CUptiResult CUPTIAPI cuptiGetCallbackState(uint32_t *enable, CUpti_SubscriberHan
 
 CUptiResult CUPTIAPI cuptiGetTimestamp(uint64_t *timestamp)
 {
+    API_GUARD();
     if (!timestamp) return CUPTI_ERROR_INVALID_PARAMETER;
     *timestamp = mock_now_ns();   /* same clock as kernel start/end */
     return CUPTI_SUCCESS;
@@ -143,6 +205,7 @@ CUptiResult CUPTIAPI cuptiGetTimestamp(uint64_t *timestamp)
 
 CUptiResult CUPTIAPI cuptiGetVersion(uint32_t *version)
 {
+    API_GUARD();
     if (!version) return CUPTI_ERROR_INVALID_PARAMETER;
     *version = CUPTI_API_VERSION;
     return CUPTI_SUCCESS;
@@ -150,6 +213,7 @@ CUptiResult CUPTIAPI cuptiGetVersion(uint32_t *version)
 
 CUptiResult CUPTIAPI cuptiGetResultString(CUptiResult result, const char **str)
 {
+    API_GUARD();
     if (!str) return CUPTI_ERROR_INVALID_PARAMETER;
     switch (result) {
 #define R(code) case code: *str = #code; return CUPTI_SUCCESS;
@@ -165,6 +229,7 @@ CUptiResult CUPTIAPI cuptiGetResultString(CUptiResult result, const char **str)
 
 CUptiResult CUPTIAPI cuptiGetContextId(CUcontext context, uint32_t *contextId)
 {
+    API_GUARD();
     struct mock_ctx *c = (struct mock_ctx *)context;
     if (!c || c->magic != MOCK_CTX_MAGIC || !contextId) return CUPTI_ERROR_INVALID_PARAMETER;
     *contextId = c->uid;
@@ -173,6 +238,7 @@ CUptiResult CUPTIAPI cuptiGetContextId(CUcontext context, uint32_t *contextId)
 
 CUptiResult CUPTIAPI cuptiGetDeviceId(CUcontext context, uint32_t *deviceId)
 {
+    API_GUARD();
     struct mock_ctx *c = (struct mock_ctx *)(context ? context : mockcuda_current_ctx());
     if (!deviceId) return CUPTI_ERROR_INVALID_PARAMETER;
     if (!c || c->magic != MOCK_CTX_MAGIC) return CUPTI_ERROR_INVALID_CONTEXT;
@@ -183,6 +249,7 @@ CUptiResult CUPTIAPI cuptiGetDeviceId(CUcontext context, uint32_t *deviceId)
 CUptiResult CUPTIAPI cuptiGetStreamIdEx(CUcontext context, CUstream stream, uint8_t perThreadStream,
                                         uint32_t *streamId)
 {
+    API_GUARD();
     if (!streamId) return CUPTI_ERROR_INVALID_PARAMETER;
     uint32_t id = mockcuda_stream_id(context, stream, perThreadStream);
     if (!id) return CUPTI_ERROR_INVALID_PARAMETER;
@@ -192,11 +259,13 @@ CUptiResult CUPTIAPI cuptiGetStreamIdEx(CUcontext context, CUstream stream, uint
 
 CUptiResult CUPTIAPI cuptiGetStreamId(CUcontext context, CUstream stream, uint32_t *streamId)
 {
+    API_GUARD();
     return cuptiGetStreamIdEx(context, stream, 0, streamId);
 }
 
 CUptiResult CUPTIAPI cuptiGetGraphNodeId(CUgraphNode node, uint64_t *nodeId)
 {
+    API_GUARD();
     struct mock_node *n = (struct mock_node *)node;
     if (!n || n->magic != MOCK_NODE_MAGIC || !nodeId) return CUPTI_ERROR_INVALID_PARAMETER;
     *nodeId = n->id;
@@ -205,6 +274,7 @@ CUptiResult CUPTIAPI cuptiGetGraphNodeId(CUgraphNode node, uint64_t *nodeId)
 
 CUptiResult CUPTIAPI cuptiGetGraphId(CUgraph graph, uint32_t *pId)
 {
+    API_GUARD();
     struct mock_graph *g = (struct mock_graph *)graph;
     if (!g || g->magic != MOCK_GRAPH_MAGIC || !pId) return CUPTI_ERROR_INVALID_PARAMETER;
     *pId = g->id;
@@ -213,6 +283,7 @@ CUptiResult CUPTIAPI cuptiGetGraphId(CUgraph graph, uint32_t *pId)
 
 CUptiResult CUPTIAPI cuptiGetGraphExecId(CUgraphExec graphExec, uint32_t *pId)
 {
+    API_GUARD();
     struct mock_exec *x = (struct mock_exec *)graphExec;
     if (!x || x->magic != MOCK_EXEC_MAGIC || !pId) return CUPTI_ERROR_INVALID_PARAMETER;
     *pId = x->id;
@@ -284,6 +355,7 @@ static size_t align_pad(const uint8_t *p)
 static void *worker_main(void *arg)
 {
     (void)arg;
+    t_cupti_worker = 1;
     pthread_mutex_lock(&g_act_mu);
     while (!g_worker_stop) {
         struct abuf *b = pop_done();
@@ -326,6 +398,7 @@ __attribute__((constructor)) static void mock_cupti_ctor(void)
 CUptiResult CUPTIAPI cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc funcBufferRequested,
                                                     CUpti_BuffersCallbackCompleteFunc funcBufferCompleted)
 {
+    API_GUARD();
     if (!funcBufferRequested || !funcBufferCompleted) return CUPTI_ERROR_INVALID_PARAMETER;
     pthread_mutex_lock(&g_act_mu);
     g_req = funcBufferRequested;
@@ -345,6 +418,7 @@ static void update_kernel_gate(void)
 
 CUptiResult CUPTIAPI cuptiActivityEnable(CUpti_ActivityKind kind)
 {
+    API_GUARD();
     if (kind <= CUPTI_ACTIVITY_KIND_INVALID || kind >= CUPTI_ACTIVITY_KIND_COUNT) return CUPTI_ERROR_INVALID_KIND;
     ensure_registered();
     /* Other kinds are accepted but produce no records in the mock. */
@@ -354,15 +428,19 @@ CUptiResult CUPTIAPI cuptiActivityEnable(CUpti_ActivityKind kind)
          * enabled before, both ran. */
         if (!g_kind_conc && mockcuda_gate.pc_sampling) return CUPTI_ERROR_NOT_COMPATIBLE;
         if (!g_kind_conc && getenv("MOCK_CUPTI_CORR_RESTART")) mockcuda_restart_correlation_ids();
+        if (g_reinstrument) sleep_us(env_long("MOCK_CUPTI_ENABLE_US", 1000));
+        g_reinstrument = 0;
         g_kind_conc = 1;
     }
     update_kernel_gate();
+    if (mockcuda_gate.kernel_activity) mockcuda_gate.instrumented = 1; /* until cuptiFinalize */
     if (mockcuda_gate.kernel_activity && graph_end_fault()) mockcuda_gate.graph_nodes = 1;
     return CUPTI_SUCCESS;
 }
 
 CUptiResult CUPTIAPI cuptiActivityDisable(CUpti_ActivityKind kind)
 {
+    API_GUARD();
     if (kind <= CUPTI_ACTIVITY_KIND_INVALID || kind >= CUPTI_ACTIVITY_KIND_COUNT) return CUPTI_ERROR_INVALID_KIND;
     if (kind == CUPTI_ACTIVITY_KIND_KERNEL) g_kind_kernel = 0;
     if (kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) g_kind_conc = 0;
@@ -613,6 +691,7 @@ static size_t record_size(const CUpti_Activity *a)
 CUptiResult CUPTIAPI cuptiActivityGetNextRecord(uint8_t *buffer, size_t validBufferSizeBytes,
                                                 CUpti_Activity **record)
 {
+    API_GUARD();
     if (!buffer || !record) return CUPTI_ERROR_INVALID_PARAMETER;
     uint8_t *end = buffer + validBufferSizeBytes, *next;
     if (!*record) {
@@ -632,6 +711,7 @@ CUptiResult CUPTIAPI cuptiActivityGetNextRecord(uint8_t *buffer, size_t validBuf
 
 CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag)
 {
+    API_GUARD();
     release_held_graphs();
     release_due((flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) != 0);
     pthread_mutex_lock(&g_act_mu);
@@ -653,11 +733,13 @@ CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag)
 
 CUptiResult CUPTIAPI cuptiActivityFlush(CUcontext context, uint32_t streamId, uint32_t flag)
 {
+    API_GUARD();
     return cuptiActivityFlushAll(flag);
 }
 
 CUptiResult CUPTIAPI cuptiActivityFlushPeriod(uint32_t time)
 {
+    API_GUARD();
     pthread_mutex_lock(&g_act_mu);
     g_period_ms = time;
     start_worker_locked();
@@ -668,6 +750,7 @@ CUptiResult CUPTIAPI cuptiActivityFlushPeriod(uint32_t time)
 
 CUptiResult CUPTIAPI cuptiActivityGetNumDroppedRecords(CUcontext context, uint32_t streamId, size_t *dropped)
 {
+    API_GUARD();
     if (!dropped) return CUPTI_ERROR_INVALID_PARAMETER;
     pthread_mutex_lock(&g_act_mu);
     *dropped = g_dropped;   /* reset on read, as documented */
@@ -679,6 +762,9 @@ CUptiResult CUPTIAPI cuptiActivityGetNumDroppedRecords(CUcontext context, uint32
 /* Detach: stop all callbacks and activity, hand back every buffer, stop the worker. */
 CUptiResult CUPTIAPI cuptiFinalize(void)
 {
+    API_GUARD();
+    atomic_store(&g_fin_tid, (long)gettid());
+    if (atomic_load(&g_inside) > 1) crash("cuptiFinalize", "called while another thread is inside CUPTI");
     g_kind_kernel = g_kind_conc = 0;
     update_kernel_gate();
     pthread_mutex_lock(&g_sub_mu);
@@ -707,7 +793,17 @@ CUptiResult CUPTIAPI cuptiFinalize(void)
     g_comp = NULL;
     g_period_ms = 0;
     pthread_mutex_unlock(&g_act_mu);
+    sleep_us(env_long("MOCK_CUPTI_FINALIZE_US", 2000));
+    mockcuda_gate.instrumented = 0;   /* launches cost what they did before CUPTI */
+    g_reinstrument = 1;
+    atomic_fetch_add(&g_finalizes, 1);
+    atomic_store(&g_fin_tid, 0);
     return CUPTI_SUCCESS;
+}
+
+long mockcupti_finalizes(void)
+{
+    return atomic_load(&g_finalizes);
 }
 
 void mock_ensure_registered(void)

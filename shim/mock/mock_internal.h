@@ -139,6 +139,8 @@ struct mock_cupti_gate {
     volatile uint8_t kernel_activity;  /* KERNEL or CONCURRENT_KERNEL activity enabled */
     volatile uint8_t graph_nodes;      /* graph nodes reach libcupti with activity off too */
     volatile uint8_t pc_sampling;      /* cuptiPCSamplingEnable'd: kernels are sampled */
+    volatile uint8_t instrumented;     /* kernel activity was on since the last cuptiFinalize:
+                                        * launches pay the residual (MOCK_CUPTI_RESIDUAL_LAUNCH_NS) */
     volatile uint8_t api[CUPTI_CB_DOMAIN_SIZE][MOCK_MAX_CBID];
 };
 extern struct mock_cupti_gate mockcuda_gate;
@@ -147,6 +149,12 @@ extern struct mock_cupti_gate mockcuda_gate;
 void mock_pc_sample(const struct mock_func *f, uint64_t duration_ns);
 /* What the mock's cuptiGetCubinCrc says of a module's image (libcuda). */
 uint64_t mockcuda_module_crc(const struct mock_module *m);
+/* libcupti's entry points open with API_GUARD() (mock_cupti.c): a call from
+ * another thread while one is inside cuptiFinalize aborts, as it crashes on a GPU. */
+int mockcupti_api_enter(const char *fn);
+void mockcupti_api_leave(int *unused);
+#define API_GUARD() \
+    int api_scope_ __attribute__((cleanup(mockcupti_api_leave), unused)) = mockcupti_api_enter(__func__)
 /* libcupti's hooks installed in libcuda (mock_cupti.c). */
 void mock_ensure_registered(void);
 

@@ -119,6 +119,7 @@ static void hand_over(CUpti_PCSamplingData *out)
 
 CUptiResult CUPTIAPI cuptiPCSamplingEnable(CUpti_PCSamplingEnableParams *p)
 {
+    API_GUARD();
     if (!p || !p->ctx) return CUPTI_ERROR_INVALID_PARAMETER;
     mock_ensure_registered();
     pthread_mutex_lock(&mu);
@@ -131,6 +132,7 @@ CUptiResult CUPTIAPI cuptiPCSamplingEnable(CUpti_PCSamplingEnableParams *p)
 
 CUptiResult CUPTIAPI cuptiPCSamplingDisable(CUpti_PCSamplingDisableParams *p)
 {
+    API_GUARD();
     if (!p || !p->ctx) return CUPTI_ERROR_INVALID_PARAMETER;
     pthread_mutex_lock(&mu);
     if (!enabled) {
@@ -146,6 +148,7 @@ CUptiResult CUPTIAPI cuptiPCSamplingDisable(CUpti_PCSamplingDisableParams *p)
 
 CUptiResult CUPTIAPI cuptiPCSamplingGetNumStallReasons(CUpti_PCSamplingGetNumStallReasonsParams *p)
 {
+    API_GUARD();
     if (!p || !p->numStallReasons) return CUPTI_ERROR_INVALID_PARAMETER;
     if (!enabled) return CUPTI_ERROR_INVALID_OPERATION;
     *p->numStallReasons = NREASONS;
@@ -154,6 +157,7 @@ CUptiResult CUPTIAPI cuptiPCSamplingGetNumStallReasons(CUpti_PCSamplingGetNumSta
 
 CUptiResult CUPTIAPI cuptiPCSamplingGetStallReasons(CUpti_PCSamplingGetStallReasonsParams *p)
 {
+    API_GUARD();
     if (!p || !p->stallReasonIndex || !p->stallReasons) return CUPTI_ERROR_INVALID_PARAMETER;
     if (!enabled) return CUPTI_ERROR_INVALID_OPERATION;
     for (size_t i = 0; i < p->numStallReasons && i < NREASONS; i++) {
@@ -165,6 +169,7 @@ CUptiResult CUPTIAPI cuptiPCSamplingGetStallReasons(CUpti_PCSamplingGetStallReas
 
 CUptiResult CUPTIAPI cuptiPCSamplingSetConfigurationAttribute(CUpti_PCSamplingConfigurationInfoParams *p)
 {
+    API_GUARD();
     if (!p || !p->pPCSamplingConfigurationInfo) return CUPTI_ERROR_INVALID_PARAMETER;
     if (!enabled) return CUPTI_ERROR_INVALID_OPERATION;
     pthread_mutex_lock(&mu);
@@ -190,6 +195,7 @@ CUptiResult CUPTIAPI cuptiPCSamplingSetConfigurationAttribute(CUpti_PCSamplingCo
 
 CUptiResult CUPTIAPI cuptiPCSamplingGetData(CUpti_PCSamplingGetDataParams *p)
 {
+    API_GUARD();
     if (!p || !p->pcSamplingData) return CUPTI_ERROR_INVALID_PARAMETER;
     pthread_mutex_lock(&mu);
     if (!enabled) {
@@ -203,6 +209,7 @@ CUptiResult CUPTIAPI cuptiPCSamplingGetData(CUpti_PCSamplingGetDataParams *p)
 
 CUptiResult CUPTIAPI cuptiPCSamplingStart(CUpti_PCSamplingStartParams *p)
 {
+    API_GUARD();
     if (!p) return CUPTI_ERROR_INVALID_PARAMETER;
     if (!enabled || !start_stop) return CUPTI_ERROR_INVALID_OPERATION;
     started = 1;
@@ -211,6 +218,7 @@ CUptiResult CUPTIAPI cuptiPCSamplingStart(CUpti_PCSamplingStartParams *p)
 
 CUptiResult CUPTIAPI cuptiPCSamplingStop(CUpti_PCSamplingStopParams *p)
 {
+    API_GUARD();
     if (!p) return CUPTI_ERROR_INVALID_PARAMETER;
     if (!enabled || !start_stop) return CUPTI_ERROR_INVALID_OPERATION;
     started = 0;
@@ -229,6 +237,7 @@ int mock_cupti_pc_sampling_active(void)
 
 CUptiResult CUPTIAPI cuptiGetCubinCrc(CUpti_GetCubinCrcParams *p)
 {
+    API_GUARD();
     if (!p || !p->cubin) return CUPTI_ERROR_INVALID_PARAMETER;
     uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < p->cubinSize; i++) h = (h ^ ((const uint8_t *)p->cubin)[i]) * 0x100000001b3ull;

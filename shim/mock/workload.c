@@ -8,7 +8,7 @@
  *   mock_workload [--paths all|p1,p2,...] [--iters N] [--sleep-ms M]
  *                 [--duration S] [--threads T] [--list-paths]
  *   mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel|cuGraphLaunch] [--rate R]
- *                 [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E]
+ *                 [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E] [--block B] [--spin-ns S]
  *
  * Built -O1 -fno-inline -fomit-frame-pointer -rdynamic: stacks need eh_frame.
  */
@@ -443,12 +443,15 @@ static double thread_cpu_s(void)
 }
 
 /* Launch loop for measuring per-launch CPU cost. rate > 0 paces it to about
- * `rate` launches/s (sleeping between blocks of 1000), for measuring the agent
+ * `rate` launches/s (sleeping between blocks of --block, default 1000), for measuring the agent
  * at a given kernel rate; 0 runs flat out. The first `warm` launches go at
  * `warm_rate` instead (a job whose launch rate changes: a slow, bursty start).
  * gap_ms > 0: after every gap_every_ms of launching, no launch for gap_ms (a job
  * that stops to synchronize or to load data); the pacing resumes after it. */
 static double g_gap_ms, g_gap_every_ms;
+static long g_block = 1000; /* --block: launches between two pacing sleeps */
+static long g_spin_ns;      /* --spin-ns: CPU work after each launch (a closed loop: a slower
+                             * launch delays all later ones) */
 
 static int bench(long n, const char *api, double rate, long warm, double warm_rate)
 {
@@ -475,6 +478,11 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
             launch_cuGraphLaunch(&t);
         else
             ck_cu(cuLaunchKernel(f, 4, 1, 1, 128, 1, 1, 0, t.s, t.args, NULL), "cuLaunchKernel");
+        if (g_spin_ns > 0) {
+            double until = now_s() + (double)g_spin_ns * 1e-9;
+            while (now_s() < until) {
+            }
+        }
         int warming = i < warm && warm_rate > 0;
         if (g_gap_ms > 0 && i % 1000 == 999 && now_s() - t0 >= next_gap_s) {
             long gap_ns = (long)(g_gap_ms * 1e6);
@@ -483,7 +491,7 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
             gaps_s += g_gap_ms / 1e3;
             next_gap_s = now_s() - t0 + g_gap_every_ms / 1e3;
         }
-        if ((rate > 0 || warming) && i % 1000 == 999) {
+        if ((rate > 0 || warming) && (i + 1) % g_block == 0) {
             double due = gaps_s + (warming ? (double)(i + 1) / warm_rate
                                    : (warm > 0 && warm_rate > 0 ? (double)warm / warm_rate : 0) +
                                          (double)(i + 1 - (warm_rate > 0 ? warm : 0)) / rate);
@@ -506,7 +514,7 @@ static void usage(void)
     fprintf(stderr, "usage: mock_workload [--paths all|p1,p2,...] [--iters N] [--sleep-ms M] [--duration S]\n"
                     "                     [--threads T] [--list-paths]\n"
                     "       mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel|cuGraphLaunch] [--rate R]\n"
-                    "                     [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E]\n");
+                    "                     [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E] [--block B] [--spin-ns S]\n");
     exit(1);
 }
 
@@ -535,10 +543,12 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--warm-rate")) warm_rate = atof(v);
         else if (!strcmp(a, "--gap-ms")) g_gap_ms = atof(v);
         else if (!strcmp(a, "--gap-every-ms")) g_gap_every_ms = atof(v);
+        else if (!strcmp(a, "--block")) g_block = atol(v);
+        else if (!strcmp(a, "--spin-ns")) g_spin_ns = atol(v);
         else usage();
         i++;
     }
-    if (threads < 1 || g_iters < 0) usage();
+    if (threads < 1 || g_iters < 0 || g_block < 1) usage();
     select_paths(spec);
 
     int ndev = 0;

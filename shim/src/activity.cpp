@@ -309,8 +309,19 @@ void ga_report_drops(void) noexcept {
 /* Records of launches outside windows, while activity stays on for PC sampling. */
 static std::atomic<uint64_t> ga_stat_outside_windows;
 
+static void buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer, size_t size,
+                             size_t valid_size);
+
+/* A teardown (teardown.cpp) waits for the buffer callbacks already running. */
 void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer, size_t size,
                                   size_t valid_size) noexcept {
+    ga_cupti_buffer_enter();
+    buffer_completed(ctx, stream_id, buffer, size, valid_size);
+    ga_cupti_gate_leave();
+}
+
+static void buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer, size_t size,
+                             size_t valid_size) {
     read_dropped(ctx, stream_id);
     bool fired = false;
     if (buffer && size >= GA_BUF_SIZE) {

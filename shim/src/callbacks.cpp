@@ -1,7 +1,8 @@
 /* callbacks.cpp: the CUPTI launch callback and per-thread launch sampling (the
  * unwinding is in unwind.cpp). Everything here runs on the application's
  * launching thread, inside the CUDA API call: no locks, no allocation, no
- * CUDA/CUPTI calls. */
+ * CUDA calls, and CUPTI calls only through teardown.cpp's gate (the driver
+ * domain's API exits are where CUPTI is torn down). */
 #include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
@@ -201,7 +202,10 @@ static uintptr_t launch_key(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
  * launch-to-start latency. 0 if this CUPTI lacks cuptiGetTimestamp. */
 __attribute__((noinline)) static void take_sample(uint32_t corr, uint32_t cbid, uint32_t weight) {
     uint64_t launch_ns = 0;
-    if (ga_cupti.GetTimestamp && ga_cupti.GetTimestamp(&launch_ns) != CUPTI_SUCCESS) launch_ns = 0;
+    if (ga_cupti.GetTimestamp && ga_cupti_gate_enter()) { /* not while a teardown runs */
+        if (ga_cupti.GetTimestamp(&launch_ns) != CUPTI_SUCCESS) launch_ns = 0;
+        ga_cupti_gate_leave();
+    }
     uint64_t frames[GA_MAX_FRAMES];
     uint64_t stack_id = 0;
     uint32_t n = ga_unwind(frames, &stack_id);
@@ -234,7 +238,10 @@ void CUPTIAPI ga_api_callback(void *, CUpti_CallbackDomain domain, CUpti_Callbac
         }
         t->rt_epoch = epoch;
     } else {
-        if (cd->callbackSite != CUPTI_API_ENTER) return;
+        if (cd->callbackSite != CUPTI_API_ENTER) {
+            ga_teardown_at_api_exit(); /* where CUPTI asks for its teardown (teardown.cpp) */
+            return;
+        }
         if (t->rt_epoch == epoch) return; /* counted at the runtime launch above us */
     }
 
@@ -244,8 +251,10 @@ void CUPTIAPI ga_api_callback(void *, CUpti_CallbackDomain domain, CUpti_Callbac
      * (window.cpp). Outside a collection window nothing else happens. */
     ga_launch_seq.fetch_add(1, std::memory_order_relaxed);
     /* Opt-in PC sampling starts, stops and drains at launches (pcsampling.cpp). */
-    if (GA_UNLIKELY(ga_pcs_on.load(std::memory_order_relaxed)))
+    if (GA_UNLIKELY(ga_pcs_on.load(std::memory_order_relaxed)) && ga_cupti_gate_enter()) {
         ga_pcs_launch(cd->context, ga_window_on.load(std::memory_order_relaxed) != 0);
+        ga_cupti_gate_leave();
+    }
     if (!ga_window_on.load(std::memory_order_relaxed)) return;
     if (GA_UNLIKELY(ga_audit_on())) ga_audit_mark(cd->correlationId);
     ga_stat_launches.fetch_add(1, std::memory_order_relaxed);

@@ -12,7 +12,7 @@
 
 extern char **environ;
 
-ga_config ga_cfg = {64, 8, 100, 1000, 10, 20, 64, 0, 16, 256, 1};
+ga_config ga_cfg = {64, 8, 100, 1000, 20, 100, 64, 0, 16, 256, 1, 1};
 int ga_debug_on;
 
 /* ------------------------------------------------------------------ */
@@ -53,7 +53,7 @@ static const char *const k_known_env[] = {
     "GPU_AGENT_FLUSH_MS",      "GPU_AGENT_DEBUG",               "GPU_AGENT_CUPTI_PATH",
     "GPU_AGENT_DUTY_CYCLE",    "GPU_AGENT_WINDOW_MS",           "GPU_AGENT_BUFFER_POOL_MB",
     "GPU_AGENT_PC_SAMPLING",   "GPU_AGENT_PC_SAMPLING_PERIOD",  "GPU_AGENT_PC_CUBIN_MB",
-    "GPU_AGENT_PC_SAMPLING_EVERY",
+    "GPU_AGENT_PC_SAMPLING_EVERY", "GPU_AGENT_TEARDOWN",
 #ifdef GA_BENCH_BUILD
     "GPU_AGENT_AUDIT_FILE",    "GPU_AGENT_EXP_HOLD",            "GPU_AGENT_EXP_TOGGLE_MS",
     "GPU_AGENT_EXP_CALLBACKS", "GPU_AGENT_EXP_INTERNAL_LAUNCHES",
@@ -105,6 +105,7 @@ void ga_read_config(void) noexcept {
     }
     env_u32("GPU_AGENT_PC_CUBIN_MB", &ga_cfg.pc_cubin_mb, 0, 65536, bad, sizeof(bad));
     env_u32("GPU_AGENT_PC_SAMPLING_EVERY", &ga_cfg.pc_every, 1, 100000, bad, sizeof(bad));
+    env_u32("GPU_AGENT_TEARDOWN", &ga_cfg.teardown, 0, 1, bad, sizeof(bad));
 #ifdef GA_BENCH_BUILD
     ga_bench_read_config(bad, sizeof(bad));
 #else

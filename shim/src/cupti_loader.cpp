@@ -131,6 +131,7 @@ bool ga_cupti_load(const char **why, char *path_out, size_t path_len) noexcept {
     SYM(ActivityGetNextRecord, "cuptiActivityGetNextRecord");
     SYM(ActivityGetNumDroppedRecords, "cuptiActivityGetNumDroppedRecords");
     SYM(ActivityFlushAll, "cuptiActivityFlushAll");
+    SYM(Finalize, "cuptiFinalize");
 #undef SYM
     *(void **)&t.GetResultString = dlsym(h, "cuptiGetResultString");
     *(void **)&t.GetVersion = dlsym(h, "cuptiGetVersion");

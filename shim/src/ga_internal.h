@@ -29,8 +29,8 @@ struct ga_config {
     uint32_t graph_sample_period; /* GPU_AGENT_GRAPH_SAMPLE_PERIOD, default 8 */
     uint32_t poll_ms;             /* GPU_AGENT_POLL_MS, default 100 */
     uint32_t flush_ms;            /* GPU_AGENT_FLUSH_MS, default 1000 */
-    uint32_t duty_cycle;          /* GPU_AGENT_DUTY_CYCLE, default 10: one window in N */
-    uint32_t window_ms;           /* GPU_AGENT_WINDOW_MS, default 20 */
+    uint32_t duty_cycle;          /* GPU_AGENT_DUTY_CYCLE, default 20: one window in N */
+    uint32_t window_ms;           /* GPU_AGENT_WINDOW_MS, default 100 */
     uint32_t buffer_pool_mb;      /* GPU_AGENT_BUFFER_POOL_MB, default 64: CUPTI buffers
                                    * (1 MiB each) allocated as load needs, up to this */
     uint32_t pc_sampling;         /* GPU_AGENT_PC_SAMPLING, default 0 (off) */
@@ -40,6 +40,8 @@ struct ga_config {
     uint32_t pc_cubin_mb;         /* GPU_AGENT_PC_CUBIN_MB, default 256: cubins kept */
     uint32_t pc_every;            /* GPU_AGENT_PC_SAMPLING_EVERY, default 1: sample in one
                                    * collection window of every this many */
+    uint32_t teardown;            /* GPU_AGENT_TEARDOWN, default 1: finalize CUPTI after every
+                                   * window and at detach (teardown.cpp); 0: never */
 };
 GA_HIDDEN extern ga_config ga_cfg;
 
@@ -91,6 +93,7 @@ struct ga_cupti_table {
     CUptiResult (*ActivityGetNextRecord)(uint8_t *, size_t, CUpti_Activity **);
     CUptiResult (*ActivityGetNumDroppedRecords)(CUcontext, uint32_t, size_t *);
     CUptiResult (*ActivityFlushAll)(uint32_t);
+    CUptiResult (*Finalize)(void);
     CUptiResult (*GetResultString)(CUptiResult, const char **); /* optional */
     CUptiResult (*GetVersion)(uint32_t *);                     /* optional */
     CUptiResult (*GetTimestamp)(uint64_t *);                   /* optional: launch time */
@@ -154,6 +157,12 @@ GA_HIDDEN uint64_t ga_window_attached_at(void) noexcept;   /* that attach time *
 /* Whether collection should be on at now_ns; *next_edge_ns: when that may change. */
 GA_HIDDEN bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) noexcept;
 GA_HIDDEN void ga_window_opened(uint64_t cupti_ts) noexcept; /* CUPTI clock (0: none), at each opening */
+/* With teardowns between windows (set at attach): OFF (no launch callbacks),
+ * COUNT (launch callbacks only, just before a window: the launch rate) or ON. */
+enum { GA_PHASE_OFF = 0, GA_PHASE_COUNT, GA_PHASE_ON };
+GA_HIDDEN extern bool ga_window_extrapolate;
+GA_HIDDEN int ga_window_phase(uint64_t now_ns, uint64_t *next_edge_ns) noexcept;
+GA_HIDDEN void ga_window_count_started(uint64_t now_ns) noexcept; /* launch callbacks on */
 GA_HIDDEN void ga_window_closed(void) noexcept;      /* at each closing */
 GA_HIDDEN uint64_t ga_window_time_ns(void) noexcept; /* time inside windows since attach */
 /* Every launch the callbacks see while attached, in windows or not. */
@@ -274,6 +283,31 @@ GA_HIDDEN uint64_t ga_session_next_edge_ns(void) noexcept; /* the poller wakes t
 GA_HIDDEN uint64_t ga_session_stat(int which) noexcept;  /* GA_SC_ATTACHES/DETACHES/FLUSHES/WINDOWS */
 GA_HIDDEN void ga_session_atfork_child(void) noexcept;
 GA_HIDDEN void ga_session_at_exit(void) noexcept;        /* the poller stopped: flush, log */
+GA_HIDDEN void ga_poller_wake(void) noexcept;            /* shim.cpp: the poller polls now */
+
+/* ---- CUPTI's teardown (teardown.cpp) ----
+ * LIVE: subscribed. REQUESTED: the poller asked, the next driver API exit on an
+ * application thread finalizes (TEARING meanwhile). DOWN: nothing of CUPTI is on.
+ * EXITING: the process exits with a request pending. GONE: a fork child of a
+ * process that was tearing down. */
+enum { GA_TD_DOWN = 0, GA_TD_LIVE, GA_TD_REQUESTED, GA_TD_TEARING, GA_TD_EXITING, GA_TD_GONE };
+GA_HIDDEN extern std::atomic<int> ga_td_state;
+/* A callback's CUPTI call: only when enter says yes, then leave. */
+GA_HIDDEN bool ga_cupti_gate_enter(void) noexcept;
+GA_HIDDEN void ga_cupti_gate_leave(void) noexcept;
+GA_HIDDEN void ga_cupti_buffer_enter(void) noexcept; /* a buffer callback; leave as above */
+GA_HIDDEN void ga_teardown_request(CUpti_SubscriberHandle sub) noexcept; /* poller, after a forced flush */
+GA_HIDDEN void ga_teardown_live(void) noexcept;      /* poller, subscribed again */
+GA_HIDDEN bool ga_teardown_cancel(int to_state) noexcept; /* REQUESTED -> to_state */
+GA_HIDDEN void ga_teardown_at_api_exit_slow(void) noexcept;
+static inline void ga_teardown_at_api_exit(void) noexcept {
+    if (GA_UNLIKELY(ga_td_state.load(std::memory_order_relaxed) == GA_TD_REQUESTED))
+        ga_teardown_at_api_exit_slow();
+}
+GA_HIDDEN bool ga_teardown_wait(unsigned ms) noexcept; /* while TEARING, at most ms */
+GA_HIDDEN void ga_teardown_atfork_child(void) noexcept;
+GA_HIDDEN uint64_t ga_teardown_stat(int which) noexcept; /* GA_SC_TEARDOWNS..GATE_SKIPPED */
+GA_HIDDEN void ga_teardown_log_exit(void) noexcept;
 
 /* ---- errors raised inside CUPTI callbacks, handled by the poller ---- */
 GA_HIDDEN void ga_report_cupti_error(const char *what, CUptiResult r) noexcept;

@@ -226,8 +226,10 @@ void ga_graph_reset(void) noexcept {
 }
 
 static bool node_id(CUgraphNode node, uint64_t *id) {
-    return node && ga_cupti.GetGraphNodeId && ga_cupti.GetGraphNodeId(node, id) == CUPTI_SUCCESS &&
-           *id != 0;
+    if (!node || !ga_cupti.GetGraphNodeId || !ga_cupti_gate_enter()) return false; /* a teardown runs */
+    bool ok = ga_cupti.GetGraphNodeId(node, id) == CUPTI_SUCCESS && *id != 0;
+    ga_cupti_gate_leave();
+    return ok;
 }
 
 /* noinline: one graph_node_stack site; the frame buffer lives only here. */

@@ -35,7 +35,13 @@ static bool g_activity_on;                      /* CONCURRENT_KERNEL enabled now
 static bool g_activity_used;                    /* enabled at least once this attach */
 static bool g_replay_asked;                     /* the replay semaphore was up at the last poll */
 static bool g_devices_told;                     /* gpu_device fired since the attach or replay */
-static std::atomic<uint64_t> g_stat_windows;
+static std::atomic<uint64_t> g_stat_windows, g_stat_windows_skipped;
+/* This attachment tears CUPTI down after every window (teardown.cpp; not with
+ * continuous collection, audit mode or PC sampling, which hold activity on). */
+static bool g_teardowns;
+static int g_phase;                             /* GA_PHASE_*, at the last window edge */
+static bool g_records_held;                     /* a window opened: records to release at detach */
+static uint64_t g_up_retry_ns;                  /* re-subscription put off until then */
 /* Debug statistics of the window edges (poller thread only): how long windows
  * really stayed open, and what switching CUPTI activity costs. */
 static uint64_t g_enable_ns, g_enable_max_ns, g_disable_ns, g_disable_max_ns, g_n_enable, g_n_disable;
@@ -47,39 +53,49 @@ void ga_session_disable(void) noexcept { g_state.store(ST_DISABLED, std::memory_
 
 static CUptiResult set_launch_cbids(bool on);
 
-/* Undo a partial or full attach. Errors are ignored: we are leaving. */
+/* Undo a partial or full attach. Errors are ignored: we are leaving. CUPTI is
+ * touched only while the shim holds it (LIVE): after a window's teardown was
+ * asked for, that window's records are already in. The subscription ends with a
+ * teardown (GPU_AGENT_TEARDOWN, default): the next launch's API exit finalizes. */
 static void undo_cupti(bool activity, bool subscribed) {
     if (ga_window_on.load(std::memory_order_relaxed)) ga_window_closed();
     ga_window_on.store(0, std::memory_order_relaxed);
-    ga_pcs_stop_all(true); /* no launch callback will stop PC sampling now; its last samples */
-    if (subscribed && ga_pcs_on.load(std::memory_order_relaxed))
+    bool live = ga_td_state.load(std::memory_order_acquire) == GA_TD_LIVE;
+    if (live) ga_pcs_stop_all(true); /* no launch callback will stop PC sampling now; its last samples */
+    if (live && subscribed && ga_pcs_on.load(std::memory_order_relaxed))
         ga_cupti.EnableCallback(0, g_sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
     g_next_edge_ns.store(UINT64_MAX, std::memory_order_relaxed);
-    if (subscribed && g_cbids_on) set_launch_cbids(false);
-    if (activity && g_activity_on) {
+    if (live && subscribed && g_cbids_on && !ga_cfg.teardown) set_launch_cbids(false);
+    if (live && activity && g_activity_on) {
         ga_cupti.ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
         ga_exp_internal_activity(false);
     }
     g_activity_on = false;
     /* Records of the last window may still sit in CUPTI's buffers; with what
      * window.cpp holds they go with the partial period's weight. */
-    if (activity && g_activity_used) {
+    if (live && activity && g_activity_used) {
         ga_cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-        ga_window_release_records(false);
         ga_report_drops();
     }
-    g_activity_used = false;
+    if (activity && g_records_held) ga_window_release_records(false);
+    g_activity_used = g_records_held = false;
     /* Only now: the records flushed above of launches outside windows (kernel
      * activity was held on for PC sampling) were still to be dropped, not weighed. */
     ga_pcs_on.store(0, std::memory_order_relaxed);
-    if (subscribed) {
-        if (g_graph_cbs)
-            for (unsigned i = 0; i < ga_graph_cbid_count; i++)
-                ga_cupti.EnableCallback(0, g_sub, CUPTI_CB_DOMAIN_RESOURCE, ga_graph_cbids[i]);
-        g_graph_cbs = false;
-        ga_cupti.Unsubscribe(g_sub);
-        g_sub = nullptr;
+    if (live && subscribed) {
+        if (ga_cfg.teardown) {
+            if (!g_cbids_on) set_launch_cbids(true); /* their API exits tear down */
+            ga_teardown_request(g_sub);
+        } else {
+            if (g_graph_cbs)
+                for (unsigned i = 0; i < ga_graph_cbid_count; i++)
+                    ga_cupti.EnableCallback(0, g_sub, CUPTI_CB_DOMAIN_RESOURCE, ga_graph_cbids[i]);
+            ga_cupti.Unsubscribe(g_sub);
+            ga_td_state.store(GA_TD_DOWN, std::memory_order_release);
+        }
     }
+    g_graph_cbs = g_cbids_on = false;
+    g_sub = nullptr;
     ga_graph_reset(); /* graphs destroyed from now on are not reported */
 }
 
@@ -141,7 +157,7 @@ static CUptiResult set_collection(bool on, const char **what) {
             *what = "cuptiActivityEnable(CONCURRENT_KERNEL)";
             return r;
         }
-        g_activity_on = g_activity_used = true;
+        g_activity_on = g_activity_used = g_records_held = true;
         ga_exp_internal_activity(true);
     }
     if (on) {
@@ -157,11 +173,13 @@ static CUptiResult set_collection(bool on, const char **what) {
         if (ga_window_on.load(std::memory_order_relaxed)) ga_window_closed();
         ga_window_on.store(0, std::memory_order_release);
     }
-    /* The launch callbacks stay on for the whole attachment: they count every
-     * launch, which the record weights need (window.cpp). (Experiment
-     * GPU_AGENT_EXP_CALLBACKS=windowed: they follow the windows.) */
+    /* Without teardowns the launch callbacks stay on for the whole attachment:
+     * they count every launch, which the record weights need (window.cpp). With
+     * teardowns they go on for the count phase (step_windows) and stay on until
+     * the teardown. (Experiment GPU_AGENT_EXP_CALLBACKS=windowed: they follow the
+     * windows.) */
     if (GA_EXP(cb_windowed) && g_cbids_on && !on) set_launch_cbids(false);
-    if (!g_cbids_on && (on || !GA_EXP(cb_windowed))) {
+    if (!g_cbids_on && (on || (!GA_EXP(cb_windowed) && !g_teardowns))) {
         r = set_launch_cbids(true);
         if (r != CUPTI_SUCCESS) {
             *what = "cuptiEnableCallback";
@@ -184,7 +202,128 @@ static CUptiResult set_collection(bool on, const char **what) {
     return CUPTI_SUCCESS;
 }
 
+/* Subscribe (again, after a teardown): activity buffers, the subscription, and
+ * the graph callbacks, which stay on between windows (graphs captured then keep
+ * their capture stacks; no launch pays for them). The launch callbacks come on
+ * with a count phase or a window. */
+static CUptiResult cupti_up(const char **what) {
+    CUptiResult r = ga_cupti.ActivityRegisterCallbacks(ga_buffer_requested, ga_buffer_completed);
+    if (r != CUPTI_SUCCESS) {
+        *what = "cuptiActivityRegisterCallbacks";
+        return r;
+    }
+    r = ga_cupti.Subscribe(&g_sub, (CUpti_CallbackFunc)ga_api_callback, nullptr);
+    if (r != CUPTI_SUCCESS) {
+        g_sub = nullptr;
+        *what = "cuptiSubscribe";
+        return r;
+    }
+    /* Graph capture stacks (graphs.cpp): only with cuptiGetGraphNodeId, the id
+     * kernel records carry. A CUPTI without these callbacks just loses them. */
+    g_graph_cbs = false;
+    if (ga_cupti.GetGraphNodeId) {
+        g_graph_cbs = true;
+        for (unsigned i = 0; i < ga_graph_cbid_count; i++) {
+            r = ga_cupti.EnableCallback(1, g_sub, CUPTI_CB_DOMAIN_RESOURCE, ga_graph_cbids[i]);
+            if (r != CUPTI_SUCCESS)
+                ga_debug("resource callback %u not enabled: %s", (unsigned)ga_graph_cbids[i],
+                         ga_cupti_err(r));
+        }
+    }
+    g_cbids_on = false;
+    ga_teardown_live();
+    return CUPTI_SUCCESS;
+}
+
+/* After a window: its records out of CUPTI now (forced), then the teardown is
+ * asked for; the next launch's API exit runs it (teardown.cpp). From here until
+ * it is done the poller makes no CUPTI call. */
+static CUptiResult request_teardown(const char **what) {
+    CUptiResult r = CUPTI_SUCCESS;
+    if (!g_cbids_on) r = set_launch_cbids(true); /* the API exit that tears down */
+    CUptiResult f = ga_cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    g_stat_flushes.fetch_add(1, std::memory_order_relaxed);
+    ga_report_drops();
+    ga_graph_after_flush();
+    ga_teardown_request(g_sub);
+    g_sub = nullptr;
+    g_cbids_on = g_graph_cbs = g_activity_on = g_activity_used = false;
+    if (r != CUPTI_SUCCESS) *what = "cuptiEnableCallback";
+    else if (f != CUPTI_SUCCESS) *what = "cuptiActivityFlushAll", r = f;
+    return r;
+}
+
+/* CUPTI brought to g_phase while the shim holds it: at each poll, since CUPTI may
+ * have been down at the edge. A count phase turns the launch callbacks on alone;
+ * a window, activity too; with teardowns, callbacks left on outside both (a count
+ * phase whose window never opened) end in a teardown. */
+static CUptiResult apply_phase(uint64_t now, const char **what) {
+    if (ga_td_state.load(std::memory_order_acquire) != GA_TD_LIVE) return CUPTI_SUCCESS;
+    if (g_phase == GA_PHASE_ON) return ga_window_on.load(std::memory_order_relaxed) ? CUPTI_SUCCESS
+                                                                                     : set_collection(true, what);
+    if (g_phase == GA_PHASE_COUNT) {
+        if (g_cbids_on) return CUPTI_SUCCESS;
+        CUptiResult r = set_launch_cbids(true);
+        if (r != CUPTI_SUCCESS) *what = "cuptiEnableCallback";
+        else ga_window_count_started(now);
+        return r;
+    }
+    if (g_teardowns && g_cbids_on) return request_teardown(what);
+    return g_teardowns ? CUPTI_SUCCESS : set_collection(false, what);
+}
+
+/* The windows, at each poll while attached: CUPTI up again after a teardown, and
+ * at each edge the window's end (with its teardown), the period's records, and
+ * the next phase. */
+static CUptiResult step_windows(uint64_t now, const char **what) {
+    CUptiResult r = CUPTI_SUCCESS;
+    if (g_teardowns && ga_td_state.load(std::memory_order_acquire) == GA_TD_DOWN && now >= g_up_retry_ns) {
+        r = cupti_up(what);
+        if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED || r == CUPTI_ERROR_NOT_INITIALIZED) {
+            /* Another client took CUPTI between windows (retried next period), or
+             * CUPTI is still coming back from the finalize (next poll). */
+            bool other = r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+            if (other) g_stat_windows_skipped.fetch_add(1, std::memory_order_relaxed);
+            ga_debug("%s: %s; %s", *what, ga_cupti_err(r), other ? "no window this period" : "again soon");
+            g_up_retry_ns = now + (other ? (uint64_t)ga_cfg.window_ms * ga_cfg.duty_cycle * 1000000ull : 0);
+            r = CUPTI_SUCCESS;
+        }
+    }
+    if (r == CUPTI_SUCCESS && now >= g_next_edge_ns.load(std::memory_order_relaxed)) {
+        /* An open window's edge is its end: it closes before its period may end, so
+         * that every launch made in it is its period's (the last replays left out
+         * per window, window.cpp, rely on it). */
+        if (ga_window_on.load(std::memory_order_relaxed)) {
+            r = set_collection(false, what);
+            if (r == CUPTI_SUCCESS && g_teardowns) r = request_teardown(what);
+        }
+        uint64_t edge = UINT64_MAX;
+        g_phase = ga_window_phase(now, &edge);
+        if (r == CUPTI_SUCCESS && ga_window_period_ended) {
+            /* A period ended: its window's records, flushed out of CUPTI now (with
+             * teardowns, at the window's end), go to BPF with the period's weight
+             * (window.cpp), before the next window's launches can reuse their
+             * correlation ids. */
+            if (!g_teardowns && ga_td_state.load(std::memory_order_acquire) == GA_TD_LIVE) {
+                r = ga_cupti.ActivityFlushAll(0);
+                g_stat_flushes.fetch_add(1, std::memory_order_relaxed);
+                *what = "cuptiActivityFlushAll";
+            }
+            ga_window_release_records(true);
+        }
+        g_next_edge_ns.store(edge, std::memory_order_relaxed);
+    }
+    if (r == CUPTI_SUCCESS) r = apply_phase(now, what);
+    return r;
+}
+
 static void do_attach(void) {
+    /* The last attachment's teardown waits for a launch's API exit: attach after it. */
+    int td = ga_td_state.load(std::memory_order_acquire);
+    if (td != GA_TD_DOWN) {
+        if (td == GA_TD_GONE || td == GA_TD_EXITING) ga_session_disable();
+        return;
+    }
     if (!ga_cupti_handle) {
         const char *why = "?";
         char path[512] = "";
@@ -203,36 +342,19 @@ static void do_attach(void) {
     ga_build_kind_table();
     ga_replay_names();
 
-    CUptiResult r = ga_cupti.ActivityRegisterCallbacks(ga_buffer_requested, ga_buffer_completed);
-    if (r != CUPTI_SUCCESS) return handle_failure("cuptiActivityRegisterCallbacks", r);
-
-    r = ga_cupti.Subscribe(&g_sub, (CUpti_CallbackFunc)ga_api_callback, nullptr);
+    const char *what = nullptr;
+    CUptiResult r = cupti_up(&what);
     if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
         static bool logged;
         if (!logged || ga_debug_on)
             ga_log("another CUPTI client is subscribed; retrying every 10 s while the agent is "
                    "attached");
         logged = true;
-        g_sub = nullptr;
         g_retry_at_ns = ga_now_ns() + 10ull * 1000000000ull;
         return;
     }
-    if (r != CUPTI_SUCCESS) {
-        g_sub = nullptr;
-        return handle_failure("cuptiSubscribe", r);
-    }
-    /* Graph capture stacks (graphs.cpp): only with cuptiGetGraphNodeId, the id
-     * kernel records carry. A CUPTI without these callbacks just loses them. */
-    g_graph_cbs = false;
-    if (ga_cupti.GetGraphNodeId) {
-        g_graph_cbs = true;
-        for (unsigned i = 0; i < ga_graph_cbid_count; i++) {
-            r = ga_cupti.EnableCallback(1, g_sub, CUPTI_CB_DOMAIN_RESOURCE, ga_graph_cbids[i]);
-            if (r != CUPTI_SUCCESS)
-                ga_debug("resource callback %u not enabled: %s", (unsigned)ga_graph_cbids[i],
-                         ga_cupti_err(r));
-        }
-    }
+    if (r == CUPTI_ERROR_NOT_INITIALIZED) return; /* CUPTI still coming back from a finalize */
+    if (r != CUPTI_SUCCESS) return handle_failure(what, r);
     /* PC sampling (opt-in): modules' cubins from now on, for their line tables. */
     ga_pcs_attach();
     if (ga_pcs_on.load(std::memory_order_relaxed)) {
@@ -240,13 +362,16 @@ static void do_attach(void) {
         if (r != CUPTI_SUCCESS) ga_debug("module-loaded callback not enabled: %s", ga_cupti_err(r));
         ga_pcs_replay(); /* what an earlier attachment set up */
     }
+    g_teardowns = ga_cfg.teardown && ga_cfg.duty_cycle > 1 && !ga_audit_on() && !GA_EXP(hold_activity) &&
+                  !GA_EXP(cb_windowed) && !GA_EXP(cb_runtime) && !ga_pcs_on.load(std::memory_order_relaxed);
+    ga_window_extrapolate = g_teardowns;
     g_pending_error.store(0, std::memory_order_relaxed);
     ga_audit_init();
     uint64_t now = ga_now_ns();
     ga_window_begin(now);
     uint64_t edge = UINT64_MAX;
-    const char *what = nullptr;
-    r = set_collection(ga_window_should_be_on(now, &edge), &what);
+    g_phase = ga_window_phase(now, &edge);
+    r = apply_phase(now, &what);
     if (r != CUPTI_SUCCESS) {
         undo_cupti(true, true);
         return handle_failure(what, r);
@@ -258,9 +383,9 @@ static void do_attach(void) {
     g_devices_told = false;
     g_replay_asked = ga_replay_semaphore_value() != 0; /* the attach replayed the names */
     ga_fire_attach_probe();
-    ga_debug("attached (pid %d, sample period %u, graph period %u, one %u ms window in %u%s)",
+    ga_debug("attached (pid %d, sample period %u, graph period %u, one %u ms window in %u%s%s)",
              (int)getpid(), ga_cfg.sample_period, ga_cfg.graph_sample_period, ga_cfg.window_ms,
-             ga_cfg.duty_cycle, ga_audit_on() ? ", audit" : "");
+             ga_cfg.duty_cycle, ga_audit_on() ? ", audit" : "", g_teardowns ? ", teardown after each" : "");
 }
 
 static void do_detach(const char *why) {
@@ -308,41 +433,22 @@ void ga_session_poll(void) noexcept {
                 ga_debug("names replayed for an agent that asked (pid %d)", (int)getpid());
             }
             g_replay_asked = asked;
-            if (!g_devices_told && !ga_in_injection_init) /* not inside cuInit */
+            if (!g_devices_told && !ga_in_injection_init && /* not inside cuInit */
+                ga_td_state.load(std::memory_order_acquire) == GA_TD_LIVE) /* CUPTI's clock */
                 g_devices_told = ga_announce_devices();
             if (!ga_in_injection_init) ga_pcs_poll(); /* contexts launches noted: set up */
             uint64_t now = ga_now_ns();
-            if (now >= g_next_edge_ns.load(std::memory_order_relaxed)) {
-                const char *what = nullptr;
-                CUptiResult r = CUPTI_SUCCESS;
-                /* An open window's edge is its end: it closes before its period
-                 * may end, so that every launch made in it is its period's (the
-                 * last replays left out per window, window.cpp, rely on it). */
-                if (ga_window_on.load(std::memory_order_relaxed)) r = set_collection(false, &what);
-                uint64_t edge = UINT64_MAX;
-                bool want = ga_window_should_be_on(now, &edge);
-                if (r == CUPTI_SUCCESS && ga_window_period_ended) {
-                    /* A period ended: its window's records, flushed out of CUPTI
-                     * now, go to BPF with the period's weight (window.cpp), before
-                     * the next window's launches can reuse their correlation ids. */
-                    r = ga_cupti.ActivityFlushAll(0);
-                    g_stat_flushes.fetch_add(1, std::memory_order_relaxed);
-                    what = "cuptiActivityFlushAll";
-                    ga_window_release_records(true);
-                }
-                bool was_on = ga_window_on.load(std::memory_order_relaxed) != 0;
-                if (r == CUPTI_SUCCESS && want != was_on) r = set_collection(want, &what);
-                g_next_edge_ns.store(edge, std::memory_order_relaxed);
-                if (r != CUPTI_SUCCESS) {
-                    do_detach("window edge failed");
-                    handle_failure(what, r);
-                    release_busy();
-                    return;
-                }
+            const char *what = nullptr;
+            CUptiResult r = step_windows(now, &what);
+            if (r != CUPTI_SUCCESS) {
+                do_detach("window edge failed");
+                handle_failure(what, r);
+                release_busy();
+                return;
             }
-            if (now >= g_next_flush_ns) {
+            if (now >= g_next_flush_ns && ga_td_state.load(std::memory_order_acquire) == GA_TD_LIVE) {
                 g_next_flush_ns = now + (uint64_t)ga_cfg.flush_ms * 1000000ull;
-                CUptiResult r = ga_cupti.ActivityFlushAll(0);
+                r = ga_cupti.ActivityFlushAll(0);
                 g_stat_flushes.fetch_add(1, std::memory_order_relaxed);
                 if (r != CUPTI_SUCCESS) {
                     do_detach("flush failed");
@@ -367,7 +473,10 @@ int ga_session_state(void) noexcept { return g_state.load(std::memory_order_acqu
 
 uint64_t ga_session_next_edge_ns(void) noexcept { return g_next_edge_ns.load(std::memory_order_relaxed); }
 
-void ga_session_atfork_child(void) noexcept { g_busy.store(0); }
+void ga_session_atfork_child(void) noexcept {
+    g_busy.store(0);
+    ga_teardown_atfork_child();
+}
 
 uint64_t ga_session_stat(int which) noexcept {
     switch (which) {
@@ -375,6 +484,7 @@ uint64_t ga_session_stat(int which) noexcept {
     case GA_SC_DETACHES: return g_stat_detaches.load();
     case GA_SC_FLUSHES: return g_stat_flushes.load();
     case GA_SC_WINDOWS: return g_stat_windows.load();
+    case GA_SC_WINDOWS_SKIPPED: return g_stat_windows_skipped.load();
     }
     return 0;
 }
@@ -393,14 +503,20 @@ void ga_session_at_exit(void) noexcept {
             ga_window_closed();
             ga_window_on.store(0, std::memory_order_release);
         }
-        ga_pcs_stop_all(false); /* samples of the window open at exit */
+        /* A teardown asked for and not begun never begins now; one under way on
+         * another thread is waited for (bounded). Either way that window's records
+         * were flushed when it was asked for: no CUPTI call is made then. */
+        if (!ga_teardown_cancel(GA_TD_EXITING) && !ga_teardown_wait(1000))
+            ga_debug("exit (pid %d): a teardown still runs on another thread", (int)getpid());
+        bool live = ga_td_state.load(std::memory_order_acquire) == GA_TD_LIVE;
+        if (live) ga_pcs_stop_all(false); /* samples of the window open at exit */
         if (!g_devices_told) /* a job shorter than one poll */
             g_devices_told = ga_announce_devices();
-        CUptiResult r = ga_cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+        CUptiResult r = live ? ga_cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED) : CUPTI_SUCCESS;
         ga_window_release_records(false);
-        ga_report_drops();
+        if (live) ga_report_drops();
         ga_debug("exit flush (pid %d): %s", (int)getpid(),
-                 r == CUPTI_SUCCESS ? "ok" : ga_cupti_err(r));
+                 !live ? "none (torn down)" : r == CUPTI_SUCCESS ? "ok" : ga_cupti_err(r));
         ga_audit_write();
     }
     ga_debug("exit (pid %d): %llu launches collected, %llu kernel records (%llu lost by CUPTI), "
@@ -423,6 +539,7 @@ void ga_session_at_exit(void) noexcept {
                  (unsigned long long)ga_stat_internal_launches.load());
 #endif
     if (ga_pcs_wanted()) ga_pcs_log_exit();
+    ga_teardown_log_exit();
     if (ga_stat_unseen.load()) {
         char unseen[512];
         ga_unseen_kernels(unseen, sizeof(unseen));

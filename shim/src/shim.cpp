@@ -95,6 +95,13 @@ static void *poller_main(void *) {
     return nullptr;
 }
 
+/* Wakes the poller now (a teardown is done: it subscribes again). */
+void ga_poller_wake(void) noexcept {
+    pthread_mutex_lock(&g_poll_mu);
+    pthread_cond_signal(&g_poll_cv);
+    pthread_mutex_unlock(&g_poll_mu);
+}
+
 static void init_poll_sync(void) {
     pthread_mutex_init(&g_poll_mu, nullptr);
     pthread_condattr_t ca;
@@ -234,7 +241,11 @@ extern "C" GA_EXPORT uint64_t gpu_agent_shim_counter(int which) {
     case GA_SC_ATTACHES:
     case GA_SC_DETACHES:
     case GA_SC_FLUSHES:
-    case GA_SC_WINDOWS: return ga_session_stat(which);
+    case GA_SC_WINDOWS:
+    case GA_SC_WINDOWS_SKIPPED: return ga_session_stat(which);
+    case GA_SC_TEARDOWNS:
+    case GA_SC_TEARDOWNS_FAILED:
+    case GA_SC_GATE_SKIPPED: return ga_teardown_stat(which);
     case GA_SC_NULL_BUFFERS:
     case GA_SC_CUT_NAMES:
     case GA_SC_BUFFERS:

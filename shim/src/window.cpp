@@ -36,6 +36,7 @@ std::atomic<int> ga_window_on;
 
 static uint64_t g_period_start_ns; /* start of the current period */
 static unsigned g_on_slot;         /* the slot of the current period that is on */
+static unsigned g_next_on_slot;    /* the next period's (its count phase may start in this one) */
 static uint64_t g_rng;
 /* Attach time and window time so far (the exit line's window share); ga_now_ns. */
 static std::atomic<uint64_t> g_attach_ns, g_win_closed_ns, g_win_open_ns;
@@ -52,13 +53,32 @@ static uint64_t slot_ns(void) { return (uint64_t)ga_cfg.window_ms * 1000000ull; 
 static void period_edge(bool first);
 bool ga_window_period_ended; /* set at a period's end; the poller releases its records */
 
+static uint64_t g_period_len_ns; /* of the period that ends (end_period) */
+/* With teardowns, each period ends a random part of a slot after its N slots, so
+ * that the grid of windows and count phases holds no fixed phase of a periodic
+ * workload (count phases that always met a 5 ms burst loop at the same phase read
+ * it 10 % high). */
+static uint64_t g_jitter_ns;
+static uint64_t period_ns(void) { return slot_ns() * ga_cfg.duty_cycle + g_jitter_ns; }
+
+static void draw_next(void) { g_next_on_slot = (unsigned)(splitmix(&g_rng) % ga_cfg.duty_cycle); }
+static uint64_t g_count_t0, g_count_seq0; /* the count phase's start (0: none) */
+static double g_rate = -1;                 /* launches per ns of the last count phase; < 0: none */
+static uint64_t g_period_win_ns;           /* window time in the current period */
+static bool g_period_had_window;
+
 static void new_period(uint64_t start, bool first) {
+    g_period_len_ns = first ? 0 : start - g_period_start_ns;
     g_period_start_ns = start;
-    g_on_slot = (unsigned)(splitmix(&g_rng) % ga_cfg.duty_cycle);
+    if (first) draw_next();
+    g_on_slot = g_next_on_slot;
+    draw_next();
+    g_jitter_ns = ga_window_extrapolate && slot_ns() ? splitmix(&g_rng) % slot_ns() : 0;
     period_edge(first);
 }
 
 void ga_window_begin(uint64_t now_ns) noexcept {
+    g_rate = -1, g_count_t0 = 0, g_period_win_ns = 0, g_period_had_window = false;
     g_attach_ns.store(now_ns, std::memory_order_relaxed);
     g_win_closed_ns.store(0, std::memory_order_relaxed);
     g_win_open_ns.store(0, std::memory_order_relaxed);
@@ -82,13 +102,15 @@ bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
         *next_edge_ns = until;
         return true;
     }
-    uint64_t s = slot_ns(), period = s * ga_cfg.duty_cycle;
+    uint64_t s = slot_ns();
     /* A poller that slept past whole periods starts a fresh one now: the
      * periods it missed were off, and were never going to be collected. */
-    if (now_ns >= g_period_start_ns + period) {
-        uint64_t elapsed = (now_ns - g_period_start_ns) / period;
-        new_period(g_period_start_ns + elapsed * period, false);
+    if (now_ns >= g_period_start_ns + period_ns()) {
+        uint64_t next = g_period_start_ns + period_ns();
+        if (now_ns >= next + s * ga_cfg.duty_cycle) next = now_ns - (now_ns - next) % (s * ga_cfg.duty_cycle);
+        new_period(next, false);
     }
+    uint64_t period = period_ns();
     uint64_t on_lo = g_period_start_ns + g_on_slot * s, on_hi = on_lo + s;
     if (now_ns < on_lo) {
         *next_edge_ns = on_lo;
@@ -100,6 +122,33 @@ bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
     }
     *next_edge_ns = g_period_start_ns + period; /* the next period may start on */
     return false;
+}
+
+/* ---- the count phase (teardowns between windows) ----
+ * With CUPTI torn down between windows (teardown.cpp) no callback counts the
+ * launches there. So the launch callbacks go on alone for a count phase, the slot
+ * just before each window (no kernel activity yet, and none of its residual since
+ * the last finalize), and the period's launches are extrapolated from that rate
+ * (period_counts). A whole slot, on the slots' grid: every instant is in a count
+ * phase with probability 1/N, as in a window. (A count phase of random length
+ * ending at the window read a loop that launched in bursts every 5 ms 5-7 % high:
+ * its end sat at a fixed phase of the bursts.) When the window before sits in
+ * that slot, there is no count phase, and the last rate stands. */
+bool ga_window_extrapolate;
+
+int ga_window_phase(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
+    if (ga_window_should_be_on(now_ns, next_edge_ns)) return GA_PHASE_ON;
+    if (!ga_window_extrapolate || *next_edge_ns == UINT64_MAX) return GA_PHASE_OFF;
+    uint64_t s = slot_ns(), period_end = g_period_start_ns + period_ns();
+    /* the next window opens at this period's on slot, or at the next period's */
+    uint64_t on_lo = *next_edge_ns < period_end ? *next_edge_ns : period_end + g_next_on_slot * s;
+    uint64_t count_lo = on_lo > s ? on_lo - s : 0;
+    if (now_ns >= count_lo) {
+        if (on_lo < *next_edge_ns) *next_edge_ns = on_lo;
+        return GA_PHASE_COUNT;
+    }
+    if (count_lo < *next_edge_ns) *next_edge_ns = count_lo;
+    return GA_PHASE_OFF;
 }
 
 
@@ -115,7 +164,19 @@ static std::atomic<uint32_t> g_open_n;
 
 static void note_period_open(uint64_t cupti_ts);
 
+
+void ga_window_count_started(uint64_t now_ns) noexcept {
+    g_count_t0 = now_ns;
+    g_count_seq0 = ga_launch_seq.load(std::memory_order_relaxed);
+}
+
 void ga_window_opened(uint64_t cupti_ts) noexcept {
+    uint64_t now = ga_now_ns();
+    if (g_count_t0 && now - g_count_t0 >= 1000000) /* at least 1 ms counted */
+        g_rate = (double)(ga_launch_seq.load(std::memory_order_relaxed) - g_count_seq0) /
+                 (double)(now - g_count_t0);
+    g_count_t0 = 0;
+    g_period_had_window = true;
     uint32_t n = g_open_n.load(std::memory_order_relaxed);
     g_open_ts[n % OPEN_RING].store(cupti_ts, std::memory_order_relaxed);
     g_open_n.store(n + 1, std::memory_order_release);
@@ -193,12 +254,30 @@ static uint32_t to_q(double w) {
     return wq >= 4294967295.0 ? 0xffffffffu : (uint32_t)wq;
 }
 
-/* The launches of the period that ends now: all, and those in its window. */
-static void period_counts(uint64_t *all, uint64_t *in) {
+/* The launches of the period that ends now (`final`: a detach or exit, at a
+ * partial period): all, and those in its window. */
+static void period_counts(uint64_t *all, uint64_t *in, bool final) {
     uint64_t all_now = ga_launch_seq.load(std::memory_order_relaxed);
     uint64_t in_now = ga_stat_launches.load(std::memory_order_relaxed);
     *all = all_now - g_snap_all, *in = in_now - g_snap_in;
     g_snap_all = all_now, g_snap_in = in_now;
+    if (ga_window_extrapolate) {
+        /* The callbacks saw the count phase, the window and the launches before
+         * the teardown: the rest of the period goes at the count phase's rate (the
+         * window's own, slower rate before any count phase). A period whose
+         * window never opened has only what the callbacks saw: none when its
+         * process made no launch since the last teardown, none either when another
+         * CUPTI client held the subscription (GA_SC_WINDOWS_SKIPPED counts those).
+         * But a partial period at a detach or exit, whose window was still to
+         * come, goes at the last rate. */
+        uint64_t len = final ? ga_now_ns() - g_period_start_ns : g_period_len_ns;
+        double rest = len > g_period_win_ns ? (double)(len - g_period_win_ns) : 0;
+        double rate = g_rate >= 0 ? g_rate : g_period_win_ns ? (double)*in / (double)g_period_win_ns : 0;
+        if (g_period_had_window) *all = *in + (uint64_t)(rate * rest + 0.5);
+        else if (final && g_rate >= 0) *all = (uint64_t)(g_rate * (double)len + 0.5);
+    }
+    g_period_win_ns = 0;
+    g_period_had_window = false;
 }
 
 /* Period numbers. A launch in a window notes its period by correlation id, so
@@ -372,7 +451,7 @@ static void end_period(bool first = false, bool final = false) {
     uint32_t seq = g_period_seq.load(std::memory_order_relaxed);
     if (!first && seq) {
         uint64_t all, in;
-        period_counts(&all, &in);
+        period_counts(&all, &in, final);
         if (GA_EXP(cb_windowed)) { /* no counts outside windows */
             g_last_q = ga_cfg.duty_cycle * WQ;
             publish(seq, g_last_q);
@@ -401,7 +480,7 @@ static void end_period(bool first = false, bool final = false) {
 static void period_edge(bool first) {
     if (first) {
         uint64_t all, in;
-        period_counts(&all, &in); /* the snapshots start here */
+        period_counts(&all, &in, false); /* the snapshots start here */
         g_due_n = 0;
         g_carry_all = 0;
         g_last_q = 0;
@@ -442,7 +521,11 @@ uint64_t ga_window_attached_at(void) noexcept {
 
 void ga_window_closed(void) noexcept {
     uint64_t open = g_win_open_ns.exchange(0, std::memory_order_relaxed);
-    if (open) g_win_closed_ns.fetch_add(ga_now_ns() - open, std::memory_order_relaxed);
+    if (open) {
+        uint64_t dt = ga_now_ns() - open;
+        g_win_closed_ns.fetch_add(dt, std::memory_order_relaxed);
+        g_period_win_ns += dt;
+    }
 }
 
 uint64_t ga_window_time_ns(void) noexcept {

@@ -24,6 +24,7 @@ CUptiResult cuptiActivityGetNextRecord(uint8_t* b, size_t valid, CUpti_Activity*
   *r=(CUpti_Activity*)p; return CUPTI_SUCCESS;}
 CUptiResult cuptiActivityGetNumDroppedRecords(CUcontext c, uint32_t s, size_t* d){ *d=dropped; dropped=0; return CUPTI_SUCCESS;}
 CUptiResult cuptiActivityFlushAll(uint32_t f){ pthread_mutex_lock(&mu); uint8_t* b=buf; size_t s=bsize,u=bused; buf=0; bused=0; pthread_mutex_unlock(&mu); if(b && bdone) bdone(NULL,0,b,s,u); return CUPTI_SUCCESS;}
+CUptiResult cuptiFinalize(void){ cuptiActivityFlushAll(1); subscribed=0; memset(en,0,sizeof en); act_on=0; breq=0; bdone=0; fprintf(stderr,"FAKE finalize\n"); return CUPTI_SUCCESS;}
 CUptiResult cuptiGetResultString(CUptiResult r, const char** s){ *s="fake error"; return CUPTI_SUCCESS;}
 CUptiResult cuptiGetVersion(uint32_t* v){ *v=130001; return CUPTI_SUCCESS;}
 /* test helpers */

@@ -1,0 +1,96 @@
+"""What the agent costs a job, inside ONE process (python -m bench.gpu overhead
+--method inprocess): the primary method of issue 29, possible once nothing
+lingers after a teardown.
+
+One process of a case (bench/gpu/cases.py --trace) times blocks of steps for the
+whole run and tags each block with the shim's state at its end (attached or not,
+teardowns so far). Meanwhile `gpu-agent run` starts at its defaults, watches for
+--on seconds, and stops, --periods times, with --off seconds between. Per
+attached period: the median block while attached (from --settle seconds after
+the attach) against the median of the detached blocks just before and just after
+it; the table gives the median of those ratios with a bootstrap 95 % interval,
+and the detached blocks after the first attach against those before it (what a
+detach leaves behind).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench.gpu.cases import STEPS
+from bench.gpu.harness import Agent, shim_env
+from bench.gpu.overhead import bootstrap_ci
+
+
+def runs_of(trace: list[list]) -> list[tuple[int, list[list]]]:
+    """Consecutive blocks of the same attached state: [(attached, blocks), ...]."""
+    runs: list[tuple[int, list[list]]] = []
+    for b in trace:
+        if runs and runs[-1][0] == b[2]:
+            runs[-1][1].append(b)
+        else:
+            runs.append((b[2], [b]))
+    return runs
+
+
+def analyse(trace: list[list], settle: float) -> dict:
+    runs = runs_of(trace)
+    ratios, detached_before, detached_after = [], [], []
+    for i, (att, blocks) in enumerate(runs):
+        if att:
+            steady = [b[1] for b in blocks if b[0] >= blocks[0][0] + settle]
+            around = [b[1] for j in (i - 1, i + 1) if 0 <= j < len(runs) and not runs[j][0]
+                      for b in runs[j][1]]
+            if steady and around:
+                ratios.append(statistics.median(steady) / statistics.median(around) - 1)
+        else:
+            (detached_after if any(r[0] for r in runs[:i]) else detached_before).extend(b[1] for b in blocks)
+    out = {"periods": len(ratios), "ratios": [round(r, 5) for r in ratios],
+           "teardowns": trace[-1][3] if trace else 0}
+    if ratios:
+        out["median"] = statistics.median(ratios)
+        out["ci"] = bootstrap_ci(ratios) if len(ratios) > 2 else None
+    if detached_before and detached_after:
+        out["after_detach"] = statistics.median(detached_after) / statistics.median(detached_before) - 1
+    return out
+
+
+def inprocess(a) -> None:
+    out = open(a.jsonl, "a")
+    for w in a.workloads.split(","):
+        steps = max(1, int(a.scale * STEPS[w]) // 40)
+        secs = a.periods * (a.on + a.off + 8) + a.off + 10
+        env = shim_env(**dict(kv.split("=", 1) for kv in filter(None, a.shim_env.split(","))))
+        pin = ["taskset", "-c", a.cpus] if a.cpus else []
+        case = subprocess.Popen(pin + [sys.executable, "-m", "bench.gpu.cases", w, "--steps", str(steps),
+                                       "--trace", str(secs)],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first = case.stdout.readline()  # built and warm: the trace starts
+        if not first:
+            raise SystemExit(f"{w}: the case failed: {case.stderr.read()[-2000:]}")
+        time.sleep(a.off)
+        for _ in range(a.periods):
+            agent = Agent(tempfile.mkdtemp(prefix="gpu-agent-bench-"), cpus=a.agent_cpus)
+            time.sleep(a.on)
+            agent.stop()
+            time.sleep(a.off)
+        stdout, stderr = case.communicate(timeout=secs + 300)
+        if case.returncode != 0:
+            raise SystemExit(f"{w}: the case failed: {stderr[-2000:]}")
+        trace = json.loads(stdout.strip().splitlines()[-1])["trace"]
+        rec = {"method": "inprocess", "workload": w, "steps_per_block": steps, "on_s": a.on,
+               "off_s": a.off, **analyse(trace, a.settle), "trace": trace}
+        out.write(json.dumps(rec) + "\n")
+        out.flush()
+        ci = rec.get("ci")
+        print(f"inprocess {w:10} attached vs detached: "
+              + (f"{100 * rec['median']:+.2f} %" if "median" in rec else "n/a")
+              + (f" [{100 * ci[0]:+.2f}, {100 * ci[1]:+.2f}]" if ci else "")
+              + f" over {rec['periods']} periods; detached after vs before the first attach: "
+              + (f"{100 * rec['after_detach']:+.2f} %" if "after_detach" in rec else "n/a")
+              + f"; {rec['teardowns']} teardowns", flush=True)
