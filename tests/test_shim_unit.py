@@ -358,6 +358,8 @@ def test_agent_leaving_detaches_cupti(shim, tools):
     assert p.returncode == 0, err
     assert res["state"] == "0" and c(res, C_ATTACHES) == 1 and c(res, C_DETACHES) == 1, err
     assert "FAKE unsubscribe" in err and "detached" in err and "error" not in err.lower()
+    # ...and tears CUPTI down at the next launch's API exit (nothing lingers)
+    assert err.index("FAKE finalize") > err.index("detached"), err
     assert 0 < c(res, C_LAUNCHES) < 300  # only launches while attached are seen
     assert got["records"] > 0
 

@@ -1,0 +1,120 @@
+"""CUPTI torn down after every window and at every detach (shim/src/teardown.cpp).
+
+On a GPU, once kernel activity has been on, every later launch of the process pays
+about 1-1.4 us until cuptiFinalize. The mock models that: it counts the kernels
+that ran with kernel activity enabled earlier and no finalize since
+(MOCK_CUDA_REPORT=1), and it aborts, as a GPU would crash, when a thread calls
+into CUPTI while another is inside cuptiFinalize. These tests run the real shim
+under `gpu-agent record` (real eBPF, Go pprof) on the mock stack:
+- windows and detaches leave no residual behind, and without the teardown
+  (GPU_AGENT_TEARDOWN=0) nearly every launch between windows pays it;
+- threads that launch, sample stacks and replay graphs during hundreds of
+  teardowns never call CUPTI inside a finalize;
+- the mock itself reports a call during a finalize as the crash it would be.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+
+from conftest import BENCH_SHIM, MOCK_APP, MOCK_DIR, agent_cmd, ground_truth, mock_env, need_ebpf
+from test_windows import KERNEL, kernel_totals, shim_exit_stats
+
+RESIDUAL = re.compile(r"mock libcuda: (\d+) kernels ran with CUPTI's residual")
+TEARDOWNS = re.compile(r"teardowns \(pid \d+\): (\d+), finalize mean [\d.]+ max [\d.]+ ms, (\d+) waited "
+                       r"for callbacks in CUPTI, (\d+) CUPTI calls skipped, (\d+) failed or put off")
+
+
+def record(tmp_path, *mock_args, duty=5, shim=None, **env):
+    gt = tmp_path / "truth.tsv"
+    out = tmp_path / "t.pb.gz"
+    e = mock_env(gt, **{"GPU_AGENT_WINDOW_MS": "20", "GPU_AGENT_DEBUG": "1", "MOCK_CUDA_REPORT": "1", **env})
+    p = subprocess.run(agent_cmd("record", "--duty-cycle", str(duty), *(["--shim", shim] if shim else []),
+                                 "-o", out, "--", MOCK_APP, *mock_args),
+                       env=e, capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stderr[-3000:]
+    residual = RESIDUAL.search(p.stderr)
+    assert residual, p.stderr[-2000:]
+    return out, gt, p.stderr, int(residual.group(1))
+
+
+def test_windows_leave_no_residual_and_the_estimate_holds(tmp_path, built):
+    need_ebpf()
+    out, gt, err, residual = record(tmp_path, "--bench", "600000", "--rate", "200000", "--block", "100")
+    truth = ground_truth(gt)[KERNEL]
+    td = TEARDOWNS.search(err)
+    windows = shim_exit_stats(err)["windows"]
+    assert td and windows >= 20 and int(td.group(1)) >= windows - 1, err[-2000:]
+    assert int(td.group(4)) == 0, td.group(0)
+    # Between a window's end and the next launch's API exit (where the teardown
+    # runs) a few launches still pay: those made during the window's last flush
+    # (about 20 a window at 200 000 launches/s here).
+    assert residual <= 100 * windows and residual < truth[0] // 100, (residual, windows)
+    est_ns, est_launches = kernel_totals(out)[KERNEL]
+    assert abs(est_launches / truth[0] - 1) < 0.05, (est_launches, truth)
+    assert abs(est_ns / truth[1] - 1) < 0.05, (est_ns, truth)
+
+
+def test_without_the_teardown_the_residual_stays(tmp_path, built):
+    """The same run with GPU_AGENT_TEARDOWN=0: every launch after the first window
+    pays, which is what the mock's count must show (the test above can fail)."""
+    need_ebpf()
+    _, gt, err, residual = record(tmp_path, "--bench", "300000", "--rate", "200000", GPU_AGENT_TEARDOWN="0")
+    assert not TEARDOWNS.search(err)
+    assert residual > 0.5 * ground_truth(gt)[KERNEL][0], residual
+
+
+def test_a_detach_leaves_nothing_behind(tmp_path, built):
+    """The benchmark build attaches for 200 ms and detaches for 400 ms, over and over
+    (GPU_AGENT_EXP_TOGGLE_MS), under one agent, with continuous collection while
+    attached: kernel activity is on the whole attachment, so only the teardown at
+    each detach takes the residual away from the 400 ms that follow."""
+    need_ebpf()
+    _, gt, err, residual = record(tmp_path, "--bench", "600000", "--rate", "200000", duty=1,
+                                  shim=str(BENCH_SHIM), GPU_AGENT_EXP_TOGGLE_MS="200:400", GPU_AGENT_POLL_MS="10")
+    detaches = len(re.findall(r"detached \(pid \d+\): agent gone", err))
+    td = TEARDOWNS.search(err)
+    assert detaches >= 3 and td and int(td.group(1)) >= detaches, err[-2000:]
+    assert residual <= 100 * detaches, (residual, detaches)
+
+
+def test_threads_never_call_cupti_inside_a_finalize(tmp_path, built):
+    """Four threads launch through every launch path (graphs too) with a stack
+    sample at every launch (cuptiGetTimestamp) while windows of 5 ms open and close
+    every 10 ms, each ending in a 3 ms finalize on whichever thread's launch comes
+    first: the mock aborts the process if any other thread calls CUPTI meanwhile."""
+    need_ebpf()
+    _, _, err, _ = record(tmp_path, "--threads", "4", "--duration", "4", duty=2,
+                          GPU_AGENT_WINDOW_MS="5", GPU_AGENT_SAMPLE_PERIOD="1", MOCK_CUPTI_FINALIZE_US="3000")
+    assert "this crashes on a GPU" not in err
+    td = TEARDOWNS.search(err)
+    assert td and int(td.group(1)) >= 100, err[-2000:]
+
+
+MOCK_FINALIZE_RACE = textwrap.dedent("""
+    import ctypes, sys, threading
+    cupti = ctypes.CDLL(sys.argv[1])
+    ts = ctypes.c_uint64()
+    go = threading.Event()
+    def poll():
+        go.set()
+        while True:
+            cupti.cuptiGetTimestamp(ctypes.byref(ts))
+    threading.Thread(target=poll, daemon=True).start()
+    go.wait()
+    cupti.cuptiFinalize()
+    print("finalize returned")
+""")
+
+
+def test_the_mock_reports_a_call_during_finalize_as_a_crash(tmp_path, built):
+    p = subprocess.run([sys.executable, "-c", MOCK_FINALIZE_RACE, str(MOCK_DIR / "libcupti.so.13")],
+                       env=mock_env(MOCK_CUPTI_FINALIZE_US="200000"), capture_output=True, text=True, timeout=60)
+    assert p.returncode == -signal.SIGABRT, (p.returncode, p.stderr)
+    assert re.search(r"mock libcupti: cupti\w+ called while another thread is inside cuptiFinalize", p.stderr) \
+        or "cuptiFinalize called while another thread is inside CUPTI" in p.stderr, p.stderr
+    assert "finalize returned" not in p.stdout
