@@ -10,7 +10,9 @@ attached period: the median block while attached (from --settle seconds after
 the attach) against the median of the detached blocks just before and just after
 it; the table gives the median of those ratios with a bootstrap 95 % interval,
 and the detached blocks after the first attach against those before it (what a
-detach leaves behind).
+detach leaves behind). With --control-cpus a second process of the same case runs
+beside it without the shim, its blocks split by the agent's own start and stop
+times: what the host did meanwhile (these hosts drift by tens of percent).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import tempfile
 import time
 
 from bench.gpu.cases import STEPS
-from bench.gpu.harness import Agent, shim_env
+from bench.gpu.harness import Agent, clean_env, shim_env
 from bench.gpu.overhead import bootstrap_ci
 
 
@@ -60,31 +62,48 @@ def analyse(trace: list[list], settle: float) -> dict:
     return out
 
 
+def start_case(w: str, steps: int, secs: float, env: dict, cpus: str) -> subprocess.Popen:
+    pin = ["taskset", "-c", cpus] if cpus else []
+    return subprocess.Popen(pin + [sys.executable, "-m", "bench.gpu.cases", w, "--steps", str(steps),
+                                   "--trace", str(secs)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def trace_of(w: str, case: subprocess.Popen, secs: float) -> list[list]:
+    stdout, stderr = case.communicate(timeout=secs + 300)
+    if case.returncode != 0:
+        raise SystemExit(f"{w}: the case failed: {stderr[-2000:]}")
+    return json.loads(stdout.strip().splitlines()[-1])["trace"]
+
+
 def inprocess(a) -> None:
     out = open(a.jsonl, "a")
     for w in a.workloads.split(","):
         steps = max(1, int(a.scale * STEPS[w]) // 40)
         secs = a.periods * (a.on + a.off + 8) + a.off + 10
         env = shim_env(**dict(kv.split("=", 1) for kv in filter(None, a.shim_env.split(","))))
-        pin = ["taskset", "-c", a.cpus] if a.cpus else []
-        case = subprocess.Popen(pin + [sys.executable, "-m", "bench.gpu.cases", w, "--steps", str(steps),
-                                       "--trace", str(secs)],
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        first = case.stdout.readline()  # built and warm: the trace starts
-        if not first:
-            raise SystemExit(f"{w}: the case failed: {case.stderr.read()[-2000:]}")
+        cases = [start_case(w, steps, secs, env, a.cpus)]
+        if a.control_cpus:
+            cases.append(start_case(w, steps, secs, clean_env(), a.control_cpus))
+        for case in cases:  # built and warm: the traces start
+            if not case.stdout.readline():
+                raise SystemExit(f"{w}: the case failed: {case.stderr.read()[-2000:]}")
         time.sleep(a.off)
+        watched = []
         for _ in range(a.periods):
             agent = Agent(tempfile.mkdtemp(prefix="gpu-agent-bench-"), cpus=a.agent_cpus)
+            t_on = time.monotonic()
             time.sleep(a.on)
             agent.stop()
+            watched.append((t_on, time.monotonic()))
             time.sleep(a.off)
-        stdout, stderr = case.communicate(timeout=secs + 300)
-        if case.returncode != 0:
-            raise SystemExit(f"{w}: the case failed: {stderr[-2000:]}")
-        trace = json.loads(stdout.strip().splitlines()[-1])["trace"]
+        trace = trace_of(w, cases[0], secs)
         rec = {"method": "inprocess", "workload": w, "steps_per_block": steps, "on_s": a.on,
-               "off_s": a.off, **analyse(trace, a.settle), "trace": trace}
+               "off_s": a.off, "shim_env": a.shim_env, **analyse(trace, a.settle), "trace": trace}
+        if a.control_cpus:
+            control = [[t, us, int(any(lo <= t < hi for lo, hi in watched)), 0]
+                       for t, us, *_ in trace_of(w, cases[1], secs)]
+            rec["control"] = {k: v for k, v in analyse(control, a.settle).items() if k != "teardowns"}
         out.write(json.dumps(rec) + "\n")
         out.flush()
         ci = rec.get("ci")
@@ -93,4 +112,7 @@ def inprocess(a) -> None:
               + (f" [{100 * ci[0]:+.2f}, {100 * ci[1]:+.2f}]" if ci else "")
               + f" over {rec['periods']} periods; detached after vs before the first attach: "
               + (f"{100 * rec['after_detach']:+.2f} %" if "after_detach" in rec else "n/a")
-              + f"; {rec['teardowns']} teardowns", flush=True)
+              + f"; {rec['teardowns']} teardowns"
+              + (f"; control (no shim, same periods): {100 * rec['control'].get('median', float('nan')):+.2f} %, "
+                 f"after vs before {100 * rec['control'].get('after_detach', float('nan')):+.2f} %"
+                 if "control" in rec else ""), flush=True)

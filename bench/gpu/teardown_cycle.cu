@@ -119,13 +119,23 @@ static void launcher(int id, long long kernel_ns, const char *resub) {
     cudaStream_t s;
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     cudaGraphExec_t exec = nullptr;
-    bool graphs = !getenv("TC_NO_GRAPHS");
-    if (graphs && (id == 1 || id == 2)) {
+    // TC_GRAPHS: launch (default: threads 1 and 2 replay their graph), idle (the
+    // graph is instantiated and never launched), destroyed (replayed 10 times, then
+    // exec and graph destroyed before the cycles), none.
+    const char *mode = getenv("TC_GRAPHS") ? getenv("TC_GRAPHS") : "launch";
+    if (strcmp(mode, "none") && (id == 1 || id == 2)) {
         cudaGraph_t g;
         cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
         for (int i = 0; i < GRAPH_NODES; i++) spin<<<1, 32, 0, s>>>(0);
         cudaStreamEndCapture(s, &g);
         cudaGraphInstantiate(&exec, g, 0);
+        if (!strcmp(mode, "destroyed")) {
+            for (int i = 0; i < 10; i++) cudaGraphLaunch(exec, s);
+            cudaStreamSynchronize(s);
+            cudaGraphExecDestroy(exec);
+            cudaGraphDestroy(g);
+        }
+        if (strcmp(mode, "launch")) exec = nullptr;  // eager launches from here on
     }
     while (!g_stop.load()) {
         double t0 = now_us();

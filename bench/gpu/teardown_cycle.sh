@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/gpu/teardown_cycle.cu's configurations, one process each, on a GPU node
-# (docs/benchmarks.md, "Teardown"): bench/gpu/teardown_cycle.sh OUT.jsonl [all|threads]
+# (docs/benchmarks.md, "Teardown"): bench/gpu/teardown_cycle.sh OUT.jsonl [all|threads|graphs]
 set -u
 out=${1:-teardown_cycle.jsonl}
 cuda=${CUDA_HOME:-/usr/local/cuda}
@@ -21,9 +21,16 @@ all)
         done
     done ;;
 esac
-TC_NO_GRAPHS=1 run exit poller 2 100 20 20    # two eager threads
-TC_NO_GRAPHS=1 run exit poller 5 100 20 20    # five eager threads
-run exit poller 5 300 20 20                   # 3 eager threads + cudaGraphLaunch + cuGraphLaunch replays
-run exit app 5 300 20 20
-run poller poller 5 100 20 20                 # finalize from the poller while threads launch
-run exit poller 1 10 50 300 2000              # GPU-bound: 2 ms kernels, 256 queued
+case "${2:-all}" in
+all|threads)
+    TC_GRAPHS=none run exit poller 2 100 20 20    # two eager threads
+    TC_GRAPHS=none run exit poller 5 100 20 20    # five eager threads
+    run exit poller 5 300 20 20                   # 3 eager threads + cudaGraphLaunch + cuGraphLaunch replays
+    run exit app 5 300 20 20
+    run poller poller 5 100 20 20                 # finalize from the poller while threads launch
+    run exit poller 1 10 50 300 2000 ;;           # GPU-bound: 2 ms kernels, 256 queued
+esac
+# Which graphs keep CUPTI from starting again after a finalize (CUPTI_ERROR_NOT_INITIALIZED)
+TC_GRAPHS=idle run exit poller 3 50 20 20         # instantiated, never launched
+TC_GRAPHS=destroyed run exit poller 3 50 20 20    # replayed, then destroyed before the cycles
+run exit poller 3 50 20 20                        # replayed throughout

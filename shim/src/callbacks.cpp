@@ -263,6 +263,7 @@ void CUPTIAPI ga_api_callback(void *, CUpti_CallbackDomain domain, CUpti_Callbac
 
     uint32_t weight = 0;
     bool graph = (kind1 - 1) == GA_LK_GRAPH;
+    if (GA_UNLIKELY(graph)) ga_graphs_made.store(1, std::memory_order_relaxed);
     if (seen_first(launch_key(domain, cbid, cd->functionParams))) {
         weight = 1;
         ga_stat_forced.fetch_add(1, std::memory_order_relaxed);

@@ -140,6 +140,11 @@ GA_HIDDEN extern std::atomic<uint64_t> ga_stat_truncated_names;
 GA_HIDDEN extern const CUpti_CallbackId ga_graph_cbids[];
 GA_HIDDEN extern const unsigned ga_graph_cbid_count;
 GA_HIDDEN void ga_graph_callback(CUpti_CallbackId cbid, const void *cbdata) noexcept;
+/* The process instantiated or launched a CUDA graph (sticky). On an H100 (CUDA 13)
+ * CUPTI then refused to start again after a cuptiFinalize (NOT_INITIALIZED), and
+ * PyTorch keeps CUPTI's teardown off with graphs: such a process is not torn down
+ * (session.cpp). */
+GA_HIDDEN extern std::atomic<int> ga_graphs_made;
 GA_HIDDEN void ga_graph_reset(void) noexcept;   /* at attach and detach: forget exec graphs */
 GA_HIDDEN void ga_graph_after_flush(void) noexcept; /* poller, after each periodic flush */
 GA_HIDDEN uint64_t ga_graph_stat(int which) noexcept; /* GA_SC_NODE_STACKS..DESTROYS_DROPPED */

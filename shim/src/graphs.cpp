@@ -246,6 +246,8 @@ __attribute__((noinline)) static void fire_cloned(uint64_t orig, uint64_t id) {
     st_clones.fetch_add(1, std::memory_order_relaxed);
 }
 
+std::atomic<int> ga_graphs_made;
+
 void ga_graph_callback(CUpti_CallbackId cbid, const void *cbdata) noexcept {
     const CUpti_ResourceData *rd = (const CUpti_ResourceData *)cbdata;
     if (!rd || !rd->resourceDescriptor) return;
@@ -271,6 +273,7 @@ void ga_graph_callback(CUpti_CallbackId cbid, const void *cbdata) noexcept {
         t_pending.active = true;
         break;
     case CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED:
+        ga_graphs_made.store(1, std::memory_order_relaxed);
         exec_created((uintptr_t)gd->graphExec);
         break;
     case CUPTI_CBID_RESOURCE_GRAPHEXEC_DESTROY_STARTING:

@@ -42,6 +42,7 @@ static bool g_teardowns;
 static int g_phase;                             /* GA_PHASE_*, at the last window edge */
 static bool g_records_held;                     /* a window opened: records to release at detach */
 static uint64_t g_up_retry_ns;                  /* re-subscription put off until then */
+static uint32_t g_up_failures;                  /* NOT_INITIALIZED in a row after a teardown */
 /* Debug statistics of the window edges (poller thread only): how long windows
  * really stayed open, and what switching CUPTI activity costs. */
 static uint64_t g_enable_ns, g_enable_max_ns, g_disable_ns, g_disable_max_ns, g_n_enable, g_n_disable;
@@ -53,10 +54,18 @@ void ga_session_disable(void) noexcept { g_state.store(ST_DISABLED, std::memory_
 
 static CUptiResult set_launch_cbids(bool on);
 
+/* Whether CUPTI may be torn down now: not once the process has CUDA graphs (see
+ * ga_graphs_made), nor with GPU_AGENT_TEARDOWN=0. */
+static bool may_tear_down(void) {
+    return ga_cfg.teardown && !ga_graphs_made.load(std::memory_order_relaxed);
+}
+
+
 /* Undo a partial or full attach. Errors are ignored: we are leaving. CUPTI is
  * touched only while the shim holds it (LIVE): after a window's teardown was
  * asked for, that window's records are already in. The subscription ends with a
- * teardown (GPU_AGENT_TEARDOWN, default): the next launch's API exit finalizes. */
+ * teardown (GPU_AGENT_TEARDOWN, default; not once the process has CUDA graphs,
+ * ga_graphs_made): the next launch's API exit finalizes. */
 static void undo_cupti(bool activity, bool subscribed) {
     if (ga_window_on.load(std::memory_order_relaxed)) ga_window_closed();
     ga_window_on.store(0, std::memory_order_relaxed);
@@ -65,7 +74,8 @@ static void undo_cupti(bool activity, bool subscribed) {
     if (live && subscribed && ga_pcs_on.load(std::memory_order_relaxed))
         ga_cupti.EnableCallback(0, g_sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
     g_next_edge_ns.store(UINT64_MAX, std::memory_order_relaxed);
-    if (live && subscribed && g_cbids_on && !ga_cfg.teardown) set_launch_cbids(false);
+    bool teardown = may_tear_down();
+    if (live && subscribed && g_cbids_on && !teardown) set_launch_cbids(false);
     if (live && activity && g_activity_on) {
         ga_cupti.ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
         ga_exp_internal_activity(false);
@@ -83,7 +93,7 @@ static void undo_cupti(bool activity, bool subscribed) {
      * activity was held on for PC sampling) were still to be dropped, not weighed. */
     ga_pcs_on.store(0, std::memory_order_relaxed);
     if (live && subscribed) {
-        if (ga_cfg.teardown) {
+        if (teardown) {
             if (!g_cbids_on) set_launch_cbids(true); /* their API exits tear down */
             ga_teardown_request(g_sub);
         } else {
@@ -235,6 +245,15 @@ static CUptiResult cupti_up(const char **what) {
     return CUPTI_SUCCESS;
 }
 
+/* A process whose graphs came after its attach: from the next period on, its
+ * launch callbacks stay on and count every launch (window.cpp's counted
+ * weights), and CUPTI stays subscribed until the detach. */
+static void stop_teardowns(void) {
+    if (!g_teardowns) return;
+    g_teardowns = false;
+    ga_debug("CUDA graphs in pid %d: CUPTI stays subscribed between windows from now on", (int)getpid());
+}
+
 /* After a window: its records out of CUPTI now (forced), then the teardown is
  * asked for; the next launch's API exit runs it (teardown.cpp). From here until
  * it is done the poller makes no CUPTI call. */
@@ -281,24 +300,36 @@ static CUptiResult step_windows(uint64_t now, const char **what) {
         r = cupti_up(what);
         if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED || r == CUPTI_ERROR_NOT_INITIALIZED) {
             /* Another client took CUPTI between windows (retried next period), or
-             * CUPTI is still coming back from the finalize (next poll). */
+             * CUPTI does not start again after the finalize: on an H100 it never
+             * did in a process with CUDA graphs (one made while CUPTI was down,
+             * unseen); retried every period, said once. */
             bool other = r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
-            if (other) g_stat_windows_skipped.fetch_add(1, std::memory_order_relaxed);
-            ga_debug("%s: %s; %s", *what, ga_cupti_err(r), other ? "no window this period" : "again soon");
-            g_up_retry_ns = now + (other ? (uint64_t)ga_cfg.window_ms * ga_cfg.duty_cycle * 1000000ull : 0);
+            g_stat_windows_skipped.fetch_add(1, std::memory_order_relaxed);
+            if (!other && ++g_up_failures == 10)
+                ga_log("CUPTI does not start again after its teardown in pid %d (%s: %s); no window until "
+                       "it does", (int)getpid(), *what, ga_cupti_err(r));
+            else
+                ga_debug("%s: %s; no window this period", *what, ga_cupti_err(r));
+            g_up_retry_ns = now + (other || g_up_failures >= 10 ? (uint64_t)ga_cfg.window_ms * ga_cfg.duty_cycle * 1000000ull
+                                                                 : 10000000ull);
             r = CUPTI_SUCCESS;
+        } else if (r == CUPTI_SUCCESS) {
+            g_up_failures = 0;
         }
     }
     if (r == CUPTI_SUCCESS && now >= g_next_edge_ns.load(std::memory_order_relaxed)) {
         /* An open window's edge is its end: it closes before its period may end, so
          * that every launch made in it is its period's (the last replays left out
          * per window, window.cpp, rely on it). */
+        if (g_teardowns && !may_tear_down()) stop_teardowns();
         if (ga_window_on.load(std::memory_order_relaxed)) {
             r = set_collection(false, what);
             if (r == CUPTI_SUCCESS && g_teardowns) r = request_teardown(what);
         }
         uint64_t edge = UINT64_MAX;
         g_phase = ga_window_phase(now, &edge);
+        /* counted weights from the period that starts now (this one was extrapolated) */
+        if (ga_window_period_ended) ga_window_extrapolate = g_teardowns;
         if (r == CUPTI_SUCCESS && ga_window_period_ended) {
             /* A period ended: its window's records, flushed out of CUPTI now (with
              * teardowns, at the window's end), go to BPF with the period's weight
@@ -362,7 +393,7 @@ static void do_attach(void) {
         if (r != CUPTI_SUCCESS) ga_debug("module-loaded callback not enabled: %s", ga_cupti_err(r));
         ga_pcs_replay(); /* what an earlier attachment set up */
     }
-    g_teardowns = ga_cfg.teardown && ga_cfg.duty_cycle > 1 && !ga_audit_on() && !GA_EXP(hold_activity) &&
+    g_teardowns = may_tear_down() && ga_cfg.duty_cycle > 1 && !ga_audit_on() && !GA_EXP(hold_activity) &&
                   !GA_EXP(cb_windowed) && !GA_EXP(cb_runtime) && !ga_pcs_on.load(std::memory_order_relaxed);
     ga_window_extrapolate = g_teardowns;
     g_pending_error.store(0, std::memory_order_relaxed);
