@@ -128,3 +128,15 @@ def test_the_mock_reports_a_call_during_finalize_as_a_crash(tmp_path, built):
     assert re.search(r"mock libcupti: cupti\w+ called while another thread is inside cuptiFinalize", p.stderr) \
         or "cuptiFinalize called while another thread is inside CUPTI" in p.stderr, p.stderr
     assert "finalize returned" not in p.stdout
+
+
+def test_a_process_with_graphs_is_not_torn_down(tmp_path, built):
+    """On an H100 CUPTI did not start again after a finalize in a process that had
+    instantiated a CUDA graph (the mock refuses it the same way). Such a process
+    keeps CUPTI subscribed between windows and at its detach, and its windows go
+    on; a teardown there would leave it with no window at all."""
+    need_ebpf()
+    _, _, err, _ = record(tmp_path, "--threads", "2", "--duration", "3", duty=2, GPU_AGENT_WINDOW_MS="5")
+    assert "does not start again" not in err, err[-2000:]
+    assert "CUPTI stays subscribed between windows" in err, err[-2000:]
+    assert shim_exit_stats(err)["windows"] >= 100, err[-2000:]

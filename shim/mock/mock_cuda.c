@@ -1062,6 +1062,7 @@ static CUresult instantiate(CUgraphExec *phExec, CUgraph hGraph)
     mockcuda_graph_resource(CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED, g->ctx, hGraph, NULL, NULL, NULL,
                             (CUgraphExec)x);
     *phExec = (CUgraphExec)x;
+    mockcuda_gate.graph_execs = 1; /* sticky: CUPTI will not start again after a finalize */
     return CUDA_SUCCESS;
 }
 

@@ -70,6 +70,18 @@ static void sleep_us(long us)
 }
 
 static int g_reinstrument = 1;        /* the next kernel-activity enable pays MOCK_CUPTI_ENABLE_US */
+static int g_finalized;               /* cuptiFinalize ran once */
+
+/* On an H100 (CUDA 13, driver 580) CUPTI did not start again after a cuptiFinalize
+ * in a process with an instantiated CUDA graph: cuptiActivityRegisterCallbacks
+ * returned CUPTI_ERROR_NOT_INITIALIZED for 2 s of retries (PyTorch saw crashes
+ * at that re-initialization with CUDA 11 and 12 and keeps the teardown off with
+ * graphs). MOCK_CUPTI_GRAPH_REINIT=1: start again anyway. */
+static int refuses_reinit(void)
+{
+    const char *e = getenv("MOCK_CUPTI_GRAPH_REINIT");
+    return g_finalized && mockcuda_gate.graph_execs && !(e && *e == '1');
+}
 static _Atomic long g_finalizes;
 
 /* ------------------------------------------------------------ callbacks */
@@ -109,6 +121,7 @@ CUptiResult CUPTIAPI cuptiSubscribe(CUpti_SubscriberHandle *subscriber, CUpti_Ca
 {
     API_GUARD();
     if (!subscriber) return CUPTI_ERROR_INVALID_PARAMETER;
+    if (refuses_reinit()) return CUPTI_ERROR_NOT_INITIALIZED;
     pthread_mutex_lock(&g_sub_mu);
     if (g_sub_taken) {
         pthread_mutex_unlock(&g_sub_mu);
@@ -400,6 +413,7 @@ CUptiResult CUPTIAPI cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequest
 {
     API_GUARD();
     if (!funcBufferRequested || !funcBufferCompleted) return CUPTI_ERROR_INVALID_PARAMETER;
+    if (refuses_reinit()) return CUPTI_ERROR_NOT_INITIALIZED;
     pthread_mutex_lock(&g_act_mu);
     g_req = funcBufferRequested;
     g_comp = funcBufferCompleted;
@@ -796,6 +810,7 @@ CUptiResult CUPTIAPI cuptiFinalize(void)
     sleep_us(env_long("MOCK_CUPTI_FINALIZE_US", 2000));
     mockcuda_gate.instrumented = 0;   /* launches cost what they did before CUPTI */
     g_reinstrument = 1;
+    g_finalized = 1;
     atomic_fetch_add(&g_finalizes, 1);
     atomic_store(&g_fin_tid, 0);
     return CUPTI_SUCCESS;
