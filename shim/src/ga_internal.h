@@ -279,6 +279,19 @@ GA_HIDDEN bool ga_announce_devices(void) noexcept;  /* a gpu_device probe per de
 GA_HIDDEN uint64_t ga_trace_until_ns(void) noexcept; /* CLOCK_MONOTONIC; 0: no capture */
 GA_HIDDEN extern bool ga_in_injection_init;         /* inside cuInit: no driver calls */
 
+/* ---- what CUPTI collects now (collection.cpp), for the state machine ---- */
+GA_HIDDEN CUptiResult ga_collect_up(const char **what) noexcept;    /* subscribe (attach) */
+GA_HIDDEN void ga_collect_module_callbacks(void) noexcept;          /* PC sampling's cubins */
+/* After the attach's subscription: teardowns or not, the windows start. */
+GA_HIDDEN CUptiResult ga_collect_begin(uint64_t now, const char **what) noexcept;
+GA_HIDDEN CUptiResult ga_collect_step(uint64_t now, const char **what) noexcept; /* each poll */
+GA_HIDDEN CUptiResult ga_collect_flush(const char **what) noexcept; /* periodic, while CUPTI is held */
+GA_HIDDEN void ga_collect_down(bool activity, bool subscribed) noexcept; /* detach, failure */
+GA_HIDDEN bool ga_collect_teardowns(void) noexcept;
+GA_HIDDEN uint64_t ga_collect_next_edge_ns(void) noexcept;
+GA_HIDDEN uint64_t ga_collect_stat(int which) noexcept; /* GA_SC_FLUSHES, WINDOWS, WINDOWS_SKIPPED */
+GA_HIDDEN void ga_collect_log_exit(void) noexcept;
+
 /* ---- the state machine (session.cpp) ---- */
 enum { GA_ST_DISABLED = -1, GA_ST_IDLE = 0, GA_ST_ATTACHED = 1 };
 GA_HIDDEN int ga_session_state(void) noexcept;           /* GA_ST_* */

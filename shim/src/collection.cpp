@@ -1,0 +1,380 @@
+/* collection.cpp: what CUPTI collects now, switched by the poller (session.cpp):
+ * the subscription (again after every teardown), the launch callbacks, kernel
+ * activity and the window flag, following the windows' phases (window.cpp): off,
+ * count (launch callbacks alone) and on. With teardowns (the default while
+ * windowed) each window ends in a forced flush and a teardown request
+ * (teardown.cpp), and the poller subscribes again once it is done; between
+ * windows only the graph callbacks are on. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ga_internal.h"
+#include "launch_cbids.h"
+
+static std::atomic<uint64_t> g_stat_flushes, g_stat_windows, g_stat_windows_skipped;
+static CUpti_SubscriberHandle g_sub;
+static bool g_graph_cbs;                         /* RESOURCE graph callbacks enabled */
+static std::atomic<uint64_t> g_next_edge_ns{UINT64_MAX}; /* next window edge (poller wakes) */
+static bool g_cbids_on;                         /* launch callbacks enabled now */
+static bool g_activity_on;                      /* CONCURRENT_KERNEL enabled now */
+static bool g_activity_used;                    /* enabled at least once since the last flush */
+/* This attachment tears CUPTI down after every window (teardown.cpp; not with
+ * continuous collection, audit mode or PC sampling, which hold activity on, nor
+ * once the process has CUDA graphs). */
+static bool g_teardowns;
+static int g_phase;                             /* GA_PHASE_*, at the last window edge */
+static bool g_records_held;                     /* a window opened: records to release at detach */
+static uint64_t g_up_retry_ns;                  /* re-subscription put off until then */
+static uint32_t g_up_failures;                  /* NOT_INITIALIZED in a row after a teardown */
+/* Debug statistics of the window edges (poller thread only): how long windows
+ * really stayed open, and what switching CUPTI activity costs. */
+static uint64_t g_enable_ns, g_enable_max_ns, g_disable_ns, g_disable_max_ns, g_n_enable, g_n_disable;
+
+static CUptiResult set_launch_cbids(bool on);
+
+/* Whether CUPTI may be torn down now: not once the process has CUDA graphs (see
+ * ga_graphs_made), nor with GPU_AGENT_TEARDOWN=0. */
+static bool may_tear_down(void) {
+    return ga_cfg.teardown && !ga_graphs_made.load(std::memory_order_relaxed);
+}
+
+
+/* Undo a partial or full attach. Errors are ignored: we are leaving. CUPTI is
+ * touched only while the shim holds it (LIVE): after a window's teardown was
+ * asked for, that window's records are already in. The subscription ends with a
+ * teardown (GPU_AGENT_TEARDOWN, default; not once the process has CUDA graphs,
+ * ga_graphs_made): the next launch's API exit finalizes. */
+void ga_collect_down(bool activity, bool subscribed) noexcept {
+    if (ga_window_on.load(std::memory_order_relaxed)) ga_window_closed();
+    ga_window_on.store(0, std::memory_order_relaxed);
+    bool live = ga_td_state.load(std::memory_order_acquire) == GA_TD_LIVE;
+    if (live) ga_pcs_stop_all(true); /* no launch callback will stop PC sampling now; its last samples */
+    if (live && subscribed && ga_pcs_on.load(std::memory_order_relaxed))
+        ga_cupti.EnableCallback(0, g_sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
+    g_next_edge_ns.store(UINT64_MAX, std::memory_order_relaxed);
+    bool teardown = may_tear_down();
+    if (live && subscribed && g_cbids_on && !teardown) set_launch_cbids(false);
+    if (live && activity && g_activity_on) {
+        ga_cupti.ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+        ga_exp_internal_activity(false);
+    }
+    g_activity_on = false;
+    /* Records of the last window may still sit in CUPTI's buffers; with what
+     * window.cpp holds they go with the partial period's weight. */
+    if (live && activity && g_activity_used) {
+        ga_cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+        ga_report_drops();
+    }
+    if (activity && g_records_held) ga_window_release_records(false);
+    g_activity_used = g_records_held = false;
+    /* Only now: the records flushed above of launches outside windows (kernel
+     * activity was held on for PC sampling) were still to be dropped, not weighed. */
+    ga_pcs_on.store(0, std::memory_order_relaxed);
+    if (live && subscribed) {
+        if (teardown) {
+            if (!g_cbids_on) set_launch_cbids(true); /* their API exits tear down */
+            ga_teardown_request(g_sub);
+        } else {
+            if (g_graph_cbs)
+                for (unsigned i = 0; i < ga_graph_cbid_count; i++)
+                    ga_cupti.EnableCallback(0, g_sub, CUPTI_CB_DOMAIN_RESOURCE, ga_graph_cbids[i]);
+            ga_cupti.Unsubscribe(g_sub);
+            ga_td_state.store(GA_TD_DOWN, std::memory_order_release);
+        }
+    }
+    g_graph_cbs = g_cbids_on = false;
+    g_sub = nullptr;
+    ga_graph_reset(); /* graphs destroyed from now on are not reported */
+}
+
+/* Launch callbacks on or off. Unsupported ids (an older CUPTI) are skipped.
+ * Only the driver domain's: every runtime launch calls a driver launch, which
+ * fires its own callback with the same correlation id, so the driver domain alone
+ * sees every launch once, at half the callbacks of both domains. On the H200 the
+ * runtime domain on top cost eager PyTorch about 2 points (+3.4 % against +1.3 %,
+ * medians of four in-process A/B runs each), and its per-thread
+ * deduplication miscounted CUDA 13's launches (in-window launch counts 1.4-2.2x
+ * the kernel records, against 1.0006x with the driver domain alone):
+ * docs/benchmarks-history.md section 10. */
+static CUptiResult set_launch_cbids(bool on) {
+    for (unsigned i = 0; i < ga_launch_cbid_count; i++) {
+        const ga_launch_cbid *e = &ga_launch_cbids[i];
+        if (ga_launch_cbid_omitted(e)) continue;
+        if (!GA_EXP(cb_runtime) && e->domain != CUPTI_CB_DOMAIN_DRIVER_API) continue;
+        CUptiResult r = ga_cupti.EnableCallback(on ? 1 : 0, g_sub, e->domain, e->cbid);
+        if (r == CUPTI_ERROR_INVALID_PARAMETER) {
+            if (on) ga_debug("callback %s (%u) not supported by this CUPTI", e->name, (unsigned)e->cbid);
+            continue;
+        }
+        if (r != CUPTI_SUCCESS && on) return r;
+    }
+    g_cbids_on = on;
+    return CUPTI_SUCCESS;
+}
+
+/* Open or close a collection window (window.cpp): kernel activity on and
+ * ga_window_on set (which launches are windowed and sampled), or both off;
+ * opening turns activity on first, so that every launch sampled in the window
+ * has its kernel record. In audit mode activity stays on and only ga_window_on
+ * flips. The launch callbacks stay on throughout the attachment. */
+static CUptiResult set_collection(bool on, const char **what) {
+    /* With PC sampling, kernel activity stays on for the whole attachment: on an
+     * H100, enabling it once PC sampling was enabled failed (CUPTI_ERROR_NOT_COMPATIBLE);
+     * records of launches outside windows are then dropped (activity.cpp). */
+    bool hw_act = on || ga_audit_on() || GA_EXP(hold_activity) || ga_pcs_on.load(std::memory_order_relaxed);
+    CUptiResult r = CUPTI_SUCCESS;
+    if (hw_act && !g_activity_on) {
+        uint64_t t0 = ga_now_ns();
+        r = ga_cupti.ActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+        uint64_t dt = ga_now_ns() - t0;
+        g_enable_ns += dt, g_n_enable++;
+        if (dt > g_enable_max_ns) g_enable_max_ns = dt;
+        if (r != CUPTI_SUCCESS) {
+            *what = "cuptiActivityEnable(CONCURRENT_KERNEL)";
+            return r;
+        }
+        g_activity_on = g_activity_used = g_records_held = true;
+        ga_exp_internal_activity(true);
+    }
+    if (on) {
+        uint64_t ts = 0;
+        if (!ga_cupti.GetTimestamp || ga_cupti.GetTimestamp(&ts) != CUPTI_SUCCESS) ts = 0;
+        ga_window_opened(ts);
+        ga_sampler_new_window();
+        ga_window_on.store(1, std::memory_order_release);
+        g_stat_windows.fetch_add(1, std::memory_order_relaxed);
+        if (ga_cfg.duty_cycle >= 100) /* rare windows: say when (bench/gpu sticky check) */
+            ga_debug("window opened at %.3f s (CLOCK_MONOTONIC)", (double)ga_now_ns() / 1e9);
+    } else {
+        if (ga_window_on.load(std::memory_order_relaxed)) ga_window_closed();
+        ga_window_on.store(0, std::memory_order_release);
+    }
+    /* Without teardowns the launch callbacks stay on for the whole attachment:
+     * they count every launch, which the record weights need (window.cpp). With
+     * teardowns they go on for the count phase (step_windows) and stay on until
+     * the teardown. (Experiment GPU_AGENT_EXP_CALLBACKS=windowed: they follow the
+     * windows.) */
+    if (GA_EXP(cb_windowed) && g_cbids_on && !on) set_launch_cbids(false);
+    if (!g_cbids_on && (on || (!GA_EXP(cb_windowed) && !g_teardowns))) {
+        r = set_launch_cbids(true);
+        if (r != CUPTI_SUCCESS) {
+            *what = "cuptiEnableCallback";
+            return r;
+        }
+    }
+    if (!hw_act && g_activity_on) {
+        uint64_t t0 = ga_now_ns();
+        r = ga_cupti.ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+        uint64_t dt = ga_now_ns() - t0;
+        g_disable_ns += dt, g_n_disable++;
+        if (dt > g_disable_max_ns) g_disable_max_ns = dt;
+        g_activity_on = false;
+        ga_exp_internal_activity(false);
+        if (r != CUPTI_SUCCESS) {
+            *what = "cuptiActivityDisable(CONCURRENT_KERNEL)";
+            return r;
+        }
+    }
+    return CUPTI_SUCCESS;
+}
+
+/* Subscribe (again, after a teardown): activity buffers, the subscription, and
+ * the graph callbacks, which stay on between windows (graphs captured then keep
+ * their capture stacks; no launch pays for them). The launch callbacks come on
+ * with a count phase or a window. */
+static CUptiResult cupti_up(const char **what) {
+    CUptiResult r = ga_cupti.ActivityRegisterCallbacks(ga_buffer_requested, ga_buffer_completed);
+    if (r != CUPTI_SUCCESS) {
+        *what = "cuptiActivityRegisterCallbacks";
+        return r;
+    }
+    r = ga_cupti.Subscribe(&g_sub, (CUpti_CallbackFunc)ga_api_callback, nullptr);
+    if (r != CUPTI_SUCCESS) {
+        g_sub = nullptr;
+        *what = "cuptiSubscribe";
+        return r;
+    }
+    /* Graph capture stacks (graphs.cpp): only with cuptiGetGraphNodeId, the id
+     * kernel records carry. A CUPTI without these callbacks just loses them. */
+    g_graph_cbs = false;
+    if (ga_cupti.GetGraphNodeId) {
+        g_graph_cbs = true;
+        for (unsigned i = 0; i < ga_graph_cbid_count; i++) {
+            r = ga_cupti.EnableCallback(1, g_sub, CUPTI_CB_DOMAIN_RESOURCE, ga_graph_cbids[i]);
+            if (r != CUPTI_SUCCESS)
+                ga_debug("resource callback %u not enabled: %s", (unsigned)ga_graph_cbids[i],
+                         ga_cupti_err(r));
+        }
+    }
+    g_cbids_on = false;
+    ga_teardown_live();
+    return CUPTI_SUCCESS;
+}
+
+/* A process whose graphs came after its attach: from the next period on, its
+ * launch callbacks stay on and count every launch (window.cpp's counted
+ * weights), and CUPTI stays subscribed until the detach. */
+static void stop_teardowns(void) {
+    if (!g_teardowns) return;
+    g_teardowns = false;
+    ga_debug("CUDA graphs in pid %d: CUPTI stays subscribed between windows from now on", (int)getpid());
+}
+
+/* After a window: its records out of CUPTI now (forced), then the teardown is
+ * asked for; the next launch's API exit runs it (teardown.cpp). From here until
+ * it is done the poller makes no CUPTI call. */
+static CUptiResult request_teardown(const char **what) {
+    CUptiResult r = CUPTI_SUCCESS;
+    if (!g_cbids_on) r = set_launch_cbids(true); /* the API exit that tears down */
+    CUptiResult f = ga_cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    g_stat_flushes.fetch_add(1, std::memory_order_relaxed);
+    ga_report_drops();
+    ga_graph_after_flush();
+    ga_teardown_request(g_sub);
+    g_sub = nullptr;
+    g_cbids_on = g_graph_cbs = g_activity_on = g_activity_used = false;
+    if (r != CUPTI_SUCCESS) *what = "cuptiEnableCallback";
+    else if (f != CUPTI_SUCCESS) *what = "cuptiActivityFlushAll", r = f;
+    return r;
+}
+
+/* CUPTI brought to g_phase while the shim holds it: at each poll, since CUPTI may
+ * have been down at the edge. A count phase turns the launch callbacks on alone;
+ * a window, activity too; with teardowns, callbacks left on outside both (a count
+ * phase whose window never opened) end in a teardown. */
+static CUptiResult apply_phase(uint64_t now, const char **what) {
+    if (ga_td_state.load(std::memory_order_acquire) != GA_TD_LIVE) return CUPTI_SUCCESS;
+    if (g_phase == GA_PHASE_ON) return ga_window_on.load(std::memory_order_relaxed) ? CUPTI_SUCCESS
+                                                                                     : set_collection(true, what);
+    if (g_phase == GA_PHASE_COUNT) {
+        if (g_cbids_on) return CUPTI_SUCCESS;
+        CUptiResult r = set_launch_cbids(true);
+        if (r != CUPTI_SUCCESS) *what = "cuptiEnableCallback";
+        else ga_window_count_started(now);
+        return r;
+    }
+    if (g_teardowns && g_cbids_on) return request_teardown(what);
+    return g_teardowns ? CUPTI_SUCCESS : set_collection(false, what);
+}
+
+/* The windows, at each poll while attached: CUPTI up again after a teardown, and
+ * at each edge the window's end (with its teardown), the period's records, and
+ * the next phase. */
+static CUptiResult step_windows(uint64_t now, const char **what) {
+    CUptiResult r = CUPTI_SUCCESS;
+    if (g_teardowns && ga_td_state.load(std::memory_order_acquire) == GA_TD_DOWN && now >= g_up_retry_ns) {
+        r = cupti_up(what);
+        if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED || r == CUPTI_ERROR_NOT_INITIALIZED) {
+            /* Another client took CUPTI between windows (retried next period), or
+             * CUPTI does not start again after the finalize: on an H100 it never
+             * did in a process with CUDA graphs (one made while CUPTI was down,
+             * unseen); retried every period, said once. */
+            bool other = r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+            g_stat_windows_skipped.fetch_add(1, std::memory_order_relaxed);
+            if (!other && ++g_up_failures == 10)
+                ga_log("CUPTI does not start again after its teardown in pid %d (%s: %s); no window until "
+                       "it does", (int)getpid(), *what, ga_cupti_err(r));
+            else
+                ga_debug("%s: %s; no window this period", *what, ga_cupti_err(r));
+            g_up_retry_ns = now + (other || g_up_failures >= 10 ? (uint64_t)ga_cfg.window_ms * ga_cfg.duty_cycle * 1000000ull
+                                                                 : 10000000ull);
+            r = CUPTI_SUCCESS;
+        } else if (r == CUPTI_SUCCESS) {
+            g_up_failures = 0;
+        }
+    }
+    if (r == CUPTI_SUCCESS && now >= g_next_edge_ns.load(std::memory_order_relaxed)) {
+        /* An open window's edge is its end: it closes before its period may end, so
+         * that every launch made in it is its period's (the last replays left out
+         * per window, window.cpp, rely on it). */
+        if (g_teardowns && !may_tear_down()) stop_teardowns();
+        if (ga_window_on.load(std::memory_order_relaxed)) {
+            r = set_collection(false, what);
+            if (r == CUPTI_SUCCESS && g_teardowns) r = request_teardown(what);
+        }
+        uint64_t edge = UINT64_MAX;
+        g_phase = ga_window_phase(now, &edge);
+        /* counted weights from the period that starts now (this one was extrapolated) */
+        if (ga_window_period_ended) ga_window_extrapolate = g_teardowns;
+        if (r == CUPTI_SUCCESS && ga_window_period_ended) {
+            /* A period ended: its window's records, flushed out of CUPTI now (with
+             * teardowns, at the window's end), go to BPF with the period's weight
+             * (window.cpp), before the next window's launches can reuse their
+             * correlation ids. */
+            if (!g_teardowns && ga_td_state.load(std::memory_order_acquire) == GA_TD_LIVE) {
+                r = ga_cupti.ActivityFlushAll(0);
+                g_stat_flushes.fetch_add(1, std::memory_order_relaxed);
+                *what = "cuptiActivityFlushAll";
+            }
+            ga_window_release_records(true);
+        }
+        g_next_edge_ns.store(edge, std::memory_order_relaxed);
+    }
+    if (r == CUPTI_SUCCESS) r = apply_phase(now, what);
+    return r;
+}
+
+/* ---- what the session asks (session.cpp) ---- */
+
+CUptiResult ga_collect_up(const char **what) noexcept { return cupti_up(what); }
+
+void ga_collect_module_callbacks(void) noexcept {
+    CUptiResult r = ga_cupti.EnableCallback(1, g_sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
+    if (r != CUPTI_SUCCESS) ga_debug("module-loaded callback not enabled: %s", ga_cupti_err(r));
+}
+
+CUptiResult ga_collect_begin(uint64_t now, const char **what) noexcept {
+    g_teardowns = may_tear_down() && ga_cfg.duty_cycle > 1 && !ga_audit_on() && !GA_EXP(hold_activity) &&
+                  !GA_EXP(cb_windowed) && !GA_EXP(cb_runtime) && !ga_pcs_on.load(std::memory_order_relaxed);
+    ga_window_extrapolate = g_teardowns;
+    ga_window_begin(now);
+    uint64_t edge = UINT64_MAX;
+    g_phase = ga_window_phase(now, &edge);
+    CUptiResult r = apply_phase(now, what);
+    g_next_edge_ns.store(r == CUPTI_SUCCESS ? edge : UINT64_MAX, std::memory_order_relaxed);
+    return r;
+}
+
+CUptiResult ga_collect_step(uint64_t now, const char **what) noexcept { return step_windows(now, what); }
+
+bool ga_collect_teardowns(void) noexcept { return g_teardowns; }
+
+CUptiResult ga_collect_flush(const char **what) noexcept {
+    if (ga_td_state.load(std::memory_order_acquire) != GA_TD_LIVE) return CUPTI_SUCCESS;
+    CUptiResult r = ga_cupti.ActivityFlushAll(0);
+    g_stat_flushes.fetch_add(1, std::memory_order_relaxed);
+    if (r != CUPTI_SUCCESS) {
+        *what = "cuptiActivityFlushAll";
+        return r;
+    }
+    ga_report_drops();
+    ga_graph_after_flush(); /* destroyed graph nodes, now that their records are in */
+    return CUPTI_SUCCESS;
+}
+
+uint64_t ga_collect_next_edge_ns(void) noexcept { return g_next_edge_ns.load(std::memory_order_relaxed); }
+
+uint64_t ga_collect_stat(int which) noexcept {
+    switch (which) {
+    case GA_SC_FLUSHES: return g_stat_flushes.load();
+    case GA_SC_WINDOWS: return g_stat_windows.load();
+    case GA_SC_WINDOWS_SKIPPED: return g_stat_windows_skipped.load();
+    }
+    return 0;
+}
+
+void ga_collect_log_exit(void) noexcept {
+    uint64_t attached_at = ga_window_attached_at();
+    if (attached_at && ga_cfg.duty_cycle > 1)
+        ga_debug("windows (pid %d): open %.3f %% of %.1f s attached (1/N = %.3f %%); activity "
+                 "enable mean %.1f max %.1f us, disable mean %.1f max %.1f us; %llu skipped",
+                 (int)getpid(), 100.0 * (double)ga_window_time_ns() / (double)(ga_now_ns() - attached_at),
+                 (double)(ga_now_ns() - attached_at) / 1e9, 100.0 / ga_cfg.duty_cycle,
+                 g_n_enable ? (double)g_enable_ns / (double)g_n_enable / 1e3 : 0.0,
+                 (double)g_enable_max_ns / 1e3,
+                 g_n_disable ? (double)g_disable_ns / (double)g_n_disable / 1e3 : 0.0,
+                 (double)g_disable_max_ns / 1e3, (unsigned long long)g_stat_windows_skipped.load());
+}
