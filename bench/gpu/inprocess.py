@@ -80,7 +80,7 @@ def inprocess(a) -> None:
     out = open(a.jsonl, "a")
     for w in a.workloads.split(","):
         steps = max(1, int(a.scale * STEPS[w]) // 40)
-        secs = a.periods * (a.on + a.off + 8) + a.off + 10
+        secs = a.periods * (a.on + a.off + 11) + a.off + 10  # an agent takes about 10 s to start there
         env = shim_env(**dict(kv.split("=", 1) for kv in filter(None, a.shim_env.split(","))))
         cases = [start_case(w, steps, secs, env, a.cpus)]
         if a.control_cpus:

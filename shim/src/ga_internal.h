@@ -29,7 +29,7 @@ struct ga_config {
     uint32_t graph_sample_period; /* GPU_AGENT_GRAPH_SAMPLE_PERIOD, default 8 */
     uint32_t poll_ms;             /* GPU_AGENT_POLL_MS, default 100 */
     uint32_t flush_ms;            /* GPU_AGENT_FLUSH_MS, default 1000 */
-    uint32_t duty_cycle;          /* GPU_AGENT_DUTY_CYCLE, default 20: one window in N */
+    uint32_t duty_cycle;          /* GPU_AGENT_DUTY_CYCLE, default 40: one window in N */
     uint32_t window_ms;           /* GPU_AGENT_WINDOW_MS, default 100 */
     uint32_t buffer_pool_mb;      /* GPU_AGENT_BUFFER_POOL_MB, default 64: CUPTI buffers
                                    * (1 MiB each) allocated as load needs, up to this */
@@ -52,6 +52,14 @@ GA_HIDDEN bool ga_secure_exec(void) noexcept;
 GA_HIDDEN void ga_read_config(void) noexcept; /* config.cpp: ga_cfg from the environment, once */
 
 /* CLOCK_MONOTONIC in ns: the shim's one clock for schedules and timings. */
+/* splitmix64's step: schedules' and weights' draws. */
+static inline uint64_t ga_splitmix64(uint64_t *s) noexcept {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
 /* A 64-bit mix (murmur3's finalizer half) for open-addressed tables. */
 static inline uint64_t ga_mix64(uint64_t x) noexcept {
     x ^= x >> 33;
@@ -155,7 +163,7 @@ GA_HIDDEN void ga_compute_skip_ranges(void) noexcept; /* once CUPTI is loaded */
  * (GA_MAX_FRAMES); returns the count and sets *stack_id (never 0). */
 GA_HIDDEN uint32_t ga_unwind(uint64_t *frames, uint64_t *stack_id) noexcept;
 
-/* ---- collection windows and audit mode (window.cpp) ---- */
+/* ---- collection windows (window.cpp: schedule; weights.cpp: record weights) ---- */
 GA_HIDDEN extern std::atomic<int> ga_window_on;        /* launches now are collected */
 GA_HIDDEN void ga_window_begin(uint64_t now_ns) noexcept;  /* at attach (ga_now_ns) */
 GA_HIDDEN uint64_t ga_window_attached_at(void) noexcept;   /* that attach time */
@@ -168,6 +176,12 @@ enum { GA_PHASE_OFF = 0, GA_PHASE_COUNT, GA_PHASE_ON };
 GA_HIDDEN extern bool ga_window_extrapolate;
 GA_HIDDEN int ga_window_phase(uint64_t now_ns, uint64_t *next_edge_ns) noexcept;
 GA_HIDDEN void ga_window_count_started(uint64_t now_ns) noexcept; /* launch callbacks on */
+/* A period's launches with teardowns (window.cpp; counts of weights.cpp). */
+GA_HIDDEN uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept;
+/* weights.cpp, from the schedule: a period ends (first: none did, at attach), a
+ * window opened at this CUPTI time. */
+GA_HIDDEN void ga_weights_period_edge(bool first) noexcept;
+GA_HIDDEN void ga_weights_period_opened(uint64_t cupti_ts) noexcept;
 GA_HIDDEN void ga_window_closed(void) noexcept;      /* at each closing */
 GA_HIDDEN uint64_t ga_window_time_ns(void) noexcept; /* time inside windows since attach */
 /* Every launch the callbacks see while attached, in windows or not. */
