@@ -52,7 +52,8 @@ DROPPED_COMMENT = (f"{DROPPED_CUPTI} samples: launches whose kernel records CUPT
 DUTY_COMMENT = (f"gpu_time and kernel_launches of samples labelled {DUTY_LABEL}=true are estimates: "
                 "that process's shim collected in one time window of every N "
                 "(GPU_AGENT_DUTY_CYCLE) and counted each collected kernel about N times, "
-                "corrected for how much the windows slowed its launches")
+                "corrected for how much the windows slowed its launches (the launches between "
+                "windows are extrapolated from a count phase before each window)")
 # Label of graph kernels: where the graph was launched (replayed) from.
 GRAPH_REPLAY_LABEL = "cuda_graph_replay"
 PARCAGPU_COMMENT = ("source=parcagpu samples: parcagpu passes on the kernel records of only the "

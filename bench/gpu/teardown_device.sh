@@ -10,7 +10,7 @@ set -uo pipefail
 bundle=$1 wheels=$2 out=$3 workloads=${4:-eager,llama} cycles=${5:-threads}
 mkdir -p "$out"
 [ "$cycles" = none ] || bash bench/gpu/teardown_cycle.sh "$out/tc.jsonl" "$cycles"
-python3 - "$out/tc.jsonl" <<'PY'
+[ "$cycles" = none ] || python3 - "$out/tc.jsonl" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
     d = json.loads(line)

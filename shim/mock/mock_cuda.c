@@ -1062,7 +1062,6 @@ static CUresult instantiate(CUgraphExec *phExec, CUgraph hGraph)
     mockcuda_graph_resource(CUPTI_CBID_RESOURCE_GRAPHEXEC_CREATED, g->ctx, hGraph, NULL, NULL, NULL,
                             (CUgraphExec)x);
     *phExec = (CUgraphExec)x;
-    mockcuda_gate.graph_execs = 1; /* sticky: CUPTI will not start again after a finalize */
     return CUDA_SUCCESS;
 }
 
@@ -1093,6 +1092,7 @@ static CUresult graph_launch(CUgraphExec hx, CUstream h, int ptsz, uint32_t corr
     CUresult r = resolve_stream(h, ptsz, &s);
     if (r != CUDA_SUCCESS) return r;
     if (atomic_load(&s->capture)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (mockcuda_gate.active) mockcuda_gate.graph_replayed = 1; /* CUPTI will not start again after a finalize */
     /* Every node runs in order; all share the cuGraphLaunch correlation id. */
     for (size_t i = 0; i < x->n; i++) {
         const struct mock_node *n = &x->nodes[i];

@@ -72,15 +72,17 @@ static void sleep_us(long us)
 static int g_reinstrument = 1;        /* the next kernel-activity enable pays MOCK_CUPTI_ENABLE_US */
 static int g_finalized;               /* cuptiFinalize ran once */
 
-/* On an H100 (CUDA 13, driver 580) CUPTI did not start again after a cuptiFinalize
- * in a process with an instantiated CUDA graph: cuptiActivityRegisterCallbacks
- * returned CUPTI_ERROR_NOT_INITIALIZED for 2 s of retries (PyTorch saw crashes
- * at that re-initialization with CUDA 11 and 12 and keeps the teardown off with
- * graphs). MOCK_CUPTI_GRAPH_REINIT=1: start again anyway. */
+/* On an H100 (CUDA 13, driver 580; bench/gpu/teardown_cycle.cu) CUPTI did not
+ * start again after a cuptiFinalize in a process that replayed CUDA graphs while
+ * CUPTI was on: cuptiActivityRegisterCallbacks returned CUPTI_ERROR_NOT_INITIALIZED
+ * for 2 s of retries. Graphs only instantiated, or replayed before CUPTI and
+ * destroyed, did not stop it. (PyTorch saw crashes at that re-initialization with
+ * CUDA 11 and 12, and keeps the teardown off with graphs.)
+ * MOCK_CUPTI_GRAPH_REINIT=1: start again anyway. */
 static int refuses_reinit(void)
 {
     const char *e = getenv("MOCK_CUPTI_GRAPH_REINIT");
-    return g_finalized && mockcuda_gate.graph_execs && !(e && *e == '1');
+    return g_finalized && mockcuda_gate.graph_replayed && !(e && *e == '1');
 }
 static _Atomic long g_finalizes;
 

@@ -139,7 +139,7 @@ struct mock_cupti_gate {
     volatile uint8_t kernel_activity;  /* KERNEL or CONCURRENT_KERNEL activity enabled */
     volatile uint8_t graph_nodes;      /* graph nodes reach libcupti with activity off too */
     volatile uint8_t pc_sampling;      /* cuptiPCSamplingEnable'd: kernels are sampled */
-    volatile uint8_t graph_execs;      /* a graph was instantiated in this process (sticky) */
+    volatile uint8_t graph_replayed;   /* a graph was launched while a CUPTI client existed (sticky) */
     volatile uint8_t instrumented;     /* kernel activity was on since the last cuptiFinalize:
                                         * launches pay the residual (MOCK_CUPTI_RESIDUAL_LAUNCH_NS) */
     volatile uint8_t api[CUPTI_CB_DOMAIN_SIZE][MOCK_MAX_CBID];

@@ -30,7 +30,7 @@ def add_parser(sub) -> None:
     p.add_argument("--shim", default=None, help="shim library to inject (default: the bundled one)")
     p.add_argument("--duty-cycle", type=int, default=None, metavar="N",
                    help="collect in one time window of every N and scale by N, as `gpu-agent run`'s "
-                        "always-on default (10) does; default here: 1, every kernel, exact "
+                        "always-on default (40) does; default here: 1, every kernel, exact "
                         "(or GPU_AGENT_DUTY_CYCLE from the environment)")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary line on stderr")
     timeline_out.add_arguments(p)

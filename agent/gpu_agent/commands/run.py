@@ -119,7 +119,7 @@ def main(args) -> int:
     print(f"gpu-agent: watching every process that maps {shim} (pid {os.getpid()}); "
           f"profiles every {args.interval:g}s {outputs.describe()}", file=sys.stderr, flush=True)
     print("gpu-agent: processes collect in one window of every N (GPU_AGENT_DUTY_CYCLE, "
-          "default 10) and their figures are estimates; a job shorter than a few windows "
+          "default 40) and their figures are estimates; a job shorter than a few windows "
           "may not show at all: `gpu-agent record -- CMD` profiles one job exactly",
           file=sys.stderr, flush=True)
     started = time.monotonic()
