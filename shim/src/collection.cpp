@@ -29,6 +29,7 @@ static int g_phase;                             /* GA_PHASE_*, at the last windo
 static bool g_records_held;                     /* a window opened: records to release at detach */
 static uint64_t g_up_retry_ns;                  /* re-subscription put off until then */
 static uint32_t g_up_failures;                  /* NOT_INITIALIZED in a row after a teardown */
+static bool g_capture_window;                   /* the open window is an on-demand capture's */
 /* Debug statistics of the window edges (poller thread only): how long windows
  * really stayed open, and what switching CUPTI activity costs. */
 static uint64_t g_enable_ns, g_enable_max_ns, g_disable_ns, g_disable_max_ns, g_n_enable, g_n_disable;
@@ -247,8 +248,11 @@ static CUptiResult request_teardown(const char **what) {
  * phase whose window never opened) end in a teardown. */
 static CUptiResult apply_phase(uint64_t now, const char **what) {
     if (ga_td_state.load(std::memory_order_acquire) != GA_TD_LIVE) return CUPTI_SUCCESS;
-    if (g_phase == GA_PHASE_ON) return ga_window_on.load(std::memory_order_relaxed) ? CUPTI_SUCCESS
-                                                                                     : set_collection(true, what);
+    if (g_phase == GA_PHASE_ON) {
+        if (ga_window_on.load(std::memory_order_relaxed)) return CUPTI_SUCCESS;
+        g_capture_window = ga_trace_until_ns() > now;
+        return set_collection(true, what);
+    }
     if (g_phase == GA_PHASE_COUNT) {
         if (g_cbids_on) return CUPTI_SUCCESS;
         CUptiResult r = set_launch_cbids(true);
@@ -286,14 +290,25 @@ static CUptiResult step_windows(uint64_t now, const char **what) {
             g_up_failures = 0;
         }
     }
-    if (r == CUPTI_SUCCESS && now >= g_next_edge_ns.load(std::memory_order_relaxed)) {
+    /* An on-demand capture (gpu-agent trace) starts at once, not at the next edge. */
+    bool capture = ga_trace_until_ns() > now && !ga_window_on.load(std::memory_order_relaxed);
+    if (r == CUPTI_SUCCESS && (capture || now >= g_next_edge_ns.load(std::memory_order_relaxed))) {
         /* An open window's edge is its end: it closes before its period may end, so
          * that every launch made in it is its period's (the last replays left out
          * per window, window.cpp, rely on it). */
         if (g_teardowns && !may_tear_down()) stop_teardowns();
         if (ga_window_on.load(std::memory_order_relaxed)) {
             r = set_collection(false, what);
-            if (r == CUPTI_SUCCESS && g_teardowns) r = request_teardown(what);
+            if (r == CUPTI_SUCCESS && g_teardowns) {
+                r = request_teardown(what);
+            } else if (r == CUPTI_SUCCESS && g_capture_window) {
+                r = ga_cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+                *what = "cuptiActivityFlushAll";
+            }
+            /* A capture's kernels go now, at its window's weight (about 1), not a
+             * period or two later: `gpu-agent trace` waits for them only briefly. */
+            if (r == CUPTI_SUCCESS && g_capture_window) ga_window_release_records(false);
+            g_capture_window = false;
         }
         uint64_t edge = UINT64_MAX;
         g_phase = ga_window_phase(now, &edge);

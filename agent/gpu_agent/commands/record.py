@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from .. import preflight
+from ..atomic import hand_to_invoker
 from ..collector import Collector
 from ..paths import shim_path
 from . import timeline_out
@@ -119,7 +120,9 @@ def main(args) -> int:
         builder, stats = collector.build_profile()
         args.output.parent.mkdir(parents=True, exist_ok=True)
         builder.write(args.output)
-        for path in timeline_out.write(args, tl) if tl is not None else ():
+        written = timeline_out.write(args, tl) if tl is not None else []
+        hand_to_invoker([args.output, *written])
+        for path in written:
             if not args.quiet:
                 print(f"gpu-agent: {len(tl.kernels)} kernels -> {path}", file=sys.stderr)
         if not args.quiet:

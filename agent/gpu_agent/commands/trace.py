@@ -20,6 +20,7 @@ import time
 from elftools.elf.elffile import ELFFile
 
 from .. import elf, k8s, preflight, procfs
+from ..atomic import hand_to_invoker
 from ..collector import Collector
 from . import timeline_out
 from .common import duration
@@ -90,7 +91,9 @@ def main(args) -> int:
         until = started + int(args.duration * 1e9)
         tl.kernels = [k for k in tl.kernels if started <= k.start_ns <= until]
         tl.ended_ns = until
-        for path in timeline_out.write(args, tl):
+        written = timeline_out.write(args, tl)
+        hand_to_invoker(written)
+        for path in written:
             print(f"gpu-agent: {len(tl.kernels)} kernels of {len(tl.processes)} process(es) "
                   f"-> {path}", file=sys.stderr)
     finally:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 
+from ..atomic import private_output
 from ..timeline import KernelEvent, Timeline
 from .kernel_fields import (assign_lanes, device_label, is_graph_kernel, kernel_args,
                             kernel_end, launch_name, launch_stack_id, sampled_launches, stack_text,
@@ -156,7 +157,7 @@ def write_chrome(timeline: Timeline, path) -> None:
     # small ints as flow ids: JSON readers parse ids as doubles
     flows, launches = sampled_launches(tl, lambda k, n: n)
     lanes = assign_lanes(tl.kernels)
-    with open(path, "w", encoding="utf-8") as out:
+    with private_output(path, text=True) as out:
         out.write('{"traceEvents":[\n')
         w = _ChromeWriter(tl, out)
         for pid in sorted(tl.processes):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 
+from ..atomic import private_output
 from ..timeline import SCHEMA_VERSION, Frame, KernelEvent, Timeline
 
 MODES = ("dedup", "full", "nostack")
@@ -90,7 +91,7 @@ def write_events(timeline: Timeline, path, mode: str = "dedup") -> None:
     tl = timeline
     defined: set[int] = set()
     dump = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-    with open(path, "w", encoding="utf-8") as out:
+    with private_output(path, text=True) as out:
         out.write(dump(header(tl, mode)) + "\n")
         for k in tl.kernels:
             if mode == "dedup":

@@ -32,6 +32,7 @@ from typing import BinaryIO
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
+from ..atomic import private_output
 from ..timeline import Frame, KernelEvent, Timeline
 from .kernel_fields import (assign_lanes, device_label, is_graph_kernel, kernel_args,
                             kernel_end, launch_name, launch_stack_id, sampled_launches,
@@ -340,7 +341,7 @@ def write_perfetto(timeline: Timeline, path) -> None:
     flows, launches = sampled_launches(tl, lambda k, n: _uid(tl.host, "flow", k.pid, k.correlation_id,
                                                             k.launch_ns, k.graph_node_id, k.start_ns))
     lanes = assign_lanes(tl.kernels)
-    with open(path, "wb") as out:
+    with private_output(path) as out:
         w = _PerfettoWriter(tl, out)
         w.start()
         for pid in sorted(tl.processes):
