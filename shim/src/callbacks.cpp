@@ -201,11 +201,7 @@ static uintptr_t launch_key(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
  * launch (API enter), the clock of kernel records' start: BPF turns it into
  * launch-to-start latency. 0 if this CUPTI lacks cuptiGetTimestamp. */
 __attribute__((noinline)) static void take_sample(uint32_t corr, uint32_t cbid, uint32_t weight) {
-    uint64_t launch_ns = 0;
-    if (ga_cupti.GetTimestamp && ga_cupti_gate_enter()) { /* not while a teardown runs */
-        if (ga_cupti.GetTimestamp(&launch_ns) != CUPTI_SUCCESS) launch_ns = 0;
-        ga_cupti_gate_leave();
-    }
+    uint64_t launch_ns = ga_cupti_timestamp();
     uint64_t frames[GA_MAX_FRAMES];
     uint64_t stack_id = 0;
     uint32_t n = ga_unwind(frames, &stack_id);

@@ -141,9 +141,7 @@ static CUptiResult set_collection(bool on, const char **what) {
         ga_exp_internal_activity(true);
     }
     if (on) {
-        uint64_t ts = 0;
-        if (!ga_cupti.GetTimestamp || ga_cupti.GetTimestamp(&ts) != CUPTI_SUCCESS) ts = 0;
-        ga_window_opened(ts);
+        ga_window_opened(ga_cupti_timestamp());
         ga_sampler_new_window();
         ga_window_on.store(1, std::memory_order_release);
         g_stat_windows.fetch_add(1, std::memory_order_relaxed);

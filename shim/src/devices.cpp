@@ -52,11 +52,7 @@ bool ga_announce_devices(void) noexcept {
                      b[12], b[13], b[14], b[15]);
         }
         if (!name || name(model, (int)sizeof model, dev) != CUDA_SUCCESS) model[0] = 0;
-        uint64_t cupti_ns = 0;
-        if (ga_cupti.GetTimestamp && ga_cupti_gate_enter()) {
-            if (ga_cupti.GetTimestamp(&cupti_ns) != CUPTI_SUCCESS) cupti_ns = 0;
-            ga_cupti_gate_leave();
-        }
+        uint64_t cupti_ns = ga_cupti_timestamp();
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         uint64_t realtime_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;

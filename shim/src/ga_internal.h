@@ -328,6 +328,8 @@ GA_HIDDEN extern std::atomic<int> ga_td_state;
 GA_HIDDEN bool ga_cupti_gate_enter(void) noexcept;
 GA_HIDDEN void ga_cupti_gate_leave(void) noexcept;
 GA_HIDDEN void ga_cupti_buffer_enter(void) noexcept; /* a buffer callback; leave as above */
+/* cuptiGetTimestamp through the gate; 0 when CUPTI lacks it or a teardown runs. */
+GA_HIDDEN uint64_t ga_cupti_timestamp(void) noexcept;
 GA_HIDDEN void ga_teardown_request(CUpti_SubscriberHandle sub) noexcept; /* poller, after a forced flush */
 GA_HIDDEN void ga_teardown_live(void) noexcept;      /* poller, subscribed again */
 GA_HIDDEN bool ga_teardown_cancel(int to_state) noexcept; /* REQUESTED -> to_state */

@@ -42,6 +42,14 @@ bool ga_cupti_gate_enter(void) noexcept {
 
 void ga_cupti_gate_leave(void) noexcept { g_gate.fetch_sub(1, std::memory_order_acq_rel); }
 
+uint64_t ga_cupti_timestamp(void) noexcept {
+    uint64_t ts = 0;
+    if (!ga_cupti.GetTimestamp || !ga_cupti_gate_enter()) return 0;
+    if (ga_cupti.GetTimestamp(&ts) != CUPTI_SUCCESS) ts = 0;
+    ga_cupti_gate_leave();
+    return ts;
+}
+
 /* Buffer callbacks run whether the gate is closed or not (their records must be
  * read), but the finalizing thread waits for those already running. */
 void ga_cupti_buffer_enter(void) noexcept { g_gate.fetch_add(1, std::memory_order_acq_rel); }
