@@ -13,26 +13,13 @@ from typing import BinaryIO, Iterable, Iterator, Union
 
 
 def write_atomic(path: Union[str, os.PathLike], data: Union[bytes, BinaryIO], mode: int = 0o600) -> None:
-    """Write data (bytes, or a file to copy) to a temp file beside path, fsync, chmod, rename."""
-    path = os.fspath(path)
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            if isinstance(data, (bytes, bytearray)):
-                f.write(data)
-            else:
-                shutil.copyfileobj(data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Write data (bytes, or a file to copy) as a new file at path (private_output), with `mode`."""
+    with private_output(path) as f:
+        if isinstance(data, (bytes, bytearray)):
+            f.write(data)
+        else:
+            shutil.copyfileobj(data, f)
+        os.fchmod(f.fileno(), mode)
 
 
 @contextmanager
