@@ -13,20 +13,26 @@ import errno
 import fcntl
 import mmap
 import os
+import stat
 import struct
 import sys
 import time
 
 from elftools.elf.elffile import ELFFile
 
-from .. import elf, k8s, preflight, procfs
+from .. import elf, k8s, preflight, procfs, safe_open
 from ..atomic import hand_to_invoker
 from ..collector import Collector
 from . import timeline_out
 from .common import duration
 
 TRACE_SYMBOL = "gpu_agent_trace_until_ns"
-LOCK_PATHS = ("/run/gpu-agent/trace.lock", "/tmp/gpu-agent-trace.lock")
+# The node's one capture: a 0600 lock in a 0700 directory of root's, never in /tmp,
+# where any local user could hold it first and refuse every capture. (Not the
+# trace.lock of earlier versions: it was 0644, and a local user's read-only fd on
+# it held the lock.)
+LOCK_DIR = "/run/gpu-agent"
+LOCK_PATH = LOCK_DIR + "/capture.lock"
 SETTLE_S = 1.5  # after the deadline: the shim closes its window and flushes (flush_ms 1000)
 
 
@@ -119,27 +125,37 @@ def _targets(args):
 
 
 def _lock():
-    """The node's one capture: an flock held for this process's life."""
-    for path in LOCK_PATHS:
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            f = open(path, "a+")
-        except OSError:
-            continue
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
-            f.seek(0)
-            holder = f.read().strip() or "?"
-            return f"another capture is running (pid {holder}); one at a time"
+    """The node's one capture: an flock held for this process's life, on a 0600 file
+    in LOCK_DIR (0700, root's). Or why not."""
+    try:
+        os.makedirs(LOCK_DIR, mode=0o700, exist_ok=True)
+        st = os.lstat(LOCK_DIR)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return f"{LOCK_DIR} is not a directory that only this user writes; remove it"
+        os.chmod(LOCK_DIR, 0o700, follow_symlinks=False)
+        fd = os.open(LOCK_PATH, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        return f"cannot create the capture lock {LOCK_PATH}: {e.strerror}"
+    f = os.fdopen(fd, "r+")
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        f.close()
+        return f"{LOCK_PATH} is not a regular file of this user; remove it"
+    os.fchmod(fd, 0o600)
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
         f.seek(0)
-        f.truncate()
-        f.write(str(os.getpid()))
-        f.flush()
-        return f
-    return f"cannot create a lock file in {' or '.join(os.path.dirname(p) for p in LOCK_PATHS)}"
+        holder = f.read(32).strip() or "?"
+        f.close()
+        return f"another capture is running (pid {holder}); one at a time"
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
+    return f
 
 
 def _shim_of(pid: int):
@@ -152,10 +168,19 @@ def _shim_of(pid: int):
     for m in maps:
         if m.file_backed and "libgpu_agent_shim" in os.path.basename(m.path):
             by_file.setdefault((m.path, m.inode), []).append(m)
-    for (path, _inode), ms in by_file.items():
+    for (path, inode), ms in by_file.items():
         reach = f"/proc/{pid}/root{path}"
+        # The file the process maps, and nothing else: a FIFO or device swapped in at
+        # that path must not block the agent, a different file must not be read.
+        opened = safe_open.open_regular(reach)
+        if opened is None:
+            continue
+        fd, st = opened
+        if st.st_ino != inode:
+            os.close(fd)
+            continue
         try:
-            with open(reach, "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as mm:
+            with os.fdopen(fd, "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as mm:
                 e = ELFFile(f)
                 vaddr = elf.find_symbols(e, mm, (TRACE_SYMBOL,), (".dynsym",)).get(TRACE_SYMBOL)
                 bias = elf.load_bias(elf.load_segments(e), [(m.start, m.offset) for m in ms])
