@@ -93,7 +93,7 @@ def main(args) -> int:
         collector.poll(50)
         tl = timeline.build(started, time.time_ns())
         # The capture's span only: before the deadline reached the shim and after it
-        # passed, the always-on windows were collecting, one in ten.
+        # passed, the always-on windows were collecting, one in N.
         until = started + int(args.duration * 1e9)
         tl.kernels = [k for k in tl.kernels if started <= k.start_ns <= until]
         tl.ended_ns = until
