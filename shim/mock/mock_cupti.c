@@ -84,7 +84,6 @@ static int refuses_reinit(void)
     const char *e = getenv("MOCK_CUPTI_GRAPH_REINIT");
     return g_finalized && mockcuda_gate.graph_replayed && !(e && *e == '1');
 }
-static _Atomic long g_finalizes;
 
 /* ------------------------------------------------------------ callbacks */
 
@@ -813,14 +812,8 @@ CUptiResult CUPTIAPI cuptiFinalize(void)
     mockcuda_gate.instrumented = 0;   /* launches cost what they did before CUPTI */
     g_reinstrument = 1;
     g_finalized = 1;
-    atomic_fetch_add(&g_finalizes, 1);
     atomic_store(&g_fin_tid, 0);
     return CUPTI_SUCCESS;
-}
-
-long mockcupti_finalizes(void)
-{
-    return atomic_load(&g_finalizes);
 }
 
 void mock_ensure_registered(void)
