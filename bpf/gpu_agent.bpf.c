@@ -26,7 +26,6 @@
  * GA_STACK_ENTRIES, GA_NODE_ENTRIES, GA_RINGBUF_PAGES, GA_HAVE_GROUP_DEAD.
  */
 #include <uapi/linux/ptrace.h>
-#include <linux/sched.h>
 #include "gpu_agent_probes.h"
 
 #ifndef GA_AGG_ENTRIES

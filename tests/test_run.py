@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 import signal
 import subprocess
@@ -59,12 +60,18 @@ def test_running_late_concurrent_and_killed_processes(agent):
 
 def test_process_running_before_the_agent_is_attached_to(tmp_path, built):
     need_ebpf()
-    # Long enough to outlive the agent's start (BPF compile and verify: ~3.5 s on 2 cores).
-    early = workload("--paths", "cuLaunchKernel", "--duration", "8", "--sleep-ms", "2")
+    # Outlives the agent's start however long it takes (BPF compile and verify: ~3.5 s on 2
+    # cores, more on a loaded CI host); killed 2.5 s after it, so its records come from the
+    # periodic flushes.
+    early = workload("--paths", "cuLaunchKernel", "--duration", "120", "--sleep-ms", "2",
+                     GPU_AGENT_FLUSH_MS="200")
     time.sleep(0.5)  # the shim is loaded and idle: nothing is attached yet
     a = Agent(tmp_path / "profiles")
     try:
-        assert early.wait(timeout=60) == 0
+        time.sleep(2.5)
+        assert early.poll() is None, "the early process ended before the test could kill it"
+        early.kill()
+        early.wait(timeout=60)
         time.sleep(1.5)
     finally:
         a.stop()
@@ -124,3 +131,11 @@ def test_a_job_that_ran_between_windows_is_said_not_hidden(agent):
     time.sleep(2.5)  # two intervals
     out = agent.stop()
     assert "attached_without_kernels=1" in out, out
+    # ... and so does the profile, for a reader of the file alone.
+    from gpu_agent.proto import profile_pb2
+    said = []
+    for f in sorted(agent.out_dir.glob("*.pb.gz")):
+        p = profile_pb2.Profile()
+        p.ParseFromString(gzip.decompress(f.read_bytes()))
+        said += [p.string_table[c] for c in p.comment if "show no kernel in this profile" in p.string_table[c]]
+    assert said and said[0].startswith("1 attached process"), said

@@ -18,6 +18,7 @@ shim, real eBPF and Go pprof:
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
 
@@ -274,12 +275,27 @@ def test_launches_before_any_window_are_counted(tmp_path, built):
     Runs of 0.15 s against 1 s periods (N = 50) end before their first window in
     about 85 % of runs."""
     need_ebpf()
-    lost_runs = 0
-    for i in range(4):
-        true_launches, est_launches, after_last, _ = short_run(tmp_path, i, 30_000)
-        assert abs((est_launches + after_last) / true_launches - 1) < 0.01, (est_launches, after_last, true_launches)
-        lost_runs += after_last > 0
-    assert lost_runs >= 1  # all four reaching a window: about 1 in 2000
+    # Four processes, one after another, under one `record` (one BPF compile).
+    gts = [tmp_path / f"truth{i}.tsv" for i in range(4)]
+    out = tmp_path / "short.pb.gz"
+    one = shlex.join([str(MOCK_APP), "--bench", "30000", "--rate", str(RATE)])
+    script = "; ".join(f"MOCK_CUDA_GROUND_TRUTH={gt} {one} || exit 1" for gt in gts)
+    e = mock_env(GPU_AGENT_WINDOW_MS="20", GPU_AGENT_DEBUG="1", **COUNTED)
+    p = subprocess.run(agent_cmd("record", "--duty-cycle", "50", "-o", out, "--", "sh", "-c", script),
+                       env=e, capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stderr
+    after = {m.group(1): int(m.group(2)) for m in
+             re.finditer(r"exit \(pid (\d+)\):.* (\d+) after the last window, ", p.stderr)}
+    est: dict[str, int] = {}
+    for s in raw(out):
+        if s.files and s.files[0] == "CUDA_KERNEL" and (s.system_names[0] or s.frames[0]) == KERNEL:
+            est[s.labels["pid"]] = est.get(s.labels["pid"], 0) + s.values[1]
+    assert len(after) == 4, p.stderr[-2000:]
+    truth = sorted(ground_truth(gt)[KERNEL][0] for gt in gts)
+    assert truth == [30_000] * 4, truth
+    for pid, after_last in after.items():
+        assert abs((est.get(pid, 0) + after_last) / 30_000 - 1) < 0.01, (pid, est, after)
+    assert sum(a > 0 for a in after.values()) >= 1  # all four reaching a window: about 1 in 2000
 
 
 def test_record_defaults_to_continuous_exact_collection(tmp_path, built):

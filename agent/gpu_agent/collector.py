@@ -50,10 +50,15 @@ DROPPED_COMMENT = (f"{DROPPED_CUPTI} samples: launches whose kernel records CUPT
                    "buffer); their gpu_time is an estimate, the process's mean kernel time in the "
                    "window times those launches")
 DUTY_COMMENT = (f"gpu_time and kernel_launches of samples labelled {DUTY_LABEL}=true are estimates: "
-                "that process's shim collected in one time window of every N "
-                "(GPU_AGENT_DUTY_CYCLE) and counted each collected kernel about N times, "
+                "that process's shim collected in one time window of every N (planned under "
+                "GPU_AGENT_OVERHEAD_BUDGET, or GPU_AGENT_DUTY_CYCLE) and counted each collected "
+                "kernel about N times, "
                 "corrected for how much the windows slowed its launches (the launches between "
                 "windows are extrapolated from a count phase before each window)")
+QUIET_COMMENT = ("{n} attached process(es) show no kernel in this profile: idle, or none of their "
+                 "collection windows ended in this interval (windows come up to 15 s apart under "
+                 "GPU_AGENT_OVERHEAD_BUDGET; a window's records stand for its whole period and come "
+                 "with the profile in which that period ends)")
 # Label of graph kernels: where the graph was launched (replayed) from.
 GRAPH_REPLAY_LABEL = "cuda_graph_replay"
 PARCAGPU_COMMENT = ("source=parcagpu samples: parcagpu passes on the kernel records of only the "
@@ -108,7 +113,7 @@ class Collector:
         self.drain_listeners: list[Callable[[Drain], None]] = []
         self.exit_listeners: list[Callable[[int], None]] = []
         self._impossible = 0                     # records invariants.py kept out, in all
-        self._attached_in_window: set[int] = set()
+        self._attached: set[int] = set()  # attached processes, until forgotten after their exit
         self._after_drain = False          # drain()'s second poll: exits wait (drain())
         self._late_exits: list[int] = []
         self._counters_at_window: dict[str, int] = {}
@@ -205,7 +210,7 @@ class Collector:
             self._forget_caches({tgid})
         self._see(tgid)
         if self.included(tgid):
-            self._attached_in_window.add(tgid)
+            self._attached.add(tgid)
             self.python.on_attach(tgid)
 
     def note_device(self, ev) -> None:
@@ -355,6 +360,12 @@ class Collector:
             comments.append(PARCAGPU_COMMENT)
         if any(self.included(k[0]) for k in self.pcs.window):
             comments.append(pc_samples.COMMENT)
+        # Attached processes with no kernel here: idle, or no window of theirs ended in
+        # this interval (windows come up to 15 s apart; a window's records stand for
+        # its whole period and come with the profile in which that period ends).
+        quiet = {p for p in self._attached if self.included(p)} - {row.key[0] for row in est.rows}
+        if quiet:
+            comments.append(QUIET_COMMENT.format(n=len(quiet)))
         if self._numbering.full():
             self._numbering = Numbering()
 
@@ -431,8 +442,7 @@ class Collector:
             lambda tgid, frames, labels, n: add(tgid, self._see(tgid), frames, 0, 0, labels, n),
             self.included)
         stats.processes = len(pids)
-        stats.attached_without_kernels = len(self._attached_in_window - pids)
-        self._attached_in_window = set()
+        stats.attached_without_kernels = len(quiet)
         stats.samples = sum(v.launches for v in sampled.values())
         self._forget_exited()
         return out
@@ -448,6 +458,7 @@ class Collector:
         with self._sym_lock:
             for pid in pids:
                 self.procs.pop(pid, None)
+                self._attached.discard(pid)
                 self._included.pop(pid, None)
                 self.symbolizer.forget(pid)
                 self.pcs.forget({pid})

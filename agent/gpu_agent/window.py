@@ -60,6 +60,6 @@ class WindowStats:
     excluded_pids: int = 0
     impossible_records: int = 0  # kept out by invariants.py (also in drop_impossible)
     dropped_launches: int = 0    # launches whose records CUPTI lost ([dropped: cupti] samples)
-    # Processes whose shim attached in this window but which have no kernel in it: a
-    # short job whose launches all fell between collection windows (said, not hidden).
+    # Attached processes with no kernel in this window: idle, or a job whose launches
+    # fell between its collection windows (said, not hidden; the profile says it too).
     attached_without_kernels: int = 0

@@ -122,8 +122,14 @@ def main(argv=None) -> None:
     f = sub.add_parser("fidelity", help=fidelity.__doc__.split("\n")[0])
     f.add_argument("--workloads", default="graph,driver-graph,mlp,eager,compiled,mlp-x4")
     f.add_argument("--steps", type=int, default=0, help="steps per run (default: per case)")
+    f.add_argument("--run-seconds", type=float, default=0,
+                   help="steps for about this long a run (from the 2.4 s blocks of bench/gpu/cases.py)")
     f.add_argument("--run", action="store_true", help="also under `gpu-agent run` (defaults)")
     f.add_argument("--record-runs", type=int, default=2, help="windowed `record` runs per case")
+    f.add_argument("--budget", default="2", help="windowed runs: the cost budget, percent (run's default)")
+    f.add_argument("--duty", type=int, default=0, help="windowed runs: one window in N instead of the budget")
+    f.add_argument("--continuous-runs", type=int, default=2, choices=[1, 2],
+                   help="continuous runs per case (2: their spread is the truth's noise)")
     f.add_argument("--audit", action="store_true", help="truth from the same run's full trace")
     f.add_argument("--shares", action="store_true", help="per-stack shares of the sites case")
     f.add_argument("--intervals", action="store_true", help="per-interval spread under `run`")

@@ -41,7 +41,7 @@ from gpu_agent.audit import audit_rows  # after harness, which makes agent/ impo
 # Steps per fidelity run: about 8 s on an H200, enough windows (one per 200 ms)
 # for the sampling error to sit well under the targets.
 FIDELITY_STEPS = {"graph": 40000, "driver-graph": 400000, "mlp": 8000, "eager": 8000,
-                  "compiled": 8000, "mlp-x4": 4000, "sites": 60000}
+                  "compiled": 8000, "mlp-x4": 4000, "sites": 60000, "llama": 130}
 
 
 def command(workload: str, steps: int, audit_dir: Path | None = None) -> list[str]:
@@ -54,27 +54,37 @@ def command(workload: str, steps: int, audit_dir: Path | None = None) -> list[st
     return ["sh", "-c", " & ".join(parts) + " & wait"]
 
 
-def record(a, workload: str, duty: int, out: Path, **env: str) -> dict[str, list[int]]:
+def record(a, workload: str, duty: int | None, out: Path, **env: str) -> dict[str, list[int]]:
+    """One `gpu-agent record`: at one window in `duty`, or with None at the run's
+    windowing (--duty, else the cost budget --budget, as `gpu-agent run` does)."""
+    if duty is None:
+        duty = a.duty or None
+    windows = ["--duty-cycle", str(duty)] if duty else ["--budget", str(a.budget)]
     if a.debug:
         env["GPU_AGENT_DEBUG"] = "1"
     audit_dir = Path(env["GPU_AGENT_AUDIT_FILE"]).parent if "GPU_AGENT_AUDIT_FILE" in env else None
     shim = ["--shim", str(BENCH_SHIM)] if needs_bench_shim(env) else []
-    p = subprocess.run([sys.executable, "-m", "gpu_agent", "record", "--duty-cycle", str(duty), *shim,
+    p = subprocess.run([sys.executable, "-m", "gpu_agent", "record", *windows, *shim,
                         "-o", str(out), "--", *command(workload, steps_of(a, workload), audit_dir)],
                        env=clean_env(**env), capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
-        raise SystemExit(f"{workload} duty {duty}: {p.stderr[-2000:]}")
+        raise SystemExit(f"{workload} {' '.join(windows)}: {p.stderr[-2000:]}")
     status = [ln for ln in p.stderr.splitlines() if ln.startswith("gpu-agent: processes")]
-    print(f"    duty {duty:2d}: {status[-1] if status else '?'}", flush=True)
+    print(f"    {' '.join(windows)}: {status[-1] if status else '?'}", flush=True)
     if a.debug:
         for ln in p.stderr.splitlines():
-            if "exit (pid" in ln:
+            if "exit (pid" in ln or "budget (pid" in ln or "teardowns (pid" in ln:
                 print(f"      {ln[ln.index('exit'):][:400]}", flush=True)
     return profile_kernels(out)
 
 
 def steps_of(a, workload: str) -> int:
-    return a.steps or FIDELITY_STEPS[workload]
+    if a.steps:
+        return a.steps
+    if a.run_seconds:  # cases.STEPS is a 2.4 s block
+        from bench.gpu.cases import STEPS
+        return int(STEPS[workload] * a.run_seconds / 2.4)
+    return FIDELITY_STEPS[workload]
 
 
 def run_profiles(a, workload: str, outdir: Path, audit_dir: Path | None = None) -> list[Path]:
@@ -124,13 +134,36 @@ def compare(name: str, launches: dict, true_ns: dict, est: dict, noise: float = 
             "worst_kernel_launch_err_pct": worst_n, "truth_noise_pct": 100 * noise, "rows": rows}
 
 
+def stack_shares(path: Path) -> dict[tuple, float]:
+    """GPU time per whole stack (kernel and frames), as a share of the profile's, in points."""
+    got: dict[tuple, float] = {}
+    for frames, values in profile_stacks(path):
+        got[tuple(frames)] = got.get(tuple(frames), 0) + values[0]
+    total = sum(got.values()) or 1
+    return {k: 100 * v / total for k, v in got.items()}
+
+
+def share_check(name: str, truth: Path, est: Path) -> dict:
+    """Per-stack shares against the continuous run's: the largest gap in points, and the
+    share of GPU time under a torch graph's capture stack (capture_graph) in each."""
+    a, b = stack_shares(truth), stack_shares(est)
+    worst = max((abs(a.get(k, 0) - b.get(k, 0)) for k in set(a) | set(b)), default=0.0)
+    cap_a = sum(v for k, v in a.items() if "capture_graph" in k)
+    cap_b = sum(v for k, v in b.items() if "capture_graph" in k)
+    print(f"    {name}: per-stack shares, worst gap {worst:.2f} points over {len(a)} stacks; "
+          f"under capture_graph {cap_b:.2f} % (continuous {cap_a:.2f} %)", flush=True)
+    return {"case": f"stacks, {name}", "share_err_points": worst, "stacks": len(a),
+            "capture_stack_pct": cap_b, "capture_stack_pct_continuous": cap_a}
+
+
 def against_continuous(a, w: str, t: Path) -> list[dict]:
     ca = record(a, w, 1, t / f"{w}-c1.pb.gz")
-    windowed = [(f"record duty 10 #{i + 1}", record(a, w, 10, t / f"{w}-w{i}.pb.gz"))
+    how = f"duty {a.duty}" if a.duty else f"budget {a.budget} %"
+    windowed = [(f"record {how} #{i + 1}", record(a, w, None, t / f"{w}-w{i}.pb.gz"))
                 for i in range(a.record_runs)]
     if a.run:
         windowed.append(("run defaults", run_mode(a, w, t / f"{w}-run")))
-    cb = record(a, w, 1, t / f"{w}-c2.pb.gz")
+    cb = record(a, w, 1, t / f"{w}-c2.pb.gz") if a.continuous_runs > 1 else ca
     if {k: v[1] for k, v in ca.items()} != {k: v[1] for k, v in cb.items()}:
         print("    note: the continuous runs' launch counts differ", flush=True)
     launches = {k: ca[k][1] for k in ca}
@@ -139,7 +172,10 @@ def against_continuous(a, w: str, t: Path) -> list[dict]:
     total = sum(true_ns.values())
     noise = max((abs(ca[k][0] / max(1, ca[k][1]) / max(1e-9, cb[k][0] / max(1, cb[k][1])) - 1)
                  for k in ca if k in cb and true_ns[k] > 0.01 * total), default=0)
-    return [compare(name, launches, true_ns, est, noise) for name, est in windowed]
+    out = [compare(name, launches, true_ns, est, noise) for name, est in windowed]
+    out += [share_check(f"record {how} #{i + 1}", t / f"{w}-c1.pb.gz", t / f"{w}-w{i}.pb.gz")
+            for i in range(a.record_runs)]
+    return out
 
 
 def against_audit(a, w: str, t: Path) -> list[dict]:
@@ -168,7 +204,7 @@ def shares(a, t: Path) -> list[dict]:
             profs = run_profiles(a, "sites", t / "sites-run")
         else:
             profs = [t / f"sites-{i}.pb.gz"]
-            record(a, "sites", 10, profs[0])
+            record(a, "sites", None, profs[0])
         got = {"site_a": 0, "site_b": 0, "other": 0}
         for frames, values in (smp for prof in profs for smp in profile_stacks(prof)):
             if not any("add" in f.lower() for f in frames[:1]):

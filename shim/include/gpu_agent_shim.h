@@ -50,7 +50,8 @@
     X(TEARDOWNS, teardowns, "CUPTI finalized at a window's end or a detach")            \
     X(TEARDOWNS_FAILED, teardowns_failed, "teardowns that failed or were put off")      \
     X(GATE_SKIPPED, gate_skipped, "CUPTI calls a callback skipped during a teardown")   \
-    X(WINDOWS_SKIPPED, windows_skipped, "windows not opened: another CUPTI client subscribed")
+    X(WINDOWS_SKIPPED, windows_skipped, "windows not opened: another CUPTI client subscribed") \
+    X(BUDGET_OVER, budget_over, "periods planned over GPU_AGENT_OVERHEAD_BUDGET to keep a window in every 30 s")
 
 enum ga_shim_counter {
 #define GA_SC_ENUM(id, name, meaning) GA_SC_##id,

@@ -142,7 +142,7 @@ std::atomic<uint64_t> ga_stat_held_overflow;
  * them) are dropped here and counted; *n shrinks by their number. */
 static uint32_t weigh_known(struct ga_kernel_record *recs, uint32_t *periods, uint32_t *n, bool all,
                             uint32_t fallback_q) {
-    if (!fallback_q) fallback_q = ga_cfg.duty_cycle * 1024u;
+    if (!fallback_q) fallback_q = ga_window_slots() * 1024u;
     uint32_t k = 0, i = 0, m = *n;
     while (i < m) { /* [0,k) weighed, [k,i) waiting, [i,m) not looked at */
         uint32_t q = ga_window_weight_of(periods[i]);
@@ -403,7 +403,7 @@ static void buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
                     continue;
                 }
                 o->join_max_lag_us = ga_cupti.GetTimestamp ? ga_window_join_max_lag_us(k->start)
-                                                          : ga_cfg.window_ms * 500u;
+                                                          : (uint32_t)(ga_window_period_ns() / ga_window_slots() / 2000u);
                 if (GA_UNLIKELY(!unseen && ga_window_record_impossible(period, k->start, k->end)))
                     o->flags |= GA_REC_IMPOSSIBLE; /* BPF drops and counts it */
             }

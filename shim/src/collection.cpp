@@ -131,6 +131,7 @@ static CUptiResult set_collection(bool on, const char **what) {
         uint64_t t0 = ga_now_ns();
         r = ga_cupti.ActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
         uint64_t dt = ga_now_ns() - t0;
+        ga_budget_note_stall(dt, false);
         g_enable_ns += dt, g_n_enable++;
         if (dt > g_enable_max_ns) g_enable_max_ns = dt;
         if (r != CUPTI_SUCCESS) {
@@ -145,7 +146,7 @@ static CUptiResult set_collection(bool on, const char **what) {
         ga_sampler_new_window();
         ga_window_on.store(1, std::memory_order_release);
         g_stat_windows.fetch_add(1, std::memory_order_relaxed);
-        if (ga_cfg.duty_cycle >= 100) /* rare windows: say when (bench/gpu sticky check) */
+        if (ga_cfg.duty_cycle >= 100 || ga_budget_on()) /* rare windows: say when (bench/gpu sticky check) */
             ga_debug("window opened at %.3f s (CLOCK_MONOTONIC)", (double)ga_now_ns() / 1e9);
     } else {
         if (ga_window_on.load(std::memory_order_relaxed)) ga_window_closed();
@@ -168,6 +169,7 @@ static CUptiResult set_collection(bool on, const char **what) {
         uint64_t t0 = ga_now_ns();
         r = ga_cupti.ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
         uint64_t dt = ga_now_ns() - t0;
+        ga_budget_note_stall(dt, false);
         g_disable_ns += dt, g_n_disable++;
         if (dt > g_disable_max_ns) g_disable_max_ns = dt;
         g_activity_on = false;
@@ -185,6 +187,7 @@ static CUptiResult set_collection(bool on, const char **what) {
  * their capture stacks; no launch pays for them). The launch callbacks come on
  * with a count phase or a window. */
 static CUptiResult cupti_up(const char **what) {
+    uint64_t t0 = ga_now_ns();
     CUptiResult r = ga_cupti.ActivityRegisterCallbacks(ga_buffer_requested, ga_buffer_completed);
     if (r != CUPTI_SUCCESS) {
         *what = "cuptiActivityRegisterCallbacks";
@@ -210,6 +213,7 @@ static CUptiResult cupti_up(const char **what) {
     }
     g_cbids_on = false;
     ga_teardown_live();
+    ga_budget_note_stall(ga_now_ns() - t0, false);
     return CUPTI_SUCCESS;
 }
 
@@ -281,8 +285,7 @@ static CUptiResult step_windows(uint64_t now, const char **what) {
                        "it does", (int)getpid(), *what, ga_cupti_err(r));
             else
                 ga_debug("%s: %s; no window this period", *what, ga_cupti_err(r));
-            g_up_retry_ns = now + (other || g_up_failures >= 10 ? (uint64_t)ga_cfg.window_ms * ga_cfg.duty_cycle * 1000000ull
-                                                                 : 10000000ull);
+            g_up_retry_ns = now + (other || g_up_failures >= 10 ? ga_window_period_ns() : 10000000ull);
             r = CUPTI_SUCCESS;
         } else if (r == CUPTI_SUCCESS) {
             g_up_failures = 0;

@@ -12,7 +12,7 @@
 
 extern char **environ;
 
-ga_config ga_cfg = {64, 8, 100, 1000, 40, 100, 64, 0, 16, 256, 1, 1};
+ga_config ga_cfg = {64, 8, 100, 1000, 40, 100, 64, 0, 16, 256, 1, 1, 200, 0};
 int ga_debug_on;
 
 /* ------------------------------------------------------------------ */
@@ -53,7 +53,7 @@ static const char *const k_known_env[] = {
     "GPU_AGENT_FLUSH_MS",      "GPU_AGENT_DEBUG",               "GPU_AGENT_CUPTI_PATH",
     "GPU_AGENT_DUTY_CYCLE",    "GPU_AGENT_WINDOW_MS",           "GPU_AGENT_BUFFER_POOL_MB",
     "GPU_AGENT_PC_SAMPLING",   "GPU_AGENT_PC_SAMPLING_PERIOD",  "GPU_AGENT_PC_CUBIN_MB",
-    "GPU_AGENT_PC_SAMPLING_EVERY", "GPU_AGENT_TEARDOWN",
+    "GPU_AGENT_PC_SAMPLING_EVERY", "GPU_AGENT_TEARDOWN",      "GPU_AGENT_OVERHEAD_BUDGET",
 #ifdef GA_BENCH_BUILD
     "GPU_AGENT_AUDIT_FILE",    "GPU_AGENT_EXP_HOLD",            "GPU_AGENT_EXP_TOGGLE_MS",
     "GPU_AGENT_EXP_CALLBACKS", "GPU_AGENT_EXP_INTERNAL_LAUNCHES",
@@ -82,6 +82,20 @@ static void env_u32(const char *name, uint32_t *out, uint32_t lo, uint32_t hi, c
     *out = (uint32_t)x;
 }
 
+/* A percentage with up to two decimals ("2", "0.5"), in basis points. */
+static void env_bp(const char *name, uint32_t *out, uint32_t lo, uint32_t hi, char *bad, size_t bad_len) {
+    const char *v = getenv(name);
+    if (!v || !*v) return;
+    char *end = nullptr;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || !end || *end || !(x * 100 >= lo && x * 100 <= hi)) {
+        note_bad(bad, bad_len, name, v);
+        return;
+    }
+    *out = (uint32_t)(x * 100 + 0.5);
+}
+
 bool ga_secure_exec(void) noexcept { return getauxval(AT_SECURE) != 0; }
 
 void ga_read_config(void) noexcept {
@@ -106,6 +120,10 @@ void ga_read_config(void) noexcept {
     env_u32("GPU_AGENT_PC_CUBIN_MB", &ga_cfg.pc_cubin_mb, 0, 65536, bad, sizeof(bad));
     env_u32("GPU_AGENT_PC_SAMPLING_EVERY", &ga_cfg.pc_every, 1, 100000, bad, sizeof(bad));
     env_u32("GPU_AGENT_TEARDOWN", &ga_cfg.teardown, 0, 1, bad, sizeof(bad));
+    env_bp("GPU_AGENT_OVERHEAD_BUDGET", &ga_cfg.budget_bp, 1, 10000, bad, sizeof(bad));
+    /* expert overrides of the budget's schedule (budget.cpp) */
+    const char *dc = getenv("GPU_AGENT_DUTY_CYCLE"), *wm = getenv("GPU_AGENT_WINDOW_MS");
+    ga_cfg.fixed_schedule = (dc && *dc) || (wm && *wm);
 #ifdef GA_BENCH_BUILD
     ga_bench_read_config(bad, sizeof(bad));
 #else

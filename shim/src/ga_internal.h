@@ -42,6 +42,10 @@ struct ga_config {
                                    * collection window of every this many */
     uint32_t teardown;            /* GPU_AGENT_TEARDOWN, default 1: finalize CUPTI after every
                                    * window and at detach (teardown.cpp); 0: never */
+    uint32_t budget_bp;           /* GPU_AGENT_OVERHEAD_BUDGET (percent of the process's time)
+                                   * in basis points, default 200 (2 %): budget.cpp */
+    uint32_t fixed_schedule;      /* GPU_AGENT_DUTY_CYCLE or GPU_AGENT_WINDOW_MS given: the
+                                   * windows follow them, not the budget */
 };
 GA_HIDDEN extern ga_config ga_cfg;
 
@@ -167,6 +171,17 @@ GA_HIDDEN uint32_t ga_unwind(uint64_t *frames, uint64_t *stack_id) noexcept;
 GA_HIDDEN extern std::atomic<int> ga_window_on;        /* launches now are collected */
 GA_HIDDEN void ga_window_begin(uint64_t now_ns) noexcept;  /* at attach (ga_now_ns) */
 GA_HIDDEN uint64_t ga_window_attached_at(void) noexcept;   /* that attach time */
+GA_HIDDEN uint32_t ga_window_slots(void) noexcept;         /* slots of the current period (N) */
+GA_HIDDEN uint64_t ga_window_period_ns(void) noexcept;     /* the current period's length */
+/* budget.cpp: the windows' schedule under GPU_AGENT_OVERHEAD_BUDGET, from what
+ * they cost this process (stalls: teardown, re-subscription, activity switches). */
+GA_HIDDEN bool ga_budget_on(void) noexcept;
+GA_HIDDEN void ga_budget_note_stall(uint64_t ns, bool teardown) noexcept;
+GA_HIDDEN void ga_budget_note_window(uint64_t win_ns, uint64_t win_launches, double base_rate,
+                                     uint64_t count_launches, uint64_t count_ns) noexcept;
+GA_HIDDEN void ga_budget_plan(bool first, uint32_t *slots, uint64_t *slot_ns) noexcept;
+GA_HIDDEN uint64_t ga_budget_stat_over(void) noexcept;
+GA_HIDDEN void ga_budget_log_exit(void) noexcept;
 /* Whether collection should be on at now_ns; *next_edge_ns: when that may change. */
 GA_HIDDEN bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) noexcept;
 GA_HIDDEN void ga_window_opened(uint64_t cupti_ts) noexcept; /* CUPTI clock (0: none), at each opening */

@@ -106,9 +106,14 @@ static void do_attach(void) {
     g_devices_told = false;
     g_replay_asked = ga_replay_semaphore_value() != 0; /* the attach replayed the names */
     ga_fire_attach_probe();
-    ga_debug("attached (pid %d, sample period %u, graph period %u, one %u ms window in %u%s%s)",
-             (int)getpid(), ga_cfg.sample_period, ga_cfg.graph_sample_period, ga_cfg.window_ms,
-             ga_cfg.duty_cycle, ga_audit_on() ? ", audit" : "", ga_collect_teardowns() ? ", teardown after each" : "");
+    char windows[64];
+    if (ga_budget_on())
+        snprintf(windows, sizeof(windows), "windows under a %.2f %% budget", ga_cfg.budget_bp / 100.0);
+    else
+        snprintf(windows, sizeof(windows), "one %u ms window in %u", ga_cfg.window_ms, ga_cfg.duty_cycle);
+    ga_debug("attached (pid %d, sample period %u, graph period %u, %s%s%s)", (int)getpid(), ga_cfg.sample_period,
+             ga_cfg.graph_sample_period, windows, ga_audit_on() ? ", audit" : "",
+             ga_collect_teardowns() ? ", teardown after each" : "");
 }
 
 static void do_detach(const char *why) {
@@ -259,6 +264,7 @@ void ga_session_at_exit(void) noexcept {
 #endif
     if (ga_pcs_wanted()) ga_pcs_log_exit();
     ga_teardown_log_exit();
+    ga_budget_log_exit();
     if (ga_stat_unseen.load()) {
         char unseen[512];
         ga_unseen_kernels(unseen, sizeof(unseen));

@@ -243,6 +243,7 @@ extern "C" GA_EXPORT uint64_t gpu_agent_shim_counter(int which) {
     case GA_SC_FLUSHES:
     case GA_SC_WINDOWS:
     case GA_SC_WINDOWS_SKIPPED: return ga_session_stat(which);
+    case GA_SC_BUDGET_OVER: return ga_budget_stat_over();
     case GA_SC_TEARDOWNS:
     case GA_SC_TEARDOWNS_FAILED:
     case GA_SC_GATE_SKIPPED: return ga_teardown_stat(which);

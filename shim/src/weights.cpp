@@ -142,7 +142,7 @@ uint32_t ga_window_weight_of(uint32_t period) noexcept {
     if (cur - period >= QRING / 2) {
         uint32_t q = published_q(cur - 1);
         if (!q) q = published_q(cur - 2);
-        return q ? q : ga_cfg.duty_cycle * WQ;
+        return q ? q : ga_window_slots() * WQ;
     }
     return published_q(period);
 }
@@ -197,7 +197,7 @@ static void publish_now(uint32_t seq, uint64_t all, uint64_t in) {
         /* Every windowed launch was left out: no record stands for the period's
          * launches, which go to the next period with windowed launches. */
         g_carry_all += all;
-        if (!g_last_q) g_last_q = ga_cfg.duty_cycle * WQ;
+        if (!g_last_q) g_last_q = ga_window_slots() * WQ;
     }
     publish(seq, g_last_q);
 }
@@ -248,7 +248,7 @@ static void end_period(bool first = false, bool final = false) {
         uint64_t all, in;
         period_counts(&all, &in, final);
         if (GA_EXP(cb_windowed)) { /* no counts outside windows */
-            g_last_q = ga_cfg.duty_cycle * WQ;
+            g_last_q = ga_window_slots() * WQ;
             publish(seq, g_last_q);
         } else if (!in) {
             if (g_pend_seq) {
@@ -261,7 +261,7 @@ static void end_period(bool first = false, bool final = false) {
              * (idle) ends the wait, and so does a pending period grown old. */
             if (!all || seq - g_pend_seq >= QRING / 4) publish_pending();
             /* for stragglers only (records of launches no callback saw) */
-            publish(seq, g_last_q ? g_last_q : ga_cfg.duty_cycle * WQ);
+            publish(seq, g_last_q ? g_last_q : ga_window_slots() * WQ);
         } else {
             publish_pending();
             g_pend_seq = seq, g_pend_all = all + g_carry_all, g_pend_in = in;

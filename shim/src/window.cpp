@@ -4,15 +4,15 @@
  * Why: CUPTI's CONCURRENT_KERNEL activity costs GPU time on every kernel
  * (~0.4 us each on an H200: +14 % on a replay of tiny-kernel graphs) and CPU time
  * on every launch. So while an agent is attached the shim traces kernels only
- * inside windows: time is cut into periods of GPU_AGENT_DUTY_CYCLE (N) slots of
- * GPU_AGENT_WINDOW_MS each, and in every period ONE slot, drawn uniformly at
- * random, is "on" (kernel activity enabled, launches sampled for stacks); the
- * other N-1 are off. Every instant is therefore inside a window with probability
- * exactly 1/N, whatever the workload's own period. The launch callbacks stay on
- * for the whole attachment, only to count launches: a window slows the launches
- * made in it, so each windowed record weighs all launches / windowed launches
- * (about N; see "record weights" below), not N alone. N = 1 is continuous, exact
- * collection.
+ * inside windows: time is cut into periods of N slots, and in every period ONE
+ * slot, drawn uniformly at random, is "on" (kernel activity enabled, launches
+ * sampled for stacks); the other N-1 are off. Every instant of a period is
+ * therefore inside a window with probability exactly 1/N, whatever the
+ * workload's own period. N and the slot's length are planned period by period
+ * under the cost budget (budget.cpp), or fixed by GPU_AGENT_DUTY_CYCLE and
+ * GPU_AGENT_WINDOW_MS. Each windowed record weighs its period's launches / its
+ * window's launches (about N; see "record weights" below), not N alone: a window
+ * slows the launches made in it. N = 1 is continuous, exact collection.
  *
  * Audit mode (GPU_AGENT_AUDIT_FILE=path; for benchmarks): activity stays on all
  * the time, so the shim sees the full trace; windows are still drawn, launches
@@ -37,12 +37,15 @@ std::atomic<int> ga_window_on;
 static uint64_t g_period_start_ns; /* start of the current period */
 static unsigned g_on_slot;         /* the slot of the current period that is on */
 static unsigned g_next_on_slot;    /* the next period's (its count phase may start in this one) */
+/* The current and the next period's slots, and their length (budget.cpp plans them). */
+static uint32_t g_slots = 1, g_next_slots = 1;
+static uint64_t g_slot_ns, g_next_slot_ns;
 static uint64_t g_rng;
 /* Attach time and window time so far (the exit line's window share); ga_now_ns. */
 static std::atomic<uint64_t> g_attach_ns, g_win_closed_ns, g_win_open_ns;
 
 
-static uint64_t slot_ns(void) { return (uint64_t)ga_cfg.window_ms * 1000000ull; }
+static uint64_t slot_ns(void) { return g_slot_ns; }
 
 
 static uint64_t g_period_len_ns; /* of the period that ends (end_period) */
@@ -51,26 +54,35 @@ static uint64_t g_period_len_ns; /* of the period that ends (end_period) */
  * workload (count phases that always met a 5 ms burst loop at the same phase read
  * it 10 % high). */
 static uint64_t g_jitter_ns;
-static uint64_t period_ns(void) { return slot_ns() * ga_cfg.duty_cycle + g_jitter_ns; }
+static uint64_t period_ns(void) { return slot_ns() * g_slots + g_jitter_ns; }
 
-static void draw_next(void) { g_next_on_slot = (unsigned)(ga_splitmix64(&g_rng) % ga_cfg.duty_cycle); }
+static void draw_next(bool first) {
+    ga_budget_plan(first, &g_next_slots, &g_next_slot_ns);
+    g_next_on_slot = (unsigned)(ga_splitmix64(&g_rng) % g_next_slots);
+}
 static uint64_t g_count_t0, g_count_seq0; /* the count phase's start (0: none) */
 static double g_rate = -1;                 /* launches per ns of the last count phase; < 0: none */
+/* For the budget's measure of a window's slowdown: the launch counter and time at
+ * the last window's opening and closing, the undisturbed rate and count phase then. */
+static uint64_t g_open_seq, g_closed_seq, g_closed_ns, g_count_n, g_count_ns;
+static double g_base_rate = -1;
 static uint64_t g_period_win_ns;           /* window time in the current period */
 static bool g_period_had_window;
 
 static void new_period(uint64_t start, bool first) {
     g_period_len_ns = first ? 0 : start - g_period_start_ns;
     g_period_start_ns = start;
-    if (first) draw_next();
+    if (first) draw_next(true);
     g_on_slot = g_next_on_slot;
-    draw_next();
+    g_slots = g_next_slots, g_slot_ns = g_next_slot_ns;
+    draw_next(false);
     g_jitter_ns = ga_window_extrapolate && slot_ns() ? ga_splitmix64(&g_rng) % slot_ns() : 0;
     ga_weights_period_edge(first);
 }
 
 void ga_window_begin(uint64_t now_ns) noexcept {
     g_rate = -1, g_count_t0 = 0, g_period_win_ns = 0, g_period_had_window = false;
+    g_closed_ns = 0;
     g_attach_ns.store(now_ns, std::memory_order_relaxed);
     g_win_closed_ns.store(0, std::memory_order_relaxed);
     g_win_open_ns.store(0, std::memory_order_relaxed);
@@ -99,7 +111,7 @@ bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
      * periods it missed were off, and were never going to be collected. */
     if (now_ns >= g_period_start_ns + period_ns()) {
         uint64_t next = g_period_start_ns + period_ns();
-        if (now_ns >= next + s * ga_cfg.duty_cycle) next = now_ns - (now_ns - next) % (s * ga_cfg.duty_cycle);
+        if (now_ns >= next + s * g_slots) next = now_ns - (now_ns - next) % (s * g_slots);
         new_period(next, false);
     }
     uint64_t period = period_ns();
@@ -131,9 +143,12 @@ bool ga_window_extrapolate;
 int ga_window_phase(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
     if (ga_window_should_be_on(now_ns, next_edge_ns)) return GA_PHASE_ON;
     if (!ga_window_extrapolate || *next_edge_ns == UINT64_MAX) return GA_PHASE_OFF;
-    uint64_t s = slot_ns(), period_end = g_period_start_ns + period_ns();
-    /* the next window opens at this period's on slot, or at the next period's */
-    uint64_t on_lo = *next_edge_ns < period_end ? *next_edge_ns : period_end + g_next_on_slot * s;
+    uint64_t period_end = g_period_start_ns + period_ns();
+    /* the next window opens at this period's on slot, or at the next period's;
+     * its count phase is one slot of that period's */
+    bool here = *next_edge_ns < period_end;
+    uint64_t s = here ? slot_ns() : g_next_slot_ns;
+    uint64_t on_lo = here ? *next_edge_ns : period_end + g_next_on_slot * s;
     uint64_t count_lo = on_lo > s ? on_lo - s : 0;
     if (now_ns >= count_lo) {
         if (on_lo < *next_edge_ns) *next_edge_ns = on_lo;
@@ -186,10 +201,16 @@ void ga_window_count_started(uint64_t now_ns) noexcept {
 }
 
 void ga_window_opened(uint64_t cupti_ts) noexcept {
-    uint64_t now = ga_now_ns();
-    if (g_count_t0 && now - g_count_t0 >= 1000000) /* at least 1 ms counted */
-        g_rate = (double)(ga_launch_seq.load(std::memory_order_relaxed) - g_count_seq0) /
-                 (double)(now - g_count_t0);
+    uint64_t now = ga_now_ns(), seq = ga_launch_seq.load(std::memory_order_relaxed);
+    g_base_rate = -1, g_count_n = g_count_ns = 0;
+    if (g_count_t0 && now - g_count_t0 >= 1000000) { /* at least 1 ms counted */
+        g_count_n = seq - g_count_seq0, g_count_ns = now - g_count_t0;
+        g_rate = g_base_rate = (double)g_count_n / (double)g_count_ns;
+    } else if (!ga_window_extrapolate && g_closed_ns && now - g_closed_ns >= 1000000) {
+        /* the callbacks counted every launch since the last window */
+        g_base_rate = (double)(seq - g_closed_seq) / (double)(now - g_closed_ns);
+    }
+    g_open_seq = seq;
     g_count_t0 = 0;
     g_period_had_window = true;
     uint32_t n = g_open_n.load(std::memory_order_relaxed);
@@ -215,6 +236,9 @@ uint32_t ga_window_join_max_lag_us(uint64_t start_ns) noexcept {
 }
 
 /* Attach time and time inside windows, for the exit line's window share. */
+uint32_t ga_window_slots(void) noexcept { return g_slots > 1 ? g_slots : ga_cfg.duty_cycle; }
+uint64_t ga_window_period_ns(void) noexcept { return period_ns(); }
+
 uint64_t ga_window_attached_at(void) noexcept {
     return g_attach_ns.load(std::memory_order_relaxed);
 }
@@ -222,9 +246,13 @@ uint64_t ga_window_attached_at(void) noexcept {
 void ga_window_closed(void) noexcept {
     uint64_t open = g_win_open_ns.exchange(0, std::memory_order_relaxed);
     if (open) {
-        uint64_t dt = ga_now_ns() - open;
+        uint64_t now = ga_now_ns(), seq = ga_launch_seq.load(std::memory_order_relaxed);
+        uint64_t dt = now - open;
         g_win_closed_ns.fetch_add(dt, std::memory_order_relaxed);
         g_period_win_ns += dt;
+        if (ga_trace_until_ns() <= now) /* a capture's window is not the budget's */
+            ga_budget_note_window(dt, seq - g_open_seq, g_base_rate, g_count_n, g_count_ns);
+        g_closed_seq = seq, g_closed_ns = now;
     }
 }
 

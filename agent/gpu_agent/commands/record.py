@@ -30,9 +30,13 @@ def add_parser(sub) -> None:
                    help="gzip pprof file to write (default gpu.pb.gz)")
     p.add_argument("--shim", default=None, help="shim library to inject (default: the bundled one)")
     p.add_argument("--duty-cycle", type=int, default=None, metavar="N",
-                   help="collect in one time window of every N and scale by N, as `gpu-agent run`'s "
-                        "always-on default (40) does; default here: 1, every kernel, exact "
+                   help="collect in one time window of every N and scale by about N (an expert "
+                        "override of --budget); default here: 1, every kernel, exact "
                         "(or GPU_AGENT_DUTY_CYCLE from the environment)")
+    p.add_argument("--budget", type=float, default=None, metavar="PCT",
+                   help="collect in windows whose cost stays under PCT %% of the command's time, "
+                        "as `gpu-agent run` does (GPU_AGENT_OVERHEAD_BUDGET, 2 there); estimates, "
+                        "not every kernel")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary line on stderr")
     timeline_out.add_arguments(p)
     p.add_argument("cmd", nargs="+", metavar="-- CMD ARGS", help="the command to profile")
@@ -71,6 +75,10 @@ def main(args) -> int:
     if args.duty_cycle is not None and not 1 <= args.duty_cycle <= 100000:
         print("gpu-agent: error: --duty-cycle must be between 1 and 100000", file=sys.stderr)
         return 2
+    if args.budget is not None and (args.duty_cycle is not None or not 0.01 <= args.budget <= 100):
+        print("gpu-agent: error: --budget takes a percentage between 0.01 and 100, without --duty-cycle",
+              file=sys.stderr)
+        return 2
     # Before the command runs: a profile that cannot be written loses the whole run.
     why = output_error(Path(args.output)) or timeline_out.unwritable(args)
     if why:
@@ -91,6 +99,10 @@ def main(args) -> int:
     # A one-off recording wants every kernel: continuous collection unless asked.
     if args.duty_cycle is not None:
         env["GPU_AGENT_DUTY_CYCLE"] = str(args.duty_cycle)
+    elif args.budget is not None:  # the shim plans the windows: no fixed schedule
+        env["GPU_AGENT_OVERHEAD_BUDGET"] = f"{args.budget:.2f}"
+        env.pop("GPU_AGENT_DUTY_CYCLE", None)
+        env.pop("GPU_AGENT_WINDOW_MS", None)
     else:
         env.setdefault("GPU_AGENT_DUTY_CYCLE", "1")
     try:

@@ -118,9 +118,10 @@ def main(args) -> int:
         discover(collector)  # processes already running with their own copy
     print(f"gpu-agent: watching every process that maps {shim} (pid {os.getpid()}); "
           f"profiles every {args.interval:g}s {outputs.describe()}", file=sys.stderr, flush=True)
-    print("gpu-agent: processes collect in one window of every N (GPU_AGENT_DUTY_CYCLE, "
-          "default 40) and their figures are estimates; a job shorter than a few windows "
-          "may not show at all: `gpu-agent record -- CMD` profiles one job exactly",
+    print("gpu-agent: processes collect in windows that cost them at most "
+          "GPU_AGENT_OVERHEAD_BUDGET (2 %) of their time, at least one in every 30 s, and their "
+          "figures are estimates; a job shorter than a second may not show at all: "
+          "`gpu-agent record -- CMD` profiles one job exactly",
           file=sys.stderr, flush=True)
     started = time.monotonic()
     health.beat(args.interval)

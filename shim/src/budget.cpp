@@ -1,0 +1,130 @@
+/* budget.cpp: the windows' schedule under a cost budget (GPU_AGENT_OVERHEAD_BUDGET,
+ * percent of the process's time, default 2).
+ *
+ * With CUPTI torn down between windows (teardown.cpp) a window costs its process
+ * milliseconds of fixed stalls, on top of the slowdown while it is open. So the
+ * shim measures, in its own process, what each window costs:
+ *   fixed     the teardown (gate wait, unsubscribe and cuptiFinalize, on the
+ *             application thread that runs it), the re-subscription and kernel
+ *             activity's enable and disable (on the poller; counted whole, since
+ *             the driver holds the process's launches meanwhile);
+ *   on        window time x its slowdown, 1 - (launch rate in the window / the
+ *             undisturbed rate: the count phase's, or with the callbacks on
+ *             throughout, the rate since the last window);
+ *   count     the count phase's callbacks: its launches x CB_NS.
+ * and plans each period from the running means (EWMA):
+ *   window W = 10 x fixed, within [100 ms, 1 s]: fixed costs near a tenth of it;
+ *   period P = (fixed + on + count) / budget, within [10 W, 15 s].
+ * The 15 s ceiling is the coverage floor: every process that runs 30 s or more is
+ * in a window at least once in every 30 s (two periods' random windows are at
+ * most 2P - W apart). Where the floor holds P below what the budget asks, the
+ * process pays more than the budget: counted (budget_over) and said at exit.
+ * The first period after an attach is four 100 ms slots, so that a process shows
+ * within half a second, and its window measures the costs (until one has, periods
+ * are 40 slots of 100 ms).
+ *
+ * GPU_AGENT_DUTY_CYCLE and GPU_AGENT_WINDOW_MS are expert overrides: with either
+ * set, every period is DUTY_CYCLE slots of WINDOW_MS (the defaults for the other).
+ * Poller thread only, but for ga_budget_note_stall (any thread). */
+#include <stdio.h>
+#include <unistd.h>
+
+#include "ga_internal.h"
+
+#define MS 1000000ull
+#define W_MIN (100 * MS)
+#define W_MAX (1000 * MS)
+#define P_MAX (15000 * MS)
+#define N_MIN 10u
+#define FIRST_SLOTS 4u
+/* The count phase's callbacks, per launch: on an H100, launches with the launch
+ * callbacks alone on cost about 300 ns more than with none (docs/benchmarks.md). */
+#define CB_NS 300.0
+#define ALPHA 0.3 /* weight of the newest window in the running means */
+
+static std::atomic<uint64_t> g_switch_ns, g_td_ns, g_td_n, g_stat_over;
+static uint32_t g_windows_seen; /* windows whose costs were noted */
+/* running means (< 0: none yet): a window's switches, a teardown, the slowdown in
+ * windows, the count phase's share of its time */
+static double g_switch_mean = -1, g_td_mean = -1, g_slow = -1, g_cb_frac = 0;
+static double g_fixed_ns = -1;
+static uint64_t g_plan_w, g_plan_p; /* the last plan, for the exit line */
+
+static double ewma(double old, double x) { return old < 0 ? x : old + ALPHA * (x - old); }
+
+bool ga_budget_on(void) noexcept { return !ga_cfg.fixed_schedule && ga_cfg.duty_cycle > 1; }
+
+void ga_budget_note_stall(uint64_t ns, bool teardown) noexcept {
+    if (!teardown) {
+        g_switch_ns.fetch_add(ns, std::memory_order_relaxed);
+        return;
+    }
+    g_td_ns.fetch_add(ns, std::memory_order_relaxed);
+    g_td_n.fetch_add(1, std::memory_order_release);
+}
+
+/* A teardown's stall comes after its window's end: its mean is kept apart. */
+static void update_fixed(void) {
+    uint64_t n = g_td_n.exchange(0, std::memory_order_acquire);
+    if (n) g_td_mean = ewma(g_td_mean, (double)g_td_ns.exchange(0, std::memory_order_relaxed) / (double)n);
+    if (g_switch_mean >= 0) g_fixed_ns = g_switch_mean + (g_td_mean > 0 ? g_td_mean : 0);
+}
+
+void ga_budget_note_window(uint64_t win_ns, uint64_t win_launches, double base_rate, uint64_t count_launches,
+                           uint64_t count_ns) noexcept {
+    if (!win_ns) return;
+    g_windows_seen++;
+    /* the switches since the last window: the re-subscription, this one's enable and disable */
+    g_switch_mean = ewma(g_switch_mean, (double)g_switch_ns.exchange(0, std::memory_order_relaxed));
+    if (base_rate > 0 && win_launches >= 50) {
+        double s = 1.0 - ((double)win_launches / (double)win_ns) / base_rate;
+        g_slow = ewma(g_slow, s < 0 ? 0 : s > 0.9 ? 0.9 : s);
+    }
+    if (count_ns) g_cb_frac = ewma(g_cb_frac, CB_NS * (double)count_launches / (double)count_ns);
+}
+
+/* The next period: *slots slots of *slot_ns each. */
+void ga_budget_plan(bool first, uint32_t *slots, uint64_t *slot_ns) noexcept {
+    if (!ga_budget_on()) {
+        *slots = ga_cfg.duty_cycle;
+        *slot_ns = (uint64_t)ga_cfg.window_ms * MS;
+        return;
+    }
+    update_fixed();
+    if (first || g_fixed_ns < 0) { /* the attach's, or no window measured yet */
+        *slots = first ? FIRST_SLOTS : 40;
+        *slot_ns = W_MIN;
+        return;
+    }
+    double fixed = g_fixed_ns, slow = g_slow < 0 ? 0 : g_slow;
+    uint64_t w = (uint64_t)(10 * fixed);
+    w = w < W_MIN ? W_MIN : w > W_MAX ? W_MAX : w;
+    w = (w + MS / 2) / MS * MS; /* whole ms */
+    /* a window costs fixed + W x slow; its count phase (one slot) W x cb_frac */
+    double cost = fixed + (double)w * (slow + g_cb_frac);
+    double p = cost / ((double)ga_cfg.budget_bp / 10000.0);
+    uint32_t n = (uint32_t)(p / (double)w + 0.999);
+    uint32_t n_max = (uint32_t)(P_MAX / w);
+    if (n < N_MIN) n = N_MIN;
+    if (n > n_max) {
+        n = n_max;
+        g_stat_over.fetch_add(1, std::memory_order_relaxed);
+    }
+    *slots = n;
+    *slot_ns = w;
+    g_plan_w = w, g_plan_p = w * n;
+}
+
+uint64_t ga_budget_stat_over(void) noexcept { return g_stat_over.load(std::memory_order_relaxed); }
+
+void ga_budget_log_exit(void) noexcept {
+    if (!ga_budget_on() || !g_windows_seen || g_fixed_ns < 0) return;
+    double p = (double)g_plan_p, w = (double)g_plan_w;
+    double cost = g_fixed_ns + w * ((g_slow < 0 ? 0 : g_slow) + g_cb_frac);
+    ga_debug("budget (pid %d): %.2f %% asked; last plan one %.0f ms window every %.2f s, estimated cost "
+             "%.2f %% (fixed %.2f ms a window, slowdown in windows %.1f %%, count phase %.2f %%); "
+             "%llu periods over the budget to keep one window in every 30 s",
+             (int)getpid(), ga_cfg.budget_bp / 100.0, w / 1e6, p / 1e9, p > 0 ? 100.0 * cost / p : 0.0,
+             g_fixed_ns / 1e6, 100.0 * (g_slow < 0 ? 0 : g_slow), 100.0 * g_cb_frac,
+             (unsigned long long)g_stat_over.load());
+}

@@ -1,0 +1,101 @@
+"""Windows under a cost budget (shim/src/budget.cpp, GPU_AGENT_OVERHEAD_BUDGET).
+
+The shim measures what a window costs its own process (the teardown's and the
+re-enable's stalls, the slowdown of launches while it is open) and plans window
+length and spacing from it. The mock models those costs: MOCK_CUPTI_FINALIZE_US
+and MOCK_CUPTI_ENABLE_US stall the thread that finalizes or enables,
+MOCK_CUPTI_ACTIVITY_LAUNCH_NS slows each launch while kernel activity is on. These
+run the real shim under `gpu-agent record --budget` (real eBPF, Go pprof).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+from conftest import MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf
+from test_windows import KERNEL, kernel_totals
+
+PLAN = re.compile(r"budget \(pid \d+\): ([\d.]+) % asked; last plan one (\d+) ms window every ([\d.]+) s, "
+                  r"estimated cost ([\d.]+) % \(fixed ([\d.]+) ms a window, slowdown in windows ([\d.]+) %, "
+                  r"count phase ([\d.]+) %\); (\d+) periods over the budget")
+OPENED = re.compile(r"window opened at ([\d.]+) s")
+
+
+def record(tmp_path, *mock_args, budget="2", **env):
+    gt = tmp_path / "truth.tsv"
+    out = tmp_path / "b.pb.gz"
+    e = mock_env(gt, **{"GPU_AGENT_DEBUG": "1", **env})
+    p = subprocess.run(agent_cmd("record", "--budget", budget, "-o", out, "--", MOCK_APP, *mock_args),
+                       env=e, capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return out, gt, p.stderr
+
+
+def plan(err: str) -> dict[str, float]:
+    m = PLAN.search(err)
+    assert m, err[-3000:]
+    keys = ("asked", "window_ms", "period_s", "cost", "fixed_ms", "slowdown", "count", "over")
+    return dict(zip(keys, map(float, m.groups())))
+
+
+def test_a_short_process_is_collected_soon_after_the_attach(tmp_path, built):
+    # The first period after an attach is four 100 ms slots: a 1.5 s job gets a
+    # window (at one 100 ms window in 40 it had none in about 60 % of runs).
+    need_ebpf()
+    out, gt, err = record(tmp_path, "--paths", "cuLaunchKernel", "--duration", "1.5", "--sleep-ms", "1")
+    opened = [float(t) for t in OPENED.findall(err)]
+    assert opened, err[-2000:]
+    assert KERNEL in kernel_totals(out), err[-2000:]
+    est_launches = kernel_totals(out)[KERNEL][1]
+    truth = ground_truth(gt)[KERNEL][0]
+    assert 0.5 < est_launches / truth < 1.5, (est_launches, truth)
+
+
+def test_the_window_grows_with_its_fixed_cost_and_the_spacing_keeps_the_budget(tmp_path, built):
+    need_ebpf()
+    # 30 ms finalize + 30 ms enable: each window costs its process about 60 ms.
+    _, _, err = record(tmp_path, "--paths", "cuLaunchKernel", "--duration", "3", "--sleep-ms", "1",
+                       MOCK_CUPTI_FINALIZE_US="30000", MOCK_CUPTI_ENABLE_US="30000")
+    p = plan(err)
+    assert 55 <= p["fixed_ms"] <= 200, p
+    # a window of ten times its fixed cost (at most 1 s), spaced so that it costs 2 %
+    assert abs(p["window_ms"] - min(1000, round(10 * p["fixed_ms"]))) <= 1, p
+    assert p["cost"] <= 2.0 + 1e-6 and p["over"] == 0, p
+    assert p["period_s"] >= 10 * p["window_ms"] / 1000 - 1e-3, p
+    # Cheap windows (the mock's defaults: 2 ms + 1 ms) stay short and close together.
+    _, _, cheap = record(tmp_path, "--paths", "cuLaunchKernel", "--duration", "3", "--sleep-ms", "1")
+    q = plan(cheap)
+    assert q["fixed_ms"] < 20 and q["window_ms"] == 100 and q["period_s"] <= 1.2, q
+
+
+def test_a_budget_the_floor_cannot_keep_is_said_and_counted(tmp_path, built):
+    # 0.2 % of a process whose windows cost 60 ms each would space them 30 s apart;
+    # the coverage floor keeps one in every 30 s (periods of at most 15 s).
+    need_ebpf()
+    _, _, err = record(tmp_path, "--paths", "cuLaunchKernel", "--duration", "3", "--sleep-ms", "1", budget="0.2",
+                       MOCK_CUPTI_FINALIZE_US="30000", MOCK_CUPTI_ENABLE_US="30000")
+    p = plan(err)
+    assert p["asked"] == 0.2 and p["period_s"] <= 15.0 and p["over"] >= 1, p
+    assert p["cost"] > 0.2, p
+
+
+def test_slow_windows_are_spaced_further_apart(tmp_path, built):
+    # Launch-bound: each launch costs 20 us more while kernel activity is on, so a
+    # window slows the loop to a fraction of its rate; the budget spaces windows
+    # out by what that costs.
+    need_ebpf()
+    loop = ("--paths", "cuLaunchKernel", "--bench", "400000", "--rate", "100000")
+    _, _, slow = record(tmp_path, *loop, MOCK_CUPTI_ACTIVITY_LAUNCH_NS="20000")
+    _, _, fast = record(tmp_path, *loop)
+    s, f = plan(slow), plan(fast)
+    assert s["slowdown"] >= 40 and f["slowdown"] < 20, (s, f)
+    assert s["period_s"] >= 2 * f["period_s"], (s, f)
+    assert s["cost"] <= 2.0 + 1e-6, s
+
+
+def test_bad_budget_is_one_clear_line(tmp_path, built):
+    for bad in ("0", "101", "-1"):
+        p = subprocess.run(agent_cmd("record", "--budget", bad, "-o", tmp_path / "x.pb.gz", "--", "true"),
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--budget" in p.stderr, (bad, p.stderr)
