@@ -114,6 +114,7 @@ class Collector:
         self.exit_listeners: list[Callable[[int], None]] = []
         self._impossible = 0                     # records invariants.py kept out, in all
         self._attached: set[int] = set()  # attached processes, until forgotten after their exit
+        self._attached_now: set[int] = set()  # of those, attached in the current window
         self._after_drain = False          # drain()'s second poll: exits wait (drain())
         self._late_exits: list[int] = []
         self._counters_at_window: dict[str, int] = {}
@@ -211,6 +212,7 @@ class Collector:
         self._see(tgid)
         if self.included(tgid):
             self._attached.add(tgid)
+            self._attached_now.add(tgid)
             self.python.on_attach(tgid)
 
     def note_device(self, ev) -> None:
@@ -363,7 +365,10 @@ class Collector:
         # Attached processes with no kernel here: idle, or no window of theirs ended in
         # this interval (windows come up to 15 s apart; a window's records stand for
         # its whole period and come with the profile in which that period ends).
-        quiet = {p for p in self._attached if self.included(p)} - {row.key[0] for row in est.rows}
+        # (An exited one counts in the window it attached in: a short job between windows.)
+        live = {p for p in self._attached if p in self._attached_now or not self._see(p).exited}
+        quiet = {p for p in live if self.included(p)} - {row.key[0] for row in est.rows}
+        self._attached_now = set()
         if quiet:
             comments.append(QUIET_COMMENT.format(n=len(quiet)))
         if self._numbering.full():

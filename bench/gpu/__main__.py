@@ -1,4 +1,4 @@
-"""The GPU benchmark: python -m bench.gpu overhead|fidelity|smoke|table [options].
+"""The GPU benchmark: python -m bench.gpu overhead|fidelity|smoke|fault|table [options].
 
 Run as root on a GPU node, from the repository root, with the shim built
 (`make shim`) and the agent's Python dependencies importable (docs/benchmarks.md
@@ -13,6 +13,9 @@ package registry).
             and ends within seconds: the agent must read its Python frames while it
             runs); fails when the profile has no kernel GPU time, or less than 99 %
             of it under named Python frames
+  fault     the teardown's fault run: 1 000 window cycles beside 4 launching threads
+            and a graph thread, processes exiting mid-window, the agent restarted
+            10 times (bench/gpu/fault_run.py)
   table     the overhead table of a JSONL file written before
 Results go, as JSON lines, to --jsonl (appended).
 """
@@ -26,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.gpu import fidelity, inprocess, overhead
+from bench.gpu import fault_run, fidelity, inprocess, overhead
 from bench.gpu.cases import STEPS, WORKLOADS
 from bench.gpu.harness import case_command, clean_env, profile_kernels, profile_stacks, python_share
 
@@ -141,6 +144,9 @@ def main(argv=None) -> None:
     s.add_argument("--workloads", default="eager,graph,driver-graph")
     s.add_argument("--timeline", default="", metavar="DIR",
                    help="also record --trace/--events into DIR and check them against the profile")
+    fr = sub.add_parser("fault", help=fault_run.__doc__.split("\n")[0])
+    fr.add_argument("out", help="directory for its profiles, stderr and fault.jsonl")
+    fr.add_argument("--cycles", type=int, default=1000, help="teardowns before the graph thread starts")
     t = sub.add_parser("table", help="print the overhead table of --jsonl")
     for p in (o, f, t):
         p.add_argument("--jsonl", default="bench-gpu.jsonl", help="results, appended")
@@ -163,6 +169,8 @@ def main(argv=None) -> None:
         fidelity.run(a)
     elif a.cmd == "smoke":
         smoke(a)
+    elif a.cmd == "fault":
+        sys.exit(fault_run.main([a.out, str(a.cycles)]))
     else:
         overhead.print_table(a.jsonl)
 

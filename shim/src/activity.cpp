@@ -33,6 +33,18 @@ static std::atomic<uint64_t> pending_dropped;
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint8_t *pool_free[GA_BUF_MAX];
 static unsigned pool_nfree, pool_nalloc;
+/* Buffers CUPTI holds now: taken back after a finalize (ga_activity_take_back). */
+static uint8_t *pool_out[GA_BUF_MAX];
+static unsigned pool_nout;
+static std::atomic<uint64_t> g_stat_taken_back;
+
+static void out_remove(uint8_t *b) { /* pool_mu held */
+    for (unsigned i = 0; i < pool_nout; i++)
+        if (pool_out[i] == b) {
+            pool_out[i] = pool_out[--pool_nout];
+            return;
+        }
+}
 
 void CUPTIAPI ga_buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) noexcept {
     uint8_t *b = nullptr;
@@ -43,6 +55,7 @@ void CUPTIAPI ga_buffer_requested(uint8_t **buffer, size_t *size, size_t *max_re
         b = (uint8_t *)aligned_alloc(64, GA_BUF_SIZE + GA_SCRATCH_BYTES);
         if (b) pool_nalloc++;
     }
+    if (b && pool_nout < GA_BUF_MAX) pool_out[pool_nout++] = b;
     pthread_mutex_unlock(&pool_mu);
     if (!b) ga_stat_null_buffers.fetch_add(1, std::memory_order_relaxed);
     *buffer = b;
@@ -52,6 +65,7 @@ void CUPTIAPI ga_buffer_requested(uint8_t **buffer, size_t *size, size_t *max_re
 
 static void buffer_release(uint8_t *b) {
     pthread_mutex_lock(&pool_mu);
+    out_remove(b);
     if (pool_nfree < GA_BUF_MAX) {
         pool_free[pool_nfree++] = b;
         b = nullptr;
@@ -301,6 +315,20 @@ static void read_dropped(CUcontext ctx, uint32_t stream_id) {
 /* After a flush: records lost since the last completed buffer. When every buffer
  * was out as the last launches came, no completion callback is left to read
  * their count (a flood's final drops went unreported). */
+/* After a cuptiFinalize, which frees everything CUPTI had: the buffers it never
+ * handed back (the empty ones it held; on an H100, 1 002 teardowns of one process
+ * drained a 64-buffer pool and lost 70 % of the window records) go back to the
+ * pool. Called on the finalizing thread, before anything can subscribe again. */
+void ga_activity_take_back(void) noexcept {
+    pthread_mutex_lock(&pool_mu);
+    unsigned n = pool_nout;
+    while (pool_nout && pool_nfree < GA_BUF_MAX) pool_free[pool_nfree++] = pool_out[--pool_nout];
+    pthread_mutex_unlock(&pool_mu);
+    g_stat_taken_back.fetch_add(n, std::memory_order_relaxed);
+}
+
+uint64_t ga_activity_taken_back(void) noexcept { return g_stat_taken_back.load(std::memory_order_relaxed); }
+
 void ga_report_drops(void) noexcept {
     read_dropped(nullptr, 0);
     if (pending_dropped.load(std::memory_order_relaxed)) fire_batch(empty_batch, 0);
@@ -316,6 +344,9 @@ static void buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
 void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer, size_t size,
                                   size_t valid_size) noexcept {
     ga_cupti_buffer_enter();
+    pthread_mutex_lock(&pool_mu); /* the shim's from now: no take-back can reuse it */
+    out_remove(buffer);
+    pthread_mutex_unlock(&pool_mu);
     buffer_completed(ctx, stream_id, buffer, size, valid_size);
     ga_cupti_gate_leave();
 }

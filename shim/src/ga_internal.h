@@ -136,6 +136,8 @@ GA_HIDDEN void CUPTIAPI ga_buffer_completed(CUcontext ctx, uint32_t stream_id, u
 GA_HIDDEN void ga_replay_names(void) noexcept;                  /* names.cpp */
 GA_HIDDEN uint64_t ga_kernel_id_for(const char *name) noexcept; /* names.cpp: intern a name */
 GA_HIDDEN void ga_names_atfork_child(void) noexcept;
+GA_HIDDEN void ga_activity_take_back(void) noexcept;    /* after a finalize: buffers CUPTI kept */
+GA_HIDDEN uint64_t ga_activity_taken_back(void) noexcept;
 GA_HIDDEN void ga_report_drops(void) noexcept; /* after a flush */
 GA_HIDDEN uint64_t ga_activity_stat(int which) noexcept; /* GA_SC_NULL_BUFFERS, CUT_NAMES, BUFFERS, OUTSIDE_WINDOWS */
 GA_HIDDEN void ga_activity_atfork_child(void) noexcept;

@@ -101,7 +101,7 @@ void ga_teardown_at_api_exit_slow(void) noexcept {
     while (dt > mx && !g_stat_fin_max_ns.compare_exchange_weak(mx, dt, std::memory_order_relaxed)) {
     }
     if (r != CUPTI_SUCCESS) g_stat_failed.fetch_add(1, std::memory_order_relaxed);
-    else g_stat_teardowns.fetch_add(1, std::memory_order_relaxed);
+    else g_stat_teardowns.fetch_add(1, std::memory_order_relaxed), ga_activity_take_back();
     /* The gate stays closed until the poller subscribes again. */
     ga_td_state.store(GA_TD_DOWN, std::memory_order_release);
     ga_poller_wake();
@@ -136,8 +136,11 @@ void ga_teardown_log_exit(void) noexcept {
     uint64_t n = g_stat_teardowns.load();
     if (!n) return;
     ga_debug("teardowns (pid %d): %llu, finalize mean %.2f max %.2f ms, %llu waited for callbacks in CUPTI, "
-             "%llu CUPTI calls skipped, %llu failed or put off",
+             "%llu CUPTI calls skipped, %llu failed or put off; %llu buffers CUPTI kept taken back, "
+             "%llu buffer requests refused",
              (int)getpid(), (unsigned long long)n, (double)g_stat_fin_ns.load() / (double)n / 1e6,
              (double)g_stat_fin_max_ns.load() / 1e6, (unsigned long long)g_stat_gate_waits.load(),
-             (unsigned long long)g_stat_skipped_calls.load(), (unsigned long long)g_stat_failed.load());
+             (unsigned long long)g_stat_skipped_calls.load(), (unsigned long long)g_stat_failed.load(),
+             (unsigned long long)ga_activity_taken_back(),
+             (unsigned long long)ga_activity_stat(GA_SC_NULL_BUFFERS));
 }
