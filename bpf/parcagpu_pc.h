@@ -91,8 +91,7 @@ int ga_pg_cubin_loaded(struct pt_regs *ctx)
     if (pg_args(ctx, GA_PG_PROBE_CUBIN, 3, a))
         return 0;
     u64 crc = a[0], cubin = a[1], size = a[2];
-    pg_see_proc(tgid);
-    emit_cubin(tgid, crc, cubin, size); /* pcsampling.h */
+    emit_cubin(tgid, pg_see_proc(tgid), crc, cubin, size); /* pcsampling.h */
     return 0;
 }
 

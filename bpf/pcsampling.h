@@ -82,7 +82,7 @@ int ga_pc_stall_reason(struct pt_regs *ctx)
 }
 
 /* A module's cubin, at `address` in tgid, to the agent (the shim's or parcagpu's). */
-static __always_inline void emit_cubin(u32 tgid, u64 crc, u64 address, u64 size)
+static __always_inline void emit_cubin(u32 tgid, u32 start, u64 crc, u64 address, u64 size)
 {
     struct ga_ev_cubin *ev = events.ringbuf_reserve(sizeof(*ev));
     if (!ev) {
@@ -91,6 +91,8 @@ static __always_inline void emit_cubin(u32 tgid, u64 crc, u64 address, u64 size)
     }
     ev->hdr.type = GA_EV_CUBIN;
     ev->hdr.tgid = tgid;
+    ev->start = start;
+    ev->pad = 0;
     ev->cubin_crc = crc;
     ev->address = address;
     ev->size = size;
@@ -107,7 +109,6 @@ int ga_cubin_loaded(struct pt_regs *ctx)
     bpf_usdt_readarg(1, ctx, &cubin_crc);
     bpf_usdt_readarg(2, ctx, &cubin);
     bpf_usdt_readarg(3, ctx, &cubin_size);
-    see_proc(tgid);
-    emit_cubin(tgid, cubin_crc, cubin, cubin_size);
+    emit_cubin(tgid, see_proc(tgid), cubin_crc, cubin, cubin_size);
     return 0;
 }

@@ -184,7 +184,10 @@ def test_pc_probes_through_real_ebpf_and_their_bad_input(firer, tmp_path):
         assert {(k[0], k[2:]) for k in window} == {(pid, (kid, crc, 0x1D0, 2)), (pid, (kid, crc, 0x1C0, 9))}
         assert sorted(window.values()) == [5, 7] and len({k[1] for k in window}) == 1
         assert pcs.reason(pid, 2) == "long_scoreboard" and pcs.reason(pid, 3) is None
-        assert pcs.line_table(crc).lookup(HOT, 0x1D0)[1] == nvdisasm_lines()[0x1D0]
+        start = next(iter(window))[1]
+        assert pcs.cubins.wait()  # parsed in its bounded child, asked for by the samples
+        assert pcs.line_table(pid, start, crc).lookup(HOT, 0x1D0)[1] == nvdisasm_lines()[0x1D0]
+        assert pcs.line_table(pid, start ^ 1, crc) is None and pcs.line_table(pid + 1, start, crc) is None
         assert counters["pc_batches"] == 1 and counters["drop_pc_read"] == 1
         assert counters["drop_pc_samples"] == 3
     finally:

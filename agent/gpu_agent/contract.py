@@ -273,7 +273,8 @@ class EvStallReason(ct.Structure):
 
 
 class EvCubin(ct.Structure):
-    _fields_ = [("hdr", EventHdr), ("cubin_crc", u64), ("address", u64), ("size", u64)]
+    _fields_ = [("hdr", EventHdr), ("start", u32), ("pad", u32), ("cubin_crc", u64), ("address", u64),
+                ("size", u64)]
 
 
 # ---- Python stacks (see the header's "Python stacks" section) ----

@@ -17,7 +17,10 @@ from __future__ import annotations
 import bisect
 import io
 import logging
+import os
 import posixpath
+import subprocess
+import sys
 from typing import Optional
 
 log = logging.getLogger(__name__)
@@ -55,6 +58,86 @@ def read_line_table(data: bytes) -> LineTable:
     except Exception as e:  # a cubin we cannot read: samples keep pc offsets only
         log.debug("cubin line table unreadable: %s", e)
         return LineTable({})
+
+
+# The child that parses one cubin (parse_bounded): its limits.
+CHILD_AS_BYTES = 1 << 30     # address space: a decompression bomb stops here
+CHILD_CPU_S = 10             # CPU seconds
+CHILD_WALL_S = 20.0          # wall clock, then killed
+MAX_ROWS = 1_000_000         # rows it may hand back
+NOBODY = 65534
+
+
+def parse_bounded(data: bytes) -> tuple[LineTable, str]:
+    """The line table of hostile cubin bytes, parsed by a child process (this
+    module's main) under CHILD_* limits, as nobody: (table, "") or (empty table,
+    why not)."""
+    try:
+        p = subprocess.run([sys.executable, "-S", "-c", _CHILD], input=data, capture_output=True,
+                           timeout=CHILD_WALL_S, env={"PYTHONPATH": os.pathsep.join(d for d in sys.path if d)})
+    except subprocess.TimeoutExpired:
+        return LineTable({}), f"parse ran over {CHILD_WALL_S:g} s"
+    except OSError as e:
+        return LineTable({}), f"parser did not start: {e}"
+    if p.returncode != 0:
+        err = p.stderr.decode("utf-8", "replace").strip().splitlines()
+        return LineTable({}), f"parser exited {p.returncode}: {err[-1][:200] if err else ''}"
+    functions: dict[str, Rows] = {}
+    files: list[str] = []
+    try:
+        for line in p.stdout.decode("utf-8", "replace").split("\n"):
+            kind, _, rest = line.partition("\t")
+            if kind == "F":  # a file name, by its index in order
+                files.append(rest)
+            elif kind == "R":
+                fn, pc, fi, ln = rest.split("\t")
+                functions.setdefault(fn, []).append((int(pc), files[int(fi)], int(ln)))
+    except (ValueError, IndexError) as e:
+        return LineTable({}), f"parser output unreadable: {e}"
+    for rows in functions.values():
+        rows.sort(key=lambda r: r[0])
+    return LineTable(functions), ""
+
+
+def _child_main() -> None:
+    """In the child: limits first, then nobody, then the bytes on stdin."""
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (CHILD_AS_BYTES, CHILD_AS_BYTES))
+    resource.setrlimit(resource.RLIMIT_CPU, (CHILD_CPU_S, CHILD_CPU_S))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (16, 16))
+    # what parsing imports, before nobody loses the right to read it
+    import elftools.dwarf.constants  # noqa: F401
+    import elftools.dwarf.dwarfinfo  # noqa: F401
+    import elftools.dwarf.lineprogram  # noqa: F401
+    import elftools.elf.elffile  # noqa: F401
+    import elftools.elf.relocation  # noqa: F401
+    import elftools.elf.sections  # noqa: F401
+    import zlib  # noqa: F401
+    if os.geteuid() == 0:
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+    data = sys.stdin.buffer.read()
+    out, files, n = [], {}, 0
+    def clean(s: str) -> str:  # names from the cubin: no separator of ours in them
+        return s.replace("\t", " ").replace("\n", " ").replace("\r", " ")
+
+    for fn, rows in _parse(data).items():
+        fn = clean(fn)
+        for pc, path, line in rows:
+            path = clean(path)
+            if n >= MAX_ROWS:
+                break
+            if path not in files:
+                files[path] = len(files)
+                out.append(f"F\t{path}")
+            out.append(f"R\t{fn}\t{pc}\t{files[path]}\t{line}")
+            n += 1
+    sys.stdout.write("\n".join(out) + "\n")
+
+
+_CHILD = "import sys; sys.path[:0] = __import__('os').environ['PYTHONPATH'].split(':'); " \
+         "from gpu_agent.cubin import _child_main; _child_main()"
 
 
 def _parse(data: bytes) -> dict[str, Rows]:

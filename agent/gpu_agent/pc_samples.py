@@ -19,10 +19,10 @@ from collections import Counter, OrderedDict
 from typing import Optional
 
 from . import contract as C
-from .cubin import LineTable, read_line_table
+from .cubin import LineTable
+from .cubin_store import CubinStore
 from .demangle import demangle_kernel
 from .pprof import FrameSpec, MappingSpec
-from .python.procmem import ProcMem, ProcMemError
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +31,7 @@ STALL_PREFIX = "smsp__pcsamp_warps_issue_stalled_"
 # H100 showed it; docs/benchmarks.md): adding both would count samples twice.
 NOT_ISSUED_SUFFIX = "_not_issued"
 STALL_LABEL = "stall_reason"
-MAX_CUBIN_BYTES = 512 << 20   # one cubin larger than this is not read
-PENDING_BYTES = 256 << 20     # cubins read, not parsed yet (only sampled ones are)
-MAX_TABLES = 4096
+MAX_NAMES = 65536             # parcagpu PCs' kernel names kept
 COMMENT = ("pc_samples: the GPU's program-counter samples (CUPTI PC sampling: the shim's "
            "GPU_AGENT_PC_SAMPLING=1, in its collection windows, not scaled to the whole run; "
            "or parcagpu's, as it passes them on). CUPTI's continuous mode does not say "
@@ -50,18 +48,18 @@ class PcSamples:
         self.proc_root = proc_root
         self.window: "Counter[Key]" = Counter()
         self.reasons: dict[tuple[int, int], str] = {}   # (tgid, index) -> CUPTI's name
-        self._pending: "OrderedDict[int, bytes]" = OrderedDict()  # crc -> cubin bytes
-        self._tables: "OrderedDict[int, LineTable]" = OrderedDict()
+        self.cubins = CubinStore(proc_root)
         self.pg_names: "OrderedDict[int, str]" = OrderedDict()  # parcagpu PCs' kernels: id -> name
-        # cubins read, unreadable (their samples keep offsets only), evicted unparsed
-        self.counts = Counter()
+        self._cut = Counter()  # reasons parcagpu cut
 
     # -- events (BpfSession callbacks) --------------------------------------
     def on_batch(self, ev: C.EvPcBatch) -> None:
         for i in range(min(ev.nrecords, C.PC_BATCH_MAX)):
             r = ev.records[i]
-            self.window[(ev.hdr.tgid, ev.start, r.kernel_id, r.cubin_crc, r.pc_offset,
-                         r.stall_reason)] += r.samples
+            key = (ev.hdr.tgid, ev.start, r.kernel_id, r.cubin_crc, r.pc_offset, r.stall_reason)
+            if key not in self.window:
+                self.cubins.want(ev.hdr.tgid, ev.start, r.cubin_crc)
+            self.window[key] += r.samples
 
     def on_pg_pc(self, ev: C.EvPgPc) -> None:
         """One PC of a parcagpu pc_sample_batch. Its kernel is named, not numbered:
@@ -73,13 +71,16 @@ class PcSamples:
         if kernel_id:
             self.pg_names[kernel_id] = name.decode("utf-8", "replace")
             self.pg_names.move_to_end(kernel_id)
-            if len(self.pg_names) > MAX_TABLES * 16:
+            if len(self.pg_names) > MAX_NAMES:
                 self.pg_names.popitem(last=False)
-        self.counts["agent_pc_reasons_cut"] += ev.reasons_cut
+        self._cut["agent_pc_reasons_cut"] += ev.reasons_cut
         for i in range(min(ev.nreasons, C.PG_PC_REASONS)):
             r = ev.reasons[i]
             if r.samples:
-                self.window[(ev.hdr.tgid, ev.start, kernel_id, ev.cubin_crc, ev.pc_offset, r.index)] += r.samples
+                key = (ev.hdr.tgid, ev.start, kernel_id, ev.cubin_crc, ev.pc_offset, r.index)
+                if key not in self.window:
+                    self.cubins.want(ev.hdr.tgid, ev.start, ev.cubin_crc)
+                self.window[key] += r.samples
 
     def on_stall_reason(self, ev: C.EvStallReason) -> None:
         name = ev.name.split(b"\0", 1)[0].decode("utf-8", "replace")
@@ -87,28 +88,8 @@ class PcSamples:
 
     def on_cubin(self, ev: C.EvCubin) -> None:
         """Read the shim's copy now (a short job may be gone by the profile's end);
-        parse it only if a sample needs it."""
-        crc = ev.cubin_crc
-        if crc in self._tables or crc in self._pending:
-            return
-        if not 0 < ev.size <= MAX_CUBIN_BYTES:
-            self.counts["agent_cubins_unreadable"] += 1
-            return
-        try:
-            mem = ProcMem(ev.hdr.tgid, self.proc_root)
-            try:
-                data = mem.read(ev.address, ev.size)
-            finally:
-                mem.close()
-        except ProcMemError as e:
-            log.debug("cubin %#x of pid %d: %s", crc, ev.hdr.tgid, e)
-            self.counts["agent_cubins_unreadable"] += 1
-            return
-        self._pending[crc] = data
-        self.counts["agent_cubins_read"] += 1
-        while sum(map(len, self._pending.values())) > PENDING_BYTES and len(self._pending) > 1:
-            self._pending.popitem(last=False)
-            self.counts["agent_cubins_evicted"] += 1
+        parse it only if a sample needs it (cubin_store.py)."""
+        self.cubins.on_cubin(ev.hdr.tgid, ev.start, ev.cubin_crc, ev.address, ev.size)
 
     # -- the window ------------------------------------------------------------
     def take(self) -> Counter:
@@ -126,23 +107,20 @@ class PcSamples:
             return None
         return name[len(STALL_PREFIX):] if name.startswith(STALL_PREFIX) else name
 
-    def line_table(self, crc: int) -> Optional[LineTable]:
-        t = self._tables.get(crc)
-        if t is None:
-            data = self._pending.pop(crc, None)
-            if data is None:
-                return None
-            t = self._tables[crc] = read_line_table(data)
-            if len(self._tables) > MAX_TABLES:
-                self._tables.popitem(last=False)
-        else:
-            self._tables.move_to_end(crc)
-        return t
+    @property
+    def counts(self) -> Counter:
+        """cubins read, unreadable, evicted unparsed, not parsed (their samples keep
+        offsets only); parcagpu's cut reasons."""
+        return self.cubins.counts + self._cut
 
-    def sass_frame(self, mangled: str, demangled: str, crc: int, pc: int) -> FrameSpec:
+    def line_table(self, tgid: int, start: int, crc: int) -> Optional[LineTable]:
+        """The line table of the cubin this process named crc, once parsed."""
+        return self.cubins.table(tgid, start, crc)
+
+    def sass_frame(self, tgid: int, start: int, mangled: str, demangled: str, crc: int, pc: int) -> FrameSpec:
         """The instruction's frame: function+offset, with its source line where the
         cubin has line info; in a mapping named by the cubin's CRC."""
-        table = self.line_table(crc) if mangled else None
+        table = self.line_table(tgid, start, crc) if mangled else None
         where = table.lookup(mangled, pc) if table else None
         path, line = where if where else ("", 0)
         mapping = MappingSpec(f"[cubin {crc:016x}]", has_functions=True, has_filenames=bool(path),
@@ -152,6 +130,7 @@ class PcSamples:
     def forget(self, pids: set[int]) -> None:
         for key in [k for k in self.reasons if k[0] in pids]:
             del self.reasons[key]
+        self.cubins.forget(pids)
 
 
 def stall_frame(reason: str) -> FrameSpec:
@@ -184,7 +163,10 @@ def add_to_profile(pcs: PcSamples, kernel_stacks: dict, kernel_name, base_labels
     from .pprof import UNSAMPLED
     added = 0
     by_name: dict = {}  # (tgid, start, mangled name) -> kernel id, built when needed
-    for (tgid, start, kernel_id, crc, pc, index), n in sorted(pcs.take().items()):
+    window = pcs.take()
+    if window:
+        pcs.cubins.wait()  # the parses its samples asked for, within bounds
+    for (tgid, start, kernel_id, crc, pc, index), n in sorted(window.items()):
         reason = pcs.reason(tgid, index)
         if reason is None or n <= 0 or not included(tgid):
             continue
@@ -200,7 +182,7 @@ def add_to_profile(pcs: PcSamples, kernel_stacks: dict, kernel_name, base_labels
         name, mangled = kernel_name(kernel_id)
         if named is not None and not mangled:  # no kernel of that name in the profile
             name, mangled = demangle_kernel(named), named
-        top = [stall_frame(reason), pcs.sass_frame(mangled, name, crc, pc)]
+        top = [stall_frame(reason), pcs.sass_frame(tgid, start, mangled, name, crc, pc)]
         stacks = kernel_stacks.get((tgid, start, kernel_id))
         if not stacks:
             stacks = [([FrameSpec.kernel(mangled or name, name), FrameSpec.marker(UNSAMPLED)],

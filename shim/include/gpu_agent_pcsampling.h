@@ -63,6 +63,8 @@ struct ga_ev_stall_reason {
 };
 struct ga_ev_cubin {
     struct ga_event_hdr hdr;
+    ga_u32 start;           /* the process's start tag: its cubins are its own */
+    ga_u32 pad;
     ga_u64 cubin_crc;
     ga_u64 address;         /* in the process: read it from /proc/PID/mem */
     ga_u64 size;
