@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MOCK_APP, REPO, mock_env, need_ebpf
+from conftest import MOCK_APP, REPO, agent_cmd, mock_env, need_ebpf
 from support.agent import Agent
 from support.env import private_shim
 from support.pprof_tool import pprof, raw
@@ -336,11 +336,9 @@ def test_refused_requests(store, ui, tmp_path):
 
 def test_token_protected_listener(store, tmp_path, page):
     out, _, _ = store
-    open_ui = Ui(out, listen="0.0.0.0:0")
-    try:
-        assert any("--ui-token-file" in line and "warning" in line for line in open_ui.lines)
-    finally:
-        open_ui.stop()
+    p = subprocess.run(agent_cmd("ui", "--profiles", out, "--listen", "0.0.0.0:0"), capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--ui-token-file" in p.stderr, p.stderr
     token = tmp_path / "token"
     token.write_text("s3cret-token\n")
     guarded = Ui(out, "--ui-token-file", str(token), listen="0.0.0.0:0")

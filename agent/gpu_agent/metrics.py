@@ -319,12 +319,31 @@ def parse_addr(text: str) -> tuple[str, int]:
 
 
 def serve(metrics: Metrics, addr: str):
-    """Start the /metrics HTTP server in a thread; returns (server, thread, (host, port))."""
-    from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+    """Start the /metrics HTTP server in a thread; returns (server, thread, (host, port)).
+    prometheus_client's WSGI app, in a server with bounded threads and idle timeouts
+    (httpbounds.py): slow local clients cannot take the agent's threads and fds."""
+    import socket
+    import threading
+    from socketserver import ThreadingMixIn
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
+
+    from .httpbounds import BoundedThreads
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    class Server(BoundedThreads, ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+        address_family = socket.AF_INET6 if ":" in addr.rsplit(":", 1)[0] else socket.AF_INET
 
     host, port = parse_addr(addr)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(metrics)
     ProcessCollector(namespace="gpu_agent", registry=registry)  # its own CPU seconds and RSS
-    server, thread = start_http_server(port, addr=host, registry=registry)
+    server = make_server(host, port, make_wsgi_app(registry), server_class=Server, handler_class=Quiet)
+    thread = threading.Thread(target=server.serve_forever, name="gpu-agent-metrics", daemon=True)
+    thread.start()
     return server, thread, (host, server.server_address[1])

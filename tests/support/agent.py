@@ -25,6 +25,7 @@ class Agent:
             seen.append(line)
             if "watching every process" in line:  # not "also watching" a copy
                 self.watching_line = line
+                self.start_lines = seen
                 break
         else:
             pytest.fail("agent did not start: " + "".join(seen))

@@ -26,8 +26,9 @@ def add_parser(sub) -> None:
 def add_listen_arguments(p, flag: str, default) -> None:
     """--listen (ui) or --ui (run), and --ui-token-file, shared by both commands."""
     p.add_argument(flag, default=default, metavar="HOST:PORT",
-                   help=f"address of the UI (default {default or 'off'}; 0.0.0.0:PORT listens on "
-                        "every interface, and then wants --ui-token-file)")
+                   help=f"address of the UI (default {default or 'off'}; on loopback without a token "
+                        "it serves root and its own user only; 0.0.0.0:PORT listens on every "
+                        "interface, and then needs --ui-token-file)")
     p.add_argument("--ui-token-file", default=None, metavar="FILE",
                    help="require 'Authorization: Bearer <token>' (a browser: open /?token=<token> "
                         "once); the file is re-read when it changes")
@@ -38,13 +39,13 @@ def start(store: Path, listen: str, token_file, health=None):
     from ..ui import server
 
     try:
-        warning = server.exposure_warning(listen, token_file)
+        refused = server.exposure_error(listen, token_file)
+        if refused:
+            raise ValueError(refused)
         srv = server.serve(store, listen, token_file, health=health)
     except (ValueError, OSError) as e:
         print(f"gpu-agent: error: cannot serve the UI on {listen}: {e}", file=sys.stderr)
         raise SystemExit(2)
-    if warning:
-        print(warning, file=sys.stderr, flush=True)
     profiles = srv.api.store.profiles()
     if profiles and srv.api.store.read(profiles[-1].name) is None:
         print(f"gpu-agent: warning: cannot read {profiles[-1].name} in {store} (the agent writes "

@@ -5,10 +5,15 @@ The standard library's ThreadingHTTPServer; every route is a GET (or HEAD): noth
 the UI serves can change the store. A request names a time range, never a path,
 except /files/NAME, whose NAME must be a store file's name (store.py).
 
-Security: loopback by default. Given a token file, every request must carry the
-token (Authorization: Bearer, or the cookie that `/?token=…` sets for a browser);
-on loopback, a request for another Host is refused, so that a web page cannot
-reach the UI through DNS rebinding.
+Security: loopback by default, and there without a token it serves only root and
+the user who started it (and SUDO_UID's): every other local user is refused, by the
+uid the kernel's socket table gives the connection (httpbounds.py), since the store
+holds root's 0600 profiles. Given a token file, every request must carry the token
+(Authorization: Bearer, or the cookie that `/?token=…` sets for a browser), from
+any user; beyond loopback a token file is required. On loopback, a request for
+another Host is refused, so that a web page cannot reach the UI through DNS
+rebinding. At most 32 requests at once, 8 from one user or address, each idle at
+most 10 s (httpbounds.BoundedThreads).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable, Optional
 
+from ..httpbounds import BoundedThreads
 from .api import Api, BadRequest
 from .store import Store
 
@@ -93,7 +99,17 @@ class TokenFile:
         return bool(offered) and hmac.compare_digest(offered.encode(), token)
 
 
-class UiServer(ThreadingHTTPServer):
+def own_uids() -> frozenset:
+    """Who a loopback UI without a token serves: root, its own user, and the user
+    who ran it through sudo."""
+    uids = {0, os.geteuid()}
+    sudo = os.environ.get("SUDO_UID", "")
+    if sudo.isdigit():
+        uids.add(int(sudo))
+    return frozenset(uids)
+
+
+class UiServer(BoundedThreads, ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
@@ -101,6 +117,7 @@ class UiServer(ThreadingHTTPServer):
         self.api = api
         self.token = token
         self.loopback_only = is_loopback(addr[0])
+        self.uids = own_uids()
         if ":" in addr[0]:
             import socket
             self.address_family = socket.AF_INET6
@@ -165,6 +182,13 @@ class Handler(BaseHTTPRequestHandler):
         if not self._host_ok():
             return self._send(HTTPStatus.FORBIDDEN, b"forbidden host\n", "text/plain", head=head)
         token = self.server.token
+        if token is None and self.server.loopback_only:
+            peer = self.server.peer()
+            if not (isinstance(peer, tuple) and peer[0] == "uid" and peer[1] in self.server.uids):
+                who = ", ".join(str(u) for u in sorted(self.server.uids))
+                return self._send(HTTPStatus.FORBIDDEN,
+                                  f"this UI serves uid {who} only: start it with --ui-token-file to let "
+                                  "other users in\n".encode(), "text/plain", head=head)
         if token is not None:
             offered = (params.get("token") or [""])[-1] if path == "/" else ""
             if offered and token.matches(offered):
@@ -238,13 +262,13 @@ def serve(store_dir: Path, listen: str, token_file: Optional[str] = None,
     return server
 
 
-def exposure_warning(listen: str, token_file: Optional[str]) -> Optional[str]:
-    """What to say when the UI listens beyond this host without a token."""
+def exposure_error(listen: str, token_file: Optional[str]) -> Optional[str]:
+    """Why the UI may not listen there: beyond this host, only with a token."""
     host, _ = parse_listen(listen)
     if is_loopback(host) or token_file:
         return None
-    return (f"gpu-agent: warning: the UI on {listen} is open to anyone who can reach this host, "
-            "and profiles name processes, pods and code: give --ui-token-file")
+    return (f"the UI on {listen} would be open to anyone who can reach this host, and profiles "
+            "name processes, pods and code: give --ui-token-file")
 
 
 def wait_forever(stop: Callable[[], bool]) -> None:

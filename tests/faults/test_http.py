@@ -1,0 +1,89 @@
+"""The agent's HTTP surfaces (`run --ui`, /metrics) against uid 65534 on the same
+host (issue 30): it read root's 0600 profiles through the loopback UI, and slow
+connections took the agent to 1 024 fds and 926 threads, after which it dropped
+profiles while `gpu-agent health` said healthy."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import textwrap
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from .faultkit import Node
+from . import attacker as A
+
+from support.env import need_ebpf
+
+AS_NOBODY = textwrap.dedent("""
+    import http.client, socket, sys, time
+    port, mport, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    if mode == "read":
+        for path in ("/api/status", "/api/range", "/download/profile.pb.gz", "/"):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            c.request("GET", path)
+            r = c.getresponse()
+            print(path, r.status, len(r.read()))
+    else:  # slow: hold many idle connections to both servers
+        socks = []
+        for p in (port, mport):
+            for _ in range(60):
+                try:
+                    socks.append(socket.create_connection(("127.0.0.1", p), timeout=5))
+                except OSError:
+                    pass
+        print("held", len(socks), flush=True)
+        time.sleep(float(sys.argv[4]))
+""")
+
+
+def as_nobody(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(["/usr/bin/python3", "-c", AS_NOBODY, *args], capture_output=True, text=True,
+                          timeout=timeout, preexec_fn=A.as_nobody)
+
+
+def threads_and_fds(pid: int) -> tuple[int, int]:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"Threads:\s+(\d+)", status).group(1)), len(list(Path(f"/proc/{pid}/fd").iterdir()))
+
+
+def root_get(url: str) -> int:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        r.read()
+        return r.status
+
+
+def test_the_loopback_ui_serves_root_not_another_local_user(tmp_path, built, honest):
+    need_ebpf()
+    h = honest("--paths", "cuLaunchKernel", "--duration", "3", "--sleep-ms", "5")  # a profile to read
+    node = Node(tmp_path / "profiles", "--ui", "127.0.0.1:0")
+    try:
+        url = next(ln[ln.index("http://"):].split()[0] for ln in node.agent.start_lines if " UI on http://" in ln)
+        port = urllib.parse.urlsplit(url).port
+        mport = urllib.parse.urlsplit(node.metrics_url).port
+        h.wait()
+        time.sleep(1.5)
+        assert root_get(url + "api/status") == 200 and root_get(url + "api/range") == 200
+        p = as_nobody(str(port), str(mport), "read")
+        assert p.returncode == 0, p.stderr
+        got = dict(line.split()[:2] for line in p.stdout.splitlines())
+        assert got == {"/api/status": "403", "/api/range": "403", "/download/profile.pb.gz": "403", "/": "403"}, \
+            p.stdout
+
+        # Slow connections: 120 held idle by nobody; the agent's threads and fds stay
+        # bounded, and root is still served.
+        before = threads_and_fds(node.proc.pid)
+        slow = subprocess.Popen(["/usr/bin/python3", "-c", AS_NOBODY, str(port), str(mport), "slow", "8"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=A.as_nobody)
+        assert slow.stdout.readline().startswith("held"), slow.stderr.read()
+        time.sleep(1.0)
+        during = threads_and_fds(node.proc.pid)
+        assert during[0] - before[0] <= 2 * 8 + 2 and during[1] - before[1] <= 2 * 8 + 4, (before, during)
+        assert root_get(url + "api/status") == 200
+        assert root_get(node.metrics_url) == 200
+        slow.wait(timeout=60)
+    finally:
+        node.stop()
