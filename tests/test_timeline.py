@@ -130,15 +130,16 @@ def test_trace_pid_beside_run_is_continuous_for_that_process_only(tmp_path):
         # Continuous during the capture: about rate x duration launches, not one tenth.
         assert len(kernels) > 0.6 * rate * seconds, len(kernels)
         # Afterwards the shim is back at its defaults: the deadline reads 0 again.
-        from gpu_agent.commands.trace import _shim_of
+        from gpu_agent.trace_target import TraceTarget
         import os
         import struct
-        path, addr = _shim_of(target)
+        t = TraceTarget.open(target)
         fd = os.open(f"/proc/{target}/mem", os.O_RDONLY)
         try:
-            assert struct.unpack("<Q", os.pread(fd, 8, addr))[0] == 0
+            assert struct.unpack("<Q", os.pread(fd, 8, t.addr))[0] == 0
         finally:
             os.close(fd)
+            t.close()
         # The uncaptured process kept its window-mode cost: windows open about one
         # tenth of its attached time; the captured one, its 2 s more (about 19 %).
         share = {}

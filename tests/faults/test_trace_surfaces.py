@@ -92,3 +92,57 @@ def test_a_fifo_at_the_shim_path_does_not_hang_trace(world_dir, built, tmp_path)
     finally:
         work.kill()
         work.wait()
+
+
+EXEC_LATER = """
+import ctypes, os, sys
+cuda = ctypes.CDLL("libcuda.so.1")
+assert cuda.cuInit(0) == 0  # the mock driver loads the shim (CUDA_INJECTION64_PATH)
+print("ready", flush=True)
+sys.stdin.readline()
+os.execv("/bin/sleep", ["sleep", "30"])
+"""
+
+
+def test_a_target_that_execs_after_the_check_gets_no_write(built, tmp_path):
+    """Issue 30: nobody exec'd a setuid program while a capture started, and the root
+    agent wrote 8 bytes into it. Writes now go through the /proc/PID/mem descriptor
+    opened before the checks: after an exec it refers to an image that is gone."""
+    from gpu_agent.trace_target import TraceTarget
+    env = mock_env(CUDA_INJECTION64_PATH=str(SHIM))
+    p = subprocess.Popen(["/usr/bin/python3", "-c", EXEC_LATER], env=env, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_nobody)
+    try:
+        assert p.stdout.readline().strip() == "ready", p.stderr.read()
+        t = TraceTarget.open(p.pid)
+        assert not isinstance(t, str), t
+        try:
+            assert t.write(0)  # the checked image takes it
+            p.stdin.write("go\n")
+            p.stdin.flush()
+            end = time.monotonic() + 10
+            while os.readlink(f"/proc/{p.pid}/exe") != "/usr/bin/sleep" and time.monotonic() < end:
+                time.sleep(0.02)
+            assert os.readlink(f"/proc/{p.pid}/exe") == "/usr/bin/sleep"
+            assert not t.write(123)  # the image it was bound to is gone: nothing written
+        finally:
+            t.close()
+        assert TraceTarget.open(p.pid) == "it runs no gpu-agent shim that takes captures"
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_a_setuid_target_is_refused(world_dir, built):
+    from gpu_agent.trace_target import TraceTarget
+    sleeper = world_dir / "suid-sleep"
+    shutil.copy("/bin/sleep", sleeper)
+    os.chown(sleeper, 0, 0)
+    os.chmod(sleeper, 0o4755)
+    p = subprocess.Popen([str(sleeper), "30"], preexec_fn=as_nobody)
+    try:
+        time.sleep(0.3)
+        assert TraceTarget.open(p.pid) == "it runs in secure mode (setuid, setgid or file capabilities)"
+    finally:
+        p.kill()
+        p.wait()

@@ -11,22 +11,19 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import mmap
 import os
 import stat
-import struct
 import sys
 import time
 
-from elftools.elf.elffile import ELFFile
 
-from .. import elf, k8s, preflight, procfs, safe_open
+from .. import k8s, preflight
 from ..atomic import hand_to_invoker
 from ..collector import Collector
+from ..trace_target import TraceTarget
 from . import timeline_out
 from .common import duration
 
-TRACE_SYMBOL = "gpu_agent_trace_until_ns"
 # The node's one capture: a 0600 lock in a 0700 directory of root's, never in /tmp,
 # where any local user could hold it first and refuse every capture. (Not the
 # trace.lock of earlier versions: it was 0644, and a local user's read-only fd on
@@ -65,31 +62,36 @@ def main(args) -> int:
     lock = _lock()
     if isinstance(lock, str):
         return _error(lock)
-    shims = {pid: _shim_of(pid) for pid in targets}
+    shims = {pid: TraceTarget.open(pid) for pid in targets}
     bad = [f"{pid} ({w})" for pid, w in shims.items() if isinstance(w, str)]
     if bad:
+        for t in shims.values():
+            if not isinstance(t, str):
+                t.close()
         return _error(f"cannot trace {', '.join(bad)}")
     pids = set(targets)
-    collector = Collector(next(iter(shims.values()))[0], pid_filter=lambda p: p in pids,
+    collector = Collector(next(iter(shims.values())).reach, pid_filter=lambda p: p in pids,
                           ringbuf_mib=timeline_out.RINGBUF_MIB)
     collector.open()
     try:
         def back_to_defaults():  # backpressure: the targets stop collecting every kernel
-            for pid, (_, addr) in shims.items():
-                _write_deadline(pid, addr, 0)
+            for t in shims.values():
+                t.write(0)
         timeline = timeline_out.collector_for(args, collector, on_pause=back_to_defaults)
         collector.session.set_trace(pids=tuple(pids))
         started = time.time_ns()
         deadline = time.monotonic_ns() + int(args.duration * 1e9)
-        for pid, (_, addr) in shims.items():
-            _write_deadline(pid, addr, deadline)
+        for pid, t in shims.items():
+            if not t.write(deadline):
+                print(f"gpu-agent: pid {pid} is no longer the process that was checked (it exited or "
+                      "exec'd): not traced", file=sys.stderr)
         try:
             end = time.monotonic() + args.duration + SETTLE_S
             while time.monotonic() < end:
                 collector.poll(100)
         finally:
-            for pid, (_, addr) in shims.items():  # back to the defaults now, if we stop early
-                _write_deadline(pid, addr, 0)
+            for t in shims.values():  # back to the defaults now, if we stop early
+                t.write(0)
         collector.poll(50)
         tl = timeline.build(started, time.time_ns())
         # The capture's span only: before the deadline reached the shim and after it
@@ -104,6 +106,8 @@ def main(args) -> int:
                   f"-> {path}", file=sys.stderr)
     finally:
         collector.close()
+        for t in shims.values():
+            t.close()
     return 0
 
 
@@ -118,9 +122,11 @@ def _targets(args):
         return f"no process {', '.join(map(str, gone))}" if gone else list(dict.fromkeys(args.pid))
     pids = []
     for d in os.listdir("/proc"):
-        if d.isdigit() and k8s.proc_labels(int(d)).get("pod") == args.pod \
-                and not isinstance(_shim_of(int(d)), str):
-            pids.append(int(d))
+        if d.isdigit() and k8s.proc_labels(int(d)).get("pod") == args.pod:
+            t = TraceTarget.open(int(d))
+            if not isinstance(t, str):
+                t.close()
+                pids.append(int(d))
     return pids or f"no process of pod {args.pod!r} runs the gpu-agent shim"
 
 
@@ -156,49 +162,3 @@ def _lock():
     f.write(str(os.getpid()))
     f.flush()
     return f
-
-
-def _shim_of(pid: int):
-    """(path of the shim pid maps, as this agent reaches it; runtime address of
-    its TRACE_SYMBOL), or why not."""
-    maps = procfs.read_maps(pid)
-    if maps is None:
-        return "gone"
-    by_file: dict[tuple, list] = {}
-    for m in maps:
-        if m.file_backed and "libgpu_agent_shim" in os.path.basename(m.path):
-            by_file.setdefault((m.path, m.inode), []).append(m)
-    for (path, inode), ms in by_file.items():
-        reach = f"/proc/{pid}/root{path}"
-        # The file the process maps, and nothing else: a FIFO or device swapped in at
-        # that path must not block the agent, a different file must not be read.
-        opened = safe_open.open_regular(reach)
-        if opened is None:
-            continue
-        fd, st = opened
-        if st.st_ino != inode:
-            os.close(fd)
-            continue
-        try:
-            with os.fdopen(fd, "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as mm:
-                e = ELFFile(f)
-                vaddr = elf.find_symbols(e, mm, (TRACE_SYMBOL,), (".dynsym",)).get(TRACE_SYMBOL)
-                bias = elf.load_bias(elf.load_segments(e), [(m.start, m.offset) for m in ms])
-        except (OSError, ValueError):
-            continue
-        if vaddr is not None and bias is not None:
-            return reach, bias + vaddr
-    return "it runs no gpu-agent shim that takes captures"
-
-
-def _write_deadline(pid: int, addr: int, deadline_ns: int) -> None:
-    try:
-        fd = os.open(f"/proc/{pid}/mem", os.O_WRONLY)
-        try:
-            os.pwrite(fd, struct.pack("<Q", deadline_ns), addr)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass  # the process is gone: nothing to capture or restore
-
-
