@@ -12,7 +12,8 @@ teardown raced away is counted and shown. Under a running `gpu-agent run`:
             their launches.)
   exits     20 processes that exit after a random 50-600 ms of launching, windows
             every 40 ms: most exit inside or around a window.
-  restarts  `gpu-agent run` stopped and started 10 times against a live process.
+  restarts  `gpu-agent run` stopped and started 10 times against a live process
+            (first: the phase a cut-off run is least likely to reach otherwise).
 Each process's exit lines (GPU_AGENT_DEBUG) give the counts: launches in windows,
 their kernel records, records of launches no window saw (the edges), teardowns.
 Lost inside windows = launches in windows - (records - records of unseen launches).
@@ -126,33 +127,21 @@ def main(argv: list[str]) -> int:
     cycles = int(argv[1]) if len(argv) > 1 else 1000
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    agent = Agent(str(out / "profiles"), "--interval", "5s")
-    try:
-        print(f"== cycles: 4 eager threads until {cycles} teardowns, then a graph thread too", flush=True)
-        p = launch(240, cycles, FAST)
+
+    def done(name: str, p: subprocess.Popen, timeout: float, **extra) -> str:
+        """Its stderr once it ends (killed past timeout: a hang), tallied and kept."""
         try:
-            _, err = p.communicate(timeout=420)
+            _, err = p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             p.kill()
             _, err = p.communicate()
-            err += "\nHUNG: killed after 420 s"
-        (out / "cycles.stderr").write_text(err)
-        rows.append(tally("cycles", err, p.returncode))
-
-        print("== exits: 20 processes exit at a random point, windows every 40 ms", flush=True)
-        rng = random.Random(29)
-        for i in range(20):
-            p = launch(rng.uniform(0.05, 0.6), 0, {"GPU_AGENT_WINDOW_MS": "20", "GPU_AGENT_DUTY_CYCLE": "2",
-                                                    "GPU_AGENT_DEBUG": "1"})
-            try:
-                _, err = p.communicate(timeout=120)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                _, err = p.communicate()
-                err += "\nHUNG"
-            rows.append(tally(f"exit #{i + 1}", err, p.returncode))
-    finally:
-        agent.stop()
+            err += f"\nHUNG: killed after {timeout:g} s"
+        if "attaches" in extra:  # the attaches the process saw
+            extra["attaches"] = err.count("attached (pid")
+        rows.append(dict(tally(name, err, p.returncode), **extra))
+        with open(out / "fault.jsonl", "a") as f:  # as it goes: a run cut off keeps its rows
+            f.write(json.dumps(rows[-1]) + "\n")
+        return err
 
     print("== restarts: `gpu-agent run` stopped and started 10 times against a live process", flush=True)
     p = launch(600, 0, {"GPU_AGENT_WINDOW_MS": "20", "GPU_AGENT_DUTY_CYCLE": "3", "GPU_AGENT_DEBUG": "1"})
@@ -163,16 +152,21 @@ def main(argv: list[str]) -> int:
         if p.poll() is not None:
             break
     p.terminate()  # SIGTERM: the worker stops its threads and exits normally (the shim's exit lines)
+    done("restarts", p, 60, attaches=0)
+    print(f"    restarts: {rows[-1]['attaches']} attaches seen by the process", flush=True)
+
+    agent = Agent(str(out / "profiles"), "--interval", "5s")
     try:
-        _, err = p.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        _, err = p.communicate()
-        err += "\nHUNG"
-    attaches = err.count("attached (pid")
-    rows.append(dict(tally("restarts", err, p.returncode), attaches=attaches))
-    print(f"    restarts: {attaches} attaches seen by the process", flush=True)
-    (out / "fault.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        print(f"== cycles: 4 eager threads until {cycles} teardowns, then a graph thread too", flush=True)
+        err = done("cycles", launch(240, cycles, FAST), 420)
+        (out / "cycles.stderr").write_text(err)
+        print("== exits: 20 processes exit at a random point, windows every 40 ms", flush=True)
+        rng = random.Random(29)
+        for i in range(20):
+            done(f"exit #{i + 1}", launch(rng.uniform(0.05, 0.6), 0, {
+                "GPU_AGENT_WINDOW_MS": "20", "GPU_AGENT_DUTY_CYCLE": "2", "GPU_AGENT_DEBUG": "1"}), 120)
+    finally:
+        agent.stop()
     bad = [r["phase"] for r in rows if r["crash_or_hang"] or r.get("lost_in_windows")]
     print(f"== fault run: {len(rows)} processes, {len(bad)} with a crash, a hang or a lost record: {bad}",
           flush=True)
