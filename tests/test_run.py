@@ -126,7 +126,9 @@ def test_a_job_that_ran_between_windows_is_said_not_hidden(agent):
     in the profile (it is seen one time in N, and then counted N times). The status
     line says that a process attached and had no kernel in a window, instead of a
     bare processes=0; and so does the profile of another process's kernels."""
-    busy = workload("--paths", "cuLaunchKernel", "--duration", "3", "--sleep-ms", "2")  # continuous
+    busy = workload("--paths", "cuLaunchKernel", "--duration", "4", "--sleep-ms", "2",
+                    GPU_AGENT_FLUSH_MS="200")  # continuous
+    time.sleep(1.5)  # its kernels are in the profiles before the short job comes
     w = workload("--iters", "3", GPU_AGENT_DUTY_CYCLE="100000", GPU_AGENT_WINDOW_MS="1")
     assert w.wait(30) == 0, w.stderr.read()
     assert busy.wait(30) == 0, busy.stderr.read()
