@@ -375,6 +375,33 @@ static __always_inline void add_dropped(struct batch_ctx *bc, u32 dropped)
     __sync_fetch_and_add(&v->weighted_launches, (u64)dropped * w);
 }
 
+/* CUPTI-lost records one process may report in a second: GA_MAX_BATCH_DROPS, more
+ * than any launch rate. Each batch's own count is bounded too, but a process
+ * firing batches in a loop pushed the node's drop_cupti to 3.4e9; past its
+ * budget a process's counts are refused (drop_bad_record). Deleted at its exit. */
+struct ga_drop_budget {
+    u64 second;
+    u64 dropped;
+};
+BPF_HASH(drop_budget, u32, struct ga_drop_budget, 8192);
+
+static __always_inline int within_drop_budget(u32 tgid, u32 dropped)
+{
+    u64 sec = bpf_ktime_get_ns() / 1000000000ull;
+    struct ga_drop_budget zero = {};
+    struct ga_drop_budget *b = drop_budget.lookup_or_try_init(&tgid, &zero);
+    if (!b)
+        return 1; /* table full: the per-batch bound still holds */
+    if (b->second != sec) {
+        b->second = sec;
+        b->dropped = 0;
+    }
+    if (b->dropped + dropped > GA_MAX_BATCH_DROPS)
+        return 0;
+    __sync_fetch_and_add(&b->dropped, dropped);
+    return 1;
+}
+
 int ga_kernel_batch(struct pt_regs *ctx)
 {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
@@ -387,7 +414,8 @@ int ga_kernel_batch(struct pt_regs *ctx)
     bpf_usdt_readarg(4, ctx, &dropped);
     count(GA_CNT_BATCHES, 1);
     u32 start = see_proc(tgid);
-    if (dropped > GA_MAX_BATCH_DROPS) { /* not a count any shim sends: refused */
+    if (dropped > GA_MAX_BATCH_DROPS || (dropped && !within_drop_budget(tgid, dropped))) {
+        /* not a count any shim sends, or more than its process may lose: refused */
         count(GA_DROP_BAD_RECORD, 1);
         dropped = 0;
     }
@@ -492,6 +520,7 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
     if (!procs.lookup(&tgid))
         return 0;
     procs.delete(&tgid);
+    drop_budget.delete(&tgid);
     emit_proc_event(GA_EV_PROC_EXIT, tgid);
     return 0;
 }

@@ -6,7 +6,7 @@
  * shim's records, under a kernel id of its name's address (pg_kernel_id) and with
  * GA_AGG_PARCAGPU in graph_flags. Its PC sampling probes: parcagpu_pc.h. */
 
-BPF_HASH(pg_sites, struct ga_pg_site_key, struct ga_pg_site, 256);
+BPF_HASH(pg_sites, struct ga_pg_site_key, struct ga_pg_site, 4096); /* parcagpu.py's MAX_SITES */
 /* Names already sent, per process: CUPTI keeps one name string per function. */
 BPF_TABLE("lru_hash", struct ga_pg_name_key, u32, pg_names, 65536);
 struct pg_name_buf {

@@ -46,6 +46,14 @@ PROBES = {
 # cuda_correlation's does the callback work.
 OPTIONAL = {"pc_sample_batch", "stall_reason_map", "cubin_loaded", "error"}
 MAX_ERRORS_LOGGED = 256  # distinct (process, code, component, message) reported
+# The BPF table of argument specs (pg_sites in bpf/parcagpu.h) is shared by every
+# parcagpu file on the node and never shrinks; a file is hostile input. So a file
+# whose probe has more sites than any parcagpu build (a handful, where the compiler
+# copies a probe) is refused whole, and files of one non-root owner are attached
+# MAX_FILES_PER_OWNER at most: one user cannot fill the table for the others.
+MAX_SITES = 4096         # pg_sites' size
+MAX_SITES_PER_PROBE = 8
+MAX_FILES_PER_OWNER = 8
 SOURCE_LABEL = "parcagpu"  # the samples' `source` label
 
 _REG_INDEX = {name: i for i, name in enumerate(C.PG_REG_NAMES.split(","))}
@@ -108,6 +116,7 @@ class ParcagpuFiles:
         self.errors: dict[str, str] = {}              # path -> why it was not attached
         self.paths: set[str] = set()                  # the attached files, as processes map them
         self.errors_seen: set[tuple] = set()
+        self.owners: dict[int, int] = {}              # non-root file owner -> files attached
 
     def on_error(self, ev: C.EvPgError) -> None:
         """A parcagpu error probe (its PC sampling refused, a bad setting): logged once
@@ -153,7 +162,13 @@ class ParcagpuFiles:
             self.checked |= ids
             if not probes:
                 return None
+            owner = os.fstat(fd).st_uid
+            if owner and self.owners.get(owner, 0) >= MAX_FILES_PER_OWNER:
+                raise BpfError(f"{m.path}: uid {owner} already has {MAX_FILES_PER_OWNER} parcagpu files "
+                               "attached, the most one non-root owner gets")
             self._attach(via, m.path, probes)
+            if owner:
+                self.owners[owner] = self.owners.get(owner, 0) + 1
         except BpfError as e:
             self.att.detach_from(first)
             self.errors[m.path] = str(e).replace(via, target)
@@ -173,6 +188,9 @@ class ParcagpuFiles:
                 continue
             if not found:
                 raise BpfError(f"{path} has no USDT probe {PROVIDER}:{name}")
+            if len(found) > MAX_SITES_PER_PROBE:
+                raise BpfError(f"{path}: probe {PROVIDER}:{name} has {len(found)} sites; parcagpu's "
+                               f"builds have at most {MAX_SITES_PER_PROBE}: not attached")
             for p in found:
                 if len(p.args) != nargs:
                     raise BpfError(f"{path}: probe {PROVIDER}:{name} has {len(p.args)} arguments, "
@@ -188,6 +206,10 @@ class ParcagpuFiles:
                                    "same page offset with other argument locations (the BPF "
                                    "programs tell sites apart by that offset)")
                 sites.append((name, p, site))
+        new = {(PROBES[name][0], p.pc & 0xFFF) for name, p, _ in sites} - set(self.registered)
+        if len(self.registered) + len(new) > MAX_SITES:
+            raise BpfError(f"{path}: the parcagpu site table is full ({len(self.registered)} of {MAX_SITES} "
+                           "sites)")
         for name, p, site in sites:
             index = PROBES[name][0]
             self.sites[C.PgSiteKey(index, p.pc & 0xFFF)] = site

@@ -33,7 +33,7 @@ class GpuDevice:
     model: str = ""
 
 
-@dataclass
+@dataclass(slots=True)
 class KernelEvent:
     pid: int
     start_ns: int                 # GPU start, CLOCK_REALTIME

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import struct
 import time
 from collections import deque
 from typing import Callable, Optional
@@ -20,10 +21,11 @@ from . import contract as C
 from .pprof import FrameSpec
 from .timeline import Drop, Frame, GpuDevice, KernelEvent, Timeline
 
-# Kernel events kept while a capture runs. Each costs about 1 KiB of agent memory
-# until the timeline is written (300 000 events raised a recording's peak RSS from
-# 427 to 718 MiB on the 2-core VM), so the default ring holds about 250 MiB.
+# Kernel events kept while a capture runs, each packed into RAW's 200 bytes (as
+# tuples of Python ints they took about 1 KiB: a 23 M-kernel flood peaked `trace`
+# at 567 MB against the ~250 MiB stated); building the timeline unpacks them.
 DEFAULT_RING = 250_000
+RAW = struct.Struct("<25Q")
 RETENTIONS = ("drop-oldest", "backpressure")
 
 
@@ -66,11 +68,11 @@ class TimelineCollector:
         r, pid = ev.rec, ev.hdr.tgid
         if ev.launch_tid and (pid, ev.launch_tid) not in self._threads:
             self._threads[(pid, ev.launch_tid)] = _thread_name(pid, ev.launch_tid)
-        self._raw.append((pid, ev.start, r.start_ns, r.end_ns, r.kernel_id, r.device_id, r.stream_id,
-                          r.context_id, r.correlation_id, r.graph_id, r.graph_node_id, r.flags,
-                          r.join_max_lag_us, ev.stack_id, ev.capture_stack_id, ev.launch_tid,
-                          ev.launch_ns, (r.grid_x, r.grid_y, r.grid_z),
-                          (r.block_x, r.block_y, r.block_z)))
+        self._raw.append(RAW.pack(pid, ev.start, r.start_ns, r.end_ns, r.kernel_id, r.device_id, r.stream_id,
+                                  r.context_id, r.correlation_id, r.graph_id, r.graph_node_id, r.flags,
+                                  r.join_max_lag_us, ev.stack_id, ev.capture_stack_id, ev.launch_tid,
+                                  ev.launch_ns, r.grid_x, r.grid_y, r.grid_z, r.block_x, r.block_y, r.block_z,
+                                  0, 0))
 
     def _pause(self) -> None:
         self.paused_ns = time.time_ns()
@@ -93,8 +95,10 @@ class TimelineCollector:
                 tl.stacks[stack_ids[key]] = [_frame(f) for f in c._stack_specs(pid, sid, start)]
             return stack_ids[key]
 
-        for (pid, start, t0, t1, kid, dev, stream, ctx, corr, gid, gnode, flags, lag, sid, cap,
-             tid, launch, grid, block) in self._raw:
+        for raw in self._raw:
+            (pid, start, t0, t1, kid, dev, stream, ctx, corr, gid, gnode, flags, lag, sid, cap,
+             tid, launch, gx, gy, gz, bx, by, bz, _, _) = RAW.unpack(raw)
+            grid, block = (gx, gy, gz), (bx, by, bz)
             if not c.included(pid):
                 continue
             if kid == 0 or t1 < t0 or t1 - t0 > C.MAX_KERNEL_NS or flags & C.REC_IMPOSSIBLE:

@@ -7,6 +7,7 @@ counted, and the honest workload's names, launches and GPU ns stay exact."""
 from __future__ import annotations
 
 import subprocess
+import time
 
 from gpu_agent import contract as C
 
@@ -63,6 +64,21 @@ def test_forged_drop_counts_are_refused_and_counted_as_bad(node, honest, attacke
     assert after.get("bad_record", 0) - before.get("bad_record", 0) == 100
     node.stop()
     h.assert_exact(node.samples())
+
+
+def test_drop_counts_in_a_loop_stay_within_a_process_s_budget(node, attacker, world_dir):
+    """Issue 30: batches each within the per-batch bound, fired in a loop, pushed the
+    node's drop_cupti to 3.4e9. A process may report 2^24 lost records a second."""
+    s = A.Script(SHIM).batch([], dropped=C.MAX_BATCH_DROPS, repeat=200)
+    before = node.metrics()
+    started = time.monotonic()
+    attack(attacker, s, world_dir)
+    seconds = time.monotonic() - started
+    settle(node)
+    after = node.metrics()
+    added = after.get("cupti", 0) - before.get("cupti", 0)
+    assert 0 < added <= C.MAX_BATCH_DROPS * (int(seconds) + 2), (added, seconds)
+    assert after.get("bad_record", 0) - before.get("bad_record", 0) >= 200 - (int(seconds) + 2), after
 
 
 
