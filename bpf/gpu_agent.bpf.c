@@ -414,13 +414,6 @@ int ga_kernel_batch(struct pt_regs *ctx)
     bpf_usdt_readarg(4, ctx, &dropped);
     count(GA_CNT_BATCHES, 1);
     u32 start = see_proc(tgid);
-    if (dropped > GA_MAX_BATCH_DROPS || (dropped && !within_drop_budget(tgid, dropped))) {
-        /* not a count any shim sends, or more than its process may lose: refused */
-        count(GA_DROP_BAD_RECORD, 1);
-        dropped = 0;
-    }
-    if (dropped)
-        count(GA_DROP_CUPTI, dropped);
     if (record_size != sizeof(struct ga_kernel_record) || nrecords > GA_BATCH_MAX) {
         count(GA_DROP_BAD_RECORD, 1);
         return 0;
@@ -439,8 +432,6 @@ int ga_kernel_batch(struct pt_regs *ctx)
         count(GA_DROP_AGG_FULL, nrecords);
         return 0;
     }
-    if (dropped)
-        add_dropped(&bc, dropped);
     /* A bounded loop, not bpf_loop(): bcc 0.26 does not relocate BPF-to-BPF
      * function references, so bpf_loop's callback arrives as NULL and the
      * verifier rejects it ("R2 type=scalar expected=func"). The verifier
@@ -451,8 +442,17 @@ int ga_kernel_batch(struct pt_regs *ctx)
             break;
         batch_one(i, &bc);
     }
-    /* Decided after the loop: a branch before it would double what the verifier
-     * walks through the loop. */
+    /* Decided after the loop, as what follows: a branch before it would double
+     * what the verifier walks through the loop. */
+    if (dropped > GA_MAX_BATCH_DROPS || (dropped && !within_drop_budget(tgid, dropped))) {
+        /* not a count any shim sends, or more than its process may lose: refused */
+        count(GA_DROP_BAD_RECORD, 1);
+        dropped = 0;
+    }
+    if (dropped) {
+        count(GA_DROP_CUPTI, dropped);
+        add_dropped(&bc, dropped);
+    }
     u32 *tm = trace_mode.lookup(&zero);
     if (tm && (*tm == 1 || (*tm == 2 && traced.lookup(&tgid)))) {
         struct trace_batch *tb = trace_batch_arg.lookup(&zero);

@@ -22,8 +22,9 @@ from .pprof import FrameSpec
 from .timeline import Drop, Frame, GpuDevice, KernelEvent, Timeline
 
 # Kernel events kept while a capture runs, each packed into RAW's 200 bytes (as
-# tuples of Python ints they took about 1 KiB: a 23 M-kernel flood peaked `trace`
-# at 567 MB against the ~250 MiB stated); building the timeline unpacks them.
+# tuples of Python ints they took about 1 KiB for the whole capture). Writing the
+# timeline unpacks them: at that peak each costs about 0.8 KiB (300 000 kept events
+# add 243 MiB on the 2-core VM; docs/timeline.md).
 DEFAULT_RING = 250_000
 RAW = struct.Struct("<25Q")
 RETENTIONS = ("drop-oldest", "backpressure")
