@@ -85,7 +85,7 @@ def test_slow_windows_are_spaced_further_apart(tmp_path, built):
     # window slows the loop to a fraction of its rate; the budget spaces windows
     # out by what that costs.
     need_ebpf()
-    loop = ("--paths", "cuLaunchKernel", "--bench", "400000", "--rate", "100000")
+    loop = ("--paths", "cuLaunchKernel", "--bench", "250000", "--rate", "100000")
     _, _, slow = record(tmp_path, *loop, MOCK_CUPTI_ACTIVITY_LAUNCH_NS="20000")
     _, _, fast = record(tmp_path, *loop)
     s, f = plan(slow), plan(fast)
