@@ -402,6 +402,20 @@ static __always_inline int within_drop_budget(u32 tgid, u32 dropped)
     return 1;
 }
 
+/* A batch's count of records CUPTI lost, as counted: 0 when refused (a count no
+ * shim sends, or past its process's budget: drop_bad_record). */
+static __always_inline u32 accept_drops(u32 tgid, u32 dropped)
+{
+    if (!dropped)
+        return 0;
+    if (dropped > GA_MAX_BATCH_DROPS || !within_drop_budget(tgid, dropped)) {
+        count(GA_DROP_BAD_RECORD, 1);
+        return 0;
+    }
+    count(GA_DROP_CUPTI, dropped);
+    return dropped;
+}
+
 int ga_kernel_batch(struct pt_regs *ctx)
 {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
@@ -416,6 +430,7 @@ int ga_kernel_batch(struct pt_regs *ctx)
     u32 start = see_proc(tgid);
     if (record_size != sizeof(struct ga_kernel_record) || nrecords > GA_BATCH_MAX) {
         count(GA_DROP_BAD_RECORD, 1);
+        accept_drops(tgid, dropped); /* CUPTI's losses still count */
         return 0;
     }
     u32 zero = 0;
@@ -430,6 +445,7 @@ int ga_kernel_batch(struct pt_regs *ctx)
     if (!bc.totals || !bc.sampled || !bc.latency) {
         /* The agent fills agg_maps/lat_maps before it attaches anything. */
         count(GA_DROP_AGG_FULL, nrecords);
+        accept_drops(tgid, dropped);
         return 0;
     }
     /* A bounded loop, not bpf_loop(): bcc 0.26 does not relocate BPF-to-BPF
@@ -444,15 +460,9 @@ int ga_kernel_batch(struct pt_regs *ctx)
     }
     /* Decided after the loop, as what follows: a branch before it would double
      * what the verifier walks through the loop. */
-    if (dropped > GA_MAX_BATCH_DROPS || (dropped && !within_drop_budget(tgid, dropped))) {
-        /* not a count any shim sends, or more than its process may lose: refused */
-        count(GA_DROP_BAD_RECORD, 1);
-        dropped = 0;
-    }
-    if (dropped) {
-        count(GA_DROP_CUPTI, dropped);
+    dropped = accept_drops(tgid, dropped);
+    if (dropped)
         add_dropped(&bc, dropped);
-    }
     u32 *tm = trace_mode.lookup(&zero);
     if (tm && (*tm == 1 || (*tm == 2 && traced.lookup(&tgid)))) {
         struct trace_batch *tb = trace_batch_arg.lookup(&zero);
