@@ -185,7 +185,10 @@ static CUptiResult set_collection(bool on, const char **what) {
 /* Subscribe (again, after a teardown): activity buffers, the subscription, and
  * the graph callbacks, which stay on between windows (graphs captured then keep
  * their capture stacks; no launch pays for them). The launch callbacks come on
- * with a count phase or a window. */
+ * with a count phase or a window. (Blackwell's hardware tracing,
+ * cuptiActivityEnableHWTrace, would be enabled here once, before the first
+ * subscription: it cannot be disabled, so such a process would not be torn down.
+ * Not used: untested without a Blackwell GPU.) */
 static CUptiResult cupti_up(const char **what) {
     uint64_t t0 = ga_now_ns();
     CUptiResult r = ga_cupti.ActivityRegisterCallbacks(ga_buffer_requested, ga_buffer_completed);
