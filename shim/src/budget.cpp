@@ -19,9 +19,10 @@
  * in a window at least once in every 30 s (two periods' random windows are at
  * most 2P - W apart). Where the floor holds P below what the budget asks, the
  * process pays more than the budget: counted (budget_over) and said at exit.
- * The first period after an attach is four 100 ms slots, so that a process shows
- * within half a second, and its window measures the costs (until one has, periods
- * are 40 slots of 100 ms).
+ * The first period after an attach is four 100 ms slots, its window in one of the
+ * last three (window.cpp), so that a process shows within half a second and its
+ * window, after a count phase, measures the costs (until one has, periods are 40
+ * slots of 100 ms).
  *
  * GPU_AGENT_DUTY_CYCLE and GPU_AGENT_WINDOW_MS are expert overrides: with either
  * set, every period is DUTY_CYCLE slots of WINDOW_MS (the defaults for the other).
@@ -49,6 +50,7 @@ static uint32_t g_windows_seen; /* windows whose costs were noted */
 static double g_switch_mean = -1, g_td_mean = -1, g_slow = -1, g_cb_frac = 0;
 static double g_fixed_ns = -1;
 static uint64_t g_plan_w, g_plan_p; /* the last plan, for the exit line */
+static double g_plan_cost;          /* its estimated cost, a fraction of the process's time */
 
 static double ewma(double old, double x) { return old < 0 ? x : old + ALPHA * (x - old); }
 
@@ -112,7 +114,7 @@ void ga_budget_plan(bool first, uint32_t *slots, uint64_t *slot_ns) noexcept {
     }
     *slots = n;
     *slot_ns = w;
-    g_plan_w = w, g_plan_p = w * n;
+    g_plan_w = w, g_plan_p = w * n, g_plan_cost = cost / (double)(w * n);
 }
 
 uint64_t ga_budget_stat_over(void) noexcept { return g_stat_over.load(std::memory_order_relaxed); }
@@ -120,11 +122,10 @@ uint64_t ga_budget_stat_over(void) noexcept { return g_stat_over.load(std::memor
 void ga_budget_log_exit(void) noexcept {
     if (!ga_budget_on() || !g_windows_seen || g_fixed_ns < 0) return;
     double p = (double)g_plan_p, w = (double)g_plan_w;
-    double cost = g_fixed_ns + w * ((g_slow < 0 ? 0 : g_slow) + g_cb_frac);
     ga_debug("budget (pid %d): %.2f %% asked; last plan one %.0f ms window every %.2f s, estimated cost "
              "%.2f %% (fixed %.2f ms a window, slowdown in windows %.1f %%, count phase %.2f %%); "
              "%llu periods over the budget to keep one window in every 30 s",
-             (int)getpid(), ga_cfg.budget_bp / 100.0, w / 1e6, p / 1e9, p > 0 ? 100.0 * cost / p : 0.0,
+             (int)getpid(), ga_cfg.budget_bp / 100.0, w / 1e6, p / 1e9, 100.0 * g_plan_cost,
              g_fixed_ns / 1e6, 100.0 * (g_slow < 0 ? 0 : g_slow), 100.0 * g_cb_frac,
              (unsigned long long)g_stat_over.load());
 }

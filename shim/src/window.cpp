@@ -58,7 +58,10 @@ static uint64_t period_ns(void) { return slot_ns() * g_slots + g_jitter_ns; }
 
 static void draw_next(bool first) {
     ga_budget_plan(first, &g_next_slots, &g_next_slot_ns);
-    g_next_on_slot = (unsigned)(ga_splitmix64(&g_rng) % g_next_slots);
+    /* The first period's window never takes its first slot, so that a count phase
+     * comes before it and the budget measures the window's slowdown at once. */
+    bool skip = first && ga_budget_on() && g_next_slots > 1;
+    g_next_on_slot = (unsigned)(skip + ga_splitmix64(&g_rng) % (g_next_slots - skip));
 }
 static uint64_t g_count_t0, g_count_seq0; /* the count phase's start (0: none) */
 static double g_rate = -1;                 /* launches per ns of the last count phase; < 0: none */
