@@ -39,7 +39,8 @@
 #define N_MIN 10u
 #define FIRST_SLOTS 4u
 /* The count phase's callbacks, per launch: on an H100, launches with the launch
- * callbacks alone on cost about 300 ns more than with none (docs/benchmarks.md). */
+ * callbacks alone on cost about 300 ns more than with none (4 359 against 4 052 ns,
+ * `python -m bench.gpu overhead --method timeline`, before the teardown). */
 #define CB_NS 300.0
 #define ALPHA 0.3 /* weight of the newest window in the running means */
 
