@@ -44,7 +44,9 @@ def record(tmp_path, *mock_args, duty=5, shim=None, **env):
 
 def test_windows_leave_no_residual_and_the_estimate_holds(tmp_path, built):
     need_ebpf()
-    out, gt, err, residual = record(tmp_path, "--bench", "600000", "--rate", "200000", "--block", "100")
+    # A closed loop (each launch spins 3 us): an open, paced loop catches up after the
+    # stalls of a loaded host and reads low (docs/estimator.md: a known limit).
+    out, gt, err, residual = record(tmp_path, "--bench", "900000", "--spin-ns", "3000", "--block", "100")
     truth = ground_truth(gt)[KERNEL]
     td = TEARDOWNS.search(err)
     windows = shim_exit_stats(err)["windows"]
