@@ -19,7 +19,6 @@ most 10 s (httpbounds.BoundedThreads).
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import logging
 import os
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..httpbounds import BoundedThreads
+from ..httpbounds import is_loopback as ip_is_loopback
 from .api import Api, BadRequest
 from .store import Store
 
@@ -61,12 +61,8 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 
 def is_loopback(host: str) -> bool:
-    if host in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    """A loopback name or address (httpbounds.is_loopback: the addresses)."""
+    return host in LOOPBACK_NAMES or ip_is_loopback(host)
 
 
 class TokenFile:
