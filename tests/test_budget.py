@@ -17,7 +17,8 @@ from conftest import MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf
 from test_windows import KERNEL, kernel_totals
 
 PLAN = re.compile(r"budget \(pid \d+\): ([\d.]+) % asked; last plan one (\d+) ms window every ([\d.]+) s, "
-                  r"estimated cost ([\d.]+) % \(fixed ([\d.]+) ms a window, slowdown in windows ([\d.]+) %, "
+                  r"estimated cost ([\d.]+) % \(fixed ([\d.]+) ms a window: switches [\d.]+ ms, the first window's "
+                  r"[\d.]+ ms, teardown [\d.]+ ms; slowdown in windows ([\d.]+) %, "
                   r"count phase ([\d.]+) %\); (\d+) periods over the budget")
 OPENED = re.compile(r"window opened at ([\d.]+) s")
 

@@ -10,6 +10,8 @@ teardown raced away is counted and shown. Under a running `gpu-agent run`:
             on: from its next period the process stays subscribed (CUDA graphs), and
             windows go on. (Its lost count is a floor: graph records outnumber
             their launches.)
+  compiled  a torch.compile process (bench/gpu/cases.py compiled: Triton's modules
+            loaded) for 30 s of steps, windows as in cycles.
   exits     20 processes that exit after a random 50-600 ms of launching, windows
             every 40 ms: most exit inside or around a window.
   restarts  `gpu-agent run` stopped and started 10 times against a live process
@@ -160,6 +162,10 @@ def main(argv: list[str]) -> int:
         print(f"== cycles: 4 eager threads until {cycles} teardowns, then a graph thread too", flush=True)
         err = done("cycles", launch(240, cycles, FAST), 420)
         (out / "cycles.stderr").write_text(err)
+        print("== compiled: a torch.compile process, windows 5 ms in 15 ms for 30 s", flush=True)
+        done("compiled", subprocess.Popen([sys.executable, "-m", "bench.gpu.cases", "compiled", "--trace", "30"],
+                                          env=shim_env(**FAST), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                          text=True), 300)
         print("== exits: 20 processes exit at a random point, windows every 40 ms", flush=True)
         rng = random.Random(29)
         for i in range(20):

@@ -6,9 +6,9 @@ One process of a case (bench/gpu/cases.py --trace) times blocks of steps for the
 whole run and tags each block with the shim's state at its end (attached or not,
 teardowns so far). Meanwhile `gpu-agent run` starts at its defaults, watches for
 --on seconds, and stops, --periods times, with --off seconds between. Per
-attached period: the median block while attached (from --settle seconds after
-the attach) against the median of the detached blocks just before and just after
-it; the table gives the median of those ratios with a bootstrap 95 % interval,
+attached period: its mean step time (from --settle seconds after the attach;
+windows and their stalls included) against the mean of the detached blocks just
+before and just after it; the table gives the median of those ratios with a bootstrap 95 % interval,
 and the detached blocks after the first attach against those before it (what a
 detach leaves behind). With --control-cpus a second process of the same case runs
 beside it without the shim, its blocks split by the agent's own start and stop
@@ -41,22 +41,29 @@ def runs_of(trace: list[list]) -> list[tuple[int, list[list]]]:
 
 
 def analyse(trace: list[list], settle: float) -> dict:
+    """Per attached period: its mean step time (equal blocks: total time / steps,
+    what a job's throughput pays, windows and their stalls included) against the
+    mean of the detached runs just before and after it. The medians of blocks are
+    kept beside (`block_medians`): they show the steady slowdown but hide a window
+    that fills a few blocks of many."""
     runs = runs_of(trace)
-    ratios, detached_before, detached_after = [], [], []
+    ratios, med_ratios, detached_before, detached_after = [], [], [], []
     for i, (att, blocks) in enumerate(runs):
         if att:
             steady = [b[1] for b in blocks if b[0] >= blocks[0][0] + settle]
             around = [b[1] for j in (i - 1, i + 1) if 0 <= j < len(runs) and not runs[j][0]
                       for b in runs[j][1]]
             if steady and around:
-                ratios.append(statistics.median(steady) / statistics.median(around) - 1)
+                ratios.append(statistics.fmean(steady) / statistics.fmean(around) - 1)
+                med_ratios.append(statistics.median(steady) / statistics.median(around) - 1)
         else:
             (detached_after if any(r[0] for r in runs[:i]) else detached_before).extend(b[1] for b in blocks)
     out = {"periods": len(ratios), "ratios": [round(r, 5) for r in ratios],
-           "teardowns": trace[-1][3] if trace else 0}
+           "block_medians": [round(r, 5) for r in med_ratios], "teardowns": trace[-1][3] if trace else 0}
     if ratios:
         out["median"] = statistics.median(ratios)
         out["ci"] = bootstrap_ci(ratios) if len(ratios) > 2 else None
+        out["block_median"] = statistics.median(med_ratios)
     if detached_before and detached_after:
         out["after_detach"] = statistics.median(detached_after) / statistics.median(detached_before) - 1
     return out
@@ -73,6 +80,9 @@ def trace_of(w: str, case: subprocess.Popen, secs: float) -> list[list]:
     stdout, stderr = case.communicate(timeout=secs + 300)
     if case.returncode != 0:
         raise SystemExit(f"{w}: the case failed: {stderr[-2000:]}")
+    for ln in stderr.splitlines():  # with GPU_AGENT_DEBUG=1 in --shim-env: what the windows cost it
+        if "gpu-agent-shim" in ln and ("budget (" in ln or "teardowns (" in ln or "exit (" in ln):
+            print(f"    {w}: {ln[ln.index('gpu-agent-shim'):][:400]}", flush=True)
     return json.loads(stdout.strip().splitlines()[-1])["trace"]
 
 
@@ -110,7 +120,8 @@ def inprocess(a) -> None:
         print(f"inprocess {w:10} attached vs detached: "
               + (f"{100 * rec['median']:+.2f} %" if "median" in rec else "n/a")
               + (f" [{100 * ci[0]:+.2f}, {100 * ci[1]:+.2f}]" if ci else "")
-              + f" over {rec['periods']} periods; detached after vs before the first attach: "
+              + f" over {rec['periods']} periods (block medians {100 * rec.get('block_median', float('nan')):+.2f} %)"
+              + "; detached after vs before the first attach: "
               + (f"{100 * rec['after_detach']:+.2f} %" if "after_detach" in rec else "n/a")
               + f"; {rec['teardowns']} teardowns"
               + (f"; control (no shim, same periods): {100 * rec['control'].get('median', float('nan')):+.2f} %, "

@@ -50,6 +50,7 @@ static uint32_t g_windows_seen; /* windows whose costs were noted */
  * windows, the count phase's share of its time */
 static double g_switch_mean = -1, g_td_mean = -1, g_slow = -1, g_cb_frac = 0;
 static double g_fixed_ns = -1;
+static double g_switch_first = -1; /* the first window's switches: the first instrumentation */
 static uint64_t g_plan_w, g_plan_p; /* the last plan, for the exit line */
 static double g_plan_cost;          /* its estimated cost, a fraction of the process's time */
 
@@ -78,7 +79,9 @@ void ga_budget_note_window(uint64_t win_ns, uint64_t win_launches, double base_r
     if (!win_ns) return;
     g_windows_seen++;
     /* the switches since the last window: the re-subscription, this one's enable and disable */
-    g_switch_mean = ewma(g_switch_mean, (double)g_switch_ns.exchange(0, std::memory_order_relaxed));
+    double sw = (double)g_switch_ns.exchange(0, std::memory_order_relaxed);
+    if (g_switch_first < 0) g_switch_first = sw;
+    g_switch_mean = ewma(g_switch_mean, sw);
     if (base_rate > 0 && win_launches >= 50) {
         double s = 1.0 - ((double)win_launches / (double)win_ns) / base_rate;
         g_slow = ewma(g_slow, s < 0 ? 0 : s > 0.9 ? 0.9 : s);
@@ -124,9 +127,10 @@ void ga_budget_log_exit(void) noexcept {
     if (!ga_budget_on() || !g_windows_seen || g_fixed_ns < 0) return;
     double p = (double)g_plan_p, w = (double)g_plan_w;
     ga_debug("budget (pid %d): %.2f %% asked; last plan one %.0f ms window every %.2f s, estimated cost "
-             "%.2f %% (fixed %.2f ms a window, slowdown in windows %.1f %%, count phase %.2f %%); "
+             "%.2f %% (fixed %.2f ms a window: switches %.2f ms, the first window's %.2f ms, teardown %.2f ms; "
+             "slowdown in windows %.1f %%, count phase %.2f %%); "
              "%llu periods over the budget to keep one window in every 30 s",
              (int)getpid(), ga_cfg.budget_bp / 100.0, w / 1e6, p / 1e9, 100.0 * g_plan_cost,
-             g_fixed_ns / 1e6, 100.0 * (g_slow < 0 ? 0 : g_slow), 100.0 * g_cb_frac,
+             g_fixed_ns / 1e6, g_switch_mean / 1e6, g_switch_first / 1e6, g_td_mean < 0 ? 0.0 : g_td_mean / 1e6, 100.0 * (g_slow < 0 ? 0 : g_slow), 100.0 * g_cb_frac,
              (unsigned long long)g_stat_over.load());
 }
