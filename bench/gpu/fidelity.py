@@ -74,7 +74,7 @@ def record(a, workload: str, duty: int | None, out: Path, **env: str) -> dict[st
     if a.debug:
         for ln in p.stderr.splitlines():
             if "exit (pid" in ln or "budget (pid" in ln or "teardowns (pid" in ln:
-                print(f"      {ln[ln.index('exit'):][:400]}", flush=True)
+                print(f"      {ln[max(0, ln.find('gpu-agent-shim')):][:400]}", flush=True)
     return profile_kernels(out)
 
 
