@@ -378,12 +378,16 @@ static __always_inline void add_dropped(struct batch_ctx *bc, u32 dropped)
 /* CUPTI-lost records one process may report in a second: GA_MAX_BATCH_DROPS, more
  * than any launch rate. Each batch's own count is bounded too, but a process
  * firing batches in a loop pushed the node's drop_cupti to 3.4e9; past its
- * budget a process's counts are refused (drop_bad_record). Deleted at its exit. */
+ * budget a process's counts are refused. Deleted at its exit. */
 struct ga_drop_budget {
     u64 second;
     u64 dropped;
 };
 BPF_HASH(drop_budget, u32, struct ga_drop_budget, 8192);
+/* Lost records each process claimed past what it could have lost (refused claims'
+ * counts), by tgid: read by the agent each interval and said in that process's
+ * profile; deleted by the agent once it has reported the exit (LRU: never full). */
+BPF_TABLE("lru_hash", u32, u64, drop_implausible, 4096);
 
 static __always_inline int within_drop_budget(u32 tgid, u32 dropped)
 {
@@ -403,13 +407,18 @@ static __always_inline int within_drop_budget(u32 tgid, u32 dropped)
 }
 
 /* A batch's count of records CUPTI lost, as counted: 0 when refused (a count no
- * shim sends, or past its process's budget: drop_bad_record). */
+ * shim sends, or past its process's budget): one GA_DROP_IMPLAUSIBLE for the node,
+ * the count claimed for the process (drop_implausible). */
 static __always_inline u32 accept_drops(u32 tgid, u32 dropped)
 {
     if (!dropped)
         return 0;
     if (dropped > GA_MAX_BATCH_DROPS || !within_drop_budget(tgid, dropped)) {
-        count(GA_DROP_BAD_RECORD, 1);
+        count(GA_DROP_IMPLAUSIBLE, 1);
+        u64 zero = 0;
+        u64 *claimed = drop_implausible.lookup_or_try_init(&tgid, &zero);
+        if (claimed)
+            __sync_fetch_and_add(claimed, dropped);
         return 0;
     }
     count(GA_DROP_CUPTI, dropped);

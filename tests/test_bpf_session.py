@@ -175,7 +175,10 @@ class TestMainScenario:
         assert d["samples"] == 4
         assert d["new_stacks"] == 3
         assert d["unsampled"] == 1 + C.BATCH_MAX + 1
-        assert d["drop_bad_record"] == 1 + 2 + 1   # kernel id 0, two bad batches, a forged drop count
+        assert d["drop_bad_record"] == 1 + 2   # kernel id 0, two bad batches
+        # a forged drop count: refused, one claim for the node, its count for the process
+        assert d["drop_implausible"] == 1
+        assert main_run["s"].implausible_drops().get(main_run["pid"]) == C.MAX_BATCH_DROPS + 1
         # end before start, flagged by the shim, longer than GA_MAX_KERNEL_NS, heavier
         # than GA_MAX_RECORD_WEIGHT
         assert d["drop_impossible"] == 4
@@ -361,10 +364,10 @@ def test_windowed_records_refuse_stale_samples(firer, tmp_path):
 def test_per_key_drain_fallback(firer, tmp_path, monkeypatch):
     """Kernels without batch map ops: the per-key lookup-and-delete path gives
     the same numbers."""
-    from gpu_agent import bpf_session as B
+    from gpu_agent import bpf_maps
 
     def no_batch(*_a, **_k):
-        raise B._BatchUnsupported()
+        raise bpf_maps.BatchUnsupported()
 
     lib, exe = firer
     ev = Events()

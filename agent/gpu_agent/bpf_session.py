@@ -31,13 +31,12 @@ writes back onto them and the one after drains them: nothing is lost."""
 from __future__ import annotations
 
 import ctypes as ct
-import errno
 import os
 import time
 from typing import Callable, Optional
 
 from . import contract as C
-from . import paths, preflight
+from . import bpf_maps, paths, preflight
 from .estimator import AggKey, AggVal, Drain
 from .names import KernelNames
 from .parcagpu import ParcagpuFiles
@@ -45,7 +44,6 @@ from .shim_attach import DATA_PROBES, BpfError, ShimAttachments, ShimFile, data_
 
 __all__ = ["BpfError", "BpfSession", "ShimFile"]
 
-BATCH_CHUNK = 1024      # keys per BPF_MAP_LOOKUP_AND_DELETE_BATCH call
 FALLBACK_GRACE_S = 0.010  # grace period if the synchronize_rcu() barrier is refused
 # Fixed-size ring-buffer events: type -> (struct, the session's callback attribute)
 _FIXED_EVENTS = {C.EventType.GA_EV_KERNEL: (C.EvKernel, "on_kernel"),
@@ -283,6 +281,16 @@ class BpfSession:
             self._agent_counts["barrier_fallbacks"] += 1
             time.sleep(FALLBACK_GRACE_S)
 
+    def _drain(self, fd: int, stride: int, add, key_type) -> None:
+        """Read and delete every entry of a per-CPU map (bpf_maps.py)."""
+        try:
+            self._drain_batch(fd, stride, add, key_type)
+        except bpf_maps.BatchUnsupported:
+            bpf_maps.drain_per_key(self._lib, fd, stride, add, key_type)
+
+    def _drain_batch(self, fd: int, stride: int, add, key_type) -> None:
+        bpf_maps.drain_batch(self._lib, fd, stride, add, key_type)
+
     def _drain_map(self, table) -> dict[AggKey, AggVal]:
         out: dict[AggKey, AggVal] = {}
         nfields = len(C.AggValC._fields_)
@@ -295,10 +303,7 @@ class BpfSession:
             old = out.get(k)
             out[k] = v if old is None else AggVal(*(a + b for a, b in zip(old, v)))
 
-        try:
-            self._drain_batch(table.map_fd, stride, add)
-        except _BatchUnsupported:
-            self._drain_per_key(table.map_fd, stride, add)
+        self._drain(table.map_fd, stride, add, C.AggKeyC)
         return out
 
     def _drain_latency(self, table) -> dict:
@@ -314,64 +319,8 @@ class BpfSession:
             acc[0][key.bucket] += vals[0]
             acc[1] += vals[1]
 
-        try:
-            self._drain_batch(table.map_fd, stride, add, C.LatKey)
-        except _BatchUnsupported:
-            self._drain_per_key(table.map_fd, stride, add, C.LatKey)
+        self._drain(table.map_fd, stride, add, C.LatKey)
         return {k: (v[0], v[1]) for k, v in out.items()}
-
-    def _drain_batch(self, fd: int, stride: int, add, key_type=C.AggKeyC) -> None:
-        lib = self._lib
-        chunk = BATCH_CHUNK
-        keys = (key_type * chunk)()
-        vals = (ct.c_uint64 * (stride * chunk))()
-        in_batch, out_batch = ct.c_uint32(0), ct.c_uint32(0)
-        count = ct.c_uint32(0)
-        first = True
-        while True:
-            count.value = chunk
-            res = lib.bpf_lookup_and_delete_batch(
-                fd, None if first else ct.byref(in_batch), ct.byref(out_batch),
-                ct.byref(keys), ct.byref(vals), ct.byref(count))
-            err = ct.get_errno() if res != 0 else 0
-            mv = memoryview(vals).cast("B").cast("Q")
-            for i in range(count.value):
-                add(keys[i], mv[i * stride:(i + 1) * stride])
-            if res != 0:
-                if err == errno.ENOENT:
-                    return  # walked every bucket
-                if err == errno.ENOSPC and count.value == 0:
-                    # One bucket holds more keys than the buffer: grow and retry.
-                    chunk *= 2
-                    keys = (key_type * chunk)()
-                    vals = (ct.c_uint64 * (stride * chunk))()
-                    continue
-                if first and err in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
-                    raise _BatchUnsupported()
-                raise BpfError(f"BPF_MAP_LOOKUP_AND_DELETE_BATCH failed: {os.strerror(err)}")
-            in_batch.value = out_batch.value
-            first = False
-
-    def _drain_per_key(self, fd: int, stride: int, add, key_type=C.AggKeyC) -> None:
-        """Kernels without batch ops: per-key lookup-and-delete (5.14+), else lookup+delete."""
-        lib = self._lib
-        key, nxt = key_type(), key_type()
-        vals = (ct.c_uint64 * stride)()
-        keys = []
-        if lib.bpf_get_first_key(fd, ct.byref(key), ct.sizeof(key)) == 0:
-            keys.append(key_type.from_buffer_copy(key))
-            while lib.bpf_get_next_key(fd, ct.byref(key), ct.byref(nxt)) == 0:
-                keys.append(key_type.from_buffer_copy(nxt))
-                ct.memmove(ct.byref(key), ct.byref(nxt), ct.sizeof(key))
-        for k in keys:
-            if lib.bpf_lookup_and_delete(fd, ct.byref(k), ct.byref(vals)) != 0:
-                if ct.get_errno() == errno.ENOENT:
-                    continue
-                # Old kernel: not atomic, an increment between the two calls is lost.
-                if lib.bpf_lookup_elem(fd, ct.byref(k), ct.byref(vals)) != 0:
-                    continue
-                lib.bpf_delete_elem(fd, ct.byref(k))
-            add(k, memoryview(vals).cast("B").cast("Q"))
 
     def counters(self) -> dict[str, int]:
         """Cumulative BPF counters (contract names, see contract.counter_name) and
@@ -408,15 +357,7 @@ class BpfSession:
         return list(val.ips[:n])
 
     def _map_keys(self, name: str, ktype) -> list:
-        """Every key of map `name` (ctypes type ktype): a whole walk, not for a hot path."""
-        lib, fd = self._lib, self._maps[name].map_fd
-        key, nxt, keys = ktype(), ktype(), []
-        if lib.bpf_get_first_key(fd, ct.byref(key), ct.sizeof(key)) == 0:
-            keys.append(ktype.from_buffer_copy(key))
-            while lib.bpf_get_next_key(fd, ct.byref(key), ct.byref(nxt)) == 0:
-                keys.append(ktype.from_buffer_copy(nxt))
-                ct.memmove(ct.byref(key), ct.byref(nxt), ct.sizeof(key))
-        return keys
+        return bpf_maps.keys(self._lib, self._maps[name].map_fd, ktype)
 
     def stack_keys(self, tgid: int) -> list[tuple[int, int]]:
         """(start tag, stack id) of every stored stack of tgid. Walks the whole map:
@@ -452,7 +393,15 @@ class BpfSession:
             for k in self._map_keys(name, ktype):
                 if k.tgid in tgids:
                     deleted += self._lib.bpf_delete_elem(fd, ct.byref(k)) == 0
+        claims = self._bpf[b"drop_implausible"]
+        for t in tgids:
+            deleted += claims.pop(ct.c_uint32(t), None) is not None
         return deleted
+
+    def implausible_drops(self) -> dict[int, int]:
+        """tgid -> lost records it claimed past its bounds, since it started (BPF's
+        drop_implausible: refused, not in drop_cupti)."""
+        return {k.value: v.value for k, v in self._bpf[b"drop_implausible"].items()}
 
     # -- Python stacks (bpf/python_stack.h) ----------------------------------
     def set_trace(self, every_process: bool = False, pids: tuple[int, ...] = ()) -> None:
@@ -494,7 +443,3 @@ class BpfSession:
                                      ct.byref(val)) != 0:
             return None
         return val
-
-
-class _BatchUnsupported(Exception):
-    pass

@@ -118,6 +118,7 @@ class Collector:
         self._after_drain = False          # drain()'s second poll: exits wait (drain())
         self._late_exits: list[int] = []
         self._counters_at_window: dict[str, int] = {}
+        self._claims = invariants.DropClaims()
         # Every window's profiles number frames alike (pprof.Numbering): a reader of
         # many windows resolves each frame once.
         self._numbering = Numbering()
@@ -343,6 +344,12 @@ class Collector:
         self._counters_at_window = counters
         if lost:
             comments.append(lost)
+        claims = invariants.DropClaims.comment(
+            {p: n for p, n in self._claims.new(self.session.implausible_drops()).items() if self.included(p)},
+            lambda p: self._see(p).comm)
+        if claims:
+            comments.append(claims)
+        stats.lost_said = bool(lost or claims)
 
         # BPF keys (AggKey): tgid, device, stream, graph, kernel, stack, capture stack,
         # graph flags, process start tag; totals carry stack 0. The estimator's keys
@@ -457,6 +464,7 @@ class Collector:
         gone = {pid for pid, info in self.procs.items() if info.exited}
         if gone:
             self._forget_caches(gone)
+            self._claims.forget(gone)
             self.session.forget_pids(gone)  # their map entries: memory stays flat
 
     def _forget_caches(self, pids: set[int]) -> None:

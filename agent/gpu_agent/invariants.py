@@ -21,6 +21,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Mapping
 
+from . import contract as C
+
+MAX_DROPS_PER_SECOND = C.MAX_BATCH_DROPS  # bpf/gpu_agent.bpf.c's per-process budget
+
 
 def impossible_streams(totals: Mapping, windowed: set[int], wall_ns: int) -> set[tuple[int, int, int]]:
     """(tgid, device, stream) of windowed processes whose records' raw GPU time
@@ -53,3 +57,36 @@ def drops_comment(now: Mapping[str, int], before: Mapping[str, int]) -> str:
         return ""
     return ("gpu-agent lost data in this interval, so its totals are low by what these "
             "counted: " + ", ".join(f"{k}={v}" for k, v in sorted(lost.items())))
+
+
+class DropClaims:
+    """Lost records each process claimed past what it could have lost (BPF's
+    drop_implausible map, cumulative per tgid): what is new in each interval,
+    said in the profile (the node's drop_implausible counts the refused claims,
+    one each, so no process can inflate it)."""
+
+    SHOWN = 8  # pids named in one comment
+
+    def __init__(self) -> None:
+        self._seen: dict[int, int] = {}
+
+    def new(self, claimed: Mapping[int, int]) -> dict[int, int]:
+        """tgid -> records claimed since the last call."""
+        out = {p: n - self._seen.get(p, 0) for p, n in claimed.items() if n > self._seen.get(p, 0)}
+        self._seen.update(claimed)
+        return out
+
+    def forget(self, pids) -> None:
+        for p in pids:
+            self._seen.pop(p, None)
+
+    @classmethod
+    def comment(cls, new: Mapping[int, int], comm) -> str:
+        """One comment naming the processes (comm(pid) their name), '' if none."""
+        if not new:
+            return ""
+        top = sorted(new.items(), key=lambda kv: -kv[1])
+        named = ", ".join(f"pid {p} ({comm(p)}) {n}" for p, n in top[:cls.SHOWN])
+        more = f" and {len(top) - cls.SHOWN} more" if len(top) > cls.SHOWN else ""
+        return ("lost kernel records claimed past what a process can lose (a batch's bound, or "
+                f"{MAX_DROPS_PER_SECOND} a second), refused and not in drop_cupti: {named}{more}")

@@ -63,3 +63,6 @@ class WindowStats:
     # Attached processes with no kernel in this window: idle, or a job whose launches
     # fell between its collection windows (said, not hidden; the profile says it too).
     attached_without_kernels: int = 0
+    # The profile says data was lost or refused (drop counters, implausible claims):
+    # shipped even when it holds no kernel, so that every drop is said.
+    lost_said: bool = False

@@ -373,6 +373,11 @@ enum ga_counter {
                                 * out of contract or unreadable */
     GA_DROP_PC_SAMPLES,        /* PC samples the shim reported as lost */
     GA_CNT_PG_ERRORS,          /* parcagpu error probes (the agent logs each kind once) */
+    GA_DROP_IMPLAUSIBLE,       /* kernel_batch counts of lost records refused: past the
+                                * batch's bound (GA_MAX_BATCH_DROPS) or its process's
+                                * budget (as many a second). One per claim, so no process
+                                * can inflate it; the records each process claimed are
+                                * in the drop_implausible map, and its profile says so */
     GA_COUNTER_MAX
 };
 

@@ -6,10 +6,13 @@ counted, and the honest workload's names, launches and GPU ns stay exact."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 
 from gpu_agent import contract as C
+
+from support.pprof_tool import pprof
 
 from .faultkit import MOCK_APP, SHIM, attack, ground_truth, mock_env, settle
 
@@ -51,35 +54,52 @@ def test_impossible_durations_and_weights_are_dropped_and_counted(node, honest, 
     h.assert_exact(samples)
 
 
-def test_forged_drop_counts_are_refused_and_counted_as_bad(node, honest, attacker, world_dir):
-    """Item 6: a garbage `dropped` argument pushed drop_cupti to 1.0e14."""
+def claims_noted(node, pid: int) -> int:
+    """The lost records the profiles say pid claimed past its bounds (Go pprof -comments)."""
+    said = 0
+    for f in sorted(node.agent.out_dir.glob("*.pb.gz")):
+        for m in re.finditer(rf"pid {pid} \(\S*\) (\d+)", pprof("-comments", str(f))):
+            said += int(m.group(1))
+    return said
+
+
+def test_forged_drop_counts_are_refused_and_counted_as_implausible(node, honest, attacker, world_dir):
+    """Item 6: a garbage `dropped` argument pushed drop_cupti to 1.0e14. Issue 30: the
+    refused claims are counted once each for the node, and in full in the sender's
+    profile note."""
     h = honest(*HONEST)
     s = A.Script(SHIM).batch([], dropped=0xFFFFFFFF, repeat=100)
     before = node.metrics()
-    attack(attacker, s, world_dir)
+    pid = attack(attacker, s, world_dir)
     h.wait()
     settle(node)
     after = node.metrics()
     assert after.get("cupti", 0) == before.get("cupti", 0)
-    assert after.get("bad_record", 0) - before.get("bad_record", 0) == 100
+    assert after.get("implausible", 0) - before.get("implausible", 0) == 100
     node.stop()
+    assert claims_noted(node, pid) == 100 * 0xFFFFFFFF
     h.assert_exact(node.samples())
 
 
 def test_drop_counts_in_a_loop_stay_within_a_process_s_budget(node, attacker, world_dir):
     """Issue 30: batches each within the per-batch bound, fired in a loop, pushed the
-    node's drop_cupti to 3.4e9. A process may report 2^24 lost records a second."""
+    node's drop_cupti to 3.4e9. A process may report 2^24 lost records a second; its
+    claims past that are refused, one count each for the node, and its profile says
+    how many records it claimed."""
     s = A.Script(SHIM).batch([], dropped=C.MAX_BATCH_DROPS, repeat=200)
     before = node.metrics()
     started = time.monotonic()
-    attack(attacker, s, world_dir)
+    pid = attack(attacker, s, world_dir)
     seconds = time.monotonic() - started
     settle(node)
     after = node.metrics()
     added = after.get("cupti", 0) - before.get("cupti", 0)
     assert 0 < added <= C.MAX_BATCH_DROPS * (int(seconds) + 2), (added, seconds)
-    assert after.get("bad_record", 0) - before.get("bad_record", 0) >= 200 - (int(seconds) + 2), after
-
+    refused = after.get("implausible", 0) - before.get("implausible", 0)
+    assert refused >= 200 - (int(seconds) + 2), after
+    assert added + refused * C.MAX_BATCH_DROPS == 200 * C.MAX_BATCH_DROPS
+    node.stop()
+    assert claims_noted(node, pid) == refused * C.MAX_BATCH_DROPS
 
 
 def honest_names(tmp_path) -> list[bytes]:

@@ -254,7 +254,7 @@ class Outputs:
             return None
         w = self.collector.build_profiles(per_pid=any(b.per_process for b in self.backends))
         path = None
-        if w.stats.kernels:
+        if w.stats.kernels or w.stats.lost_said:
             for b in self.backends:
                 path = b.submit(w) or path  # the local file, for the status line
         else:
