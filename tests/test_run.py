@@ -98,26 +98,69 @@ def test_agent_killed_mid_run_app_finishes_normally(tmp_path, built):
     assert "error" not in err.lower(), err
 
 
+def health_of(agent) -> tuple[int, str]:
+    p = subprocess.run(agent_cmd("health", "--pid", str(agent.proc.pid)), capture_output=True, text=True,
+                       timeout=30)
+    return p.returncode, p.stdout
+
+
+def healthy_again(agent, within_s: float) -> str:
+    end = time.monotonic() + within_s
+    while True:
+        rc, out = health_of(agent)
+        if rc == 0 or time.monotonic() > end:
+            assert rc == 0, out
+            return out
+        time.sleep(0.3)
+
+
 def test_health_says_unhealthy_when_the_agent_stops_closing_windows(agent):
     """Loaded BPF programs are not enough: an agent stuck for 3 intervals (here:
     stopped with SIGSTOP, as a blocked open() would hold it) is unhealthy, so the
-    liveness probe restarts it; it is healthy again once it closes windows."""
-    def health():
-        p = subprocess.run(agent_cmd("health", "--pid", str(agent.proc.pid)),
-                           capture_output=True, text=True, timeout=30)
-        return p.returncode, p.stdout
-    rc, out = health()
+    liveness probe restarts it. Once it runs again its late window is said for 3
+    intervals; then it is healthy."""
+    rc, out = health_of(agent)
     assert rc == 0 and out.startswith("healthy"), out
     os.kill(agent.proc.pid, signal.SIGSTOP)
     try:
         time.sleep(3.5)  # 3 intervals of 1 s, and a little
-        rc, out = health()
+        rc, out = health_of(agent)
         assert rc == 1 and "stuck" in out, out
     finally:
         os.kill(agent.proc.pid, signal.SIGCONT)
+    time.sleep(0.5)
+    rc, out = health_of(agent)
+    assert rc == 1 and "late" in out, out
+    healthy_again(agent, 6)
+    agent.stop()
+
+
+def test_health_says_unhealthy_while_profiles_are_dropped(agent):
+    """Issue 30: slow connections once took the agent to its fd limit; it dropped
+    profiles ("Too many open files") while `health` said healthy. Here the agent's
+    fd limit is lowered to the fds it holds: its profiles are dropped, `health` says
+    so, and once the limit is back it is healthy again."""
+    import resource
+    pid = agent.proc.pid
+    app = workload("--duration", "12", "--sleep-ms", "2")  # kernels in every window: profiles to write
     time.sleep(1.5)
-    rc, out = health()
+    rc, out = health_of(agent)
     assert rc == 0, out
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    used = {int(fd) for fd in os.listdir(f"/proc/{pid}/fd")}
+    lowest_free = min(set(range(len(used) + 1)) - used)
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (lowest_free, hard))
+    try:
+        end, out = time.monotonic() + 5, ""
+        while time.monotonic() < end and "dropped" not in out:
+            time.sleep(0.5)
+            rc, out = health_of(agent)
+        assert rc == 1 and "dropped" in out, out
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+    healthy_again(agent, 6)
+    app.kill()
+    app.wait()
     agent.stop()
 
 

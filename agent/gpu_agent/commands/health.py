@@ -7,8 +7,11 @@ finds the `gpu-agent run` process among those in the same cgroup as itself
 checks that it holds at least one BPF program (an fd whose fdinfo has
 `prog_type`): alive, past preflight and attached. It then checks the agent's
 heartbeat (HEARTBEAT_DIR/run-PID, touched at every window): an agent that has
-closed no window for 3 intervals is stuck, however many programs it holds.
-One line on stdout says why.
+closed no window for 3 intervals is stuck, however many programs it holds. The
+heartbeat also says whether the last window was a fault: its profile dropped
+(the store or a backend refused it: a full disk, no fds left, a queue over
+its bound) or late (more than LATE_INTERVALS intervals after the one before).
+A window that holds no kernel is not a fault. One line on stdout says why.
 """
 
 from __future__ import annotations
@@ -21,46 +24,97 @@ from ..atomic import write_atomic
 
 HEARTBEAT_DIR = "/run/gpu-agent"
 STUCK_INTERVALS = 3
+LATE_INTERVALS = 2
 
 
 def heartbeat_path(pid: int) -> str:
     return f"{HEARTBEAT_DIR}/run-{pid}"
 
 
-def beat(interval_s: float) -> None:
-    """`run`, at start and at every window: the file's mtime is the heartbeat, its
-    text the interval. Best effort: an agent that cannot write it still runs."""
-    path = heartbeat_path(os.getpid())
-    try:
-        if not os.path.exists(path):  # the first beat: forget agents killed without a goodbye
+class Beats:
+    """`run`'s heartbeat (HEARTBEAT_DIR/run-PID), one beat per window closed: its
+    mtime is the beat; its text the interval and a fault (a profile dropped, or a
+    window late), said for STUCK_INTERVALS intervals after it, so that a probe run
+    every few intervals sees it. The file stays open and is rewritten in place
+    (a fixed-size record): an agent out of fds still beats and says why. Best
+    effort: an agent that cannot write it still runs."""
+
+    SIZE = 512
+
+    def __init__(self, interval_s: float, clock=time.monotonic):
+        self.interval, self._clock = interval_s, clock
+        self._last = clock()
+        self._dropped = 0
+        self._fault, self._fault_until = "", 0.0
+        self._fd = -1
+        try:
             for name in os.listdir(HEARTBEAT_DIR) if os.path.isdir(HEARTBEAT_DIR) else ():
-                pid = name[len("run-"):]
+                pid = name[len("run-"):]  # agents killed without a goodbye
                 if name.startswith("run-") and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
                     os.unlink(os.path.join(HEARTBEAT_DIR, name))
             os.makedirs(HEARTBEAT_DIR, mode=0o755, exist_ok=True)
-            write_atomic(path, f"{interval_s:g}\n".encode())
-        else:
-            os.utime(path)
-    except OSError:
-        pass
+            path = heartbeat_path(os.getpid())
+            write_atomic(path, self._record(""))  # a new inode (0600), never a link
+            self._fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            pass
+
+    def _record(self, fault: str) -> bytes:
+        return f"{self.interval:g}\n{fault}\n".encode()[:self.SIZE].ljust(self.SIZE, b" ")
+
+    def window(self, dropped_total: int) -> None:
+        """A window closed; dropped_total: profiles refused so far (by any output)."""
+        now = self._clock()
+        fault = window_fault(dropped_total - self._dropped, now - self._last, self.interval)
+        self._last, self._dropped = now, dropped_total
+        if fault:
+            self._fault, self._fault_until = fault, now + STUCK_INTERVALS * self.interval
+        if self._fd < 0:
+            return
+        try:
+            os.pwrite(self._fd, self._record(self._fault if now < self._fault_until else ""), 0)
+            os.utime(self._fd)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        """At the agent's end: no heartbeat left behind."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        try:
+            os.unlink(heartbeat_path(os.getpid()))
+        except OSError:
+            pass
 
 
-def forget() -> None:
+def window_fault(dropped: int, gap_s: float, interval_s: float) -> str:
+    """What was wrong with the window just closed ('' if nothing): `dropped` profiles
+    refused since the one before, `gap_s` seconds after it."""
+    if dropped:
+        return f"dropped {dropped} profile(s) in a recent window (the store or a backend refused them)"
+    if gap_s > LATE_INTERVALS * interval_s:
+        return f"closed a recent window {gap_s:.1f}s after the one before (interval {interval_s:g}s): late"
+    return ""
+
+
+def _heartbeat(pid: int) -> tuple[float, float, str] | None:
+    """(age s, interval s, last window's fault) of the agent's heartbeat, or None."""
     try:
-        os.unlink(heartbeat_path(os.getpid()))
-    except OSError:
-        pass
+        st = os.stat(heartbeat_path(pid))
+        with open(heartbeat_path(pid)) as f:
+            interval, _, fault = f.read().partition("\n")  # a Beats record
+        return time.time() - st.st_mtime, float(interval.strip() or 0), fault.strip()
+    except (OSError, ValueError):
+        return None  # an agent that writes no heartbeat is judged by its programs alone
 
 
 def stuck_for(pid: int) -> float | None:
     """Seconds past STUCK_INTERVALS intervals since the agent's last window, or None."""
-    try:
-        st = os.stat(heartbeat_path(pid))
-        with open(heartbeat_path(pid)) as f:
-            interval = float(f.read().strip() or 0)
-    except (OSError, ValueError):
-        return None  # an agent that writes no heartbeat is judged by its programs alone
-    age = time.time() - st.st_mtime
+    hb = _heartbeat(pid)
+    if hb is None:
+        return None
+    age, interval, _ = hb
     return age if interval > 0 and age > STUCK_INTERVALS * interval else None
 
 
@@ -125,6 +179,10 @@ def main(args) -> int:
             if stuck is not None:
                 print(f"unhealthy: gpu-agent run (pid {pid}) has closed no window for {stuck:.0f}s "
                       f"(over {STUCK_INTERVALS} intervals): stuck")
+                return 1
+            fault = (_heartbeat(pid) or (0, 0, ""))[2]
+            if fault:
+                print(f"unhealthy: gpu-agent run (pid {pid}) {fault}")
                 return 1
             print(f"healthy: gpu-agent run (pid {pid}) holds {n} BPF programs")
             return 0

@@ -234,7 +234,7 @@ class Outputs:
             attached_processes=sum(1 for p in self.collector.procs.values() if not p.exited),
             bpf_events=getattr(self.collector.session, "_events", 0),
             kernel_records=c.get("kernels", 0), sampled_launches=c.get("samples", 0),
-            drops=drops, profiles=self._profile_counts())
+            drops=drops, profiles=self.profile_counts())
         if self.metrics is not None:
             self.metrics.set_health(**health)
         backends = []
@@ -262,7 +262,16 @@ class Outputs:
         self._health()
         return w.stats, path
 
-    def _profile_counts(self) -> dict:
+    def dropped_profiles(self) -> int:
+        """Profiles refused so far: the local store's failed writes, and the requests
+        every backend's queue dropped (`health` says so)."""
+        n = sum(b.profile_counts().get("write_failed", 0) for b in self.backends)
+        for b in self.backends:
+            q = b.queue_stats()
+            n += sum(q.dropped.values()) if q is not None else 0
+        return n
+
+    def profile_counts(self) -> dict:
         out = {"written": 0, "sent": 0, **self._unshipped}
         for b in self.backends:
             for outcome, n in b.profile_counts().items():

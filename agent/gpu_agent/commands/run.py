@@ -124,7 +124,7 @@ def main(args) -> int:
           "`gpu-agent record -- CMD` profiles one job exactly",
           file=sys.stderr, flush=True)
     started = time.monotonic()
-    health.beat(args.interval)
+    beats = health.Beats(args.interval)
     next_window = started + args.interval
     next_discover = started + args.discover_interval
     try:
@@ -139,7 +139,7 @@ def main(args) -> int:
             outputs.tick()
             if time.monotonic() >= next_window:
                 write_window(collector, outputs)
-                health.beat(args.interval)
+                beats.window(outputs.dropped_profiles())
                 next_window += args.interval
         # Last partial window: nothing aggregated so far is lost on shutdown.
         collector.poll(0)
@@ -150,7 +150,7 @@ def main(args) -> int:
             ui_server.server_close()
         collector.close()
         outputs.close()
-        health.forget()
+        beats.close()
         if pods is not None:
             k8s.configure(None)
             pods.stop()
