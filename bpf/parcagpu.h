@@ -166,6 +166,27 @@ static __always_inline u64 pg_kernel_id(u32 tgid, u32 start, u64 name)
     return x ? x : 1;
 }
 
+/* A name BPF could not read (a page not resident: BPF cannot fault it in): the
+ * agent reads it (GA_EV_PG_NAME), once per process and name; if the event finds no
+ * room, the next record tries again. */
+static __always_inline void pg_name_unread(u32 tgid, u32 start, u64 name, u64 kernel_id,
+                                           struct ga_pg_name_key *nk)
+{
+    struct ga_ev_pg_name *ev = events.ringbuf_reserve(sizeof(*ev));
+    if (!ev) {
+        count(GA_DROP_RINGBUF_FULL, 1);
+        pg_names.delete(nk);
+        return;
+    }
+    ev->hdr.type = GA_EV_PG_NAME;
+    ev->hdr.tgid = tgid;
+    ev->start = start;
+    ev->pad = 0;
+    ev->kernel_id = kernel_id;
+    ev->address = name;
+    events.ringbuf_submit(ev, 0);
+}
+
 /* A kernel name, once per process: read whole into the scratch first (its length
  * is in the first chunk holding its NUL), then sent as GA_EV_NAME_CHUNK events. */
 static __always_inline void pg_send_name(u32 tgid, u32 start, u64 name, u64 kernel_id)
@@ -190,8 +211,7 @@ static __always_inline void pg_send_name(u32 tgid, u32 start, u64 name, u64 kern
             if (n <= 0) {
                 done = 1;
                 if (c == 0) {
-                    count(GA_DROP_NAME_READ, 1);
-                    pg_names.delete(&nk);
+                    pg_name_unread(tgid, start, name, kernel_id, &nk);
                     return;
                 }
             } else if (n <= GA_NAME_CHUNK) {

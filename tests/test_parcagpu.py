@@ -111,6 +111,21 @@ def test_parcagpu_process_found_by_its_probes_with_exact_kernels_and_stacks(agen
     assert sources == {"parcagpu"}
 
 
+def test_names_in_pages_bpf_cannot_read_are_read_by_the_agent(agent, tmp_path):
+    """Issue 30: parcagpu hands over a pointer to each name; where its page is not
+    resident, BPF cannot fault it in, and every record of that kernel stayed
+    [unknown kernel]. pglike hands every name over from a page it never touched:
+    the agent reads them from /proc/PID/mem, and the kernels are named and exact."""
+    lib = build_pglike(tmp_path / "pg")
+    gt = tmp_path / "truth.tsv"
+    run_workload(agent, lib, gt, 300, PGLIKE_RATE="0", PGLIKE_COLD_NAMES="1")
+    out = agent.stop()
+    (launches, gpu_ns), = ground_truth(gt).values()
+    ns, n, sources = by_site(agent.samples())  # no [unknown kernel]
+    assert (sum(n.values()), sum(ns.values())) == (launches, gpu_ns), (n, ns, out[-1500:])
+    assert "drop_cold_name" not in out and "drop_name_read" not in out, out[-1500:]
+
+
 def test_rate_limited_parcagpu_keeps_unsampled_time(agent, tmp_path):
     """parcagpu's default: 100 correlation probes a second per thread. With every
     kernel record passed on, the kernels' GPU time stays whole (the estimator splits

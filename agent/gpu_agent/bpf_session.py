@@ -38,6 +38,7 @@ from typing import Callable, Optional
 from . import contract as C
 from . import bpf_maps, paths, preflight
 from .estimator import AggKey, AggVal, Drain
+from .cold_names import ColdNames
 from .names import KernelNames
 from .parcagpu import ParcagpuFiles
 from .shim_attach import DATA_PROBES, BpfError, ShimAttachments, ShimFile, data_sites, read_shim
@@ -80,6 +81,7 @@ class BpfSession:
         self._agent_counts = {"ev_corrupt": 0, "ev_unknown": 0, "callback_errors": 0,
                               "barrier_fallbacks": 0}
         self.names = KernelNames(self._agent_counts)
+        self.cold_names = ColdNames(self._agent_counts, self.proc_start, self._forget_pg_name)
         self._bpf = None
         self._cb_error: Optional[BaseException] = None
         self._events = 0
@@ -137,7 +139,7 @@ class BpfSession:
             "totals0", "totals1", "sampled0", "sampled1", "latency0", "latency1",
             "generation", "drain_barrier",
             "stacks", "counters", "py_procs", "py_stacks", "node_stacks", "corr_stacks",
-            "trace_mode", "traced")}
+            "trace_mode", "traced", "procs")}
         self._gen = 0
         self._set_generation(0)
 
@@ -159,6 +161,7 @@ class BpfSession:
             return
         if self.attachments is not None:
             self.attachments.close()
+        self.cold_names.close()
         try:
             self._bpf.cleanup()
         finally:
@@ -198,6 +201,7 @@ class BpfSession:
         if self.attachments is not None and self.attachments.replay_holds:
             self.attachments.release_replays(time.monotonic())
         self._bpf.ring_buffer_poll(timeout_ms)  # bcc 0.26 returns None, not a count
+        self.cold_names.apply(self.names)
         err, self._cb_error = self._cb_error, None
         if err is not None:
             raise err
@@ -226,6 +230,12 @@ class BpfSession:
             ev = C.EvNameChunk.from_buffer_copy(buf.ljust(ct.sizeof(C.EvNameChunk), b"\0"))
             self.names.chunk(ev.kernel_id, ev.total_len, ev.offset, ev.len,
                              buf[C.EvNameChunk.data.offset:], not ev.flags & C.NAME_UNVERIFIED)
+        elif hdr.type == C.EventType.GA_EV_PG_NAME:
+            if len(buf) < ct.sizeof(C.EvPgName):
+                self._agent_counts["ev_corrupt"] += 1
+                return
+            ev = C.EvPgName.from_buffer_copy(buf)
+            self.cold_names.submit(hdr.tgid, ev.start, ev.kernel_id, ev.address)
         elif hdr.type == C.EventType.GA_EV_NEW_STACK:
             if len(buf) < ct.sizeof(C.EvNewStack):
                 self._agent_counts["ev_corrupt"] += 1
@@ -342,6 +352,19 @@ class BpfSession:
             out["agent_" + k] = v
         out["agent_names_pending"] = self.names.pending
         return out
+
+    def proc_start(self, tgid: int) -> Optional[int]:
+        """The start tag BPF gave the live process tgid, or None (not seen, or gone)."""
+        key, val = ct.c_uint32(tgid), ct.c_uint32()
+        if self._bpf is None or self._lib.bpf_lookup_elem(self._maps["procs"].map_fd, ct.byref(key),
+                                                          ct.byref(val)) != 0:
+            return None
+        return val.value
+
+    def _forget_pg_name(self, tgid: int, start: int, address: int) -> None:
+        """BPF sends this parcagpu name again at its kernel's next record (cold_names.py)."""
+        key = C.PgNameKey(tgid=tgid, start=start, name=address)
+        self._lib.bpf_delete_elem(self._bpf[b"pg_names"].map_fd, ct.byref(key))
 
     def get_stack(self, tgid: int, stack_id: int, start: int) -> Optional[list[int]]:
         """Frames of a stored stack of the process (tgid, start tag), innermost

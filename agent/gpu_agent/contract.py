@@ -211,6 +211,7 @@ class EventType(IntEnum):
     GA_EV_CUBIN = 9
     GA_EV_PG_PC = 10
     GA_EV_PG_ERROR = 11
+    GA_EV_PG_NAME = 12
 
 
 class EventHdr(ct.Structure):
@@ -399,6 +400,10 @@ class EvPgError(ct.Structure):
                 ("component", ct.c_char * PG_ERROR_LEN)]
 
 
+class EvPgName(ct.Structure):
+    _fields_ = [("hdr", EventHdr), ("start", u32), ("pad", u32), ("kernel_id", u64), ("address", u64)]
+
+
 # C struct name -> ctypes mirror; the contract test walks this.
 STRUCTS: dict[str, type[ct.Structure]] = {
     "ga_kernel_record": KernelRecord,
@@ -434,6 +439,7 @@ STRUCTS: dict[str, type[ct.Structure]] = {
     "ga_pg_stall": PgStall,
     "ga_ev_pg_pc": EvPgPc,
     "ga_ev_pg_error": EvPgError,
+    "ga_ev_pg_name": EvPgName,
 }
 ENUMS: dict[str, type[IntEnum]] = {"ga_counter": Counter, "ga_event_type": EventType}
 CONSTANTS: dict[str, int] = {

@@ -98,6 +98,13 @@ class KernelNames(Mapping[int, bytes]):
             self._finish(kernel_id, b"".join(p.chunks[o] for o in range(0, total, C.NAME_CHUNK)), p.verified)
         self._bound_pending()
 
+    def unverified(self, kernel_id: int, name: bytes) -> None:
+        """A parcagpu name the agent read itself (cold_names.py): its id, like its
+        chunks', is BPF's, which no other process can reach."""
+        if kernel_id and kernel_id not in self._names and 0 < len(name) <= C.MAX_NAME_LEN:
+            self._drop_pending(kernel_id)
+            self._finish(kernel_id, name, False)
+
     def _finish(self, kernel_id: int, name: bytes, verified: bool) -> None:
         if verified and C.kernel_id(name) != kernel_id:
             self.counts["drop_name_spoofed"] += 1

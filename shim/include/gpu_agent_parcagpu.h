@@ -130,5 +130,15 @@ struct ga_ev_pg_error {
     char message[GA_PG_ERROR_LEN];
     char component[GA_PG_ERROR_LEN];
 };
+/* GA_EV_PG_NAME: a parcagpu kernel name BPF could not read (its page not resident:
+ * BPF cannot fault it in). The agent reads it from /proc/PID/mem while the
+ * process's start tag is still `start`, and names kernel_id with it. */
+struct ga_ev_pg_name {
+    struct ga_event_hdr hdr;
+    ga_u32 start;            /* the process's start tag */
+    ga_u32 pad;
+    ga_u64 kernel_id;
+    ga_u64 address;          /* the name, in the process */
+};
 
 #endif

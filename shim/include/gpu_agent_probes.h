@@ -395,6 +395,7 @@ enum ga_event_type {
     GA_EV_CUBIN = 9,
     GA_EV_PG_PC = 10,          /* one PC of a parcagpu pc_sample_batch (gpu_agent_parcagpu.h) */
     GA_EV_PG_ERROR = 11,       /* a parcagpu error probe */
+    GA_EV_PG_NAME = 12,        /* a parcagpu name BPF could not read (gpu_agent_parcagpu.h) */
 };
 struct ga_event_hdr {
     ga_u32 type;

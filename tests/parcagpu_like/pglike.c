@@ -26,6 +26,9 @@
  * one without a name (what a broken or hostile library could fire); with PGLIKE_PC,
  * at exit, a pc_sample_batch of 129 records and one whose record pointer is NULL,
  * and the same error probe twice.
+ * PGLIKE_COLD_NAMES=1: kernel_executed hands each name over from a page of its own,
+ * file-backed and never touched by this process (a library's string table not yet
+ * read looks like this): BPF cannot read it, the agent must.
  */
 #define _SDT_HAS_SEMAPHORES 1
 #include <sys/sdt.h>
@@ -37,7 +40,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 __extension__ unsigned short parcagpu_cuda_correlation_semaphore
     __attribute__((unused, section(".probes"))); /* exported: the tests' workload waits on it */
@@ -358,6 +363,41 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
     STAP_PROBE3(parcagpu, cuda_correlation, corr, signed_cbid, name);
 }
 
+#define COLD_MAX 32
+static int g_cold_names, g_cold_n, g_cold_fd = -1;
+static struct { char *orig; const char *cold; } g_cold[COLD_MAX];
+static pthread_mutex_t g_cold_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static const char *cold_name(const char *name)
+{
+    if (!g_cold_names || !name)
+        return name;
+    const char *out = name;
+    pthread_mutex_lock(&g_cold_lock);
+    for (int i = 0; i < g_cold_n; i++)
+        if (strcmp(g_cold[i].orig, name) == 0) {
+            out = g_cold[i].cold;
+            goto done;
+        }
+    if (g_cold_fd < 0) {
+        char path[] = "/tmp/pglike-cold-XXXXXX";
+        g_cold_fd = mkstemp(path);
+        unlink(path);
+    }
+    size_t len = strlen(name) + 1;
+    off_t off = (off_t)g_cold_n * 4096;
+    if (g_cold_fd >= 0 && g_cold_n < COLD_MAX && len <= 4096 && pwrite(g_cold_fd, name, len, off) == (ssize_t)len) {
+        void *p = mmap(NULL, 4096, PROT_READ, MAP_SHARED, g_cold_fd, off); /* never touched here */
+        if (p != MAP_FAILED) {
+            g_cold[g_cold_n].orig = strdup(name);
+            out = g_cold[g_cold_n++].cold = p;
+        }
+    }
+done:
+    pthread_mutex_unlock(&g_cold_lock);
+    return out;
+}
+
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
 {
     *size = 1 << 20;
@@ -377,7 +417,7 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
             continue;
         uint64_t start = k->start, end = k->end, node = k->graphNodeId;
         uint32_t corr = k->correlationId, dev = k->deviceId, strm = k->streamId, graph = k->graphId;
-        const char *name = k->name;
+        const char *name = cold_name(k->name);
         STAP_PROBE8(parcagpu, kernel_executed, start, end, corr, dev, strm, graph, node, name);
         if (g_bad) {
             uint64_t later = end + 1000;
@@ -403,6 +443,7 @@ int InitializeInjection(void)
     g_all_records = getenv("PGLIKE_ALL_RECORDS") && atoi(getenv("PGLIKE_ALL_RECORDS"));
     g_bad = getenv("PGLIKE_BAD") && atoi(getenv("PGLIKE_BAD"));
     g_pc = getenv("PGLIKE_PC") && atoi(getenv("PGLIKE_PC"));
+    g_cold_names = getenv("PGLIKE_COLD_NAMES") && atoi(getenv("PGLIKE_COLD_NAMES"));
     if (getenv("PGLIKE_PC_PERIOD"))
         g_pc_period = (uint32_t)atoi(getenv("PGLIKE_PC_PERIOD"));
     if (getenv("PGLIKE_PC_DRAIN") && atoi(getenv("PGLIKE_PC_DRAIN")) > 0)
