@@ -17,6 +17,7 @@ times: what the host did meanwhile (these hosts drift by tens of percent).
 
 from __future__ import annotations
 
+import bisect
 import json
 import statistics
 import subprocess
@@ -27,6 +28,8 @@ import time
 from bench.gpu.cases import STEPS
 from bench.gpu.harness import Agent, clean_env, shim_env
 from bench.gpu.overhead import bootstrap_ci
+
+NEAR = 0.3  # s: a window, its count phase and the teardown after it lie within this of the teardown
 
 
 def runs_of(trace: list[list]) -> list[tuple[int, list[list]]]:
@@ -45,9 +48,17 @@ def analyse(trace: list[list], settle: float) -> dict:
     what a job's throughput pays, windows and their stalls included) against the
     mean of the detached runs just before and after it. The medians of blocks are
     kept beside (`block_medians`): they show the steady slowdown but hide a window
-    that fills a few blocks of many."""
+    that fills a few blocks of many. `between_windows`: the same ratio over the
+    attached blocks more than NEAR s from any teardown (no CUPTI in the process)."""
     runs = runs_of(trace)
     ratios, med_ratios, detached_before, detached_after = [], [], [], []
+    between = []  # attached blocks NEAR s or more from a teardown: between windows
+    tds = [trace[i][0] for i in range(1, len(trace)) if trace[i][3] > trace[i - 1][3]]
+
+    def away(t: float) -> bool:
+        j = bisect.bisect_left(tds, t)
+        return all(abs(t - tds[k]) > NEAR for k in (j - 1, j) if 0 <= k < len(tds))
+
     for i, (att, blocks) in enumerate(runs):
         if att:
             steady = [b[1] for b in blocks if b[0] >= blocks[0][0] + settle]
@@ -56,6 +67,9 @@ def analyse(trace: list[list], settle: float) -> dict:
             if steady and around:
                 ratios.append(statistics.fmean(steady) / statistics.fmean(around) - 1)
                 med_ratios.append(statistics.median(steady) / statistics.median(around) - 1)
+                far = [b[1] for b in blocks if b[0] >= blocks[0][0] + settle and away(b[0])]
+                if far:
+                    between.append(statistics.fmean(far) / statistics.fmean(around) - 1)
         else:
             (detached_after if any(r[0] for r in runs[:i]) else detached_before).extend(b[1] for b in blocks)
     out = {"periods": len(ratios), "ratios": [round(r, 5) for r in ratios],
@@ -64,6 +78,8 @@ def analyse(trace: list[list], settle: float) -> dict:
         out["median"] = statistics.median(ratios)
         out["ci"] = bootstrap_ci(ratios) if len(ratios) > 2 else None
         out["block_median"] = statistics.median(med_ratios)
+    if between:
+        out["between_windows"] = statistics.median(between)
     if detached_before and detached_after:
         out["after_detach"] = statistics.median(detached_after) / statistics.median(detached_before) - 1
     return out
@@ -120,7 +136,8 @@ def inprocess(a) -> None:
         print(f"inprocess {w:10} attached vs detached: "
               + (f"{100 * rec['median']:+.2f} %" if "median" in rec else "n/a")
               + (f" [{100 * ci[0]:+.2f}, {100 * ci[1]:+.2f}]" if ci else "")
-              + f" over {rec['periods']} periods (block medians {100 * rec.get('block_median', float('nan')):+.2f} %)"
+              + f" over {rec['periods']} periods (block medians {100 * rec.get('block_median', float('nan')):+.2f} %"
+              + f", between windows {100 * rec.get('between_windows', float('nan')):+.2f} %)"
               + "; detached after vs before the first attach: "
               + (f"{100 * rec['after_detach']:+.2f} %" if "after_detach" in rec else "n/a")
               + f"; {rec['teardowns']} teardowns"
