@@ -251,6 +251,10 @@ void CUPTIAPI ga_api_callback(void *, CUpti_CallbackDomain domain, CUpti_Callbac
         ga_pcs_launch(cd->context, ga_window_on.load(std::memory_order_relaxed) != 0);
         ga_cupti_gate_leave();
     }
+    bool graph = (kind1 - 1) == GA_LK_GRAPH;
+    /* A graph launch under CUPTI, in a count phase too: no teardown from now on
+     * (CUPTI does not start again after one, collection.cpp) */
+    if (GA_UNLIKELY(graph)) ga_graphs_made.store(1, std::memory_order_relaxed);
     if (!ga_window_on.load(std::memory_order_relaxed)) return;
     if (GA_UNLIKELY(ga_audit_on())) ga_audit_mark(cd->correlationId);
     ga_stat_launches.fetch_add(1, std::memory_order_relaxed);
@@ -258,8 +262,6 @@ void CUPTIAPI ga_api_callback(void *, CUpti_CallbackDomain domain, CUpti_Callbac
     if (GA_UNLIKELY(!t->inited)) tls_init(t);
 
     uint32_t weight = 0;
-    bool graph = (kind1 - 1) == GA_LK_GRAPH;
-    if (GA_UNLIKELY(graph)) ga_graphs_made.store(1, std::memory_order_relaxed);
     if (seen_first(launch_key(domain, cbid, cd->functionParams))) {
         weight = 1;
         ga_stat_forced.fetch_add(1, std::memory_order_relaxed);

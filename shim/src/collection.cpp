@@ -260,9 +260,12 @@ static CUptiResult apply_phase(uint64_t now, const char **what) {
     }
     if (g_phase == GA_PHASE_COUNT) {
         if (g_cbids_on) return CUPTI_SUCCESS;
+        uint64_t t0 = ga_now_ns();
         CUptiResult r = set_launch_cbids(true);
+        uint64_t on = ga_now_ns(); /* counting starts now, not at the poll's start */
+        ga_budget_note_stall(on - t0, false);
         if (r != CUPTI_SUCCESS) *what = "cuptiEnableCallback";
-        else ga_window_count_started(now);
+        else ga_window_count_started(on);
         return r;
     }
     if (g_teardowns && g_cbids_on) return request_teardown(what);
