@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import gzip
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -152,6 +153,9 @@ def share_check(name: str, truth: Path, est: Path) -> dict:
     cap_b = sum(v for k, v in b.items() if "capture_graph" in k)
     print(f"    {name}: per-stack shares, worst gap {worst:.2f} points over {len(a)} stacks; "
           f"under capture_graph {cap_b:.2f} % (continuous {cap_a:.2f} %)", flush=True)
+    for k in sorted(set(a) | set(b), key=lambda k: -abs(a.get(k, 0) - b.get(k, 0)))[:4]:
+        print(f"      {b.get(k, 0):6.2f} % (continuous {a.get(k, 0):6.2f} %): "
+              f"{' <- '.join(str(f)[:40] for f in k[:16])}", flush=True)
     return {"case": f"stacks, {name}", "share_err_points": worst, "stacks": len(a),
             "capture_stack_pct": cap_b, "capture_stack_pct_continuous": cap_a}
 
@@ -298,6 +302,10 @@ def run(a) -> None:
             print(f"== {w} ({steps_of(a, w)} steps{', audit' if a.audit else ''})", flush=True)
             rows = against_audit(a, w, t) if a.audit else against_continuous(a, w, t)
             results += [dict(r, workload=w) for r in rows]
+        if a.keep:  # the profiles, for a look afterwards
+            Path(a.keep).mkdir(parents=True, exist_ok=True)
+            for f in t.glob("*.pb.gz"):
+                shutil.copy(f, Path(a.keep) / f.name)
     with open(a.jsonl, "a") as f:
         for r in results:
             f.write(json.dumps(r) + "\n")
