@@ -21,6 +21,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from conftest import BENCH_SHIM, MOCK_APP, MOCK_DIR, agent_cmd, ground_truth, mock_env, need_ebpf
 from test_windows import KERNEL, kernel_totals, shim_exit_stats
 
@@ -42,11 +44,15 @@ def record(tmp_path, *mock_args, duty=5, shim=None, **env):
     return out, gt, p.stderr, int(residual.group(1))
 
 
-def test_windows_leave_no_residual_and_the_estimate_holds(tmp_path, built):
+@pytest.mark.parametrize("late", [False, True], ids=["subscribed-between-windows", "exp-subscribe-late"])
+def test_windows_leave_no_residual_and_the_estimate_holds(tmp_path, built, late):
+    """(exp-subscribe-late: the benchmark build's GPU_AGENT_EXP_SUBSCRIBE=late, CUPTI
+    subscribed again only for the count phase: windows and estimates the same.)"""
     need_ebpf()
     # A closed loop (each launch spins 3 us): an open, paced loop catches up after the
     # stalls of a loaded host and reads low (docs/estimator.md: a known limit).
-    out, gt, err, residual = record(tmp_path, "--bench", "900000", "--spin-ns", "3000", "--block", "100")
+    exp = {"shim": str(BENCH_SHIM), "GPU_AGENT_EXP_SUBSCRIBE": "late"} if late else {}
+    out, gt, err, residual = record(tmp_path, "--bench", "900000", "--spin-ns", "3000", "--block", "100", **exp)
     truth = ground_truth(gt)[KERNEL]
     td = TEARDOWNS.search(err)
     windows = shim_exit_stats(err)["windows"]

@@ -26,7 +26,7 @@ import tempfile
 import time
 
 from bench.gpu.cases import STEPS
-from bench.gpu.harness import Agent, clean_env, shim_env
+from bench.gpu.harness import Agent, clean_env, needs_bench_shim, shim_env
 from bench.gpu.overhead import bootstrap_ci
 
 NEAR = 0.3  # s: a window, its count phase and the teardown after it lie within this of the teardown
@@ -107,7 +107,8 @@ def inprocess(a) -> None:
     for w in a.workloads.split(","):
         steps = max(1, int(a.scale * STEPS[w]) // 40)
         secs = a.periods * (a.on + a.off + 11) + a.off + 10  # an agent takes about 10 s to start there
-        env = shim_env(**dict(kv.split("=", 1) for kv in filter(None, a.shim_env.split(","))))
+        settings = dict(kv.split("=", 1) for kv in filter(None, a.shim_env.split(",")))
+        env = shim_env(**settings)
         cases = [start_case(w, steps, secs, env, a.cpus)]
         if a.control_cpus:
             cases.append(start_case(w, steps, secs, clean_env(), a.control_cpus))
@@ -117,7 +118,8 @@ def inprocess(a) -> None:
         time.sleep(a.off)
         watched = []
         for _ in range(a.periods):
-            agent = Agent(tempfile.mkdtemp(prefix="gpu-agent-bench-"), cpus=a.agent_cpus)
+            agent = Agent(tempfile.mkdtemp(prefix="gpu-agent-bench-"), cpus=a.agent_cpus,
+                          bench_shim=needs_bench_shim(settings))
             t_on = time.monotonic()
             time.sleep(a.on)
             agent.stop()

@@ -277,7 +277,10 @@ static CUptiResult apply_phase(uint64_t now, const char **what) {
  * the next phase. */
 static CUptiResult step_windows(uint64_t now, const char **what) {
     CUptiResult r = CUPTI_SUCCESS;
-    if (g_teardowns && ga_td_state.load(std::memory_order_acquire) == GA_TD_DOWN && now >= g_up_retry_ns) {
+    /* (GPU_AGENT_EXP_SUBSCRIBE=late, benchmark build: not between windows, only
+     * once the count phase or the window has begun) */
+    if (g_teardowns && ga_td_state.load(std::memory_order_acquire) == GA_TD_DOWN && now >= g_up_retry_ns &&
+        (!GA_EXP(late_subscribe) || g_phase != GA_PHASE_OFF)) {
         r = cupti_up(what);
         if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED || r == CUPTI_ERROR_NOT_INITIALIZED) {
             /* Another client took CUPTI between windows (retried next period), or

@@ -56,7 +56,7 @@ static const char *const k_known_env[] = {
     "GPU_AGENT_PC_SAMPLING_EVERY", "GPU_AGENT_TEARDOWN",      "GPU_AGENT_OVERHEAD_BUDGET",
 #ifdef GA_BENCH_BUILD
     "GPU_AGENT_AUDIT_FILE",    "GPU_AGENT_EXP_HOLD",            "GPU_AGENT_EXP_TOGGLE_MS",
-    "GPU_AGENT_EXP_CALLBACKS", "GPU_AGENT_EXP_INTERNAL_LAUNCHES",
+    "GPU_AGENT_EXP_CALLBACKS", "GPU_AGENT_EXP_INTERNAL_LAUNCHES", "GPU_AGENT_EXP_SUBSCRIBE",
 #endif
     /* read by the agent CLI, not by the shim: known, so never reported */
     "GPU_AGENT_SHIM",          "GPU_AGENT_BPF_DIR",             "GPU_AGENT_INCLUDE_DIR",

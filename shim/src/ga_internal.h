@@ -262,6 +262,7 @@ struct ga_bench_config {
     uint32_t exp_cb_runtime;        /* GPU_AGENT_EXP_CALLBACKS=runtime */
     uint32_t exp_internal;          /* GPU_AGENT_EXP_INTERNAL_LAUNCHES=1 */
     uint32_t exp_hold_activity;     /* GPU_AGENT_EXP_HOLD=activity */
+    uint32_t exp_late_subscribe;    /* GPU_AGENT_EXP_SUBSCRIBE=late */
 };
 GA_HIDDEN extern ga_bench_config ga_bench;
 #define GA_EXP(field) (ga_bench.exp_##field)

@@ -12,7 +12,11 @@
  *   GPU_AGENT_EXP_CALLBACKS=runtime   the runtime domain's launch callbacks too
  *   GPU_AGENT_EXP_INTERNAL_LAUNCHES=1 CUPTI's INTERNAL_LAUNCH_API activity (driver
  *                               launches outside any public API) with the windows
- *   GPU_AGENT_EXP_HOLD=activity kernel activity on for the whole attachment */
+ *   GPU_AGENT_EXP_HOLD=activity kernel activity on for the whole attachment
+ *   GPU_AGENT_EXP_SUBSCRIBE=late|poller  with teardowns, late: CUPTI is subscribed again only
+ *                               for the count phase, not right after the teardown:
+ *                               nothing of CUPTI between windows (graphs captured
+ *                               there lose their capture stacks) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +60,12 @@ void ga_bench_read_config(char *bad, size_t bad_size) noexcept {
     }
     const char *hold = getenv("GPU_AGENT_EXP_HOLD");
     ga_bench.exp_hold_activity = hold && !strcmp(hold, "activity");
+    const char *sub = getenv("GPU_AGENT_EXP_SUBSCRIBE");
+    ga_bench.exp_late_subscribe = sub && !strcmp(sub, "late");
+    if (sub && *sub && !ga_bench.exp_late_subscribe && strcmp(sub, "poller")) { /* poller: the default */
+        snprintf(what, sizeof(what), "GPU_AGENT_EXP_SUBSCRIBE=%s", sub);
+        note(bad, bad_size, what);
+    }
     const char *audit = getenv("GPU_AGENT_AUDIT_FILE");
     if (audit && *audit && ga_secure_exec()) {
         ga_log("GPU_AGENT_AUDIT_FILE ignored: a privileged (setuid) process takes no path from "
