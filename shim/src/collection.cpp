@@ -272,15 +272,11 @@ static CUptiResult apply_phase(uint64_t now, const char **what) {
     return g_teardowns ? CUPTI_SUCCESS : set_collection(false, what);
 }
 
-/* The windows, at each poll while attached: CUPTI up again after a teardown, and
- * at each edge the window's end (with its teardown), the period's records, and
- * the next phase. */
-static CUptiResult step_windows(uint64_t now, const char **what) {
+/* CUPTI up again after a teardown (at once after it; with the benchmark build's
+ * GPU_AGENT_EXP_SUBSCRIBE=late, at the count phase's or window's edge). */
+static CUptiResult up_again(uint64_t now, const char **what) {
     CUptiResult r = CUPTI_SUCCESS;
-    /* (GPU_AGENT_EXP_SUBSCRIBE=late, benchmark build: not between windows, only
-     * once the count phase or the window has begun) */
-    if (g_teardowns && ga_td_state.load(std::memory_order_acquire) == GA_TD_DOWN && now >= g_up_retry_ns &&
-        (!GA_EXP(late_subscribe) || g_phase != GA_PHASE_OFF)) {
+    if (g_teardowns && ga_td_state.load(std::memory_order_acquire) == GA_TD_DOWN && now >= g_up_retry_ns) {
         r = cupti_up(what);
         if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED || r == CUPTI_ERROR_NOT_INITIALIZED) {
             /* Another client took CUPTI between windows (retried next period), or
@@ -300,6 +296,14 @@ static CUptiResult step_windows(uint64_t now, const char **what) {
             g_up_failures = 0;
         }
     }
+    return r;
+}
+
+/* The windows, at each poll while attached: CUPTI up again after a teardown, and
+ * at each edge the window's end (with its teardown), the period's records, and
+ * the next phase. */
+static CUptiResult step_windows(uint64_t now, const char **what) {
+    CUptiResult r = GA_EXP(late_subscribe) ? CUPTI_SUCCESS : up_again(now, what);
     /* An on-demand capture (gpu-agent trace) starts at once, not at the next edge. */
     bool capture = ga_trace_until_ns() > now && !ga_window_on.load(std::memory_order_relaxed);
     if (r == CUPTI_SUCCESS && (capture || now >= g_next_edge_ns.load(std::memory_order_relaxed))) {
@@ -338,6 +342,7 @@ static CUptiResult step_windows(uint64_t now, const char **what) {
         }
         g_next_edge_ns.store(edge, std::memory_order_relaxed);
     }
+    if (r == CUPTI_SUCCESS && GA_EXP(late_subscribe) && g_phase != GA_PHASE_OFF) r = up_again(now, what);
     if (r == CUPTI_SUCCESS) r = apply_phase(now, what);
     return r;
 }
