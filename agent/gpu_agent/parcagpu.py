@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from dataclasses import dataclass
 from typing import Optional
 
 from . import contract as C
@@ -47,10 +48,12 @@ PROBES = {
 OPTIONAL = {"pc_sample_batch", "stall_reason_map", "cubin_loaded", "error"}
 MAX_ERRORS_LOGGED = 256  # distinct (process, code, component, message) reported
 # The BPF table of argument specs (pg_sites in bpf/parcagpu.h) is shared by every
-# parcagpu file on the node and never shrinks; a file is hostile input. So a file
-# whose probe has more sites than any parcagpu build (a handful, where the compiler
-# copies a probe) is refused whole, and files of one non-root owner are attached
-# MAX_FILES_PER_OWNER at most: one user cannot fill the table for the others.
+# parcagpu file on the node; a file is hostile input. So a file whose probe has more
+# sites than any parcagpu build (a handful, where the compiler copies a probe) is
+# refused whole, and files of one non-root owner are attached MAX_FILES_PER_OWNER at
+# most: one user cannot fill the table for the others. A file no process maps any
+# more (at a scan) is detached and its sites freed; files refused for room are
+# looked at again then.
 MAX_SITES = 4096         # pg_sites' size
 MAX_SITES_PER_PROBE = 8
 MAX_FILES_PER_OWNER = 8
@@ -103,6 +106,15 @@ def site_of(probe: stapsdt.SdtProbe) -> C.PgSite:
     return site
 
 
+@dataclass
+class _Held:
+    """What an attached parcagpu file holds: its uprobes, its site keys, its owner."""
+    sf: ShimFile
+    handles: list
+    keys: set
+    owner: int
+
+
 class ParcagpuFiles:
     """The parcagpu files the BPF programs are attached to, through a ShimAttachments
     (its uprobes: close() detaches them with the shim's)."""
@@ -117,6 +129,10 @@ class ParcagpuFiles:
         self.paths: set[str] = set()                  # the attached files, as processes map them
         self.errors_seen: set[tuple] = set()
         self.owners: dict[int, int] = {}              # non-root file owner -> files attached
+        self.held: list[_Held] = []                   # what each attached file holds
+        self.key_users: dict[tuple[int, int], int] = {}  # site key -> attached files using it
+        self.no_room: dict[tuple[int, int], str] = {}    # ident -> path, refused for room
+        self.released: list[str] = []                 # paths detached since the caller looked
 
     def on_error(self, ev: C.EvPgError) -> None:
         """A parcagpu error probe (its PC sampling refused, a bad setting): logged once
@@ -133,15 +149,40 @@ class ParcagpuFiles:
         yet. parcagpu is a CUPTI client, so only processes that map libcupti are looked
         at; in those, every executable file mapping is checked once (its inode) for
         probes of provider parcagpu."""
-        new = []
+        new, mapped = [], set()
         for pid, data in maps_containing(proc, b"libcupti"):
             for m in file_mappings(data, executable=True):
+                mapped.add(m.ident)
                 if m.ident in self.checked:
                     continue
                 sf = self._check(proc, pid, m)
                 if sf is not None:
                     new.append(sf)
+        for h in [h for h in self.held if not h.sf.ids & mapped]:
+            self._release(h)
         return new
+
+    def _release(self, h: "_Held") -> None:
+        """A file no process maps: its uprobes detached, its sites freed (where no
+        other attached file shares them), its owner's count given back, and the files
+        refused for room looked at again at the next scan."""
+        self.att.detach_handles(h.handles)
+        for key in h.keys:
+            self.key_users[key] -= 1
+            if not self.key_users[key]:
+                del self.key_users[key], self.registered[key]
+                del self.sites[C.PgSiteKey(*key)]
+        if h.owner:
+            self.owners[h.owner] -= 1
+        self.held.remove(h)
+        self.files.remove(h.sf)
+        self.paths = {f.path for f in self.files}
+        self.checked -= h.sf.ids
+        for ident, path in self.no_room.items():
+            self.checked.discard(ident)
+            self.errors.pop(path, None)
+        self.no_room.clear()
+        self.released.append(h.sf.path)
 
     def _check(self, proc: str, pid: int, m) -> Optional[ShimFile]:
         got = open_mapped_file(proc, pid, m)
@@ -164,9 +205,10 @@ class ParcagpuFiles:
                 return None
             owner = os.fstat(fd).st_uid
             if owner and self.owners.get(owner, 0) >= MAX_FILES_PER_OWNER:
+                self.no_room[m.ident] = m.path
                 raise BpfError(f"{m.path}: uid {owner} already has {MAX_FILES_PER_OWNER} parcagpu files "
                                "attached, the most one non-root owner gets")
-            self._attach(via, m.path, probes)
+            keys = self._attach(via, m.path, probes, m.ident)
             if owner:
                 self.owners[owner] = self.owners.get(owner, 0) + 1
         except BpfError as e:
@@ -178,9 +220,13 @@ class ParcagpuFiles:
         sf = ShimFile(m.path, target, pid, ids, source=PROVIDER)
         self.files.append(sf)
         self.paths.add(m.path)
+        for key in keys:
+            self.key_users[key] = self.key_users.get(key, 0) + 1
+        self.held.append(_Held(sf, list(self.att.uprobes[first:]), keys, owner))
         return sf
 
-    def _attach(self, via: str, path: str, probes: list[stapsdt.SdtProbe]) -> None:
+    def _attach(self, via: str, path: str, probes: list[stapsdt.SdtProbe], ident) -> set[tuple[int, int]]:
+        """Its sites registered and its uprobes attached; returns its site keys."""
         sites: list[tuple[str, stapsdt.SdtProbe, C.PgSite]] = []
         for name, (index, nargs, _fn) in PROBES.items():
             found = [p for p in probes if p.name == name]
@@ -208,11 +254,18 @@ class ParcagpuFiles:
                 sites.append((name, p, site))
         new = {(PROBES[name][0], p.pc & 0xFFF) for name, p, _ in sites} - set(self.registered)
         if len(self.registered) + len(new) > MAX_SITES:
+            self.no_room[ident] = path
             raise BpfError(f"{path}: the parcagpu site table is full ({len(self.registered)} of {MAX_SITES} "
                            "sites)")
         for name, p, site in sites:
             index = PROBES[name][0]
             self.sites[C.PgSiteKey(index, p.pc & 0xFFF)] = site
             self.registered[(index, p.pc & 0xFFF)] = bytes(site)
-        for name, p, _site in sites:  # in PROBES order: cuda_correlation's semaphore last
-            self.att.attach(PROBES[name][2], via, p.pc_offset, p.semaphore_offset)
+        try:
+            for name, p, _site in sites:  # in PROBES order: cuda_correlation's semaphore last
+                self.att.attach(PROBES[name][2], via, p.pc_offset, p.semaphore_offset)
+        except BpfError:
+            for key in new - set(self.key_users):  # registered for this file alone
+                del self.registered[key], self.sites[C.PgSiteKey(*key)]
+            raise
+        return {(PROBES[name][0], p.pc & 0xFFF) for name, p, _ in sites}

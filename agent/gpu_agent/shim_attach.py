@@ -184,10 +184,7 @@ class ShimAttachments:
     def release_replays(self, now: float) -> None:
         while self.replay_holds and self.replay_holds[0][0] <= now:
             _, handle = self.replay_holds.pop(0)
-            if handle in self.uprobes:
-                self.uprobes.remove(handle)
-                self.lib.bpf_close_perf_event_fd(handle[1])
-                self.lib.bpf_detach_uprobe(handle[0])
+            self.detach_handles([handle])
 
     def attach(self, fn_name: str, path: str, offset: int, ref_ctr_offset: int) -> None:
         from bcc import BPF
@@ -213,6 +210,14 @@ class ShimAttachments:
             self.lib.bpf_close_perf_event_fd(pfd)
             self.lib.bpf_detach_uprobe(ev_name)
         del self.uprobes[first:]
+
+    def detach_handles(self, handles: list) -> None:
+        """Detach these uprobes (a parcagpu file no process maps any more)."""
+        for handle in handles:
+            if handle in self.uprobes:
+                self.uprobes.remove(handle)
+                self.lib.bpf_close_perf_event_fd(handle[1])
+                self.lib.bpf_detach_uprobe(handle[0])
 
     def attached_files(self) -> int:
         """How many shim files (inodes) the programs are attached to."""

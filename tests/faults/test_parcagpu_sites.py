@@ -2,11 +2,13 @@
 `parcagpu:error` probe sites, which filled the node's 256-entry table of argument
 specs (pg_sites); every honest parcagpu workload after it was never attached, and
 nothing said why. Now such a file is refused whole, in one line, and an honest
-parcagpu library that comes later is attached."""
+parcagpu library that comes later is attached; and a file no process maps any more
+gives its sites and its owner's quota back."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -82,4 +84,58 @@ def test_a_library_with_hundreds_of_sites_is_refused_and_honest_ones_still_attac
     finally:
         holder.kill()
         holder.wait()
+        agent.kill()
+
+
+def wait_all(agent: Agent, texts: set[str], timeout: float = 30.0) -> None:
+    import select
+    end, left, seen = time.monotonic() + timeout, set(texts), []
+    while left and time.monotonic() < end:
+        if select.select([agent.proc.stderr], [], [], 0.2)[0]:
+            line = agent.proc.stderr.readline()
+            seen.append(line)
+            left = {t for t in left if t not in line}
+    assert not left, f"the agent never said {sorted(left)}: {''.join(seen)[-2000:]}"
+
+
+def test_an_owner_s_files_are_freed_when_no_process_maps_them(tmp_path, world_dir, built):
+    """Issue 30: parcagpu files are counted per library and freed when unmapped. uid
+    65534 maps 8 copies (its quota) and a 9th, which is refused; once the 8 are
+    unmapped the agent detaches them, frees their sites and quota, and attaches the
+    9th, which is still mapped."""
+    need_ebpf()
+    one = build(world_dir / "libpg_quota_0.so")
+    copies = [one] + [world_dir / f"libpg_quota_{i}.so" for i in range(1, 9)]
+    for c in copies[1:]:
+        shutil.copy(one, c)  # same build, its own inode
+    for c in copies:
+        os.chown(c, 65534, 65534)
+        c.chmod(0o755)
+    agent = Agent(tmp_path / "profiles", "--shim", private_shim(tmp_path / "shim"), "--discover-interval", "0.2s")
+
+    def hold(lib: Path) -> subprocess.Popen:
+        p = subprocess.Popen(
+            ["/usr/bin/python3", "-c", "import ctypes, sys, time; ctypes.CDLL(sys.argv[1]); print('up', flush=True); "
+             "time.sleep(60)", str(lib)],
+            env=mock_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_nobody)
+        assert p.stdout.readline().strip() == "up", p.stderr.read()
+        return p
+
+    holders = []
+    try:
+        holders = [hold(c) for c in copies[:8]]
+        wait_all(agent, {f"also watching parcagpu library {c}" for c in copies[:8]})
+        holders.append(hold(copies[8]))
+        refused = wait_for(agent, f"not watching {copies[8]}")
+        assert "already has 8 parcagpu files" in refused, refused
+        for p in holders[:8]:
+            p.kill()
+            p.wait()
+        wait_all(agent, {f"no process maps parcagpu library {c} any more" for c in copies[:8]}
+                 | {f"also watching parcagpu library {copies[8]}"})
+        agent.stop()
+    finally:
+        for p in holders:
+            p.kill()
+            p.wait()
         agent.kill()

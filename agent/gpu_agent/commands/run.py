@@ -69,6 +69,11 @@ def discover(collector: Collector) -> None:
     for path, why in session.discover_errors.items():
         if path not in errors:
             print(f"gpu-agent: not watching {path}: {why}", file=sys.stderr, flush=True)
+    if session.parcagpu is not None:
+        for path in session.parcagpu.released:
+            print(f"gpu-agent: no process maps parcagpu library {path} any more: detached, its sites freed",
+                  file=sys.stderr, flush=True)
+        session.parcagpu.released.clear()
 
 
 def write_window(collector: Collector, outputs: Outputs, quiet: bool = False,
