@@ -8,9 +8,11 @@ gives its sites and its owner's quota back."""
 from __future__ import annotations
 
 import os
+import queue
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -87,15 +89,26 @@ def test_a_library_with_hundreds_of_sites_is_refused_and_honest_ones_still_attac
         agent.kill()
 
 
-def wait_all(agent: Agent, texts: set[str], timeout: float = 30.0) -> None:
-    import select
+def stderr_lines(agent: Agent) -> "queue.Queue[str]":
+    """The agent's stderr lines, read by a thread as they come (select() on a buffered
+    pipe misses lines that arrive together)."""
+    q: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [q.put(ln) for ln in agent.proc.stderr], daemon=True).start()
+    return q
+
+
+def wait_all(lines: "queue.Queue[str]", texts: set[str], timeout: float = 30.0) -> list[str]:
+    """Lines read until each of texts was in one; they are returned."""
     end, left, seen = time.monotonic() + timeout, set(texts), []
     while left and time.monotonic() < end:
-        if select.select([agent.proc.stderr], [], [], 0.2)[0]:
-            line = agent.proc.stderr.readline()
-            seen.append(line)
-            left = {t for t in left if t not in line}
+        try:
+            line = lines.get(timeout=max(0.01, end - time.monotonic()))
+        except queue.Empty:
+            break
+        seen.append(line)
+        left = {t for t in left if t not in line}
     assert not left, f"the agent never said {sorted(left)}: {''.join(seen)[-2000:]}"
+    return seen
 
 
 def test_an_owner_s_files_are_freed_when_no_process_maps_them(tmp_path, world_dir, built):
@@ -121,19 +134,19 @@ def test_an_owner_s_files_are_freed_when_no_process_maps_them(tmp_path, world_di
         assert p.stdout.readline().strip() == "up", p.stderr.read()
         return p
 
-    holders = []
+    holders, lines = [], stderr_lines(agent)
     try:
         holders = [hold(c) for c in copies[:8]]
-        wait_all(agent, {f"also watching parcagpu library {c}" for c in copies[:8]})
+        wait_all(lines, {f"also watching parcagpu library {c}" for c in copies[:8]})
         holders.append(hold(copies[8]))
-        refused = wait_for(agent, f"not watching {copies[8]}")
-        assert "already has 8 parcagpu files" in refused, refused
+        refused = [ln for ln in wait_all(lines, {f"not watching {copies[8]}"}) if str(copies[8]) in ln]
+        assert "already has 8 parcagpu files" in refused[-1], refused
         for p in holders[:8]:
             p.kill()
             p.wait()
-        wait_all(agent, {f"no process maps parcagpu library {c} any more" for c in copies[:8]}
+        wait_all(lines, {f"no process maps parcagpu library {c} any more" for c in copies[:8]}
                  | {f"also watching parcagpu library {copies[8]}"})
-        agent.stop()
+        assert agent.proc.poll() is None, "the agent died"
     finally:
         for p in holders:
             p.kill()
