@@ -109,13 +109,16 @@ def _heartbeat(pid: int) -> tuple[float, float, str] | None:
         return None  # an agent that writes no heartbeat is judged by its programs alone
 
 
-def stuck_for(pid: int) -> float | None:
-    """Seconds past STUCK_INTERVALS intervals since the agent's last window, or None."""
+def verdict(pid: int) -> str:
+    """Why the agent's heartbeat says it is unhealthy ('' if it does not): stuck, or
+    the fault its last windows had."""
     hb = _heartbeat(pid)
     if hb is None:
-        return None
-    age, interval, _ = hb
-    return age if interval > 0 and age > STUCK_INTERVALS * interval else None
+        return ""
+    age, interval, fault = hb
+    if interval > 0 and age > STUCK_INTERVALS * interval:
+        return f"has closed no window for {age:.0f}s (over {STUCK_INTERVALS} intervals): stuck"
+    return fault
 
 
 def add_parser(sub) -> None:
@@ -175,14 +178,9 @@ def main(args) -> int:
     for pid in pids:
         n = bpf_programs(pid)
         if n > 0:
-            stuck = stuck_for(pid)
-            if stuck is not None:
-                print(f"unhealthy: gpu-agent run (pid {pid}) has closed no window for {stuck:.0f}s "
-                      f"(over {STUCK_INTERVALS} intervals): stuck")
-                return 1
-            fault = (_heartbeat(pid) or (0, 0, ""))[2]
-            if fault:
-                print(f"unhealthy: gpu-agent run (pid {pid}) {fault}")
+            why = verdict(pid)
+            if why:
+                print(f"unhealthy: gpu-agent run (pid {pid}) {why}")
                 return 1
             print(f"healthy: gpu-agent run (pid {pid}) holds {n} BPF programs")
             return 0
