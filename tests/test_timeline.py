@@ -11,6 +11,7 @@ from collections import defaultdict
 
 from conftest import MOCK_APP, MOCK_DIR, REPO, SHIM, agent_cmd, ground_truth, mock_env, need_ebpf
 from support.agent import Agent
+from support.peak import peak_mib_until_exit
 from support.pprof_tool import raw
 
 MOCK_UUID = "GPU-6d6f636b-0001-0203-0405-060708090a00"  # shim/mock/mock_cuda.c, ordinal 0
@@ -197,15 +198,7 @@ def test_a_flood_larger_than_the_ring_keeps_the_agent_memory_flat(tmp_path):
         p = subprocess.Popen(agent_cmd("record", "-o", tmp_path / "p.pb.gz", "--events", ev, "--ring",
                                        1000, "--", MOCK_APP, "--bench", launches),
                              env=mock_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        peak = 0.0
-        while p.poll() is None:
-            try:
-                with open(f"/proc/{p.pid}/status") as f:
-                    hwm = [ln for ln in f if ln.startswith("VmHWM:")]
-                peak = max(peak, int(hwm[0].split()[1]) / 1024) if hwm else peak
-            except OSError:
-                pass
-            time.sleep(0.05)
+        peak = peak_mib_until_exit(p)
         err = p.stderr.read()
         assert p.returncode == 0, err
         _, by = events(ev)

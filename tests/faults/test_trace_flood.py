@@ -15,6 +15,7 @@ from gpu_agent import contract as C
 from gpu_agent.commands.health import bpf_programs
 
 from support.env import SHIM, agent_cmd, need_ebpf
+from support.peak import peak_mib_until_exit
 
 from . import attacker as A
 from .test_hostile_probes import rec
@@ -41,15 +42,7 @@ def peak_of_trace(attacker: Path, world_dir: Path, tmp_path: Path, batches: int)
         time.sleep(3.0)  # attached, its trace mode set (no line says so)
         victim.stdin.write("go\n")
         victim.stdin.flush()
-        peak = 0.0
-        while trace.poll() is None:
-            try:
-                with open(f"/proc/{trace.pid}/status") as f:
-                    hwm = [ln for ln in f if ln.startswith("VmHWM:")]
-                peak = max(peak, int(hwm[0].split()[1]) / 1024) if hwm else peak
-            except OSError:
-                pass
-            time.sleep(0.05)
+        peak = peak_mib_until_exit(trace)
         err = trace.stderr.read()
         assert trace.returncode == 0, err
         out, _ = victim.communicate(timeout=120)
