@@ -27,13 +27,13 @@ every parcagpu name (names.py).
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 from collections import Counter
 from typing import Callable, Optional
 
 from . import contract as C
+from .python.procmem import ProcMem
 
 MAX_WAITING = 4096
 PER_PROCESS = 1024
@@ -41,15 +41,13 @@ MAX_LEN = C.PG_NAME_CHUNKS * C.NAME_CHUNK
 PAGE = 4096
 
 
-def read_c_string(fd: int, address: int, limit: int = MAX_LEN) -> bytes:
+def read_c_string(mem: ProcMem, address: int, limit: int = MAX_LEN) -> bytes:
     """The NUL-terminated string at address (cut at limit), one page per read so
     that a name at a mapping's end reads; OSError if unreadable or empty."""
     out = bytearray()
     while len(out) < limit:
         at = address + len(out)
-        data = os.pread(fd, min(PAGE - at % PAGE, limit - len(out)), at)
-        if not data:
-            raise OSError(0, f"nothing readable at {at:#x}")
+        data = mem.read(at, min(PAGE - at % PAGE, limit - len(out)))
         end = data.find(b"\0")
         if end >= 0:
             out += data[:end]
@@ -90,17 +88,17 @@ class ColdNames:
 
     def _read(self, tgid: int, start: int, address: int) -> Optional[bytes]:
         try:
-            fd = os.open(f"{self._root}/{tgid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+            mem = ProcMem(tgid, self._root)
         except OSError:
             return None
         try:
             if self._start_of(tgid) != start:  # gone, or another process now: not its memory
                 return None
-            return read_c_string(fd, address)
+            return read_c_string(mem, address)
         except (OSError, OverflowError, ValueError):
             return None
         finally:
-            os.close(fd)
+            mem.close()
 
     def _work(self) -> None:
         while True:
