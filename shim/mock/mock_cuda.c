@@ -91,7 +91,23 @@ void mockcuda_api_begin(struct mock_api_scope *s, CUpti_CallbackDomain domain, C
     s->cb.correlationId = corr;
     s->fire = cbid < MOCK_MAX_CBID && mockcuda_gate.api[domain][cbid];
     const struct mock_cupti_hooks *h = atomic_load(&g_hooks);
-    if (s->fire && h) h->api(domain, cbid, &s->cb);
+    if (s->fire && h) {
+        /* MOCK_CUPTI_CALLBACK_NS: CPU time CUPTI's own dispatch of an enabled API
+         * callback costs the calling thread, on top of the callback (real CUPTI:
+         * an enabled launch callback slows a launch-bound loop, and the shim's
+         * count phase with it). */
+        static long cb_ns = -1;
+        if (cb_ns < 0) {
+            const char *e = getenv("MOCK_CUPTI_CALLBACK_NS");
+            cb_ns = e ? atol(e) : 0;
+        }
+        if (cb_ns > 0) {
+            uint64_t until = mock_now_ns() + (uint64_t)cb_ns;
+            while (mock_now_ns() < until) {
+            }
+        }
+        h->api(domain, cbid, &s->cb);
+    }
     if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
         s->saved_outer = t_outer_corr;
         t_outer_corr = corr;

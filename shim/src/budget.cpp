@@ -10,8 +10,10 @@
  *             the driver holds the process's launches meanwhile);
  *   on        window time x its slowdown, 1 - (launch rate in the window / the
  *             undisturbed rate: the count phase's, or with the callbacks on
- *             throughout, the rate since the last window);
- *   count     the count phase's callbacks: its launches x CB_NS.
+ *             throughout, the rate since the last window), with the count
+ *             phase's own slowdown on top;
+ *   count     the count phase's callbacks: its time x their slowdown (K_CB;
+ *             its launches x CB_NS until a window measured one).
  * and plans each period from the running means (EWMA):
  *   window W = 10 x fixed, within [100 ms, 1 s]: fixed costs near a tenth of it;
  *   period P = (fixed + on + count) / budget, within [10 W, 15 s].
@@ -40,8 +42,20 @@
 #define FIRST_SLOTS 4u
 /* The count phase's callbacks, per launch: on an H100, launches with the launch
  * callbacks alone on cost about 300 ns more than with none (4 359 against 4 052 ns,
- * `python -m bench.gpu overhead --method timeline`, before the teardown). */
+ * `python -m bench.gpu overhead --method timeline`, before the teardown). Used
+ * until a window has measured its slowdown. */
 #define CB_NS 300.0
+/* What the count phase's launch callbacks cost a launch, against what kernel
+ * activity costs it (both CPU on the launching thread, inside the launch call).
+ * The count phase runs slower than the process undisturbed by that share of its
+ * launches' time, and a window slower still by activity's: with s the window's
+ * slowdown against the count phase, the count phase's own is K_CB x s / (1 - s).
+ * A process that launches no faster with CUPTI off (GPU-bound) has s = 0 and no
+ * correction. On an H100: an empty launch callback cost 0.1-0.4 us a launch and
+ * kernel activity 1.0-1.4 us; eager PyTorch's launch estimate read 1.5 % low
+ * at a window slowdown of 13 % (docs/estimator.md). */
+#define K_CB 0.12
+#define BIAS_MAX 0.5
 #define ALPHA 0.3 /* weight of the newest window in the running means */
 
 static std::atomic<uint64_t> g_switch_ns, g_td_ns, g_td_n, g_stat_over;
@@ -86,7 +100,16 @@ void ga_budget_note_window(uint64_t win_ns, uint64_t win_launches, double base_r
         double s = 1.0 - ((double)win_launches / (double)win_ns) / base_rate;
         g_slow = ewma(g_slow, s < 0 ? 0 : s > 0.9 ? 0.9 : s);
     }
-    if (count_ns) g_cb_frac = ewma(g_cb_frac, CB_NS * (double)count_launches / (double)count_ns);
+    if (g_slow >= 0) g_cb_frac = ga_budget_count_bias();
+    else if (count_ns) g_cb_frac = ewma(g_cb_frac, CB_NS * (double)count_launches / (double)count_ns);
+}
+
+/* The count phase's slowdown against the process undisturbed (see K_CB): 0 until
+ * a window has measured its own. */
+double ga_budget_count_bias(void) noexcept {
+    if (g_slow <= 0) return 0;
+    double b = K_CB * g_slow / (1.0 - g_slow);
+    return b > BIAS_MAX ? BIAS_MAX : b;
 }
 
 /* The next period: *slots slots of *slot_ns each. */
@@ -102,7 +125,9 @@ void ga_budget_plan(bool first, uint32_t *slots, uint64_t *slot_ns) noexcept {
         *slot_ns = W_MIN;
         return;
     }
+    /* the window's slowdown against the count phase, and the count phase's own */
     double fixed = g_fixed_ns, slow = g_slow < 0 ? 0 : g_slow;
+    slow += g_cb_frac * (1 - slow);
     uint64_t w = (uint64_t)(10 * fixed);
     w = w < W_MIN ? W_MIN : w > W_MAX ? W_MAX : w;
     w = (w + MS / 2) / MS * MS; /* whole ms */

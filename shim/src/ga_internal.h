@@ -183,6 +183,7 @@ GA_HIDDEN void ga_budget_note_window(uint64_t win_ns, uint64_t win_launches, dou
                                      uint64_t count_launches, uint64_t count_ns) noexcept;
 GA_HIDDEN void ga_budget_plan(bool first, uint32_t *slots, uint64_t *slot_ns) noexcept;
 GA_HIDDEN uint64_t ga_budget_stat_over(void) noexcept;
+GA_HIDDEN double ga_budget_count_bias(void) noexcept;
 GA_HIDDEN void ga_budget_log_exit(void) noexcept;
 /* Whether collection should be on at now_ns; *next_edge_ns: when that may change. */
 GA_HIDDEN bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) noexcept;
@@ -193,6 +194,7 @@ enum { GA_PHASE_OFF = 0, GA_PHASE_COUNT, GA_PHASE_ON };
 GA_HIDDEN extern bool ga_window_extrapolate;
 GA_HIDDEN int ga_window_phase(uint64_t now_ns, uint64_t *next_edge_ns) noexcept;
 GA_HIDDEN void ga_window_count_started(uint64_t now_ns) noexcept; /* launch callbacks on */
+GA_HIDDEN void ga_window_note_teardown(uint64_t ns) noexcept; /* a teardown's stall (any thread) */
 /* A period's launches with teardowns (window.cpp; counts of weights.cpp). */
 GA_HIDDEN uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept;
 /* weights.cpp, from the schedule: a period ends (first: none did, at attach), a

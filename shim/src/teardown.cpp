@@ -96,6 +96,7 @@ void ga_teardown_at_api_exit_slow(void) noexcept {
     CUptiResult r = ga_cupti.Finalize();
     uint64_t dt = ga_now_ns() - t0;
     ga_budget_note_stall(dt, true);
+    ga_window_note_teardown(dt);
     g_stat_fin_ns.fetch_add(dt, std::memory_order_relaxed);
     uint64_t mx = g_stat_fin_max_ns.load(std::memory_order_relaxed);
     while (dt > mx && !g_stat_fin_max_ns.compare_exchange_weak(mx, dt, std::memory_order_relaxed)) {

@@ -142,6 +142,9 @@ bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
  * its end sat at a fixed phase of the bursts.) When the window before sits in
  * that slot, there is no count phase, and the last rate stands. */
 bool ga_window_extrapolate;
+static std::atomic<uint64_t> g_period_td_ns; /* teardown stalls since the last period's count */
+
+void ga_window_note_teardown(uint64_t ns) noexcept { g_period_td_ns.fetch_add(ns, std::memory_order_relaxed); }
 
 int ga_window_phase(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
     if (ga_window_should_be_on(now_ns, next_edge_ns)) return GA_PHASE_ON;
@@ -178,9 +181,15 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
     if (ga_window_extrapolate) {
         uint64_t len = final ? ga_now_ns() - g_period_start_ns : g_period_len_ns;
         double rest = len > g_period_win_ns ? (double)(len - g_period_win_ns) : 0;
-        double rate = g_rate >= 0 ? g_rate : g_period_win_ns ? (double)in / (double)g_period_win_ns : 0;
+        /* launch-bound code launched more slowly in the count phase than it does
+         * between windows, by its callbacks' cost (budget.cpp, K_CB) */
+        double rate = g_rate >= 0 ? g_rate / (1.0 - ga_budget_count_bias())
+                      : g_period_win_ns ? (double)in / (double)g_period_win_ns : 0;
+        /* and launched nothing while its thread tore CUPTI down */
+        uint64_t held = g_period_td_ns.exchange(0, std::memory_order_relaxed);
+        rest = rest > (double)held ? rest - (double)held : 0;
         if (g_period_had_window) all = in + (uint64_t)(rate * rest + 0.5);
-        else if (final && g_rate >= 0) all = (uint64_t)(g_rate * (double)len + 0.5);
+        else if (final && g_rate >= 0) all = (uint64_t)(rate * (double)len + 0.5);
     }
     g_period_win_ns = 0;
     g_period_had_window = false;
