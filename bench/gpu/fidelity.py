@@ -66,16 +66,17 @@ def record(a, workload: str, duty: int | None, out: Path, **env: str) -> dict[st
         env["GPU_AGENT_DEBUG"] = "1"
     audit_dir = Path(env["GPU_AGENT_AUDIT_FILE"]).parent if "GPU_AGENT_AUDIT_FILE" in env else None
     shim = ["--shim", str(BENCH_SHIM)] if needs_bench_shim(env) else []
+    t0 = time.monotonic()
     p = subprocess.run([sys.executable, "-m", "gpu_agent", "record", *windows, *shim,
                         "-o", str(out), "--", *command(workload, steps_of(a, workload), audit_dir)],
                        env=clean_env(**env), capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         raise SystemExit(f"{workload} {' '.join(windows)}: {p.stderr[-2000:]}")
     status = [ln for ln in p.stderr.splitlines() if ln.startswith("gpu-agent: processes")]
-    print(f"    {' '.join(windows)}: {status[-1] if status else '?'}", flush=True)
+    print(f"    {' '.join(windows)}: {status[-1] if status else '?'} ({time.monotonic() - t0:.1f} s)", flush=True)
     if a.debug:
         for ln in p.stderr.splitlines():
-            if "exit (pid" in ln or "budget (pid" in ln or "teardowns (pid" in ln:
+            if any(f"{w} (pid" in ln for w in ("exit", "budget", "teardowns", "windows")):
                 print(f"      {ln[max(0, ln.find('gpu-agent-shim')):][:400]}", flush=True)
     return profile_kernels(out)
 

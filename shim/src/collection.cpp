@@ -398,13 +398,16 @@ uint64_t ga_collect_stat(int which) noexcept {
 
 void ga_collect_log_exit(void) noexcept {
     uint64_t attached_at = ga_window_attached_at();
+    double counted, extra;
+    ga_window_count_rates(&counted, &extra);
     if (attached_at && ga_cfg.duty_cycle > 1)
         ga_debug("windows (pid %d): open %.3f %% of %.1f s attached (1/N = %.3f %%); activity "
-                 "enable mean %.1f max %.1f us, disable mean %.1f max %.1f us; %llu skipped",
+                 "enable mean %.1f max %.1f us, disable mean %.1f max %.1f us; %llu skipped; "
+                 "count phases %.0f launches/s, between windows extrapolated at %.0f",
                  (int)getpid(), 100.0 * (double)ga_window_time_ns() / (double)(ga_now_ns() - attached_at),
                  (double)(ga_now_ns() - attached_at) / 1e9, 100.0 / ga_cfg.duty_cycle,
                  g_n_enable ? (double)g_enable_ns / (double)g_n_enable / 1e3 : 0.0,
                  (double)g_enable_max_ns / 1e3,
                  g_n_disable ? (double)g_disable_ns / (double)g_n_disable / 1e3 : 0.0,
-                 (double)g_disable_max_ns / 1e3, (unsigned long long)g_stat_windows_skipped.load());
+                 (double)g_disable_max_ns / 1e3, (unsigned long long)g_stat_windows_skipped.load(), counted, extra);
 }

@@ -194,6 +194,7 @@ enum { GA_PHASE_OFF = 0, GA_PHASE_COUNT, GA_PHASE_ON };
 GA_HIDDEN extern bool ga_window_extrapolate;
 GA_HIDDEN int ga_window_phase(uint64_t now_ns, uint64_t *next_edge_ns) noexcept;
 GA_HIDDEN void ga_window_count_started(uint64_t now_ns) noexcept; /* launch callbacks on */
+GA_HIDDEN void ga_window_count_rates(double *count, double *extra) noexcept; /* launches/s, exit line */
 GA_HIDDEN void ga_window_note_teardown(uint64_t ns) noexcept; /* a teardown's stall (any thread) */
 /* A period's launches with teardowns (window.cpp; counts of weights.cpp). */
 GA_HIDDEN uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept;

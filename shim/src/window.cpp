@@ -143,6 +143,8 @@ bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
  * that slot, there is no count phase, and the last rate stands. */
 bool ga_window_extrapolate;
 static std::atomic<uint64_t> g_period_td_ns; /* teardown stalls since the last period's count */
+static double g_extra_n, g_extra_ns;         /* launches extrapolated, and over what time (exit line) */
+static uint64_t g_counted_n, g_counted_ns;   /* launches and time of all count phases (exit line) */
 
 void ga_window_note_teardown(uint64_t ns) noexcept { g_period_td_ns.fetch_add(ns, std::memory_order_relaxed); }
 
@@ -188,7 +190,10 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
         /* and launched nothing while its thread tore CUPTI down */
         uint64_t held = g_period_td_ns.exchange(0, std::memory_order_relaxed);
         rest = rest > (double)held ? rest - (double)held : 0;
-        if (g_period_had_window) all = in + (uint64_t)(rate * rest + 0.5);
+        if (g_period_had_window) {
+            all = in + (uint64_t)(rate * rest + 0.5);
+            g_extra_n += all - in, g_extra_ns += rest;
+        }
         else if (final && g_rate >= 0) all = (uint64_t)(rate * (double)len + 0.5);
     }
     g_period_win_ns = 0;
@@ -212,12 +217,20 @@ void ga_window_count_started(uint64_t now_ns) noexcept {
     g_count_seq0 = ga_launch_seq.load(std::memory_order_relaxed);
 }
 
+/* The count phases' launches per second, and the rate the launches between
+ * windows were extrapolated at (corrected), for the exit line. */
+void ga_window_count_rates(double *count, double *extra) noexcept {
+    *count = g_counted_ns ? (double)g_counted_n * 1e9 / (double)g_counted_ns : 0;
+    *extra = g_extra_ns > 0 ? g_extra_n * 1e9 / g_extra_ns : 0;
+}
+
 void ga_window_opened(uint64_t cupti_ts) noexcept {
     uint64_t now = ga_now_ns(), seq = ga_launch_seq.load(std::memory_order_relaxed);
     g_base_rate = -1, g_count_n = g_count_ns = 0;
     if (g_count_t0 && now - g_count_t0 >= 1000000) { /* at least 1 ms counted */
         g_count_n = seq - g_count_seq0, g_count_ns = now - g_count_t0;
         g_rate = g_base_rate = (double)g_count_n / (double)g_count_ns;
+        g_counted_n += g_count_n, g_counted_ns += g_count_ns;
     } else if (!ga_window_extrapolate && g_closed_ns && now - g_closed_ns >= 1000000) {
         /* the callbacks counted every launch since the last window */
         g_base_rate = (double)(seq - g_closed_seq) / (double)(now - g_closed_ns);
