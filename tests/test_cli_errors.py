@@ -73,3 +73,49 @@ def test_a_bearer_token_over_plaintext_to_another_host_is_refused(tmp_path, extr
         assert "--allow-insecure-token" in one_line_error(proc)
     else:
         assert proc.returncode == 0, proc.stderr
+
+
+def test_a_bad_flag_under_a_command_gets_that_commands_usage():
+    proc = subprocess.run(agent_cmd("record", "--bogus", "--", "true"), capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("usage: gpu-agent record")
+    assert "gpu-agent record: error: unrecognized arguments: --bogus" in proc.stderr
+    assert "COMMAND" not in proc.stderr  # not the top level's usage
+
+
+def test_log_level_after_the_command_and_compound_durations():
+    from gpu_agent.cli import parse_args
+    from gpu_agent.commands.common import duration
+    assert parse_args(["run", "--log-level", "debug"]).log_level == "debug"
+    assert parse_args(["--log-level", "error", "run"]).log_level == "error"
+    assert parse_args(["run"]).log_level == "warning"
+    assert duration("1h2m") == 3720 and duration("1m30s") == 90 and duration("2.5") == 2.5
+    assert duration("1h 30m") == 5400 and duration("250ms") == 0.25
+    for bad in ("1h2x", "0s", "m", "1.2.3s", ""):
+        with pytest.raises(Exception, match="invalid duration"):
+            duration(bad)
+
+
+def test_record_takes_a_command_without_dashes():
+    from gpu_agent.cli import parse_args
+    args = parse_args(["record", "-o", "x.pb.gz", "python", "-c", "print(1)", "-o", "y"])
+    assert args.output.name == "x.pb.gz" and args.cmd == ["python", "-c", "print(1)", "-o", "y"]
+    assert parse_args(["record", "--", "ls", "-la"]).cmd in (["--", "ls", "-la"], ["ls", "-la"])
+
+
+def test_command_help_has_a_description_and_examples():
+    for cmd in ("run", "record", "trace", "ui"):
+        out = subprocess.run(agent_cmd(cmd, "--help"), capture_output=True, text=True).stdout
+        assert "examples:\n  gpu-agent " in out, (cmd, out[-400:])
+        assert out.split("\n\n")[1].strip(), (cmd, out[:400])  # the description under the usage
+    out = subprocess.run(agent_cmd("record", "--help"), capture_output=True, text=True).stdout
+    assert "ui.perfetto.dev" in out  # --trace-format says what its formats are for
+
+
+def test_record_creates_no_directory_for_a_missing_output_dir(tmp_path):
+    need_ebpf()
+    marker, out = tmp_path / "ran", tmp_path / "no" / "such" / "x.pb.gz"
+    proc = subprocess.run(agent_cmd("record", "-o", out, "--", "touch", marker), capture_output=True,
+                          text=True, timeout=60)
+    assert f"no directory {out.parent}" in one_line_error(proc)
+    assert not (tmp_path / "no").exists() and not marker.exists()

@@ -36,12 +36,21 @@ def positive_int(text: str) -> int:
     return v
 
 
+_PART = r"([0-9]*\.?[0-9]+)\s*(ms|s|m|h)"
+
+
 def duration(text: str) -> float:
-    """'10s', '500ms', '2m', '1.5' (seconds) -> seconds."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h|)\s*", text)
-    if not m or float(m.group(1)) <= 0:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (examples: 10s, 500ms, 2m)")
-    return float(m.group(1)) * _UNITS[m.group(2)]
+    """'10s', '500ms', '2m', '1h2m', '1m30s', '1.5' (seconds) -> seconds."""
+    t = text.strip()
+    if re.fullmatch(r"[0-9]*\.?[0-9]+", t):
+        secs = float(t)
+    elif re.fullmatch(rf"(?:{_PART}\s*)+", t):
+        secs = sum(float(n) * _UNITS[u] for n, u in re.findall(_PART, t))
+    else:
+        secs = 0
+    if secs <= 0:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (examples: 10s, 500ms, 2m, 1h2m)")
+    return secs
 
 
 def drops(counters: dict) -> int:
@@ -66,9 +75,12 @@ def status_line(stats, counters: dict) -> str:
             + (f" pg_errors={counters['pg_errors']}" if counters.get("pg_errors") else ""))
 
 
-def _unwritable(d: Path) -> str | None:
-    """Why a file cannot be written into directory d (created if missing), or None.
-    Tries a real file: permissions, read-only mounts and a full disk all show."""
+def _unwritable(d: Path, create: bool = True) -> str | None:
+    """Why a file cannot be written into directory d (created if missing and
+    `create`), or None. Tries a real file: permissions, read-only mounts and a full
+    disk all show."""
+    if not create and not d.is_dir():
+        return f"no directory {d}" if not d.exists() else f"{d} is not a directory"
     try:
         d.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=d, prefix=".gpu-agent-check-") as f:
@@ -87,8 +99,9 @@ def dir_error(d: Path) -> str | None:
 
 
 def output_error(path: Path) -> str | None:
-    """Why `path` cannot take the profile (checked before any workload runs), or None."""
+    """Why `path` cannot take the profile (checked before any workload runs), or None.
+    Its directory must exist: the agent runs as root and creates none for a typo."""
     if path.is_dir():
         return f"{path} is a directory"
-    why = _unwritable(path.parent)
+    why = _unwritable(path.parent, create=False)
     return f"cannot write {path}: {why}" if why else None

@@ -7,6 +7,7 @@ when it exits. The exit code is the command's own.
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import subprocess
@@ -39,7 +40,9 @@ def add_parser(sub) -> None:
                         "not every kernel")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary line on stderr")
     timeline_out.add_arguments(p)
-    p.add_argument("cmd", nargs="+", metavar="-- CMD ARGS", help="the command to profile")
+    # Everything from the first word that is not one of record's own flags is the
+    # command, its flags included (`record python -c ...` needs no `--`).
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="the command to profile")
     p.set_defaults(func=main)
 
 

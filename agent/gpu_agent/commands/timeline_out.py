@@ -19,7 +19,9 @@ def add_arguments(p, trace_flag: str = "--trace") -> None:
     p.add_argument(trace_flag, dest="trace", type=Path, default=None, metavar="FILE",
                    help="write a timeline of every kernel (Perfetto's protobuf trace; "
                         "--trace-format chrome for chrome://tracing)")
-    p.add_argument("--trace-format", choices=TRACE_FORMATS, default="perfetto")
+    p.add_argument("--trace-format", choices=TRACE_FORMATS, default="perfetto",
+                   help="the --trace file's format: perfetto (protobuf, for ui.perfetto.dev; default) "
+                        "or chrome (JSON, for chrome://tracing and speedscope)")
     p.add_argument("--events", type=Path, default=None, metavar="FILE.ndjson",
                    help="write one JSON line per kernel, stacks once each (docs/events.schema.json)")
     p.add_argument("--events-mode", choices=EVENTS_MODES, default="dedup",
