@@ -33,7 +33,7 @@ MOCK_LIBS := $(MOCK)/libcuda.so.1 $(MOCK)/libcudart.so.13 $(MOCK)/libcupti.so.13
 MOCK_APP  := $(MOCK)/mock_workload
 MOCK_GRAPH_APP := $(MOCK)/graph_workload
 
-.PHONY: all shim shim-bench mock venv test run bench clean check-cuda-headers proto deps deps-check
+.PHONY: all shim shim-bench mock venv test run bench clean check-cuda-headers proto deps deps-check install
 
 all: shim shim-bench mock venv
 
@@ -149,6 +149,12 @@ test: deps-check
 run: deps-check
 	$(MAKE) all
 	$(VENV)/bin/gpu-agent run --output-dir ./profiles
+
+# `gpu-agent` on PATH (and where deploy/systemd's unit runs it): a link to this checkout's venv.
+PREFIX ?= /usr/local
+install: all
+	mkdir -p $(DESTDIR)$(PREFIX)/bin
+	ln -sfn $(abspath $(VENV))/bin/gpu-agent $(DESTDIR)$(PREFIX)/bin/gpu-agent
 
 bench: all
 	$(VPY) bench/launch_cost.py

@@ -227,3 +227,16 @@ def test_metrics_are_admitted_only_from_the_monitoring_namespace(rendered):
         assert r["from"] == [{"namespaceSelector": {"matchLabels": {
             "kubernetes.io/metadata.name": "monitoring"}}}], r
         assert [p["port"] for p in r["ports"]] == ["metrics"]
+
+
+def test_make_install_puts_gpu_agent_on_path(tmp_path):
+    """The systemd unit runs /usr/local/bin/gpu-agent: `make install` links it there
+    (here under a DESTDIR), and the link runs."""
+    subprocess.run(["make", "-s", "install", f"DESTDIR={tmp_path}"], cwd=REPO, check=True,
+                   capture_output=True, timeout=600)
+    link = tmp_path / "usr/local/bin/gpu-agent"
+    assert link.is_symlink()
+    out = subprocess.run([str(link), "--version"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.startswith("gpu-agent "), out
+    unit = (REPO / "deploy/systemd/gpu-agent.service").read_text()
+    assert "ExecStart=/usr/local/bin/gpu-agent run" in unit
