@@ -33,7 +33,7 @@ MOCK_LIBS := $(MOCK)/libcuda.so.1 $(MOCK)/libcudart.so.13 $(MOCK)/libcupti.so.13
 MOCK_APP  := $(MOCK)/mock_workload
 MOCK_GRAPH_APP := $(MOCK)/graph_workload
 
-.PHONY: all shim shim-bench mock venv test run bench clean check-cuda-headers proto deps deps-check install
+.PHONY: all shim shim-bench mock venv test run bench clean check-cuda-headers proto deps deps-check install demo
 
 all: shim shim-bench mock venv
 
@@ -149,6 +149,14 @@ test: deps-check
 run: deps-check
 	$(MAKE) all
 	$(VENV)/bin/gpu-agent run --output-dir ./profiles
+
+# No GPU needed: a Python program launching kernels on the mock CUDA stack
+# (shim/mock), profiled by the real agent with real eBPF (as root), then read by Go's pprof.
+demo: deps-check
+	$(MAKE) all
+	LD_LIBRARY_PATH=$(abspath $(BUILD))/mock $(VENV)/bin/gpu-agent record -o demo.pb.gz -- \
+	    $(VPY) tests/py_workload.py $(BUILD)/demo-truth.json --iters 2000
+	go tool pprof -top -nodecount 12 demo.pb.gz
 
 # `gpu-agent` on PATH (and where deploy/systemd's unit runs it): a link to this checkout's venv.
 PREFIX ?= /usr/local

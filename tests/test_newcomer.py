@@ -1,0 +1,19 @@
+"""The README's first lines, as a newcomer without a GPU runs them."""
+
+from __future__ import annotations
+
+import subprocess
+
+from conftest import REPO, need_ebpf
+
+
+def test_make_demo_profiles_the_mock_without_a_gpu(tmp_path):
+    """`make demo`: the real shim, agent and eBPF on the mock CUDA stack, read by Go's
+    pprof: GPU time by kernel, under the Python functions that launched it."""
+    need_ebpf()
+    p = subprocess.run(["make", "-s", "demo"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "Type: gpu_time" in p.stdout
+    top = {line.split()[-1] for line in p.stdout.splitlines() if "%" in line and line.split()}
+    assert {"k_py_held", "k_py_free", "Model.forward"} <= top, p.stdout[-2000:]
+    assert (REPO / "demo.pb.gz").stat().st_size > 0
