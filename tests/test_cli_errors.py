@@ -119,3 +119,34 @@ def test_record_creates_no_directory_for_a_missing_output_dir(tmp_path):
                           text=True, timeout=60)
     assert f"no directory {out.parent}" in one_line_error(proc)
     assert not (tmp_path / "no").exists() and not marker.exists()
+
+
+def test_record_of_a_missing_command_fails_before_the_probes_load(tmp_path):
+    """No BPF compilation (seconds) for a typo: one line, exit 127, no file."""
+    import time
+    t0 = time.monotonic()
+    proc = subprocess.run(agent_cmd("record", "-o", tmp_path / "x.pb.gz", "--", "no-such-command-xyz"),
+                          capture_output=True, text=True, timeout=60)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 127 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("gpu-agent: error: cannot run no-such-command-xyz: no such command"), lines
+    assert time.monotonic() - t0 < 3 and not (tmp_path / "x.pb.gz").exists()
+
+
+def test_a_short_records_duration_is_the_commands(tmp_path):
+    """The profile's Duration (pprof's percentages of it) starts when the command
+    does, not before the seconds of BPF compilation."""
+    import gzip
+    import time
+
+    from conftest import MOCK_APP, mock_env
+    from gpu_agent.proto import profile_pb2
+    need_ebpf()
+    out = tmp_path / "x.pb.gz"
+    t0 = time.monotonic()
+    proc = subprocess.run(agent_cmd("record", "-o", out, "--", MOCK_APP, "--iters", "2"), env=mock_env(),
+                          capture_output=True, text=True, timeout=120)
+    wall = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr
+    prof = profile_pb2.Profile.FromString(gzip.decompress(out.read_bytes()))
+    assert 0 < prof.duration_nanos / 1e9 < min(2.0, wall - 1.0), (prof.duration_nanos, wall)

@@ -171,10 +171,12 @@ def _record_ring(tmp_path, retention: str, ring: int, launches: int):
 
 def test_retention_drop_oldest_keeps_the_newest_events_and_counts_the_rest(tmp_path):
     need_ebpf()
-    total, by, _ = _record_ring(tmp_path, "drop-oldest", 100, 1000)
+    total, by, err = _record_ring(tmp_path, "drop-oldest", 100, 1000)
     kernels = by["kernel"]
     assert total >= 1000 and len(kernels) == 100
     assert [(d["what"], d["count"]) for d in by["drop"]] == [("ring_oldest", total - 100)]
+    # ...and the summary line says so, not only the file
+    assert f"gpu-agent: 100 kernels ({total - 100} lost: {total - 100} ring_oldest) -> " in err, err[-1000:]
     # the newest: one launch after another on one stream, so the kept ones are the last
     corr = sorted(k["correlation_id"] for k in kernels)
     assert corr[-1] - corr[0] < 2 * 100 + 50, corr[:3]

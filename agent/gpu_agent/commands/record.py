@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -88,6 +89,13 @@ def main(args) -> int:
         print(f"gpu-agent: error: {why}; nothing was run", file=sys.stderr)
         return 2
 
+    # Before the probes are compiled (seconds): a command that cannot run.
+    if not shutil.which(cmd[0]):
+        print(f"gpu-agent: error: cannot run {cmd[0]}: no such command; nothing was run", file=sys.stderr)
+        return 127
+    if sys.stderr.isatty() and not args.quiet:
+        print("gpu-agent: loading the eBPF probes (a few seconds)...", file=sys.stderr, flush=True)
+
     root = {"pid": -1}
     collector = Collector(str(shim), pid_filter=lambda pid: descends_from(root["pid"])(pid),
                           ringbuf_mib=timeline_out.RINGBUF_MIB if timeline_out.wanted(args) else 0)
@@ -97,6 +105,7 @@ def main(args) -> int:
         timeline = timeline_out.collector_for(args, collector)
         collector.session.set_trace(every_process=True)  # the pid filter keeps the command's
     started_ns = time.time_ns()
+    collector.window.start_ns = started_ns  # the profile's Duration is the command's, not the set-up's
     env = dict(os.environ)
     env.setdefault("CUDA_INJECTION64_PATH", str(shim))
     # A one-off recording wants every kernel: continuous collection unless asked.
@@ -139,7 +148,7 @@ def main(args) -> int:
         hand_to_invoker([args.output, *written])
         for path in written:
             if not args.quiet:
-                print(f"gpu-agent: {len(tl.kernels)} kernels -> {path}", file=sys.stderr)
+                print(f"gpu-agent: {timeline_out.summary(tl)} -> {path}", file=sys.stderr)
         if not args.quiet:
             print(f"gpu-agent: {status_line(stats, collector.counters())} -> {args.output}",
                   file=sys.stderr)

@@ -54,6 +54,19 @@ def unwritable(args) -> str:
     return ""
 
 
+def summary(timeline) -> str:
+    """'N kernels', and what the capture lost, said where the user reads it
+    (a Ctrl-C'd capture's ring overflows: the count is not only inside the file)."""
+    lost: dict[str, int] = {}
+    for d in timeline.drops:
+        lost[d.what] = lost.get(d.what, 0) + d.count
+    text = f"{len(timeline.kernels)} kernels"
+    if sum(lost.values()):
+        text += (f" ({sum(lost.values())} lost: "
+                 + ", ".join(f"{n} {what}" for what, n in sorted(lost.items()) if n) + ")")
+    return text
+
+
 def write(args, timeline) -> list[Path]:
     written = []
     if args.trace:

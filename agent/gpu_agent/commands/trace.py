@@ -102,7 +102,7 @@ def main(args) -> int:
         written = timeline_out.write(args, tl)
         hand_to_invoker(written)
         for path in written:
-            print(f"gpu-agent: {len(tl.kernels)} kernels of {len(tl.processes)} process(es) "
+            print(f"gpu-agent: {timeline_out.summary(tl)} of {len(tl.processes)} process(es) "
                   f"-> {path}", file=sys.stderr)
     finally:
         collector.close()
