@@ -162,3 +162,23 @@ def test_metrics_addr_defaults_to_localhost():
     assert parse_addr(":9464") == ("127.0.0.1", 9464)
     assert parse_addr("0.0.0.0:9464") == ("0.0.0.0", 9464)
     assert parse_addr("[::1]:9") == ("::1", 9)
+
+
+def test_pod_labels_are_absent_outside_kubernetes_and_long_kernel_names_fit_a_label():
+    """The exposition itself (not Prometheus's reading of it): no pod="" outside
+    Kubernetes; a 4 919-character demangled name becomes a label value Mimir and
+    Cortex accept (at most 1 024 bytes, its head and a hash of the whole)."""
+    long_name = "void cutlass::Kernel<" + "cutlass::gemm::GemmShape<128, 128, 32>, " * 120 + ">(Params)"
+    assert len(long_name) > 4000
+    names = {10: "short_kernel", 11: long_name, 12: long_name + "x"}
+    m = Metrics(proc_info=lambda pid: FakeProc(f"p{pid}", {}), kernel_name=names.get, clock=Clock())
+    m.on_drain(drain((1, 0, 10, 4000, 4), (1, 0, 11, 2000, 2), (1, 0, 12, 1000, 2)))
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(m)
+    text = generate_latest(reg).decode()
+    assert "pod=" not in text and "namespace=" not in text and "container=" not in text
+    kernels = {s.labels["kernel"] for fam in text_string_to_metric_families(text) for s in fam.samples
+               if "kernel" in s.labels}
+    assert "short_kernel" in kernels and len(kernels) == 3  # the two long names stay apart
+    assert all(len(k.encode()) <= 1024 for k in kernels)
+    assert any(k.startswith("void cutlass::Kernel<cutlass::gemm::GemmShape<128, 128, 32>") for k in kernels)

@@ -6,7 +6,7 @@ twice. The agent drains every second while metrics are on.
 
 Kernel series: gpu_agent_kernel_gpu_seconds_total and
 gpu_agent_kernel_launches_total{pid, comm, cuda_device, UUID, modelName, kernel, pod,
-namespace, container} (pod labels empty, i.e. absent, outside Kubernetes). UUID and
+namespace, container} (pod labels absent outside Kubernetes). UUID and
 modelName are the device's identity under the names DCGM's exporter gives them, so
 that PromQL can join per-code series with DCGM's per-device ones (`on(UUID)`); they
 are absent until the shim has announced the device (its gpu_device probe, within a
@@ -25,6 +25,7 @@ Bounded cardinality:
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from dataclasses import dataclass, field
@@ -32,6 +33,24 @@ from typing import Callable, Optional
 
 OTHER = "other"
 POD_LABELS = ("pod", "namespace", "container")
+# Mimir and Cortex refuse label values over 2 048 bytes by default; demangled C++
+# template kernels run to thousands. Longer names keep their head and a hash of the
+# whole (the profiles keep the whole name).
+KERNEL_LABEL_MAX = 1024
+
+
+def kernel_label(name: str) -> str:
+    if len(name.encode()) <= KERNEL_LABEL_MAX:
+        return name
+    digest = hashlib.sha1(name.encode()).hexdigest()[:12]
+    return name.encode()[:KERNEL_LABEL_MAX - 16].decode(errors="ignore") + f"…#{digest}"
+
+
+def _without_empty_pod_labels(family):
+    """Outside Kubernetes the pod labels are absent, not empty."""
+    family.samples = [s._replace(labels={k: v for k, v in s.labels.items() if v or k not in POD_LABELS})
+                      for s in family.samples]
+    return family
 GPU_LABELS = ("UUID", "modelName")  # as DCGM's exporter names them
 KERNEL_LABELS = ("pid", "comm", "cuda_device") + GPU_LABELS + ("kernel",) + POD_LABELS
 PROC_LABELS = ("pid", "comm", "cuda_device") + GPU_LABELS + POD_LABELS
@@ -223,12 +242,13 @@ class Metrics:
                 if p is None:
                     continue
                 kname = OTHER if kid == OTHER else self._names.get(kid) or self._kernel_name(kid) or f"[unknown kernel {kid:#x}]"
+                kname = kernel_label(kname)
                 labels = [str(pid), p.comm, str(dev), *self._gpu(pid, dev), kname] + \
                     [p.pod.get(k, "") for k in POD_LABELS]
                 gpu.add_metric(labels, s.gpu_ns / 1e9)
                 launches.add_metric(labels, s.launches)
-            yield gpu
-            yield launches
+            yield _without_empty_pod_labels(gpu)
+            yield _without_empty_pod_labels(launches)
 
             busy = CounterMetricFamily("gpu_agent_process_gpu_busy_seconds",
                                        "GPU time of a process's kernels on a device (sum of kernel "
@@ -251,8 +271,8 @@ class Metrics:
                     out.append(("+Inf", cum))
                     lat.add_metric([str(pid), p.comm, str(dev), *self._gpu(pid, dev)] +
                                    [p.pod.get(k, "") for k in POD_LABELS], out, sum_ns / 1e9)
-            yield busy
-            yield lat
+            yield _without_empty_pod_labels(busy)
+            yield _without_empty_pod_labels(lat)
 
             h = dict(self._health)
             g = GaugeMetricFamily("gpu_agent_attached_processes",
