@@ -150,3 +150,9 @@ def test_a_short_records_duration_is_the_commands(tmp_path):
     assert proc.returncode == 0, proc.stderr
     prof = profile_pb2.Profile.FromString(gzip.decompress(out.read_bytes()))
     assert 0 < prof.duration_nanos / 1e9 < min(2.0, wall - 1.0), (prof.duration_nanos, wall)
+
+
+def test_ui_over_a_missing_store_says_so(tmp_path):
+    proc = subprocess.run(agent_cmd("ui", "--profiles", tmp_path / "typo", "--listen", "127.0.0.1:0"),
+                          capture_output=True, text=True, timeout=60)
+    assert f"no profile store at {tmp_path / 'typo'}" in one_line_error(proc)

@@ -251,6 +251,14 @@ def test_diff_of_two_ranges_shows_the_doubled_kernel_grown(store, ui, page):
     assert rgb(frame_fill(page, f'#diff-flame g[name="{RT}"]')) == (220, 220, 220)
     root = page.text_content('#diff-flame g[name="all"] title')
     assert f"before {sum(before.values()):,} ns, after {sum(after.values()):,} ns" in root
+    # A frame only the earlier range has is gone, one only the later has is new
+    # (the server's rows: ratio = after / before, None without a before).
+    page.evaluate("""renderDiff({a: {total: 10, files: 1}, b: {total: 5, files: 1}, normalized: false,
+        tree: {name: "all", value: 5, before: 10, delta: -5, children: []},
+        changes: [{name: "gone_k", kind: "kernel", before: 10, after: 0, delta: -10, ratio: 0},
+                  {name: "new_k", kind: "kernel", before: 0, after: 5, delta: 5, ratio: null}]})""")
+    assert page.text_content('#changes-table tr[data-name="gone_k"] td:nth-child(5)').endswith("(gone)")
+    assert page.text_content('#changes-table tr[data-name="new_k"] td:nth-child(5)').endswith("(new)")
 
 
 def test_screenshot_shows_the_flame_graph(store, ui, page):

@@ -65,6 +65,10 @@ def main(args) -> int:
     signal.signal(signal.SIGINT, _stop)
     from ..ui.server import wait_forever
 
+    if not Path(args.profiles).is_dir():  # a typo would serve an empty UI without a word
+        print(f"gpu-agent: error: no profile store at {args.profiles} (`gpu-agent run --output-dir DIR` "
+              "writes one)", file=sys.stderr)
+        return 2
     srv = start(args.profiles, args.listen, args.ui_token_file)
     try:
         wait_forever(lambda: stop["now"])

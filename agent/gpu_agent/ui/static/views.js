@@ -45,7 +45,7 @@ async function compare() {
 function renderDiff(data) {
   const change = (d) => {
     const before = d.data.before, after = d.data.value, delta = d.data.delta;
-    const rel = before ? ` (${delta >= 0 ? "+" : ""}${((100 * delta) / before).toFixed(1)} %)` : " (new)";
+    const rel = !before ? " (new)" : !after ? " (gone)" : ` (${delta >= 0 ? "+" : ""}${((100 * delta) / before).toFixed(1)} %)`;
     return `${d.data.name}: before ${exact(before)}, after ${exact(after)}, change ${delta >= 0 ? "+" : ""}${exact(delta)}${rel}`;
   };
   $("diff-info").textContent = `before: ${fmtValue(data.a.total)} in ${plural(data.a.files, "profile")}; ` +
@@ -62,7 +62,8 @@ function renderDiff(data) {
     el("td", {}, el("span", { class: "kind " + r.kind }, r.kind)),
     el("td", { class: "num" }, fmtValue(r.before)), el("td", { class: "num" }, fmtValue(r.after)),
     el("td", { class: "num " + (r.delta > 0 ? "up" : "down") },
-      `${r.delta > 0 ? "+" : ""}${fmtValue(r.delta)}` + (r.ratio ? ` (×${r.ratio.toFixed(2)})` : " (new)")))));
+      `${r.delta > 0 ? "+" : ""}${fmtValue(r.delta)}` +
+        (r.ratio ? ` (×${r.ratio.toFixed(2)})` : r.after ? " (new)" : " (gone)")))));
   bump("diffs");
 }
 
