@@ -10,6 +10,7 @@ nothing runs, so each phase's files are known exactly):
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import time
@@ -167,6 +168,27 @@ def drag_over_chart(page, frm: int, to: int) -> None:
     rerendered(page, page.mouse.up)
 
 
+def test_a_click_on_a_bar_chooses_its_window(store, ui, page):
+    """The page's hint: click a bar for its interval. Inside the selection too (the
+    selection's rectangle let no click through), and the range it chooses holds
+    the bar's profiles (its end was rounded down, out of the range)."""
+    out, phases, _ = store
+    page.goto(ui.url)
+    wait_counter(page, "renders", 0)
+    bars = page.locator("#chart rect.bar.in")  # inside the default selection
+    assert bars.count() >= 2
+    bar = bars.nth(bars.count() - 1)
+    start, end = int(bar.get_attribute("data-start")), int(bar.get_attribute("data-end"))
+    n = int(re.search(r"\((\d+) profiles?\)", bar.locator("title").text_content()).group(1))
+    rerendered(page, lambda: bar.click(timeout=5000))
+    assert page.evaluate("[state.from, state.to]") == [start, end]
+    # the same files Go pprof reads for that range: the UI's total is theirs
+    from gpu_agent.ui.store import Store
+    chosen = Store(out).in_range(start * 10**6, end * 10**6)
+    assert len(chosen) == n > 0
+    assert root_total(page) == pprof_totals([out / f.name for f in chosen])["total"]
+
+
 def test_filter_by_pid(store, ui, page):
     out, phases, _ = store
     frm, to, files, pids = phases["after"]
@@ -219,6 +241,9 @@ def test_kernel_regex_and_top_table(store, ui, page):
     caller = page.locator('#top-table tr[data-name="launch_cuLaunchKernel"]')
     assert int(caller.get_attribute("data-self")) == 0  # GPU time is the kernels' own
     assert int(caller.get_attribute("data-total")) == expected["leaf"][CU]
+    # It opens sorted by self: a kernel leads, not the threads' common root
+    first = page.locator("#top-table tbody tr").first
+    assert first.get_attribute("data-name") in expected["leaf"], first.get_attribute("data-name")
     page.click("nav .tab[data-tab=flame]")
     page.fill("#f-kernel", "^k_cudaLaunch")
     rerendered(page, lambda: page.press("#f-kernel", "Enter"))

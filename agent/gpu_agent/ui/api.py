@@ -165,7 +165,9 @@ class Api:
         one typical window back) to its own end."""
         from_ms, to_ms, files = self._files(params)
         self.cache.prefetch(files, totals_only=True)
-        ends = [f.end_ns // 1_000_000 for f in files]
+        # A bar's end rounds up to the millisecond, so that the range a click on it
+        # chooses, (start, end], holds its files (rounded down, it held none).
+        ends = [-(-f.end_ns // 1_000_000) for f in files]
         gaps = sorted(b - a for a, b in zip(ends, ends[1:]))
         window_ms = gaps[len(gaps) // 2] if gaps else 10_000
         bars: list[dict] = []

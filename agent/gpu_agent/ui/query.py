@@ -163,7 +163,11 @@ class Merged:
             for n in set(names):
                 total_v[n] = total_v.get(n, 0) + v
         grand = self.total(value) or 1
-        ranked = sorted(total_v, key=lambda n: (-total_v[n], -self_v.get(n, 0), cat.names[n][0]))[:limit]
+        # The heaviest by self first (the kernels: where GPU time goes), then by total
+        # (the code that launched them), each within the row limit.
+        by_self = sorted(self_v, key=lambda n: (-self_v[n], cat.names[n][0]))[:limit // 2]
+        by_total = sorted(total_v, key=lambda n: (-total_v[n], -self_v.get(n, 0), cat.names[n][0]))
+        ranked = list(dict.fromkeys(by_self + by_total))[:limit]
         return [{"name": cat.names[n][0], "kind": cat.names[n][1], "self": self_v.get(n, 0),
                  "total": total_v[n], "self_share": self_v.get(n, 0) / grand, "total_share": total_v[n] / grand}
                 for n in ranked]

@@ -26,7 +26,7 @@ const state = {
   orient: "flame", tab: "flame",
   store: null,                   // /api/status's store
   selected: null,                // the clicked frame's name
-  topRows: [], topSort: ["total", -1],
+  topRows: [], topSort: ["self", -1], // by self: kernels first, not clone3 (every thread's root)
 };
 let flameChart = null;
 

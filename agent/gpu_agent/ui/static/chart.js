@@ -28,6 +28,7 @@ function drawChart(data) {
     r.setAttribute("height", h);
     r.setAttribute("class", "bar" + (b.end_ms > state.from && b.end_ms <= state.to ? " in" : ""));
     r.dataset.start = b.start_ms;
+    r.dataset.start = b.start_ms;
     r.dataset.end = b.end_ms;
     const title = document.createElementNS(ns, "title");
     title.textContent = `${fmtTime(b.start_ms)} – ${fmtTime(b.end_ms)}: ${fmtValue(b[key])} (${b.files} profiles)`;
@@ -66,7 +67,7 @@ function drawChart(data) {
         // A click: the interval of the bar under the pointer.
         const bar = e.target.closest && e.target.closest("rect.bar");
         if (!bar) return;
-        setRange(Number(bar.dataset.end) - 1, Number(bar.dataset.end));
+        setRange(Number(bar.dataset.start), Number(bar.dataset.end));
       } else {
         setRange(Math.round(Math.min(start, end)), Math.round(Math.max(start, end)));
       }
