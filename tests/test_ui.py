@@ -189,6 +189,19 @@ def test_a_click_on_a_bar_chooses_its_window(store, ui, page):
     assert root_total(page) == pprof_totals([out / f.name for f in chosen])["total"]
 
 
+def test_a_failed_filter_leaves_no_old_graph(store, ui, page):
+    out, phases, _ = store
+    frm, to, files, _ = phases["after"]
+    open_range(page, ui, frm, to)
+    assert page.locator('#flame g[name="all"]').count() == 1
+    page.fill("#f-kernel", "(unclosed")
+    page.press("#f-kernel", "Enter")
+    page.wait_for_selector("#error:not([hidden])")
+    assert "regular expression" in page.text_content("#error") or "(unclosed" in page.text_content("#error")
+    assert page.locator("#flame g").count() == 0
+    assert page.locator("#top-table tbody tr").count() == 0
+
+
 def test_filter_by_pid(store, ui, page):
     out, phases, _ = store
     frm, to, files, pids = phases["after"]
@@ -259,10 +272,13 @@ def test_diff_of_two_ranges_shows_the_doubled_kernel_grown(store, ui, page):
     page.goto(ui.url)
     wait_counter(page, "renders", 0)
     page.click("nav .tab[data-tab=diff]")
+    # It opens on a diff already: the chosen range against the one before it.
+    wait_counter(page, "diffs", 0)
+    assert page.locator('#diff-flame g[name="all"]').count() == 1
     for field, ms in (("#a-from", a_from), ("#a-to", a_to), ("#b-from", b_from), ("#b-to", b_to)):
         page.fill(field, page.evaluate(f"fmtTime({ms})"))
     page.click("#compare")
-    wait_counter(page, "diffs", 0)
+    wait_counter(page, "diffs", 1)
     before, after = pprof_totals(a_files)["leaf"], pprof_totals(b_files)["leaf"]
     assert after[CU] == 2 * before[CU] and after[RT] == before[RT]
     grown = page.locator(f'#changes-table tr[data-name="{CU}"]')

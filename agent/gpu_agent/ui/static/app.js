@@ -141,6 +141,10 @@ async function refresh(pending) {
     renderRange(early || await getJSON("/api/range", rangeParams()));
   } catch (e) {
     showError(e.message);
+    // not the last good graph under an error about another query
+    $("flame").replaceChildren();
+    state.topRows = [];
+    renderTop();
   }
 }
 
@@ -255,7 +259,10 @@ function showTab(tab) {
   state.tab = tab;
   for (const b of document.querySelectorAll("nav .tab")) b.classList.toggle("active", b.dataset.tab === tab);
   for (const p of document.querySelectorAll(".panel")) p.hidden = p.id !== "tab-" + tab;
-  if (tab === "diff") defaultDiffRanges();
+  if (tab === "diff" && !$("b-from").value) { // opens on a diff: the range against the one before it
+    defaultDiffRanges();
+    compare();
+  }
   if (tab === "status") loadStatus().then(renderStatus).catch((e) => showError(e.message));
   saveHash();
 }
