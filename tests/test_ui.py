@@ -189,6 +189,23 @@ def test_a_click_on_a_bar_chooses_its_window(store, ui, page):
     assert root_total(page) == pprof_totals([out / f.name for f in chosen])["total"]
 
 
+def test_search_highlights_matching_frames_and_sums_them(store, ui, page):
+    out, phases, _ = store
+    frm, to, files, _ = phases["after"]
+    expected = pprof_totals(files)
+    open_range(page, ui, frm, to)
+    plain = frame_fill(page, f'#flame g[name="{CU}"]')
+    page.fill("#search", CU[:12])  # a prefix, as a regular expression
+    page.wait_for_selector("#search-info[data-value]")
+    assert frame_fill(page, f'#flame g[name="{CU}"]') == "#e600e6"
+    assert frame_fill(page, f'#flame g[name="{RT}"]') != "#e600e6"
+    assert int(page.get_attribute("#search-info", "data-value")) == expected["leaf"][CU]
+    assert page.text_content("#search-info").startswith("1 frame match")
+    page.fill("#search", "")
+    page.wait_for_selector("#search-info:not([data-value])", state="attached")
+    assert frame_fill(page, f'#flame g[name="{CU}"]') == plain
+
+
 def test_a_failed_filter_leaves_no_old_graph(store, ui, page):
     out, phases, _ = store
     frm, to, files, _ = phases["after"]

@@ -240,6 +240,36 @@ function renderFlame(tree) {
     details: $("details"),
     onClick: (d) => selectFrame(d),
   });
+  if (flameChart) {
+    flameChart.setSearchHandler((frames, value, total) => {
+      $("search-info").textContent = `${plural(frames.length, "frame")} match: ${fmtValue(value)} ` +
+        `(${pct(value, total)})`;
+      $("search-info").dataset.value = value;
+    });
+    applySearch(); // the search stays on across ranges and filters
+  }
+}
+
+// Search: frames whose name matches a regular expression are highlighted (as in
+// Parca and Pyroscope), with what they add up to (nested matches once).
+function applySearch() {
+  const term = $("search").value;
+  const info = $("search-info");
+  delete info.dataset.value;
+  if (!flameChart) return;
+  if (!term) {
+    flameChart.clear();
+    info.textContent = "";
+    return;
+  }
+  try {
+    new RegExp(term);
+  } catch (e) {
+    flameChart.clear();
+    info.textContent = "not a regular expression";
+    return;
+  }
+  flameChart.search(term);
 }
 
 function selectFrame(d) {
@@ -297,6 +327,7 @@ function wire() {
     r.onchange = () => { state.orient = r.value; saveHash(); if (state.data) renderFlame(state.data.tree); };
   }
   $("reset-zoom").onclick = () => { if (flameChart) flameChart.resetZoom(); };
+  $("search").oninput = applySearch;
   $("focus-frame").onclick = () => { if (state.selected) { state.focus.push(state.selected); refresh(); } };
   $("hide-frame").onclick = () => { if (state.selected) { state.ignore.push(state.selected); refresh(); } };
   for (const th of document.querySelectorAll("#top-table th")) {
