@@ -206,6 +206,31 @@ def test_search_highlights_matching_frames_and_sums_them(store, ui, page):
     assert frame_fill(page, f'#flame g[name="{CU}"]') == plain
 
 
+def test_sandwich_shows_a_frames_callers_and_the_kernels_it_launches(store, ui, page):
+    """Click a frame, then Sandwich: its callers above it, its callees (here the kernel
+    it launched) below it, both rooted at it with the GPU time through it."""
+    out, phases, _ = store
+    frm, to, files, _ = phases["after"]
+    expected = pprof_totals(files)
+    fn = "launch_cuLaunchKernel"
+    open_range(page, ui, frm, to)
+    page.click(f'#flame g[name="{fn}"]')
+    page.wait_for_selector("#selected:not([hidden])")
+    seen = counter(page, "sandwiches")
+    page.click("#sandwich-frame")
+    wait_counter(page, "sandwiches", seen)
+    through = expected["leaf"][CU]  # GPU time is the kernels' own, and this function launches CU
+    for box in ("#callers-flame", "#callees-flame"):
+        title = page.text_content(f'{box} g[name="{fn}"] title')
+        assert title.startswith(f"{fn}: {through:,} "), (box, title)
+    kernel = page.text_content(f'#callees-flame g[name="{CU}"] title')
+    assert kernel.startswith(f"{CU}: {through:,} "), kernel
+    assert page.locator(f'#callers-flame g[name="{RT}"]').count() == 0  # another path's kernel
+    assert page.locator("#callers-flame g").count() > 2  # its callers, up to the thread's root
+    status, _, body = http_get(ui.port, "/api/sandwich?name=no_such_frame")
+    assert status == 400 and b"no frame named 'no_such_frame' in this range" in body, (status, body)
+
+
 def test_a_failed_filter_leaves_no_old_graph(store, ui, page):
     out, phases, _ = store
     frm, to, files, _ = phases["after"]

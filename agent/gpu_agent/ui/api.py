@@ -19,7 +19,7 @@ from http import HTTPStatus
 from typing import Callable, Optional
 
 from .profiles import ProfileCache
-from .query import VALUE_INDEX, Filters, Merged, changes, parse_filters, scaled, tree_of
+from .query import VALUE_INDEX, Filters, Merged, changes, parse_filters, sandwich, scaled, tree_of
 from .workers import DecodePool
 from .store import PROFILE_SUFFIX, TRACE_SUFFIX, Store
 
@@ -123,6 +123,8 @@ class Api:
             return HTTPStatus.OK, self.range(params), "application/json", None
         if path == "/api/diff":
             return HTTPStatus.OK, self.diff(params), "application/json", None
+        if path == "/api/sandwich":
+            return HTTPStatus.OK, self.sandwich(params), "application/json", None
         if path == "/download/profile.pb.gz":
             return self.download_profile(params)
         if path == "/download/trace.perfetto-trace":
@@ -208,6 +210,20 @@ class Api:
                 "tree": merged.tree(value), "top": merged.top(value),
                 "labels": merged.label_values(value), "traces": len(traces),
                 "comments": merged.comments}
+
+    def sandwich(self, params: dict) -> dict:
+        """One frame's callers and callees over the range, filters applied."""
+        value = _value(params)
+        name = (params.get("name") or [""])[-1]
+        if not name or len(name) > 4096:
+            raise BadRequest("sandwich needs name= (a function or kernel of the range)")
+        from_ms, to_ms, merged, filters = self._merged(params)
+        try:
+            out = sandwich(merged.catalog, merged.by_stack(value), name)
+        except KeyError:
+            raise BadRequest(f"no frame named {name[:200]!r} in this range") from None
+        return {"from": from_ms, "to": to_ms, "files": merged.files, "type": value,
+                "filters": filters.describe(), **out}
 
     def diff(self, params: dict) -> dict:
         value = _value(params)

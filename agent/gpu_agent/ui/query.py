@@ -224,6 +224,46 @@ def tree_of(catalog: Catalog, per_range: list[dict[int, int]]) -> dict:
     return emit(None, root)
 
 
+def sandwich(catalog: Catalog, by_stack: dict[int, int], name: str) -> dict:
+    """One function or kernel between its callers and its callees (Pyroscope's
+    sandwich view): two trees rooted at it, over the samples whose stack holds it.
+    Callers run from its innermost call up to the roots, callees from its outermost
+    call down to the leaves (for GPU time: which code launches this kernel, and what
+    this function launches), so a recursive frame counts each sample once."""
+    cat = catalog
+    ids = {n for n, (text, _kind) in enumerate(cat.names) if text == name}
+    if not ids:
+        raise KeyError(name)
+    callers: list = [0, {}]
+    callees: list = [0, {}]
+
+    def add(node: list, path, v: int) -> None:
+        node[0] += v
+        for n in path:
+            node = node[1].setdefault(n, [0, {}])
+            node[0] += v
+
+    kind = "native"
+    for sid, v in by_stack.items():
+        names = [cat.frame_name[f] for f in cat.stacks[sid]]  # leaf first
+        hits = [i for i, n in enumerate(names) if n in ids]
+        if not v or not hits:
+            continue
+        kind = cat.names[names[hits[0]]][1]
+        add(callers, names[hits[0] + 1:], v)
+        add(callees, reversed(names[:hits[-1]]), v)
+
+    def emit(n: Optional[int], node: list) -> dict:
+        out = {"name": cat.names[n][0] if n is not None else name,
+               "kind": cat.names[n][1] if n is not None else kind, "value": node[0]}
+        children = sorted((emit(c, sub) for c, sub in node[1].items()), key=lambda c: -c["value"])
+        if children:
+            out["children"] = children
+        return out
+
+    return {"name": name, "total": callers[0], "callers": emit(None, callers), "callees": emit(None, callees)}
+
+
 def changes(catalog: Catalog, before: dict[int, int], after: dict[int, int],
             limit: int = CHANGE_ROWS) -> list[dict]:
     """Kernels and functions whose total changed most between two ranges."""

@@ -139,6 +139,7 @@ async function refresh(pending) {
   try {
     const [_, early] = await Promise.all([loadChart(), pending]);
     renderRange(early || await getJSON("/api/range", rangeParams()));
+    if (state.tab === "sandwich") loadSandwich(); // the same range and filters
   } catch (e) {
     showError(e.message);
     // not the last good graph under an error about another query
@@ -293,6 +294,7 @@ function showTab(tab) {
     defaultDiffRanges();
     compare();
   }
+  if (tab === "sandwich") loadSandwich();
   if (tab === "status") loadStatus().then(renderStatus).catch((e) => showError(e.message));
   saveHash();
 }
@@ -330,6 +332,12 @@ function wire() {
   $("search").oninput = applySearch;
   $("focus-frame").onclick = () => { if (state.selected) { state.focus.push(state.selected); refresh(); } };
   $("hide-frame").onclick = () => { if (state.selected) { state.ignore.push(state.selected); refresh(); } };
+  $("sandwich-frame").onclick = () => {
+    if (!state.selected) return;
+    $("sandwich-name").value = state.selected;
+    showTab("sandwich");
+  };
+  $("sandwich-go").onclick = loadSandwich;
   for (const th of document.querySelectorAll("#top-table th")) {
     th.onclick = () => {
       const key = th.dataset.sort;

@@ -67,6 +67,32 @@ function renderDiff(data) {
   bump("diffs");
 }
 
+// ---- the sandwich: one frame between its callers and its callees ------------------
+async function loadSandwich() {
+  const name = $("sandwich-name").value;
+  if (!name) return;
+  const p = rangeParams();
+  p.set("name", name);
+  try {
+    renderSandwich(await getJSON("/api/sandwich", p));
+  } catch (e) {
+    showError(e.message);
+    $("callers-flame").replaceChildren();
+    $("callees-flame").replaceChildren();
+  }
+}
+
+function renderSandwich(data) {
+  $("sandwich-info").textContent = `${fmtValue(data.total)} through it ` +
+    `(${pct(data.total, state.data ? state.data.total : 0)} of the range)`;
+  // callers as a flame graph (it at the bottom, its callers above), callees as an icicle
+  for (const [id, tree, inverted] of [["callers-flame", data.callers, false], ["callees-flame", data.callees, true]]) {
+    const chart = newChart($(id), tree, { details: $("sandwich-details") });
+    if (chart) chart.inverted(inverted).update();
+  }
+  bump("sandwiches");
+}
+
 // ---- the status page ---------------------------------------------------------------
 async function loadStatus() {
   const s = await getJSON("/api/status", new URLSearchParams());
