@@ -22,7 +22,7 @@ AS_NOBODY = textwrap.dedent("""
     import http.client, socket, sys, time
     port, mport, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     if mode == "read":
-        for path in ("/api/status", "/api/range", "/download/profile.pb.gz", "/"):
+        for path in ("/api/status", "/api/range", "/api/sandwich?name=main", "/download/profile.pb.gz", "/"):
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
             c.request("GET", path)
             r = c.getresponse()
@@ -70,7 +70,8 @@ def test_the_loopback_ui_serves_root_not_another_local_user(tmp_path, built, hon
         p = as_nobody(str(port), str(mport), "read")
         assert p.returncode == 0, p.stderr
         got = dict(line.split()[:2] for line in p.stdout.splitlines())
-        assert got == {"/api/status": "403", "/api/range": "403", "/download/profile.pb.gz": "403", "/": "403"}, \
+        assert got == {"/api/status": "403", "/api/range": "403", "/api/sandwich?name=main": "403",
+                       "/download/profile.pb.gz": "403", "/": "403"}, \
             p.stdout
 
         # Slow connections: 120 held idle by nobody; the agent's threads and fds stay
