@@ -231,6 +231,23 @@ def test_sandwich_shows_a_frames_callers_and_the_kernels_it_launches(store, ui, 
     assert status == 400 and b"no frame named 'no_such_frame' in this range" in body, (status, body)
 
 
+def test_group_by_a_label_splits_the_graph_by_its_values(store, ui, page):
+    """Group by pid: one subtree per process under the root, each with the GPU time
+    Go pprof gives that pid; the choice stays in the page's address."""
+    out, phases, _ = store
+    frm, to, files, pids = phases["after"]
+    open_range(page, ui, frm, to)
+    assert set(page.eval_on_selector_all("#group option", "os => os.map(o => o.value)")) >= {"", "pid", "comm"}
+    rerendered(page, lambda: page.select_option("#group", "pid"))
+    for pid in pids:
+        title = page.text_content(f'#flame g[name="pid={pid}"] title')
+        assert title.startswith(f"pid={pid}: {pprof_totals(files, pid=pid)['total']:,} "), title
+    assert root_total(page) == pprof_totals(files)["total"]
+    assert "group=pid" in page.evaluate("location.hash")
+    status, _, body = http_get(ui.port, f"/api/range?from={frm}&to={to}&group=nope")
+    assert status == 400 and b"no label 'nope'" in body
+
+
 def test_a_failed_filter_leaves_no_old_graph(store, ui, page):
     out, phases, _ = store
     frm, to, files, _ = phases["after"]

@@ -204,10 +204,15 @@ class Api:
     def range(self, params: dict) -> dict:
         value = _value(params)
         from_ms, to_ms, merged, filters = self._merged(params)
+        labels = merged.group_labels()
+        group = (params.get("group") or [""])[-1]
+        if group and group not in labels:
+            raise BadRequest(f"group: no label {group[:100]!r} in this range (its labels: {', '.join(labels)})")
         traces = self.store.in_range(from_ms * 1_000_000, to_ms * 1_000_000, traces=True)
         return {"from": from_ms, "to": to_ms, "files": merged.files, "type": value,
                 "total": merged.total(value), "filters": filters.describe(),
-                "tree": merged.tree(value), "top": merged.top(value),
+                "tree": merged.tree(value, group), "top": merged.top(value),
+                "group": group, "group_labels": labels,
                 "labels": merged.label_values(value), "traces": len(traces),
                 "comments": merged.comments}
 

@@ -146,8 +146,33 @@ class Merged:
         return {k: [{"value": val, "total": t} for val, t in sorted(vals.items(), key=lambda kv: -kv[1])]
                 for k, vals in acc.items()}
 
-    def tree(self, value: int) -> dict:
-        return tree_of(self.catalog, [self.by_stack(value)])
+    def tree(self, value: int, group: str = "") -> dict:
+        """The flame graph's tree; with `group`, one subtree per value of that label
+        under the root (`label=value` frames, as pprof's -tagroot), samples without
+        the label under `label=(none)`."""
+        if not group:
+            return tree_of(self.catalog, [self.by_stack(value)])
+        parts: dict[str, dict[int, int]] = {}
+        for (sid, lid), v in self.rows.items():
+            key = dict(self.catalog.labelsets[lid]).get(group, "(none)")
+            part = parts.setdefault(key, {})
+            part[sid] = part.get(sid, 0) + v[value]
+        children = []
+        for key, by_stack in parts.items():
+            sub = tree_of(self.catalog, [by_stack])
+            if sub["value"]:
+                sub.update(name=f"{group}={key}", kind="label")
+                children.append(sub)
+        children.sort(key=lambda c: -c["value"])
+        out = {"name": "all", "kind": "root", "value": sum(c["value"] for c in children)}
+        if children:
+            out["children"] = children
+        return out
+
+    def group_labels(self) -> list[str]:
+        """The labels the range's samples carry, to group by (pid, cuda_stream, source…)."""
+        keys = {k for _sid, lid in self.rows for k, _v in self.catalog.labelsets[lid]}
+        return sorted(keys - {"gpu_time_estimated"})
 
     def top(self, value: int, limit: int = TOP_ROWS) -> list[dict]:
         """Kernels and functions by self and total: self counts the samples a name is

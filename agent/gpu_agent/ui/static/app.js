@@ -9,7 +9,7 @@ const V = window.GpuAgentVendor;
 const LABELS = ["pid", "comm", "pod", "namespace", "container", "cuda_device"];
 const KIND_COLOURS = {
   kernel: [128, 62, 42], graph: [276, 58, 56], python: [216, 62, 60],
-  native: [30, 84, 61], marker: [0, 0, 66], root: [0, 0, 80],
+  native: [30, 84, 61], marker: [0, 0, 66], root: [0, 0, 80], label: [50, 60, 70],
 };
 const HOUR = 3600 * 1000;
 // One formatter for every number: toLocaleString builds one per call, and a flame
@@ -26,6 +26,7 @@ const state = {
   orient: "flame", tab: "flame",
   store: null,                   // /api/status's store
   selected: null,                // the clicked frame's name
+  group: "", // a label whose values split the flame graph under its root ("" none)
   topRows: [], topSort: ["self", -1], // by self: kernels first, not clone3 (every thread's root)
 };
 let flameChart = null;
@@ -101,6 +102,7 @@ function filterParams(params) {
 
 function rangeParams() {
   const p = new URLSearchParams({ from: state.from, to: state.to, type: state.type });
+  if (state.group) p.set("group", state.group);
   return filterParams(p);
 }
 
@@ -120,6 +122,7 @@ function loadHash() {
   state.type = p.get("type") || state.type;
   for (const k of LABELS) if (p.get(k)) state.labels[k] = p.get(k);
   state.kernel = p.get("kernel") || "";
+  state.group = p.get("group") || "";
   state.focus = p.getAll("focus");
   state.ignore = p.getAll("ignore");
   state.orient = p.get("orient") || state.orient;
@@ -155,6 +158,7 @@ function renderRange(data) {
     (data.filters.length ? ` (filtered: ${data.filters.join(", ")})` : "");
   $("total").dataset.total = data.total;
   renderFilters(data.labels);
+  renderGroups(data.group_labels || []);
   renderChips();
   renderFlame(data.tree);
   state.topRows = data.top;
@@ -164,6 +168,15 @@ function renderRange(data) {
   $("dl-trace").hidden = !data.traces;
   $("dl-trace").href = "/download/trace.perfetto-trace?" + new URLSearchParams({ from: state.from, to: state.to });
   bump("renders");
+}
+
+// Group by: the labels the range's samples carry.
+function renderGroups(labels) {
+  const select = $("group");
+  const keep = labels.includes(state.group) ? state.group : "";
+  select.replaceChildren(el("option", { value: "" }, "nothing"),
+    ...labels.map((l) => el("option", { value: l }, l)));
+  select.value = keep;
 }
 
 // Counters on <body> that scripts (and the tests) wait on: one more per render.
@@ -330,6 +343,7 @@ function wire() {
   }
   $("reset-zoom").onclick = () => { if (flameChart) flameChart.resetZoom(); };
   $("search").oninput = applySearch;
+  $("group").onchange = () => { state.group = $("group").value; refresh(); };
   $("focus-frame").onclick = () => { if (state.selected) { state.focus.push(state.selected); refresh(); } };
   $("hide-frame").onclick = () => { if (state.selected) { state.ignore.push(state.selected); refresh(); } };
   $("sandwich-frame").onclick = () => {
