@@ -77,7 +77,7 @@ def test_counters_are_exact_sums_of_drains_with_labels():
     pod_key = [k for k in vals if k[0] == "gpu_agent_kernel_launches_total" and ("pod", "web-0") in k[1]]
     assert len(pod_key) == 1 and vals[pod_key[0]] == 2
     assert ("namespace", "prod") in pod_key[0][1] and ("container", "app") in pod_key[0][1]
-    busy = {dict(k)["pid"]: v for (n, k), v in vals.items() if n == "gpu_agent_process_gpu_busy_seconds_total"}
+    busy = {dict(k)["pid"]: v for (n, k), v in vals.items() if n == "gpu_agent_gpu_busy_seconds_total"}
     assert busy == {"1": 6000 / 1e9, "2": 1000 / 1e9}
 
 

@@ -310,7 +310,7 @@ def test_prometheus_scrapes_exact_kernel_totals(tmp_path, ebpf):
             # DCGM's names for the device's identity (shim/mock/mock_cuda.c's UUID and model)
             assert r["metric"]["UUID"] == "GPU-6d6f636b-0001-0203-0405-060708090a00"
             assert r["metric"]["modelName"] == "NVIDIA H100 80GB HBM3 (mock)"
-        busy = _query(base, f'gpu_agent_process_gpu_busy_seconds_total{{pid="{app.pid}"}}')
+        busy = _query(base, f'gpu_agent_gpu_busy_seconds_total{{pid="{app.pid}"}}')
         assert abs(sum(float(r["value"][1]) for r in busy) - sum(v[1] for v in truth.values()) / 1e9) < 1e-9
         # launch-to-start latency (sampled, non-graph launches): shim timestamp -> BPF histogram
         lat_n = _query(base, f'gpu_agent_launch_queue_latency_seconds_count{{pid="{app.pid}"}}')

@@ -250,7 +250,7 @@ class Metrics:
             yield _without_empty_pod_labels(gpu)
             yield _without_empty_pod_labels(launches)
 
-            busy = CounterMetricFamily("gpu_agent_process_gpu_busy_seconds",
+            busy = CounterMetricFamily("gpu_agent_gpu_busy_seconds",
                                        "GPU time of a process's kernels on a device (sum of kernel "
                                        "durations: concurrent kernels each count)",
                                        labels=PROC_LABELS)
