@@ -81,6 +81,8 @@ def test_a_bad_flag_under_a_command_gets_that_commands_usage():
     assert proc.stderr.startswith("usage: gpu-agent record")
     assert "gpu-agent record: error: unrecognized arguments: --bogus" in proc.stderr
     assert "COMMAND" not in proc.stderr  # not the top level's usage
+    typo = subprocess.run(agent_cmd("run", "--intreval", "5s"), capture_output=True, text=True)
+    assert typo.returncode == 2 and "(did you mean --interval?)" in typo.stderr, typo.stderr[-300:]
 
 
 def test_log_level_after_the_command_and_compound_durations():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import sys
 
@@ -65,7 +66,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     args, extra = parser.parse_known_args(argv)
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     if extra:  # said by the command's own parser: its usage, not the top level's 25 lines
-        sub.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+        cmd = sub.choices[args.command]
+        options = [o for a in cmd._actions for o in a.option_strings if o.startswith("--")]
+        near = [m for x in extra if x.startswith("--")
+                for m in difflib.get_close_matches(x.split("=")[0], options, n=1)]
+        cmd.error(f"unrecognized arguments: {' '.join(extra)}"
+                  + (f" (did you mean {' '.join(near)}?)" if near else ""))
     # Flags of commands that opted in may also come from the environment and a config file.
     return config.apply(parser, sub.choices[args.command], argv, args)
 
