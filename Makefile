@@ -154,9 +154,10 @@ run: deps-check
 # (shim/mock), profiled by the real agent with real eBPF (as root), then read by Go's pprof.
 demo: deps-check
 	$(MAKE) all
-	LD_LIBRARY_PATH=$(abspath $(BUILD))/mock $(VENV)/bin/gpu-agent record -o demo.pb.gz -- \
-	    $(VPY) tests/py_workload.py $(BUILD)/demo-truth.json --iters 2000
+	LD_LIBRARY_PATH=$(abspath $(BUILD))/mock $(VENV)/bin/gpu-agent record -o demo.pb.gz \
+	    --trace demo.perfetto-trace -- $(VPY) tests/py_workload.py $(BUILD)/demo-truth.json --iters 2000
 	go tool pprof -top -nodecount 12 demo.pb.gz
+	@echo "next: go tool pprof -http :8080 demo.pb.gz (flame graph); open demo.perfetto-trace in https://ui.perfetto.dev (every kernel, in order)"
 
 # `gpu-agent` on PATH (and where deploy/systemd's unit runs it): a link to this checkout's venv.
 PREFIX ?= /usr/local
