@@ -67,6 +67,20 @@ void mockcuda_restart_correlation_ids(void)
     atomic_store(&g_corr_ids, 0);
 }
 
+/* Busy-waits the CPU time a modelled CUPTI cost takes: the nanoseconds in the
+ * environment variable `name` (read once into *cache; unset or <= 0: none). */
+static void spin_env_ns(const char *name, long *cache)
+{
+    if (*cache < 0) {
+        const char *e = getenv(name);
+        *cache = e && atol(e) > 0 ? atol(e) : 0;
+    }
+    if (!*cache) return;
+    uint64_t until = mock_now_ns() + (uint64_t)*cache;
+    while (mock_now_ns() < until) {
+    }
+}
+
 void mockcuda_api_begin(struct mock_api_scope *s, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                         const char *name, const void *params, const char *symbol)
 {
@@ -97,15 +111,7 @@ void mockcuda_api_begin(struct mock_api_scope *s, CUpti_CallbackDomain domain, C
          * an enabled launch callback slows a launch-bound loop, and the shim's
          * count phase with it). */
         static long cb_ns = -1;
-        if (cb_ns < 0) {
-            const char *e = getenv("MOCK_CUPTI_CALLBACK_NS");
-            cb_ns = e ? atol(e) : 0;
-        }
-        if (cb_ns > 0) {
-            uint64_t until = mock_now_ns() + (uint64_t)cb_ns;
-            while (mock_now_ns() < until) {
-            }
-        }
+        spin_env_ns("MOCK_CUPTI_CALLBACK_NS", &cb_ns);
         h->api(domain, cbid, &s->cb);
     }
     if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
@@ -742,28 +748,14 @@ static void exec_kernel(struct mock_stream *s, const struct launch_desc *d, uint
         /* CUPTI's residual: kernel activity was on and no cuptiFinalize came since
          * (an H100 paid 1-1.4 us a launch for the process's life). */
         static long residual_ns = -1;
-        if (residual_ns < 0) {
-            const char *e = getenv("MOCK_CUPTI_RESIDUAL_LAUNCH_NS");
-            residual_ns = e ? atol(e) : 0;
-        }
         atomic_fetch_add_explicit(&g_residual_launches, 1, memory_order_relaxed);
-        uint64_t until = mock_now_ns() + (uint64_t)(residual_ns > 0 ? residual_ns : 0);
-        while (residual_ns > 0 && mock_now_ns() < until) {
-        }
+        spin_env_ns("MOCK_CUPTI_RESIDUAL_LAUNCH_NS", &residual_ns);
     }
     if (__builtin_expect(activity || (graph_id && mockcuda_gate.graph_nodes), 0)) {
         /* MOCK_CUPTI_ACTIVITY_LAUNCH_NS: CPU time each launch costs while kernel
          * activity is on (real CUPTI: a launch-bound loop slows inside windows). */
         static long spin_ns = -1;
-        if (spin_ns < 0) {
-            const char *e = getenv("MOCK_CUPTI_ACTIVITY_LAUNCH_NS");
-            spin_ns = e ? atol(e) : 0;
-        }
-        if (activity && spin_ns > 0) {
-            uint64_t until = mock_now_ns() + (uint64_t)spin_ns;
-            while (mock_now_ns() < until) {
-            }
-        }
+        if (activity) spin_env_ns("MOCK_CUPTI_ACTIVITY_LAUNCH_NS", &spin_ns);
         const struct mock_cupti_hooks *h = atomic_load(&g_hooks);
         if (!h || !h->kernel) return;
         struct mock_kernel_exec k = {

@@ -153,8 +153,11 @@ class Merged:
         if not group:
             return tree_of(self.catalog, [self.by_stack(value)])
         parts: dict[str, dict[int, int]] = {}
+        key_of: dict[int, str] = {}  # label set -> its value of `group` (rows share label sets)
         for (sid, lid), v in self.rows.items():
-            key = dict(self.catalog.labelsets[lid]).get(group, "(none)")
+            key = key_of.get(lid)
+            if key is None:
+                key = key_of[lid] = dict(self.catalog.labelsets[lid]).get(group, "(none)")
             part = parts.setdefault(key, {})
             part[sid] = part.get(sid, 0) + v[value]
         children = []
