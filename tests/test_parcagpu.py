@@ -140,7 +140,9 @@ def test_rate_limited_parcagpu_keeps_unsampled_time(agent, tmp_path):
     (launches, gpu_ns), = ground_truth(gt).values()
     ns, n, sources = by_site(agent.samples())
     assert sum(n.values()) == launches and sum(ns.values()) == gpu_ns, (n, ns, launches)
-    assert n["site_a"] > n["site_b"] > 0, n
+    # each call site keeps a share of its own (3:1 launched; this machine read 5:3 to
+    # 4:1, a CI host 2:3: the bucket's draws follow the CPU gaps, not the counts)
+    assert min(n["site_a"], n["site_b"]) > 0.1 * launches, n
     sampled = sum(int(m) for m in re.findall(r" samples=(\d+)", out))
     assert 0 < sampled < 0.02 * launches, (sampled, launches)
     assert sources == {"parcagpu"}

@@ -28,6 +28,13 @@ RESIDUAL = re.compile(r"mock libcuda: (\d+) kernels ran with CUPTI's residual")
 TEARDOWNS = re.compile(r"teardowns \(pid \d+\): (\d+), finalize mean [\d.]+ max [\d.]+ ms, (\d+) waited "
                        r"for callbacks in CUPTI, (\d+) CUPTI calls skipped, (\d+) failed or put off")
 
+# How far a 3 s run's estimate may land from the truth when its launches between
+# windows are extrapolated from about 30 count phases of 20 ms: on a quiet host
+# within 2 %, but where other processes take the CPUs in slices of a few ms each
+# count phase's rate is a noisy sample (this 2-core machine with two spinning
+# processes beside it: -2.3 to +6.1 % over 12 runs; a CI host read -5.4 %).
+EXTRAPOLATED = 0.08
+
 
 def record(tmp_path, *mock_args, duty=5, shim=None, **env):
     gt = tmp_path / "truth.tsv"
@@ -57,8 +64,8 @@ def test_windows_leave_no_residual_and_the_estimate_holds(tmp_path, built):
     # (about 20 a window at 200 000 launches/s here).
     assert residual <= 100 * windows and residual < truth[0] // 100, (residual, windows)
     est_ns, est_launches = kernel_totals(out)[KERNEL]
-    assert abs(est_launches / truth[0] - 1) < 0.05, (est_launches, truth)
-    assert abs(est_ns / truth[1] - 1) < 0.05, (est_ns, truth)
+    assert abs(est_launches / truth[0] - 1) < EXTRAPOLATED, (est_launches, truth)
+    assert abs(est_ns / truth[1] - 1) < EXTRAPOLATED, (est_ns, truth)
 
 
 def test_the_late_subscription_experiment_windows_without_loss_and_estimates(tmp_path, built):
@@ -77,7 +84,7 @@ def test_the_late_subscription_experiment_windows_without_loss_and_estimates(tmp
     truth = ground_truth(gt)[KERNEL]
     assert residual < truth[0] // 100, residual
     est_ns, est_launches = kernel_totals(out)[KERNEL]
-    assert abs(est_launches / truth[0] - 1) < 0.05, (est_launches, truth)
+    assert abs(est_launches / truth[0] - 1) < EXTRAPOLATED, (est_launches, truth)
 
 
 def test_without_the_teardown_the_residual_stays(tmp_path, built):
