@@ -225,45 +225,78 @@ def test_chrome_trace(tmp_path):
     write_chrome(tl, path)
     doc = json.loads(path.read_text(), parse_float=Decimal)      # Decimal: exact timestamps
     events = doc["traceEvents"]
-    assert doc["otherData"]["clock"] == "CLOCK_REALTIME" and doc["otherData"]["host"] == "node-a"
+    other = doc["otherData"]
+    assert other["clock"] == "CLOCK_REALTIME" and other["host"] == "node-a" and other["ts_origin_ns"] == T0
 
     names = {(e["pid"], e.get("tid")): e["args"]["name"] for e in events
              if e["ph"] == "M" and e["name"] in ("process_name", "thread_name")}
     assert names[(4242, None)] == "python (4242)" and names[(4242, 4250)] == "pt_graph"
-    gpu_rows = {v: k for k, v in names.items() if k[1] is not None and k[1] >= 1 << 23}
-    assert set(gpu_rows) == {f"GPU 0: {H100} ({UUID_A}) stream 7", f"GPU 0: {H100} ({UUID_A}) stream 7 (overlap 1)",
-                             f"GPU 0: {H100} ({UUID_A}) stream 13", f"GPU 1: {H100} ({UUID_B}) stream 7",
-                             f"GPU 0: {H100} ({UUID_B}) stream 0"}
-    assert gpu_rows[f"GPU 0: {H100} ({UUID_B}) stream 0"][0] == 5151
+    # Each GPU a process of its own (by UUID: pid 5151's device 0 is pid 4242's device 1),
+    # with made-up pids below every profiled process's, one row per (process, stream).
+    gpus = {v: k[0] for k, v in names.items() if k[1] is None and v.startswith("GPU")}
+    assert set(gpus) == {f"GPU: {H100} ({UUID_A})", f"GPU: {H100} ({UUID_B})"}
+    assert sorted(gpus.values()) == [1, 2]
+    rows = {v: k for k, v in names.items() if k[0] in gpus.values() and k[1] is not None}
+    gpu_a, gpu_b = gpus[f"GPU: {H100} ({UUID_A})"], gpus[f"GPU: {H100} ({UUID_B})"]
+    assert {v for v, k in rows.items() if k[0] == gpu_a} == {
+        "python (4242) GPU 0 stream 7", "python (4242) GPU 0 stream 7 (overlap 1)", "python (4242) GPU 0 stream 13"}
+    assert {v for v, k in rows.items() if k[0] == gpu_b} == {"python (4242) GPU 1 stream 7",
+                                                             "trainer (5151) GPU 0 stream 0"}
 
-    kernels = [e for e in events if e["ph"] == "X" and e["tid"] >= 1 << 23]
+    kernels = [e for e in events if e["ph"] == "X" and e["pid"] in (gpu_a, gpu_b)]
     assert len(kernels) == len(tl.kernels)
     for k, e in zip(tl.kernels, kernels):
         assert e["name"] == k.name
-        assert e["ts"] == Decimal(k.start_ns) / 1000 and e["dur"] == Decimal(k.end_ns - k.start_ns) / 1000
-        assert e["args"]["correlation_id"] == k.correlation_id
-    gemm, add1 = kernels[0], kernels[3]
-    assert gemm["args"]["grid"] == [128, 1, 1] and gemm["args"]["launch_stack"][3] == "forward (/app/model.py:42)"
-    assert add1["args"]["graph_id"] == 5 and add1["args"]["replay_stack"][1] == "replay (/app/train.py:90)"
-    assert add1["cat"] == "cuda,cuda_graph"
+        # from the trace's origin, to the nanosecond
+        assert e["ts"] == Decimal(k.start_ns - T0) / 1000 and e["dur"] == Decimal(k.end_ns - k.start_ns) / 1000
+        # no args: speedscope names a frame by its name and args
+        assert "args" not in e and other["mangled"][k.name] == k.mangled
+    assert kernels[2]["ts"] == Decimal("1029.250") and names[(kernels[2]["pid"], kernels[2]["tid"])].endswith("(overlap 1)")
+    assert kernels[3]["cat"] == "cuda,cuda_graph" and kernels[0]["cat"] == "cuda"
 
-    # Flows: "s" on the launching thread inside a zero-length launch slice, "f" on the kernel.
+    # Sampled launches: a zero-length slice on the launching thread with the launch's
+    # details, and flows: "s" there, "f" on each kernel it launched.
+    launches = {(e["tid"], e["ts"]): e for e in events if e["ph"] == "X" and e["pid"] in (4242, 5151)}
+    gemm = launches[(4242, Decimal("1004.000"))]
+    assert gemm["dur"] == 0 and gemm["name"] == "cudaLaunchKernel" and gemm["args"]["correlation_id"] == 100
+    assert gemm["args"]["grid"] == [128, 1, 1] and gemm["args"]["launch_stack"][3] == "forward (/app/model.py:42)"
+    graph = launches[(4250, Decimal("1040.000"))]
+    assert graph["name"] == "cudaGraphLaunch" and graph["args"]["kernels"] == 2 and graph["args"]["graph_id"] == 5
+    assert graph["args"]["launch_stack"][1] == "replay (/app/train.py:90)"
+    assert graph["args"]["capture_stack"][2] == "forward (/app/model.py:51)"
     starts = {e["id"]: e for e in events if e["ph"] == "s"}
     ends = {e["id"]: e for e in events if e["ph"] == "f"}
     assert set(starts) == set(ends) and len(starts) == 5
     for fid, f in ends.items():
         s = starts[fid]
         assert f["bp"] == "e"
-        kernel = next(e for e in kernels if e["tid"] == f["tid"] and e["ts"] == f["ts"])
-        launch = next(e for e in events if e["ph"] == "X" and e["tid"] == s["tid"] and e["ts"] == s["ts"])
-        assert launch["dur"] == 0 and launch["pid"] == kernel["pid"]
-    graph_flows = [s for s in starts.values() if (s["pid"], s["tid"]) == (4242, 4250)]
-    assert len(graph_flows) == 2
-    launch = next(e for e in events if e["ph"] == "X" and e["tid"] == 4250)
-    assert launch["name"] == "cudaGraphLaunch" and launch["args"]["kernels"] == 2
+        kernel = next(e for e in kernels if (e["pid"], e["tid"], e["ts"]) == (f["pid"], f["tid"], f["ts"]))
+        launch = launches[(s["tid"], s["ts"])]
+        assert launch["args"]["kernel"] == kernel["name"]
+    assert len([s for s in starts.values() if (s["pid"], s["tid"]) == (4242, 4250)]) == 2
 
     counters = [e for e in events if e["ph"] == "C"]
     assert {(e["pid"], json.dumps(e["args"])) for e in counters} == {(4242, '{"cupti": 3}'), (0, '{"ringbuf": 2}')}
+    assert all(e["ts"] == Decimal("10000.000") for e in counters)
+
+
+def test_chrome_trace_gpu_pids_miss_every_profiled_process(tmp_path):
+    """Profiled processes with pids 1 and 2 (a container's own namespace): the GPUs take
+    the next free numbers, and a GPU without a UUID is its process's own."""
+    tl = _timeline()
+    new = {4242: 1, 5151: 3}
+    for k in tl.kernels:
+        k.pid = new[k.pid]
+    tl.processes = {1: "python", 3: "trainer"}
+    tl.threads = {(new[pid], tid): name for (pid, tid), name in tl.threads.items()}
+    tl.drops = [Drop(d.what, d.count, new.get(d.pid)) for d in tl.drops]
+    tl.devices = {(1, 0): GpuDevice(0, UUID_A, H100), (1, 1): GpuDevice(1, "", ""), (3, 0): GpuDevice(0, "", H100)}
+    path = tmp_path / "t.json"
+    write_chrome(tl, path)
+    events = json.loads(path.read_text())["traceEvents"]
+    procs = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert procs == {1: "python (1)", 3: "trainer (3)", 2: f"GPU: {H100} ({UUID_A})", 4: "GPU 1 of python (1)",
+                     5: f"GPU 0: {H100} of trainer (3)", 0: "gpu-agent"}
 
 
 # -- NDJSON --------------------------------------------------------------------
