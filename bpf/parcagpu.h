@@ -102,7 +102,7 @@ static __always_inline int pg_args(struct pt_regs *ctx, u32 probe, u32 n, u64 *a
     struct ga_pg_site *site = pg_sites.lookup(&k);
     struct pg_regs g;
     pg_regs(ctx, &g);
-#pragma unroll
+#pragma clang loop unroll(disable)
     for (u32 i = 0; i < GA_PG_MAX_ARGS; i++) {
         if (i < n && (!site || pg_arg(&g, site, i, &a[i]))) {
             count(GA_DROP_PG_ARGS, 1);
@@ -135,7 +135,7 @@ int ga_pg_cuda_correlation(struct pt_regs *ctx)
     long got = bpf_get_stack(ctx, s->ips, sizeof(s->ips), BPF_F_USER_STACK);
     u32 nframes = got > 0 ? (u32)got / 8 : 0;
     u64 h = 0xcbf29ce484222325ULL;
-#pragma unroll
+#pragma clang loop unroll(disable)
     for (u32 i = 0; i < GA_MAX_FRAMES; i++) {
         if (i < nframes)
             h = (h ^ s->ips[i]) * 0x100000001b3ULL;
@@ -203,7 +203,7 @@ static __always_inline void pg_send_name(u32 tgid, u32 start, u64 name, u64 kern
      * what it copies with a NUL, so a full chunk reads as GA_NAME_CHUNK + 1 (its
      * NUL lands on the next chunk's first byte, which the next read overwrites). */
     u32 total = 0, done = 0;
-#pragma unroll
+#pragma clang loop unroll(disable)
     for (u32 c = 0; c < GA_PG_NAME_CHUNKS; c++) {
         if (!done) {
             long n = bpf_probe_read_user_str(buf->data + c * GA_NAME_CHUNK, GA_NAME_CHUNK + 1,
@@ -222,7 +222,7 @@ static __always_inline void pg_send_name(u32 tgid, u32 start, u64 name, u64 kern
             }
         }
     }
-#pragma unroll
+#pragma clang loop unroll(disable)
     for (u32 c = 0; c < GA_PG_NAME_CHUNKS; c++) {
         if (c * GA_NAME_CHUNK < total) {
             struct ga_ev_name_chunk *ev = events.ringbuf_reserve(sizeof(*ev));

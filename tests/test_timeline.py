@@ -211,3 +211,37 @@ def test_a_flood_larger_than_the_ring_keeps_the_agent_memory_flat(tmp_path):
     small = peak_after(10_000)
     large = peak_after(300_000)
     assert large - small < 20, (small, large)
+
+
+def test_trace_waits_for_a_process_just_started_to_load_the_shim(tmp_path):
+    """`python serve.py & gpu-agent trace --pid $!`: the process maps no shim for its
+    first seconds. trace says it waits, and traces it once it has; an old process
+    that maps none is refused at once."""
+    need_ebpf()
+    old = subprocess.Popen(["sleep", "120"])
+    old_since = time.monotonic()
+    serve = tmp_path / "serve.py"
+    # still importing its framework for 2 s, then launching until killed
+    serve.write_text("import time; time.sleep(2)\n" + (REPO / "tests" / "readme_workload.py").read_text())
+    p = subprocess.Popen(["python3", serve], env=mock_env(CUDA_INJECTION64_PATH=str(SHIM)),
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        q = subprocess.run(agent_cmd("trace", "--pid", p.pid, "--duration", "2s", "--events", tmp_path / "e.ndjson"),
+                           capture_output=True, text=True, timeout=120)
+        assert q.returncode == 0, q.stderr
+        assert f"waiting for pid {p.pid} to load the shim" in q.stderr, q.stderr
+        kernels = [json.loads(line) for line in (tmp_path / "e.ndjson").read_text().splitlines()]
+        assert any(k.get("name") == "k_serve" for k in kernels), q.stderr
+    finally:
+        p.kill()
+        p.wait()
+    try:
+        time.sleep(max(0.0, old_since + 15.5 - time.monotonic()))   # past trace's YOUNG_S
+        t0 = time.monotonic()
+        q = subprocess.run(agent_cmd("trace", "--pid", old.pid, "--duration", "1s", "--events",
+                                     tmp_path / "i.ndjson"), capture_output=True, text=True, timeout=60)
+        assert q.returncode == 2 and f"cannot trace {old.pid} (it maps no gpu-agent shim)" in q.stderr, q.stderr
+        assert "waiting" not in q.stderr and time.monotonic() - t0 < 10, q.stderr
+    finally:
+        old.kill()
+        old.wait()

@@ -32,6 +32,7 @@ import os
 import re
 import struct
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
 
@@ -162,11 +163,14 @@ class ShimAttachments:
         self.known_ids = {(st.st_dev, st.st_ino)}
 
     def close(self) -> None:
-        """Detach in reverse order: `attach` before the data probes (the semaphore
-        drops, the shim stops CUPTI)."""
-        for ev_name, fd in reversed(self.uprobes):
-            self.lib.bpf_close_perf_event_fd(fd)
-            self.lib.bpf_detach_uprobe(ev_name)
+        """Detach `attach` (the semaphore drops, the shim stops CUPTI) before the data
+        probes. Each detach waits out an RCU grace period in the kernel (about 0.1 s
+        on this VM's 6.18 kernel: 13 one after another took 1.4 s of every stop), so
+        the data probes go in parallel."""
+        marker = f"_{ATTACH_FN}_".encode()
+        handles = list(reversed(self.uprobes))
+        self._detach_together([h for h in handles if marker in h[0]])
+        self._detach_together([h for h in handles if marker not in h[0]])
         self.uprobes.clear()
         self.replay_holds.clear()
         self.files_ = []
@@ -213,11 +217,24 @@ class ShimAttachments:
 
     def detach_handles(self, handles: list) -> None:
         """Detach these uprobes (a parcagpu file no process maps any more)."""
-        for handle in handles:
-            if handle in self.uprobes:
-                self.uprobes.remove(handle)
-                self.lib.bpf_close_perf_event_fd(handle[1])
-                self.lib.bpf_detach_uprobe(handle[0])
+        mine = [h for h in handles if h in self.uprobes]
+        for handle in mine:
+            self.uprobes.remove(handle)
+        self._detach_together(mine)
+
+    def _detach_one(self, handle: tuple) -> None:
+        self.lib.bpf_close_perf_event_fd(handle[1])
+        self.lib.bpf_detach_uprobe(handle[0])
+
+    def _detach_together(self, handles: list) -> None:
+        """Detach uprobes at once, their grace periods overlapping (ctypes lets go of
+        the GIL in each call)."""
+        if len(handles) <= 1:
+            for h in handles:
+                self._detach_one(h)
+            return
+        with ThreadPoolExecutor(max_workers=min(16, len(handles))) as pool:
+            list(pool.map(self._detach_one, handles))
 
     def attached_files(self) -> int:
         """How many shim files (inodes) the programs are attached to."""

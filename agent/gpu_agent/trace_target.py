@@ -25,6 +25,9 @@ from elftools.elf.elffile import ELFFile
 
 from . import elf, procfs, safe_open
 
+NO_SHIM = "it runs no gpu-agent shim that takes captures"
+NOT_MAPPED = "it maps no gpu-agent shim"  # (yet: a process just started may load it soon)
+
 TRACE_SYMBOL = "gpu_agent_trace_until_ns"
 AT_SECURE = 23
 
@@ -108,7 +111,7 @@ class TraceTarget:
             if seen != head:
                 return "its memory changed while it was checked (an exec?)"
             return reach, bias + vaddr
-        return "it runs no gpu-agent shim that takes captures"
+        return NO_SHIM if by_file else NOT_MAPPED
 
     def write(self, deadline_ns: int) -> bool:
         """The deadline into the checked image; False if that image is gone."""

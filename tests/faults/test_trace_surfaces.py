@@ -127,7 +127,7 @@ def test_a_target_that_execs_after_the_check_gets_no_write(built, tmp_path):
             assert not t.write(123)  # the image it was bound to is gone: nothing written
         finally:
             t.close()
-        assert TraceTarget.open(p.pid) == "it runs no gpu-agent shim that takes captures"
+        assert TraceTarget.open(p.pid) == "it maps no gpu-agent shim"  # sleep's image
     finally:
         p.kill()
         p.wait()

@@ -20,7 +20,7 @@ import time
 from .. import k8s, preflight
 from ..atomic import hand_to_invoker
 from ..collector import Collector
-from ..trace_target import TraceTarget
+from ..trace_target import NOT_MAPPED, TraceTarget
 from . import timeline_out
 from .common import duration
 
@@ -31,6 +31,7 @@ from .common import duration
 LOCK_DIR = "/run/gpu-agent"
 LOCK_PATH = LOCK_DIR + "/capture.lock"
 SETTLE_S = 1.5  # after the deadline: the shim closes its window and flushes (flush_ms 1000)
+YOUNG_S = 15.0  # a target this young may not have loaded the shim yet: waited for
 
 
 def add_parser(sub) -> None:
@@ -62,7 +63,7 @@ def main(args) -> int:
     lock = _lock()
     if isinstance(lock, str):
         return _error(lock)
-    shims = {pid: TraceTarget.open(pid) for pid in targets}
+    shims = _open_targets(targets)
     bad = [f"{pid} ({w})" for pid, w in shims.items() if isinstance(w, str)]
     if bad:
         for t in shims.values():
@@ -109,6 +110,38 @@ def main(args) -> int:
         for t in shims.values():
             t.close()
     return 0
+
+
+def _open_targets(pids) -> dict:
+    """Each target checked, or why not. A process started less than YOUNG_S ago that
+    maps no shim file at all yet (`python serve.py & gpu-agent trace --pid $!`: it is
+    still importing, or before cuInit) is waited for until it is YOUNG_S old, with a
+    word on stderr; an older one fails at once."""
+    shims = {pid: TraceTarget.open(pid) for pid in pids}
+    said = False
+    while True:
+        young = [pid for pid, t in shims.items() if t == NOT_MAPPED and 0 <= _age_s(pid) < YOUNG_S]
+        if not young:
+            return shims
+        if not said:
+            print(f"gpu-agent: waiting for pid {', '.join(map(str, young))} to load the shim "
+                  f"(until it is {YOUNG_S:.0f} s old)...", file=sys.stderr, flush=True)
+            said = True
+        time.sleep(0.2)
+        for pid in young:
+            shims[pid] = TraceTarget.open(pid)
+
+
+def _age_s(pid: int) -> float:
+    """Seconds since the process started (from /proc/PID/stat), or -1 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        with open("/proc/uptime", "rb") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, IndexError, ValueError):
+        return -1.0
+    return uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")
 
 
 def _error(msg: str) -> int:
