@@ -32,6 +32,14 @@ ITERS = "300"
 SCREENSHOT = REPO / "build" / "test-ui" / "flame.png"   # kept for people to look at
 
 
+def keep_view(page, name: str) -> None:
+    """A screenshot of the page as a test left it, in build/test-ui/ (docs/img/ holds
+    copies: docs/ui.md shows each view as the tests drew it on the mock store)."""
+    page.wait_for_timeout(400)  # the flame graph library's transition
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT.parent / f"{name}.png"))
+
+
 def workload(shim: Path, *paths: str) -> subprocess.Popen:
     return subprocess.Popen([str(MOCK_APP), "--paths", ",".join(paths), "--iters", ITERS, "--sleep-ms", "1"],
                             env=mock_env(CUDA_INJECTION64_PATH=str(shim)),
@@ -201,6 +209,7 @@ def test_search_highlights_matching_frames_and_sums_them(store, ui, page):
     assert frame_fill(page, f'#flame g[name="{RT}"]') != "#e600e6"
     assert int(page.get_attribute("#search-info", "data-value")) == expected["leaf"][CU]
     assert page.text_content("#search-info").startswith("1 frame match")
+    keep_view(page, "search")
     page.fill("#search", "")
     page.wait_for_selector("#search-info:not([data-value])", state="attached")
     assert frame_fill(page, f'#flame g[name="{CU}"]') == plain
@@ -227,6 +236,7 @@ def test_sandwich_shows_a_frames_callers_and_the_kernels_it_launches(store, ui, 
     assert kernel.startswith(f"{CU}: {through:,} "), kernel
     assert page.locator(f'#callers-flame g[name="{RT}"]').count() == 0  # another path's kernel
     assert page.locator("#callers-flame g").count() > 2  # its callers, up to the thread's root
+    keep_view(page, "sandwich")
     status, _, body = http_get(ui.port, "/api/sandwich?name=no_such_frame")
     assert status == 400 and b"no frame named 'no_such_frame' in this range" in body, (status, body)
 
@@ -244,6 +254,7 @@ def test_group_by_a_label_splits_the_graph_by_its_values(store, ui, page):
         assert title.startswith(f"pid={pid}: {pprof_totals(files, pid=pid)['total']:,} "), title
     assert root_total(page) == pprof_totals(files)["total"]
     assert "group=pid" in page.evaluate("location.hash")
+    keep_view(page, "group-by")
     status, _, body = http_get(ui.port, f"/api/range?from={frm}&to={to}&group=nope")
     assert status == 400 and b"no label 'nope'" in body
 
@@ -351,6 +362,7 @@ def test_diff_of_two_ranges_shows_the_doubled_kernel_grown(store, ui, page):
     assert rgb(frame_fill(page, f'#diff-flame g[name="{RT}"]')) == (220, 220, 220)
     root = page.text_content('#diff-flame g[name="all"] title')
     assert f"before {sum(before.values()):,} ns, after {sum(after.values()):,} ns" in root
+    keep_view(page, "diff")
     # A frame only the earlier range has is gone, one only the later has is new
     # (the server's rows: ratio = after / before, None without a before).
     page.evaluate("""renderDiff({a: {total: 10, files: 1}, b: {total: 5, files: 1}, normalized: false,
