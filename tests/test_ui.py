@@ -391,7 +391,7 @@ def test_download_links(store, ui, page, tmp_path):
     out, phases, _ = store
     frm, to, files, _ = phases["before"]
     open_range(page, ui, frm, to)
-    assert page.is_hidden("#dl-trace")  # the agent writes no trace yet: no link
+    assert page.is_hidden("#dl-trace")  # no trace in this store (record/trace --store): no link
     with page.expect_download() as d:
         page.click("#dl-pprof")
     path = tmp_path / "range.pb.gz"

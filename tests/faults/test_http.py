@@ -22,7 +22,9 @@ AS_NOBODY = textwrap.dedent("""
     import http.client, socket, sys, time
     port, mport, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     if mode == "read":
-        for path in ("/api/status", "/api/range", "/api/sandwich?name=main", "/download/profile.pb.gz", "/"):
+        for path in ("/api/status", "/api/range", "/api/sandwich?name=main", "/api/traces",
+                     "/api/timeline?file=gpu-20260101T000000-000000000.perfetto-trace",
+                     "/download/profile.pb.gz", "/"):
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
             c.request("GET", path)
             r = c.getresponse()
@@ -71,6 +73,7 @@ def test_the_loopback_ui_serves_root_not_another_local_user(tmp_path, built, hon
         assert p.returncode == 0, p.stderr
         got = dict(line.split()[:2] for line in p.stdout.splitlines())
         assert got == {"/api/status": "403", "/api/range": "403", "/api/sandwich?name=main": "403",
+                       "/api/traces": "403", "/api/timeline?file=gpu-20260101T000000-000000000.perfetto-trace": "403",
                        "/download/profile.pb.gz": "403", "/": "403"}, \
             p.stdout
 

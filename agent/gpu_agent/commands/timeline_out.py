@@ -3,6 +3,8 @@ that they can be written (before anything runs), and the writing."""
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 
 from ..trace_collect import DEFAULT_RING, RETENTIONS
@@ -27,6 +29,9 @@ def add_arguments(p, trace_flag: str = "--trace") -> None:
     p.add_argument("--events-mode", choices=EVENTS_MODES, default="dedup",
                    help="dedup: each stack once, kernels refer to it; full: stacks inline; "
                         "nostack: no stacks")
+    p.add_argument("--store", type=Path, default=None, metavar="DIR",
+                   help="also put the timeline, as a Perfetto trace, into this profile store "
+                        "(gpu-agent run's --output-dir): `gpu-agent ui` shows it on its Timeline tab")
     p.add_argument("--ring", type=positive_int, default=DEFAULT_RING, metavar="EVENTS",
                    help=f"kernel events kept (default {DEFAULT_RING}); what happens when it is "
                         "full: --retention")
@@ -42,7 +47,7 @@ def collector_for(args, collector, on_pause=None):
 
 
 def wanted(args) -> bool:
-    return bool(args.trace or args.events)
+    return bool(args.trace or args.events or args.store)
 
 
 def unwritable(args) -> str:
@@ -51,6 +56,8 @@ def unwritable(args) -> str:
         why = output_error(path)
         if why:
             return why
+    if args.store is not None and (args.store.is_symlink() or not args.store.is_dir()):
+        return f"--store {args.store} is not a directory"
     return ""
 
 
@@ -81,4 +88,10 @@ def write(args, timeline) -> list[Path]:
         from ..reporters.events_ndjson import write_events
         write_events(timeline, args.events, args.events_mode)
         written.append(args.events)
+    if args.store is not None:   # root's file in root's store: not handed to the invoker
+        from ..reporters.perfetto_trace import write_perfetto
+        from ..ui.store import TRACE_SUFFIX, file_name
+        path = args.store / file_name(timeline.ended_ns or time.time_ns(), TRACE_SUFFIX)
+        write_perfetto(timeline, path)
+        print(f"gpu-agent: {summary(timeline)} -> {path} (the store's Timeline tab)", file=sys.stderr)
     return written

@@ -48,7 +48,7 @@ def add_parser(sub) -> None:
 def main(args) -> int:
     preflight.check()
     if not timeline_out.wanted(args):
-        return _error("trace needs -o FILE and/or --events FILE")
+        return _error("trace needs -o FILE, --events FILE or --store DIR")
     why = timeline_out.unwritable(args)
     if why:
         return _error(f"{why}; nothing was traced")

@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from ..ui.store import PROFILE_SUFFIX, file_name
+
 PATTERN = "gpu-*.pb.gz"
 
 
@@ -40,8 +42,7 @@ class LocalStore:
 
     def submit(self, window) -> Optional[Path]:
         """Write one window; returns its path, or None when it was dropped."""
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        path = self.dir / f"gpu-{stamp}-{time.time_ns() % 10**9:09d}.pb.gz"
+        path = self.dir / file_name(time.time_ns(), PROFILE_SUFFIX)
         try:
             window.profile.write(path)
         except OSError as e:

@@ -6,6 +6,8 @@
   /api/intervals   GPU time and launches per interval (bucketed), for the range chart
   /api/range       the merged range: flame graph tree, top table, filter menus
   /api/diff        two ranges: the later one's tree coloured by the change, and the changes
+  /api/traces      the Perfetto traces in the range (record/trace --store), for the Timeline tab
+  /api/timeline    one trace's kernels by (process, GPU, stream), bounded (ui/timeline.py)
   /download/profile.pb.gz          the merged range as one pprof (filters applied)
   /download/trace.perfetto-trace   the range's Perfetto traces, where the store has them
   /files/NAME      one store file as it is
@@ -22,6 +24,7 @@ from .profiles import ProfileCache
 from .query import VALUE_INDEX, Filters, Merged, changes, parse_filters, sandwich, scaled, tree_of
 from .workers import DecodePool
 from .store import PROFILE_SUFFIX, TRACE_SUFFIX, Store
+from .timeline import MAX_BYTES as MAX_TRACE_BYTES, TraceError, read_kernels
 
 MAX_BARS = 360            # the chart's bars; longer ranges sum neighbouring intervals
 WARM_PAUSE_S = 5.0        # how often the warmer looks for new windows
@@ -125,6 +128,10 @@ class Api:
             return HTTPStatus.OK, self.diff(params), "application/json", None
         if path == "/api/sandwich":
             return HTTPStatus.OK, self.sandwich(params), "application/json", None
+        if path == "/api/traces":
+            return HTTPStatus.OK, self.traces(params), "application/json", None
+        if path == "/api/timeline":
+            return HTTPStatus.OK, self.timeline(params), "application/json", None
         if path == "/download/profile.pb.gz":
             return self.download_profile(params)
         if path == "/download/trace.perfetto-trace":
@@ -160,6 +167,30 @@ class Api:
             raise BadRequest(f"{prefix}from must be before {prefix}to")
         files = self.store.in_range(from_ms * 1_000_000, to_ms * 1_000_000)
         return from_ms, to_ms, files
+
+    def traces(self, params: dict) -> dict:
+        from_ms, to_ms, _ = self._files(params)
+        traces = self.store.in_range(from_ms * 1_000_000, to_ms * 1_000_000, traces=True)
+        return {"from": from_ms, "to": to_ms,
+                "traces": [{"name": f.name, "end": f.end_ns // 1_000_000, "bytes": f.size} for f in traces]}
+
+    def timeline(self, params: dict) -> dict:
+        name = (params.get("file") or [""])[-1]
+        if not name.endswith(TRACE_SUFFIX):
+            raise BadRequest("file= names a trace of the store (gpu-….perfetto-trace)", HTTPStatus.NOT_FOUND)
+        f = next((t for t in self.store.traces() if t.name == name), None)
+        if f is None:
+            raise BadRequest(f"no trace {name!r} in the store", HTTPStatus.NOT_FOUND)
+        if f.size > MAX_TRACE_BYTES:   # said before reading it
+            raise BadRequest(f"{name} is {f.size >> 20} MiB, more than the page reads "
+                             f"({MAX_TRACE_BYTES >> 20} MiB): download it for ui.perfetto.dev")
+        data = self.store.read(name, MAX_TRACE_BYTES)   # grown since the listing: refused below
+        if data is None:
+            raise BadRequest(f"{name} cannot be read", HTTPStatus.NOT_FOUND)
+        try:
+            return {"file": name, **read_kernels(data)}
+        except TraceError as e:
+            raise BadRequest(f"{name}: {e}") from None
 
     def intervals(self, params: dict) -> dict:
         """Bars of GPU time and launches: one per window, or, past MAX_BARS windows,

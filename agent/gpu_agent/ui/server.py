@@ -42,6 +42,7 @@ ASSETS = {
     "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/static/chart.js": ("chart.js", "text/javascript; charset=utf-8"),
     "/static/views.js": ("views.js", "text/javascript; charset=utf-8"),
+    "/static/timeline.js": ("timeline.js", "text/javascript; charset=utf-8"),
     "/static/app.css": ("app.css", "text/css; charset=utf-8"),
     "/static/vendor/flamegraph.js": ("vendor/flamegraph.js", "text/javascript; charset=utf-8"),
     "/static/vendor/flamegraph.css": ("vendor/flamegraph.css", "text/css; charset=utf-8"),

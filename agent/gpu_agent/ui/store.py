@@ -3,9 +3,9 @@
 `gpu-agent run` writes `gpu-YYYYmmddTHHMMSS-NNNNNNNNN.pb.gz` (export/local.py): the
 UTC second and the nanoseconds within it at which the window was written, i.e. its
 end. The UI places every file at that time, from its name alone, so listing a
-store of thousands of files never opens one. A Perfetto trace of a window, once the
-agent writes them, sits beside it under the same stem: `gpu-…-N.perfetto-trace`
-(docs/ui.md); nothing else in the directory is ever served.
+store of thousands of files never opens one. A Perfetto trace that `record` or
+`trace --store DIR` put there is named the same way, by its end:
+`gpu-…-N.perfetto-trace` (docs/ui.md); nothing else in the directory is ever served.
 
 Read-only and confined: names are matched against those two patterns (no slash, no
 "..", no other file), and files are opened without following a symlink, as regular
@@ -42,6 +42,13 @@ class StoreFile:
     @property
     def is_trace(self) -> bool:
         return self.name.endswith(TRACE_SUFFIX)
+
+
+def file_name(end_ns: int, suffix: str) -> str:
+    """The store's name for a file that ends at end_ns (CLOCK_REALTIME): the writer's
+    side of time_of."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(end_ns // 1_000_000_000))
+    return f"gpu-{stamp}-{end_ns % 1_000_000_000:09d}{suffix}"
 
 
 def time_of(name: str) -> Optional[int]:
@@ -106,9 +113,10 @@ class Store:
         return [f for f in (self.traces() if traces else self.profiles())
                 if from_ns < f.end_ns <= to_ns]
 
-    def read(self, name: str) -> Optional[bytes]:
-        """The bytes of one store file, or None: a name of another form, a symlink, a
-        FIFO, a file that went away. The name never leaves the directory."""
+    def read(self, name: str, limit: int = -1) -> Optional[bytes]:
+        """The bytes of one store file (at most limit + 1 of them, limit >= 0), or None:
+        a name of another form, a symlink, a FIFO, a file that went away. The name
+        never leaves the directory."""
         if time_of(name) is None:
             return None
         opened = open_regular(str(self.dir / name), follow_symlinks=False)
@@ -116,7 +124,7 @@ class Store:
             return None
         fd, _st = opened
         with os.fdopen(fd, "rb") as f:
-            return f.read()
+            return f.read() if limit < 0 else f.read(limit + 1)
 
     def summary(self) -> dict:
         """What the status page says of the store itself."""

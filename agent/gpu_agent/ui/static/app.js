@@ -143,6 +143,7 @@ async function refresh(pending) {
     const [_, early] = await Promise.all([loadChart(), pending]);
     renderRange(early || await getJSON("/api/range", rangeParams()));
     if (state.tab === "sandwich") loadSandwich(); // the same range and filters
+    if (state.tab === "timeline") loadTraces();   // the range's traces
   } catch (e) {
     showError(e.message);
     // not the last good graph under an error about another query
@@ -293,6 +294,7 @@ function selectFrame(d) {
     return;
   }
   state.selected = d.data.name;
+  $("timeline-frame").hidden = d.data.kind !== "kernel";
   $("sel-name").textContent = d.data.name;
   $("sel-value").textContent = `(${d.data.kind}, ${fmtValue(d.data.value)}, ${pct(d.data.value, state.data.total)})`;
   $("selected").hidden = false;
@@ -308,6 +310,7 @@ function showTab(tab) {
     compare();
   }
   if (tab === "sandwich") loadSandwich();
+  if (tab === "timeline") loadTraces();
   if (tab === "status") loadStatus().then(renderStatus).catch((e) => showError(e.message));
   saveHash();
 }
@@ -352,6 +355,8 @@ function wire() {
     showTab("sandwich");
   };
   $("sandwich-go").onclick = loadSandwich;
+  $("timeline-frame").onclick = () => { if (state.selected) showTimeline(state.selected); };
+  wireTimeline();
   for (const th of document.querySelectorAll("#top-table th")) {
     th.onclick = () => {
       const key = th.dataset.sort;

@@ -1,0 +1,117 @@
+"""The Timeline tab's data: the kernels of one Perfetto trace from the store (written
+by `record --store` or `trace --store`, reporters/perfetto_trace.py), as rows of
+(process, GPU, stream) and slices the page draws on a canvas.
+
+A store file is read as untrusted bytes (a `gpu-agent ui --profiles DIR` may serve a
+directory other users write into): at most MAX_BYTES a file, at most MAX_KERNELS
+kernels sent (the earliest; the rest are counted), and anything this reader cannot
+follow is one clear error, never an exception in the server."""
+
+from __future__ import annotations
+
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+from google.protobuf.message import DecodeError
+
+MAX_BYTES = 64 << 20   # about 2 s of parsing here (37 MiB: 1.2 s); memory is that of MAX_KERNELS
+MAX_KERNELS = 50_000
+MAX_DEPTH = 64   # open slices on one track
+
+
+class TraceError(ValueError):
+    pass
+
+
+def _row_name(tracks: dict, uuid: int) -> str:
+    """"python (4242) · GPU 0: NVIDIA H100 (GPU-…) · stream 7": the track and its parents."""
+    parts = []
+    for _ in range(4):
+        d = tracks.get(uuid)
+        if d is None:
+            break
+        if d.HasField("process"):
+            parts.append(f"{d.process.process_name or 'pid'} ({d.process.pid})")
+        elif d.name:
+            parts.append(d.name)
+        if not d.parent_uuid:
+            break
+        uuid = d.parent_uuid
+    return " · ".join(reversed(parts)) or f"track {uuid:x}"
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    v = shift = 0
+    while i < len(data) and shift < 64:
+        b = data[i]
+        v |= (b & 0x7F) << shift
+        i += 1
+        if not b & 0x80:
+            return v, i
+        shift += 7
+    raise TraceError("not a Perfetto trace: a length runs past the end")
+
+
+def _packets(data: bytes):
+    """The Trace message's packets one at a time (field 1, length-delimited): memory
+    holds one packet, not the whole trace's objects (739 MiB for a 37 MiB file)."""
+    i = 0
+    view = memoryview(data)
+    while i < len(data):
+        if data[i] != 0x0A:
+            raise TraceError(f"not a Perfetto trace: byte {i} starts no packet")
+        n, i = _varint(data, i + 1)
+        if i + n > len(data):
+            raise TraceError("not a Perfetto trace: its last packet is cut short")
+        try:
+            yield pb.TracePacket.FromString(view[i:i + n])
+        except DecodeError as e:
+            raise TraceError(f"not a Perfetto trace: packet at byte {i}: {e}") from None
+        i += n
+
+
+def read_kernels(data: bytes, max_kernels: int = MAX_KERNELS) -> dict:
+    """{start_ns, end_ns, rows: [name], names: [kernel name], kernels: [[row, start
+    from start_ns, duration, name index]], total, truncated} of the trace's kernel
+    slices (those on stream tracks: every slice with a GPU track above it)."""
+    if len(data) > MAX_BYTES:
+        raise TraceError(f"the trace is {len(data) >> 20} MiB, more than the page reads "
+                         f"({MAX_BYTES >> 20} MiB): download it for ui.perfetto.dev")
+    tracks: dict[int, pb.TrackDescriptor] = {}
+    names: dict[int, dict[int, str]] = {}          # sequence -> event name iid -> name
+    open_: dict[int, list] = {}
+    found = []                                       # (start, end, track, name)
+    total = 0
+    for p in _packets(data):
+        seq = p.trusted_packet_sequence_id
+        if p.sequence_flags & pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED:
+            names[seq] = {}
+        if p.HasField("interned_data"):
+            table = names.setdefault(seq, {})
+            for e in p.interned_data.event_names:
+                table[e.iid] = e.name
+        if p.HasField("track_descriptor"):
+            tracks[p.track_descriptor.uuid] = p.track_descriptor
+        if not p.HasField("track_event"):
+            continue
+        e = p.track_event
+        if e.type == pb.TrackEvent.TYPE_SLICE_BEGIN:
+            stack = open_.setdefault(e.track_uuid, [])
+            if len(stack) >= MAX_DEPTH:
+                raise TraceError(f"more than {MAX_DEPTH} open slices on one track")
+            stack.append((p.timestamp, e.name or names.get(seq, {}).get(e.name_iid, "?")))
+        elif e.type == pb.TrackEvent.TYPE_SLICE_END and open_.get(e.track_uuid):
+            start, name = open_[e.track_uuid].pop()
+            total += 1
+            if len(found) < max_kernels:
+                found.append((start, max(p.timestamp, start), e.track_uuid, name))
+    gpu_rows = [t for t in {f[2] for f in found} if tracks.get(t) is not None and tracks[t].parent_uuid]
+    kernels = [f for f in found if f[2] in set(gpu_rows)]
+    total -= len(found) - len(kernels)
+    kernels.sort()
+    t0 = kernels[0][0] if kernels else 0
+    rows = sorted(gpu_rows, key=lambda t: _row_name(tracks, t))
+    row_of = {t: i for i, t in enumerate(rows)}
+    name_of: dict[str, int] = {}
+    out = [[row_of[t], s - t0, e - s, name_of.setdefault(n, len(name_of))] for s, e, t, n in kernels]
+    return {"start_ns": t0, "end_ns": max((e for _, e, _, _ in kernels), default=0),
+            "rows": [_row_name(tracks, t) for t in rows], "names": list(name_of),
+            "kernels": out, "total": total, "truncated": total > len(out)}
