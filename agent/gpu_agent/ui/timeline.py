@@ -22,7 +22,7 @@ class TraceError(ValueError):
 
 
 def _row_name(tracks: dict, uuid: int) -> str:
-    """"python (4242) · GPU 0: NVIDIA H100 (GPU-…) · stream 7": the track and its parents."""
+    """"python (4242) · GPU 0 · stream 7": the track and its parents."""
     parts = []
     for _ in range(4):
         d = tracks.get(uuid)
@@ -30,8 +30,8 @@ def _row_name(tracks: dict, uuid: int) -> str:
             break
         if d.HasField("process"):
             parts.append(f"{d.process.process_name or 'pid'} ({d.process.pid})")
-        elif d.name:
-            parts.append(d.name)
+        elif d.name:   # "GPU 0: NVIDIA H100 80GB HBM3 (GPU-…)" -> "GPU 0": the row says where, briefly
+            parts.append(d.name.split(":")[0] if d.name.startswith("GPU") else d.name)
         if not d.parent_uuid:
             break
         uuid = d.parent_uuid

@@ -79,8 +79,13 @@ function drawTimeline() {
   }
   g.fillStyle = "#f7f8fa";
   g.fillRect(0, TL.AXIS, TL.GUTTER - 4, rows * TL.ROW);
+  g.save();
+  g.beginPath();
+  g.rect(0, TL.AXIS, TL.GUTTER - 8, rows * TL.ROW);
+  g.clip();   // a long name stays in the gutter
   g.fillStyle = "#1f2937";
-  d.rows.forEach((r, i) => g.fillText(r.length > 60 ? "…" + r.slice(-59) : r, 4, TL.AXIS + i * TL.ROW + 13));
+  d.rows.forEach((r, i) => g.fillText(r, 4, TL.AXIS + i * TL.ROW + 13));
+  g.restore();
   const all = d.kernels.filter(([, , , ni]) => TL.highlight !== "" && d.names[ni] === TL.highlight).length;
   info.textContent = `${NUMBER.format(d.kernels.length)} kernels on ${plural(rows, "row")}` +
     (d.truncated ? ` (the first ${NUMBER.format(d.kernels.length)} of ${NUMBER.format(d.total)})` : "") +
