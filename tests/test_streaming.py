@@ -308,8 +308,9 @@ def test_prometheus_scrapes_exact_kernel_totals(tmp_path, ebpf):
         for r in _query(base, f'gpu_agent_kernel_gpu_seconds_total{{pid="{app.pid}"}}'):
             assert r["metric"]["comm"] == "mock_workload" and r["metric"]["cuda_device"] == "0"
             # DCGM's names for the device's identity (shim/mock/mock_cuda.c's UUID and model)
-            assert r["metric"]["UUID"] == "GPU-6d6f636b-0001-0203-0405-060708090a00"
-            assert r["metric"]["modelName"] == "NVIDIA H100 80GB HBM3 (mock)"
+            assert r["metric"]["gpu_uuid"] == "GPU-6d6f636b-0001-0203-0405-060708090a00"
+            assert r["metric"]["gpu_model"] == "NVIDIA H100 80GB HBM3 (mock)"
+            assert all(k == k.lower() for k in r["metric"]), r["metric"]   # one style: snake_case
         busy = _query(base, f'gpu_agent_gpu_busy_seconds_total{{pid="{app.pid}"}}')
         assert abs(sum(float(r["value"][1]) for r in busy) - sum(v[1] for v in truth.values()) / 1e9) < 1e-9
         # launch-to-start latency (sampled, non-graph launches): shim timestamp -> BPF histogram

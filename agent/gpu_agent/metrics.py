@@ -5,11 +5,10 @@ so a kernel's counter and the profiles agree exactly and nothing is counted
 twice. The agent drains every second while metrics are on.
 
 Kernel series: gpu_agent_kernel_gpu_seconds_total and
-gpu_agent_kernel_launches_total{pid, comm, cuda_device, UUID, modelName, kernel, pod,
-namespace, container} (pod labels absent outside Kubernetes). UUID and
-modelName are the device's identity under the names DCGM's exporter gives them, so
-that PromQL can join per-code series with DCGM's per-device ones (`on(UUID)`); they
-are absent until the shim has announced the device (its gpu_device probe, within a
+gpu_agent_kernel_launches_total{pid, comm, cuda_device, gpu_uuid, gpu_model, kernel, pod,
+namespace, container} (pod labels absent outside Kubernetes). gpu_uuid and gpu_model
+are the device's identity (DCGM's exporter calls them UUID and modelName: README,
+"Scraping with Prometheus", shows the join); they are absent until the shim has announced the device (its gpu_device probe, within a
 poll of the attach).
 
 Bounded cardinality:
@@ -51,7 +50,7 @@ def _without_empty_pod_labels(family):
     family.samples = [s._replace(labels={k: v for k, v in s.labels.items() if v or k not in POD_LABELS})
                       for s in family.samples]
     return family
-GPU_LABELS = ("UUID", "modelName")  # as DCGM's exporter names them
+GPU_LABELS = ("gpu_uuid", "gpu_model")  # DCGM's UUID and modelName, in this exporter's style
 KERNEL_LABELS = ("pid", "comm", "cuda_device") + GPU_LABELS + ("kernel",) + POD_LABELS
 PROC_LABELS = ("pid", "comm", "cuda_device") + GPU_LABELS + POD_LABELS
 # Launch-to-start latency buckets: powers of two, 1.024 us .. ~17 s (log2 histogram in BPF).
