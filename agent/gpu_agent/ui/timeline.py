@@ -9,6 +9,8 @@ follow is one clear error, never an exception in the server."""
 
 from __future__ import annotations
 
+import re
+
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from google.protobuf.message import DecodeError
 
@@ -36,6 +38,10 @@ def _row_name(tracks: dict, uuid: int) -> str:
             break
         uuid = d.parent_uuid
     return " · ".join(reversed(parts)) or f"track {uuid:x}"
+
+
+def _natural(text: str) -> list:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]
 
 
 def _varint(data: bytes, i: int) -> tuple[int, int]:
@@ -100,15 +106,16 @@ def read_kernels(data: bytes, max_kernels: int = MAX_KERNELS) -> dict:
             stack.append((p.timestamp, e.name or names.get(seq, {}).get(e.name_iid, "?")))
         elif e.type == pb.TrackEvent.TYPE_SLICE_END and open_.get(e.track_uuid):
             start, name = open_[e.track_uuid].pop()
+            track = tracks.get(e.track_uuid)
+            if track is None or not track.parent_uuid:
+                continue   # not on a stream track (under a GPU track): not a kernel
             total += 1
             if len(found) < max_kernels:
                 found.append((start, max(p.timestamp, start), e.track_uuid, name))
-    gpu_rows = [t for t in {f[2] for f in found} if tracks.get(t) is not None and tracks[t].parent_uuid]
-    kernels = [f for f in found if f[2] in set(gpu_rows)]
-    total -= len(found) - len(kernels)
-    kernels.sort()
+    kernels = sorted(found)
+    gpu_rows = {k[2] for k in kernels}
     t0 = kernels[0][0] if kernels else 0
-    rows = sorted(gpu_rows, key=lambda t: _row_name(tracks, t))
+    rows = sorted(gpu_rows, key=lambda t: _natural(_row_name(tracks, t)))   # stream 7 before 13
     row_of = {t: i for i, t in enumerate(rows)}
     name_of: dict[str, int] = {}
     out = [[row_of[t], s - t0, e - s, name_of.setdefault(n, len(name_of))] for s, e, t, n in kernels]
