@@ -142,3 +142,27 @@ def test_a_bad_trace_name_or_file_is_one_clear_error(store, ui):
         assert http_get(ui.port, f"/api/timeline?file={name}")[0] == 200   # still serving
     finally:
         bad.unlink()
+
+
+def test_the_reader_gives_each_kernel_its_row_and_counts_what_it_cuts(tmp_path):
+    """ui/timeline.py over the Perfetto writer's output: rows by (process, GPU, stream)
+    in natural order, exact starts and durations, and a cut said as such."""
+    from gpu_agent.reporters import write_perfetto
+    from gpu_agent.timeline import GpuDevice, KernelEvent, Timeline
+    from gpu_agent.ui.timeline import read_kernels
+    t0 = 1_760_000_000_000_000_000
+    kernels = [KernelEvent(42, t0 + 1000 * i, t0 + 1000 * i + 500 + i, f"k{i % 3}", f"_Z2k{i % 3}v", 0,
+                           7 if i % 2 else 13, 1, i + 1) for i in range(10)]
+    tl = Timeline(host="h", started_ns=t0, ended_ns=t0 + 10**6, processes={42: "python"},
+                  devices={(42, 0): GpuDevice(0, "GPU-x", "H100")}, kernels=kernels)
+    write_perfetto(tl, tmp_path / "t.perfetto-trace")
+    data = (tmp_path / "t.perfetto-trace").read_bytes()
+    r = read_kernels(data)
+    assert r["rows"] == ["python (42) · GPU 0 · stream 7", "python (42) · GPU 0 · stream 13"]
+    assert r["total"] == 10 and not r["truncated"] and r["start_ns"] == t0
+    got = sorted((r["rows"][row], start, dur, r["names"][n]) for row, start, dur, n in r["kernels"])
+    want = sorted((f"python (42) · GPU 0 · stream {7 if i % 2 else 13}", 1000 * i, 500 + i, f"k{i % 3}")
+                  for i in range(10))
+    assert got == want
+    cut = read_kernels(data, max_kernels=4)
+    assert cut["total"] == 10 and len(cut["kernels"]) == 4 and cut["truncated"]
