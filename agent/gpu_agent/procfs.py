@@ -74,3 +74,14 @@ def read_comm(pid: int) -> str:
             return f.read().strip()
     except OSError:
         return "?"
+
+
+def start_ticks(pid: int) -> Optional[int]:
+    """When the process started, in clock ticks since boot (/proc/PID/stat's 22nd
+    field), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        return int(data[data.rindex(b")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None

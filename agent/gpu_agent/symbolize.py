@@ -234,15 +234,6 @@ class _ProcState:
         return None
 
 
-def _proc_start_time(pid: int) -> Optional[int]:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-        return int(data[data.rindex(b")") + 2 :].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 class Symbolizer:
     """Per-process native-address symbolizer with a bounded symbol-table cache.
 
@@ -287,7 +278,7 @@ class Symbolizer:
             return False
         maps = parse_maps(text)
         old = self._procs.get(pid)
-        start_time = _proc_start_time(pid)
+        start_time = procfs.start_ticks(pid)
         st = _ProcState()
         st.start_time = start_time
         if old is not None and (old.start_time == start_time or start_time is None):

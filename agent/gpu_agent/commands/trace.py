@@ -17,7 +17,7 @@ import sys
 import time
 
 
-from .. import k8s, preflight
+from .. import k8s, preflight, procfs
 from ..atomic import hand_to_invoker
 from ..collector import Collector
 from ..trace_target import NOT_MAPPED, TraceTarget
@@ -133,15 +133,14 @@ def _open_targets(pids) -> dict:
 
 
 def _age_s(pid: int) -> float:
-    """Seconds since the process started (from /proc/PID/stat), or -1 when it is gone."""
+    """Seconds since the process started, or -1 when it is gone."""
+    ticks = procfs.start_ticks(pid)
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
         with open("/proc/uptime", "rb") as f:
             uptime = float(f.read().split()[0])
     except (OSError, IndexError, ValueError):
         return -1.0
-    return uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    return -1.0 if ticks is None else uptime - ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _error(msg: str) -> int:
