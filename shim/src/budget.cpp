@@ -63,7 +63,6 @@ static uint32_t g_windows_seen; /* windows whose costs were noted */
 /* running means (< 0: none yet): a window's switches, a teardown, the slowdown in
  * windows, the count phase's share of its time */
 static double g_switch_mean = -1, g_td_mean = -1, g_slow = -1, g_cb_frac = 0;
-static bool g_slow_set; /* g_slow measured (it may be below 0) */
 static double g_fixed_ns = -1;
 static double g_switch_first = -1; /* the first window's switches: the first instrumentation */
 static uint64_t g_plan_w, g_plan_p; /* the last plan, for the exit line */
@@ -99,13 +98,9 @@ void ga_budget_note_window(uint64_t win_ns, uint64_t win_launches, double base_r
     g_switch_mean = ewma(g_switch_mean, sw);
     if (base_rate > 0 && win_launches >= 50) {
         double s = 1.0 - ((double)win_launches / (double)win_ns) / base_rate;
-        /* not clamped at 0: on a busy host a window's rate is noisy both ways, and a
-         * mean of clamped values reads the slowdown (and the count bias) high */
-        s = s < -0.5 ? -0.5 : s > 0.9 ? 0.9 : s;
-        g_slow = g_slow_set ? g_slow + ALPHA * (s - g_slow) : s;
-        g_slow_set = true;
+        g_slow = ewma(g_slow, s < 0 ? 0 : s > 0.9 ? 0.9 : s);
     }
-    if (g_slow_set) g_cb_frac = ga_budget_count_bias();
+    if (g_slow >= 0) g_cb_frac = ga_budget_count_bias();
     else if (count_ns) g_cb_frac = ewma(g_cb_frac, CB_NS * (double)count_launches / (double)count_ns);
 }
 
