@@ -182,18 +182,19 @@ class ShimState:
                     break
                 names[n.decode()] = i
             self.teardowns = names.get("teardowns")
+            self.windows = names.get("windows")
 
-    def now(self) -> tuple[int, int]:
-        """(attached 0/1, teardowns so far)"""
+    def now(self) -> tuple[int, int, int]:
+        """(attached 0/1, teardowns so far, windows opened so far)"""
         if not self.lib:
-            return 0, 0
-        td = self.lib.gpu_agent_shim_counter(self.teardowns) if self.teardowns is not None else 0
-        return int(self.lib.gpu_agent_shim_state() == 1), int(td)
+            return 0, 0, 0
+        td, win = (self.lib.gpu_agent_shim_counter(i) if i is not None else 0 for i in (self.teardowns, self.windows))
+        return int(self.lib.gpu_agent_shim_state() == 1), int(td), int(win)
 
 
 def trace_blocks(step, steps: int, seconds: float) -> list[list]:
     """Blocks of `steps` steps for `seconds`: [monotonic s at the end, µs per step,
-    attached, teardowns so far] each."""
+    attached, teardowns so far, windows opened so far] each."""
     import torch
     for _ in range(max(1, steps // 2)):
         step()

@@ -77,7 +77,7 @@ def record(a, workload: str, duty: int | None, out: Path, **env: str) -> dict[st
     if a.debug:
         for ln in p.stderr.splitlines():
             if any(f"{w} (pid" in ln for w in ("exit", "budget", "teardowns", "windows")):
-                print(f"      {ln[max(0, ln.find('gpu-agent-shim')):][:400]}", flush=True)
+                print(f"      {ln[max(0, ln.find('gpu-agent-shim')):][:700]}", flush=True)
     return profile_kernels(out)
 
 

@@ -43,6 +43,28 @@ def runs_of(trace: list[list]) -> list[tuple[int, list[list]]]:
     return runs
 
 
+def count_phase_blocks(trace: list[list]) -> set[float]:
+    """End times of the blocks wholly inside a count phase: the slot before each
+    window, a window's length (its opening to its teardown, to a block's accuracy)."""
+    opens = [i for i in range(1, len(trace)) if len(trace[i]) > 4 and trace[i][4] > trace[i - 1][4]]
+    tds = [trace[i][0] for i in range(1, len(trace)) if trace[i][3] > trace[i - 1][3]]
+    lengths = []
+    for i in opens:
+        j = bisect.bisect_left(tds, trace[i][0])
+        if j < len(tds) and tds[j] - trace[i - 1][0] < 2.0:
+            lengths.append(tds[j] - trace[i][0])
+    if not lengths:
+        return set()
+    w = statistics.median(lengths)
+    out = set()
+    for i in opens:
+        lo, hi = trace[i][0] - w, trace[i - 1][0]  # the phase's latest start, the window's earliest opening
+        for k in range(max(1, i - 200), i):
+            if trace[k - 1][0] >= lo and trace[k][0] <= hi and trace[k][2]:
+                out.add(trace[k][0])
+    return out
+
+
 def analyse(trace: list[list], settle: float) -> dict:
     """Per attached period: its mean step time (equal blocks: total time / steps,
     what a job's throughput pays, windows and their stalls included) against the
@@ -53,11 +75,15 @@ def analyse(trace: list[list], settle: float) -> dict:
     runs = runs_of(trace)
     ratios, med_ratios, detached_before, detached_after = [], [], [], []
     between = []  # attached blocks NEAR s or more from a teardown: between windows
+    counting = []  # per period: blocks inside count phases against those far from any window
+    count_us, quiet_us = [], []
     tds = [trace[i][0] for i in range(1, len(trace)) if trace[i][3] > trace[i - 1][3]]
+    count_blocks = count_phase_blocks(trace)
+    opens = [trace[i][0] for i in range(1, len(trace)) if len(trace[i]) > 4 and trace[i][4] > trace[i - 1][4]]
 
-    def away(t: float) -> bool:
-        j = bisect.bisect_left(tds, t)
-        return all(abs(t - tds[k]) > NEAR for k in (j - 1, j) if 0 <= k < len(tds))
+    def away(t: float, marks=tds) -> bool:
+        j = bisect.bisect_left(marks, t)
+        return all(abs(t - marks[k]) > NEAR for k in (j - 1, j) if 0 <= k < len(marks))
 
     for i, (att, blocks) in enumerate(runs):
         if att:
@@ -70,6 +96,13 @@ def analyse(trace: list[list], settle: float) -> dict:
                 far = [b[1] for b in blocks if b[0] >= blocks[0][0] + settle and away(b[0])]
                 if far:
                     between.append(statistics.fmean(far) / statistics.fmean(around) - 1)
+                t_lo = blocks[0][0] + settle
+                cb = [b[1] for b in blocks if b[0] >= t_lo and b[0] in count_blocks]
+                quiet = [b[1] for b in blocks if b[0] >= t_lo and away(b[0]) and away(b[0], opens)]
+                if cb and quiet:
+                    counting.append(statistics.fmean(cb) / statistics.fmean(quiet) - 1)
+                    count_us.extend(cb)
+                    quiet_us.extend(quiet)
         else:
             (detached_after if any(r[0] for r in runs[:i]) else detached_before).extend(b[1] for b in blocks)
     out = {"periods": len(ratios), "ratios": [round(r, 5) for r in ratios],
@@ -80,6 +113,13 @@ def analyse(trace: list[list], settle: float) -> dict:
         out["block_median"] = statistics.median(med_ratios)
     if between:
         out["between_windows"] = statistics.median(between)
+    if counting:
+        # step time in the count phases against between windows: what the count
+        # phase's own slowdown is, as the workload sees it (budget.cpp's K_CB)
+        out["count_phase"] = statistics.median(counting)
+        out["count_phases"] = [round(r, 5) for r in counting]
+        out["count_phase_us"] = statistics.fmean(count_us)  # µs per step, all periods' blocks
+        out["between_us"] = statistics.fmean(quiet_us)
     if detached_before and detached_after:
         out["after_detach"] = statistics.median(detached_after) / statistics.median(detached_before) - 1
     return out
@@ -97,8 +137,8 @@ def trace_of(w: str, case: subprocess.Popen, secs: float) -> list[list]:
     if case.returncode != 0:
         raise SystemExit(f"{w}: the case failed: {stderr[-2000:]}")
     for ln in stderr.splitlines():  # with GPU_AGENT_DEBUG=1 in --shim-env: what the windows cost it
-        if "gpu-agent-shim" in ln and ("budget (" in ln or "teardowns (" in ln or "exit (" in ln):
-            print(f"    {w}: {ln[ln.index('gpu-agent-shim'):][:400]}", flush=True)
+        if "gpu-agent-shim" in ln and any(f"{k} (" in ln for k in ("budget", "teardowns", "exit", "windows")):
+            print(f"    {w}: {ln[ln.index('gpu-agent-shim'):][:700]}", flush=True)
     return json.loads(stdout.strip().splitlines()[-1])["trace"]
 
 
@@ -139,7 +179,9 @@ def inprocess(a) -> None:
               + (f"{100 * rec['median']:+.2f} %" if "median" in rec else "n/a")
               + (f" [{100 * ci[0]:+.2f}, {100 * ci[1]:+.2f}]" if ci else "")
               + f" over {rec['periods']} periods (block medians {100 * rec.get('block_median', float('nan')):+.2f} %"
-              + f", between windows {100 * rec.get('between_windows', float('nan')):+.2f} %)"
+              + f", between windows {100 * rec.get('between_windows', float('nan')):+.2f} %"
+              + f", count phases against between windows {100 * rec.get('count_phase', float('nan')):+.2f} %: "
+              + f"{rec.get('count_phase_us', float('nan')):.2f} against {rec.get('between_us', float('nan')):.2f} µs a step)"
               + "; detached after vs before the first attach: "
               + (f"{100 * rec['after_detach']:+.2f} %" if "after_detach" in rec else "n/a")
               + f"; {rec['teardowns']} teardowns"

@@ -406,6 +406,8 @@ static void buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
                 if (!in) continue;
             }
             if (windows) {
+                /* a launch in a window's tail (tail.cpp): counted there, not weighed */
+                if (!(o->flags & GA_REC_GRAPH) && ga_tail_record()) continue;
                 bool unseen = false;
                 uint32_t period = ga_window_period_of(k->correlationId, &unseen); /* weighed in emit */
                 periods[n] = period;
@@ -422,6 +424,9 @@ static void buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
                      * times later replays overwrite (window.cpp). Dropped; it
                      * was never counted among the window's launches. */
                     if (o->flags & GA_REC_GRAPH) {
+                        /* (or a replay in a window's tail, which no callback saw:
+                         * CUPTI must not be torn down after it, collection.cpp) */
+                        ga_graphs_made.store(1, std::memory_order_relaxed);
                         ga_stat_left_out_records.fetch_add(1, std::memory_order_relaxed);
                         continue;
                     }

@@ -12,8 +12,10 @@
  *             undisturbed rate: the count phase's, or with the callbacks on
  *             throughout, the rate since the last window), with the count
  *             phase's own slowdown on top;
- *   count     the count phase's callbacks: its time x their slowdown (K_CB;
- *             its launches x CB_NS until a window measured one).
+ *   count     the count phase's callbacks: its time x their slowdown (their
+ *             cost per launch as the windows' tails measure it, tail.cpp;
+ *             K_CB's share, or CB_NS a launch, until one has);
+ *   tail      half a window at about the window's slowdown.
  * and plans each period from the running means (EWMA):
  *   window W = 10 x fixed, within [100 ms, 1 s]: fixed costs near a tenth of it;
  *   period P = (fixed + on + count) / budget, within [10 W, 15 s].
@@ -45,15 +47,14 @@
  * `python -m bench.gpu overhead --method timeline`, before the teardown). Used
  * until a window has measured its slowdown. */
 #define CB_NS 300.0
-/* What the count phase's launch callbacks cost a launch, against what kernel
- * activity costs it (both CPU on the launching thread, inside the launch call).
- * The count phase runs slower than the process undisturbed by that share of its
- * launches' time, and a window slower still by activity's: with s the window's
- * slowdown against the count phase, the count phase's own is K_CB x s / (1 - s).
- * A process that launches no faster with CUPTI off (GPU-bound) has s = 0 and no
- * correction. On an H100: an empty launch callback cost 0.1-0.4 us a launch and
- * kernel activity 1.0-1.4 us; eager PyTorch's launch estimate read 1.5 % low
- * at a window slowdown of 13 % (docs/estimator.md). */
+/* What the count phase's launch callbacks cost a launch, until a window's tail
+ * has measured it (tail.cpp): taken as this share of what kernel activity costs
+ * (both CPU on the launching thread, inside the launch call). The count phase then
+ * runs slower than the process undisturbed by that share of its launches' time,
+ * and a window slower still by activity's: with s the window's slowdown against
+ * the count phase, the count phase's own is K_CB x s / (1 - s). On an H100: an
+ * empty launch callback cost 0.1-0.4 us a launch and kernel activity 1.0-1.4 us
+ * (docs/estimator.md). */
 #define K_CB 0.12
 #define BIAS_MAX 0.5
 #define ALPHA 0.3 /* weight of the newest window in the running means */
@@ -63,6 +64,10 @@ static uint32_t g_windows_seen; /* windows whose costs were noted */
 /* running means (< 0: none yet): a window's switches, a teardown, the slowdown in
  * windows, the count phase's share of its time */
 static double g_switch_mean = -1, g_td_mean = -1, g_slow = -1, g_cb_frac = 0;
+/* the launch callbacks' cost per launch, ns, as g_cb_n tails measured it */
+#define CB_RING 15
+static double g_cb_ns, g_cb_ring[CB_RING];
+static uint32_t g_cb_n;
 static double g_fixed_ns = -1;
 static double g_switch_first = -1; /* the first window's switches: the first instrumentation */
 static uint64_t g_plan_w, g_plan_p; /* the last plan, for the exit line */
@@ -100,16 +105,42 @@ void ga_budget_note_window(uint64_t win_ns, uint64_t win_launches, double base_r
         double s = 1.0 - ((double)win_launches / (double)win_ns) / base_rate;
         g_slow = ewma(g_slow, s < 0 ? 0 : s > 0.9 ? 0.9 : s);
     }
-    if (g_slow >= 0) g_cb_frac = ga_budget_count_bias();
-    else if (count_ns) g_cb_frac = ewma(g_cb_frac, CB_NS * (double)count_launches / (double)count_ns);
+    double rate = count_ns ? (double)count_launches / (double)count_ns : 0;
+    if (g_slow >= 0 || g_cb_n) g_cb_frac = ga_budget_count_bias(rate);
+    else if (count_ns) g_cb_frac = ewma(g_cb_frac, CB_NS * rate);
 }
 
-/* The count phase's slowdown against the process undisturbed (see K_CB): 0 until
- * a window has measured its own. */
-double ga_budget_count_bias(void) noexcept {
-    if (g_slow <= 0) return 0;
-    double b = K_CB * g_slow / (1.0 - g_slow);
-    return b > BIAS_MAX ? BIAS_MAX : b;
+/* A tail's measure of the callbacks' cost per launch (ns; noisy, may be < 0):
+ * the median of the last CB_RING, robust to a window that paid for more than its
+ * activity (the first ones' forced samples, a descheduled thread). */
+void ga_budget_note_tail(double cb_ns) noexcept {
+    g_cb_ring[g_cb_n++ % CB_RING] = cb_ns;
+    uint32_t n = g_cb_n < CB_RING ? g_cb_n : CB_RING;
+    double v[CB_RING];
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t j = i;
+        for (; j > 0 && v[j - 1] > g_cb_ring[i]; j--) v[j] = v[j - 1];
+        v[j] = g_cb_ring[i];
+    }
+    g_cb_ns = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The count phase's slowdown against the process undisturbed, a fraction of its
+ * time, at its launch rate (per ns): c x rate with c as the tails measured it;
+ * until one has, K_CB's share of the window's slowdown (0 until a window measured
+ * that). */
+double ga_budget_count_bias(double count_rate) noexcept {
+    double b;
+    if (g_cb_n) b = g_cb_ns * count_rate;
+    else if (g_slow > 0) b = K_CB * g_slow / (1.0 - g_slow);
+    else return 0;
+    return b < 0 ? 0 : b > BIAS_MAX ? BIAS_MAX : b;
+}
+
+/* What the callbacks cost a launch (ns) at this count rate: measured, or K_CB's. */
+double ga_budget_callback_ns(double count_rate) noexcept {
+    if (g_cb_n) return g_cb_ns > 0 ? g_cb_ns : 0;
+    return count_rate > 0 ? ga_budget_count_bias(count_rate) / count_rate : 0;
 }
 
 /* The next period: *slots slots of *slot_ns each. */
@@ -131,8 +162,10 @@ void ga_budget_plan(bool first, uint32_t *slots, uint64_t *slot_ns) noexcept {
     uint64_t w = (uint64_t)(10 * fixed);
     w = w < W_MIN ? W_MIN : w > W_MAX ? W_MAX : w;
     w = (w + MS / 2) / MS * MS; /* whole ms */
-    /* a window costs fixed + W x slow; its count phase (one slot) W x cb_frac */
-    double cost = fixed + (double)w * (slow + g_cb_frac);
+    /* a window costs fixed + W x slow, its tail (tail.cpp) about W/2 x slow, and
+     * its count phase (one slot) W x cb_frac */
+    double on = ga_collect_teardowns() ? 1.5 : 1.0;
+    double cost = fixed + (double)w * (on * slow + g_cb_frac);
     double p = cost / ((double)ga_cfg.budget_bp / 10000.0);
     uint32_t n = (uint32_t)(p / (double)w + 0.999);
     uint32_t n_max = (uint32_t)(P_MAX / w);
@@ -151,11 +184,15 @@ uint64_t ga_budget_stat_over(void) noexcept { return g_stat_over.load(std::memor
 void ga_budget_log_exit(void) noexcept {
     if (!ga_budget_on() || !g_windows_seen || g_fixed_ns < 0) return;
     double p = (double)g_plan_p, w = (double)g_plan_w;
+    uint64_t tails, tail_launches;
+    ga_tail_stats(&tails, &tail_launches);
     ga_debug("budget (pid %d): %.2f %% asked; last plan one %.0f ms window every %.2f s, estimated cost "
              "%.2f %% (fixed %.2f ms a window: switches %.2f ms, the first window's %.2f ms, teardown %.2f ms; "
              "slowdown in windows %.1f %%, count phase %.2f %%); "
-             "%llu periods over the budget to keep one window in every 30 s",
+             "%llu periods over the budget to keep one window in every 30 s; "
+             "launch callbacks %.0f ns a launch (%llu tails, %llu launches)",
              (int)getpid(), ga_cfg.budget_bp / 100.0, w / 1e6, p / 1e9, 100.0 * g_plan_cost,
              g_fixed_ns / 1e6, g_switch_mean / 1e6, g_switch_first / 1e6, g_td_mean < 0 ? 0.0 : g_td_mean / 1e6, 100.0 * (g_slow < 0 ? 0 : g_slow), 100.0 * g_cb_frac,
-             (unsigned long long)g_stat_over.load());
+             (unsigned long long)g_stat_over.load(), g_cb_n ? g_cb_ns : -1.0, (unsigned long long)tails,
+             (unsigned long long)tail_launches);
 }

@@ -200,13 +200,19 @@ static uintptr_t launch_key(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
  * is only on the stack for sampled launches. launch_ns: CUPTI's clock at the
  * launch (API enter), the clock of kernel records' start: BPF turns it into
  * launch-to-start latency. 0 if this CUPTI lacks cuptiGetTimestamp. */
+/* Time the samples took (the unwind, the probe and the agent's BPF behind it):
+ * a window's tail measures the callbacks' cost without it (tail.cpp). */
+std::atomic<uint64_t> ga_sample_ns;
+
 __attribute__((noinline)) static void take_sample(uint32_t corr, uint32_t cbid, uint32_t weight) {
+    uint64_t t0 = ga_now_ns();
     uint64_t launch_ns = ga_cupti_timestamp();
     uint64_t frames[GA_MAX_FRAMES];
     uint64_t stack_id = 0;
     uint32_t n = ga_unwind(frames, &stack_id);
     ga_fire_cuda_correlation(corr, cbid, stack_id, frames, n, weight, launch_ns);
     ga_stat_samples.fetch_add(1, std::memory_order_relaxed);
+    ga_sample_ns.fetch_add(ga_now_ns() - t0, std::memory_order_relaxed);
 }
 
 void CUPTIAPI ga_api_callback(void *, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,

@@ -30,6 +30,7 @@ static bool g_records_held;                     /* a window opened: records to r
 static uint64_t g_up_retry_ns;                  /* re-subscription put off until then */
 static uint32_t g_up_failures;                  /* NOT_INITIALIZED in a row after a teardown */
 static bool g_capture_window;                   /* the open window is an on-demand capture's */
+static uint64_t g_tail_until;                   /* a window's tail runs until then (tail.cpp); 0: none */
 /* Debug statistics of the window edges (poller thread only): how long windows
  * really stayed open, and what switching CUPTI activity costs. */
 static uint64_t g_enable_ns, g_enable_max_ns, g_disable_ns, g_disable_max_ns, g_n_enable, g_n_disable;
@@ -50,6 +51,8 @@ static bool may_tear_down(void) {
  * ga_graphs_made): the next launch's API exit finalizes. */
 void ga_collect_down(bool activity, bool subscribed) noexcept {
     if (ga_window_on.load(std::memory_order_relaxed)) ga_window_closed();
+    if (g_tail_until) ga_tail_end(ga_now_ns());
+    g_tail_until = 0;
     ga_window_on.store(0, std::memory_order_relaxed);
     bool live = ga_td_state.load(std::memory_order_acquire) == GA_TD_LIVE;
     if (live) ga_pcs_stop_all(true); /* no launch callback will stop PC sampling now; its last samples */
@@ -87,6 +90,7 @@ void ga_collect_down(bool activity, bool subscribed) noexcept {
         }
     }
     g_graph_cbs = g_cbids_on = false;
+    ga_window_callbacks(false, ga_now_ns());
     g_sub = nullptr;
     ga_graph_reset(); /* graphs destroyed from now on are not reported */
 }
@@ -113,6 +117,7 @@ static CUptiResult set_launch_cbids(bool on) {
         if (r != CUPTI_SUCCESS && on) return r;
     }
     g_cbids_on = on;
+    ga_window_callbacks(on, ga_now_ns());
     return CUPTI_SUCCESS;
 }
 
@@ -239,7 +244,14 @@ static CUptiResult request_teardown(const char **what) {
     g_stat_flushes.fetch_add(1, std::memory_order_relaxed);
     ga_report_drops();
     ga_graph_after_flush();
+    if (!may_tear_down()) { /* a graph replayed in the tail, seen only now by its records */
+        stop_teardowns();
+        if (r != CUPTI_SUCCESS) *what = "cuptiEnableCallback";
+        else if (f != CUPTI_SUCCESS) *what = "cuptiActivityFlushAll", r = f;
+        return r;
+    }
     ga_teardown_request(g_sub);
+    ga_window_callbacks(false, ga_now_ns());
     g_sub = nullptr;
     g_cbids_on = g_graph_cbs = g_activity_on = g_activity_used = false;
     if (r != CUPTI_SUCCESS) *what = "cuptiEnableCallback";
@@ -265,11 +277,32 @@ static CUptiResult apply_phase(uint64_t now, const char **what) {
         uint64_t on = ga_now_ns(); /* counting starts now, not at the poll's start */
         ga_budget_note_stall(on - t0, false);
         if (r != CUPTI_SUCCESS) *what = "cuptiEnableCallback";
-        else ga_window_count_started(on);
+        else {
+            ga_tail_fold(); /* the last tail's records are in */
+            ga_window_count_started(on);
+        }
         return r;
     }
     if (g_teardowns && g_cbids_on) return request_teardown(what);
     return g_teardowns ? CUPTI_SUCCESS : set_collection(false, what);
+}
+
+/* A window closes into its tail (tail.cpp): the launch callbacks off, kernel
+ * activity still on, for half a slot; then the teardown as after any window. */
+static CUptiResult begin_tail(uint64_t now, const char **what) {
+    ga_window_closed();
+    ga_window_on.store(0, std::memory_order_release);
+    CUptiResult r = set_launch_cbids(false);
+    if (r != CUPTI_SUCCESS) {
+        *what = "cuptiEnableCallback";
+        return r;
+    }
+    uint64_t win_ns, win_n, t = ga_now_ns();
+    ga_window_last(&win_ns, &win_n);
+    ga_tail_begin(t, win_ns, win_n);
+    uint64_t slot = ga_window_period_ns() / (ga_window_slots() ? ga_window_slots() : 1);
+    g_tail_until = (t > now ? t : now) + slot / 2;
+    return r;
 }
 
 /* CUPTI up again after a teardown (at once after it; with the benchmark build's
@@ -311,7 +344,9 @@ static CUptiResult step_windows(uint64_t now, const char **what) {
          * that every launch made in it is its period's (the last replays left out
          * per window, window.cpp, rely on it). */
         if (g_teardowns && !may_tear_down()) stop_teardowns();
-        if (ga_window_on.load(std::memory_order_relaxed)) {
+        if (ga_window_on.load(std::memory_order_relaxed) && g_teardowns && !g_capture_window) {
+            r = begin_tail(now, what);
+        } else if (ga_window_on.load(std::memory_order_relaxed)) {
             r = set_collection(false, what);
             if (r == CUPTI_SUCCESS && g_teardowns) {
                 r = request_teardown(what);
@@ -340,7 +375,14 @@ static CUptiResult step_windows(uint64_t now, const char **what) {
             }
             ga_window_release_records(true);
         }
-        g_next_edge_ns.store(edge, std::memory_order_relaxed);
+        g_next_edge_ns.store(edge < g_tail_until || !g_tail_until ? edge : g_tail_until, std::memory_order_relaxed);
+    }
+    if (g_tail_until) { /* the tail holds CUPTI as it is until its end, then tears down */
+        if (r != CUPTI_SUCCESS || now < g_tail_until) return r;
+        g_tail_until = 0;
+        r = set_collection(false, what);
+        ga_tail_end(ga_now_ns());
+        return r == CUPTI_SUCCESS ? request_teardown(what) : r;
     }
     if (r == CUPTI_SUCCESS && GA_EXP(late_subscribe) && g_phase != GA_PHASE_OFF) r = up_again(now, what);
     if (r == CUPTI_SUCCESS) r = apply_phase(now, what);
@@ -360,6 +402,8 @@ CUptiResult ga_collect_begin(uint64_t now, const char **what) noexcept {
     g_teardowns = may_tear_down() && ga_cfg.duty_cycle > 1 && !ga_audit_on() && !GA_EXP(hold_activity) &&
                   !GA_EXP(cb_windowed) && !GA_EXP(cb_runtime) && !ga_pcs_on.load(std::memory_order_relaxed);
     ga_window_extrapolate = g_teardowns;
+    g_tail_until = 0;
+    ga_tail_reset();
     ga_window_begin(now);
     uint64_t edge = UINT64_MAX;
     g_phase = ga_window_phase(now, &edge);
@@ -400,14 +444,18 @@ void ga_collect_log_exit(void) noexcept {
     uint64_t attached_at = ga_window_attached_at();
     double counted, extra;
     ga_window_count_rates(&counted, &extra);
+    uint64_t tails, tail_n;
+    ga_tail_stats(&tails, &tail_n);
     if (attached_at && ga_cfg.duty_cycle > 1)
         ga_debug("windows (pid %d): open %.3f %% of %.1f s attached (1/N = %.3f %%); activity "
                  "enable mean %.1f max %.1f us, disable mean %.1f max %.1f us; %llu skipped; "
-                 "count phases %.0f launches/s, between windows extrapolated at %.0f",
+                 "count phases %.0f launches/s, between windows extrapolated at %.0f; "
+                 "%llu tails (%llu launches), launch callbacks %.0f ns a launch",
                  (int)getpid(), 100.0 * (double)ga_window_time_ns() / (double)(ga_now_ns() - attached_at),
                  (double)(ga_now_ns() - attached_at) / 1e9, 100.0 / ga_cfg.duty_cycle,
                  g_n_enable ? (double)g_enable_ns / (double)g_n_enable / 1e3 : 0.0,
                  (double)g_enable_max_ns / 1e3,
                  g_n_disable ? (double)g_disable_ns / (double)g_n_disable / 1e3 : 0.0,
-                 (double)g_disable_max_ns / 1e3, (unsigned long long)g_stat_windows_skipped.load(), counted, extra);
+                 (double)g_disable_max_ns / 1e3, (unsigned long long)g_stat_windows_skipped.load(), counted, extra,
+                 (unsigned long long)tails, (unsigned long long)tail_n, ga_budget_callback_ns(counted / 1e9));
 }

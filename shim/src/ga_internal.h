@@ -183,7 +183,20 @@ GA_HIDDEN void ga_budget_note_window(uint64_t win_ns, uint64_t win_launches, dou
                                      uint64_t count_launches, uint64_t count_ns) noexcept;
 GA_HIDDEN void ga_budget_plan(bool first, uint32_t *slots, uint64_t *slot_ns) noexcept;
 GA_HIDDEN uint64_t ga_budget_stat_over(void) noexcept;
-GA_HIDDEN double ga_budget_count_bias(void) noexcept;
+GA_HIDDEN double ga_budget_count_bias(double count_rate) noexcept; /* launches per ns */
+GA_HIDDEN double ga_budget_callback_ns(double count_rate) noexcept;
+GA_HIDDEN void ga_budget_note_tail(double cb_ns) noexcept;
+/* tail.cpp: after each window (with teardowns), kernel activity alone for half a
+ * window: its launches, counted by their records, measure the callbacks' cost. */
+GA_HIDDEN extern std::atomic<uint64_t> ga_sample_ns; /* time in stack samples (callbacks.cpp) */
+GA_HIDDEN void ga_tail_reset(void) noexcept;
+GA_HIDDEN void ga_tail_begin(uint64_t now_ns, uint64_t win_ns, uint64_t win_launches) noexcept;
+GA_HIDDEN void ga_tail_end(uint64_t now_ns) noexcept;
+GA_HIDDEN void ga_tail_window_opened(void) noexcept;
+GA_HIDDEN bool ga_tail_record(void) noexcept; /* a windowed, non-graph record: the tail's? */
+GA_HIDDEN void ga_tail_fold(void) noexcept;
+GA_HIDDEN uint64_t ga_tail_period_ns(uint64_t now_ns) noexcept;
+GA_HIDDEN void ga_tail_stats(uint64_t *tails, uint64_t *launches) noexcept;
 GA_HIDDEN void ga_budget_log_exit(void) noexcept;
 /* Whether collection should be on at now_ns; *next_edge_ns: when that may change. */
 GA_HIDDEN bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) noexcept;
@@ -203,6 +216,8 @@ GA_HIDDEN uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final
 GA_HIDDEN void ga_weights_period_edge(bool first) noexcept;
 GA_HIDDEN void ga_weights_period_opened(uint64_t cupti_ts) noexcept;
 GA_HIDDEN void ga_window_closed(void) noexcept;      /* at each closing */
+GA_HIDDEN void ga_window_last(uint64_t *ns, uint64_t *launches) noexcept;
+GA_HIDDEN void ga_window_callbacks(bool on, uint64_t now_ns) noexcept; /* launch callbacks on or off */
 GA_HIDDEN uint64_t ga_window_time_ns(void) noexcept; /* time inside windows since attach */
 /* Every launch the callbacks see while attached, in windows or not. */
 GA_HIDDEN extern std::atomic<uint64_t> ga_launch_seq;

@@ -70,6 +70,9 @@ static double g_rate = -1;                 /* launches per ns of the last count 
 static uint64_t g_open_seq, g_closed_seq, g_closed_ns, g_count_n, g_count_ns;
 static double g_base_rate = -1;
 static uint64_t g_period_win_ns;           /* window time in the current period */
+static uint64_t g_last_win_ns, g_last_win_n; /* the last window's length (less its samples') and launches */
+static uint64_t g_open_sample_ns;            /* ga_sample_ns at its opening */
+static uint64_t g_period_cb_ns, g_cb_t0;     /* time with the launch callbacks on, this period */
 static bool g_period_had_window;
 
 static void new_period(uint64_t start, bool first) {
@@ -85,7 +88,7 @@ static void new_period(uint64_t start, bool first) {
 
 void ga_window_begin(uint64_t now_ns) noexcept {
     g_rate = -1, g_count_t0 = 0, g_period_win_ns = 0, g_period_had_window = false;
-    g_closed_ns = 0;
+    g_closed_ns = 0, g_period_cb_ns = g_cb_t0 = 0;
     g_attach_ns.store(now_ns, std::memory_order_relaxed);
     g_win_closed_ns.store(0, std::memory_order_relaxed);
     g_win_open_ns.store(0, std::memory_order_relaxed);
@@ -168,31 +171,59 @@ int ga_window_phase(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
 
 
 
+void ga_window_callbacks(bool on, uint64_t now_ns) noexcept {
+    if (on && !g_cb_t0) g_cb_t0 = now_ns ? now_ns : 1;
+    if (!on && g_cb_t0) {
+        g_period_cb_ns += now_ns > g_cb_t0 ? now_ns - g_cb_t0 : 0;
+        g_cb_t0 = 0;
+    }
+}
+
+static uint64_t period_cb_ns(uint64_t now_ns) {
+    uint64_t t = g_period_cb_ns;
+    if (g_cb_t0) {
+        t += now_ns > g_cb_t0 ? now_ns - g_cb_t0 : 0;
+        g_cb_t0 = now_ns;
+    }
+    g_period_cb_ns = 0;
+    return t;
+}
+
 /* The period's launches with teardowns between windows (weights.cpp's counts:
  * `in` in its window, `seen` by the callbacks at all), and the period's window
- * time starts again. The callbacks saw the count phase, the window and the
- * launches before the teardown: the rest of the period goes at the count phase's
- * rate (the window's own, slower rate before any count phase). A period whose
- * window never opened has only what the callbacks saw: none when its process made
- * no launch since the last teardown, none either when another CUPTI client held
- * the subscription (GA_SC_WINDOWS_SKIPPED counts those). But a partial period at
- * a detach or exit (`final`), whose window was still to come, goes at the last
- * rate. */
+ * time starts again. The callbacks saw every launch while they were on (the count
+ * phase, the window, the launches before the teardown): the rest of the period
+ * goes at the count phase's rate without the callbacks' cost (the window's own,
+ * slower rate before any count phase), and the windows' tails at the window's rate
+ * without it (tail.cpp). A period whose window never opened has only what the
+ * callbacks saw: none when its process made no launch since the last teardown,
+ * none either when another CUPTI client held the subscription
+ * (GA_SC_WINDOWS_SKIPPED counts those). But a partial period at a detach or exit
+ * (`final`), whose window was still to come, goes at the last rate. */
 uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept {
     uint64_t all = seen;
     if (ga_window_extrapolate) {
-        uint64_t len = final ? ga_now_ns() - g_period_start_ns : g_period_len_ns;
-        double rest = len > g_period_win_ns ? (double)(len - g_period_win_ns) : 0;
-        /* launch-bound code launched more slowly in the count phase than it does
-         * between windows, by its callbacks' cost (budget.cpp, K_CB) */
-        double rate = g_rate >= 0 ? g_rate / (1.0 - ga_budget_count_bias())
-                      : g_period_win_ns ? (double)in / (double)g_period_win_ns : 0;
-        /* and launched nothing while its thread tore CUPTI down */
-        uint64_t held = g_period_td_ns.exchange(0, std::memory_order_relaxed);
-        rest = rest > (double)held ? rest - (double)held : 0;
+        uint64_t now = ga_now_ns(), len = final ? now - g_period_start_ns : g_period_len_ns;
+        uint64_t counted = period_cb_ns(now), held = g_period_td_ns.exchange(0, std::memory_order_relaxed);
+        double tail = (double)ga_tail_period_ns(now);
+        /* uncounted: the rest, less what the thread spent tearing CUPTI down (it
+         * launched nothing then) */
+        double rest = (double)len - (double)counted - (double)held;
+        if (rest < 0) rest = 0;
+        if (tail > rest) tail = rest;
+        rest -= tail;
+        double win_rate = g_period_win_ns ? (double)in / (double)g_period_win_ns : 0;
+        double rate = g_rate >= 0 ? g_rate / (1.0 - ga_budget_count_bias(g_rate)) : win_rate;
+        /* the window's time per launch (less its samples') without the callbacks' */
+        double tail_rate = rate;
+        if (g_last_win_n && win_rate > 0) {
+            double per = (double)g_last_win_ns / (double)g_last_win_n -
+                         ga_budget_callback_ns(g_rate >= 0 ? g_rate : win_rate);
+            tail_rate = per > 0 && 1.0 / per < rate ? 1.0 / per : rate;
+        }
         if (g_period_had_window) {
-            all = in + (uint64_t)(rate * rest + 0.5);
-            g_extra_n += all - in, g_extra_ns += rest;
+            all = seen + (uint64_t)(rate * rest + tail_rate * tail + 0.5);
+            g_extra_n += all - seen, g_extra_ns += rest + tail;
         }
         else if (final && g_rate >= 0) all = (uint64_t)(rate * (double)len + 0.5);
     }
@@ -236,6 +267,8 @@ void ga_window_opened(uint64_t cupti_ts) noexcept {
         g_base_rate = (double)(seq - g_closed_seq) / (double)(now - g_closed_ns);
     }
     g_open_seq = seq;
+    ga_tail_window_opened(); /* the records of this cycle count from here */
+    g_open_sample_ns = ga_sample_ns.load(std::memory_order_relaxed);
     g_count_t0 = 0;
     g_period_had_window = true;
     uint32_t n = g_open_n.load(std::memory_order_relaxed);
@@ -278,8 +311,15 @@ void ga_window_closed(void) noexcept {
         if (ga_trace_until_ns() <= now) /* a capture's window is not the budget's */
             ga_budget_note_window(dt, seq - g_open_seq, g_base_rate, g_count_n, g_count_ns);
         g_closed_seq = seq, g_closed_ns = now;
+        /* less the time its stack samples took, which a count phase does not pay */
+        uint64_t sampled = ga_sample_ns.load(std::memory_order_relaxed) - g_open_sample_ns;
+        g_last_win_ns = dt > sampled ? dt - sampled : 0, g_last_win_n = seq - g_open_seq;
     }
 }
+
+/* The last window's length less its stack samples' time, and its launches (its
+ * tail's measure, tail.cpp). */
+void ga_window_last(uint64_t *ns, uint64_t *launches) noexcept { *ns = g_last_win_ns, *launches = g_last_win_n; }
 
 uint64_t ga_window_time_ns(void) noexcept {
     uint64_t open = g_win_open_ns.load(std::memory_order_relaxed), now = ga_now_ns();

@@ -1,0 +1,101 @@
+/* tail.cpp: each window's tail, where kernel activity stays on alone, to measure
+ * what the count phase's launch callbacks cost a launch in this process.
+ *
+ * Why: with CUPTI torn down between windows, the launches there are extrapolated
+ * from the count phase's rate (window.cpp). The count phase's own callbacks slow a
+ * launch-bound thread by their cost per launch, c, so its rate reads low. A fixed
+ * share of the window's slowdown (budget.cpp's K_CB) took that as 1.0 % for eager
+ * PyTorch on an H100 where the job's own step times read 1.8 % (in one process,
+ * `bench/gpu/inprocess.py`'s count phases), and as 5.2 % for an MLP that read no
+ * slower at all: its windows slow it on the GPU, where no callback is. So c is
+ * measured, per process: after each window the callbacks go off and kernel
+ * activity stays on for half a window; that tail's launches are counted by their
+ * kernel records, those of the cycle past the window's own launches (which the
+ * callbacks counted). Not by correlation id: on an H100 about half the tail's
+ * records carried ids of the window's launches and joined the window as its own.
+ * With 1/r the time per launch,
+ *     1/r_window = 1/r0 + a + c,   1/r_tail = 1/r0 + a
+ * so c = 1/r_window - 1/r_tail, whatever the activity costs (a) and wherever it
+ * lands (CPU or GPU), and the undisturbed rate is 1/r0 = 1/r_count - c. A
+ * GPU-bound process launches as fast in all three: c = 0, no correction. The
+ * window's time leaves out what its stack samples took (a count phase takes none).
+ * The tail's records are dropped (no callback sampled a stack in it), not
+ * weighed; its launches go at the tail's rate in the period's extrapolation.
+ *
+ * Poller thread, but for ga_tail_record (the buffer callbacks). */
+#include <stdio.h>
+
+#include "ga_internal.h"
+
+#define MIN_LAUNCHES 50
+
+/* Records since the window opened, and how many of them are the window's (its
+ * launches; all, while it is open): the rest are the tail's. */
+static std::atomic<uint64_t> g_cycle_records, g_keep{UINT64_MAX};
+static std::atomic<int> g_counting; /* a tail's records are being counted, until folded */
+static std::atomic<uint64_t> g_tail_records;
+static uint64_t g_t0, g_ns;                  /* the tail's start and length (0: running) */
+static double g_win_ns_per_launch;           /* the window's, just before the tail */
+static uint64_t g_period_tail_ns, g_open_t0; /* tail time in the current period; the open tail's start */
+static uint64_t g_folded, g_folded_launches; /* tails measured, and their launches (exit line) */
+
+void ga_tail_reset(void) noexcept {
+    g_counting.store(0, std::memory_order_relaxed);
+    g_keep.store(UINT64_MAX, std::memory_order_relaxed);
+    g_t0 = g_ns = g_period_tail_ns = g_open_t0 = 0;
+}
+
+void ga_tail_window_opened(void) noexcept {
+    ga_tail_fold();
+    g_keep.store(UINT64_MAX, std::memory_order_relaxed);
+    g_cycle_records.store(0, std::memory_order_relaxed);
+}
+
+void ga_tail_begin(uint64_t now_ns, uint64_t win_ns, uint64_t win_launches) noexcept {
+    g_tail_records.store(0, std::memory_order_relaxed);
+    g_win_ns_per_launch = win_launches >= MIN_LAUNCHES ? (double)win_ns / (double)win_launches : -1;
+    g_t0 = g_open_t0 = now_ns, g_ns = 0;
+    g_counting.store(1, std::memory_order_relaxed);
+    g_keep.store(win_launches, std::memory_order_release);
+}
+
+void ga_tail_end(uint64_t now_ns) noexcept {
+    if (!g_t0 || g_ns) return;
+    g_ns = now_ns - g_t0;
+    if (g_open_t0) g_period_tail_ns += now_ns - g_open_t0;
+    g_open_t0 = 0;
+}
+
+bool ga_tail_record(void) noexcept {
+    uint64_t n = g_cycle_records.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (GA_LIKELY(n <= g_keep.load(std::memory_order_acquire))) return false;
+    g_tail_records.fetch_add(1, std::memory_order_relaxed);
+    return true;
+}
+
+/* The finished tail's measure of c, to the budget (which keeps their median). */
+void ga_tail_fold(void) noexcept {
+    if (!g_counting.load(std::memory_order_relaxed) || !g_ns) return;
+    g_counting.store(0, std::memory_order_release);
+    uint64_t n = g_tail_records.load(std::memory_order_relaxed);
+    if (n >= MIN_LAUNCHES && g_win_ns_per_launch > 0) {
+        ga_budget_note_tail(g_win_ns_per_launch - (double)g_ns / (double)n);
+        g_folded++, g_folded_launches += n;
+    }
+    g_t0 = g_ns = 0;
+}
+
+/* Tail time since the last call, for the period that ends now. */
+uint64_t ga_tail_period_ns(uint64_t now_ns) noexcept {
+    uint64_t t = g_period_tail_ns;
+    if (g_open_t0) {
+        t += now_ns - g_open_t0;
+        g_open_t0 = now_ns;
+    }
+    g_period_tail_ns = 0;
+    return t;
+}
+
+void ga_tail_stats(uint64_t *tails, uint64_t *launches) noexcept {
+    *tails = g_folded, *launches = g_folded_launches;
+}
