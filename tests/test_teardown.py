@@ -190,3 +190,27 @@ def test_a_process_with_graphs_is_not_torn_down(tmp_path, built):
     assert "does not start again" not in err, err[-2000:]
     assert "CUPTI stays subscribed between windows" in err, err[-2000:]
     assert shim_exit_stats(err)["windows"] >= 100, err[-2000:]
+
+
+def test_another_cupti_client_between_windows_is_named_and_waited_for(tmp_path, built):
+    """A profiler in the profiled process (torch.profiler, on the thread that
+    launches) subscribes to CUPTI when it is free: between two windows, after a
+    teardown. The shim's next subscription is refused; it names the client (as
+    cuptiSubscribe_v2 reports it), opens no window while the client holds CUPTI
+    (counted as skipped), says so once, and collects again once it lets go. It
+    never asks for CUDA 13.3's multi-subscriber mode, where cuptiFinalize beside
+    another subscriber does nothing and CUPTI's cost would stay."""
+    need_ebpf()
+    out, gt, err, residual = record(tmp_path, "--bench", "600000", "--rate", "200000",
+                                    "--cupti-client", "1000:500")
+    took = re.search(r"(\d+) ms in\n", err)
+    assert took and "cupti-client: released" in err, err[-2000:]
+    said = re.findall(r"CUPTI for test-profiler took CUPTI between windows in pid \d+; no window until it lets go",
+                      err)
+    assert len(said) == 1, err[-3000:]
+    assert err.index(said[0]) < err.index("CUPTI is the shim's again"), err[-3000:]
+    skipped = int(re.search(r"; (\d+) skipped;", err).group(1))
+    assert skipped >= 2, err[-2000:]  # 500 ms of 100 ms periods
+    # and windows again after it: about one in each of the 3 s run's 30 periods, less those skipped
+    assert shim_exit_stats(err)["windows"] >= 18, err[-2000:]
+    assert residual < ground_truth(gt)[KERNEL][0] // 100

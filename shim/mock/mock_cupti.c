@@ -95,6 +95,7 @@ struct CUpti_Subscriber_st {
 static pthread_mutex_t g_sub_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct CUpti_Subscriber_st g_sub;
 static int g_sub_taken;                       /* only one subscriber, like real CUPTI */
+static char g_sub_name[64];                   /* the holder's name (cuptiSubscribe_v2) */
 
 static void hook_api(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData *d)
 {
@@ -129,6 +130,7 @@ CUptiResult CUPTIAPI cuptiSubscribe(CUpti_SubscriberHandle *subscriber, CUpti_Ca
         return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
     }
     g_sub_taken = 1;
+    g_sub_name[0] = 0;
     g_sub.userdata = userdata;
     __atomic_store_n(&g_sub.callback, callback, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&g_sub_mu);
@@ -137,11 +139,26 @@ CUptiResult CUPTIAPI cuptiSubscribe(CUpti_SubscriberHandle *subscriber, CUpti_Ca
     return CUPTI_SUCCESS;
 }
 
+/* As CUDA 13.0-13.2 (no multi-subscriber mode): a second subscriber is refused,
+ * and told the holder's name ("CUPTI for <name>", "" for an unnamed one). */
 CUptiResult CUPTIAPI cuptiSubscribe_v2(CUpti_SubscriberHandle *subscriber, CUpti_CallbackFunc callback,
                                        void *userdata, CUpti_SubscriberParams *pParams)
 {
     API_GUARD();
-    return cuptiSubscribe(subscriber, callback, userdata);
+    if (pParams && pParams->structSize < CUpti_SubscriberParams_STRUCT_SIZE) return CUPTI_ERROR_INVALID_PARAMETER;
+    pthread_mutex_lock(&g_sub_mu);
+    int taken = g_sub_taken;
+    if (taken && pParams && pParams->oldSubscriberName && pParams->oldSubscriberSize)
+        snprintf(pParams->oldSubscriberName, pParams->oldSubscriberSize, "%s", g_sub_name);
+    pthread_mutex_unlock(&g_sub_mu);
+    if (taken) return CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
+    CUptiResult r = cuptiSubscribe(subscriber, callback, userdata);
+    if (r == CUPTI_SUCCESS && pParams && pParams->subscriberName) {
+        pthread_mutex_lock(&g_sub_mu);
+        snprintf(g_sub_name, sizeof g_sub_name, "CUPTI for %.53s", pParams->subscriberName);
+        pthread_mutex_unlock(&g_sub_mu);
+    }
+    return r;
 }
 
 static void clear_gate_api(void)

@@ -9,12 +9,17 @@
  *                 [--duration S] [--threads T] [--list-paths]
  *   mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel|cuGraphLaunch] [--rate R]
  *                 [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E] [--block B] [--spin-ns S]
+ *   --cupti-client AT_MS:HOLD_MS  (--bench) another CUPTI client in the process, as
+ *                 torch.profiler is: from AT_MS on it tries cuptiSubscribe_v2 every ms
+ *                 until CUPTI is free, holds it HOLD_MS, and unsubscribes
  *
  * Built -O1 -fno-inline -fomit-frame-pointer -rdynamic: stacks need eh_frame.
  */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <cupti.h>
+#include <dlfcn.h>
 #include <fatbinary_section.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -453,6 +458,9 @@ static long g_block = 1000; /* --block: launches between two pacing sleeps */
 static long g_spin_ns;      /* --spin-ns: CPU work after each launch (a closed loop: a slower
                              * launch delays all later ones) */
 
+static long g_client_at_ms = -1, g_client_hold_ms; /* --cupti-client (below) */
+static void cupti_client_tick(double t0);
+
 static int bench(long n, const char *api, double rate, long warm, double warm_rate)
 {
     struct tctx t;
@@ -478,6 +486,7 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
             launch_cuGraphLaunch(&t);
         else
             ck_cu(cuLaunchKernel(f, 4, 1, 1, 128, 1, 1, 0, t.s, t.args, NULL), "cuLaunchKernel");
+        if (g_client_at_ms >= 0 && i % 64 == 0) cupti_client_tick(t0);
         if (g_spin_ns > 0) {
             double until = now_s() + (double)g_spin_ns * 1e-9;
             while (now_s() < until) {
@@ -509,12 +518,55 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
     return 0;
 }
 
+/* --cupti-client: another CUPTI client, named "test-profiler", on the launching
+ * thread (torch.profiler starts on the thread that launches), ticked between
+ * launches: from AT_MS on it tries cuptiSubscribe_v2 every ms until CUPTI is free
+ * (between two of the shim's windows), holds it HOLD_MS, and unsubscribes. */
+static void noop_callback(void *u, CUpti_CallbackDomain d, CUpti_CallbackId id, const void *data)
+{
+    (void)u, (void)d, (void)id, (void)data;
+}
+
+static void cupti_client_tick(double t0)
+{
+    static int state; /* 0: waiting, 1: trying, 2: holding, 3: done */
+    static double next, held_at;
+    static CUpti_SubscriberHandle s;
+    static CUptiResult (*sub)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *, CUpti_SubscriberParams *);
+    static CUptiResult (*unsub)(CUpti_SubscriberHandle);
+    double now = now_s() - t0;
+    if (g_client_at_ms < 0 || state == 3 || now < next) return;
+    next = now + 1e-3;
+    if (state == 0 && now >= g_client_at_ms / 1e3) {
+        void *h = dlopen("libcupti.so.13", RTLD_NOW);
+        *(void **)&sub = h ? dlsym(h, "cuptiSubscribe_v2") : NULL;
+        *(void **)&unsub = h ? dlsym(h, "cuptiUnsubscribe") : NULL;
+        if (!sub || !unsub) {
+            fprintf(stderr, "mock_workload: --cupti-client: no libcupti\n");
+            state = 3;
+            return;
+        }
+        state = 1;
+    }
+    if (state == 1) {
+        CUpti_SubscriberParams p = {.structSize = CUpti_SubscriberParams_STRUCT_SIZE, .subscriberName = "test-profiler"};
+        if (sub(&s, noop_callback, NULL, &p) != CUPTI_SUCCESS) return;
+        fprintf(stderr, "cupti-client: subscribed %.0f ms in\n", now * 1e3);
+        held_at = now, state = 2;
+    } else if (state == 2 && now >= held_at + g_client_hold_ms / 1e3) {
+        unsub(s);
+        fprintf(stderr, "cupti-client: released\n");
+        state = 3;
+    }
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: mock_workload [--paths all|p1,p2,...] [--iters N] [--sleep-ms M] [--duration S]\n"
                     "                     [--threads T] [--list-paths]\n"
                     "       mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel|cuGraphLaunch] [--rate R]\n"
-                    "                     [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E] [--block B] [--spin-ns S]\n");
+                    "                     [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E] [--block B] [--spin-ns S]\n"
+                    "                     [--cupti-client AT_MS:HOLD_MS]\n");
     exit(1);
 }
 
@@ -545,7 +597,9 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--gap-every-ms")) g_gap_every_ms = atof(v);
         else if (!strcmp(a, "--block")) g_block = atol(v);
         else if (!strcmp(a, "--spin-ns")) g_spin_ns = atol(v);
-        else usage();
+        else if (!strcmp(a, "--cupti-client")) {
+            if (sscanf(v, "%ld:%ld", &g_client_at_ms, &g_client_hold_ms) != 2 || g_client_at_ms < 0) usage();
+        } else usage();
         i++;
     }
     if (threads < 1 || g_iters < 0 || g_block < 1) usage();

@@ -5,6 +5,7 @@
  * windowed) each window ends in a forced flush and a teardown request
  * (teardown.cpp), and the poller subscribes again once it is done; between
  * windows only the graph callbacks are on. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,6 +195,39 @@ static CUptiResult set_collection(bool on, const char **what) {
  * cuptiActivityEnableHWTrace, would be enabled here once, before the first
  * subscription: it cannot be disabled, so such a process would not be torn down.
  * Not used: untested without a Blackwell GPU.) */
+/* The client that held CUPTI when the last subscription failed, as CUPTI names it
+ * (cuptiSubscribe_v2; "" before CUDA 13). */
+static char g_holder[64];
+static bool g_held;             /* the last re-subscription failed for it (said once a time) */
+
+/* Named, and with CUDA 13.3's multi-subscriber mode refused (allowMultipleSubscribers
+ * 0): beside another subscriber, cuptiFinalize does nothing, so CUPTI's cost would
+ * stay after every window and after the detach. So the shim never shares CUPTI; it
+ * waits for the other client to let go, and says which it is. */
+static CUptiResult subscribe(void) {
+    if (!ga_cupti.SubscribeV2) return ga_cupti.Subscribe(&g_sub, (CUpti_CallbackFunc)ga_api_callback, nullptr);
+    uint32_t ver = 0;
+    if (ga_cupti.GetVersion) ga_cupti.GetVersion(&ver);
+    char old[64] = "";
+    ga_subscriber_params p = {};
+    /* only a CUPTI of 13.3 or newer reads the last field */
+    p.struct_size = ver >= 130300 ? offsetof(ga_subscriber_params, allow_multiple_subscribers) + 1
+                                  : offsetof(ga_subscriber_params, allow_multiple_subscribers);
+    p.subscriber_name = "gpu-agent";
+    p.old_subscriber_name = old;
+    p.old_subscriber_size = sizeof old;
+    p.allow_multiple_subscribers = 0;
+    CUptiResult r = ga_cupti.SubscribeV2(&g_sub, (CUpti_CallbackFunc)ga_api_callback, nullptr, &p);
+    if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+        size_t n = 0; /* printable only: it goes to the process's stderr */
+        for (; n + 1 < sizeof g_holder && old[n]; n++) g_holder[n] = old[n] >= 0x20 && old[n] < 0x7f ? old[n] : '?';
+        g_holder[n] = 0;
+    }
+    return r;
+}
+
+const char *ga_collect_holder(void) noexcept { return g_holder[0] ? g_holder : "another CUPTI client"; }
+
 static CUptiResult cupti_up(const char **what) {
     uint64_t t0 = ga_now_ns();
     CUptiResult r = ga_cupti.ActivityRegisterCallbacks(ga_buffer_requested, ga_buffer_completed);
@@ -201,7 +235,7 @@ static CUptiResult cupti_up(const char **what) {
         *what = "cuptiActivityRegisterCallbacks";
         return r;
     }
-    r = ga_cupti.Subscribe(&g_sub, (CUpti_CallbackFunc)ga_api_callback, nullptr);
+    r = subscribe();
     if (r != CUPTI_SUCCESS) {
         g_sub = nullptr;
         *what = "cuptiSubscribe";
@@ -321,12 +355,17 @@ static CUptiResult up_again(uint64_t now, const char **what) {
             if (!other && ++g_up_failures == 10)
                 ga_log("CUPTI does not start again after its teardown in pid %d (%s: %s); no window until "
                        "it does", (int)getpid(), *what, ga_cupti_err(r));
+            else if (other && !g_held)
+                ga_log("%s took CUPTI between windows in pid %d; no window until it lets go", ga_collect_holder(),
+                       (int)getpid());
             else
                 ga_debug("%s: %s; no window this period", *what, ga_cupti_err(r));
+            g_held = other;
             g_up_retry_ns = now + (other || g_up_failures >= 10 ? ga_window_period_ns() : 10000000ull);
             r = CUPTI_SUCCESS;
         } else if (r == CUPTI_SUCCESS) {
-            g_up_failures = 0;
+            if (g_held) ga_log("CUPTI is the shim's again in pid %d", (int)getpid());
+            g_up_failures = 0, g_held = false;
         }
     }
     return r;

@@ -137,6 +137,7 @@ bool ga_cupti_load(const char **why, char *path_out, size_t path_len) noexcept {
     *(void **)&t.GetVersion = dlsym(h, "cuptiGetVersion");
     *(void **)&t.GetTimestamp = dlsym(h, "cuptiGetTimestamp");
     *(void **)&t.GetGraphNodeId = dlsym(h, "cuptiGetGraphNodeId");
+    *(void **)&t.SubscribeV2 = dlsym(h, "cuptiSubscribe_v2");
     ga_cupti = t;
     ga_cupti_handle = h;
     return true;

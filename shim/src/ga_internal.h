@@ -110,6 +110,18 @@ struct ga_cupti_table {
     CUptiResult (*GetVersion)(uint32_t *);                     /* optional */
     CUptiResult (*GetTimestamp)(uint64_t *);                   /* optional: launch time */
     CUptiResult (*GetGraphNodeId)(CUgraphNode, uint64_t *);    /* optional: graph capture stacks */
+    /* optional (CUDA >= 13.0): a named subscription that names the client
+     * holding CUPTI when it fails, and refuses CUDA 13.3's multi-subscriber mode */
+    CUptiResult (*SubscribeV2)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *, void *);
+};
+/* cuptiSubscribe_v2's parameters, as CUDA 13.3 lays them out (older headers lack
+ * the last field; structSize tells CUPTI which it may read). */
+struct ga_subscriber_params {
+    size_t struct_size;
+    const char *subscriber_name;
+    char *old_subscriber_name;
+    size_t old_subscriber_size;
+    uint8_t allow_multiple_subscribers;
 };
 GA_HIDDEN extern ga_cupti_table ga_cupti;
 GA_HIDDEN extern void *ga_cupti_handle;
@@ -338,6 +350,7 @@ GA_HIDDEN CUptiResult ga_collect_step(uint64_t now, const char **what) noexcept;
 GA_HIDDEN CUptiResult ga_collect_flush(const char **what) noexcept; /* periodic, while CUPTI is held */
 GA_HIDDEN void ga_collect_down(bool activity, bool subscribed) noexcept; /* detach, failure */
 GA_HIDDEN bool ga_collect_teardowns(void) noexcept;
+GA_HIDDEN const char *ga_collect_holder(void) noexcept; /* who held CUPTI at the last refusal */
 GA_HIDDEN uint64_t ga_collect_next_edge_ns(void) noexcept;
 GA_HIDDEN uint64_t ga_collect_stat(int which) noexcept; /* GA_SC_FLUSHES, WINDOWS, WINDOWS_SKIPPED */
 GA_HIDDEN void ga_collect_log_exit(void) noexcept;

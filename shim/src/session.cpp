@@ -78,8 +78,7 @@ static void do_attach(void) {
     if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
         static bool logged;
         if (!logged || ga_debug_on)
-            ga_log("another CUPTI client is subscribed; retrying every 10 s while the agent is "
-                   "attached");
+            ga_log("%s holds CUPTI; retrying every 10 s while the agent is attached", ga_collect_holder());
         logged = true;
         g_retry_at_ns = ga_now_ns() + 10ull * 1000000000ull;
         return;
