@@ -150,9 +150,12 @@ def test_buffers_cupti_keeps_at_a_finalize_go_back_to_the_pool(tmp_path, built):
     assert stats["windows"] >= 50 and stats["records"] >= 0.99 * stats["launches"] > 0, stats
     assert re.search(r"\(0 lost by CUPTI\)", err), err[-2000:]
     back = re.search(r"(\d+) buffers CUPTI kept taken back, (\d+) buffer requests refused", err)
-    # the mock holds one buffer ahead at each finalize; without the take-back the pool
-    # is empty after two teardowns and CUPTI's requests are refused from then on
-    assert back and int(back.group(1)) >= int(td.group(1)) and int(back.group(2)) == 0, err[-2000:]
+    # the mock holds one buffer ahead at each finalize (the spare it took at the
+    # window's enable); without the take-back the pool is empty after two teardowns
+    # and CUPTI's requests are refused from then on. (A cycle whose window and tail
+    # filled a buffer uses the spare up, and its flush hands it back itself: nothing
+    # is kept at that finalize, 1 or 2 of 238 here.)
+    assert back and int(back.group(1)) >= 0.95 * int(td.group(1)) and int(back.group(2)) == 0, err[-2000:]
 
 
 MOCK_FINALIZE_RACE = textwrap.dedent("""
