@@ -184,15 +184,11 @@ uint64_t ga_budget_stat_over(void) noexcept { return g_stat_over.load(std::memor
 void ga_budget_log_exit(void) noexcept {
     if (!ga_budget_on() || !g_windows_seen || g_fixed_ns < 0) return;
     double p = (double)g_plan_p, w = (double)g_plan_w;
-    uint64_t tails, tail_launches;
-    ga_tail_stats(&tails, &tail_launches);
     ga_debug("budget (pid %d): %.2f %% asked; last plan one %.0f ms window every %.2f s, estimated cost "
              "%.2f %% (fixed %.2f ms a window: switches %.2f ms, the first window's %.2f ms, teardown %.2f ms; "
              "slowdown in windows %.1f %%, count phase %.2f %%); "
-             "%llu periods over the budget to keep one window in every 30 s; "
-             "launch callbacks %.0f ns a launch (%llu tails, %llu launches)",
+             "%llu periods over the budget to keep one window in every 30 s",
              (int)getpid(), ga_cfg.budget_bp / 100.0, w / 1e6, p / 1e9, 100.0 * g_plan_cost,
              g_fixed_ns / 1e6, g_switch_mean / 1e6, g_switch_first / 1e6, g_td_mean < 0 ? 0.0 : g_td_mean / 1e6, 100.0 * (g_slow < 0 ? 0 : g_slow), 100.0 * g_cb_frac,
-             (unsigned long long)g_stat_over.load(), g_cb_n ? g_cb_ns : -1.0, (unsigned long long)tails,
-             (unsigned long long)tail_launches);
+             (unsigned long long)g_stat_over.load());
 }

@@ -188,13 +188,6 @@ static CUptiResult set_collection(bool on, const char **what) {
     return CUPTI_SUCCESS;
 }
 
-/* Subscribe (again, after a teardown): activity buffers, the subscription, and
- * the graph callbacks, which stay on between windows (graphs captured then keep
- * their capture stacks; no launch pays for them). The launch callbacks come on
- * with a count phase or a window. (Blackwell's hardware tracing,
- * cuptiActivityEnableHWTrace, would be enabled here once, before the first
- * subscription: it cannot be disabled, so such a process would not be torn down.
- * Not used: untested without a Blackwell GPU.) */
 /* The client that held CUPTI when the last subscription failed, as CUPTI names it
  * (cuptiSubscribe_v2; "" before CUDA 13). */
 static char g_holder[64];
@@ -228,6 +221,13 @@ static CUptiResult subscribe(void) {
 
 const char *ga_collect_holder(void) noexcept { return g_holder[0] ? g_holder : "another CUPTI client"; }
 
+/* Subscribe (again, after a teardown): activity buffers, the subscription, and
+ * the graph callbacks, which stay on between windows (graphs captured then keep
+ * their capture stacks; no launch pays for them). The launch callbacks come on
+ * with a count phase or a window. (Blackwell's hardware tracing,
+ * cuptiActivityEnableHWTrace, would be enabled here once, before the first
+ * subscription: it cannot be disabled, so such a process would not be torn down.
+ * Not used: untested without a Blackwell GPU.) */
 static CUptiResult cupti_up(const char **what) {
     uint64_t t0 = ga_now_ns();
     CUptiResult r = ga_cupti.ActivityRegisterCallbacks(ga_buffer_requested, ga_buffer_completed);
