@@ -13,12 +13,18 @@ and the detached blocks after the first attach against those before it (what a
 detach leaves behind). With --control-cpus a second process of the same case runs
 beside it without the shim, its blocks split by the agent's own start and stop
 times: what the host did meanwhile (these hosts drift by tens of percent).
+With --shim-env GPU_AGENT_DEBUG=2 the shim prints each collection period's
+estimate of its launches, and for a case with a fixed number of launches per step
+(eager) each is set beside the job's own steps in that period: where an estimate
+that reads low in `fidelity` loses its launches. The blocks inside count phases
+are set beside those far from any window too: the count phase's own slowdown.
 """
 
 from __future__ import annotations
 
 import bisect
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -132,10 +138,39 @@ def start_case(w: str, steps: int, secs: float, env: dict, cpus: str) -> subproc
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def trace_of(w: str, case: subprocess.Popen, secs: float) -> list[list]:
+# Launches per step where a case's step is fixed (bench/gpu/cases.py): the shim's
+# per-period estimates (GPU_AGENT_DEBUG=2) are checked against the job's own steps.
+LAUNCHES_PER_STEP = {"eager": 20}
+PERIOD = re.compile(r"period \(pid \d+\): ended at ([\d.]+) s \(CLOCK_MONOTONIC\) after ([\d.]+) ms; .*; "
+                    r"(\d+) launches$")
+
+
+def periods_against_steps(trace: list[list], periods: list[tuple[float, float, int]], steps: int,
+                          per_step: int) -> dict:
+    """Each period's estimated launches against the job's own: its steps in the
+    period (blocks of `steps` steps, prorated where a block straddles an edge)."""
+    blocks = [(t - steps * us / 1e6, t) for t, us, *_ in trace]
+    errs, est_sum, true_sum = [], 0, 0.0
+    for end, len_ms, est in periods:
+        lo = end - len_ms / 1e3
+        true = per_step * steps * sum(max(0.0, min(b, end) - max(a, lo)) / (b - a)
+                                      for a, b in blocks if b > lo and a < end and b > a)
+        if true > 0:
+            errs.append(est / true - 1)
+            est_sum += est
+            true_sum += true
+    if not errs:
+        return {}
+    return {"periods_checked": len(errs), "period_error_median": statistics.median(errs),
+            "period_error_total": est_sum / true_sum - 1}
+
+
+def trace_of(w: str, case: subprocess.Popen, secs: float, periods: list | None = None) -> list[list]:
     stdout, stderr = case.communicate(timeout=secs + 300)
     if case.returncode != 0:
         raise SystemExit(f"{w}: the case failed: {stderr[-2000:]}")
+    if periods is not None:  # with GPU_AGENT_DEBUG=2: (end s, length ms, launches) of each period
+        periods.extend((float(m[1]), float(m[2]), int(m[3])) for m in map(PERIOD.search, stderr.splitlines()) if m)
     for ln in stderr.splitlines():  # with GPU_AGENT_DEBUG=1 in --shim-env: what the windows cost it
         if "gpu-agent-shim" in ln and any(f"{k} (" in ln for k in ("budget", "teardowns", "exit", "windows")):
             print(f"    {w}: {ln[ln.index('gpu-agent-shim'):][:700]}", flush=True)
@@ -165,9 +200,16 @@ def inprocess(a) -> None:
             agent.stop()
             watched.append((t_on, time.monotonic()))
             time.sleep(a.off)
-        trace = trace_of(w, cases[0], secs)
+        periods: list = []
+        trace = trace_of(w, cases[0], secs, periods)
         rec = {"method": "inprocess", "workload": w, "steps_per_block": steps, "on_s": a.on,
                "off_s": a.off, "shim_env": a.shim_env, **analyse(trace, a.settle), "trace": trace}
+        if periods and w in LAUNCHES_PER_STEP:
+            rec.update(periods_against_steps(trace, periods, steps, LAUNCHES_PER_STEP[w]))
+            print(f"    {w}: the shim's launches per period against the job's own steps: total "
+                  f"{100 * rec.get('period_error_total', float('nan')):+.2f} %, median "
+                  f"{100 * rec.get('period_error_median', float('nan')):+.2f} % over "
+                  f"{rec.get('periods_checked', 0)} periods", flush=True)
         if a.control_cpus:
             control = [[t, us, int(any(lo <= t < hi for lo, hi in watched)), 0]
                        for t, us, *_ in trace_of(w, cases[1], secs)]

@@ -100,7 +100,8 @@ bool ga_secure_exec(void) noexcept { return getauxval(AT_SECURE) != 0; }
 
 void ga_read_config(void) noexcept {
     const char *dbg = getenv("GPU_AGENT_DEBUG");
-    ga_debug_on = dbg && *dbg && strcmp(dbg, "0") != 0;
+    /* 1 (or any other word): the debug lines; 2: also one line per collection period */
+    ga_debug_on = dbg && *dbg && strcmp(dbg, "0") != 0 ? (strcmp(dbg, "2") == 0 ? 2 : 1) : 0;
 
     char bad[256] = "";
     env_u32("GPU_AGENT_SAMPLE_PERIOD", &ga_cfg.sample_period, 1, 1u << 30, bad, sizeof(bad));

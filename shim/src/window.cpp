@@ -224,6 +224,14 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
         if (g_period_had_window) {
             all = seen + (uint64_t)(rate * rest + tail_rate * tail + 0.5);
             g_extra_n += all - seen, g_extra_ns += rest + tail;
+            if (ga_debug_on >= 2) /* bench/gpu/inprocess.py sets these beside the job's own steps */
+                ga_debug("period (pid %d): ended at %.6f s (CLOCK_MONOTONIC) after %.3f ms; callbacks on %.3f ms, "
+                         "%llu launches seen (%llu in the window of %.3f ms); teardown %.3f ms; tail %.3f ms at "
+                         "%.0f/s; rest %.3f ms at %.0f/s (count phase %.0f/s); %llu launches",
+                         (int)getpid(), (double)now / 1e9, (double)len / 1e6, (double)counted / 1e6,
+                         (unsigned long long)seen, (unsigned long long)in, (double)g_period_win_ns / 1e6,
+                         (double)held / 1e6, tail / 1e6, tail_rate * 1e9, rest / 1e6, rate * 1e9,
+                         g_rate >= 0 ? g_rate * 1e9 : -1.0, (unsigned long long)all);
         }
         else if (final && g_rate >= 0) all = (uint64_t)(rate * (double)len + 0.5);
     }
