@@ -76,22 +76,25 @@ def summary(timeline) -> str:
 
 def write(args, timeline) -> list[Path]:
     written = []
+    store = None   # root's file in root's store: not handed to the invoker
+    if args.store is not None:
+        from ..ui.store import TRACE_SUFFIX, file_name
+        store = args.store / file_name(timeline.ended_ns or time.time_ns(), TRACE_SUFFIX)
     if args.trace:
         if args.trace_format == "chrome":
             from ..reporters.chrome_trace import write_chrome
             write_chrome(timeline, args.trace)
-        else:
+        else:  # and the store's copy from the same bytes
             from ..reporters.perfetto_trace import write_perfetto
-            write_perfetto(timeline, args.trace)
+            write_perfetto(timeline, args.trace, *([store] if store else []))
         written.append(args.trace)
     if args.events:
         from ..reporters.events_ndjson import write_events
         write_events(timeline, args.events, args.events_mode)
         written.append(args.events)
-    if args.store is not None:   # root's file in root's store: not handed to the invoker
-        from ..reporters.perfetto_trace import write_perfetto
-        from ..ui.store import TRACE_SUFFIX, file_name
-        path = args.store / file_name(timeline.ended_ns or time.time_ns(), TRACE_SUFFIX)
-        write_perfetto(timeline, path)
-        print(f"gpu-agent: {summary(timeline)} -> {path} (the store's Timeline tab)", file=sys.stderr)
+    if store:
+        if not (args.trace and args.trace_format != "chrome"):
+            from ..reporters.perfetto_trace import write_perfetto
+            write_perfetto(timeline, store)
+        print(f"gpu-agent: {summary(timeline)} -> {store} (the store's Timeline tab)", file=sys.stderr)
     return written

@@ -26,6 +26,8 @@ the traces are concatenated, and two hosts' never collide."""
 
 from __future__ import annotations
 
+import contextlib
+
 import hashlib
 from typing import BinaryIO
 
@@ -334,15 +336,29 @@ class _PerfettoWriter:
                 self._send_event(p)
 
 
-def write_perfetto(timeline: Timeline, path) -> None:
-    """Write `timeline` to `path` as a Perfetto protobuf trace."""
+class _Tee:
+    """One stream written to several files."""
+
+    def __init__(self, outs: list):
+        self.outs = outs
+
+    def write(self, data) -> int:
+        for o in self.outs:
+            o.write(data)
+        return len(data)
+
+
+def write_perfetto(timeline: Timeline, path, *copies) -> None:
+    """Write `timeline` to `path` as a Perfetto protobuf trace, and the same bytes
+    to each of `copies` (serialized once)."""
     tl = timeline
     # Flow ids hashed, not counted: traces concatenated by the UI stay apart.
     flows, launches = sampled_launches(tl, lambda k, n: _uid(tl.host, "flow", k.pid, k.correlation_id,
                                                             k.launch_ns, k.graph_node_id, k.start_ns))
     lanes = assign_lanes(tl.kernels)
-    with private_output(path) as out:
-        w = _PerfettoWriter(tl, out)
+    with contextlib.ExitStack() as stack:
+        outs = [stack.enter_context(private_output(p)) for p in (path, *copies)]
+        w = _PerfettoWriter(tl, outs[0] if len(outs) == 1 else _Tee(outs))
         w.start()
         for pid in sorted(tl.processes):
             w.process_track(pid)
