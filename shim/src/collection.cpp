@@ -36,7 +36,7 @@ static uint64_t g_tail_until;                   /* a window's tail runs until th
  * really stayed open, and what switching CUPTI activity costs. */
 static uint64_t g_enable_ns, g_enable_max_ns, g_disable_ns, g_disable_max_ns, g_n_enable, g_n_disable;
 
-static CUptiResult set_launch_cbids(bool on);
+static CUptiResult set_launch_cbids(bool on, bool keep_graphs = false);
 
 /* Whether CUPTI may be torn down now: not once the process has CUDA graphs (see
  * ga_graphs_made), nor with GPU_AGENT_TEARDOWN=0. */
@@ -105,10 +105,10 @@ void ga_collect_down(bool activity, bool subscribed) noexcept {
  * deduplication miscounted CUDA 13's launches (in-window launch counts 1.4-2.2x
  * the kernel records, against 1.0006x with the driver domain alone):
  * docs/benchmarks-history.md section 10. */
-static CUptiResult set_launch_cbids(bool on) {
+static CUptiResult set_launch_cbids(bool on, bool keep_graphs) {
     for (unsigned i = 0; i < ga_launch_cbid_count; i++) {
         const ga_launch_cbid *e = &ga_launch_cbids[i];
-        if (ga_launch_cbid_omitted(e)) continue;
+        if (ga_launch_cbid_omitted(e) || (keep_graphs && e->kind == GA_LK_GRAPH)) continue;
         if (!GA_EXP(cb_runtime) && e->domain != CUPTI_CB_DOMAIN_DRIVER_API) continue;
         CUptiResult r = ga_cupti.EnableCallback(on ? 1 : 0, g_sub, e->domain, e->cbid);
         if (r == CUPTI_ERROR_INVALID_PARAMETER) {
@@ -322,11 +322,14 @@ static CUptiResult apply_phase(uint64_t now, const char **what) {
 }
 
 /* A window closes into its tail (tail.cpp): the launch callbacks off, kernel
- * activity still on, for half a slot; then the teardown as after any window. */
+ * activity still on, for half a slot; then the teardown as after any window. The
+ * graph launches' callbacks stay on: a graph replayed while kernel activity is on
+ * must be seen, or CUPTI would not start again after the teardown (collection's
+ * may_tear_down). */
 static CUptiResult begin_tail(uint64_t now, const char **what) {
     ga_window_closed();
     ga_window_on.store(0, std::memory_order_release);
-    CUptiResult r = set_launch_cbids(false);
+    CUptiResult r = set_launch_cbids(false, true);
     if (r != CUPTI_SUCCESS) {
         *what = "cuptiEnableCallback";
         return r;
