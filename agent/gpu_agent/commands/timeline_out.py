@@ -76,7 +76,7 @@ def summary(timeline) -> str:
 
 def write(args, timeline) -> list[Path]:
     written = []
-    store = None   # root's file in root's store: not handed to the invoker
+    store, stored = None, False   # root's file in root's store: not handed to the invoker
     if args.store is not None:
         from ..ui.store import TRACE_SUFFIX, file_name
         store = args.store / file_name(timeline.ended_ns or time.time_ns(), TRACE_SUFFIX)
@@ -87,13 +87,14 @@ def write(args, timeline) -> list[Path]:
         else:  # and the store's copy from the same bytes
             from ..reporters.perfetto_trace import write_perfetto
             write_perfetto(timeline, args.trace, *([store] if store else []))
+            stored = store is not None
         written.append(args.trace)
     if args.events:
         from ..reporters.events_ndjson import write_events
         write_events(timeline, args.events, args.events_mode)
         written.append(args.events)
     if store:
-        if not (args.trace and args.trace_format != "chrome"):
+        if not stored:
             from ..reporters.perfetto_trace import write_perfetto
             write_perfetto(timeline, store)
         print(f"gpu-agent: {summary(timeline)} -> {store} (the store's Timeline tab)", file=sys.stderr)

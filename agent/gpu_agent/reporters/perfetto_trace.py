@@ -27,7 +27,6 @@ the traces are concatenated, and two hosts' never collide."""
 from __future__ import annotations
 
 import contextlib
-
 import hashlib
 from typing import BinaryIO
 
