@@ -181,6 +181,25 @@ GA_HIDDEN void ga_compute_skip_ranges(void) noexcept; /* once CUPTI is loaded */
  * (GA_MAX_FRAMES); returns the count and sets *stack_id (never 0). */
 GA_HIDDEN uint32_t ga_unwind(uint64_t *frames, uint64_t *stack_id) noexcept;
 
+/* A state switched on and off (the launch callbacks, window.cpp; a window's tail,
+ * tail.cpp), and its time on since the last take: a period's share. Poller only. */
+struct ga_span {
+    uint64_t ns, t0; /* time on before t0; on since t0 (0: off) */
+    void on(uint64_t now) noexcept {
+        if (!t0) t0 = now ? now : 1;
+    }
+    void off(uint64_t now) noexcept {
+        if (t0) ns += now > t0 ? now - t0 : 0;
+        t0 = 0;
+    }
+    uint64_t take(uint64_t now) noexcept {
+        uint64_t t = ns + (t0 && now > t0 ? now - t0 : 0);
+        if (t0) t0 = now;
+        ns = 0;
+        return t;
+    }
+};
+
 /* ---- collection windows (window.cpp: schedule; weights.cpp: record weights) ---- */
 GA_HIDDEN extern std::atomic<int> ga_window_on;        /* launches now are collected */
 GA_HIDDEN void ga_window_begin(uint64_t now_ns) noexcept;  /* at attach (ga_now_ns) */

@@ -36,13 +36,14 @@ static std::atomic<int> g_counting; /* a tail's records are being counted, until
 static std::atomic<uint64_t> g_tail_records;
 static uint64_t g_t0, g_ns;                  /* the tail's start and length (0: running) */
 static double g_win_ns_per_launch;           /* the window's, just before the tail */
-static uint64_t g_period_tail_ns, g_open_t0; /* tail time in the current period; the open tail's start */
+static ga_span g_period_tail;                 /* tail time in the current period */
 static uint64_t g_folded, g_folded_launches; /* tails measured, and their launches (exit line) */
 
 void ga_tail_reset(void) noexcept {
     g_counting.store(0, std::memory_order_relaxed);
     g_keep.store(UINT64_MAX, std::memory_order_relaxed);
-    g_t0 = g_ns = g_period_tail_ns = g_open_t0 = 0;
+    g_t0 = g_ns = 0;
+    g_period_tail = {};
 }
 
 void ga_tail_window_opened(void) noexcept {
@@ -54,7 +55,8 @@ void ga_tail_window_opened(void) noexcept {
 void ga_tail_begin(uint64_t now_ns, uint64_t win_ns, uint64_t win_launches) noexcept {
     g_tail_records.store(0, std::memory_order_relaxed);
     g_win_ns_per_launch = win_launches >= MIN_LAUNCHES ? (double)win_ns / (double)win_launches : -1;
-    g_t0 = g_open_t0 = now_ns, g_ns = 0;
+    g_t0 = now_ns, g_ns = 0;
+    g_period_tail.on(now_ns);
     g_counting.store(1, std::memory_order_relaxed);
     g_keep.store(win_launches, std::memory_order_release);
 }
@@ -62,8 +64,7 @@ void ga_tail_begin(uint64_t now_ns, uint64_t win_ns, uint64_t win_launches) noex
 void ga_tail_end(uint64_t now_ns) noexcept {
     if (!g_t0 || g_ns) return;
     g_ns = now_ns - g_t0;
-    if (g_open_t0) g_period_tail_ns += now_ns - g_open_t0;
-    g_open_t0 = 0;
+    g_period_tail.off(now_ns);
 }
 
 bool ga_tail_record(void) noexcept {
@@ -86,15 +87,7 @@ void ga_tail_fold(void) noexcept {
 }
 
 /* Tail time since the last call, for the period that ends now. */
-uint64_t ga_tail_period_ns(uint64_t now_ns) noexcept {
-    uint64_t t = g_period_tail_ns;
-    if (g_open_t0) {
-        t += now_ns - g_open_t0;
-        g_open_t0 = now_ns;
-    }
-    g_period_tail_ns = 0;
-    return t;
-}
+uint64_t ga_tail_period_ns(uint64_t now_ns) noexcept { return g_period_tail.take(now_ns); }
 
 void ga_tail_stats(uint64_t *tails, uint64_t *launches) noexcept {
     *tails = g_folded, *launches = g_folded_launches;

@@ -72,7 +72,7 @@ static double g_base_rate = -1;
 static uint64_t g_period_win_ns;           /* window time in the current period */
 static uint64_t g_last_win_ns, g_last_win_n; /* the last window's length (less its samples') and launches */
 static uint64_t g_open_sample_ns;            /* ga_sample_ns at its opening */
-static uint64_t g_period_cb_ns, g_cb_t0;     /* time with the launch callbacks on, this period */
+static ga_span g_callbacks;                 /* the launch callbacks on, this period */
 static bool g_period_had_window;
 
 static void new_period(uint64_t start, bool first) {
@@ -88,7 +88,7 @@ static void new_period(uint64_t start, bool first) {
 
 void ga_window_begin(uint64_t now_ns) noexcept {
     g_rate = -1, g_count_t0 = 0, g_period_win_ns = 0, g_period_had_window = false;
-    g_closed_ns = 0, g_period_cb_ns = g_cb_t0 = 0;
+    g_closed_ns = 0, g_callbacks = {};
     g_attach_ns.store(now_ns, std::memory_order_relaxed);
     g_win_closed_ns.store(0, std::memory_order_relaxed);
     g_win_open_ns.store(0, std::memory_order_relaxed);
@@ -172,21 +172,8 @@ int ga_window_phase(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
 
 
 void ga_window_callbacks(bool on, uint64_t now_ns) noexcept {
-    if (on && !g_cb_t0) g_cb_t0 = now_ns ? now_ns : 1;
-    if (!on && g_cb_t0) {
-        g_period_cb_ns += now_ns > g_cb_t0 ? now_ns - g_cb_t0 : 0;
-        g_cb_t0 = 0;
-    }
-}
-
-static uint64_t period_cb_ns(uint64_t now_ns) {
-    uint64_t t = g_period_cb_ns;
-    if (g_cb_t0) {
-        t += now_ns > g_cb_t0 ? now_ns - g_cb_t0 : 0;
-        g_cb_t0 = now_ns;
-    }
-    g_period_cb_ns = 0;
-    return t;
+    if (on) g_callbacks.on(now_ns);
+    else g_callbacks.off(now_ns);
 }
 
 /* The period's launches with teardowns between windows (weights.cpp's counts:
@@ -204,7 +191,7 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
     uint64_t all = seen;
     if (ga_window_extrapolate) {
         uint64_t now = ga_now_ns(), len = final ? now - g_period_start_ns : g_period_len_ns;
-        uint64_t counted = period_cb_ns(now), held = g_period_td_ns.exchange(0, std::memory_order_relaxed);
+        uint64_t counted = g_callbacks.take(now), held = g_period_td_ns.exchange(0, std::memory_order_relaxed);
         double tail = (double)ga_tail_period_ns(now);
         /* uncounted: the rest, less what the thread spent tearing CUPTI down (it
          * launched nothing then) */
