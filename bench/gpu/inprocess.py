@@ -49,11 +49,15 @@ def runs_of(trace: list[list]) -> list[tuple[int, list[list]]]:
     return runs
 
 
-def count_phase_blocks(trace: list[list]) -> set[float]:
+def rises(trace: list[list], col: int) -> list[int]:
+    """Indices of the blocks at whose end a counter (3: teardowns, 4: windows opened)
+    had gone up."""
+    return [i for i in range(1, len(trace)) if len(trace[i]) > col and trace[i][col] > trace[i - 1][col]]
+
+
+def count_phase_blocks(trace: list[list], opens: list[int], tds: list[float]) -> set[float]:
     """End times of the blocks wholly inside a count phase: the slot before each
     window, a window's length (its opening to its teardown, to a block's accuracy)."""
-    opens = [i for i in range(1, len(trace)) if len(trace[i]) > 4 and trace[i][4] > trace[i - 1][4]]
-    tds = [trace[i][0] for i in range(1, len(trace)) if trace[i][3] > trace[i - 1][3]]
     lengths = []
     for i in opens:
         j = bisect.bisect_left(tds, trace[i][0])
@@ -83,9 +87,10 @@ def analyse(trace: list[list], settle: float) -> dict:
     between = []  # attached blocks NEAR s or more from a teardown: between windows
     counting = []  # per period: blocks inside count phases against those far from any window
     count_us, quiet_us = [], []
-    tds = [trace[i][0] for i in range(1, len(trace)) if trace[i][3] > trace[i - 1][3]]
-    count_blocks = count_phase_blocks(trace)
-    opens = [trace[i][0] for i in range(1, len(trace)) if len(trace[i]) > 4 and trace[i][4] > trace[i - 1][4]]
+    tds = [trace[i][0] for i in rises(trace, 3)]
+    open_at = rises(trace, 4)
+    count_blocks = count_phase_blocks(trace, open_at, tds)
+    opens = [trace[i][0] for i in open_at]
 
     def away(t: float, marks=tds) -> bool:
         j = bisect.bisect_left(marks, t)
