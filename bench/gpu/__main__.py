@@ -139,7 +139,8 @@ def main(argv=None) -> None:
     f.add_argument("--flood", action="store_true",
                    help="CUPTI short of buffers: recorded + [dropped: cupti] launches = launches made")
     f.add_argument("--seconds", type=float, default=40.0, help="--intervals: how long")
-    f.add_argument("--debug", action="store_true", help="the shim's exit lines too")
+    f.add_argument("--debug", action="store_true",
+                   help="the shim's exit lines too, and its period lines set beside the loop")
     f.add_argument("--keep", default="", metavar="DIR", help="copy the runs' profiles here")
     s = sub.add_parser("smoke", help="one short `gpu-agent record` per case")
     s.add_argument("--workloads", default="eager,graph,driver-graph")

@@ -233,7 +233,7 @@ def main(argv=None) -> None:
             print(json.dumps({"workload": a.workload, "trace": trace}), flush=True)
             return
         time.sleep(a.wait)
-        cpu0, t0 = thread_cpu_s(), time.monotonic()
+        cpu0, t0 = thread_cpu_s(), time.monotonic()  # the warm-up's first launch follows
         steps = a.steps or STEPS[a.workload]
         if a.torch_profiler:
             from torch.profiler import ProfilerActivity, profile
@@ -241,9 +241,11 @@ def main(argv=None) -> None:
                 blocks = time_blocks(step, steps, a.repeats)
         else:
             blocks = time_blocks(step, steps, a.repeats)
-    wall = time.monotonic() - t0
+    t_end = time.monotonic()  # after the last block's synchronize
+    wall = t_end - t0
     print(json.dumps({
-        "workload": a.workload, "steps": steps, "us_per_step": round(statistics.median(blocks), 3),
+        "workload": a.workload, "steps": steps, "monotonic_s": [round(t0, 6), round(t_end, 6)],
+        "us_per_step": round(statistics.median(blocks), 3),
         "us_mean": round(statistics.fmean(blocks), 3), "blocks": [round(b, 3) for b in blocks],
         "thread_cpu_pct": {k: round(100 * (v - cpu0.get(k, 0.0)) / wall, 3)
                            for k, v in thread_cpu_s().items() if v - cpu0.get(k, 0.0) > 0},

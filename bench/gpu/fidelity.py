@@ -26,6 +26,7 @@ Every case prints its rows and appends one JSON line per comparison to --jsonl.
 from __future__ import annotations
 
 import gzip
+import json
 import re
 import shlex
 import shutil
@@ -36,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.gpu import periods as period_lines
 from bench.gpu.harness import BENCH_SHIM, Agent, case_command, clean_env, driver_graph_binary, merge_kernels, \
     needs_bench_shim, profile_kernels, profile_stacks, shim_env
 from gpu_agent.audit import audit_rows  # after harness, which makes agent/ importable
@@ -56,14 +58,16 @@ def command(workload: str, steps: int, audit_dir: Path | None = None) -> list[st
     return ["sh", "-c", " & ".join(parts) + " & wait"]
 
 
-def record(a, workload: str, duty: int | None, out: Path, **env: str) -> dict[str, list[int]]:
+def record(a, workload: str, duty: int | None, out: Path, debug: dict | None = None,
+           **env: str) -> dict[str, list[int]]:
     """One `gpu-agent record`: at one window in `duty`, or with None at the run's
-    windowing (--duty, else the cost budget --budget, as `gpu-agent run` does)."""
+    windowing (--duty, else the cost budget --budget, as `gpu-agent run` does).
+    With --debug, `debug` gets the shim's period lines and the loop's span."""
     if duty is None:
         duty = a.duty or None
     windows = ["--duty-cycle", str(duty)] if duty else ["--budget", str(a.budget)]
     if a.debug:
-        env["GPU_AGENT_DEBUG"] = "1"
+        env["GPU_AGENT_DEBUG"] = "2" if debug is not None else "1"
     audit_dir = Path(env["GPU_AGENT_AUDIT_FILE"]).parent if "GPU_AGENT_AUDIT_FILE" in env else None
     shim = ["--shim", str(BENCH_SHIM)] if needs_bench_shim(env) else []
     t0 = time.monotonic()
@@ -78,6 +82,10 @@ def record(a, workload: str, duty: int | None, out: Path, **env: str) -> dict[st
         for ln in p.stderr.splitlines():
             if any(f"{w} (pid" in ln for w in ("exit", "budget", "teardowns", "windows")):
                 print(f"      {ln[max(0, ln.find('gpu-agent-shim')):][:700]}", flush=True)
+        if debug is not None:
+            case = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
+            debug.update(periods=period_lines.parse(p.stderr), joined=period_lines.joined(p.stderr),
+                         span=case[-1].get("monotonic_s") if case else None)
     return profile_kernels(out)
 
 
@@ -174,7 +182,8 @@ def share_check(name: str, truth: Path, est: Path) -> dict:
 def against_continuous(a, w: str, t: Path) -> list[dict]:
     ca = record(a, w, 1, t / f"{w}-c1.pb.gz")
     how = f"duty {a.duty}" if a.duty else f"budget {a.budget} %"
-    windowed = [(f"record {how} #{i + 1}", record(a, w, None, t / f"{w}-w{i}.pb.gz"))
+    debug = [{} for _ in range(a.record_runs)]
+    windowed = [(f"record {how} #{i + 1}", record(a, w, None, t / f"{w}-w{i}.pb.gz", debug[i]))
                 for i in range(a.record_runs)]
     if a.run:
         windowed.append(("run defaults", run_mode(a, w, t / f"{w}-run")))
@@ -188,6 +197,11 @@ def against_continuous(a, w: str, t: Path) -> list[dict]:
     noise = max((abs(ca[k][0] / max(1, ca[k][1]) / max(1e-9, cb[k][0] / max(1, cb[k][1])) - 1)
                  for k in ca if k in cb and true_ns[k] > 0.01 * total), default=0)
     out = [compare(name, launches, true_ns, est, noise) for name, est in windowed]
+    for i, d in enumerate(debug):  # where the launch estimate's error lies (--debug)
+        if d.get("span"):
+            res = period_lines.against_uniform(d["periods"], d["span"], sum(launches.values()), d["joined"])
+            period_lines.report(f"record {how} #{i + 1}, periods", res, sum(launches.values()))
+            out.append({"case": f"periods, record {how} #{i + 1}", **res})
     out += [share_check(f"record {how} #{i + 1}", t / f"{w}-c1.pb.gz", t / f"{w}-w{i}.pb.gz")
             for i in range(a.record_runs)]
     return out
@@ -296,7 +310,6 @@ def flood(a, t: Path) -> list[dict]:
 
 
 def run(a) -> None:
-    import json
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import bisect
 import json
-import re
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,7 @@ import time
 
 from bench.gpu.cases import STEPS
 from bench.gpu.harness import Agent, clean_env, needs_bench_shim, shim_env
+from bench.gpu import periods as period_lines
 from bench.gpu.overhead import bootstrap_ci
 
 NEAR = 0.3  # s: a window, its count phase and the teardown after it lie within this of the teardown
@@ -146,36 +146,12 @@ def start_case(w: str, steps: int, secs: float, env: dict, cpus: str) -> subproc
 # Launches per step where a case's step is fixed (bench/gpu/cases.py): the shim's
 # per-period estimates (GPU_AGENT_DEBUG=2) are checked against the job's own steps.
 LAUNCHES_PER_STEP = {"eager": 20}
-PERIOD = re.compile(r"period \(pid \d+\): ended at ([\d.]+) s \(CLOCK_MONOTONIC\) after ([\d.]+) ms; .*; "
-                    r"(\d+) launches$")
-
-
-def periods_against_steps(trace: list[list], periods: list[tuple[float, float, int]], steps: int,
-                          per_step: int) -> dict:
-    """Each period's estimated launches against the job's own: its steps in the
-    period (blocks of `steps` steps, prorated where a block straddles an edge)."""
-    blocks = [(t - steps * us / 1e6, t) for t, us, *_ in trace]
-    errs, est_sum, true_sum = [], 0, 0.0
-    for end, len_ms, est in periods:
-        lo = end - len_ms / 1e3
-        true = per_step * steps * sum(max(0.0, min(b, end) - max(a, lo)) / (b - a)
-                                      for a, b in blocks if b > lo and a < end and b > a)
-        if true > 0:
-            errs.append(est / true - 1)
-            est_sum += est
-            true_sum += true
-    if not errs:
-        return {}
-    return {"periods_checked": len(errs), "period_error_median": statistics.median(errs),
-            "period_error_total": est_sum / true_sum - 1}
-
-
 def trace_of(w: str, case: subprocess.Popen, secs: float, periods: list | None = None) -> list[list]:
     stdout, stderr = case.communicate(timeout=secs + 300)
     if case.returncode != 0:
         raise SystemExit(f"{w}: the case failed: {stderr[-2000:]}")
-    if periods is not None:  # with GPU_AGENT_DEBUG=2: (end s, length ms, launches) of each period
-        periods.extend((float(m[1]), float(m[2]), int(m[3])) for m in map(PERIOD.search, stderr.splitlines()) if m)
+    if periods is not None:  # with GPU_AGENT_DEBUG=2: each period's line
+        periods.extend(period_lines.parse(stderr))
     for ln in stderr.splitlines():  # with GPU_AGENT_DEBUG=1 in --shim-env: what the windows cost it
         if "gpu-agent-shim" in ln and any(f"{k} (" in ln for k in ("budget", "teardowns", "exit", "windows")):
             print(f"    {w}: {ln[ln.index('gpu-agent-shim'):][:700]}", flush=True)
@@ -210,7 +186,7 @@ def inprocess(a) -> None:
         rec = {"method": "inprocess", "workload": w, "steps_per_block": steps, "on_s": a.on,
                "off_s": a.off, "shim_env": a.shim_env, **analyse(trace, a.settle), "trace": trace}
         if periods and w in LAUNCHES_PER_STEP:
-            rec.update(periods_against_steps(trace, periods, steps, LAUNCHES_PER_STEP[w]))
+            rec.update(period_lines.against_steps(trace, periods, steps, LAUNCHES_PER_STEP[w]))
             print(f"    {w}: the shim's launches per period against the job's own steps: total "
                   f"{100 * rec.get('period_error_total', float('nan')):+.2f} %, median "
                   f"{100 * rec.get('period_error_median', float('nan')):+.2f} % over "
