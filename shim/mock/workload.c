@@ -452,7 +452,10 @@ static double thread_cpu_s(void)
  * at a given kernel rate; 0 runs flat out. The first `warm` launches go at
  * `warm_rate` instead (a job whose launch rate changes: a slow, bursty start).
  * gap_ms > 0: after every gap_every_ms of launching, no launch for gap_ms (a job
- * that stops to synchronize or to load data); the pacing resumes after it. */
+ * that stops to synchronize or to load data); the pacing resumes after it.
+ * MOCK_LAUNCH_TRACE=path: the loop's own launches over time, for checking the
+ * shim's estimate period by period (GPU_AGENT_DEBUG=2): one line "seconds
+ * launches" (CLOCK_MONOTONIC, launches so far) at the start and every 1 000. */
 static double g_gap_ms, g_gap_every_ms;
 static long g_block = 1000; /* --block: launches between two pacing sleeps */
 static long g_spin_ns;      /* --spin-ns: CPU work after each launch (a closed loop: a slower
@@ -478,6 +481,9 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
     ck_rt(cudaLaunchKernel((const void *)stub_cudaLaunchKernel, GRID, BLOCK, t.args, 0, (cudaStream_t)t.s), "warmup");
     double t0 = now_s(), c0 = thread_cpu_s();
     double gaps_s = 0, next_gap_s = g_gap_every_ms / 1e3;
+    const char *trace_path = getenv("MOCK_LAUNCH_TRACE");
+    FILE *trace = trace_path ? fopen(trace_path, "w") : NULL;
+    if (trace) fprintf(trace, "%.6f 0\n", t0);
     for (long i = 0; i < n; i++) {
         if (rt)
             ck_rt(cudaLaunchKernel((const void *)stub_cudaLaunchKernel, GRID, BLOCK, t.args, 0, (cudaStream_t)t.s),
@@ -492,6 +498,7 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
             while (now_s() < until) {
             }
         }
+        if (trace && (i + 1) % 1000 == 0) fprintf(trace, "%.6f %ld\n", now_s(), i + 1);
         int warming = i < warm && warm_rate > 0;
         if (g_gap_ms > 0 && i % 1000 == 999 && now_s() - t0 >= next_gap_s) {
             long gap_ns = (long)(g_gap_ms * 1e6);
@@ -512,6 +519,10 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
         }
     }
     double dt = now_s() - t0, dc = thread_cpu_s() - c0;
+    if (trace) {
+        fprintf(trace, "%.6f %ld\n", now_s(), n);
+        fclose(trace);
+    }
     ck_cu(cuStreamSynchronize(t.s), "cuStreamSynchronize");
     printf("ns_per_launch=%.2f cpu_ns_per_launch=%.2f launches_per_s=%.0f\n", n ? dt * 1e9 / (double)n : 0.0,
            n ? dc * 1e9 / (double)n : 0.0, dt > 0 ? (double)n / dt : 0.0);

@@ -12,7 +12,7 @@
  *             undisturbed rate: the count phase's, or with the callbacks on
  *             throughout, the rate since the last window), with the count
  *             phase's own slowdown on top;
- *   count     the count phase's callbacks: its time x their slowdown (their
+ *   count     the count pieces' callbacks (count.cpp): their time x their slowdown (their
  *             cost per launch as the windows' tails measure it, tail.cpp;
  *             K_CB's share, or CB_NS a launch, until one has);
  *   tail      half a window at about the window's slowdown.
@@ -25,7 +25,7 @@
  * process pays more than the budget: counted (budget_over) and said at exit.
  * The first period after an attach is four 100 ms slots, its window in one of the
  * last three (window.cpp), so that a process shows within half a second and its
- * window, after a count phase, measures the costs (until one has, periods are 40
+ * window, after count pieces, measures the costs (until one has, periods are 40
  * slots of 100 ms).
  *
  * GPU_AGENT_DUTY_CYCLE and GPU_AGENT_WINDOW_MS are expert overrides: with either
@@ -66,6 +66,7 @@ static uint32_t g_windows_seen; /* windows whose costs were noted */
 static double g_switch_mean = -1, g_td_mean = -1, g_slow = -1, g_cb_frac = 0;
 /* the launch callbacks' cost per launch, ns, as g_cb_n tails measured it */
 #define CB_RING 15
+#define CB_MIN 3 /* tails before their median stands: one tail of a job whose rate wanders can read anything */
 static double g_cb_ns, g_cb_ring[CB_RING];
 static uint32_t g_cb_n;
 static double g_fixed_ns = -1;
@@ -106,7 +107,7 @@ void ga_budget_note_window(uint64_t win_ns, uint64_t win_launches, double base_r
         g_slow = ewma(g_slow, s < 0 ? 0 : s > 0.9 ? 0.9 : s);
     }
     double rate = count_ns ? (double)count_launches / (double)count_ns : 0;
-    if (g_slow >= 0 || g_cb_n) g_cb_frac = ga_budget_count_bias(rate);
+    if (g_slow >= 0 || g_cb_n >= CB_MIN) g_cb_frac = ga_budget_count_bias(rate);
     else if (count_ns) g_cb_frac = ewma(g_cb_frac, CB_NS * rate);
 }
 
@@ -131,7 +132,7 @@ void ga_budget_note_tail(double cb_ns) noexcept {
  * that). */
 double ga_budget_count_bias(double count_rate) noexcept {
     double b;
-    if (g_cb_n) b = g_cb_ns * count_rate;
+    if (g_cb_n >= CB_MIN) b = g_cb_ns * count_rate;
     else if (g_slow > 0) b = K_CB * g_slow / (1.0 - g_slow);
     else return 0;
     return b < 0 ? 0 : b > BIAS_MAX ? BIAS_MAX : b;
@@ -139,7 +140,7 @@ double ga_budget_count_bias(double count_rate) noexcept {
 
 /* What the callbacks cost a launch (ns) at this count rate: measured, or K_CB's. */
 double ga_budget_callback_ns(double count_rate) noexcept {
-    if (g_cb_n) return g_cb_ns > 0 ? g_cb_ns : 0;
+    if (g_cb_n >= CB_MIN) return g_cb_ns > 0 ? g_cb_ns : 0;
     return count_rate > 0 ? ga_budget_count_bias(count_rate) / count_rate : 0;
 }
 
@@ -163,9 +164,9 @@ void ga_budget_plan(bool first, uint32_t *slots, uint64_t *slot_ns) noexcept {
     w = w < W_MIN ? W_MIN : w > W_MAX ? W_MAX : w;
     w = (w + MS / 2) / MS * MS; /* whole ms */
     /* a window costs fixed + W x slow, its tail (tail.cpp) about W/2 x slow, and
-     * its count phase (one slot) W x cb_frac */
+     * its period's count pieces (count.cpp) W x their slots x cb_frac */
     double on = ga_collect_teardowns() ? 1.5 : 1.0;
-    double cost = fixed + (double)w * (on * slow + g_cb_frac);
+    double cost = fixed + (double)w * (on * slow + ga_count_slots() * g_cb_frac);
     double p = cost / ((double)ga_cfg.budget_bp / 10000.0);
     uint32_t n = (uint32_t)(p / (double)w + 0.999);
     uint32_t n_max = (uint32_t)(P_MAX / w);

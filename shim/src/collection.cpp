@@ -294,9 +294,9 @@ static CUptiResult request_teardown(const char **what) {
 }
 
 /* CUPTI brought to g_phase while the shim holds it: at each poll, since CUPTI may
- * have been down at the edge. A count phase turns the launch callbacks on alone;
- * a window, activity too; with teardowns, callbacks left on outside both (a count
- * phase whose window never opened) end in a teardown. */
+ * have been down at the edge. A count piece turns the launch callbacks on alone,
+ * and off at its end; a window, activity too; with teardowns, callbacks left on
+ * outside both end in a teardown. */
 static CUptiResult apply_phase(uint64_t now, const char **what) {
     if (ga_td_state.load(std::memory_order_acquire) != GA_TD_LIVE) return CUPTI_SUCCESS;
     if (g_phase == GA_PHASE_ON) {
@@ -305,7 +305,8 @@ static CUptiResult apply_phase(uint64_t now, const char **what) {
         return set_collection(true, what);
     }
     if (g_phase == GA_PHASE_COUNT) {
-        if (g_cbids_on) return CUPTI_SUCCESS;
+        /* none while the last window's tail runs: it is not the undisturbed process */
+        if (g_cbids_on || g_tail_until) return CUPTI_SUCCESS;
         uint64_t t0 = ga_now_ns();
         CUptiResult r = set_launch_cbids(true);
         uint64_t on = ga_now_ns(); /* counting starts now, not at the poll's start */
@@ -313,8 +314,16 @@ static CUptiResult apply_phase(uint64_t now, const char **what) {
         if (r != CUPTI_SUCCESS) *what = "cuptiEnableCallback";
         else {
             ga_tail_fold(); /* the last tail's records are in */
-            ga_window_count_started(on);
+            ga_count_started(on);
         }
+        return r;
+    }
+    if (g_teardowns && g_cbids_on && ga_count_running()) { /* a count piece ends */
+        uint64_t t0 = ga_now_ns();
+        ga_count_stopped(t0);
+        CUptiResult r = set_launch_cbids(false);
+        ga_budget_note_stall(ga_now_ns() - t0, false);
+        if (r != CUPTI_SUCCESS) *what = "cuptiEnableCallback";
         return r;
     }
     if (g_teardowns && g_cbids_on) return request_teardown(what);
