@@ -542,3 +542,58 @@ def test_pc_sampling_api_follows_what_an_h100_showed(tmp_path):
     crc = re.search(r"cubin (\d+) crc=(\d+)", out)
     assert int(crc.group(1)) == len("k_hot=4096@0x210:6,0x240:3,0x0:1\nk_cold=1024\n")
     assert set(re.findall(r"crc=(\d+)", got)) == {crc.group(2)}
+
+
+TOGGLE_C = r"""
+#include <cuda.h>
+#include <cupti.h>
+#include <stdio.h>
+
+static long callbacks;
+static void CUPTIAPI on_cb(void *u, CUpti_CallbackDomain d, CUpti_CallbackId id, const void *data) {
+    if (d == CUPTI_CB_DOMAIN_DRIVER_API && id == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel &&
+        ((const CUpti_CallbackData *)data)->callbackSite == CUPTI_API_ENTER)
+        callbacks++;
+}
+static void pieces(CUfunction f, int subscribe_each) {
+    CUpti_SubscriberHandle sub;
+    cuptiSubscribe(&sub, on_cb, NULL);
+    for (int p = 0; p < 5; p++) {
+        if (subscribe_each && p) { cuptiUnsubscribe(sub); cuptiSubscribe(&sub, on_cb, NULL); }
+        callbacks = 0;
+        cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel);
+        for (int i = 0; i < 10; i++) cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+        cuptiEnableCallback(0, sub, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel);
+        printf(" %ld", callbacks);
+    }
+    cuptiUnsubscribe(sub);
+    printf("\n");
+}
+int main(void) {
+    CUdevice dev; CUcontext ctx; CUmodule mod; CUfunction f;
+    cuInit(0); cuDeviceGet(&dev, 0); cuCtxCreate_v2(&ctx, 0, dev);
+    cuModuleLoadData(&mod, "k=1000\n"); cuModuleGetFunction(&f, mod, "k");
+    printf("one subscription:"); pieces(f, 0);
+    printf("a subscription each:"); pieces(f, 1);
+    cuptiFinalize();
+    printf("after a finalize:"); pieces(f, 0);
+    return 0;
+}
+"""
+
+
+def test_a_callback_turned_on_a_fourth_time_fires_no_more(tmp_path):
+    """What an H100 showed (bench/gpu/callback_toggle.cu, CUDA 13, driver 580):
+    the cuLaunchKernel callback fired after each of the first three enables of a
+    process and never after later ones, though cuptiEnableCallback returned
+    success; a new subscription did not bring it back, a cuptiFinalize does."""
+    run(["make", "-s", "-C", REPO, "mock"], timeout=300)
+    (tmp_path / "toggle.c").write_text(TOGGLE_C)
+    run(["cc", "-I", CUDA_INC, "-Wall", "-Wno-deprecated-declarations", "-Wno-unused-parameter",
+         "-o", tmp_path / "toggle", tmp_path / "toggle.c", "-L", MOCK, "-lcupti", "-lcuda"])
+    out = run([tmp_path / "toggle"], env=env_for()).stdout
+    assert "one subscription: 10 10 10 0 0\n" in out, out
+    assert "a subscription each: 0 0 0 0 0\n" in out, out
+    assert "after a finalize: 10 10 10 0 0\n" in out, out
+    lifted = run([tmp_path / "toggle"], env=env_for(MOCK_CUPTI_ENABLE_LIMIT=0)).stdout
+    assert "one subscription: 10 10 10 10 10\n" in lifted, lifted

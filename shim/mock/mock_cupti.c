@@ -166,6 +166,33 @@ static void clear_gate_api(void)
     memset((void *)mockcuda_gate.api, 0, sizeof mockcuda_gate.api);
 }
 
+/* A callback turned off and on again: on an H100 (CUDA 13, driver 580) the
+ * cuLaunchKernel callback fired after each of the first three enables of a
+ * process, and never after the fourth and later ones, though cuptiEnableCallback
+ * (or cuptiEnableDomain) returned success; a new subscription did not bring it
+ * back (bench/gpu/callback_toggle.cu, docs/benchmarks.md); a cuptiFinalize does
+ * (thousands of teardown cycles). So each callback counts its enables since the
+ * last cuptiFinalize, and from the fourth on an enable does nothing.
+ * MOCK_CUPTI_ENABLE_LIMIT=0 lifts the limit. */
+static unsigned char g_enables[CUPTI_CB_DOMAIN_SIZE][MOCK_MAX_CBID];
+static int g_enable_limit = -1;
+
+static void set_gate(CUpti_CallbackDomain d, CUpti_CallbackId cbid, uint32_t enable)
+{
+    if (g_enable_limit < 0) {
+        const char *e = getenv("MOCK_CUPTI_ENABLE_LIMIT");
+        g_enable_limit = e ? atoi(e) : 3;
+    }
+    if (!enable) {
+        mockcuda_gate.api[d][cbid] = 0;
+        return;
+    }
+    if (mockcuda_gate.api[d][cbid]) return; /* on already: not another enable */
+    if (g_enable_limit && g_enables[d][cbid] >= g_enable_limit) return;
+    if (g_enables[d][cbid] < 255) g_enables[d][cbid]++;
+    mockcuda_gate.api[d][cbid] = 1;
+}
+
 CUptiResult CUPTIAPI cuptiUnsubscribe(CUpti_SubscriberHandle subscriber)
 {
     API_GUARD();
@@ -192,7 +219,7 @@ CUptiResult CUPTIAPI cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle
     API_GUARD();
     if (subscriber != &g_sub || !g_sub_taken || !valid_domain(domain) || cbid >= MOCK_MAX_CBID)
         return CUPTI_ERROR_INVALID_PARAMETER;
-    mockcuda_gate.api[domain][cbid] = enable ? 1 : 0;
+    set_gate(domain, cbid, enable);
     return CUPTI_SUCCESS;
 }
 
@@ -201,7 +228,7 @@ CUptiResult CUPTIAPI cuptiEnableDomain(uint32_t enable, CUpti_SubscriberHandle s
 {
     API_GUARD();
     if (subscriber != &g_sub || !g_sub_taken || !valid_domain(domain)) return CUPTI_ERROR_INVALID_PARAMETER;
-    memset((void *)mockcuda_gate.api[domain], enable ? 1 : 0, MOCK_MAX_CBID);
+    for (CUpti_CallbackId c = 0; c < MOCK_MAX_CBID; c++) set_gate(domain, c, enable);
     return CUPTI_SUCCESS;
 }
 
@@ -210,7 +237,7 @@ CUptiResult CUPTIAPI cuptiEnableAllDomains(uint32_t enable, CUpti_SubscriberHand
     API_GUARD();
     if (subscriber != &g_sub || !g_sub_taken) return CUPTI_ERROR_INVALID_PARAMETER;
     for (int d = CUPTI_CB_DOMAIN_DRIVER_API; d < CUPTI_CB_DOMAIN_SIZE; d++)
-        memset((void *)mockcuda_gate.api[d], enable ? 1 : 0, MOCK_MAX_CBID);
+        for (CUpti_CallbackId c = 0; c < MOCK_MAX_CBID; c++) set_gate((CUpti_CallbackDomain)d, c, enable);
     return CUPTI_SUCCESS;
 }
 
@@ -828,6 +855,7 @@ CUptiResult CUPTIAPI cuptiFinalize(void)
     update_kernel_gate();
     pthread_mutex_lock(&g_sub_mu);
     clear_gate_api();
+    memset(g_enables, 0, sizeof g_enables); /* callbacks may go on three times again */
     __atomic_store_n(&g_sub.callback, NULL, __ATOMIC_RELEASE);
     g_sub_taken = 0;
     pthread_mutex_unlock(&g_sub_mu);

@@ -455,7 +455,8 @@ static double thread_cpu_s(void)
  * that stops to synchronize or to load data); the pacing resumes after it.
  * MOCK_LAUNCH_TRACE=path: the loop's own launches over time, for checking the
  * shim's estimate period by period (GPU_AGENT_DEBUG=2): one line "seconds
- * launches" (CLOCK_MONOTONIC, launches so far) at the start and every 1 000. */
+ * launches" (CLOCK_MONOTONIC, launches so far) at the start, every 1 000, and
+ * after each gap. */
 static double g_gap_ms, g_gap_every_ms;
 static long g_block = 1000; /* --block: launches between two pacing sleeps */
 static long g_spin_ns;      /* --spin-ns: CPU work after each launch (a closed loop: a slower
@@ -504,6 +505,7 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
             long gap_ns = (long)(g_gap_ms * 1e6);
             struct timespec ts = {(time_t)(gap_ns / 1000000000L), gap_ns % 1000000000L};
             nanosleep(&ts, NULL);
+            if (trace) fprintf(trace, "%.6f %ld\n", now_s(), i + 1); /* no launch in the gap */
             gaps_s += g_gap_ms / 1e3;
             next_gap_s = now_s() - t0 + g_gap_every_ms / 1e3;
         }

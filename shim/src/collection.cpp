@@ -20,6 +20,7 @@ static CUpti_SubscriberHandle g_sub;
 static bool g_graph_cbs;                         /* RESOURCE graph callbacks enabled */
 static std::atomic<uint64_t> g_next_edge_ns{UINT64_MAX}; /* next window edge (poller wakes) */
 static bool g_cbids_on;                         /* launch callbacks enabled now */
+static unsigned g_enables;                      /* ...how often since the last finalize (count.cpp) */
 static bool g_activity_on;                      /* CONCURRENT_KERNEL enabled now */
 static bool g_activity_used;                    /* enabled at least once since the last flush */
 /* This attachment tears CUPTI down after every window (teardown.cpp; not with
@@ -117,6 +118,7 @@ static CUptiResult set_launch_cbids(bool on, bool keep_graphs) {
         }
         if (r != CUPTI_SUCCESS && on) return r;
     }
+    if (on && !g_cbids_on) g_enables++;
     g_cbids_on = on;
     ga_window_callbacks(on, ga_now_ns());
     return CUPTI_SUCCESS;
@@ -254,6 +256,7 @@ static CUptiResult cupti_up(const char **what) {
         }
     }
     g_cbids_on = false;
+    g_enables = 0; /* after a finalize, or the first subscription */
     ga_teardown_live();
     ga_budget_note_stall(ga_now_ns() - t0, false);
     return CUPTI_SUCCESS;
@@ -304,9 +307,13 @@ static CUptiResult apply_phase(uint64_t now, const char **what) {
         g_capture_window = ga_trace_until_ns() > now;
         return set_collection(true, what);
     }
-    if (g_phase == GA_PHASE_COUNT) {
-        /* none while the last window's tail runs: it is not the undisturbed process */
+    if (g_phase == GA_PHASE_COUNT || g_phase == GA_PHASE_PIECE) {
+        /* none while the last window's tail runs: it is not the undisturbed process.
+         * CUPTI fires the callbacks after their first three enables since a
+         * finalize only (count.cpp): a free piece may be the first, the count
+         * phase the second, so that the window and its teardown have theirs. */
         if (g_cbids_on || g_tail_until) return CUPTI_SUCCESS;
+        if (g_enables >= (g_phase == GA_PHASE_PIECE ? 1u : 2u)) return CUPTI_SUCCESS;
         uint64_t t0 = ga_now_ns();
         CUptiResult r = set_launch_cbids(true);
         uint64_t on = ga_now_ns(); /* counting starts now, not at the poll's start */
@@ -314,7 +321,7 @@ static CUptiResult apply_phase(uint64_t now, const char **what) {
         if (r != CUPTI_SUCCESS) *what = "cuptiEnableCallback";
         else {
             ga_tail_fold(); /* the last tail's records are in */
-            ga_count_started(on);
+            ga_count_started(on, g_phase == GA_PHASE_PIECE ? GA_PIECE_FREE : GA_PIECE_COUNT_PHASE);
         }
         return r;
     }

@@ -2,68 +2,80 @@
  * process's launch rate between windows (with CUPTI torn down there, nothing else
  * counts those launches; window.cpp extrapolates them at this rate).
  *
- * Why pieces: a job's launch rate wanders. On an H100, eager PyTorch's blocks of
- * 50 ms varied by 8 % and stayed correlated for about half a second
- * (`python -m bench.gpu overhead --method inprocess`), so one count phase of a
- * slot (100 ms) before each window read its 1.7 s period's rate with a 6 %
- * spread, and a 60 s run's launches within +-1.5-3 %. The same count time spread
- * over the period reads it far closer (stratified sampling: 2.5 % with 4 pieces
- * of 50 ms, 1.5 % with 8, on the same trace; shorter pieces sample more of it).
- * So each period is cut into PIECES equal strata, and each stratum has one piece
- * of an eighth of a slot at a random offset (no fixed phase of a periodic job). A piece that would meet the window
- * (from its opening until a slot after its end: its tail, its teardown, CUPTI up
- * again) is left out; collection.cpp also starts none while a tail runs or CUPTI
- * is down. The period's rate is its pieces' launches over their time; a period
- * with under 1 ms of them keeps the last rate.
+ * Why two pieces a period: a job's launch rate wanders. On an H100, eager
+ * PyTorch's blocks of 50 ms varied by 8 % and stayed correlated for about half a
+ * second (`python -m bench.gpu overhead --method inprocess`), so one slot (100 ms)
+ * of counting just before each window read its 1.7 s period's rate with a 6 %
+ * spread, and a 60 s run's launches between -3 and +1.6 %. The same count time in
+ * two pieces apart reads it with about 4 %, in eight with 1.5 % (sampled from the
+ * same trace). But CUPTI fires a callback after its first three enables since a
+ * cuptiFinalize only (bench/gpu/callback_toggle.cu: on an H100 the fourth and
+ * later enables returned success and fired nothing, a new subscription did not
+ * help): between two teardowns the window needs one, its teardown another. So a
+ * period has two pieces of a slot: its **count phase**, the slot just before its
+ * window (flowing into it, no enable of its own), and one **free piece** at a
+ * uniformly random place outside the window's zone (from a slot before its
+ * opening until two slots after: the count phase, the window, its tail, its
+ * teardown and CUPTI up again). collection.cpp starts a free piece only as the
+ * first enable since the last finalize, and the count phase as the second at
+ * most; a piece it skips is just not counted. The period's rate is its pieces'
+ * launches over their time; a period with under 1 ms of them keeps the last rate.
  *
  * Poller thread only. */
+#include <unistd.h>
+
 #include "ga_internal.h"
 
-#define PIECES 16u
-#define PER_SLOT 8u /* a piece is an eighth of a slot: two slots of count time a period */
 #define MIN_NS 1000000ull /* 1 ms */
 
-static uint64_t g_start, g_stratum, g_len, g_ex_lo, g_ex_hi; /* this period's pieces, the window's zone */
-static uint64_t g_off[PIECES];
+static uint64_t g_free_lo, g_free_hi, g_count_lo, g_count_hi; /* this period's pieces (hi 0: none) */
 static uint64_t g_t0, g_seq0;       /* the running piece's start (0: none) */
+static int g_kind;                  /* ...GA_PIECE_FREE or GA_PIECE_COUNT_PHASE */
 static uint64_t g_n, g_ns;          /* this period's pieces so far */
 static double g_last = -1;          /* launches per ns of the last period with pieces; < 0: none */
 static uint64_t g_all_n, g_all_ns;  /* every piece's (exit line) */
 
 void ga_count_reset(void) noexcept {
-    g_t0 = g_n = g_ns = g_len = 0;
+    g_t0 = g_n = g_ns = 0;
+    g_free_hi = g_count_hi = 0;
     g_last = -1;
 }
 
 void ga_count_plan(uint64_t start, uint64_t period_ns, uint64_t slot_ns, uint64_t window_lo,
                    uint64_t *rng) noexcept {
-    g_start = start;
-    g_stratum = period_ns / PIECES;
-    g_len = slot_ns / PER_SLOT < g_stratum ? slot_ns / PER_SLOT : g_stratum;
-    g_ex_lo = window_lo, g_ex_hi = window_lo + 2 * slot_ns;
-    for (unsigned i = 0; i < PIECES; i++)
-        g_off[i] = g_stratum > g_len ? ga_splitmix64(rng) % (g_stratum - g_len) : 0;
+    uint64_t end = start + period_ns;
+    g_count_lo = window_lo >= start + slot_ns ? window_lo - slot_ns : 0;
+    g_count_hi = g_count_lo ? window_lo : 0;
+    /* the free piece's start: in [start, zone_lo - slot] or [zone_hi, end - slot] */
+    uint64_t zone_lo = window_lo > start + slot_ns ? window_lo - slot_ns : start, zone_hi = window_lo + 3 * slot_ns;
+    uint64_t a = zone_lo >= start + slot_ns ? zone_lo - slot_ns - start : 0;
+    uint64_t b = end >= zone_hi + slot_ns ? end - slot_ns - zone_hi : 0;
+    g_free_hi = 0;
+    if (a + b == 0) return;
+    uint64_t u = ga_splitmix64(rng) % (a + b);
+    g_free_lo = u < a ? start + u : zone_hi + (u - a);
+    g_free_hi = g_free_lo + slot_ns;
 }
 
-double ga_count_slots(void) noexcept { return (double)PIECES / PER_SLOT; }
+double ga_count_slots(void) noexcept { return 2.0; }
 
-bool ga_count_piece(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
-    if (!g_len) return false;
-    for (uint64_t i = now_ns > g_start ? (now_ns - g_start) / g_stratum : 0; i < PIECES; i++) {
-        uint64_t lo = g_start + i * g_stratum + g_off[i], hi = lo + g_len;
-        if (hi <= now_ns || (hi > g_ex_lo && lo < g_ex_hi)) continue;
-        if (now_ns >= lo) {
-            if (hi < *next_edge_ns) *next_edge_ns = hi;
-            return true;
+int ga_count_piece(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
+    uint64_t lo[2] = {g_free_lo, g_count_lo}, hi[2] = {g_free_hi, g_count_hi};
+    int in = 0;
+    for (int i = 0; i < 2; i++) {
+        if (!hi[i] || hi[i] <= now_ns) continue;
+        if (now_ns >= lo[i]) {
+            in = i ? GA_PIECE_COUNT_PHASE : GA_PIECE_FREE;
+            if (hi[i] < *next_edge_ns) *next_edge_ns = hi[i];
+        } else if (lo[i] < *next_edge_ns) {
+            *next_edge_ns = lo[i];
         }
-        if (lo < *next_edge_ns) *next_edge_ns = lo;
-        return false;
     }
-    return false;
+    return in;
 }
 
-void ga_count_started(uint64_t now_ns) noexcept {
-    g_t0 = now_ns;
+void ga_count_started(uint64_t now_ns, int piece) noexcept {
+    g_t0 = now_ns, g_kind = piece;
     g_seq0 = ga_launch_seq.load(std::memory_order_relaxed);
 }
 
@@ -75,6 +87,10 @@ void ga_count_stopped(uint64_t now_ns) noexcept {
     if (now_ns > g_t0) {
         g_n += seq - g_seq0, g_ns += now_ns - g_t0;
         g_all_n += seq - g_seq0, g_all_ns += now_ns - g_t0;
+        if (ga_debug_on >= 2) /* tests/test_count_pieces.py sets each beside the job's own launches */
+            ga_debug("count piece (pid %d): %s from %.6f s (CLOCK_MONOTONIC) for %.3f ms: %llu launches",
+                     (int)getpid(), g_kind == GA_PIECE_FREE ? "free" : "count phase", (double)g_t0 / 1e9,
+                     (double)(now_ns - g_t0) / 1e6, (unsigned long long)(seq - g_seq0));
     }
     g_t0 = 0;
 }
@@ -94,7 +110,7 @@ double ga_count_period_end(uint64_t now_ns) noexcept {
     double r = ga_count_rate();
     g_last = r;
     g_n = g_ns = 0;
-    if (running) ga_count_started(now_ns);
+    if (running) ga_count_started(now_ns, g_kind);
     return r;
 }
 

@@ -233,9 +233,10 @@ GA_HIDDEN void ga_count_reset(void) noexcept;
 GA_HIDDEN void ga_count_plan(uint64_t start, uint64_t period_ns, uint64_t slot_ns, uint64_t window_lo,
                              uint64_t *rng) noexcept;
 GA_HIDDEN double ga_count_slots(void) noexcept; /* count time a period, in slots (the budget) */
-/* Whether now_ns is in a count piece; *next_edge_ns lowered to when that changes. */
-GA_HIDDEN bool ga_count_piece(uint64_t now_ns, uint64_t *next_edge_ns) noexcept;
-GA_HIDDEN void ga_count_started(uint64_t now_ns) noexcept; /* launch callbacks on */
+/* Which count piece now_ns is in (0: none); *next_edge_ns lowered to when that changes. */
+enum { GA_PIECE_FREE = 1, GA_PIECE_COUNT_PHASE };
+GA_HIDDEN int ga_count_piece(uint64_t now_ns, uint64_t *next_edge_ns) noexcept;
+GA_HIDDEN void ga_count_started(uint64_t now_ns, int piece) noexcept; /* launch callbacks on */
 GA_HIDDEN bool ga_count_running(void) noexcept;
 GA_HIDDEN void ga_count_stopped(uint64_t now_ns) noexcept;
 GA_HIDDEN void ga_count_so_far(uint64_t *launches, uint64_t *ns) noexcept;
@@ -247,8 +248,9 @@ GA_HIDDEN void ga_budget_log_exit(void) noexcept;
 GA_HIDDEN bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) noexcept;
 GA_HIDDEN void ga_window_opened(uint64_t cupti_ts) noexcept; /* CUPTI clock (0: none), at each opening */
 /* With teardowns between windows (set at attach): OFF (no launch callbacks),
- * COUNT (launch callbacks only, in a count piece: the launch rate) or ON. */
-enum { GA_PHASE_OFF = 0, GA_PHASE_COUNT, GA_PHASE_ON };
+ * COUNT (launch callbacks only, the slot before a window: the launch rate), PIECE
+ * (the same, in the period's free count piece, count.cpp) or ON. */
+enum { GA_PHASE_OFF = 0, GA_PHASE_COUNT, GA_PHASE_ON, GA_PHASE_PIECE };
 GA_HIDDEN extern bool ga_window_extrapolate;
 GA_HIDDEN int ga_window_phase(uint64_t now_ns, uint64_t *next_edge_ns) noexcept;
 GA_HIDDEN void ga_window_count_rates(double *count, double *extra) noexcept; /* launches/s, exit line */

@@ -148,7 +148,8 @@ void ga_window_note_teardown(uint64_t ns) noexcept { g_period_td_ns.fetch_add(ns
 int ga_window_phase(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
     if (ga_window_should_be_on(now_ns, next_edge_ns)) return GA_PHASE_ON;
     if (!ga_window_extrapolate || *next_edge_ns == UINT64_MAX) return GA_PHASE_OFF;
-    return ga_count_piece(now_ns, next_edge_ns) ? GA_PHASE_COUNT : GA_PHASE_OFF;
+    int piece = ga_count_piece(now_ns, next_edge_ns);
+    return piece == GA_PIECE_FREE ? GA_PHASE_PIECE : piece ? GA_PHASE_COUNT : GA_PHASE_OFF;
 }
 
 void ga_window_callbacks(bool on, uint64_t now_ns) noexcept {
