@@ -57,10 +57,10 @@ def test_the_window_grows_with_its_fixed_cost_and_the_spacing_keeps_the_budget(t
     need_ebpf()
     # 30 ms finalize + 30 ms enable: each window costs its process about 60 ms.
     # Each period is planned one ahead: at 0 s the first (4 slots of 100 ms) and the
-    # second (40 slots, 4 s: nothing measured yet); at 0.4 s the third, which misses
+    # second (15 slots, 1.5 s: nothing measured yet); at 0.4 s the third, which misses
     # the first window's teardown when that window took the first period's last slot
-    # (the teardown comes at the next launch, after the edge: 1 run in 3 failed at
-    # 3 s); at 4.4 s the fourth, with both. So the job runs past 4.4 s.
+    # (the teardown comes at the next launch, after the edge); at 1.9 s the fourth,
+    # with both. So the job runs well past 1.9 s.
     _, _, err = record(tmp_path, "--paths", "cuLaunchKernel", "--duration", "5.5", "--sleep-ms", "1",
                        MOCK_CUPTI_FINALIZE_US="30000", MOCK_CUPTI_ENABLE_US="30000")
     p = plan(err)

@@ -597,3 +597,81 @@ def test_a_callback_turned_on_a_fourth_time_fires_no_more(tmp_path):
     assert "after a finalize: 10 10 10 0 0\n" in out, out
     lifted = run([tmp_path / "toggle"], env=env_for(MOCK_CUPTI_ENABLE_LIMIT=0)).stdout
     assert "one subscription: 10 10 10 10 10\n" in lifted, lifted
+
+
+SCRAMBLE_C = r"""
+#include <cuda.h>
+#include <cupti.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static CUfunction fa, fb;
+static int cb_kernel[4096];   /* correlation id -> 1 (a) / 2 (b), from the launch callback */
+static long right, wrong;
+static void CUPTIAPI on_cb(void *u, CUpti_CallbackDomain d, CUpti_CallbackId id, const void *data) {
+    const CUpti_CallbackData *cb = data;
+    if (d != CUPTI_CB_DOMAIN_DRIVER_API || id != CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel ||
+        cb->callbackSite != CUPTI_API_ENTER || cb->correlationId >= 4096) return;
+    cb_kernel[cb->correlationId] = ((const cuLaunchKernel_params *)cb->functionParams)->f == fb ? 2 : 1;
+}
+static void CUPTIAPI req(uint8_t **b, size_t *n, size_t *max) { *n = 1 << 20; *b = aligned_alloc(8, *n); *max = 0; }
+static void CUPTIAPI done(CUcontext c, uint32_t s, uint8_t *b, size_t n, size_t valid) {
+    CUpti_Activity *r = NULL;
+    while (cuptiActivityGetNextRecord(b, valid, &r) == CUPTI_SUCCESS) {
+        if (r->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
+        CUpti_ActivityKernel10 *k = (CUpti_ActivityKernel10 *)r;
+        uint32_t corr = k->correlationId;
+        if (corr >= 4096 || !cb_kernel[corr]) continue;
+        if (cb_kernel[corr] == (strcmp(k->name, "kb") ? 1 : 2)) right++; else wrong++;
+    }
+    free(b);
+}
+static void window(int toggle_first) {
+    CUpti_SubscriberHandle sub;
+    memset(cb_kernel, 0, sizeof cb_kernel);
+    right = wrong = 0;
+    cuptiActivityRegisterCallbacks(req, done);
+    cuptiSubscribe(&sub, on_cb, NULL);
+    if (toggle_first) {  /* a count piece before the window's */
+        cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel);
+        cuptiEnableCallback(0, sub, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel);
+    }
+    cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel);
+    cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    for (int i = 0; i < 100; i++) cuLaunchKernel(i % 2 ? fb : fa, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+    cuCtxSynchronize();
+    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    cuptiUnsubscribe(sub);
+    cuptiFinalize();
+    printf("%s: right %ld wrong %ld\n", toggle_first ? "toggled first" : "once", right, wrong);
+}
+int main(void) {
+    CUdevice dev; CUcontext ctx; CUmodule mod;
+    cuInit(0); cuDeviceGet(&dev, 0); cuCtxCreate_v2(&ctx, 0, dev);
+    cuModuleLoadData(&mod, "ka=1000\nkb=1000\n");
+    cuModuleGetFunction(&fa, mod, "ka"); cuModuleGetFunction(&fb, mod, "kb");
+    window(0);
+    window(1);
+    window(0);
+    return 0;
+}
+"""
+
+
+def test_a_callback_turned_on_again_before_a_window_mismatches_its_records(tmp_path):
+    """What an H100 showed (bench/gpu/corr_toggle.cu): with the cuLaunchKernel
+    callback turned on, off and on again before kernel activity went on, half the
+    window's records carried the correlation id of a launch of the other kernel (7
+    cycles of 8; none with one enable). A cuptiFinalize ends it. The mock's records
+    go one launch off."""
+    run(["make", "-s", "-C", REPO, "mock"], timeout=300)
+    (tmp_path / "scramble.c").write_text(SCRAMBLE_C)
+    run(["cc", "-I", CUDA_INC, "-Wall", "-Wno-deprecated-declarations", "-Wno-unused-parameter",
+         "-o", tmp_path / "scramble", tmp_path / "scramble.c", "-L", MOCK, "-lcupti", "-lcuda"])
+    out = run([tmp_path / "scramble"], env=env_for()).stdout
+    lines = out.splitlines()
+    assert lines[0] == "once: right 100 wrong 0", out
+    assert lines[1].startswith("toggled first: right 0 wrong 9"), out  # all one launch off
+    assert lines[2] == "once: right 100 wrong 0", out

@@ -176,6 +176,13 @@ static void clear_gate_api(void)
  * MOCK_CUPTI_ENABLE_LIMIT=0 lifts the limit. */
 static unsigned char g_enables[CUPTI_CB_DOMAIN_SIZE][MOCK_MAX_CBID];
 static int g_enable_limit = -1;
+/* And a callback turned on again (after being turned off) since the last
+ * cuptiFinalize leaves its launches' kernel records with correlation ids that no
+ * longer match the callbacks': on an H100, with the cuLaunchKernel callback on,
+ * off and on again before kernel activity went on, half the window's records
+ * carried the id of a launch of the other kernel, in 7 cycles of 8 (none without
+ * the second enable; bench/gpu/corr_toggle.cu). The mock's records of launches
+ * made from then on are one launch off (mock_cuda.c), until the next cuptiFinalize. */
 
 static void set_gate(CUpti_CallbackDomain d, CUpti_CallbackId cbid, uint32_t enable)
 {
@@ -188,6 +195,7 @@ static void set_gate(CUpti_CallbackDomain d, CUpti_CallbackId cbid, uint32_t ena
         return;
     }
     if (mockcuda_gate.api[d][cbid]) return; /* on already: not another enable */
+    if (g_enables[d][cbid] && d == CUPTI_CB_DOMAIN_DRIVER_API) mockcuda_gate.corr_scrambled = 1;
     if (g_enable_limit && g_enables[d][cbid] >= g_enable_limit) return;
     if (g_enables[d][cbid] < 255) g_enables[d][cbid]++;
     mockcuda_gate.api[d][cbid] = 1;
@@ -856,6 +864,7 @@ CUptiResult CUPTIAPI cuptiFinalize(void)
     pthread_mutex_lock(&g_sub_mu);
     clear_gate_api();
     memset(g_enables, 0, sizeof g_enables); /* callbacks may go on three times again */
+    mockcuda_gate.corr_scrambled = 0;
     __atomic_store_n(&g_sub.callback, NULL, __ATOMIC_RELEASE);
     g_sub_taken = 0;
     pthread_mutex_unlock(&g_sub_mu);

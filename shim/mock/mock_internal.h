@@ -143,6 +143,7 @@ struct mock_cupti_gate {
     volatile uint8_t instrumented;     /* kernel activity was on since the last cuptiFinalize:
                                         * launches pay the residual (MOCK_CUPTI_RESIDUAL_LAUNCH_NS) */
     volatile uint8_t api[CUPTI_CB_DOMAIN_SIZE][MOCK_MAX_CBID];
+    volatile int corr_scrambled;  /* kernel records' correlation ids one launch off (mock_cupti.c) */
 };
 extern struct mock_cupti_gate mockcuda_gate;
 

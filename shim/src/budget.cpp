@@ -12,7 +12,7 @@
  *             undisturbed rate: the count phase's, or with the callbacks on
  *             throughout, the rate since the last window), with the count
  *             phase's own slowdown on top;
- *   count     the count pieces' callbacks (count.cpp): their time x their slowdown (their
+ *   count     the count phase's callbacks: its time x their slowdown (their
  *             cost per launch as the windows' tails measure it, tail.cpp;
  *             K_CB's share, or CB_NS a launch, until one has);
  *   tail      half a window at about the window's slowdown.
@@ -25,8 +25,11 @@
  * process pays more than the budget: counted (budget_over) and said at exit.
  * The first period after an attach is four 100 ms slots, its window in one of the
  * last three (window.cpp), so that a process shows within half a second and its
- * window, after count pieces, measures the costs (until one has, periods are 40
- * slots of 100 ms).
+ * window, after a count phase, measures the costs. Until one has, a period is
+ * UNMEASURED_SLOTS slots of 100 ms: a steady period's length, not more. (The
+ * second period, planned at the attach, was 4 s: its one count phase stood for
+ * 4 s of launches, and on an H100 that period alone read a 60 s eager run
+ * -0.5 % and +0.6 %, bench/gpu/periods.py.)
  *
  * GPU_AGENT_DUTY_CYCLE and GPU_AGENT_WINDOW_MS are expert overrides: with either
  * set, every period is DUTY_CYCLE slots of WINDOW_MS (the defaults for the other).
@@ -42,6 +45,7 @@
 #define P_MAX (15000 * MS)
 #define N_MIN 10u
 #define FIRST_SLOTS 4u
+#define UNMEASURED_SLOTS 15u
 /* The count phase's callbacks, per launch: on an H100, launches with the launch
  * callbacks alone on cost about 300 ns more than with none (4 359 against 4 052 ns,
  * `python -m bench.gpu overhead --method timeline`, before the teardown). Used
@@ -153,7 +157,7 @@ void ga_budget_plan(bool first, uint32_t *slots, uint64_t *slot_ns) noexcept {
     }
     update_fixed();
     if (first || g_fixed_ns < 0) { /* the attach's, or no window measured yet */
-        *slots = first ? FIRST_SLOTS : 40;
+        *slots = first ? FIRST_SLOTS : UNMEASURED_SLOTS;
         *slot_ns = W_MIN;
         return;
     }
@@ -164,9 +168,9 @@ void ga_budget_plan(bool first, uint32_t *slots, uint64_t *slot_ns) noexcept {
     w = w < W_MIN ? W_MIN : w > W_MAX ? W_MAX : w;
     w = (w + MS / 2) / MS * MS; /* whole ms */
     /* a window costs fixed + W x slow, its tail (tail.cpp) about W/2 x slow, and
-     * its period's count pieces (count.cpp) W x their slots x cb_frac */
+     * its count phase (one slot) W x cb_frac */
     double on = ga_collect_teardowns() ? 1.5 : 1.0;
-    double cost = fixed + (double)w * (on * slow + ga_count_slots() * g_cb_frac);
+    double cost = fixed + (double)w * (on * slow + g_cb_frac);
     double p = cost / ((double)ga_cfg.budget_bp / 10000.0);
     uint32_t n = (uint32_t)(p / (double)w + 0.999);
     uint32_t n_max = (uint32_t)(P_MAX / w);

@@ -20,7 +20,6 @@ static CUpti_SubscriberHandle g_sub;
 static bool g_graph_cbs;                         /* RESOURCE graph callbacks enabled */
 static std::atomic<uint64_t> g_next_edge_ns{UINT64_MAX}; /* next window edge (poller wakes) */
 static bool g_cbids_on;                         /* launch callbacks enabled now */
-static unsigned g_enables;                      /* ...how often since the last finalize (count.cpp) */
 static bool g_activity_on;                      /* CONCURRENT_KERNEL enabled now */
 static bool g_activity_used;                    /* enabled at least once since the last flush */
 /* This attachment tears CUPTI down after every window (teardown.cpp; not with
@@ -118,7 +117,6 @@ static CUptiResult set_launch_cbids(bool on, bool keep_graphs) {
         }
         if (r != CUPTI_SUCCESS && on) return r;
     }
-    if (on && !g_cbids_on) g_enables++;
     g_cbids_on = on;
     ga_window_callbacks(on, ga_now_ns());
     return CUPTI_SUCCESS;
@@ -256,7 +254,6 @@ static CUptiResult cupti_up(const char **what) {
         }
     }
     g_cbids_on = false;
-    g_enables = 0; /* after a finalize, or the first subscription */
     ga_teardown_live();
     ga_budget_note_stall(ga_now_ns() - t0, false);
     return CUPTI_SUCCESS;
@@ -297,9 +294,9 @@ static CUptiResult request_teardown(const char **what) {
 }
 
 /* CUPTI brought to g_phase while the shim holds it: at each poll, since CUPTI may
- * have been down at the edge. A count piece turns the launch callbacks on alone,
- * and off at its end; a window, activity too; with teardowns, callbacks left on
- * outside both end in a teardown. */
+ * have been down at the edge. A count phase turns the launch callbacks on alone;
+ * a window, activity too; with teardowns, callbacks left on outside both (a count
+ * phase whose window never opened) end in a teardown. */
 static CUptiResult apply_phase(uint64_t now, const char **what) {
     if (ga_td_state.load(std::memory_order_acquire) != GA_TD_LIVE) return CUPTI_SUCCESS;
     if (g_phase == GA_PHASE_ON) {
@@ -307,13 +304,8 @@ static CUptiResult apply_phase(uint64_t now, const char **what) {
         g_capture_window = ga_trace_until_ns() > now;
         return set_collection(true, what);
     }
-    if (g_phase == GA_PHASE_COUNT || g_phase == GA_PHASE_PIECE) {
-        /* none while the last window's tail runs: it is not the undisturbed process.
-         * CUPTI fires the callbacks after their first three enables since a
-         * finalize only (count.cpp): a free piece may be the first, the count
-         * phase the second, so that the window and its teardown have theirs. */
-        if (g_cbids_on || g_tail_until) return CUPTI_SUCCESS;
-        if (g_enables >= (g_phase == GA_PHASE_PIECE ? 1u : 2u)) return CUPTI_SUCCESS;
+    if (g_phase == GA_PHASE_COUNT) {
+        if (g_cbids_on) return CUPTI_SUCCESS;
         uint64_t t0 = ga_now_ns();
         CUptiResult r = set_launch_cbids(true);
         uint64_t on = ga_now_ns(); /* counting starts now, not at the poll's start */
@@ -321,16 +313,8 @@ static CUptiResult apply_phase(uint64_t now, const char **what) {
         if (r != CUPTI_SUCCESS) *what = "cuptiEnableCallback";
         else {
             ga_tail_fold(); /* the last tail's records are in */
-            ga_count_started(on, g_phase == GA_PHASE_PIECE ? GA_PIECE_FREE : GA_PIECE_COUNT_PHASE);
+            ga_window_count_started(on);
         }
-        return r;
-    }
-    if (g_teardowns && g_cbids_on && ga_count_running()) { /* a count piece ends */
-        uint64_t t0 = ga_now_ns();
-        ga_count_stopped(t0);
-        CUptiResult r = set_launch_cbids(false);
-        ga_budget_note_stall(ga_now_ns() - t0, false);
-        if (r != CUPTI_SUCCESS) *what = "cuptiEnableCallback";
         return r;
     }
     if (g_teardowns && g_cbids_on) return request_teardown(what);

@@ -228,31 +228,16 @@ GA_HIDDEN bool ga_tail_record(void) noexcept; /* a windowed, non-graph record: t
 GA_HIDDEN void ga_tail_fold(void) noexcept;
 GA_HIDDEN uint64_t ga_tail_period_ns(uint64_t now_ns) noexcept;
 GA_HIDDEN void ga_tail_stats(uint64_t *tails, uint64_t *launches) noexcept;
-/* count.cpp: the count pieces of each period, and the launch rate they measure. */
-GA_HIDDEN void ga_count_reset(void) noexcept;
-GA_HIDDEN void ga_count_plan(uint64_t start, uint64_t period_ns, uint64_t slot_ns, uint64_t window_lo,
-                             uint64_t *rng) noexcept;
-GA_HIDDEN double ga_count_slots(void) noexcept; /* count time a period, in slots (the budget) */
-/* Which count piece now_ns is in (0: none); *next_edge_ns lowered to when that changes. */
-enum { GA_PIECE_FREE = 1, GA_PIECE_COUNT_PHASE };
-GA_HIDDEN int ga_count_piece(uint64_t now_ns, uint64_t *next_edge_ns) noexcept;
-GA_HIDDEN void ga_count_started(uint64_t now_ns, int piece) noexcept; /* launch callbacks on */
-GA_HIDDEN bool ga_count_running(void) noexcept;
-GA_HIDDEN void ga_count_stopped(uint64_t now_ns) noexcept;
-GA_HIDDEN void ga_count_so_far(uint64_t *launches, uint64_t *ns) noexcept;
-GA_HIDDEN double ga_count_rate(void) noexcept; /* launches per ns; < 0: none yet */
-GA_HIDDEN double ga_count_period_end(uint64_t now_ns) noexcept;
-GA_HIDDEN void ga_count_total(uint64_t *launches, uint64_t *ns) noexcept;
 GA_HIDDEN void ga_budget_log_exit(void) noexcept;
 /* Whether collection should be on at now_ns; *next_edge_ns: when that may change. */
 GA_HIDDEN bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) noexcept;
 GA_HIDDEN void ga_window_opened(uint64_t cupti_ts) noexcept; /* CUPTI clock (0: none), at each opening */
 /* With teardowns between windows (set at attach): OFF (no launch callbacks),
- * COUNT (launch callbacks only, the slot before a window: the launch rate), PIECE
- * (the same, in the period's free count piece, count.cpp) or ON. */
-enum { GA_PHASE_OFF = 0, GA_PHASE_COUNT, GA_PHASE_ON, GA_PHASE_PIECE };
+ * COUNT (launch callbacks only, just before a window: the launch rate) or ON. */
+enum { GA_PHASE_OFF = 0, GA_PHASE_COUNT, GA_PHASE_ON };
 GA_HIDDEN extern bool ga_window_extrapolate;
 GA_HIDDEN int ga_window_phase(uint64_t now_ns, uint64_t *next_edge_ns) noexcept;
+GA_HIDDEN void ga_window_count_started(uint64_t now_ns) noexcept; /* launch callbacks on */
 GA_HIDDEN void ga_window_count_rates(double *count, double *extra) noexcept; /* launches/s, exit line */
 GA_HIDDEN void ga_window_note_teardown(uint64_t ns) noexcept; /* a teardown's stall (any thread) */
 /* A period's launches with teardowns (window.cpp; counts of weights.cpp). */

@@ -36,7 +36,7 @@ std::atomic<int> ga_window_on;
 
 static uint64_t g_period_start_ns; /* start of the current period */
 static unsigned g_on_slot;         /* the slot of the current period that is on */
-static unsigned g_next_on_slot;    /* the next period's */
+static unsigned g_next_on_slot;    /* the next period's (its count phase may start in this one) */
 /* The current and the next period's slots, and their length (budget.cpp plans them). */
 static uint32_t g_slots = 1, g_next_slots = 1;
 static uint64_t g_slot_ns, g_next_slot_ns;
@@ -58,13 +58,15 @@ static uint64_t period_ns(void) { return slot_ns() * g_slots + g_jitter_ns; }
 
 static void draw_next(bool first) {
     ga_budget_plan(first, &g_next_slots, &g_next_slot_ns);
-    /* The first period's window never takes its first slot, so that count pieces
-     * come before it and the budget measures the window's slowdown at once. */
+    /* The first period's window never takes its first slot, so that a count phase
+     * comes before it and the budget measures the window's slowdown at once. */
     bool skip = first && ga_budget_on() && g_next_slots > 1;
     g_next_on_slot = (unsigned)(skip + ga_splitmix64(&g_rng) % (g_next_slots - skip));
 }
+static uint64_t g_count_t0, g_count_seq0; /* the count phase's start (0: none) */
+static double g_rate = -1;                 /* launches per ns of the last count phase; < 0: none */
 /* For the budget's measure of a window's slowdown: the launch counter and time at
- * the last window's opening and closing, the undisturbed rate and count pieces then. */
+ * the last window's opening and closing, the undisturbed rate and count phase then. */
 static uint64_t g_open_seq, g_closed_seq, g_closed_ns, g_count_n, g_count_ns;
 static double g_base_rate = -1;
 static uint64_t g_period_win_ns;           /* window time in the current period */
@@ -81,13 +83,11 @@ static void new_period(uint64_t start, bool first) {
     g_slots = g_next_slots, g_slot_ns = g_next_slot_ns;
     draw_next(false);
     g_jitter_ns = ga_window_extrapolate && slot_ns() ? ga_splitmix64(&g_rng) % slot_ns() : 0;
-    ga_count_plan(start, period_ns(), slot_ns(), start + g_on_slot * slot_ns(), &g_rng);
     ga_weights_period_edge(first);
 }
 
 void ga_window_begin(uint64_t now_ns) noexcept {
-    ga_count_reset();
-    g_period_win_ns = 0, g_period_had_window = false;
+    g_rate = -1, g_count_t0 = 0, g_period_win_ns = 0, g_period_had_window = false;
     g_closed_ns = 0, g_callbacks = {};
     g_attach_ns.store(now_ns, std::memory_order_relaxed);
     g_win_closed_ns.store(0, std::memory_order_relaxed);
@@ -134,23 +134,42 @@ bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
     return false;
 }
 
-/* ---- the count pieces (teardowns between windows) ----
+/* ---- the count phase (teardowns between windows) ----
  * With CUPTI torn down between windows (teardown.cpp) no callback counts the
- * launches there. So the launch callbacks go on alone in count pieces spread over
- * each period (count.cpp), and the period's launches are extrapolated from their
- * rate (period_counts). */
+ * launches there. So the launch callbacks go on alone for a count phase, the slot
+ * just before each window (no kernel activity yet, and none of its residual since
+ * the last finalize), and the period's launches are extrapolated from that rate
+ * (period_counts). A whole slot, on the slots' grid: every instant is in a count
+ * phase with probability 1/N, as in a window. (A count phase of random length
+ * ending at the window read a loop that launched in bursts every 5 ms 5-7 % high:
+ * its end sat at a fixed phase of the bursts.) When the window before sits in
+ * that slot, there is no count phase, and the last rate stands. */
 bool ga_window_extrapolate;
 static std::atomic<uint64_t> g_period_td_ns; /* teardown stalls since the last period's count */
 static double g_extra_n, g_extra_ns;         /* launches extrapolated, and over what time (exit line) */
+static uint64_t g_counted_n, g_counted_ns;   /* launches and time of all count phases (exit line) */
 
 void ga_window_note_teardown(uint64_t ns) noexcept { g_period_td_ns.fetch_add(ns, std::memory_order_relaxed); }
 
 int ga_window_phase(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
     if (ga_window_should_be_on(now_ns, next_edge_ns)) return GA_PHASE_ON;
     if (!ga_window_extrapolate || *next_edge_ns == UINT64_MAX) return GA_PHASE_OFF;
-    int piece = ga_count_piece(now_ns, next_edge_ns);
-    return piece == GA_PIECE_FREE ? GA_PHASE_PIECE : piece ? GA_PHASE_COUNT : GA_PHASE_OFF;
+    uint64_t period_end = g_period_start_ns + period_ns();
+    /* the next window opens at this period's on slot, or at the next period's;
+     * its count phase is one slot of that period's */
+    bool here = *next_edge_ns < period_end;
+    uint64_t s = here ? slot_ns() : g_next_slot_ns;
+    uint64_t on_lo = here ? *next_edge_ns : period_end + g_next_on_slot * s;
+    uint64_t count_lo = on_lo > s ? on_lo - s : 0;
+    if (now_ns >= count_lo) {
+        if (on_lo < *next_edge_ns) *next_edge_ns = on_lo;
+        return GA_PHASE_COUNT;
+    }
+    if (count_lo < *next_edge_ns) *next_edge_ns = count_lo;
+    return GA_PHASE_OFF;
 }
+
+
 
 void ga_window_callbacks(bool on, uint64_t now_ns) noexcept {
     if (on) g_callbacks.on(now_ns);
@@ -160,10 +179,9 @@ void ga_window_callbacks(bool on, uint64_t now_ns) noexcept {
 /* The period's launches with teardowns between windows (weights.cpp's counts:
  * `in` in its window, `seen` by the callbacks at all), and the period's window
  * time starts again. The callbacks saw every launch while they were on (the count
- * pieces, the window, the launches before the teardown): the rest of the period
- * goes at its count pieces' rate without the callbacks' cost (the last period's
- * without pieces; the window's own, slower rate before any), and the windows'
- * tails at the window's rate
+ * phase, the window, the launches before the teardown): the rest of the period
+ * goes at the count phase's rate without the callbacks' cost (the window's own,
+ * slower rate before any count phase), and the windows' tails at the window's rate
  * without it (tail.cpp). A period whose window never opened has only what the
  * callbacks saw: none when its process made no launch since the last teardown,
  * none either when another CUPTI client held the subscription
@@ -174,7 +192,6 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
     if (ga_window_extrapolate) {
         uint64_t now = ga_now_ns(), len = final ? now - g_period_start_ns : g_period_len_ns;
         uint64_t counted = g_callbacks.take(now), held = g_period_td_ns.exchange(0, std::memory_order_relaxed);
-        double count_rate = ga_count_period_end(now); /* launches per ns; < 0: none yet */
         double tail = (double)ga_tail_period_ns(now);
         /* uncounted: the rest, less what the thread spent tearing CUPTI down (it
          * launched nothing then) */
@@ -183,12 +200,12 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
         if (tail > rest) tail = rest;
         rest -= tail;
         double win_rate = g_period_win_ns ? (double)in / (double)g_period_win_ns : 0;
-        double rate = count_rate >= 0 ? count_rate / (1.0 - ga_budget_count_bias(count_rate)) : win_rate;
+        double rate = g_rate >= 0 ? g_rate / (1.0 - ga_budget_count_bias(g_rate)) : win_rate;
         /* the window's time per launch (less its samples') without the callbacks' */
         double tail_rate = rate;
         if (g_last_win_n && win_rate > 0) {
             double per = (double)g_last_win_ns / (double)g_last_win_n -
-                         ga_budget_callback_ns(count_rate >= 0 ? count_rate : win_rate);
+                         ga_budget_callback_ns(g_rate >= 0 ? g_rate : win_rate);
             tail_rate = per > 0 && 1.0 / per < rate ? 1.0 / per : rate;
         }
         if (g_period_had_window) {
@@ -201,9 +218,9 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
                          (int)getpid(), (double)now / 1e9, (double)len / 1e6, (double)counted / 1e6,
                          (unsigned long long)seen, (unsigned long long)in, (double)g_period_win_ns / 1e6,
                          (double)held / 1e6, tail / 1e6, tail_rate * 1e9, rest / 1e6, rate * 1e9,
-                         count_rate >= 0 ? count_rate * 1e9 : -1.0, (unsigned long long)all);
+                         g_rate >= 0 ? g_rate * 1e9 : -1.0, (unsigned long long)all);
         }
-        else if (final && count_rate >= 0) all = (uint64_t)(rate * (double)len + 0.5);
+        else if (final && g_rate >= 0) all = (uint64_t)(rate * (double)len + 0.5);
     }
     g_period_win_ns = 0;
     g_period_had_window = false;
@@ -221,22 +238,25 @@ static std::atomic<uint32_t> g_open_n;
 
 
 
+void ga_window_count_started(uint64_t now_ns) noexcept {
+    g_count_t0 = now_ns;
+    g_count_seq0 = ga_launch_seq.load(std::memory_order_relaxed);
+}
+
 /* The count phases' launches per second, and the rate the launches between
  * windows were extrapolated at (corrected), for the exit line. */
 void ga_window_count_rates(double *count, double *extra) noexcept {
-    uint64_t n, ns;
-    ga_count_total(&n, &ns);
-    *count = ns ? (double)n * 1e9 / (double)ns : 0;
+    *count = g_counted_ns ? (double)g_counted_n * 1e9 / (double)g_counted_ns : 0;
     *extra = g_extra_ns > 0 ? g_extra_n * 1e9 / g_extra_ns : 0;
 }
 
 void ga_window_opened(uint64_t cupti_ts) noexcept {
     uint64_t now = ga_now_ns(), seq = ga_launch_seq.load(std::memory_order_relaxed);
     g_base_rate = -1, g_count_n = g_count_ns = 0;
-    if (ga_window_extrapolate) { /* the undisturbed rate: this period's count pieces, or the last's */
-        ga_count_stopped(now);
-        ga_count_so_far(&g_count_n, &g_count_ns);
-        g_base_rate = ga_count_rate();
+    if (g_count_t0 && now - g_count_t0 >= 1000000) { /* at least 1 ms counted */
+        g_count_n = seq - g_count_seq0, g_count_ns = now - g_count_t0;
+        g_rate = g_base_rate = (double)g_count_n / (double)g_count_ns;
+        g_counted_n += g_count_n, g_counted_ns += g_count_ns;
     } else if (!ga_window_extrapolate && g_closed_ns && now - g_closed_ns >= 1000000) {
         /* the callbacks counted every launch since the last window */
         g_base_rate = (double)(seq - g_closed_seq) / (double)(now - g_closed_ns);
@@ -244,6 +264,7 @@ void ga_window_opened(uint64_t cupti_ts) noexcept {
     g_open_seq = seq;
     ga_tail_window_opened(); /* the records of this cycle count from here */
     g_open_sample_ns = ga_sample_ns.load(std::memory_order_relaxed);
+    g_count_t0 = 0;
     g_period_had_window = true;
     uint32_t n = g_open_n.load(std::memory_order_relaxed);
     g_open_ts[n % OPEN_RING].store(cupti_ts, std::memory_order_relaxed);
