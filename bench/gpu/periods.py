@@ -77,9 +77,8 @@ def against_uniform(periods: list[dict], span: tuple[float, float], launches: in
         "uncovered_launches": launches - true_all,
         "inner_periods": len(inner),
         "edge_err_launches": sum(r["est"] - r["true"] for r in outer),
-        "edges": [{k: round(r[k], 4) if isinstance(r[k], float) else r[k]
-                   for k in ("lo", "end", "len_ms", "seen", "rest_ms", "rate", "count_rate", "est", "true")}
-                  for r in outer],
+        "edges": [row(r) for r in outer],
+        "rows": [row(r) for r in rows],
     }
     if inner:
         out.update(
@@ -88,6 +87,11 @@ def against_uniform(periods: list[dict], span: tuple[float, float], launches: in
             inner_rate_vs_true_pct=100 * (statistics.median(r["rate"] for r in inner) / rate - 1),
             inner_count_rate_vs_true_pct=100 * (statistics.median(r["count_rate"] for r in inner) / rate - 1))
     return out
+
+
+def row(r: dict) -> dict:
+    return {k: round(r[k], 4) if isinstance(r[k], float) else r[k]
+            for k in ("lo", "end", "len_ms", "on_ms", "seen", "rest_ms", "rate", "count_rate", "est", "true")}
 
 
 def report(name: str, res: dict, launches: int) -> None:
