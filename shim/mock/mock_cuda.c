@@ -761,7 +761,8 @@ static void exec_kernel(struct mock_stream *s, const struct launch_desc *d, uint
         struct mock_kernel_exec k = {
             .func = d->f, .start = start, .end = start + dur,
             .device_id = (uint32_t)s->ctx->device, .context_id = s->ctx->uid, .stream_id = s->id,
-            .correlation_id = corr + (uint32_t)mockcuda_gate.corr_scrambled, .graph_id = graph_id, .graph_node_id = node_id,
+            .correlation_id = corr + (uint32_t)mockcuda_gate.corr_scrambled, /* see mock_cupti.c's set_gate */
+            .graph_id = graph_id, .graph_node_id = node_id,
             .grid = { d->grid[0], d->grid[1], d->grid[2] },
             .block = { d->block[0], d->block[1], d->block[2] },
             .shmem = d->shmem, .launch_type = d->launch_type, .activity_on = (uint8_t)activity,
