@@ -24,7 +24,7 @@ import re
 import statistics
 import subprocess
 
-from conftest import MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf
+from conftest import BENCH_SHIM, MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf
 from test_windows import KERNEL, kernel_totals
 
 PERIOD = re.compile(r"period \(pid \d+\): ended at ([\d.]+) s \(CLOCK_MONOTONIC\) after ([\d.]+) ms; .*; "
@@ -70,3 +70,39 @@ def test_every_period_estimates_its_own_launches(tmp_path, built):
     assert m and abs(int(m[1]) - int(m[2])) <= int(m[2]) // 100, m and m.group(0)
     true, est = ground_truth(gt)[KERNEL][0], kernel_totals(out)[KERNEL][1]
     assert abs(est / true - 1) < 0.1, (est, true, [round(e, 3) for e in errors])
+
+
+def test_a_free_count_piece_in_a_cycle_of_its_own(tmp_path, built):
+    """GPU_AGENT_EXP_COUNT=cycle (the benchmark build, shim/src/bench/count_cycle.cpp):
+    a free count piece at a random place in each period, ended by a teardown of its
+    own, so that the count phase and its window start a fresh CUPTI cycle. Under the
+    mock's CUPTI, which silences a fourth enable and mixes ids after a second, the
+    windows' launches must still be counted record for record, each free piece must
+    count what the loop launched, and each period's estimate must stay on its own."""
+    need_ebpf()
+    gt, out, trace_file = tmp_path / "truth.tsv", tmp_path / "p.pb.gz", tmp_path / "launches.txt"
+    env = mock_env(gt, GPU_AGENT_DEBUG="2", GPU_AGENT_EXP_COUNT="cycle", MOCK_CUPTI_CALLBACK_NS="150",
+                   MOCK_LAUNCH_TRACE=str(trace_file))
+    p = subprocess.run(agent_cmd("record", "--budget", "2", "--shim", BENCH_SHIM, "-o", out, "--", MOCK_APP,
+                                 "--paths", "cuLaunchKernel", "--bench", "3500000", "--rate", "0", "--spin-ns", "4000"),
+                       env=env, capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stderr[-3000:]
+    trace = [(float(t), int(n)) for t, n in (ln.split() for ln in trace_file.read_text().splitlines())]
+    pieces = [(float(t0), float(t0) + float(ms) / 1e3, int(n)) for t0, ms, n in re.findall(
+        r"free count piece \(pid \d+\): from ([\d.]+) s \(CLOCK_MONOTONIC\) for ([\d.]+) ms: (\d+) launches", p.stderr)]
+    inside = [(lo, hi, n) for lo, hi, n in pieces if lo >= trace[0][0] and hi <= trace[-1][0]]
+    assert len(inside) >= 2, p.stderr[-3000:]
+    for lo, hi, n in inside:  # the piece's callbacks fired: it counted what the loop launched
+        assert abs(n / launches_between(trace, lo, hi) - 1) < 0.2, (lo, hi, n, launches_between(trace, lo, hi))
+    windows = int(re.search(r"exit \(pid \d+\): \d+ launches collected, \d+ kernel records \(\d+ lost by CUPTI\), "
+                            r"(\d+) windows", p.stderr)[1])
+    teardowns = int(re.search(r"teardowns \(pid \d+\): (\d+)", p.stderr)[1])
+    assert teardowns >= windows + len(pieces) - 1, (teardowns, windows, len(pieces))
+    m = re.search(r"exit \(pid \d+\): (\d+) launches collected, (\d+) kernel records", p.stderr)
+    assert abs(int(m[1]) - int(m[2])) <= int(m[2]) // 100, m.group(0)
+    periods = [(float(a) - float(b) / 1e3, float(a), int(c)) for a, b, c in PERIOD.findall(p.stderr)]
+    errors = [est / launches_between(trace, lo, hi) - 1 for lo, hi, est in periods
+              if lo >= trace[0][0] and hi <= trace[-1][0]]
+    assert errors and statistics.median(abs(e) for e in errors) < 0.1, [round(e, 3) for e in errors]
+    true, est = ground_truth(gt)[KERNEL][0], kernel_totals(out)[KERNEL][1]
+    assert abs(est / true - 1) < 0.1, (est, true)

@@ -142,6 +142,8 @@ def main(argv=None) -> None:
     f.add_argument("--debug", action="store_true",
                    help="the shim's exit lines too, and its period lines set beside the loop")
     f.add_argument("--keep", default="", metavar="DIR", help="copy the runs' profiles here")
+    f.add_argument("--shim-env", default="", metavar="K=V,K=V",
+                   help="windowed runs: shim settings (an experiment's GPU_AGENT_EXP_* takes the benchmark build)")
     s = sub.add_parser("smoke", help="one short `gpu-agent record` per case")
     s.add_argument("--workloads", default="eager,graph,driver-graph")
     s.add_argument("--timeline", default="", metavar="DIR",

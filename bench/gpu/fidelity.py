@@ -183,7 +183,10 @@ def against_continuous(a, w: str, t: Path) -> list[dict]:
     ca = record(a, w, 1, t / f"{w}-c1.pb.gz")
     how = f"duty {a.duty}" if a.duty else f"budget {a.budget} %"
     debug = [{} for _ in range(a.record_runs)]
-    windowed = [(f"record {how} #{i + 1}", record(a, w, None, t / f"{w}-w{i}.pb.gz", debug[i]))
+    settings = dict(kv.split("=", 1) for kv in filter(None, a.shim_env.split(",")))
+    if settings:
+        how += f", {a.shim_env}"
+    windowed = [(f"record {how} #{i + 1}", record(a, w, None, t / f"{w}-w{i}.pb.gz", debug[i], **settings))
                 for i in range(a.record_runs)]
     if a.run:
         windowed.append(("run defaults", run_mode(a, w, t / f"{w}-run")))

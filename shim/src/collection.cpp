@@ -20,6 +20,9 @@ static CUpti_SubscriberHandle g_sub;
 static bool g_graph_cbs;                         /* RESOURCE graph callbacks enabled */
 static std::atomic<uint64_t> g_next_edge_ns{UINT64_MAX}; /* next window edge (poller wakes) */
 static bool g_cbids_on;                         /* launch callbacks enabled now */
+/* ...how often since the last finalize: CUPTI fires them after the first three
+ * only, and a second before a window mixes the records' ids (docs/estimator.md) */
+static unsigned g_enables;
 static bool g_activity_on;                      /* CONCURRENT_KERNEL enabled now */
 static bool g_activity_used;                    /* enabled at least once since the last flush */
 /* This attachment tears CUPTI down after every window (teardown.cpp; not with
@@ -117,6 +120,7 @@ static CUptiResult set_launch_cbids(bool on, bool keep_graphs) {
         }
         if (r != CUPTI_SUCCESS && on) return r;
     }
+    if (on && !g_cbids_on) g_enables++;
     g_cbids_on = on;
     ga_window_callbacks(on, ga_now_ns());
     return CUPTI_SUCCESS;
@@ -254,6 +258,7 @@ static CUptiResult cupti_up(const char **what) {
         }
     }
     g_cbids_on = false;
+    g_enables = 0; /* after a finalize, or the first subscription */
     ga_teardown_live();
     ga_budget_note_stall(ga_now_ns() - t0, false);
     return CUPTI_SUCCESS;
@@ -299,6 +304,7 @@ static CUptiResult request_teardown(const char **what) {
  * phase whose window never opened) end in a teardown. */
 static CUptiResult apply_phase(uint64_t now, const char **what) {
     if (ga_td_state.load(std::memory_order_acquire) != GA_TD_LIVE) return CUPTI_SUCCESS;
+    if (g_phase != GA_PHASE_PIECE && ga_exp_piece_running()) ga_exp_piece_stopped(ga_now_ns());
     if (g_phase == GA_PHASE_ON) {
         if (ga_window_on.load(std::memory_order_relaxed)) return CUPTI_SUCCESS;
         g_capture_window = ga_trace_until_ns() > now;
@@ -317,7 +323,14 @@ static CUptiResult apply_phase(uint64_t now, const char **what) {
         }
         return r;
     }
-    if (g_teardowns && g_cbids_on) return request_teardown(what);
+    if (g_phase == GA_PHASE_PIECE) { /* GPU_AGENT_EXP_COUNT=cycle: its cycle's first enable only */
+        if (g_cbids_on || g_tail_until || g_enables) return CUPTI_SUCCESS;
+        CUptiResult r = set_launch_cbids(true);
+        if (r != CUPTI_SUCCESS) *what = "cuptiEnableCallback";
+        else ga_exp_piece_started(ga_now_ns());
+        return r;
+    }
+    if (g_teardowns && g_cbids_on) return request_teardown(what); /* a free piece's cycle ends too */
     return g_teardowns ? CUPTI_SUCCESS : set_collection(false, what);
 }
 

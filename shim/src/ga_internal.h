@@ -234,7 +234,7 @@ GA_HIDDEN bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) n
 GA_HIDDEN void ga_window_opened(uint64_t cupti_ts) noexcept; /* CUPTI clock (0: none), at each opening */
 /* With teardowns between windows (set at attach): OFF (no launch callbacks),
  * COUNT (launch callbacks only, just before a window: the launch rate) or ON. */
-enum { GA_PHASE_OFF = 0, GA_PHASE_COUNT, GA_PHASE_ON };
+enum { GA_PHASE_OFF = 0, GA_PHASE_COUNT, GA_PHASE_ON, GA_PHASE_PIECE /* GPU_AGENT_EXP_COUNT=cycle */ };
 GA_HIDDEN extern bool ga_window_extrapolate;
 GA_HIDDEN int ga_window_phase(uint64_t now_ns, uint64_t *next_edge_ns) noexcept;
 GA_HIDDEN void ga_window_count_started(uint64_t now_ns) noexcept; /* launch callbacks on */
@@ -312,6 +312,7 @@ struct ga_bench_config {
     uint32_t exp_internal;          /* GPU_AGENT_EXP_INTERNAL_LAUNCHES=1 */
     uint32_t exp_hold_activity;     /* GPU_AGENT_EXP_HOLD=activity */
     uint32_t exp_late_subscribe;    /* GPU_AGENT_EXP_SUBSCRIBE=late */
+    uint32_t exp_count_cycle;       /* GPU_AGENT_EXP_COUNT=cycle (bench/count_cycle.cpp) */
 };
 GA_HIDDEN extern ga_bench_config ga_bench;
 #define GA_EXP(field) (ga_bench.exp_##field)
@@ -325,6 +326,15 @@ GA_HIDDEN void ga_audit_mark(uint32_t correlation_id) noexcept;
 GA_HIDDEN bool ga_audit_in_window(uint32_t correlation_id) noexcept;
 GA_HIDDEN void ga_audit_tally(uint64_t kernel_id, uint64_t ns, bool in_window) noexcept;
 GA_HIDDEN void ga_audit_write(void) noexcept;
+/* count_cycle.cpp: a free count piece in a CUPTI cycle of its own */
+GA_HIDDEN void ga_exp_piece_plan(uint64_t start, uint64_t period_ns, uint64_t slot_ns, uint64_t window_lo,
+                                 uint64_t *rng) noexcept;
+GA_HIDDEN bool ga_exp_piece(uint64_t now_ns, uint64_t *next_edge_ns) noexcept;
+GA_HIDDEN void ga_exp_piece_started(uint64_t now_ns) noexcept;
+GA_HIDDEN bool ga_exp_piece_running(void) noexcept;
+GA_HIDDEN void ga_exp_piece_stopped(uint64_t now_ns) noexcept;
+GA_HIDDEN void ga_exp_piece_take(uint64_t *launches, uint64_t *ns) noexcept;
+GA_HIDDEN uint64_t ga_exp_pieces(void) noexcept;
 #else
 #define GA_EXP(field) 0u
 static inline bool ga_exp_toggled_off(uint64_t) noexcept { return false; }
@@ -333,6 +343,13 @@ static inline bool ga_audit_on(void) noexcept { return false; }
 static inline void ga_audit_init(void) noexcept {}
 static inline void ga_audit_mark(uint32_t) noexcept {}
 static inline bool ga_audit_in_window(uint32_t) noexcept { return true; }
+static inline void ga_exp_piece_plan(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t *) noexcept {}
+static inline bool ga_exp_piece(uint64_t, uint64_t *) noexcept { return false; }
+static inline void ga_exp_piece_started(uint64_t) noexcept {}
+static inline bool ga_exp_piece_running(void) noexcept { return false; }
+static inline void ga_exp_piece_stopped(uint64_t) noexcept {}
+static inline void ga_exp_piece_take(uint64_t *launches, uint64_t *ns) noexcept { *launches = *ns = 0; }
+static inline uint64_t ga_exp_pieces(void) noexcept { return 0; }
 static inline void ga_audit_tally(uint64_t, uint64_t, bool) noexcept {}
 static inline void ga_audit_write(void) noexcept {}
 #endif

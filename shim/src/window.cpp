@@ -83,6 +83,7 @@ static void new_period(uint64_t start, bool first) {
     g_slots = g_next_slots, g_slot_ns = g_next_slot_ns;
     draw_next(false);
     g_jitter_ns = ga_window_extrapolate && slot_ns() ? ga_splitmix64(&g_rng) % slot_ns() : 0;
+    ga_exp_piece_plan(start, period_ns(), slot_ns(), start + g_on_slot * slot_ns(), &g_rng);
     ga_weights_period_edge(first);
 }
 
@@ -166,7 +167,7 @@ int ga_window_phase(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
         return GA_PHASE_COUNT;
     }
     if (count_lo < *next_edge_ns) *next_edge_ns = count_lo;
-    return GA_PHASE_OFF;
+    return ga_exp_piece(now_ns, next_edge_ns) ? GA_PHASE_PIECE : GA_PHASE_OFF;
 }
 
 
@@ -200,6 +201,10 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
         if (tail > rest) tail = rest;
         rest -= tail;
         double win_rate = g_period_win_ns ? (double)in / (double)g_period_win_ns : 0;
+        uint64_t piece_n, piece_ns; /* GPU_AGENT_EXP_COUNT=cycle: pooled with the count phase */
+        ga_exp_piece_take(&piece_n, &piece_ns);
+        if (piece_ns >= 1000000 && g_count_ns)
+            g_rate = (double)(g_count_n + piece_n) / (double)(g_count_ns + piece_ns);
         double rate = g_rate >= 0 ? g_rate / (1.0 - ga_budget_count_bias(g_rate)) : win_rate;
         /* the window's time per launch (less its samples') without the callbacks' */
         double tail_rate = rate;

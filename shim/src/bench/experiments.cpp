@@ -66,6 +66,12 @@ void ga_bench_read_config(char *bad, size_t bad_size) noexcept {
         snprintf(what, sizeof(what), "GPU_AGENT_EXP_SUBSCRIBE=%s", sub);
         note(bad, bad_size, what);
     }
+    const char *count = getenv("GPU_AGENT_EXP_COUNT");
+    ga_bench.exp_count_cycle = count && !strcmp(count, "cycle");
+    if (count && *count && !ga_bench.exp_count_cycle && strcmp(count, "phase")) { /* phase: the default */
+        snprintf(what, sizeof(what), "GPU_AGENT_EXP_COUNT=%s", count);
+        note(bad, bad_size, what);
+    }
     const char *audit = getenv("GPU_AGENT_AUDIT_FILE");
     if (audit && *audit && ga_secure_exec()) {
         ga_log("GPU_AGENT_AUDIT_FILE ignored: a privileged (setuid) process takes no path from "
