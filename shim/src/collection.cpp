@@ -311,7 +311,10 @@ static CUptiResult apply_phase(uint64_t now, const char **what) {
         return set_collection(true, what);
     }
     if (g_phase == GA_PHASE_COUNT) {
-        if (g_cbids_on) return CUPTI_SUCCESS;
+        /* not while the last window's tail runs (a count phase in the slot after a
+         * window, before the next period's first): kernel activity is still on, and
+         * a second enable in the cycle would mix the records' ids (docs/estimator.md) */
+        if (g_cbids_on || g_tail_until) return CUPTI_SUCCESS;
         uint64_t t0 = ga_now_ns();
         CUptiResult r = set_launch_cbids(true);
         uint64_t on = ga_now_ns(); /* counting starts now, not at the poll's start */
