@@ -25,7 +25,7 @@ import statistics
 import subprocess
 
 from conftest import BENCH_SHIM, MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf
-from test_windows import KERNEL, kernel_totals
+from test_windows import KERNEL, kernel_totals, shim_exit_stats
 
 PERIOD = re.compile(r"period \(pid \d+\): ended at ([\d.]+) s \(CLOCK_MONOTONIC\) after ([\d.]+) ms; .*; "
                     r"(\d+) launches$", re.M)
@@ -47,28 +47,35 @@ def launches_between(trace: list[tuple[float, int]], lo: float, hi: float) -> fl
     return at(hi) - at(lo)
 
 
-def test_every_period_estimates_its_own_launches(tmp_path, built):
-    need_ebpf()
+def run_loop(tmp_path, *record_args: str, **env: str):
+    """The mock's closed loop (3.5 M launches, 4 us of work after each) under `gpu-agent
+    record --budget 2`: the record's stderr, the loop's own launches over time, each
+    period (start, end, estimate), the error of those wholly inside the loop, and the
+    run's true and estimated launches."""
     gt, out, trace_file = tmp_path / "truth.tsv", tmp_path / "p.pb.gz", tmp_path / "launches.txt"
-    env = mock_env(gt, GPU_AGENT_DEBUG="2", MOCK_CUPTI_CALLBACK_NS="150", MOCK_CUPTI_ACTIVITY_LAUNCH_NS="1500",
-                   MOCK_LAUNCH_TRACE=str(trace_file))
-    p = subprocess.run(agent_cmd("record", "--budget", "2", "-o", out, "--", MOCK_APP, "--paths", "cuLaunchKernel",
-                                 "--bench", "3500000", "--rate", "0", "--spin-ns", "4000"),
-                       env=env, capture_output=True, text=True, timeout=180)
+    e = mock_env(gt, GPU_AGENT_DEBUG="2", MOCK_CUPTI_CALLBACK_NS="150", MOCK_LAUNCH_TRACE=str(trace_file), **env)
+    p = subprocess.run(agent_cmd("record", "--budget", "2", *record_args, "-o", out, "--", MOCK_APP, "--paths",
+                                 "cuLaunchKernel", "--bench", "3500000", "--rate", "0", "--spin-ns", "4000"),
+                       env=e, capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stderr[-3000:]
     trace = [(float(t), int(n)) for t, n in (ln.split() for ln in trace_file.read_text().splitlines())]
     periods = [(float(a) - float(b) / 1e3, float(a), int(c)) for a, b, c in PERIOD.findall(p.stderr)]
-    assert len(periods) >= 3, p.stderr[-3000:]
-    # the second period, planned before any window was measured, is a steady one's length
-    assert periods[1][1] - periods[1][0] < 2.0, periods[:3]
     errors = [est / launches_between(trace, lo, hi) - 1 for lo, hi, est in periods
               if lo >= trace[0][0] and hi <= trace[-1][0]]
-    assert len(errors) >= 3, p.stderr[-3000:]
+    return p.stderr, trace, periods, errors, ground_truth(gt)[KERNEL][0], kernel_totals(out)[KERNEL][1]
+
+
+def test_every_period_estimates_its_own_launches(tmp_path, built):
+    need_ebpf()
+    err, trace, periods, errors, true, est = run_loop(tmp_path, MOCK_CUPTI_ACTIVITY_LAUNCH_NS="1500")
+    assert len(periods) >= 3, err[-3000:]
+    # the second period, planned before any window was measured, is a steady one's length
+    assert periods[1][1] - periods[1][0] < 2.0, periods[:3]
+    assert len(errors) >= 3, err[-3000:]
     assert statistics.median(abs(e) for e in errors) < 0.1, [round(e, 3) for e in errors]
     # the windows' launches were counted by their callbacks, record for record
-    m = re.search(r"exit \(pid \d+\): (\d+) launches collected, (\d+) kernel records", p.stderr)
-    assert m and abs(int(m[1]) - int(m[2])) <= int(m[2]) // 100, m and m.group(0)
-    true, est = ground_truth(gt)[KERNEL][0], kernel_totals(out)[KERNEL][1]
+    st = shim_exit_stats(err)
+    assert abs(st["launches"] - st["records"]) <= st["records"] // 100, st
     assert abs(est / true - 1) < 0.1, (est, true, [round(e, 3) for e in errors])
 
 
@@ -80,29 +87,17 @@ def test_a_free_count_piece_in_a_cycle_of_its_own(tmp_path, built):
     windows' launches must still be counted record for record, each free piece must
     count what the loop launched, and each period's estimate must stay on its own."""
     need_ebpf()
-    gt, out, trace_file = tmp_path / "truth.tsv", tmp_path / "p.pb.gz", tmp_path / "launches.txt"
-    env = mock_env(gt, GPU_AGENT_DEBUG="2", GPU_AGENT_EXP_COUNT="cycle", MOCK_CUPTI_CALLBACK_NS="150",
-                   MOCK_LAUNCH_TRACE=str(trace_file))
-    p = subprocess.run(agent_cmd("record", "--budget", "2", "--shim", BENCH_SHIM, "-o", out, "--", MOCK_APP,
-                                 "--paths", "cuLaunchKernel", "--bench", "3500000", "--rate", "0", "--spin-ns", "4000"),
-                       env=env, capture_output=True, text=True, timeout=180)
-    assert p.returncode == 0, p.stderr[-3000:]
-    trace = [(float(t), int(n)) for t, n in (ln.split() for ln in trace_file.read_text().splitlines())]
+    err, trace, periods, errors, true, est = run_loop(tmp_path, "--shim", str(BENCH_SHIM),
+                                                      GPU_AGENT_EXP_COUNT="cycle")
     pieces = [(float(t0), float(t0) + float(ms) / 1e3, int(n)) for t0, ms, n in re.findall(
-        r"free count piece \(pid \d+\): from ([\d.]+) s \(CLOCK_MONOTONIC\) for ([\d.]+) ms: (\d+) launches", p.stderr)]
+        r"free count piece \(pid \d+\): from ([\d.]+) s \(CLOCK_MONOTONIC\) for ([\d.]+) ms: (\d+) launches", err)]
     inside = [(lo, hi, n) for lo, hi, n in pieces if lo >= trace[0][0] and hi <= trace[-1][0]]
-    assert len(inside) >= 2, p.stderr[-3000:]
+    assert len(inside) >= 2, err[-3000:]
     for lo, hi, n in inside:  # the piece's callbacks fired: it counted what the loop launched
         assert abs(n / launches_between(trace, lo, hi) - 1) < 0.2, (lo, hi, n, launches_between(trace, lo, hi))
-    windows = int(re.search(r"exit \(pid \d+\): \d+ launches collected, \d+ kernel records \(\d+ lost by CUPTI\), "
-                            r"(\d+) windows", p.stderr)[1])
-    teardowns = int(re.search(r"teardowns \(pid \d+\): (\d+)", p.stderr)[1])
-    assert teardowns >= windows + len(pieces) - 1, (teardowns, windows, len(pieces))
-    m = re.search(r"exit \(pid \d+\): (\d+) launches collected, (\d+) kernel records", p.stderr)
-    assert abs(int(m[1]) - int(m[2])) <= int(m[2]) // 100, m.group(0)
-    periods = [(float(a) - float(b) / 1e3, float(a), int(c)) for a, b, c in PERIOD.findall(p.stderr)]
-    errors = [est / launches_between(trace, lo, hi) - 1 for lo, hi, est in periods
-              if lo >= trace[0][0] and hi <= trace[-1][0]]
+    st = shim_exit_stats(err)
+    teardowns = int(re.search(r"teardowns \(pid \d+\): (\d+)", err)[1])
+    assert teardowns >= st["windows"] + len(pieces) - 1, (teardowns, st["windows"], len(pieces))
+    assert abs(st["launches"] - st["records"]) <= st["records"] // 100, st
     assert errors and statistics.median(abs(e) for e in errors) < 0.1, [round(e, 3) for e in errors]
-    true, est = ground_truth(gt)[KERNEL][0], kernel_totals(out)[KERNEL][1]
     assert abs(est / true - 1) < 0.1, (est, true)
