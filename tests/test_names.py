@@ -50,7 +50,30 @@ def test_finished_names_are_bounded_in_bytes_oldest_first(monkeypatch):
     monkeypatch.setattr(N, "MAX_NAME_BYTES", 64 * 1024)
     kn = N.KernelNames({})
     made = [b"_Z%05d" % i + b"k" * 1000 for i in range(200)]  # 200 KB of names
-    for name in made:
+    for i, name in enumerate(made):
         feed(kn, C.kernel_id(name), name)
+        if i % 10 == 9:  # drains go by, and no record uses them
+            kn.drained([])
     assert kn._bytes <= 64 * 1024 and kn.counts["drop_names_evicted"] == 200 - len(kn)
     assert C.kernel_id(made[-1]) in kn and C.kernel_id(made[0]) not in kn
+
+
+def test_a_name_in_use_is_never_pushed_out_a_new_one_is_refused_instead(monkeypatch):
+    """A flood past the bound while the agent is too busy to drain: the name that the
+    last drain used stays, and the flood's newest names are refused (counted); once
+    two drain periods pass without its use, it goes first."""
+    monkeypatch.setattr(N, "MAX_NAME_BYTES", 64 * 1024)
+    kn = N.KernelNames({})
+    used = b"_Z4usedv" + b"u" * 1000
+    feed(kn, C.kernel_id(used), used)
+    kn.drained([C.kernel_id(used)])
+    flood = [b"_Z%05d" % i + b"k" * 1000 for i in range(200)]
+    for name in flood:
+        feed(kn, C.kernel_id(name), name)
+    assert C.kernel_id(used) in kn and kn._bytes <= 64 * 1024
+    assert kn.counts["drop_names_evicted"] == 201 - len(kn)
+    assert C.kernel_id(flood[0]) in kn and C.kernel_id(flood[-1]) not in kn
+    kn.drained([])
+    kn.drained([])
+    feed(kn, C.kernel_id(flood[-1]), flood[-1])
+    assert C.kernel_id(used) not in kn and C.kernel_id(flood[-1]) in kn

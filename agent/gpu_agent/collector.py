@@ -165,6 +165,7 @@ class Collector:
         self._apply_late_exits()
         self.session.poll(0)
         d = self.session.drain()
+        self.session.names.drained({k.kernel_id for k in d.totals})
         self._after_drain = True
         try:
             self.session.poll(0)

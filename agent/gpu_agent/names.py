@@ -11,8 +11,11 @@ chunk is hostile until proven otherwise:
   BPF derives from the process and the name's address (gpu_agent_parcagpu.h) and
   whose chunks only BPF flags unverified: no other process can reach those ids;
 - unfinished names are bounded in bytes and in number, and finished ones in bytes:
-  the least recently used go first (a flood of names that no kernel record uses
-  pushes out no name that the profiles use), and every eviction is counted.
+  the least recently used go first, and every eviction is counted. A name that a
+  drain or a profile used in the current or the last drain period is never pushed
+  out: past the bound, the new name is refused instead (counted the same way). So
+  a flood of names that no kernel record uses pushes out no name that the profiles
+  use, even while the agent is too busy to drain.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ class KernelNames(Mapping[int, bytes]):
 
     def __init__(self, counts: dict[str, int]):
         self._names: OrderedDict[int, bytes] = OrderedDict()
+        self._used: dict[int, int] = {}  # kernel_id -> drain period it was last used in
+        self._period = 0
         self._bytes = 0
         self._pending: OrderedDict[int, _Pending] = OrderedDict()
         self._pending_bytes = 0
@@ -67,7 +72,15 @@ class KernelNames(Mapping[int, bytes]):
         name = self._names.get(kernel_id)
         if name is not None:
             self._names.move_to_end(kernel_id)
+            self._used[kernel_id] = self._period
         return name
+
+    def drained(self, kernel_ids) -> None:
+        """A drain read records of these kernels: their names are used now, and a
+        drain period ends."""
+        for kernel_id in kernel_ids:
+            self.lookup(kernel_id)
+        self._period += 1
 
     @property
     def pending(self) -> int:
@@ -110,12 +123,19 @@ class KernelNames(Mapping[int, bytes]):
             self.counts["drop_name_spoofed"] += 1
             return
         self._names[kernel_id] = name
+        self._used[kernel_id] = self._period
         self._bytes += len(name)
         self.counts["names_complete"] += 1
         while self._bytes > MAX_NAME_BYTES and self._names:
-            _, old = self._names.popitem(last=False)
-            self._bytes -= len(old)
+            # Oldest first: the order is by last use, so if the oldest is in use, all are.
+            oldest = next(iter(self._names))
+            if self._used[oldest] >= self._period - 1:
+                oldest = kernel_id  # all in use: the new name goes
+            self._bytes -= len(self._names.pop(oldest))
+            del self._used[oldest]
             self.counts["drop_names_evicted"] += 1
+            if oldest == kernel_id:
+                break
 
     def _drop_pending(self, kernel_id: int) -> None:
         p = self._pending.pop(kernel_id, None)

@@ -129,8 +129,8 @@ class Honest:
             if s.labels.get("pid") == str(self.proc.pid):
                 ns[s.system_names[0]] += s.values[0]
                 n[s.system_names[0]] += s.values[1]
-        assert dict(n) == {k: v[0] for k, v in truth.items()}
-        assert dict(ns) == {k: v[1] for k, v in truth.items()}
+        assert dict(n) == {k: v[0] for k, v in truth.items()}, f"launches {dict(n)} != truth {truth}"
+        assert dict(ns) == {k: v[1] for k, v in truth.items()}, f"GPU ns {dict(ns)} != truth {truth}"
 
 
 @pytest.fixture
