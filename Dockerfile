@@ -42,7 +42,7 @@ RUN for v in 12 13; do \
  && ls -l /out/cuda12/libgpu_agent_shim.so /out/cuda13/libgpu_agent_shim.so
 
 # ---------------------------------------------------------------- web UI bundle (build time only)
-# d3-flame-graph and its parts, pinned by ui/package-lock.json, bundled by `make ui` into
+# d3-flame-graph and its parts, pinned by agent/gpu_agent/ui/bundle/package-lock.json, bundled by `make ui` into
 # one offline script with its licenses (docs/ui.md); node never reaches the runtime image.
 FROM ${BASE_IMAGE} AS ui
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -52,7 +52,7 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Makefile ./
-COPY ui/ ui/
+COPY agent/gpu_agent/ui/bundle/ agent/gpu_agent/ui/bundle/
 RUN make --no-print-directory ui && ls -l agent/gpu_agent/ui/static/vendor/
 
 # ---------------------------------------------------------------- wheel (agent + native parts)

@@ -92,23 +92,24 @@ $(BUILD) $(MOCK):
 	mkdir -p $@
 
 # The web UI's third-party code (d3-flame-graph and the d3 modules it imports), pinned
-# by ui/package-lock.json, bundled by esbuild into one offline script inside the package
+# by agent/gpu_agent/ui/bundle/package-lock.json, bundled by esbuild into one offline script inside the package
 # (so `pip wheel .` carries it), with the licenses of everything bundled. Needs node and
 # npm (deploy/install-deps.sh); the agent serves it with no network (docs/ui.md).
 UI_VENDOR := agent/gpu_agent/ui/static/vendor
 UI_BUNDLE := $(UI_VENDOR)/flamegraph.js
+UI_NPM := agent/gpu_agent/ui/bundle
 .PHONY: ui
 all: ui
 ui: $(UI_BUNDLE)
 
-$(UI_BUNDLE): ui/package.json ui/package-lock.json ui/src/vendor.js
-	cd ui && npm ci --no-audit --no-fund --loglevel=error
+$(UI_BUNDLE): $(UI_NPM)/package.json $(UI_NPM)/package-lock.json $(UI_NPM)/vendor.js
+	cd $(UI_NPM) && npm ci --no-audit --no-fund --loglevel=error
 	mkdir -p $(UI_VENDOR)
-	ui/node_modules/.bin/esbuild ui/src/vendor.js --bundle --minify --format=iife --target=es2020 \
+	$(UI_NPM)/node_modules/.bin/esbuild $(UI_NPM)/vendor.js --bundle --minify --format=iife --target=es2020 \
 	    --legal-comments=eof --log-level=warning --outfile=$@
-	cd ui && for d in $$(npm ls --omit=dev --all --parseable | tail -n +2 | sort -u); do \
+	cd $(UI_NPM) && for d in $$(npm ls --omit=dev --all --parseable | tail -n +2 | sort -u); do \
 	    echo "==== $$(node -p "p=require('$$d/package.json'); p.name+'@'+p.version+' ('+p.license+')'") ===="; \
-	    cat "$$d"/LICENSE* || exit 1; echo; done > ../$(UI_VENDOR)/THIRD_PARTY_LICENSES.txt
+	    cat "$$d"/LICENSE* || exit 1; echo; done > $(CURDIR)/$(UI_VENDOR)/THIRD_PARTY_LICENSES.txt
 
 # Test-only third-party trace viewers (speedscope), pinned by tests/viewers/package-lock.json:
 # tests/test_trace_viewers.py opens the Chrome JSON trace in them in headless Chromium.
