@@ -1,4 +1,4 @@
-"""Cost of Python unwinding at a sampled launch (docs/benchmarks-history.md, "Python unwinding").
+"""Cost of Python unwinding at a sampled launch.
 
 One agent (a Collector with the real BPF program) watches; every launch is
 sampled (GPU_AGENT_SAMPLE_PERIOD=1) so a launch's cost *is* the sampled-launch

@@ -1,8 +1,9 @@
-"""Shared fixtures: the built parts, the mock CUDA environment, and the real agent CLI."""
+"""Shared fixtures: the built parts, the probe firer, one headless Chromium. Plain
+helpers live in tests/support/, which every test module imports from (never from
+here or from another test module)."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -10,8 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from support.env import (BENCH_SHIM, BUILD, MOCK_APP, MOCK_DIR, REPO, SHIM, agent_cmd,  # noqa: E402,F401
-                         ground_truth, list_paths, mock_env, need_ebpf, shim_without_cbid)
+from support.env import MOCK_APP, MOCK_DIR, SHIM, need_ebpf  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -31,14 +31,23 @@ def firer(tmp_path_factory):
     return firer_script.build(tmp_path_factory.mktemp("firer"))
 
 
-def fire_into(collector, exe: Path, script: Path, kernels: int, timeout: float = 5.0) -> None:
-    """Runs the firer's script and waits until BPF has aggregated `kernels` records.
-    Nothing polls the ring buffer meanwhile: what the collector makes of queued
-    events is part of what the callers test."""
-    import time
-    p = subprocess.run([str(exe), str(script)], capture_output=True, text=True, timeout=30)
-    assert p.returncode == 0, p.stderr
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and collector.session.counters()["kernels"] < kernels:
-        time.sleep(0.05)
+# One headless Chromium per module (tests/support/ui.py launches Debian's).
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        from support.ui import launch_browser
+        b = launch_browser(p)
+        yield b
+        b.close()
 
+
+@pytest.fixture
+def page(browser):
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = ctx.new_page()
+    errors = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    yield pg
+    ctx.close()
+    assert not errors, errors

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import need_ebpf
+from support.env import need_ebpf
 from gpu_agent import contract as C
 from gpu_agent import stapsdt
 from gpu_agent.bpf_session import BpfSession

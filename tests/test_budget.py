@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 import subprocess
 
-from conftest import MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf
-from test_windows import KERNEL, kernel_totals
+from support.env import MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf
+from support.windows import KERNEL, kernel_totals
 
 PLAN = re.compile(r"budget \(pid \d+\): ([\d.]+) % asked; last plan one (\d+) ms window every ([\d.]+) s, "
                   r"estimated cost ([\d.]+) % \(fixed ([\d.]+) ms a window: switches [\d.]+ ms, the first window's "

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MOCK_APP, REPO, agent_cmd, ground_truth, mock_env, need_ebpf
+from support.env import MOCK_APP, REPO, agent_cmd, ground_truth, mock_env, need_ebpf
 from support.pprof_tool import raw
 from support.probes import check_shim_notes
 

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import agent_cmd, need_ebpf
+from support.env import agent_cmd, need_ebpf
 from support.cli import one_line_error
 
 
@@ -141,7 +141,7 @@ def test_a_short_records_duration_is_the_commands(tmp_path):
     import gzip
     import time
 
-    from conftest import MOCK_APP, mock_env
+    from support.env import MOCK_APP, mock_env
     from gpu_agent.proto import profile_pb2
     need_ebpf()
     out = tmp_path / "x.pb.gz"

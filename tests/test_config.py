@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MOCK_APP, SHIM, agent_cmd, mock_env
+from support.env import MOCK_APP, SHIM, agent_cmd, mock_env
 from gpu_agent import cli, config
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MOCK_APP, SHIM, mock_env, need_ebpf
+from support.env import MOCK_APP, SHIM, mock_env, need_ebpf
 from support.agent import Agent
 
 

@@ -7,7 +7,7 @@ from collections import defaultdict
 
 import pytest
 
-from conftest import (MOCK_APP, SHIM, agent_cmd, ground_truth, list_paths, mock_env,
+from support.env import (MOCK_APP, SHIM, agent_cmd, ground_truth, list_paths, mock_env,
                       need_ebpf, shim_without_cbid)
 from support.pprof_tool import raw, top
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MOCK_DIR, SHIM, agent_cmd, ground_truth, mock_env, need_ebpf
+from support.env import MOCK_DIR, SHIM, agent_cmd, ground_truth, mock_env, need_ebpf
 from gpu_agent import contract as C
 from gpu_agent.bpf_session import BpfSession
 from gpu_agent.estimator import AggKey

@@ -29,7 +29,7 @@ import subprocess
 
 import pytest
 
-from conftest import MOCK_APP, MOCK_DIR, REPO
+from support.env import MOCK_APP, MOCK_DIR, REPO
 from support.env import private_shim
 
 LAUNCHES = 20_000

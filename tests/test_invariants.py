@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from conftest import fire_into
+from support.firing import fire_into
 from gpu_agent import contract as C
 from gpu_agent.collector import Collector
 from gpu_agent.commands.common import status_line

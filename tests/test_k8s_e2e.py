@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MOCK_APP, SHIM, agent_cmd, mock_env, need_ebpf
+from support.env import MOCK_APP, SHIM, agent_cmd, mock_env, need_ebpf
 from support.pprof_tool import raw
 
 CG = Path("/sys/fs/cgroup")

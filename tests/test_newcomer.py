@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from conftest import REPO, need_ebpf
+from support.env import REPO, need_ebpf
 
 
 def test_make_demo_profiles_the_mock_without_a_gpu(tmp_path):

@@ -171,7 +171,7 @@ def test_parcagpu_pc_samples_under_their_kernels_stacks_with_lines(agent, tmp_pa
     kernel ids are its name strings' addresses), with the real cubin's source line
     and its stall reason, in exact numbers; bad batches are counted, not read, and
     its errors logged once."""
-    from test_pcsampling import DATA, HOT, KERNEL_NS, PCS, PERIOD, nvdisasm_lines, per_launch
+    from support.pcsampling import DATA, HOT, KERNEL_NS, PCS, PERIOD, nvdisasm_lines, per_launch
     lib = build_pglike(tmp_path / "pg")
     iters = 100
     pcs = ",".join(f"{pc:#x}:{w}" for pc, w in PCS.items())

@@ -24,8 +24,8 @@ import re
 import statistics
 import subprocess
 
-from conftest import BENCH_SHIM, MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf
-from test_windows import KERNEL, kernel_totals, shim_exit_stats
+from support.env import BENCH_SHIM, MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf
+from support.windows import KERNEL, kernel_totals, shim_exit_stats
 
 PERIOD = re.compile(r"period \(pid \d+\): ended at ([\d.]+) s \(CLOCK_MONOTONIC\) after ([\d.]+) ms; .*; "
                     r"(\d+) launches$", re.M)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import agent_cmd, mock_env, need_ebpf
+from support.env import agent_cmd, mock_env, need_ebpf
 from support.interpreters import SUPPORTED, TOO_OLD
 from support.pprof_tool import pprof, raw
 

@@ -28,7 +28,7 @@ import shutil
 import socket
 import subprocess
 
-from conftest import MOCK_DIR, REPO, need_ebpf
+from support.env import MOCK_DIR, REPO, need_ebpf
 from support.pprof_tool import raw
 from support.ui import Ui, http_get
 

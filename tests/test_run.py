@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import MOCK_APP, SHIM, agent_cmd, mock_env, need_ebpf
+from support.env import MOCK_APP, SHIM, agent_cmd, mock_env, need_ebpf
 from support.agent import Agent
 from support.env import private_shim
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BENCH_SHIM, shim_without_cbid
+from support.env import BENCH_SHIM, shim_without_cbid
 
 REPO = Path(__file__).resolve().parent.parent
 SHIM = REPO / "build" / "libgpu_agent_shim.so"

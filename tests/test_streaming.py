@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MOCK_APP, SHIM, agent_cmd, ground_truth, mock_env, need_ebpf
+from support.env import MOCK_APP, SHIM, agent_cmd, ground_truth, mock_env, need_ebpf
 from support.grpc_backends import Backend, free_port
 from support.pprof_tool import raw
 

@@ -21,8 +21,8 @@ import subprocess
 import sys
 import textwrap
 
-from conftest import BENCH_SHIM, MOCK_APP, MOCK_DIR, agent_cmd, ground_truth, mock_env, need_ebpf
-from test_windows import KERNEL, kernel_totals, shim_exit_stats
+from support.env import BENCH_SHIM, MOCK_APP, MOCK_DIR, agent_cmd, ground_truth, mock_env, need_ebpf
+from support.windows import KERNEL, kernel_totals, shim_exit_stats
 
 RESIDUAL = re.compile(r"mock libcuda: (\d+) kernels ran with CUPTI's residual")
 TEARDOWNS = re.compile(r"teardowns \(pid \d+\): (\d+), finalize mean [\d.]+ max [\d.]+ ms, (\d+) waited "

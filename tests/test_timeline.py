@@ -9,7 +9,7 @@ import subprocess
 import time
 from collections import defaultdict
 
-from conftest import MOCK_APP, MOCK_DIR, REPO, SHIM, agent_cmd, ground_truth, mock_env, need_ebpf
+from support.env import MOCK_APP, MOCK_DIR, REPO, SHIM, agent_cmd, ground_truth, mock_env, need_ebpf
 from support.agent import Agent
 from support.peak import peak_mib_until_exit
 from support.pprof_tool import raw

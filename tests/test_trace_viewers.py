@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MOCK_DIR, REPO, agent_cmd, mock_env, need_ebpf
+from support.env import MOCK_DIR, REPO, agent_cmd, mock_env, need_ebpf
 from support.ui import launch_browser
 
 SPEEDSCOPE = REPO / "tests" / "viewers" / "node_modules" / "speedscope"

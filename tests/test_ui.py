@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MOCK_APP, REPO, agent_cmd, mock_env, need_ebpf
+from support.env import MOCK_APP, REPO, agent_cmd, mock_env, need_ebpf
 from support.agent import Agent
 from support.env import private_shim
 from support.pprof_tool import pprof, raw
-from support.ui import (Ui, free_port, frame_fill, http_get, hue, launch_browser, rgb, root_total,
-                        screenshot_colours, wait_counter, counter)
+from support.ui import (Ui, counter, frame_fill, free_port, http_get, hue, open_range, rerendered,
+                        rgb, root_total, screenshot_colours, wait_counter)
 
 CU = "k_cuLaunchKernel(float*, int)"
 RT = "k_cudaLaunchKernel(float*, int)"
@@ -94,26 +94,6 @@ def ui(store):
     u.stop()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        b = launch_browser(p)
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def page(browser):
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
-    pg = ctx.new_page()
-    errors = []
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    yield pg
-    ctx.close()
-    assert not errors, errors
-
-
 def pprof_totals(files, pid: str | None = None, value: int = 0) -> dict:
     """Go pprof's reading of the files: the total of one sample value (0: GPU ns,
     1: launches), and that value per leaf (kernel)."""
@@ -125,24 +105,6 @@ def pprof_totals(files, pid: str | None = None, value: int = 0) -> dict:
             total += s.values[value]
             by_leaf[s.frames[0]] += s.values[value]
     return {"total": total, "leaf": dict(by_leaf)}
-
-
-def open_range(page, ui, frm: int, to: int) -> None:
-    """Opens the UI, then chooses the range by typing it, as a user does (whole
-    seconds: each phase ends in idle seconds, so no window is cut off)."""
-    page.goto(ui.url)
-    wait_counter(page, "renders", 0)
-    seen = counter(page, "renders")
-    page.fill("#from", page.evaluate(f"fmtTime({frm})"))
-    page.fill("#to", page.evaluate(f"fmtTime({to})"))
-    page.click("#apply-range")
-    wait_counter(page, "renders", seen)
-
-
-def rerendered(page, action) -> None:
-    seen = counter(page, "renders")
-    action()
-    wait_counter(page, "renders", seen)
 
 
 def test_chosen_range_totals_what_go_pprof_reads(store, ui, page):

@@ -9,11 +9,8 @@ import time
 
 from support.pprof_tool import raw
 from support.ui import Ui, root_total
-from test_pcsampling import PERIOD, record
-import test_ui
-from test_ui import open_range, rerendered
-
-browser, page = test_ui.browser, test_ui.page  # its fixtures: one headless Chromium
+from support.pcsampling import PERIOD, record
+from support.ui import open_range, rerendered
 
 
 def test_pc_samples_are_a_value_of_the_flame_graph_top_table_and_download(tmp_path, page, built):

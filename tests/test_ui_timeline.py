@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import MOCK_APP, REPO, agent_cmd, mock_env, need_ebpf
+from support.env import MOCK_APP, REPO, agent_cmd, mock_env, need_ebpf
 from support.perfetto_read import read_perfetto
 from support.ui import Ui, counter, http_get, launch_browser, wait_counter
 

@@ -24,17 +24,13 @@ import sys
 
 import pytest
 
-from conftest import (BENCH_SHIM, MOCK_APP, REPO, agent_cmd, ground_truth, mock_env, need_ebpf,
+from support.env import (BENCH_SHIM, MOCK_APP, REPO, agent_cmd, ground_truth, mock_env, need_ebpf,
                       shim_without_cbid)
 from support.pprof_tool import raw
+from support.windows import KERNEL, kernel_totals, shim_exit_stats
 
 from gpu_agent.audit import audit_rows
 
-KERNEL = "_Z16k_cuLaunchKernelPfi"
-# The tests of the weights that count every launch (launch callbacks on between
-# windows): GPU_AGENT_TEARDOWN=0. By default CUPTI is torn down after every
-# window and the launches between windows are extrapolated from a count phase
-# (tests/test_teardown.py).
 COUNTED = {"GPU_AGENT_TEARDOWN": "0"}
 N = 5
 # 3 s, 30 periods of 5 x 20 ms slots; launched in blocks of 1000 every 5 ms, so
@@ -55,25 +51,6 @@ def record(tmp_path, *mock_args, shim=None, launches=LAUNCHES, rate=RATE, **env)
     assert all(s.labels.get("gpu_time_estimated") == "true"
                for s in raw(out) if s.files and s.files[0] == "CUDA_KERNEL")
     return kernel_totals(out), ground_truth(gt), p.stderr
-
-
-def kernel_totals(profile) -> dict[str, list[int]]:
-    """mangled kernel name -> [gpu_ns, launches], read by Go pprof."""
-    prof: dict[str, list[int]] = {}
-    for s in raw(profile):
-        if s.files and s.files[0] == "CUDA_KERNEL":
-            acc = prof.setdefault(s.system_names[0] or s.frames[0], [0, 0])
-            acc[0] += s.values[0]
-            acc[1] += s.values[1]
-    return prof
-
-
-def shim_exit_stats(stderr: str) -> dict[str, int]:
-    m = re.search(r"exit \(pid \d+\): (\d+) launches collected, (\d+) kernel records "
-                  r"\(\d+ lost by CUPTI\), (\d+) windows"
-                  r".*, (\d+) records of unseen launches", stderr)
-    assert m, stderr[-2000:]
-    return dict(zip(("launches", "records", "windows", "unseen"), map(int, m.groups())))
 
 
 def test_audit_estimate_lands_on_the_full_trace_of_the_same_run(tmp_path, built):
@@ -233,8 +210,7 @@ def test_a_job_whose_launch_rate_changes_is_weighed_period_by_period(tmp_path, b
 
 def test_records_completing_periods_after_their_launch_keep_their_periods_weight(tmp_path, built):
     """On a GPU-bound device a window's records complete tens of ms after its
-    launches, often after its period ended (docs/benchmarks-history.md section 9, the torch
-    graph replay). Each record must weigh its own launch's period: with gaps in
+    launches, often after its period ended (a torch graph replay on an H200). Each record must weigh its own launch's period: with gaps in
     the launching, a window that falls in a gap holds few launches and so weighs
     a lot, and the previous window's late records must not take that weight.
     Mock: records available 150 ms (1.5 periods) after their launch, 40 ms
@@ -274,7 +250,7 @@ def test_the_last_periods_launches_join_the_window_before_them(tmp_path, built):
     for this). Runs of 1.05 s against 1 s periods (N = 50): the second period's
     window has opened at the exit in only about 1 run in 20, so its 5 % of the
     launches are joined. Before this rule they were dropped: -3.1 % on a 4 s
-    eager run on an H200 (docs/benchmarks-history.md section 11); here the estimate
+    eager run on an H200; here the estimate
     alone lands on the truth."""
     need_ebpf()
     joined_runs = 0

@@ -85,7 +85,7 @@ typedef CUpti_ActivityKernel9 ga_activity_kernel_t;
 
 /* ---- kernels whose windowed records had no launch callback ----
  * A few slots, first come: enough to name the launch path a device misses
- * (docs/benchmarks-history.md section 10: eager MLP's cuBLAS launches). */
+ * (on an H200: eager MLP's cuBLAS launches). */
 #define UNSEEN_SLOTS 4
 static std::atomic<uint64_t> unseen_id[UNSEEN_SLOTS], unseen_n[UNSEEN_SLOTS];
 std::atomic<uint64_t> ga_stat_unseen;

@@ -106,8 +106,7 @@ void ga_collect_down(bool activity, bool subscribed) noexcept {
  * runtime domain on top cost eager PyTorch about 2 points (+3.4 % against +1.3 %,
  * medians of four in-process A/B runs each), and its per-thread
  * deduplication miscounted CUDA 13's launches (in-window launch counts 1.4-2.2x
- * the kernel records, against 1.0006x with the driver domain alone):
- * docs/benchmarks-history.md section 10. */
+ * the kernel records, against 1.0006x with the driver domain alone). */
 static CUptiResult set_launch_cbids(bool on, bool keep_graphs) {
     for (unsigned i = 0; i < ga_launch_cbid_count; i++) {
         const ga_launch_cbid *e = &ga_launch_cbids[i];

@@ -14,7 +14,7 @@ bool ga_window_period_ended; /* set at a period's end; the poller releases its r
  * A windowed record stands for N records (one slot in N is a window) only if
  * windows cost nothing. They do not: CUPTI activity costs CPU per launch, so a
  * launch-bound loop launches more slowly inside windows, and weighting by N ran
- * 7-17 % low on an H200 (docs/benchmarks-history.md section 7). So the launch callbacks
+ * 7-17 % low on an H200. So the launch callbacks
  * stay on between windows and count every launch (ga_launch_seq), the windows'
  * own launches are counted too (ga_stat_launches), and the records of the
  * window of period p weigh
@@ -50,8 +50,8 @@ static uint32_t g_last_q;
  * period whose window saw none can still join it. Above all at an exit or a
  * detach: the partial last period's window has often not opened yet, and its
  * launches (up to one period, 200 ms at the defaults) had no record to stand
- * for them; on an H200 that lost 3.1 % of a 4 s eager run's launches
- * (docs/benchmarks-history.md section 11). Seq 0: none. */
+ * for them; on an H200 that lost 3.1 % of a 4 s eager run's launches.
+ * Seq 0: none. */
 static uint32_t g_pend_seq;
 static uint64_t g_pend_all, g_pend_in;
 std::atomic<uint64_t> ga_stat_joined; /* launches given to the pending period (counter 28) */

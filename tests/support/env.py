@@ -1,7 +1,5 @@
 """The tests' plain helpers (no fixtures): where the built parts are, the mock
-CUDA environment, the real agent CLI. tests/conftest.py re-exports them; code
-under tests/support and tests/faults imports them from here, because a second
-conftest.py shadows the name `conftest`."""
+CUDA environment, the real agent CLI. Every test module imports them from here."""
 
 from __future__ import annotations
 

@@ -142,3 +142,21 @@ _COUNT_COLOURS = """async (b64) => {
 
 def screenshot_colours(page, png: bytes) -> dict:
     return page.evaluate(_COUNT_COLOURS, base64.b64encode(png).decode())
+
+
+def open_range(page, ui, frm: int, to: int) -> None:
+    """Opens the UI, then chooses the range by typing it, as a user does (whole
+    seconds: each phase ends in idle seconds, so no window is cut off)."""
+    page.goto(ui.url)
+    wait_counter(page, "renders", 0)
+    seen = counter(page, "renders")
+    page.fill("#from", page.evaluate(f"fmtTime({frm})"))
+    page.fill("#to", page.evaluate(f"fmtTime({to})"))
+    page.click("#apply-range")
+    wait_counter(page, "renders", seen)
+
+
+def rerendered(page, action) -> None:
+    seen = counter(page, "renders")
+    action()
+    wait_counter(page, "renders", seen)

@@ -1,0 +1,33 @@
+"""What the shim's collection windows leave for the tests to read: a profile's
+per-kernel totals and the shim's exit line."""
+
+from __future__ import annotations
+
+import re
+
+from support.pprof_tool import raw
+
+KERNEL = "_Z16k_cuLaunchKernelPfi"
+# The tests of the weights that count every launch (launch callbacks on between
+# windows): GPU_AGENT_TEARDOWN=0. By default CUPTI is torn down after every
+# window and the launches between windows are extrapolated from a count phase
+# (tests/test_teardown.py).
+
+
+def kernel_totals(profile) -> dict[str, list[int]]:
+    """mangled kernel name -> [gpu_ns, launches], read by Go pprof."""
+    prof: dict[str, list[int]] = {}
+    for s in raw(profile):
+        if s.files and s.files[0] == "CUDA_KERNEL":
+            acc = prof.setdefault(s.system_names[0] or s.frames[0], [0, 0])
+            acc[0] += s.values[0]
+            acc[1] += s.values[1]
+    return prof
+
+
+def shim_exit_stats(stderr: str) -> dict[str, int]:
+    m = re.search(r"exit \(pid \d+\): (\d+) launches collected, (\d+) kernel records "
+                  r"\(\d+ lost by CUPTI\), (\d+) windows"
+                  r".*, (\d+) records of unseen launches", stderr)
+    assert m, stderr[-2000:]
+    return dict(zip(("launches", "records", "windows", "unseen"), map(int, m.groups())))
