@@ -1,6 +1,8 @@
 # gpu-agent build. Never calls sudo: run as root where root is needed.
 #   make            build the shim, the mock CUDA stack and the Python venv
 #   make test       build, then run the test suite (needs root, bcc, Go pprof)
+#   make unit       the tests that need neither eBPF nor a GPU (about a minute)
+#   make lint       ruff on the Python; the shim and the mock with -Werror
 #   make run        build, then start `gpu-agent run` system-wide into ./profiles/
 #   make bench      CPU-cost benchmark on the mock stack (figures, not a test)
 
@@ -33,7 +35,7 @@ MOCK_LIBS := $(MOCK)/libcuda.so.1 $(MOCK)/libcudart.so.13 $(MOCK)/libcupti.so.13
 MOCK_APP  := $(MOCK)/mock_workload
 MOCK_GRAPH_APP := $(MOCK)/graph_workload
 
-.PHONY: all shim shim-bench mock venv test run bench clean check-cuda-headers proto deps deps-check install demo
+.PHONY: all shim shim-bench mock venv test unit lint run bench clean check-cuda-headers proto deps deps-check install demo
 
 all: shim shim-bench mock venv
 
@@ -146,6 +148,22 @@ test: deps-check
 	$(MAKE) all $(PPROF)
 	$(MAKE) test-viewers
 	$(VPY) -m pytest -q -rs tests
+
+unit: all $(PPROF)
+	$(VPY) -m pytest -q -rs -m unit tests
+
+# ruff (pyproject.toml's [tool.ruff]) on every Python file; the shim (with the benchmark
+# build's sources) against the CUDA 13 and, where installed, CUDA 12 headers, and the
+# mock's sources, all with -Werror on top of the build's warnings and suppressions.
+LINT_CUDA_INCS := $(CUDA_INC) $(wildcard /opt/gpu-agent-cuda12/include)
+lint: venv
+	$(VPY) -m ruff check agent tests bench
+	@mkdir -p $(BUILD)/lint
+	@set -e; for inc in $(LINT_CUDA_INCS); do \
+	    echo "lint: shim against $$inc"; \
+	    $(subst $(CUDA_INC),$$inc,$(SHIM_CXX)) -Werror -DGA_BENCH_BUILD=1 -o $(BUILD)/lint/shim.so \
+	        $(SHIM_SRCS) $(SHIM_BENCH_SRCS) -ldl -lpthread; done
+	for f in shim/mock/*.c; do $(CC) $(CFLAGS_COMMON) -Werror -c -o $(BUILD)/lint/mock.o $$f || exit 1; done
 
 run: deps-check
 	$(MAKE) all

@@ -7,9 +7,10 @@ on it and times what the page asks for when it opens a 1 h range: the interval
 chart of the hour, and the merged range (flame graph, top table, filter menus).
 
 Just started: a fresh server, nothing decoded yet (every file of the hour is read
-while the user waits), over the API and as the page in Chromium, until it has drawn. Warmed: once the server's warm-up has decoded the newest
-windows (what the UI does at start): the hour over the API, the hour filtered by one
-pid, and the page opened on that hour in Debian's Chromium until it has drawn.
+while the user waits), over the API and as the page in Chromium, until it has drawn.
+Warmed: once the server's warm-up has decoded the newest windows (what the UI does
+at start): the hour over the API, the hour filtered by one pid, and the page opened
+on that hour in Debian's Chromium until it has drawn.
 
 Usage: .venv/bin/python bench/ui_store.py [--store DIR] [--hours 24] [--processes 50]
        [--stacks 30] [--rounds 3] [--foreign]
@@ -256,7 +257,8 @@ def main() -> None:
     med = statistics.median
     print(f"open the last hour ({n * 3600 // int(a.hours * 3600) if a.hours else 0} files): "
           f"just started {med(fresh):.2f} s (drawn in Chromium "
-          f"{med(fresh_browser) if fresh_browser else float('nan'):.2f} s), warmed {med(warm):.2f} s, one pid {med(filtered):.2f} s, "
+          f"{med(fresh_browser) if fresh_browser else float('nan'):.2f} s), warmed {med(warm):.2f} s, "
+          f"one pid {med(filtered):.2f} s, "
           f"drawn in Chromium {med(browser) if browser else float('nan'):.2f} s "
           f"(medians of {a.rounds}); warm-up {med(w[0] for w in warmups):.0f} s for "
           f"{med(w[1] for w in warmups):.0f} files, RSS {med(rss):.0f} MiB; {os.cpu_count()} CPUs")

@@ -13,6 +13,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from support.env import MOCK_APP, MOCK_DIR, SHIM, need_ebpf  # noqa: E402
 
+# The modules that need neither eBPF nor a GPU (a test of theirs that needs root
+# says so and skips): `make unit` runs them, marked `unit`, in about a minute.
+UNIT_MODULES = {
+    "test_config", "test_contract", "test_elf", "test_estimator", "test_export", "test_hot_path",
+    "test_install_shim", "test_k8s", "test_layout", "test_metrics", "test_mock_cuda", "test_names",
+    "test_pprof", "test_python_layout", "test_shim_unit", "test_symbolize", "test_trace_writers",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.stem in UNIT_MODULES:
+            item.add_marker(pytest.mark.unit)
+
 
 @pytest.fixture(scope="session")
 def built():

@@ -2,11 +2,14 @@
 - no test module imports another test module or a conftest: shared helpers live
   in tests/support/, shared fixtures in tests/conftest.py;
 - no code cites a history document: docs/benchmarks-history.md is a record for
-  people, and code states its reasons itself."""
+  people, and code states its reasons itself;
+- the Python passes ruff (`make lint`)."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 from support.env import REPO
@@ -48,3 +51,10 @@ def test_no_code_cites_a_history_document():
                     if "benchmarks-history" in line and p.resolve() != Path(__file__).resolve():
                         cites.append(f"{p.relative_to(REPO)}:{n}")
     assert not cites, cites
+
+
+def test_the_python_passes_ruff():
+    """`make lint`'s Python half (pyproject.toml's [tool.ruff]), so the suite keeps it clean."""
+    p = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "agent", "tests", "bench"],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-1000:]

@@ -211,7 +211,8 @@ def progs(tmp_path_factory):
     inc = ["-I", CUDA_INC, "-Wall", "-Werror", "-Wno-deprecated-declarations"]
     run(["cc", "-shared", "-fPIC", *inc, *defs, "-o", d / "inject.so", d / "inject.c", "-L", MOCK, "-lcupti"])
     run(["cc", *inc, "-o", d / "client", d / "client.c", "-L", MOCK, "-lcupti", "-lcudart", "-lcuda"])
-    run(["cc", "-rdynamic", *inc, "-o", d / "rtonly", d / "rtonly.c", "-L", MOCK, f"-Wl,-rpath-link,{MOCK}", "-lcudart"])
+    run(["cc", "-rdynamic", *inc, "-o", d / "rtonly", d / "rtonly.c", "-L", MOCK, f"-Wl,-rpath-link,{MOCK}",
+         "-lcudart"])
     return d
 
 

@@ -186,7 +186,8 @@ def test_pc_sampling_survives_the_agent_restarting(tmp_path, built):
         pcs = [s for s in agent.samples() if len(s.values) > 2 and s.values[2] and "k_warm" not in s.frames]
         assert sum(s.values[2] for s in pcs) > 0, agent.out_dir
         # the second agent read the cubin from the shim's replay, at its attach
-        assert {(s.frames[1], s.lines[1]) for s in pcs} == {("hot_loop(float*, int, int)+0x1d0", nvdisasm_lines()[0x1D0])}, agent.out_dir
+        hot = ("hot_loop(float*, int, int)+0x1d0", nvdisasm_lines()[0x1D0])
+        assert {(s.frames[1], s.lines[1]) for s in pcs} == {hot}, agent.out_dir
 
 
 def test_samples_split_over_launch_stacks_exactly_and_only_for_included_processes():

@@ -31,7 +31,9 @@ H100 = "NVIDIA H100 80GB HBM3"
 
 GEMM = "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>(Params)"
 GEMM_MANGLED = "_ZN7cutlass6KernelI53cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4EEvNT_6ParamsE"
-ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>(int, at::native::AddFunctor<float>)"
+ADD = ("void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>"
+       "(int, at::native::AddFunctor<float>)")
+ADD_MANGLED = "_ZN2at6native29vectorized_elementwise_kernelE"
 RELU = "void at::native::relu_kernel(float*, int)"
 
 
@@ -68,10 +70,10 @@ def _timeline() -> Timeline:
         KernelEvent(4242, t + 29_250, t + 33_000, RELU, "_Z11relu_kernelPfi", 0, 7, 0xA1, 102),
         # pid 4242, GPU 0, stream 13: two nodes of graph 5, one sampled cudaGraphLaunch
         # on another thread
-        KernelEvent(4242, launch_graph + 6_000, launch_graph + 9_000, ADD, "_ZN2at6native29vectorized_elementwise_kernelE",
+        KernelEvent(4242, launch_graph + 6_000, launch_graph + 9_000, ADD, ADD_MANGLED,
                     0, 13, 0xA1, 200, graph_id=5, graph_node_id=1, stack_id=2, replay_stack_id=3,
                     launch_tid=4250, launch_ns=launch_graph),
-        KernelEvent(4242, launch_graph + 9_200, launch_graph + 12_000, ADD, "_ZN2at6native29vectorized_elementwise_kernelE",
+        KernelEvent(4242, launch_graph + 9_200, launch_graph + 12_000, ADD, ADD_MANGLED,
                     0, 13, 0xA1, 200, graph_id=5, graph_node_id=2, stack_id=2, replay_stack_id=3,
                     launch_tid=4250, launch_ns=launch_graph),
         # pid 4242, GPU 1, stream 7: the same code on the second GPU
@@ -251,7 +253,8 @@ def test_chrome_trace(tmp_path):
         assert e["ts"] == Decimal(k.start_ns - T0) / 1000 and e["dur"] == Decimal(k.end_ns - k.start_ns) / 1000
         # no args: speedscope names a frame by its name and args
         assert "args" not in e and other["mangled"][k.name] == k.mangled
-    assert kernels[2]["ts"] == Decimal("1029.250") and names[(kernels[2]["pid"], kernels[2]["tid"])].endswith("(overlap 1)")
+    assert kernels[2]["ts"] == Decimal("1029.250")
+    assert names[(kernels[2]["pid"], kernels[2]["tid"])].endswith("(overlap 1)")
     assert kernels[3]["cat"] == "cuda,cuda_graph" and kernels[0]["cat"] == "cuda"
 
     # Sampled launches: a zero-length slice on the launching thread with the launch's

@@ -116,7 +116,8 @@ def test_chosen_range_totals_what_go_pprof_reads(store, ui, page):
     assert page.locator("#chart rect.bar.in").count() == len(files)
     # The kernels are the leaves, coloured apart from the CPU frames above them, and
     # the replayed graph's kernels sit under their marked frame.
-    kernel, native = frame_fill(page, f'#flame g[name="{CU}"]'), frame_fill(page, '#flame g[name="launch_cuLaunchKernel"]')
+    kernel = frame_fill(page, f'#flame g[name="{CU}"]')
+    native = frame_fill(page, '#flame g[name="launch_cuLaunchKernel"]')
     graph = frame_fill(page, '#flame g[name="[cuda graph replay]"]')
     assert 110 <= hue(kernel) <= 145 and 20 <= hue(native) <= 40 and 260 <= hue(graph) <= 290
     assert page.locator('#flame g[name="[cuda graph replay]"]').count() >= 1

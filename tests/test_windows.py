@@ -209,10 +209,11 @@ def test_a_job_whose_launch_rate_changes_is_weighed_period_by_period(tmp_path, b
 
 
 def test_records_completing_periods_after_their_launch_keep_their_periods_weight(tmp_path, built):
-    """On a GPU-bound device a window's records complete tens of ms after its
-    launches, often after its period ended (a torch graph replay on an H200). Each record must weigh its own launch's period: with gaps in
-    the launching, a window that falls in a gap holds few launches and so weighs
-    a lot, and the previous window's late records must not take that weight.
+    """On a GPU-bound device a window's records complete tens of ms after its launches,
+    often after its period ended (a torch graph replay on an H200). Each record must
+    weigh its own launch's period: with gaps in the launching, a window that falls
+    in a gap holds few launches and so weighs a lot, and the previous window's late
+    records must not take that weight.
     Mock: records available 150 ms (1.5 periods) after their launch, 40 ms
     without launches after every 60 ms. The per-period rule reads within 0.04 %;
     weighing each record by the period it completes in read -5 % to +21 %."""

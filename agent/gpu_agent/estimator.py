@@ -11,7 +11,8 @@ One job: given, for one interval,
 
 produce integer rows ``(key, stack_id | None, gpu_ns, launches)`` whose per-key
 sums are EXACTLY the totals.  (Keys may carry more fields, e.g. a graph
-kernel's capture stack: a sampled key is always its total key plus the stack.)  See docs/estimator.md for the statistics.
+kernel's capture stack: a sampled key is always its total key plus the stack.)
+See docs/estimator.md for the statistics.
 
 Rules:
 

@@ -48,7 +48,8 @@ _COMPONENT_RES = [
     (re.compile(r"^" + _ID + r"$"), ""),  # cgroupfs driver: runtime from the parent
 ]
 # Pod UID: cgroupfs `pod1b2c...-...`, systemd `kubepods-burstable-pod1b2c..._..._....slice`.
-_POD_RE = re.compile(r"(?:^|-)pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?$")
+_POD_RE = re.compile(r"(?:^|-)pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})"
+                     r"(?:\.slice)?$")
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ Kernel series: gpu_agent_kernel_gpu_seconds_total and
 gpu_agent_kernel_launches_total{pid, comm, cuda_device, gpu_uuid, gpu_model, kernel, pod,
 namespace, container} (pod labels absent outside Kubernetes). gpu_uuid and gpu_model
 are the device's identity (DCGM's exporter calls them UUID and modelName: README,
-"Scraping with Prometheus", shows the join); they are absent until the shim has announced the device (its gpu_device probe, within a
-poll of the attach).
+"Scraping with Prometheus", shows the join); they are absent until the shim has
+announced the device (its gpu_device probe, within a poll of the attach).
 
 Bounded cardinality:
   - the kernel label keeps the top-N kernels by GPU time (node-wide, scored with
@@ -240,7 +240,8 @@ class Metrics:
                 p = self._procs.get(pid)
                 if p is None:
                     continue
-                kname = OTHER if kid == OTHER else self._names.get(kid) or self._kernel_name(kid) or f"[unknown kernel {kid:#x}]"
+                kname = (OTHER if kid == OTHER else self._names.get(kid) or self._kernel_name(kid)
+                         or f"[unknown kernel {kid:#x}]")
                 kname = kernel_label(kname)
                 labels = [str(pid), p.comm, str(dev), *self._gpu(pid, dev), kname] + \
                     [p.pod.get(k, "") for k in POD_LABELS]

@@ -204,7 +204,8 @@ def inprocess(a) -> None:
               + f" over {rec['periods']} periods (block medians {100 * rec.get('block_median', float('nan')):+.2f} %"
               + f", between windows {100 * rec.get('between_windows', float('nan')):+.2f} %"
               + f", count phases against between windows {100 * rec.get('count_phase', float('nan')):+.2f} %: "
-              + f"{rec.get('count_phase_us', float('nan')):.2f} against {rec.get('between_us', float('nan')):.2f} µs a step)"
+              + f"{rec.get('count_phase_us', float('nan')):.2f} against "
+              + f"{rec.get('between_us', float('nan')):.2f} µs a step)"
               + "; detached after vs before the first attach: "
               + (f"{100 * rec['after_detach']:+.2f} %" if "after_detach" in rec else "n/a")
               + f"; {rec['teardowns']} teardowns"

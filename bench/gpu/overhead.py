@@ -95,8 +95,8 @@ def one(a, workload: str, config: str) -> dict:
     """One measurement: a fresh process (N at once for mlp-xN, their mean)."""
     n = int(workload.split("-x")[1]) if "-x" in workload else 1
     cpus = cpu_list(a.cpus)
-    cmd = case_command(workload.split("-x")[0] if n > 1 else workload, steps=int(a.scale * STEPS[workload]), repeats=a.repeats,
-                       wait=a.wait, torch_profiler=config == "torch.profiler")
+    cmd = case_command(workload.split("-x")[0] if n > 1 else workload, steps=int(a.scale * STEPS[workload]),
+                       repeats=a.repeats, wait=a.wait, torch_profiler=config == "torch.profiler")
     procs = []
     for i in range(n):
         pin = ["taskset", "-c", cpus[i % len(cpus)] if n > 1 else a.cpus] if cpus else []
@@ -278,7 +278,8 @@ def summarize(path: str) -> list[dict]:
 
 
 def print_table(path: str) -> None:
-    print("| workload | phase | config | runs | µs/step (median) | mean ratio | paired median [95 % CI] (min, max) | agent CPU, peak RSS |")
+    print("| workload | phase | config | runs | µs/step (median) | mean ratio "
+          "| paired median [95 % CI] (min, max) | agent CPU, peak RSS |")
     print("|---|---|---|---|---|---|---|---|")
     for r in summarize(path):
         ratio = f"{100 * r['mean_ratio']:+.1f} %" if "mean_ratio" in r else ""

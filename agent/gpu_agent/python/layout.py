@@ -202,7 +202,6 @@ def compute_layout(interp: Interpreter, mem: ProcMem, machine: Optional[str] = N
     flags = walk_flags(minor)
 
     # -- check against the interpreter's own view of code objects --
-    name_field = "co_qualname" if t["co_qualname"] is not None else "co_name"
     want = {"co_filename": t["co_filename"], "co_name": t["co_name"],
             "co_firstlineno": t["co_firstlineno"], "co_linetable": t["co_linetable"]}
     if t["co_qualname"] is not None:
