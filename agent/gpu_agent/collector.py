@@ -308,12 +308,21 @@ class Collector:
         return self._included[pid]
 
     # -- profile -----------------------------------------------------------
-    def _kernel_name(self, kernel_id: int) -> tuple[str, str]:
+    # -- kernel names: the one lookup that profiles, timelines and /metrics use --
+    def kernel_name(self, kernel_id: int) -> Optional[tuple[str, str]]:
+        """(demangled, mangled) name of a kernel id: DROPPED_CUPTI (mangled "") for
+        the row of CUPTI's lost records; None while the shim's name has not come."""
+        if kernel_id == C.KERNEL_DROPPED:
+            return DROPPED_CUPTI, ""
         raw = self.session.names.lookup(kernel_id)
         if raw is None:
-            return f"[unknown kernel {kernel_id:#x}]", ""
+            return None
         mangled = raw.decode("utf-8", "replace") if isinstance(raw, (bytes, bytearray)) else raw
         return demangle_kernel(mangled), mangled
+
+    def kernel_name_or_unknown(self, kernel_id: int) -> tuple[str, str]:
+        """kernel_name, or "[unknown kernel 0x…]" (mangled "") while it is not known."""
+        return self.kernel_name(kernel_id) or (f"[unknown kernel {kernel_id:#x}]", "")
 
     def proc(self, pid: int) -> ProcInfo:
         """comm and pod labels of pid (looked up on first sight, cached until it exits)."""
@@ -416,7 +425,7 @@ class Collector:
                     {"pid": str(tgid), "comm": info.comm, **info.pod})
                 stats.dropped_launches += row.launches
                 continue
-            name, mangled = self._kernel_name(kernel_id)
+            name, mangled = self.kernel_name_or_unknown(kernel_id)
             if mangled == "":
                 stats.unnamed_kernels += 1
             leaf = FrameSpec.kernel(mangled or name, name)
@@ -450,7 +459,7 @@ class Collector:
             stats.gpu_ns += row.gpu_ns
             stats.kernels += row.launches
         pc_samples.add_to_profile(
-            self.pcs, kernel_stacks, self._kernel_name,
+            self.pcs, kernel_stacks, self.kernel_name_or_unknown,
             lambda tgid: {"pid": str(tgid), "comm": self._see(tgid).comm, **self._see(tgid).pod},
             lambda tgid, frames, labels, n: add(tgid, self._see(tgid), frames, 0, 0, labels, n),
             self.included)

@@ -108,7 +108,7 @@ class TimelineCollector:
             if sid and lag and launch and (t0 < launch or t0 - launch > lag * 1000):
                 sid = tid = launch = 0  # a sample of an earlier window (join_max_lag_us)
             off = c.clock_offset(pid)
-            name, mangled = c._kernel_name(kid)
+            name, mangled = c.kernel_name_or_unknown(kid)
             graph = bool(gid or gnode)
             k = KernelEvent(pid=pid, start_ns=t0 + off, end_ns=t1 + off, name=name, mangled=mangled,
                             device=dev, stream=stream, context=ctx, correlation_id=corr,

@@ -21,8 +21,6 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .. import contract as C
-from ..collector import DROPPED_CUPTI
 from .common import byte_size, dir_error, duration, positive_int
 
 # Plaintext to these never leaves the host: a token may go there without TLS.
@@ -165,15 +163,10 @@ class Outputs:
         self.last_health: Optional[dict] = None   # _health()'s last report
         if args.metrics_addr:
             from .. import metrics as M
-            from ..demangle import demangle_kernel
 
             def kernel_name(kid: int) -> Optional[str]:
-                if kid == C.KERNEL_DROPPED:
-                    return DROPPED_CUPTI
-                raw = collector.session.names.lookup(kid)
-                if raw is None:
-                    return None
-                return demangle_kernel(raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw)
+                known = collector.kernel_name(kid)
+                return known[0] if known else None
 
             self.metrics = M.Metrics(top_n=args.metrics_top_kernels, ttl_s=args.metrics_ttl,
                                      proc_info=collector.proc, kernel_name=kernel_name,
