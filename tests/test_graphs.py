@@ -21,7 +21,8 @@ from support.env import MOCK_DIR, SHIM, agent_cmd, ground_truth, mock_env, need_
 from gpu_agent import contract as C
 from gpu_agent.bpf_session import BpfSession
 from gpu_agent.estimator import AggKey
-from gpu_agent.collector import GRAPH_BEFORE_ATTACH, GRAPH_REPLAY, GRAPH_REPLAY_LABEL, Collector
+from gpu_agent.collector import Collector
+from gpu_agent.profile.vocabulary import GRAPH_BEFORE_ATTACH, GRAPH_REPLAY, GRAPH_REPLAY_LABEL
 from support.pprof_tool import raw
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "probe_firer"))

@@ -308,7 +308,8 @@ def test_numbered_windows_share_location_ids(tmp_path):
     """Windows written with one Numbering give a frame the same location id in every
     file, whatever order its samples came in; another numbering is named apart; Go
     pprof reads such a profile (ids need not be 1..N) to the same totals."""
-    from gpu_agent.pprof import NUMBERING_COMMENT, Numbering
+    from gpu_agent.pprof import Numbering
+    from gpu_agent.profile.vocabulary import NUMBERING_COMMENT
 
     numbering = Numbering()
     samples = list(build_profile()._samples.items())

@@ -507,7 +507,7 @@ def test_agent_windows_take_the_numbered_path(store):
     file without its numbering comment (frames, label sets, values, filter totals)."""
     import gzip as gz
 
-    from gpu_agent.pprof import NUMBERING_COMMENT
+    from gpu_agent.profile.vocabulary import NUMBERING_COMMENT
     from gpu_agent.proto import profile_pb2
     from gpu_agent.ui.catalog import Catalog
     from gpu_agent.ui.numbered import decode_numbered

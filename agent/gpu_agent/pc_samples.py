@@ -160,7 +160,7 @@ def add_to_profile(pcs: PcSamples, kernel_stacks: dict, kernel_name, base_labels
     kernel_name(kernel_id) -> (demangled, mangled); base_labels(tgid) -> the labels
     of a kernel with no rows; add(tgid, frames, labels, samples); included(tgid):
     whether the profile covers that process (`record` keeps its command's)."""
-    from .pprof import UNSAMPLED
+    from .profile.vocabulary import UNSAMPLED
     added = 0
     by_name: dict = {}  # (tgid, start, mangled name) -> kernel id, built when needed
     window = pcs.take()

@@ -36,24 +36,18 @@ from typing import Dict, List, Mapping as TMapping, Optional, Sequence, Tuple, U
 
 from .proto import profile_pb2
 from .atomic import write_atomic
+from .profile.vocabulary import CUDA_KERNEL_FILENAME, NUMBERING_COMMENT, UNSAMPLED
 
 __all__ = [
     "MappingSpec",
     "FrameSpec",
     "ProfileBuilder",
     "Numbering",
-    "NUMBERING_COMMENT",
     "CUDA_MAPPING",
     "AGENT_MAPPING",
     "PYTHON_MAPPING",
-    "CUDA_KERNEL_FILENAME",
-    "UNSAMPLED",
 ]
 
-CUDA_KERNEL_FILENAME = "CUDA_KERNEL"
-UNSAMPLED = "[unsampled]"
-# The comment that names a profile's Numbering: "gpu-agent numbering <16 hex digits>".
-NUMBERING_COMMENT = "gpu-agent numbering "
 
 
 @dataclass(frozen=True)

@@ -288,7 +288,7 @@ def flood(a, t: Path) -> list[dict]:
     with the shim's buffer pool cut to POOL MiB, so that CUPTI runs out of buffers.
     The profile's kernel launches plus its [dropped: cupti] launches must equal the
     launches the loop made."""
-    from gpu_agent.collector import DROPPED_CUPTI
+    from gpu_agent.profile.vocabulary import DROPPED_CUPTI
     n, repeats = 200000, 5
     made = (n // 8 + 1) + repeats * n  # launch_loop: a warm-up block of n/8+1, then the blocks
     rows = []

@@ -4,7 +4,7 @@ counted node-wide and shown in the flooding process's own profile, as
 
 from __future__ import annotations
 
-from gpu_agent.collector import DROPPED_CUPTI
+from gpu_agent.profile.vocabulary import DROPPED_CUPTI
 
 from .faultkit import settle
 

@@ -11,8 +11,8 @@ import threading
 from array import array
 from dataclasses import dataclass, field
 
-from ..collector import GRAPH_BEFORE_ATTACH, GRAPH_REPLAY
-from ..pprof import AGENT_MAPPING, CUDA_KERNEL_FILENAME, CUDA_MAPPING, PYTHON_MAPPING, FrameSpec, MappingSpec
+from ..pprof import AGENT_MAPPING, CUDA_MAPPING, PYTHON_MAPPING, FrameSpec, MappingSpec
+from ..profile.vocabulary import CUDA_KERNEL_FILENAME, GRAPH_BEFORE_ATTACH, GRAPH_REPLAY
 from ..proto import profile_pb2
 
 # How a frame is drawn: the CUDA kernel leaves apart from the CPU frames above them,

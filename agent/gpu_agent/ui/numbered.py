@@ -22,7 +22,7 @@ from __future__ import annotations
 from array import array
 from typing import Optional
 
-from ..pprof import NUMBERING_COMMENT
+from ..profile.vocabulary import NUMBERING_COMMENT
 from ..proto import profile_pb2
 from .catalog import Catalog, DecodedProfile, Numbered, labels_of, mapping_spec
 from .views import FlatLocations, FlatSamples, RawProfile

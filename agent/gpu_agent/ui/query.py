@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..pprof import ProfileBuilder
+from ..profile.vocabulary import DUTY_LABEL
 from .catalog import KERNEL, Catalog, DecodedProfile
 
 FILTER_LABELS = ("pid", "comm", "pod", "namespace", "container", "cuda_device")
@@ -175,7 +176,7 @@ class Merged:
     def group_labels(self) -> list[str]:
         """The labels the range's samples carry, to group by (pid, cuda_stream, source…)."""
         keys = {k for _sid, lid in self.rows for k, _v in self.catalog.labelsets[lid]}
-        return sorted(keys - {"gpu_time_estimated"})
+        return sorted(keys - {DUTY_LABEL})
 
     def top(self, value: int, limit: int = TOP_ROWS) -> list[dict]:
         """Kernels and functions by self and total: self counts the samples a name is

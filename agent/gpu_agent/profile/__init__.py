@@ -1,0 +1,1 @@
+"""What a profile is made of: its vocabulary (marker frames, labels, comments)."""
