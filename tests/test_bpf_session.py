@@ -20,7 +20,7 @@ from support.env import need_ebpf
 from gpu_agent import contract as C
 from gpu_agent import stapsdt
 from gpu_agent.bpf_session import BpfSession
-from gpu_agent.estimator import AggKey, AggVal
+from gpu_agent.probes.drain import AggKey, AggVal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "probe_firer"))
 import firer_script as F  # noqa: E402

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpu_agent.estimator import AggKey, AggVal
+from gpu_agent.probes.drain import AggKey, AggVal
 from gpu_agent.metrics import Metrics, parse_addr, serve
 
 

@@ -37,7 +37,7 @@ from typing import Callable, Optional
 
 from . import contract as C
 from . import bpf_maps, paths, preflight
-from .estimator import AggKey, AggVal, Drain
+from .probes.drain import AggKey, AggVal, Drain
 from .cold_names import ColdNames
 from .names import KernelNames
 from .parcagpu import ParcagpuFiles

@@ -20,7 +20,7 @@ from typing import Callable, Optional
 from . import contract as C
 from . import estimator, invariants
 from .bpf_session import BpfSession
-from .estimator import Drain
+from .probes.drain import Drain
 from .parcagpu import SOURCE_LABEL as PARCAGPU_SOURCE
 from . import pc_samples
 from .pprof import FrameSpec, Numbering, ProfileBuilder
