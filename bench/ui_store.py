@@ -37,6 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "agent"))
 
 from gpu_agent.pprof import FrameSpec, MappingSpec, Numbering, ProfileBuilder  # noqa: E402
+from gpu_agent.profile.store import PROFILE_GLOB, PROFILE_SUFFIX, file_name  # noqa: E402
 from gpu_agent.proto import profile_pb2  # noqa: E402
 
 INTERVAL_S = 10
@@ -90,7 +91,7 @@ def synthesize(store: Path, hours: float, processes: int, stacks: int, numbered:
               "numbered": numbered}
     stamp = store / "bench-params.json"
     n = int(hours * 3600 / INTERVAL_S)
-    if stamp.exists() and json.loads(stamp.read_text()) == params and len(list(store.glob("gpu-*.pb.gz"))) == n:
+    if stamp.exists() and json.loads(stamp.read_text()) == params and len(list(store.glob(PROFILE_GLOB))) == n:
         return n
     shutil.rmtree(store, ignore_errors=True)
     store.mkdir(parents=True)
@@ -105,7 +106,7 @@ def synthesize(store: Path, hours: float, processes: int, stacks: int, numbered:
         for s, orig in zip(proto.sample, base):  # every window's values differ
             s.value[0] = max(1, int(orig[0] * rng.uniform(0.5, 1.5)))
             s.value[1] = max(1, int(orig[1] * rng.uniform(0.5, 1.5)))
-        name = time.strftime("gpu-%Y%m%dT%H%M%S", time.gmtime(end_s)) + f"-{rng.randrange(10**9):09d}.pb.gz"
+        name = file_name(end_s * 1_000_000_000 + rng.randrange(10**9), PROFILE_SUFFIX)
         (store / name).write_bytes(gzip.compress(proto.SerializeToString(), compresslevel=6, mtime=0))
     stamp.write_text(json.dumps(params))
     return n
@@ -222,7 +223,7 @@ def main() -> None:
     a.store = a.store or Path("/tmp/gpu-agent-ui-bench-store" + ("-foreign" if a.foreign else ""))
     t0 = time.perf_counter()
     n = synthesize(a.store, a.hours, a.processes, a.stacks, numbered=not a.foreign)
-    size = sum(f.stat().st_size for f in a.store.glob("gpu-*.pb.gz"))
+    size = sum(f.stat().st_size for f in a.store.glob(PROFILE_GLOB))
     print(f"store: {n} files, {size / 2**20:.0f} MiB, {a.processes} processes x {a.stacks} stacks "
           f"= {a.processes * a.stacks} samples per file ({time.perf_counter() - t0:.0f} s to prepare)")
     fresh, warm, filtered, warmups, rss, browser = [], [], [], [], [], []

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_agent.profile.store import PROFILE_GLOB
 from support.env import MOCK_APP, REPO, agent_cmd, mock_env, need_ebpf
 from support.agent import Agent
 from support.env import private_shim
@@ -70,14 +71,14 @@ def store(tmp_path_factory, built):
         finish(a)
         time.sleep(2.5)  # the last window with kernels closes; idle windows write nothing
         t1 = int(time.time() * 1000)
-        before = sorted(out.glob("gpu-*.pb.gz"))
+        before = sorted(out.glob(PROFILE_GLOB))
         phases["before"] = (t0, t1, before, {str(a.pid): "main"})
         b1 = workload(shim, "cuLaunchKernel", "cudaLaunchKernel", "cudaGraphLaunch")
         b2 = workload(shim, "cuLaunchKernel")
         finish(b1, b2)
         time.sleep(2.5)
         t2 = int(time.time() * 1000)
-        after = sorted(set(out.glob("gpu-*.pb.gz")) - set(before))
+        after = sorted(set(out.glob(PROFILE_GLOB)) - set(before))
         phases["after"] = (t1, t2, after, {str(b1.pid): "main", str(b2.pid): "extra"})
         assert before and after, "the agent wrote no profile"
         # The agent's own UI (run --ui), kept for the status test.
@@ -154,7 +155,7 @@ def test_a_click_on_a_bar_chooses_its_window(store, ui, page):
     rerendered(page, lambda: bar.click(timeout=5000))
     assert page.evaluate("[state.from, state.to]") == [start, end]
     # the same files Go pprof reads for that range: the UI's total is theirs
-    from gpu_agent.ui.store import Store
+    from gpu_agent.profile.store import Store
     chosen = Store(out).in_range(start * 10**6, end * 10**6)
     assert len(chosen) == n > 0
     assert root_total(page) == pprof_totals([out / f.name for f in chosen])["total"]
@@ -383,7 +384,7 @@ def test_status_pages(store, ui, page):
     page.goto(ui.url + "#tab=status")
     wait_counter(page, "statuses", 0)
     assert "No agent is attached" in page.text_content("#no-agent")
-    n = len(list(out.glob("gpu-*.pb.gz")))
+    n = len(list(out.glob(PROFILE_GLOB)))
     assert page.text_content('#status tr:has(th:text-is("profiles")) td') == str(n)
     # Under `run --ui`, the same page reports the live agent.
     status, _, body = agent_status
@@ -445,7 +446,7 @@ def test_merges_stay_exact_when_the_cache_starts_over(store):
     past a bound; ranges merged before and after a restart are exact."""
     from gpu_agent.ui.api import Api
     from gpu_agent.ui.profiles import ProfileCache
-    from gpu_agent.ui.store import Store
+    from gpu_agent.profile.store import Store
 
     out, phases, _ = store
     s = Store(out)
@@ -475,7 +476,7 @@ def test_ranges_decoded_in_worker_processes_match_the_server(store):
     also after the server's catalog started over."""
     from gpu_agent.ui.api import Api
     from gpu_agent.ui.profiles import ProfileCache
-    from gpu_agent.ui.store import Store
+    from gpu_agent.profile.store import Store
     from gpu_agent.ui.workers import DecodePool
 
     out, phases, _ = store

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import time
 
+from gpu_agent.profile.store import PROFILE_SUFFIX, file_name
 from support.pprof_tool import raw
 from support.ui import Ui, root_total
 from support.pcsampling import PERIOD, record
@@ -27,7 +28,7 @@ def test_pc_samples_are_a_value_of_the_flame_graph_top_table_and_download(tmp_pa
     store = tmp_path / "store"
     store.mkdir()
     now = time.time()
-    shutil.copy(out, store / time.strftime("gpu-%Y%m%dT%H%M%S-000000000.pb.gz", time.gmtime(now)))
+    shutil.copy(out, store / file_name(int(now) * 1_000_000_000, PROFILE_SUFFIX))
     ui = Ui(store)
     try:
         open_range(page, ui, int(now - 60) * 1000, int(now + 2) * 1000)

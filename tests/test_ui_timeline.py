@@ -12,6 +12,7 @@ from collections import Counter
 
 import pytest
 
+from gpu_agent.profile.store import TRACE_GLOB
 from support.env import MOCK_APP, REPO, agent_cmd, mock_env, need_ebpf
 from support.perfetto_read import read_perfetto
 from support.ui import Ui, counter, http_get, launch_browser, wait_counter
@@ -50,7 +51,7 @@ def store(tmp_path_factory, built):
                                  "--iters", "200", "--sleep-ms", "1"),
                        env=mock_env(), capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    stored = sorted(out.glob("gpu-*.perfetto-trace"))
+    stored = sorted(out.glob(TRACE_GLOB))
     assert len(stored) == 1 and "the store's Timeline tab" in p.stderr, p.stderr
     # the profile of the same run, under the store's name for a window ending then
     shutil.copy(tmp / "p.pb.gz", out / stored[0].name.replace(".perfetto-trace", ".pb.gz"))

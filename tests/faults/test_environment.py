@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from gpu_agent.profile.store import PROFILE_GLOB
 from support.cli import one_line_error
 from support.env import MOCK_APP, SHIM, agent_cmd, mock_env, need_ebpf
 
@@ -112,8 +113,8 @@ def test_the_local_store_keeps_its_newest_windows_within_max_store_bytes(tmp_pat
     finally:
         out = agent.stop()
     written = [line.rsplit("-> ", 1)[1] for line in out.splitlines() if "-> " in line]
-    kept = sorted(p.name for p in store.glob("gpu-*.pb.gz"))
-    total = sum(p.stat().st_size for p in store.glob("gpu-*.pb.gz"))
+    kept = sorted(p.name for p in store.glob(PROFILE_GLOB))
+    total = sum(p.stat().st_size for p in store.glob(PROFILE_GLOB))
     assert len(written) >= 5, out
     assert kept and kept == sorted(p.rsplit("/", 1)[1] for p in written)[-len(kept):], (kept, written)
     assert len(kept) < len(written) and (total <= 2 * 1024 or len(kept) == 1), (total, kept)

@@ -78,7 +78,7 @@ def write(args, timeline) -> list[Path]:
     written = []
     store, stored = None, False   # root's file in root's store: not handed to the invoker
     if args.store is not None:
-        from ..ui.store import TRACE_SUFFIX, file_name
+        from ..profile.store import TRACE_SUFFIX, file_name
         store = args.store / file_name(timeline.ended_ns or time.time_ns(), TRACE_SUFFIX)
     if args.trace:
         if args.trace_format == "chrome":

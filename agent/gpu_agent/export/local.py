@@ -6,7 +6,8 @@ retry or flush at the end.
 
 A full or read-only disk drops the window (counted, said once per change of state)
 and the agent keeps running. Past --max-store-bytes the oldest windows go first;
-only the store's own files (gpu-*.pb.gz, whose names sort by time) are touched.
+only the store's own files (profile/store.py's PROFILE_GLOB, whose names sort by time)
+are touched.
 """
 
 from __future__ import annotations
@@ -17,9 +18,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from ..ui.store import PROFILE_SUFFIX, file_name
-
-PATTERN = "gpu-*.pb.gz"
+from ..profile.store import PROFILE_GLOB, PROFILE_SUFFIX, file_name
 
 
 class LocalStore:
@@ -80,7 +79,7 @@ class LocalStore:
     def _rotate(self, keep: Path) -> None:
         """Remove the oldest windows until the store fits max_bytes (never `keep`)."""
         files = []
-        for p in self.dir.glob(PATTERN):
+        for p in self.dir.glob(PROFILE_GLOB):
             try:
                 files.append((p.name, p, p.stat().st_size))
             except OSError:

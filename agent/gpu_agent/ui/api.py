@@ -23,7 +23,7 @@ from typing import Callable, Optional
 from .profiles import ProfileCache
 from .query import VALUE_INDEX, Filters, Merged, changes, parse_filters, sandwich, scaled, tree_of
 from .workers import DecodePool
-from .store import PROFILE_SUFFIX, TRACE_SUFFIX, Store
+from ..profile.store import PROFILE_SUFFIX, TRACE_SUFFIX, Store, range_name
 from .timeline import MAX_BYTES as MAX_TRACE_BYTES, TraceError, read_kernels
 
 MAX_BARS = 360            # the chart's bars; longer ranges sum neighbouring intervals
@@ -291,7 +291,7 @@ class Api:
         from_ms, to_ms, merged, _ = self._merged(params)
         if not merged.files:
             raise BadRequest("no profile in this range", HTTPStatus.NOT_FOUND)
-        name = f"gpu-{_stamp(from_ms)}-{_stamp(to_ms)}{PROFILE_SUFFIX}"
+        name = range_name(_stamp(from_ms), _stamp(to_ms), PROFILE_SUFFIX)
         return HTTPStatus.OK, merged.pprof(), "application/octet-stream", {
             "Content-Disposition": f'attachment; filename="{name}"'}
 
@@ -304,7 +304,7 @@ class Api:
         parts = [p for p in parts if p is not None]
         if not parts:
             raise BadRequest("no Perfetto trace in this range", HTTPStatus.NOT_FOUND)
-        name = f"gpu-{_stamp(from_ms)}-{_stamp(to_ms)}{TRACE_SUFFIX}"
+        name = range_name(_stamp(from_ms), _stamp(to_ms), TRACE_SUFFIX)
         return HTTPStatus.OK, b"".join(parts), "application/octet-stream", {
             "Content-Disposition": f'attachment; filename="{name}"'}
 

@@ -20,7 +20,7 @@ from typing import Optional
 
 from .catalog import Catalog, DecodedProfile, labels_of, mapping_spec
 from .numbered import decode_numbered
-from .store import Store, StoreFile
+from ..profile.store import Store, StoreFile
 from .views import ProfileView
 
 DEFAULT_CACHE_ROWS = 4_000_000  # about 100 MiB of decoded rows

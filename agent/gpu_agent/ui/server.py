@@ -33,7 +33,7 @@ from typing import Callable, Optional
 from ..httpbounds import BoundedThreads
 from ..httpbounds import is_loopback as ip_is_loopback
 from .api import Api, BadRequest
-from .store import Store
+from ..profile.store import Store
 
 STATIC = Path(__file__).resolve().parent / "static"
 # Every file the UI serves from the package: a fixed table, never a path from a request.

@@ -26,7 +26,7 @@ from typing import Optional
 
 from .catalog import Catalog, DecodedProfile
 from .profiles import decode
-from .store import Store, StoreFile
+from ..profile.store import Store, StoreFile
 
 WORKERS = 2
 MIN_FILES = 8             # fewer files are decoded in the server, as before

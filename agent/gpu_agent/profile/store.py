@@ -1,8 +1,9 @@
-"""The profile store as the UI sees it: a directory of one gzip pprof per window.
+"""The local store's format, writer's and reader's side: a directory of one gzip
+pprof per profile interval, and the Perfetto traces put beside them.
 
 `gpu-agent run` writes `gpu-YYYYmmddTHHMMSS-NNNNNNNNN.pb.gz` (export/local.py): the
-UTC second and the nanoseconds within it at which the window was written, i.e. its
-end. The UI places every file at that time, from its name alone, so listing a
+UTC second and the nanoseconds within it at which the interval's profile was
+written, i.e. its end. The UI places every file at that time, from its name alone, so listing a
 store of thousands of files never opens one. A Perfetto trace that `record` or
 `trace --store DIR` put there is named the same way, by its end:
 `gpu-…-N.perfetto-trace` (docs/ui.md); nothing else in the directory is ever served.
@@ -27,6 +28,9 @@ from ..safe_open import open_regular
 
 PROFILE_SUFFIX = ".pb.gz"
 TRACE_SUFFIX = ".perfetto-trace"
+# The store's own files, as globs (the writer's rotation touches no other file).
+PROFILE_GLOB = "gpu-*" + PROFILE_SUFFIX
+TRACE_GLOB = "gpu-*" + TRACE_SUFFIX
 _NAME = re.compile(r"^gpu-(\d{8}T\d{6})-(\d{9})(\.pb\.gz|\.perfetto-trace)$")
 # A listing is reused this long: one page load makes several requests.
 _LISTING_TTL_S = 1.0
@@ -49,6 +53,11 @@ def file_name(end_ns: int, suffix: str) -> str:
     side of time_of."""
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(end_ns // 1_000_000_000))
     return f"gpu-{stamp}-{end_ns % 1_000_000_000:09d}{suffix}"
+
+
+def range_name(from_label: str, to_label: str, suffix: str) -> str:
+    """The name of a download that covers a range (the UI's merged profile or traces)."""
+    return f"gpu-{from_label}-{to_label}{suffix}"
 
 
 def time_of(name: str) -> Optional[int]:
