@@ -19,7 +19,7 @@ from pathlib import Path
 from .. import config, k8s, preflight
 from ..collector import Collector
 from ..paths import shim_path
-from . import health, ui
+from . import health, kube, ui
 from .common import byte_size, duration, status_line
 from .outputs import Outputs, add_arguments as add_output_arguments
 
@@ -44,7 +44,7 @@ def add_parser(sub) -> None:
     add_output_arguments(p)
     ui_group = p.add_argument_group("web UI over --output-dir (docs/ui.md)")
     ui.add_listen_arguments(ui_group, "--ui", None)
-    k8s.add_arguments(p)
+    kube.add_arguments(p)
     config.enable(p, "run")  # every flag also from $GPU_AGENT_RUN_<FLAG> and the config file
     p.set_defaults(func=main)
 

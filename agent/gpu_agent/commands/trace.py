@@ -21,7 +21,7 @@ from .. import k8s, preflight, procfs
 from ..atomic import hand_to_invoker
 from ..collector import Collector
 from ..trace_target import NOT_MAPPED, TraceTarget
-from . import timeline_out
+from . import kube, timeline_out
 from .common import duration
 
 # The node's one capture: a 0600 lock in a 0700 directory of root's, never in /tmp,
@@ -41,7 +41,7 @@ def add_parser(sub) -> None:
     who.add_argument("--pod", help="every process of this pod that runs the shim")
     p.add_argument("--duration", type=duration, default=5.0, help="how long (default 5s)")
     timeline_out.add_arguments(p, trace_flag="-o")
-    k8s.add_arguments(p)  # --pod: which processes are the pod's
+    kube.add_arguments(p)  # --pod: which processes are the pod's
     p.set_defaults(func=main)
 
 
