@@ -69,8 +69,8 @@ def run_one(col: Collector, fd: int, py: str, depth: int, n: int, python_on: boo
     wall = float(out.split("=")[1])
     bpf = (ns1 - ns0) / max(1, c1 - c0)
     col.drain()
-    col.window.totals.clear()
-    col.window.sampled.clear()
+    col.interval.totals.clear()
+    col.interval.sampled.clear()
     st = col.counters()
     return wall, bpf, st.get("py_stacks", 0)
 

@@ -17,7 +17,7 @@ import pytest
 from support.grpc_backends import Backend, make_ca
 from support.pprof_tool import raw
 
-from gpu_agent.window import WindowProfiles, WindowStats
+from gpu_agent.profile.interval import IntervalProfiles, IntervalStats
 from gpu_agent.export import otlp, parca
 from gpu_agent.export.backends import QueueOptions, make_backend
 from gpu_agent.export.endpoint import TransportOptions, parse_endpoint
@@ -34,13 +34,13 @@ class FakeProc:
     pod: dict = field(default_factory=dict)
 
 
-def fake_window() -> WindowProfiles:
+def fake_window() -> IntervalProfiles:
     """Two processes; pid 200 is in a pod."""
     procs = {100: FakeProc(100, "trainer"), 200: FakeProc(200, "server", {"pod": "web-0",
                                                                          "namespace": "prod",
                                                                          "container": "app"})}
     combined = ProfileBuilder(1, 10**9, 1_700_000_000 * 10**9)
-    w = WindowProfiles(combined, WindowStats(processes=2, kernels=3))
+    w = IntervalProfiles(combined, IntervalStats(processes=2, kernels=3))
     for pid, kernel, ns, n in ((100, "_Z6k_gemmPfi", 5000, 2), (100, "_Z7k_relu1Pf", 700, 1),
                                (200, "_Z6k_gemmPfi", 3000, 4)):
         b = w.per_pid.setdefault(pid, ProfileBuilder(1, 10**9, 1_700_000_000 * 10**9))

@@ -25,7 +25,7 @@ from .parcagpu import SOURCE_LABEL as PARCAGPU_SOURCE
 from . import pc_samples
 from .pprof import FrameSpec, Numbering, ProfileBuilder
 from .procfs import read_comm
-from .window import ProcInfo, Window, WindowProfiles, WindowStats
+from .profile.interval import Interval, IntervalProfiles, IntervalStats, ProcInfo
 from .python import PythonStacks
 from .demangle import demangle_kernel
 from .profile.vocabulary import (DROPPED_COMMENT, DROPPED_CUPTI, DUTY_COMMENT, DUTY_LABEL, GRAPH_BEFORE_ATTACH,
@@ -79,7 +79,7 @@ class Collector:
         self._to_symbolize: "queue.SimpleQueue" = queue.SimpleQueue()
         self._symbolizing: Optional[threading.Thread] = None
         self._sym_lock = threading.RLock()  # _frames and whole stacks' symbolization
-        self.window = Window(start_ns=time.time_ns())
+        self.interval = Interval(start_ns=time.time_ns())
         # Called with every Drain, before it is merged into the window (metrics
         # count from the very same data the profiles are built from).
         self.drain_listeners: list[Callable[[Drain], None]] = []
@@ -145,7 +145,7 @@ class Collector:
             self._after_drain = False
         for fn in self.drain_listeners:
             fn(d)
-        self.window.merge(d)
+        self.interval.merge(d)
 
     def counters(self) -> dict:
         c = self.session.counters()
@@ -300,18 +300,18 @@ class Collector:
         """comm and pod labels of pid (looked up on first sight, cached until it exits)."""
         return self._see(pid)
 
-    def build_profile(self) -> tuple[ProfileBuilder, WindowStats]:
+    def build_profile(self) -> tuple[ProfileBuilder, IntervalStats]:
         """Close the current window: returns its profile and stats, and starts a new window."""
         w = self.build_profiles()
         return w.profile, w.stats
 
-    def build_profiles(self, per_pid: bool = False) -> WindowProfiles:
+    def build_profiles(self, per_pid: bool = False) -> IntervalProfiles:
         """Close the current window; with per_pid, also one profile per process
         (what a backend wants as one series per process)."""
         self.drain()
-        win, now = self.window, time.time_ns()
-        self.window = Window(start_ns=now)
-        stats = WindowStats()
+        win, now = self.interval, time.time_ns()
+        self.interval = Interval(start_ns=now)
+        stats = IntervalStats()
 
         # Processes whose shim collects in windows (one in N; shim/src/window.cpp): their
         # numbers are estimates, so their samples say so.
@@ -368,7 +368,7 @@ class Collector:
                                   time_nanos=win.start_ns, comments=comments, numbering=self._numbering)
 
         builder = new_builder()
-        out = WindowProfiles(builder, stats)
+        out = IntervalProfiles(builder, stats)
 
         def add(tgid: int, info: ProcInfo, frames: list, ns: int, n: int, labels: dict, pcs: int = 0) -> None:
             builder.add(frames, ns, n, labels, pcs)

@@ -105,7 +105,7 @@ def main(args) -> int:
         timeline = timeline_out.collector_for(args, collector)
         collector.session.set_trace(every_process=True)  # the pid filter keeps the command's
     started_ns = time.time_ns()
-    collector.window.start_ns = started_ns  # the profile's Duration is the command's, not the set-up's
+    collector.interval.start_ns = started_ns  # the profile's Duration is the command's, not the set-up's
     env = dict(os.environ)
     env.setdefault("CUDA_INJECTION64_PATH", str(shim))
     # A one-off recording wants every kernel: continuous collection unless asked.

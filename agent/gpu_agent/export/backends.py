@@ -65,7 +65,7 @@ class RemoteBackend:
 
     name: str                       # "parca" or "otlp"
     endpoint: Endpoint
-    encode: Callable                # (WindowProfiles) -> bytes
+    encode: Callable                # (IntervalProfiles) -> bytes
     transport: Transport
     queue: SendQueue
     encode_failures: int = 0

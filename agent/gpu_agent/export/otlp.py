@@ -157,7 +157,7 @@ def add_process(req, dic: _Dict, profile, resource_attrs: Mapping[str, object],
 
 
 def encode(window, node: str, extra: Mapping[str, str], include_pprof: bool = False) -> bytes:
-    """window: window.WindowProfiles built with per_pid=True."""
+    """window: profile.interval.IntervalProfiles built with per_pid=True."""
     req = svc.ExportProfilesServiceRequest()
     dic = _Dict(req.dictionary)
     for pid in sorted(window.per_pid):

@@ -34,7 +34,7 @@ def series_labels(node: str, pid: int, comm: str, pod: Mapping[str, str],
 
 
 def encode(window, node: str, extra: Mapping[str, str]) -> bytes:
-    """window: window.WindowProfiles built with per_pid=True."""
+    """window: profile.interval.IntervalProfiles built with per_pid=True."""
     req = pb.WriteRawRequest(normalized=True)
     for pid in sorted(window.per_pid):
         info = window.procs[pid]

@@ -1,11 +1,12 @@
-"""What one profile window holds: its aggregates (merged over drains), the
-processes in it, and, once closed, its profiles and their figures."""
+"""What one profile interval holds: its aggregates (merged over drains), the
+processes in it, and, once closed, its profiles and their figures. (A collection
+window is the shim's; an interval is the agent's period between two profiles.)"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .pprof import ProfileBuilder
+from ..pprof import ProfileBuilder
 
 
 @dataclass
@@ -18,15 +19,15 @@ class ProcInfo:
     def pod(self) -> dict:
         """pod/namespace/container where known (k8s.proc_labels; {} outside Kubernetes)."""
         try:
-            from . import k8s
+            from .. import k8s
             return k8s.proc_labels(self.pid)
         except Exception:  # metadata is best effort
             return {}
 
 
 @dataclass
-class Window:
-    """Aggregates drained from BPF over one profile window (merged over drains)."""
+class Interval:
+    """Aggregates drained from BPF over one profile interval (merged over drains)."""
 
     start_ns: int
     totals: dict = field(default_factory=dict)
@@ -40,17 +41,17 @@ class Window:
 
 
 @dataclass
-class WindowProfiles:
-    """One closed window: the node-wide profile and, if asked, one profile per process."""
+class IntervalProfiles:
+    """One closed interval: the node-wide profile and, if asked, one profile per process."""
 
     profile: ProfileBuilder
-    stats: "WindowStats"
+    stats: "IntervalStats"
     per_pid: dict = field(default_factory=dict)   # pid -> ProfileBuilder
-    procs: dict = field(default_factory=dict)     # pid -> ProcInfo (as of this window)
+    procs: dict = field(default_factory=dict)     # pid -> ProcInfo (as of this interval)
 
 
 @dataclass
-class WindowStats:
+class IntervalStats:
     processes: int = 0
     kernels: int = 0
     gpu_ns: int = 0
@@ -60,7 +61,7 @@ class WindowStats:
     excluded_pids: int = 0
     impossible_records: int = 0  # kept out by invariants.py (also in drop_impossible)
     dropped_launches: int = 0    # launches whose records CUPTI lost ([dropped: cupti] samples)
-    # Attached processes with no kernel in this window: idle, or a job whose launches
+    # Attached processes with no kernel in this interval: idle, or a job whose launches
     # fell between its collection windows (said, not hidden; the profile says it too).
     attached_without_kernels: int = 0
     # The profile says data was lost or refused (drop counters, implausible claims):
