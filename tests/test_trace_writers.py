@@ -19,7 +19,8 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from gpu_agent.reporters import write_chrome, write_events, write_perfetto
 from support.perfetto_read import read_perfetto as _read_perfetto
-from gpu_agent.timeline import SCHEMA_VERSION, Drop, Frame, GpuDevice, KernelEvent, Timeline
+from gpu_agent.probes.devices import GpuDevice
+from gpu_agent.timeline import SCHEMA_VERSION, Drop, Frame, KernelEvent, Timeline
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((REPO / "docs/events.schema.json").read_text())

@@ -20,13 +20,14 @@ from typing import Callable, Optional
 from . import contract as C
 from . import estimator, invariants
 from .bpf_session import BpfSession
+from .probes.devices import device_from_event
 from .probes.drain import Drain
 from .parcagpu import SOURCE_LABEL as PARCAGPU_SOURCE
 from . import pc_samples
 from .pprof import FrameSpec, Numbering, ProfileBuilder
 from .procfs import read_comm
 from .profile.interval import Interval, IntervalProfiles, IntervalStats, ProcInfo
-from .python import PythonStacks
+from .python import PyFrame, PythonStacks
 from .demangle import demangle_kernel
 from .profile.vocabulary import (DROPPED_COMMENT, DROPPED_CUPTI, DUTY_COMMENT, DUTY_LABEL, GRAPH_BEFORE_ATTACH,
                                  GRAPH_REPLAY, GRAPH_REPLAY_LABEL, PARCAGPU_COMMENT, QUIET_COMMENT, UNKNOWN_STACK,
@@ -61,7 +62,7 @@ class Collector:
         s = self.session
         s.on_pc_batch, s.on_stall_reason, s.on_cubin = self.pcs.on_batch, self.pcs.on_stall_reason, self.pcs.on_cubin
         s.on_pg_pc = self.pcs.on_pg_pc
-        # (pid, CUDA ordinal) -> timeline.GpuDevice, and pid -> CLOCK_REALTIME - CUPTI clock,
+        # (pid, CUDA ordinal) -> probes.devices.GpuDevice, and pid -> CLOCK_REALTIME - CUPTI clock,
         # from the shim's gpu_device probes
         self.devices: dict = {}
         self._clock_offsets: dict[int, int] = {}
@@ -191,7 +192,6 @@ class Collector:
 
     def note_device(self, ev) -> None:
         """A gpu_device probe: the device's identity, and the process's clock pair."""
-        from .trace_collect import device_from_event
         self.devices[(ev.hdr.tgid, ev.ordinal)] = device_from_event(ev)
         if ev.cupti_ns and ev.realtime_ns:
             self._clock_offsets[ev.hdr.tgid] = ev.realtime_ns - ev.cupti_ns
@@ -235,6 +235,7 @@ class Collector:
                 skip = self.session.parcagpu.paths if self.session.parcagpu else ()
                 frames = [f for f in frames if getattr(f, "filename", None) not in skip]
                 frames = self.python.frames(tgid, stack_id, start, frames)  # Python frames spliced in
+                frames = [FrameSpec.python(*f) if isinstance(f, PyFrame) else f for f in frames]
                 self._frames[key] = frames
             return frames
 

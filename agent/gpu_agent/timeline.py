@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .probes.devices import GpuDevice
+
 SCHEMA_VERSION = 1
 
 
@@ -22,15 +24,6 @@ class Frame:
     kind: str = "native"
     file: str = ""
     line: int = 0
-
-
-@dataclass(frozen=True)
-class GpuDevice:
-    """A CUDA device as the shim saw it: its ordinal in the process, and the
-    identity DCGM uses (UUID "GPU-…", model name)."""
-    ordinal: int
-    uuid: str = ""
-    model: str = ""
 
 
 @dataclass(slots=True)

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 
 from . import contract as C
 from .pprof import FrameSpec
-from .timeline import Drop, Frame, GpuDevice, KernelEvent, Timeline
+from .timeline import Drop, Frame, KernelEvent, Timeline
 
 # Kernel events kept while a capture runs, each packed into RAW's 200 bytes (as
 # tuples of Python ints they took about 1 KiB for the whole capture). Writing the
@@ -28,11 +28,6 @@ from .timeline import Drop, Frame, GpuDevice, KernelEvent, Timeline
 DEFAULT_RING = 250_000
 RAW = struct.Struct("<25Q")
 RETENTIONS = ("drop-oldest", "backpressure")
-
-
-def device_from_event(ev: C.EvDevice) -> GpuDevice:
-    return GpuDevice(ev.ordinal, ev.uuid.split(b"\0", 1)[0].decode("ascii", "replace"),
-                     ev.model.split(b"\0", 1)[0].decode("utf-8", "replace"))
 
 
 class TimelineCollector:

@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from .. import contract as C
 from .layout import Layout, NotReady, probe
@@ -178,7 +178,7 @@ class PythonStacks:
     def frames(self, pid: int, stack_id: int, start: int, native: list) -> list:
         """native (symbolize.Frame, innermost first) with its Python frames spliced in.
 
-        Python frames come back as pprof FrameSpec.python; native ones unchanged.
+        Python frames come back as PyFrame; native ones unchanged.
         Never raises: on any trouble the native stack comes back as it was.
         """
         if not self.enabled:
@@ -191,8 +191,6 @@ class PythonStacks:
             return native
 
     def _frames(self, pid: int, stack_id: int, start: int, native: list) -> list:
-        from ..pprof import FrameSpec
-
         p = self.procs.get(pid)
         if p is None or p.state in ("pending", "none"):
             # Sampled before the process was set up: if this stack runs Python,
@@ -216,7 +214,7 @@ class PythonStacks:
             infos.append(info)
         self.stats.stacks += 1
         self.stats.frames += n
-        specs = [_Spec(FrameSpec.python(i.function, i.filename, i.line), i.entry) for i in infos]
+        specs = [_Spec(PyFrame(i.function, i.filename, i.line), i.entry) for i in infos]
         merged = merge_stacks(native, specs, native_truncated=len(native) >= C.MAX_FRAMES,
                        name_of=lambda f: f.spec.function if isinstance(f, _Spec) else
                        getattr(f, "function", ""))
@@ -227,6 +225,13 @@ class PythonStacks:
         return {"python_processes": s.processes, "python_unsupported": s.unsupported,
                 "python_stacks": s.stacks, "python_frames": s.frames,
                 "python_unnamed_frames": s.unnamed_frames}
+
+
+class PyFrame(NamedTuple):
+    """An interpreter frame of a merged stack: qualname, file and line."""
+    function: str
+    filename: str
+    line: int
 
 
 class _Spec:

@@ -30,7 +30,8 @@ from __future__ import annotations
 import json
 
 from ..atomic import private_output
-from ..timeline import GpuDevice, KernelEvent, Timeline
+from ..probes.devices import GpuDevice
+from ..timeline import KernelEvent, Timeline
 from .kernel_fields import (assign_lanes, is_graph_kernel, kernel_end, launch_name, launch_stack_id,
                             sampled_launches, stack_text, stream_label)
 

@@ -3,7 +3,8 @@ Perfetto, Chrome and NDJSON outputs name the same fields the same way."""
 
 from __future__ import annotations
 
-from ..timeline import Frame, GpuDevice, KernelEvent, Timeline
+from ..probes.devices import GpuDevice
+from ..timeline import Frame, KernelEvent, Timeline
 
 
 def frame_text(f: Frame) -> str:
