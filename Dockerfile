@@ -42,7 +42,7 @@ RUN for v in 12 13; do \
  && ls -l /out/cuda12/libgpu_agent_shim.so /out/cuda13/libgpu_agent_shim.so
 
 # ---------------------------------------------------------------- web UI bundle (build time only)
-# d3-flame-graph and its parts, pinned by agent/gpu_agent/ui/bundle/package-lock.json, bundled by `make ui` into
+# d3-flame-graph and its parts, pinned by agent/gpu_agent/outputs/ui/bundle/package-lock.json, bundled by `make ui` into
 # one offline script with its licenses (docs/ui.md); node never reaches the runtime image.
 FROM ${BASE_IMAGE} AS ui
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -52,8 +52,8 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Makefile ./
-COPY agent/gpu_agent/ui/bundle/ agent/gpu_agent/ui/bundle/
-RUN make --no-print-directory ui && ls -l agent/gpu_agent/ui/static/vendor/
+COPY agent/gpu_agent/outputs/ui/bundle/ agent/gpu_agent/outputs/ui/bundle/
+RUN make --no-print-directory ui && ls -l agent/gpu_agent/outputs/ui/static/vendor/
 
 # ---------------------------------------------------------------- wheel (agent + native parts)
 FROM ${BASE_IMAGE} AS wheel
@@ -67,7 +67,7 @@ COPY pyproject.toml README.md ./
 COPY agent/ agent/
 COPY bpf/ agent/gpu_agent/_native/bpf/
 COPY shim/include/ agent/gpu_agent/_native/include/
-COPY --from=ui /src/agent/gpu_agent/ui/static/vendor/ agent/gpu_agent/ui/static/vendor/
+COPY --from=ui /src/agent/gpu_agent/outputs/ui/static/vendor/ agent/gpu_agent/outputs/ui/static/vendor/
 COPY --from=shim /out/cuda12/libgpu_agent_shim.so agent/gpu_agent/_native/cuda12/
 COPY --from=shim /out/cuda13/libgpu_agent_shim.so agent/gpu_agent/_native/cuda13/
 RUN python3 -m venv /tmp/build \

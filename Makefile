@@ -94,12 +94,12 @@ $(BUILD) $(MOCK):
 	mkdir -p $@
 
 # The web UI's third-party code (d3-flame-graph and the d3 modules it imports), pinned
-# by agent/gpu_agent/ui/bundle/package-lock.json, bundled by esbuild into one offline script inside the package
+# by agent/gpu_agent/outputs/ui/bundle/package-lock.json, bundled by esbuild into one offline script inside the package
 # (so `pip wheel .` carries it), with the licenses of everything bundled. Needs node and
 # npm (deploy/install-deps.sh); the agent serves it with no network (docs/ui.md).
-UI_VENDOR := agent/gpu_agent/ui/static/vendor
+UI_VENDOR := agent/gpu_agent/outputs/ui/static/vendor
 UI_BUNDLE := $(UI_VENDOR)/flamegraph.js
-UI_NPM := agent/gpu_agent/ui/bundle
+UI_NPM := agent/gpu_agent/outputs/ui/bundle
 .PHONY: ui
 all: ui
 ui: $(UI_BUNDLE)

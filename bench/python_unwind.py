@@ -34,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "agent"))
 
-from gpu_agent.collector import Collector  # noqa: E402
+from gpu_agent.join.collector import Collector  # noqa: E402
 
 SHIM = REPO / "build" / "libgpu_agent_shim.so"
 WORKLOAD = REPO / "bench" / "py_launch.py"

@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
 
-from gpu_agent.reporters import write_chrome, write_events, write_perfetto  # noqa: E402
+from gpu_agent.timeline import write_chrome, write_events, write_perfetto  # noqa: E402
 from gpu_agent.probes.devices import GpuDevice  # noqa: E402
-from gpu_agent.timeline import Frame, KernelEvent, Timeline  # noqa: E402
+from gpu_agent.timeline.model import Frame, KernelEvent, Timeline  # noqa: E402
 
 T0 = 1_760_000_000_000_000_000
 

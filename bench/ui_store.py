@@ -36,7 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "agent"))
 
-from gpu_agent.pprof import FrameSpec, MappingSpec, Numbering, ProfileBuilder  # noqa: E402
+from gpu_agent.profile.pprof import FrameSpec, MappingSpec, Numbering, ProfileBuilder  # noqa: E402
 from gpu_agent.profile.store import PROFILE_GLOB, PROFILE_SUFFIX, file_name  # noqa: E402
 from gpu_agent.proto import profile_pb2  # noqa: E402
 

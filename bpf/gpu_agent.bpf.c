@@ -15,7 +15,7 @@
  *                       (capture_stack_id in the aggregation keys).
  * The aggregation maps come in two sets (totals0/sampled0/latency0, totals1/...);
  * `generation` says which one kernel_batch writes. The agent
- * (agent/gpu_agent/bpf_session.py) drains by flipping the generation, waiting
+ * (agent/gpu_agent/probes/bpf_session.py) drains by flipping the generation, waiting
  * until no program can still be writing the old set, then reading and
  * deleting the whole old set: no increment can land on a key being deleted,
  * so totals stay exact across drains, and in-kernel state stays bounded.

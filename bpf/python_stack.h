@@ -3,7 +3,7 @@
  *
  * Included by gpu_agent.bpf.c (bcc C). See the "Python stacks" section of
  * shim/include/gpu_agent_probes.h for the contract; the agent side is
- * agent/gpu_agent/python/ (layout.py computes ga_py_config, symbolize.py
+ * agent/gpu_agent/symbols/python/ (layout.py computes ga_py_config, symbolize.py
  * names the frames, merge.py splices them into the native stack).
  *
  * No Python code runs and no lock is taken: every read is a

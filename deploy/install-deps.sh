@@ -20,7 +20,7 @@ if apt-cache show "$exact" >/dev/null 2>&1; then hdr=$exact; fi
 apt-get install -y -qq --no-install-recommends \
     build-essential binutils bpfcc-tools python3-bpfcc libbpfcc ${hdr:+$hdr} \
     golang-go golang-github-google-pprof-dev python3-venv procps prometheus valgrind >/dev/null
-# The web UI: npm builds its bundle (`make ui`, the pinned agent/gpu_agent/ui/bundle/package-lock.json), and the
+# The web UI: npm builds its bundle (`make ui`, the pinned agent/gpu_agent/outputs/ui/bundle/package-lock.json), and the
 # UI tests drive Debian's chromium with Playwright (never Playwright's own download).
 command -v npm >/dev/null || apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
 apt-get install -y -qq --no-install-recommends chromium >/dev/null

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from support.env import need_ebpf
-from gpu_agent import contract as C
-from gpu_agent import stapsdt
-from gpu_agent.bpf_session import BpfSession
+from gpu_agent.probes import contract as C
+from gpu_agent.probes import stapsdt
+from gpu_agent.probes.bpf_session import BpfSession
 from gpu_agent.probes.drain import AggKey, AggVal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "probe_firer"))
@@ -364,7 +364,7 @@ def test_windowed_records_refuse_stale_samples(firer, tmp_path):
 def test_per_key_drain_fallback(firer, tmp_path, monkeypatch):
     """Kernels without batch map ops: the per-key lookup-and-delete path gives
     the same numbers."""
-    from gpu_agent import bpf_maps
+    from gpu_agent.probes import bpf_maps
 
     def no_batch(*_a, **_k):
         raise bpf_maps.BatchUnsupported()

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from support.env import MOCK_APP, SHIM, agent_cmd, mock_env
-from gpu_agent import cli, config
+from gpu_agent import cli
+from gpu_agent.commands import config
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_agent import contract as C
+from gpu_agent.probes import contract as C
 from support.probes import check_shim_notes
 
 REPO = Path(__file__).resolve().parent.parent
@@ -153,8 +153,8 @@ def test_probe_table_is_the_contract(c_layout):
 def test_bpf_reads_each_probe_argument_at_its_table_position(c_layout):
     """Each BPF program reads argument i into the variable the table names at i, and
     reads every argument of its probe: a reordered or missing read fails here."""
-    from gpu_agent.shim_attach import DATA_PROBES
-    from gpu_agent.paths import bpf_source
+    from gpu_agent.probes.shim_attach import DATA_PROBES
+    from gpu_agent.probes.paths import bpf_source
     src = bpf_source(BPF_SOURCE.parent)  # with its local headers pasted in, as bcc gets it
     table = _table_probes(c_layout)
     assert set(DATA_PROBES) | set(C.SEMAPHORE_PROBES) == set(table)
@@ -196,8 +196,8 @@ def test_a_shim_of_another_contract_version_is_refused_with_one_clear_line(tmp_p
 
     from elftools.elf.elffile import ELFFile
 
-    from gpu_agent import elf
-    from gpu_agent.shim_attach import BpfError, read_shim
+    from gpu_agent.system import elf
+    from gpu_agent.probes.shim_attach import BpfError, read_shim
 
     probes, _ = read_shim(str(SHIM))  # this build: accepted
     assert set(probes) == set(C.PROBES)

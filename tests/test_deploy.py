@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpu_agent import cli, config
+from gpu_agent import cli
+from gpu_agent.commands import config
 
 REPO = Path(__file__).resolve().parent.parent
 K8S = REPO / "deploy" / "kubernetes"

@@ -89,7 +89,7 @@ def test_session_discover_dedups_and_rejects_other_builds(tmp_path, built):
     through a symlink is not attached again (its probes would fire twice); a
     library with the probes at other places (another build) is refused."""
     need_ebpf()
-    from gpu_agent.bpf_session import BpfSession
+    from gpu_agent.probes.bpf_session import BpfSession
 
     sys.path.insert(0, str(Path(__file__).resolve().parent / "probe_firer"))
     import firer_script as F

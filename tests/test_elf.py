@@ -11,7 +11,7 @@ import subprocess
 
 from elftools.elf.elffile import ELFFile
 
-from gpu_agent import elf, procfs
+from gpu_agent.system import elf, procfs
 
 
 def _build(tmp_path):

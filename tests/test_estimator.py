@@ -5,7 +5,7 @@ from collections import defaultdict
 
 import pytest
 
-from gpu_agent.estimator import Estimate, EstimatedRow, apportion, estimate
+from gpu_agent.join.estimator import Estimate, EstimatedRow, apportion, estimate
 
 K1 = (100, 0, 7, 0, 1)
 K2 = (100, 0, 7, 0, 2)

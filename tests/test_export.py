@@ -18,11 +18,11 @@ from support.grpc_backends import Backend, make_ca
 from support.pprof_tool import raw
 
 from gpu_agent.profile.interval import IntervalProfiles, IntervalStats
-from gpu_agent.export import otlp, parca
-from gpu_agent.export.backends import QueueOptions, make_backend
-from gpu_agent.export.endpoint import TransportOptions, parse_endpoint
-from gpu_agent.export.queue import SendError, SendQueue
-from gpu_agent.pprof import FrameSpec, ProfileBuilder
+from gpu_agent.outputs.export import otlp, parca
+from gpu_agent.outputs.export.backends import QueueOptions, make_backend
+from gpu_agent.outputs.export.endpoint import TransportOptions, parse_endpoint
+from gpu_agent.outputs.export.queue import SendError, SendQueue
+from gpu_agent.profile.pprof import FrameSpec, ProfileBuilder
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from support.env import MOCK_DIR, SHIM, agent_cmd, ground_truth, mock_env, need_ebpf
-from gpu_agent import contract as C
-from gpu_agent.bpf_session import BpfSession
+from gpu_agent.probes import contract as C
+from gpu_agent.probes.bpf_session import BpfSession
 from gpu_agent.probes.drain import AggKey
-from gpu_agent.collector import Collector
+from gpu_agent.join.collector import Collector
 from gpu_agent.profile.vocabulary import GRAPH_BEFORE_ATTACH, GRAPH_REPLAY, GRAPH_REPLAY_LABEL
 from support.pprof_tool import raw
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_agent import paths
+from gpu_agent.probes import paths
 from gpu_agent.commands.install_shim import install_file
 
 

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from support.firing import fire_into
-from gpu_agent import contract as C
-from gpu_agent.collector import Collector
+from gpu_agent.probes import contract as C
+from gpu_agent.join.collector import Collector
 from support.pprof_tool import raw
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "probe_firer"))

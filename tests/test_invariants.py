@@ -1,4 +1,4 @@
-"""Impossible kernel records never reach the totals (agent/gpu_agent/invariants.py,
+"""Impossible kernel records never reach the totals (agent/gpu_agent/join/invariants.py,
 BPF's GA_DROP_IMPOSSIBLE), and every one is counted where users look: the status
 line, the counters behind /metrics, and a comment in the profile.
 
@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from support.firing import fire_into
-from gpu_agent import contract as C
-from gpu_agent.collector import Collector
+from gpu_agent.probes import contract as C
+from gpu_agent.join.collector import Collector
 from gpu_agent.commands.common import status_line
 from support.pprof_tool import raw
 

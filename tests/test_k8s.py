@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_agent import k8s
+from gpu_agent.system import k8s
 
 DATA = Path(__file__).resolve().parent / "data" / "k8s"
 CD = "0a3bc3ee47f1b8a36f0b6d9a1c33e2bbf0ef3b5fbd2e5a1d2f4c6bc1e0a9d8f7"

@@ -3,7 +3,8 @@
   in tests/support/, shared fixtures in tests/conftest.py;
 - no code cites a history document: docs/benchmarks-history.md is a record for
   people, and code states its reasons itself;
-- the Python passes ruff (`make lint`)."""
+- the Python passes ruff (`make lint`);
+- the agent is layers that import only downward (docs/architecture.md, "The layers")."""
 
 from __future__ import annotations
 
@@ -58,3 +59,58 @@ def test_the_python_passes_ruff():
     p = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "agent", "tests", "bench"],
                        cwd=REPO, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-1000:]
+
+
+# docs/architecture.md's layers, bottom up; proto/ (generated) is usable from any layer.
+LAYERS = {"proto": 0, "system": 1, "probes": 2, "symbols": 3, "profile": 4, "join": 5,
+          "timeline": 6, "outputs": 7, "commands": 8, "cli": 8, "__main__": 9}
+# The package's face re-exports probes.paths.shim_path: it sits with the probes.
+FACE_LAYER = 2
+PKG = REPO / "agent" / "gpu_agent"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return FACE_LAYER
+    assert parts[1] in LAYERS, f"{module} is in no layer"
+    return LAYERS[parts[1]]
+
+
+def agent_imports(path: Path) -> set[str]:
+    """The gpu_agent modules (or packages) a module imports, absolute."""
+    me = module_name(path)
+    pkg = me.split(".") if path.name == "__init__.py" else me.split(".")[:-1]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(pkg[:len(pkg) - node.level + 1] + ([node.module] if node.module else []))
+            if base == "gpu_agent" or base.startswith("gpu_agent."):
+                for a in node.names:
+                    sub = f"{base}.{a.name}"
+                    is_mod = (PKG.parent / Path(*sub.split("."))).with_suffix(".py").exists() or \
+                        (PKG.parent / Path(*sub.split(".")) / "__init__.py").exists()
+                    out.add(sub if is_mod else base)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("gpu_agent"))
+    return out
+
+
+def test_every_module_sits_in_a_layer_and_imports_only_downward():
+    modules = [p for p in PKG.rglob("*.py") if "node_modules" not in p.parts]
+    loose = [m for m in map(module_name, modules) if m.count(".") == 1 and m.split(".")[1] not in LAYERS]
+    assert not loose, f"modules outside every layer: {loose}"
+    upward = []
+    for p in modules:
+        me = module_name(p)
+        for target in agent_imports(p):
+            if layer(target) > layer(me):
+                upward.append(f"{me} -> {target}")
+    assert not upward, upward

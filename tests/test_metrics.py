@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_agent.probes.drain import AggKey, AggVal
-from gpu_agent.metrics import Metrics, parse_addr, serve
+from gpu_agent.outputs.metrics import Metrics, parse_addr, serve
 
 
 @dataclass

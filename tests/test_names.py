@@ -1,11 +1,11 @@
-"""Kernel names from hostile probe arguments (agent/gpu_agent/names.py): any local
+"""Kernel names from hostile probe arguments (agent/gpu_agent/probes/names.py): any local
 process can fire the shim's kernel_name probe, so names are checked against their
 ids, chunks must sit where the shim puts them, and memory is bounded in bytes."""
 
 from __future__ import annotations
 
-from gpu_agent import contract as C
-from gpu_agent import names as N
+from gpu_agent.probes import contract as C
+from gpu_agent.probes import names as N
 
 
 def feed(kn: N.KernelNames, kernel_id: int, name: bytes, order=None) -> None:

@@ -1,4 +1,4 @@
-"""parcagpu's probes as a second source (agent/gpu_agent/parcagpu.py, bpf/parcagpu.h).
+"""parcagpu's probes as a second source (agent/gpu_agent/probes/parcagpu.py, bpf/parcagpu.h).
 
 tests/parcagpu_like/pglike.c fires parcagpu-shaped probes (provider parcagpu, the
 signatures of its src/probes.d, a semaphore on cuda_correlation), written from that
@@ -242,8 +242,8 @@ def test_bpf_reads_cuptis_pc_record_layout(tmp_path):
     ("1@%r9b", "reg", "r9", 0, 1, False),
 ])
 def test_argument_specs(spec, kind, reg, disp, size, signed):
-    from gpu_agent import contract as C
-    from gpu_agent.parcagpu import parse_arg
+    from gpu_agent.probes import contract as C
+    from gpu_agent.probes.parcagpu import parse_arg
     a = parse_arg(spec)
     kinds = {"reg": C.PG_ARG_REG, "mem": C.PG_ARG_MEM, "imm": C.PG_ARG_IMM}
     assert a.kind == kinds[kind] and (a.size, bool(a.is_signed)) == (size, signed)
@@ -254,6 +254,6 @@ def test_argument_specs(spec, kind, reg, disp, size, signed):
 
 @pytest.mark.parametrize("spec", ["8@foo(%rip)", "8@(%rax,%rbx,8)", "3@%rax", "%rax", "8@%xmm0"])
 def test_argument_specs_it_cannot_read_are_refused(spec):
-    from gpu_agent.parcagpu import parse_arg
+    from gpu_agent.probes.parcagpu import parse_arg
     with pytest.raises(ValueError):
         parse_arg(spec)

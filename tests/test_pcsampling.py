@@ -1,5 +1,5 @@
 """PC sampling with stall reasons (opt-in): shim/src/pcsampling.cpp -> bpf/pcsampling.h
--> agent/gpu_agent/pc_samples.py and cubin.py -> pprof's pc_samples/count.
+-> agent/gpu_agent/join/pc_samples.py and cubin.py -> pprof's pc_samples/count.
 
 The mock's PC Sampling API (shim/mock/mock_pcsampling.c) gives deterministic
 samples over three pcs of the real cubin an H100 ran (tests/data/pcsampling, from
@@ -15,7 +15,7 @@ import sys
 import time
 from collections import Counter
 
-from gpu_agent.cubin import read_line_table
+from gpu_agent.symbols.cubin import read_line_table
 from support.env import mock_env, need_ebpf, private_shim
 from support.pcsampling import DATA, HERE, HOT, ITERS, KERNEL_NS, PERIOD, nvdisasm_lines, per_launch, record
 from support.pprof_tool import pprof, raw
@@ -105,9 +105,9 @@ def test_pc_probes_through_real_ebpf_and_their_bad_input(firer, tmp_path):
     memory, gives lines. A batch claiming more than GA_PC_BATCH_MAX records is
     dropped and counted, and so are the samples the shim says CUPTI lost."""
     import firer_script as F
-    from gpu_agent.bpf_session import BpfSession
-    from gpu_agent.pc_samples import PcSamples
-    from gpu_agent import contract as C
+    from gpu_agent.probes.bpf_session import BpfSession
+    from gpu_agent.join.pc_samples import PcSamples
+    from gpu_agent.probes import contract as C
 
     lib, exe = firer
     kid, crc = 0xABC, 0x5EED
@@ -194,8 +194,8 @@ def test_samples_split_over_launch_stacks_exactly_and_only_for_included_processe
     """add_to_profile: a kernel's samples split over its rows by GPU time, whole
     (largest remainders); a kernel with no row keeps [unsampled]; _not_issued
     reasons and processes the profile leaves out (record's pid filter) add nothing."""
-    from gpu_agent.pc_samples import PcSamples, add_to_profile, split
-    from gpu_agent.pprof import FrameSpec
+    from gpu_agent.join.pc_samples import PcSamples, add_to_profile, split
+    from gpu_agent.profile.pprof import FrameSpec
 
     assert split(10, [1, 1, 1]) == [4, 3, 3] and split(7, [0, 0]) == [7, 0] and sum(split(101, [3, 5, 9])) == 101
     pcs = PcSamples()

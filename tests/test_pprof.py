@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gpu_agent.pprof import FrameSpec, MappingSpec, ProfileBuilder
+from gpu_agent.profile.pprof import FrameSpec, MappingSpec, ProfileBuilder
 from gpu_agent.proto import profile_pb2
-from gpu_agent.symbolize import Frame
+from gpu_agent.symbols.native import Frame
 
 REPO = Path(__file__).resolve().parent.parent
 PPROF = os.environ.get("GPU_AGENT_PPROF") or str(REPO / "build" / "tools" / "pprof")
@@ -90,7 +90,7 @@ TOTAL_LAUNCHES = 15 + 2 + 4 + 1 + 1
 
 
 def test_long_name_fixture_is_valid():
-    from gpu_agent.demangle import demangle_kernel
+    from gpu_agent.symbols.demangle import demangle_kernel
 
     mangled, demangled = long_kernel()
     assert len(mangled) > 6000
@@ -308,7 +308,7 @@ def test_numbered_windows_share_location_ids(tmp_path):
     """Windows written with one Numbering give a frame the same location id in every
     file, whatever order its samples came in; another numbering is named apart; Go
     pprof reads such a profile (ids need not be 1..N) to the same totals."""
-    from gpu_agent.pprof import Numbering
+    from gpu_agent.profile.pprof import Numbering
     from gpu_agent.profile.vocabulary import NUMBERING_COMMENT
 
     numbering = Numbering()

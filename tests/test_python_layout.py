@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from gpu_agent import contract as C
-from gpu_agent.python import layout, merge as M, offsets, symbolize as S
-from gpu_agent.python.btf import task_fsbase_offset
+from gpu_agent.probes import contract as C
+from gpu_agent.symbols.python import layout, merge as M, offsets, symbolize as S
+from gpu_agent.symbols.python.btf import task_fsbase_offset
 from support.interpreters import SUPPORTED, TOO_OLD
 
 REPO = Path(__file__).resolve().parent.parent
@@ -279,8 +279,8 @@ def test_linetable_decoder_matches_co_lines(interp, tmp_path):
     gap = tmp_path / "gaps.py"
     gap.write_text("def far():\n    x = 1\n" + "\n" * 300 + "    y = 2\n" + "\n" * 5000
                    + "    return (x,\n            y)\n")
-    files = [str(REPO / "tests" / "py_workload.py"), str(REPO / "agent" / "gpu_agent" /
-                                                         "collector.py"), str(gap)]
+    files = [str(REPO / "tests" / "py_workload.py"),
+             str(REPO / "agent" / "gpu_agent" / "join" / "collector.py"), str(gap)]
     r = subprocess.run([py, "-c", _DUMP, *files], capture_output=True, text=True, check=True)
     codes = json.loads(r.stdout)
     assert len(codes) > 20

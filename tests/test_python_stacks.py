@@ -223,8 +223,8 @@ def test_a_job_that_ends_while_native_symbols_load_keeps_its_python_frames(tmp_p
     import sys
     import time
 
-    from gpu_agent import symbolize as S
-    from gpu_agent.collector import Collector
+    from gpu_agent.symbols import native as S
+    from gpu_agent.join.collector import Collector
     from support.env import SHIM
 
     need_ebpf()

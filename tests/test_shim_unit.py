@@ -114,7 +114,7 @@ def notes(path: Path) -> list[dict]:
 def contract_probes() -> dict[str, list[str]]:
     """name -> argument kinds (u32, u64, ptr): contract.PROBES, which
     tests/test_contract.py checks against the header's probe table."""
-    from gpu_agent import contract as C
+    from gpu_agent.probes import contract as C
     return {name: [kind for _, kind in args] for name, args in C.PROBES.items()}
 
 

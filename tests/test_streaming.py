@@ -25,7 +25,7 @@ from support.env import MOCK_APP, SHIM, agent_cmd, ground_truth, mock_env, need_
 from support.grpc_backends import Backend, free_port
 from support.pprof_tool import raw
 
-from gpu_agent.demangle import demangle_kernel
+from gpu_agent.symbols.demangle import demangle_kernel
 
 
 class Agent:

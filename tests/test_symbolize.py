@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from gpu_agent.demangle import demangle_kernel
-from gpu_agent.symbolize import Frame, Symbolizer, parse_maps
+from gpu_agent.symbols.demangle import demangle_kernel
+from gpu_agent.symbols.native import Frame, Symbolizer, parse_maps
 
 if shutil.which("gcc") is None or shutil.which("g++") is None or shutil.which("nm") is None:
     raise RuntimeError("tests/test_symbolize.py needs gcc, g++ and nm (make deps installs them)")
@@ -320,7 +320,7 @@ def test_demangle_deep_pack_and_failures(tmp_path):
 
 
 def test_symbol_table_lookup_rules():
-    from gpu_agent.symbolize import _SymbolTable
+    from gpu_agent.symbols.native import _SymbolTable
 
     t = _SymbolTable(
         [
@@ -348,7 +348,7 @@ def test_a_symbol_table_keeps_no_object_per_name():
     import tracemalloc
     from array import array
 
-    from gpu_agent.symbolize import _SymbolTable
+    from gpu_agent.symbols.native import _SymbolTable
 
     n = 100_000
     names = [b"_ZN5torch%d%sEv" % (len(b"kernel%d" % i), b"kernel%d" % i) for i in range(n)]
@@ -377,7 +377,7 @@ def test_one_maps_parser_serves_every_reader():
     symbolizer, the Python layout and shim discovery."""
     import os
 
-    from gpu_agent import procfs
+    from gpu_agent.system import procfs
 
     text = (b"7f0000000000-7f0000001000 r-xp 00002000 fd:01 200 /tmp/a b/libgpu_agent_shim.so (deleted)\n"
             b"7f0000001000-7f0000002000 rw-p 00000000 00:00 0 \n"

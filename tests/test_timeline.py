@@ -131,7 +131,7 @@ def test_trace_pid_beside_run_is_continuous_for_that_process_only(tmp_path):
         # Continuous during the capture: about rate x duration launches, not one tenth.
         assert len(kernels) > 0.6 * rate * seconds, len(kernels)
         # Afterwards the shim is back at its defaults: the deadline reads 0 again.
-        from gpu_agent.trace_target import TraceTarget
+        from gpu_agent.timeline.target import TraceTarget
         import os
         import struct
         t = TraceTarget.open(target)

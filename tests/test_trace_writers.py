@@ -1,4 +1,4 @@
-"""The timeline writers (agent/gpu_agent/reporters/): a realistic Timeline (two
+"""The timeline writers (agent/gpu_agent/timeline/): a realistic Timeline (two
 processes, two GPUs with UUIDs, several streams, a CUDA graph with capture and
 replay stacks, sampled launches, Python and native frames, drops) written as a
 Perfetto trace, a Chrome JSON trace and NDJSON events, and read back with real
@@ -17,10 +17,10 @@ import jsonschema
 import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from gpu_agent.reporters import write_chrome, write_events, write_perfetto
+from gpu_agent.timeline import write_chrome, write_events, write_perfetto
 from support.perfetto_read import read_perfetto as _read_perfetto
 from gpu_agent.probes.devices import GpuDevice
-from gpu_agent.timeline import SCHEMA_VERSION, Drop, Frame, KernelEvent, Timeline
+from gpu_agent.timeline.model import SCHEMA_VERSION, Drop, Frame, KernelEvent, Timeline
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((REPO / "docs/events.schema.json").read_text())

@@ -444,8 +444,8 @@ def test_token_protected_listener(store, tmp_path, page):
 def test_merges_stay_exact_when_the_cache_starts_over(store):
     """A UI beside an agent for months restarts its catalog of stacks and label sets
     past a bound; ranges merged before and after a restart are exact."""
-    from gpu_agent.ui.api import Api
-    from gpu_agent.ui.profiles import ProfileCache
+    from gpu_agent.outputs.ui.api import Api
+    from gpu_agent.outputs.ui.profiles import ProfileCache
     from gpu_agent.profile.store import Store
 
     out, phases, _ = store
@@ -474,10 +474,10 @@ def test_ranges_decoded_in_worker_processes_match_the_server(store):
     """A range decoded by the pool's processes (workers.py) merges to what the server
     decodes itself: the same totals (Go pprof's), tree, top table and filter menus,
     also after the server's catalog started over."""
-    from gpu_agent.ui.api import Api
-    from gpu_agent.ui.profiles import ProfileCache
+    from gpu_agent.outputs.ui.api import Api
+    from gpu_agent.outputs.ui.profiles import ProfileCache
     from gpu_agent.profile.store import Store
-    from gpu_agent.ui.workers import DecodePool
+    from gpu_agent.outputs.ui.workers import DecodePool
 
     out, phases, _ = store
     s = Store(out)
@@ -510,9 +510,9 @@ def test_agent_windows_take_the_numbered_path(store):
 
     from gpu_agent.profile.vocabulary import NUMBERING_COMMENT
     from gpu_agent.proto import profile_pb2
-    from gpu_agent.ui.catalog import Catalog
-    from gpu_agent.ui.numbered import decode_numbered
-    from gpu_agent.ui.profiles import decode
+    from gpu_agent.outputs.ui.catalog import Catalog
+    from gpu_agent.outputs.ui.numbered import decode_numbered
+    from gpu_agent.outputs.ui.profiles import decode
 
     out, phases, _ = store
     files = phases["before"][2] + phases["after"][2]
@@ -550,11 +550,11 @@ def test_agent_windows_take_the_numbered_path(store):
 def test_numbered_path_leaves_what_it_cannot_read_exactly_to_the_general_one():
     """A numbered file with a sample naming an undefined location, or a third value,
     is read the general way (which skips that sample), never half-read."""
-    from gpu_agent.pprof import FrameSpec, Numbering, ProfileBuilder
+    from gpu_agent.profile.pprof import FrameSpec, Numbering, ProfileBuilder
     from gpu_agent.proto import profile_pb2
-    from gpu_agent.ui.catalog import Catalog
-    from gpu_agent.ui.numbered import decode_numbered
-    from gpu_agent.ui.profiles import decode
+    from gpu_agent.outputs.ui.catalog import Catalog
+    from gpu_agent.outputs.ui.numbered import decode_numbered
+    from gpu_agent.outputs.ui.profiles import decode
 
     b = ProfileBuilder(period_ns=1, duration_ns=10, time_nanos=1, numbering=Numbering())
     b.add([FrameSpec.kernel("k1"), FrameSpec.python("f", "/a.py", 3)], 100, 1, {"pid": "1"})

@@ -148,10 +148,10 @@ def test_a_bad_trace_name_or_file_is_one_clear_error(store, ui):
 def test_the_reader_gives_each_kernel_its_row_and_counts_what_it_cuts(tmp_path):
     """ui/timeline.py over the Perfetto writer's output: rows by (process, GPU, stream)
     in natural order, exact starts and durations, and a cut said as such."""
-    from gpu_agent.reporters import write_perfetto
+    from gpu_agent.timeline import write_perfetto
     from gpu_agent.probes.devices import GpuDevice
-    from gpu_agent.timeline import KernelEvent, Timeline
-    from gpu_agent.ui.timeline import read_kernels
+    from gpu_agent.timeline.model import KernelEvent, Timeline
+    from gpu_agent.outputs.ui.timeline import read_kernels
     t0 = 1_760_000_000_000_000_000
     kernels = [KernelEvent(42, t0 + 1000 * i, t0 + 1000 * i + 500 + i, f"k{i % 3}", f"_Z2k{i % 3}v", 0,
                            7 if i % 2 else 13, 1, i + 1) for i in range(10)]

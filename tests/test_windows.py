@@ -29,7 +29,7 @@ from support.env import (BENCH_SHIM, MOCK_APP, REPO, agent_cmd, ground_truth, mo
 from support.pprof_tool import raw
 from support.windows import KERNEL, kernel_totals, shim_exit_stats
 
-from gpu_agent.audit import audit_rows
+from gpu_agent.probes.audit import audit_rows
 
 COUNTED = {"GPU_AGENT_TEARDOWN": "0"}
 N = 5

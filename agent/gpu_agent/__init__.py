@@ -8,4 +8,4 @@ the repository.
 
 __version__ = "0.1.0"
 
-from .paths import shim_path  # noqa: E402,F401
+from .probes.paths import shim_path  # noqa: E402,F401

@@ -7,11 +7,12 @@ import difflib
 import logging
 import sys
 
-from . import __version__, config
+from . import __version__
+from .commands import config
 from .commands import health, install_shim, record, run, shim_path, trace, ui
-from .paths import MissingPartError
-from .preflight import PreflightError
-from .shim_attach import BpfError
+from .probes.paths import MissingPartError
+from .probes.preflight import PreflightError
+from .probes.shim_attach import BpfError
 
 
 LOG_LEVELS = ["debug", "info", "warning", "error"]

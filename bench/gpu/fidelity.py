@@ -40,7 +40,7 @@ from pathlib import Path
 from bench.gpu import periods as period_lines
 from bench.gpu.harness import BENCH_SHIM, Agent, case_command, clean_env, driver_graph_binary, merge_kernels, \
     needs_bench_shim, profile_kernels, profile_stacks, shim_env
-from gpu_agent.audit import audit_rows  # after harness, which makes agent/ importable
+from gpu_agent.probes.audit import audit_rows  # after harness, which makes agent/ importable
 
 # Steps per fidelity run: about 8 s on an H200, enough windows (one per 200 ms)
 # for the sampling error to sit well under the targets.

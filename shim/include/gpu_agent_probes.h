@@ -6,7 +6,7 @@
  * ring-buffer event the Python agent decodes. It is included verbatim by:
  *   - the shim (shim/src/), built with a normal C/C++ compiler;
  *   - the BPF program (bpf/gpu_agent.bpf.c), compiled by bcc with -DGA_BPF;
- * and the Python decoder (agent/gpu_agent/contract.py) mirrors it with ctypes.
+ * and the Python decoder (agent/gpu_agent/probes/contract.py) mirrors it with ctypes.
  * tests/test_contract.py compiles this header, prints every size and offset,
  * reads the shim's .note.stapsdt, and fails if any of the three disagree.
  *

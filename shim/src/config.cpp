@@ -147,7 +147,7 @@ void ga_read_config(void) noexcept {
     char unknown[384] = "";
     for (char **e = environ; e && *e; e++) {
         if (strncmp(*e, "GPU_AGENT_", 10) != 0) continue;
-        /* gpu-agent run's own settings (GPU_AGENT_RUN_<FLAG>, agent/gpu_agent/config.py) */
+        /* gpu-agent run's own settings (GPU_AGENT_RUN_<FLAG>, agent/gpu_agent/commands/config.py) */
         if (strncmp(*e, "GPU_AGENT_RUN_", 14) == 0) continue;
 #ifndef GA_BENCH_BUILD
         if (!strncmp(*e, "GPU_AGENT_EXP_", 14) || !strncmp(*e, "GPU_AGENT_AUDIT_FILE=", 21)) continue;

@@ -11,8 +11,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_agent import contract as C
-from gpu_agent.stapsdt import read_probes
+from gpu_agent.probes import contract as C
+from gpu_agent.probes.stapsdt import read_probes
 
 HERE = Path(__file__).resolve().parent
 ARENA = 0x200000000

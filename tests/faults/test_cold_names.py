@@ -1,5 +1,5 @@
 """Names the agent reads itself (issue 30): parcagpu names in pages BPF cannot read
-are read by the root agent from /proc/PID/mem (agent/gpu_agent/cold_names.py).
+are read by the root agent from /proc/PID/mem (agent/gpu_agent/probes/cold_names.py).
 uid 65534 maps a parcagpu-shaped library and hands over 5 000 names from pages it
 never touched, and two addresses nothing maps: every request is read or refused
 and counted, and the agent stays under its memory bound. (tests/test_parcagpu.py:

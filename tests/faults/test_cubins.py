@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_agent import contract as C
+from gpu_agent.probes import contract as C
 
 from .faultkit import SHIM
 

@@ -10,7 +10,7 @@ import subprocess
 import threading
 import time
 
-from gpu_agent.symbolize import Symbolizer
+from gpu_agent.symbols.native import Symbolizer
 
 
 def test_a_mapped_file_swapped_for_a_fifo_never_hangs_the_symbolizer(tmp_path):

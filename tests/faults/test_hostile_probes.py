@@ -10,7 +10,7 @@ import re
 import subprocess
 import time
 
-from gpu_agent import contract as C
+from gpu_agent.probes import contract as C
 
 from support.pprof_tool import pprof
 

@@ -20,7 +20,7 @@ import subprocess
 import time
 
 from support.env import MOCK_APP, SHIM, mock_env, need_ebpf
-from gpu_agent.bpf_session import BpfSession
+from gpu_agent.probes.bpf_session import BpfSession
 
 
 def _app(shim, **env):

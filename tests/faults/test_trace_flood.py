@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from gpu_agent import contract as C
+from gpu_agent.probes import contract as C
 from gpu_agent.commands.health import bpf_programs
 
 from support.env import SHIM, agent_cmd, need_ebpf

@@ -108,7 +108,7 @@ def test_a_target_that_execs_after_the_check_gets_no_write(built, tmp_path):
     """Issue 30: nobody exec'd a setuid program while a capture started, and the root
     agent wrote 8 bytes into it. Writes now go through the /proc/PID/mem descriptor
     opened before the checks: after an exec it refers to an image that is gone."""
-    from gpu_agent.trace_target import TraceTarget
+    from gpu_agent.timeline.target import TraceTarget
     env = mock_env(CUDA_INJECTION64_PATH=str(SHIM))
     p = subprocess.Popen(["/usr/bin/python3", "-c", EXEC_LATER], env=env, stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_nobody)
@@ -134,7 +134,7 @@ def test_a_target_that_execs_after_the_check_gets_no_write(built, tmp_path):
 
 
 def test_a_setuid_target_is_refused(world_dir, built):
-    from gpu_agent.trace_target import TraceTarget
+    from gpu_agent.timeline.target import TraceTarget
     sleeper = world_dir / "suid-sleep"
     shutil.copy("/bin/sleep", sleeper)
     os.chown(sleeper, 0, 0)

@@ -15,8 +15,8 @@ import time
 
 from support.env import MOCK_APP, SHIM, mock_env, need_ebpf
 from support.pprof_tool import raw
-from gpu_agent.shim_attach import REPLAY_HOLD_S
-from gpu_agent.collector import Collector
+from gpu_agent.probes.shim_attach import REPLAY_HOLD_S
+from gpu_agent.join.collector import Collector
 
 KERNEL = "k_cuLaunchKernel(float*, int)"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_agent.collector import Collector
+from gpu_agent.join.collector import Collector
 
 from .faultkit import SHIM
 

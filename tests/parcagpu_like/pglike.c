@@ -1,7 +1,7 @@
 /*
  * pglike.c: a CUPTI injection library that fires parcagpu-shaped probes, written
  * from parcagpu's contract alone (its src/probes.d, provider "parcagpu"), for the
- * tests of gpu-agent's second source (agent/gpu_agent/parcagpu.py).
+ * tests of gpu-agent's second source (agent/gpu_agent/probes/parcagpu.py).
  *
  * Like parcagpu: at a launch's API exit (a runtime launch, or a driver launch not
  * under a runtime one), while the cuda_correlation semaphore is up and a per-thread

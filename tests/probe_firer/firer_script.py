@@ -8,7 +8,7 @@ import struct
 import subprocess
 from pathlib import Path
 
-from gpu_agent import contract as C
+from gpu_agent.probes import contract as C
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpu_agent import contract as C
-from gpu_agent import stapsdt
+from gpu_agent.probes import contract as C
+from gpu_agent.probes import stapsdt
 
 
 def check_shim_notes(path: Path) -> None:

@@ -20,7 +20,7 @@ import os
 import sys
 import time
 
-from ..atomic import write_atomic
+from ..system.atomic import write_atomic
 
 HEARTBEAT_DIR = "/run/gpu-agent"
 STUCK_INTERVALS = 3

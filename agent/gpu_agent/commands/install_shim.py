@@ -19,8 +19,8 @@ import filecmp
 import sys
 from pathlib import Path
 
-from ..paths import SHIM_NAME, driver_cuda_major, pick_variant, shim_path, shim_variants
-from ..atomic import write_atomic
+from ..probes.paths import SHIM_NAME, driver_cuda_major, pick_variant, shim_path, shim_variants
+from ..system.atomic import write_atomic
 
 
 def add_parser(sub) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import k8s
+from ..system import k8s
 from .common import duration
 
 

@@ -28,7 +28,7 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 def _label(text: str) -> tuple[str, str]:
-    from ..export.parca import valid_label_name
+    from ..outputs.export.parca import valid_label_name
 
     k, sep, v = text.partition("=")
     k = k.strip()
@@ -100,8 +100,8 @@ def _setup_logging() -> None:
 
 class Outputs:
     def __init__(self, args, collector):
-        from ..export.backends import QueueOptions, make_backend
-        from ..export.endpoint import TransportOptions, parse_endpoint
+        from ..outputs.export.backends import QueueOptions, make_backend
+        from ..outputs.export.endpoint import TransportOptions, parse_endpoint
 
         _setup_logging()
         self.collector = collector
@@ -162,7 +162,7 @@ class Outputs:
         self._unshipped = {"empty": 0, "deferred": 0}
         self.last_health: Optional[dict] = None   # _health()'s last report
         if args.metrics_addr:
-            from .. import metrics as M
+            from ..outputs import metrics as M
 
             def kernel_name(kid: int) -> Optional[str]:
                 known = collector.kernel_name(kid)

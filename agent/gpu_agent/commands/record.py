@@ -16,10 +16,10 @@ import sys
 import time
 from pathlib import Path
 
-from .. import preflight
-from ..atomic import hand_to_invoker
-from ..collector import Collector
-from ..paths import shim_path
+from ..probes import preflight
+from ..system.atomic import hand_to_invoker
+from ..join.collector import Collector
+from ..probes.paths import shim_path
 from . import timeline_out
 from .common import output_error, status_line
 

@@ -16,9 +16,11 @@ import sys
 import time
 from pathlib import Path
 
-from .. import config, k8s, preflight
-from ..collector import Collector
-from ..paths import shim_path
+from . import config
+from ..system import k8s
+from ..probes import preflight
+from ..join.collector import Collector
+from ..probes.paths import shim_path
 from . import health, kube, ui
 from .common import byte_size, duration, status_line
 from .outputs import Outputs, add_arguments as add_output_arguments

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..paths import shim_path
+from ..probes.paths import shim_path
 
 
 def add_parser(sub) -> None:

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..trace_collect import DEFAULT_RING, RETENTIONS
+from ..timeline.collect import DEFAULT_RING, RETENTIONS
 from .common import output_error, positive_int
 
 TRACE_FORMATS = ("perfetto", "chrome")
@@ -42,7 +42,7 @@ def add_arguments(p, trace_flag: str = "--trace") -> None:
 
 def collector_for(args, collector, on_pause=None):
     """The timeline collector these flags ask for, on collector's session."""
-    from ..trace_collect import TimelineCollector
+    from ..timeline.collect import TimelineCollector
     return TimelineCollector(collector, ring=args.ring, retention=args.retention, on_pause=on_pause)
 
 
@@ -82,20 +82,20 @@ def write(args, timeline) -> list[Path]:
         store = args.store / file_name(timeline.ended_ns or time.time_ns(), TRACE_SUFFIX)
     if args.trace:
         if args.trace_format == "chrome":
-            from ..reporters.chrome_trace import write_chrome
+            from ..timeline.chrome_trace import write_chrome
             write_chrome(timeline, args.trace)
         else:  # and the store's copy from the same bytes
-            from ..reporters.perfetto_trace import write_perfetto
+            from ..timeline.perfetto_trace import write_perfetto
             write_perfetto(timeline, args.trace, *([store] if store else []))
             stored = store is not None
         written.append(args.trace)
     if args.events:
-        from ..reporters.events_ndjson import write_events
+        from ..timeline.events_ndjson import write_events
         write_events(timeline, args.events, args.events_mode)
         written.append(args.events)
     if store:
         if not stored:
-            from ..reporters.perfetto_trace import write_perfetto
+            from ..timeline.perfetto_trace import write_perfetto
             write_perfetto(timeline, store)
         print(f"gpu-agent: {summary(timeline)} -> {store} (the store's Timeline tab)", file=sys.stderr)
     return written

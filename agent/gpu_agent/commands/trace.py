@@ -17,10 +17,12 @@ import sys
 import time
 
 
-from .. import k8s, preflight, procfs
-from ..atomic import hand_to_invoker
-from ..collector import Collector
-from ..trace_target import NOT_MAPPED, TraceTarget
+from ..system import k8s
+from ..probes import preflight
+from ..system import procfs
+from ..system.atomic import hand_to_invoker
+from ..join.collector import Collector
+from ..timeline.target import NOT_MAPPED, TraceTarget
 from . import kube, timeline_out
 from .common import duration
 

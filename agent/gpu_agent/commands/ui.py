@@ -36,7 +36,7 @@ def add_listen_arguments(p, flag: str, default) -> None:
 
 def start(store: Path, listen: str, token_file, health=None):
     """Start the server in a thread, or exit 2 with one line; says where it listens."""
-    from ..ui import server
+    from ..outputs.ui import server
 
     try:
         refused = server.exposure_error(listen, token_file)
@@ -63,7 +63,7 @@ def main(args) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    from ..ui.server import wait_forever
+    from ..outputs.ui.server import wait_forever
 
     if not Path(args.profiles).is_dir():  # a typo would serve an empty UI without a word
         print(f"gpu-agent: error: no profile store at {args.profiles} (`gpu-agent run --output-dir DIR` "

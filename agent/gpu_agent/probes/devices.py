@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import contract as C
+from . import contract as C
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..pprof import ProfileBuilder
+from .pprof import ProfileBuilder
 
 
 @dataclass
@@ -19,7 +19,7 @@ class ProcInfo:
     def pod(self) -> dict:
         """pod/namespace/container where known (k8s.proc_labels; {} outside Kubernetes)."""
         try:
-            from .. import k8s
+            from ..system import k8s
             return k8s.proc_labels(self.pid)
         except Exception:  # metadata is best effort
             return {}

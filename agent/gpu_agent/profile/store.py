@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..safe_open import open_regular
+from ..system.safe_open import open_regular
 
 PROFILE_SUFFIX = ".pb.gz"
 TRACE_SUFFIX = ".perfetto-trace"

@@ -1,0 +1,467 @@
+"""The join of the agent: BPF aggregates + sampled stacks + names -> one pprof per window.
+
+Flow of one kernel (the five files to read):
+  shim/src (CUPTI callback, sampled stack -> `cuda_correlation`; activity buffer ->
+  `kernel_batch`) -> bpf/gpu_agent.bpf.c (join by (pid, correlation id), exact
+  per-kernel totals) -> bpf_session.py (drain maps) -> this module (estimator +
+  symbolizer) -> pprof.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import re
+import threading
+import time
+from typing import Callable, Optional
+
+from ..probes import contract as C
+from . import estimator, invariants
+from ..probes.bpf_session import BpfSession
+from ..probes.devices import device_from_event
+from ..probes.drain import Drain
+from ..probes.parcagpu import SOURCE_LABEL as PARCAGPU_SOURCE
+from . import pc_samples
+from ..profile.pprof import FrameSpec, Numbering, ProfileBuilder
+from ..system.procfs import read_comm
+from ..profile.interval import Interval, IntervalProfiles, IntervalStats, ProcInfo
+from ..symbols.python import PyFrame, PythonStacks
+from ..symbols.demangle import demangle_kernel
+from ..profile.vocabulary import (DROPPED_COMMENT, DROPPED_CUPTI, DUTY_COMMENT, DUTY_LABEL,
+                                  GRAPH_BEFORE_ATTACH, GRAPH_REPLAY, GRAPH_REPLAY_LABEL, PARCAGPU_COMMENT,
+                                  QUIET_COMMENT, UNKNOWN_STACK, UNSAMPLED)
+from ..symbols.native import Symbolizer
+
+log = logging.getLogger(__name__)
+
+INT64_MAX = (1 << 63) - 1
+# Frames skipped when naming a replay site: CUDA's own libraries and the shim.
+_CUDA_LIB = re.compile(r"^lib(cuda|cudart|cupti|gpu_agent_shim|nvrtc|cublas\w*|cudnn\w*)\b")
+
+
+
+class Collector:
+    """Owns the BPF session and everything needed to turn its maps into profiles.
+
+    pid_filter decides which processes a profile includes (`record` keeps only
+    its child's process tree); it is asked while the process is alive, on the
+    first event from it, and its answer is remembered.
+    """
+
+    def __init__(self, shim_path: str, *, pid_filter: Optional[Callable[[int], bool]] = None,
+                 python_stacks: bool = True, ringbuf_mib: int = 0):
+        # ringbuf_mib: a larger BPF ring buffer (a power of two), for timelines' events
+        cflags = [f"-DGA_RINGBUF_PAGES={ringbuf_mib * 256}"] if ringbuf_mib else None
+        self.session = BpfSession(str(shim_path), on_new_stack=self._on_new_stack,
+                                  on_proc_exit=self._on_proc_exit, cflags=cflags)
+        self.session.on_proc_attach = self._on_proc_attach
+        self.session.on_device = self.note_device
+        self.pcs = pc_samples.PcSamples()  # opt-in PC sampling's samples, names and cubins
+        s = self.session
+        s.on_pc_batch, s.on_stall_reason, s.on_cubin = self.pcs.on_batch, self.pcs.on_stall_reason, self.pcs.on_cubin
+        s.on_pg_pc = self.pcs.on_pg_pc
+        # (pid, CUDA ordinal) -> probes.devices.GpuDevice, and pid -> CLOCK_REALTIME - CUPTI clock,
+        # from the shim's gpu_device probes
+        self.devices: dict = {}
+        self._clock_offsets: dict[int, int] = {}
+        self.symbolizer = Symbolizer()
+        # Python frames of launching threads (python/: BPF walks, we name and merge).
+        self.python = PythonStacks(self.session, enabled=python_stacks)
+        self.pid_filter = pid_filter
+        self.procs: dict[int, ProcInfo] = {}
+        self._included: dict[int, bool] = {}
+        self._frames: dict[tuple, list] = {}
+        # New stacks (tgid, stack id, process start tag) go to a thread that names
+        # their native frames: that can take seconds (a libtorch_cuda symbol table),
+        # and meanwhile poll() must go on reading each new stack's Python code
+        # objects while its process still exists (a job of one second lost them all).
+        self._to_symbolize: "queue.SimpleQueue" = queue.SimpleQueue()
+        self._symbolizing: Optional[threading.Thread] = None
+        self._sym_lock = threading.RLock()  # _frames and whole stacks' symbolization
+        self.interval = Interval(start_ns=time.time_ns())
+        # Called with every Drain, before it is merged into the window (metrics
+        # count from the very same data the profiles are built from).
+        self.drain_listeners: list[Callable[[Drain], None]] = []
+        self.exit_listeners: list[Callable[[int], None]] = []
+        self._impossible = 0                     # records invariants.py kept out, in all
+        self._attached: set[int] = set()  # attached processes, until forgotten after their exit
+        self._attached_now: set[int] = set()  # of those, attached in the current window
+        self._after_drain = False          # drain()'s second poll: exits wait (drain())
+        self._late_exits: list[int] = []
+        self._counters_at_window: dict[str, int] = {}
+        self._claims = invariants.DropClaims()
+        # Every window's profiles number frames alike (pprof.Numbering): a reader of
+        # many windows resolves each frame once.
+        self._numbering = Numbering()
+
+    # -- lifecycle ---------------------------------------------------------
+    def open(self) -> None:
+        self.session.open()
+        self._symbolizing = threading.Thread(target=self._symbolize_new_stacks,
+                                             name="gpu-agent-symbolize", daemon=True)
+        self._symbolizing.start()
+
+    def close(self) -> None:
+        if self._symbolizing is not None:
+            self._to_symbolize.put(None)
+            self._symbolizing.join(timeout=10)
+            self._symbolizing = None
+        self.session.close()
+
+    def poll(self, timeout_ms: int) -> None:
+        self._apply_late_exits()
+        self.session.poll(timeout_ms)
+
+    def _symbolize_new_stacks(self) -> None:
+        """The symbolizing thread: names new stacks ahead of the profiles that use them."""
+        while True:
+            item = self._to_symbolize.get()
+            if item is None:
+                return
+            try:
+                self._symbolize(*item)
+            except Exception:  # never lose the thread: the profile names it again
+                log.exception("symbolizing a stack of pid %d failed", item[0])
+
+    def drain(self) -> None:
+        """Move what BPF aggregated so far into the current window.
+
+        Ring-buffer events are handled before and after: the kernel names sent
+        before their records (and exits) must be known when the window's profile
+        is built (on an H200, a first interval after seconds of symbolizing read
+        "[unknown kernel]"). A probe sends a name before it adds a record, and the
+        drain waits for every probe under way: the second poll gets a name sent
+        during the first. An exit it reads waits for the next poll: that process's
+        last records may be in the next drain, and need its name, maps and pod."""
+        self._apply_late_exits()
+        self.session.poll(0)
+        d = self.session.drain()
+        self.session.names.drained({k.kernel_id for k in d.totals})
+        self._after_drain = True
+        try:
+            self.session.poll(0)
+        finally:
+            self._after_drain = False
+        for fn in self.drain_listeners:
+            fn(d)
+        self.interval.merge(d)
+
+    def counters(self) -> dict:
+        c = self.session.counters()
+        c["drop_impossible"] = c.get("drop_impossible", 0) + self._impossible
+        c.update(self.pcs.counts)
+        return c
+
+    # -- events (called from session.poll) ---------------------------------
+    def _see(self, pid: int) -> Optional[ProcInfo]:
+        info = self.procs.get(pid)
+        if info is None:
+            info = ProcInfo(pid, read_comm(pid))
+            self.procs[pid] = info
+            info.pod  # reads /proc/PID/cgroup now, while the process exists (k8s caches it)
+            if self.pid_filter is not None:
+                self._included[pid] = bool(self.pid_filter(pid))
+            try:
+                self.symbolizer.snapshot(pid)
+            except Exception:  # process already gone: stacks fall back to raw addresses
+                pass
+        return info
+
+    def _on_new_stack(self, tgid: int, stack_id: int, start: int) -> None:
+        self._see(tgid)
+        self.python.prefetch(tgid, stack_id, start)  # cheap, and needs the process alive
+        self._to_symbolize.put((tgid, stack_id, start))
+
+    def _on_proc_attach(self, tgid: int) -> None:
+        if tgid in self._late_exits:  # the pid is already another process's
+            self._late_exits.remove(tgid)
+            self._exit_now(tgid)
+        old = self.procs.get(tgid)
+        if old is not None and old.exited:
+            # A new process was given a dead one's pid before the dead one's last
+            # window closed: its name, pod and maps are its own. (BPF keeps their
+            # stacks apart by start tag; the dead one's rows take the new labels.)
+            self._forget_caches({tgid})
+        self._see(tgid)
+        if self.included(tgid):
+            self._attached.add(tgid)
+            self._attached_now.add(tgid)
+            self.python.on_attach(tgid)
+
+    def note_device(self, ev) -> None:
+        """A gpu_device probe: the device's identity, and the process's clock pair."""
+        self.devices[(ev.hdr.tgid, ev.ordinal)] = device_from_event(ev)
+        if ev.cupti_ns and ev.realtime_ns:
+            self._clock_offsets[ev.hdr.tgid] = ev.realtime_ns - ev.cupti_ns
+
+    def clock_offset(self, pid: int) -> int:
+        """CLOCK_REALTIME minus the CUPTI clock of pid's records (0: not known)."""
+        return self._clock_offsets.get(pid, 0)
+
+    def _on_proc_exit(self, tgid: int) -> None:
+        if self._after_drain:
+            self._late_exits.append(tgid)
+        else:
+            self._exit_now(tgid)
+
+    def _apply_late_exits(self) -> None:
+        late, self._late_exits = self._late_exits, []
+        for tgid in late:
+            self._exit_now(tgid)
+
+    def _exit_now(self, tgid: int) -> None:
+        info = self.procs.get(tgid)
+        if info is not None:
+            info.exited = True
+        self.python.on_exit(tgid)
+        for fn in self.exit_listeners:
+            fn(tgid)
+
+    def _symbolize(self, tgid: int, stack_id: int, start: int) -> list:
+        """The frames of a stack of the process (tgid, start tag): a reused pid's
+        stacks are another process's (contract: ga_stack_key)."""
+        key = (tgid, stack_id, start)
+        with self._sym_lock:
+            frames = self._frames.get(key)
+            if frames is None:
+                ips = self.session.get_stack(tgid, stack_id, start)
+                if not ips:
+                    return []
+                # 0: where a frame-pointer walk (a parcagpu stack) ended
+                frames = self.symbolizer.symbolize(tgid, [ip for ip in ips if ip])
+                # parcagpu's own callback frames (a parcagpu stack starts inside it)
+                skip = self.session.parcagpu.paths if self.session.parcagpu else ()
+                frames = [f for f in frames if getattr(f, "filename", None) not in skip]
+                frames = self.python.frames(tgid, stack_id, start, frames)  # Python frames spliced in
+                frames = [FrameSpec.python(*f) if isinstance(f, PyFrame) else f for f in frames]
+                self._frames[key] = frames
+            return frames
+
+    def _stack_specs(self, tgid: int, stack_id: int, start: int) -> list:
+        frames = self._symbolize(tgid, stack_id, start)
+        return [f if isinstance(f, FrameSpec) else FrameSpec.native(f)
+                for f in frames] or [FrameSpec.marker(UNKNOWN_STACK)]
+
+    def _replay_site(self, tgid: int, stack_id: int, start: int) -> str:
+        """Where a graph was launched from, in one label value: the innermost
+        Python frame outside torch (`fn (file:line)`), else the innermost native
+        frame outside CUDA's libraries and the shim."""
+        key = (tgid, stack_id, start, "site")
+        with self._sym_lock:
+            site = self._frames.get(key)
+        if site is not None:
+            return site
+        frames = self._symbolize(tgid, stack_id, start)
+        site = UNKNOWN_STACK
+        py = [f for f in frames if isinstance(f, FrameSpec)
+              and f.mapping is not None and f.mapping.filename == "[python]"]
+        for f in py:
+            if "/torch/" not in f.filename:
+                site = f"{f.function} ({os.path.basename(f.filename)}:{f.line})"
+                break
+        else:
+            for f in frames:
+                if isinstance(f, FrameSpec):
+                    continue
+                if not _CUDA_LIB.match(os.path.basename(getattr(f, "filename", "") or "")):
+                    site = f.function
+                    break
+        with self._sym_lock:
+            self._frames[key] = site
+        return site
+
+    def included(self, pid: int) -> bool:
+        if self.pid_filter is None:
+            return True
+        if pid not in self._included:
+            # First sight of this pid is in the maps: decide now if it is still alive.
+            self._included[pid] = os.path.exists(f"/proc/{pid}") and bool(self.pid_filter(pid))
+        return self._included[pid]
+
+    # -- profile -----------------------------------------------------------
+    # -- kernel names: the one lookup that profiles, timelines and /metrics use --
+    def kernel_name(self, kernel_id: int) -> Optional[tuple[str, str]]:
+        """(demangled, mangled) name of a kernel id: DROPPED_CUPTI (mangled "") for
+        the row of CUPTI's lost records; None while the shim's name has not come."""
+        if kernel_id == C.KERNEL_DROPPED:
+            return DROPPED_CUPTI, ""
+        raw = self.session.names.lookup(kernel_id)
+        if raw is None:
+            return None
+        mangled = raw.decode("utf-8", "replace") if isinstance(raw, (bytes, bytearray)) else raw
+        return demangle_kernel(mangled), mangled
+
+    def kernel_name_or_unknown(self, kernel_id: int) -> tuple[str, str]:
+        """kernel_name, or "[unknown kernel 0x…]" (mangled "") while it is not known."""
+        return self.kernel_name(kernel_id) or (f"[unknown kernel {kernel_id:#x}]", "")
+
+    def proc(self, pid: int) -> ProcInfo:
+        """comm and pod labels of pid (looked up on first sight, cached until it exits)."""
+        return self._see(pid)
+
+    def build_profile(self) -> tuple[ProfileBuilder, IntervalStats]:
+        """Close the current window: returns its profile and stats, and starts a new window."""
+        w = self.build_profiles()
+        return w.profile, w.stats
+
+    def build_profiles(self, per_pid: bool = False) -> IntervalProfiles:
+        """Close the current window; with per_pid, also one profile per process
+        (what a backend wants as one series per process)."""
+        self.drain()
+        win, now = self.interval, time.time_ns()
+        self.interval = Interval(start_ns=now)
+        stats = IntervalStats()
+
+        # Processes whose shim collects in windows (one in N; shim/src/window.cpp): their
+        # numbers are estimates, so their samples say so.
+        duty = {k.tgid for k, v in win.totals.items() if v.weighted_launches != v.launches}
+        comments = [DUTY_COMMENT] if duty else []
+        bad = invariants.impossible_streams(win.totals, duty, max(1, now - win.start_ns))
+        win_totals, stats.impossible_records = invariants.drop_streams(win.totals, bad)
+        win_sampled, _ = invariants.drop_streams(win.sampled, bad)
+        self._impossible += stats.impossible_records
+        counters = self.counters()
+        lost = invariants.drops_comment(counters, self._counters_at_window)
+        self._counters_at_window = counters
+        if lost:
+            comments.append(lost)
+        claims = invariants.DropClaims.comment(
+            {p: n for p, n in self._claims.new(self.session.implausible_drops()).items() if self.included(p)},
+            lambda p: self._see(p).comm)
+        if claims:
+            comments.append(claims)
+        stats.lost_said = bool(lost or claims)
+
+        # BPF keys (AggKey): tgid, device, stream, graph, kernel, stack, capture stack,
+        # graph flags, process start tag; totals carry stack 0. The estimator's keys
+        # put the stack last.
+        # Totals as whole-run estimates: exact unless the shim collects in windows.
+        totals = {(*k[:5], k.capture_stack_id, k.graph_flags, k.start): v.estimated()
+                  for k, v in win_totals.items() if self.included(k[0])}
+        stats.excluded_pids = len({k[0] for k in win_totals} - {k[0] for k in totals})
+        sampled = {(*k[:5], k.capture_stack_id, k.graph_flags, k.start, k.stack_id): v
+                   for k, v in win_sampled.items() if self.included(k[0])}
+        est = estimator.estimate(totals, sampled)
+        stats.orphan_samples = est.orphan_entries
+        mean_ns = estimator.mean_kernel_ns(est.rows)
+        if any(row.key[4] == C.KERNEL_DROPPED for row in est.rows):
+            comments.append(DROPPED_COMMENT)
+        if any(row.key[6] & C.AGG_PARCAGPU for row in est.rows):
+            comments.append(PARCAGPU_COMMENT)
+        if any(self.included(k[0]) for k in self.pcs.window):
+            comments.append(pc_samples.COMMENT)
+        # Attached processes with no kernel here: idle, or no window of theirs ended in
+        # this interval (windows come up to 15 s apart; a window's records stand for
+        # its whole period and come with the profile in which that period ends).
+        # (An exited one counts in the window it attached in: a short job between windows.)
+        live = {p for p in self._attached if p in self._attached_now or not self._see(p).exited}
+        quiet = {p for p in live if self.included(p)} - {row.key[0] for row in est.rows}
+        self._attached_now = set()
+        if quiet:
+            comments.append(QUIET_COMMENT.format(n=len(quiet)))
+        if self._numbering.full():
+            self._numbering = Numbering()
+
+        def new_builder() -> ProfileBuilder:
+            return ProfileBuilder(period_ns=1, duration_ns=max(0, now - win.start_ns),
+                                  time_nanos=win.start_ns, comments=comments, numbering=self._numbering)
+
+        builder = new_builder()
+        out = IntervalProfiles(builder, stats)
+
+        def add(tgid: int, info: ProcInfo, frames: list, ns: int, n: int, labels: dict, pcs: int = 0) -> None:
+            builder.add(frames, ns, n, labels, pcs)
+            if per_pid:
+                pb = out.per_pid.get(tgid)
+                if pb is None:
+                    pb = out.per_pid[tgid] = new_builder()
+                    out.procs[tgid] = info
+                pb.add(frames, ns, n, labels, pcs)
+
+        kernel_stacks: dict = {}  # (tgid, start, kernel) -> its rows' stacks: PC samples go there
+
+        pids = set()
+        for row in est.rows:
+            if max(row.gpu_ns, row.launches) > INT64_MAX:
+                # pprof values are int64: only sums of impossible records get here
+                stats.impossible_records += 1
+                self._impossible += 1
+                continue
+            tgid, device_id, stream_id, graph_id, kernel_id, capture_id, gflags, start = row.key
+            pids.add(tgid)
+            info = self._see(tgid)
+            if kernel_id == C.KERNEL_DROPPED:
+                ns = round(row.launches * mean_ns.get(tgid, 0.0))
+                add(tgid, info, [FrameSpec.marker(DROPPED_CUPTI)], ns, row.launches,
+                    {"pid": str(tgid), "comm": info.comm, **info.pod})
+                stats.dropped_launches += row.launches
+                continue
+            name, mangled = self.kernel_name_or_unknown(kernel_id)
+            if mangled == "":
+                stats.unnamed_kernels += 1
+            leaf = FrameSpec.kernel(mangled or name, name)
+            if row.stack_id is None:
+                stack = [FrameSpec.marker(UNSAMPLED)]
+            else:
+                stack = self._stack_specs(tgid, row.stack_id, start)
+            labels = {"pid": str(tgid), "comm": info.comm,
+                      "cuda_device": str(device_id), "cuda_stream": str(stream_id)}
+            gpu = self.devices.get((tgid, device_id))
+            if gpu is not None:  # DCGM's identity of the device, so dashboards can join
+                labels.update({k: v for k, v in (("gpu_uuid", gpu.uuid), ("gpu_model", gpu.model)) if v})
+            if graph_id:
+                labels["cuda_graph"] = str(graph_id)
+            if tgid in duty:
+                labels[DUTY_LABEL] = "true"
+            if gflags & C.AGG_PARCAGPU:
+                labels["source"] = PARCAGPU_SOURCE
+            if gflags & C.AGG_CAPTURED:
+                # Exact: every record of this node has this capture stack. The
+                # replay site (estimated over sampled graph launches) is a label.
+                labels[GRAPH_REPLAY_LABEL] = (UNSAMPLED if row.stack_id is None
+                                              else self._replay_site(tgid, row.stack_id, start))
+                stack = [FrameSpec.marker(GRAPH_REPLAY)] + self._stack_specs(tgid, capture_id, start)
+            elif gflags & C.AGG_NODE_UNKNOWN:
+                stack = [FrameSpec.marker(GRAPH_BEFORE_ATTACH)] + stack
+            labels.update(info.pod)
+            add(tgid, info, [leaf] + stack, row.gpu_ns, row.launches, labels)
+            kernel_stacks.setdefault((tgid, start, kernel_id), []).append(
+                ([leaf] + stack, {k: v for k, v in labels.items() if k != DUTY_LABEL}, row.gpu_ns))
+            stats.gpu_ns += row.gpu_ns
+            stats.kernels += row.launches
+        pc_samples.add_to_profile(
+            self.pcs, kernel_stacks, self.kernel_name_or_unknown,
+            lambda tgid: {"pid": str(tgid), "comm": self._see(tgid).comm, **self._see(tgid).pod},
+            lambda tgid, frames, labels, n: add(tgid, self._see(tgid), frames, 0, 0, labels, n),
+            self.included)
+        stats.processes = len(pids)
+        stats.attached_without_kernels = len(quiet)
+        stats.samples = sum(v.launches for v in sampled.values())
+        self._forget_exited()
+        return out
+
+    def _forget_exited(self) -> None:
+        """Exited processes have been reported once more; drop their caches so memory stays flat."""
+        gone = {pid for pid, info in self.procs.items() if info.exited}
+        if gone:
+            self._forget_caches(gone)
+            self._claims.forget(gone)
+            self.session.forget_pids(gone)  # their map entries: memory stays flat
+
+    def _forget_caches(self, pids: set[int]) -> None:
+        with self._sym_lock:
+            for pid in pids:
+                self.procs.pop(pid, None)
+                self._attached.discard(pid)
+                self._included.pop(pid, None)
+                self.symbolizer.forget(pid)
+                self.pcs.forget({pid})
+                self._clock_offsets.pop(pid, None)
+                for key in [k for k in self.devices if k[0] == pid]:
+                    del self.devices[key]
+                self.python.forget(pid)  # its code objects' names: kept until now
+            for key in [k for k in self._frames if k[0] in pids]:
+                del self._frames[key]
+

@@ -1,0 +1,433 @@
+"""Attaching the loaded BPF programs to shim files: the agent's own shim, and
+every other copy a running process maps.
+
+The data probes are uprobes on the shim FILE (pid -1), so every process that maps
+it, running now or started later, is covered. `attach` goes last, with a no-op
+program and ref_ctr_offset = its semaphore's file offset: the kernel raises the
+semaphore in every process mapping the file (now and at every later mmap) and
+drops it when the uprobe goes away; the shim polls it to switch CUPTI on, then
+replays kernel names, which the data probes (already attached) see. Every uprobe
+goes through our own ctypes prototype of libbcc's bpf_attach_uprobe: bcc 0.26's
+Python binding declares only 6 of the C function's 7 arguments, so
+ref_ctr_offset would be stack garbage.
+
+Other copies of the shim (discover()): uprobes belong to an inode, so a
+container that bakes its own copy of the shim into its image is not covered
+by the attach to our file. discover() scans /proc/*/maps for mapped files named
+libgpu_agent_shim.so whose inode is not attached yet, checks their USDT notes
+against the contract and against the loaded program (bcc's generated argument
+readers switch on the probe site's address within its page and hard-code each
+site's argument locations, so a copy must have the same sites with the same
+argument specs: any copy of the same build does), and attaches the same BPF
+programs (one load, many uprobes) to the file through /proc/PID/root/PATH,
+which reaches into the process's mount namespace, or /proc/PID/map_files/
+when that path does not lead to the mapped inode. close() detaches them all.
+"""
+
+from __future__ import annotations
+
+import ctypes as ct
+import mmap
+import os
+import re
+import struct
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import NamedTuple, Optional
+
+from . import contract as C
+from ..system import elf, procfs
+from . import stapsdt
+from .preflight import TRACEFS_DIRS
+from ..system.safe_open import open_regular
+
+DATA_PROBES = {  # contract probe -> BPF function
+    "cuda_correlation": "ga_cuda_correlation",
+    "kernel_batch": "ga_kernel_batch",
+    "kernel_name": "ga_kernel_name",
+    "graph_node_stack": "ga_graph_node_stack",
+    "graph_node_cloned": "ga_graph_node_cloned",
+    "graph_node_destroyed": "ga_graph_node_destroyed",
+    "gpu_device": "ga_gpu_device",
+    "pc_sample_batch": "ga_pc_sample_batch",
+    "pc_stall_reason": "ga_pc_stall_reason",
+    "cubin_loaded": "ga_cubin_loaded",
+}
+# A uprobe event that bcc created in tracefs for one of our attaches, when the
+# perf uprobe PMU refused it (bcc appends _bcc_<pid> to our ga_<pid>_... name).
+_OUR_UPROBE_EVENT = re.compile(rb"^[pr]:(\S+?)/(ga_(\d+)_\d+_\w+_0x[0-9a-f]+_bcc_\d+)\s")
+ATTACH_FN = "ga_attach"
+REPLAY_FN = "ga_replay"
+# How long an agent holds the `replay` probe's semaphore up after it attaches to a
+# shim file: several of the shim's polls (GPU_AGENT_POLL_MS, default 100 ms).
+REPLAY_HOLD_S = 1.5
+SHIM_BASENAME = "libgpu_agent_shim.so"  # what discover() looks for in /proc/*/maps
+
+
+class BpfError(RuntimeError):
+    pass
+
+
+@dataclass
+class ShimFile:
+    """One shim file (inode) the programs are attached to."""
+
+    path: str                  # as first seen (in the owning process's mount namespace)
+    attach_path: str           # what the uprobes were attached through
+    pid: int                   # the process it was found in (0: the agent's own shim)
+    ids: set = field(default_factory=set)  # (st_dev, st_ino) pairs naming this file
+    source: str = "shim"       # or "parcagpu": a parcagpu library (parcagpu.py)
+
+
+def read_shim(path: str) -> tuple[dict[str, list[stapsdt.SdtProbe]], list[elf.LoadSegment]]:
+    """The gpu_agent probes of the shim at path, checked against the contract, and
+    its PT_LOAD segments. A shim of another contract version is refused first,
+    with a line that says so, before any of its probes is misread."""
+    if not os.path.isfile(path):
+        raise BpfError(f"shim not found: {path}")
+    try:
+        from elftools.elf.elffile import ELFFile
+        with open(path, "rb") as f:  # one open: notes, segments and version of one file
+            ef = ELFFile(f)
+            all_probes = stapsdt.probes_in(ef, path)
+            loads = elf.load_segments(ef)
+            version = _contract_version(ef, f, loads)
+    except Exception as e:
+        raise BpfError(f"cannot read USDT notes of {path}: {e}") from None
+    if version is not None and version != C.CONTRACT_VERSION:
+        raise BpfError(f"{path} speaks probe contract version {version}, this agent "
+                       f"version {C.CONTRACT_VERSION}: install the shim that came with this "
+                       "agent (gpu-agent install-shim, or gpu-agent shim-path)")
+    probes: dict[str, list[stapsdt.SdtProbe]] = {}
+    for p in all_probes:
+        if p.provider == C.PROVIDER:
+            probes.setdefault(p.name, []).append(p)
+    if version is None and probes:
+        raise BpfError(f"{path} exports no probe contract version: a shim older than this "
+                       "agent; install the shim that came with this agent (gpu-agent "
+                       "install-shim, or gpu-agent shim-path)")
+    for name, args in C.PROBES.items():
+        sites = probes.get(name)
+        if not sites:
+            raise BpfError(f"{path} has no USDT probe {C.PROVIDER}:{name}: "
+                           "not a gpu-agent shim, or built from another probe contract")
+        for s in sites:
+            if len(s.args) != len(args):
+                raise BpfError(f"{path}: probe {name} has {len(s.args)} arguments, "
+                               f"the contract says {len(args)}")
+            if bool(s.semaphore) != (name in C.SEMAPHORE_PROBES):
+                raise BpfError(f"{path}: probe {name} "
+                               f"{'lacks' if name in C.SEMAPHORE_PROBES else 'has'} a semaphore")
+    if len({p.semaphore for p in probes["attach"]}) != 1:
+        raise BpfError(f"{path}: attach probe sites disagree on the semaphore")
+    return probes, loads
+
+
+def _contract_version(e, f, loads) -> Optional[int]:
+    """The shim's exported contract version, or None for a file without one (the
+    probe check then says what is wrong with it)."""
+    with mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as mm:
+        vaddr = elf.find_symbols(e, mm, (C.CONTRACT_VERSION_SYMBOL,), (".dynsym",)).get(
+            C.CONTRACT_VERSION_SYMBOL)
+        if vaddr is None:
+            return None
+        off = elf.vaddr_to_offset(loads, vaddr)
+        return struct.unpack_from("<I" if e.little_endian else ">I", mm, off)[0]
+
+
+class ShimAttachments:
+    """The uprobes of one loaded BPF program on shim files, in attach order: the
+    agent's own shim (attach_own), and copies found later (discover)."""
+
+    def __init__(self, bpf, lib, shim_path: str, sites: frozenset):
+        self.bpf, self.lib, self.shim_path = bpf, lib, shim_path
+        self.sites = sites  # data-probe sites bcc generated argument readers for
+        self._attach_uprobe = _attach_uprobe_fn(lib)
+        self.uprobes: list[tuple[bytes, int]] = []  # (ev_name, perf fd), attach order
+        self.replay_holds: list[tuple[float, tuple[bytes, int]]] = []  # (until, uprobe)
+        self.files_: list[ShimFile] = []
+        self.known_ids: set[tuple[int, int]] = set()  # attached or rejected inodes
+        self.discover_errors: dict[str, str] = {}  # path -> why it was not attached
+        sweep_uprobe_events()  # what agents that died left behind
+
+    def attach_own(self, usdt, probes: dict, loads: list) -> None:
+        """The data probes by library path (every site bcc generated code for),
+        then the semaphore last: the shim only starts CUPTI once everything listens."""
+        for _binpath, fn_name, vaddr, _pid in usdt.enumerate_active_probes():
+            self.attach(fn_name.decode(), self.shim_path, elf.vaddr_to_offset(loads, vaddr), 0)
+        att = probes["attach"][0]
+        self.attach(ATTACH_FN, self.shim_path, att.pc_offset, att.semaphore_offset)
+        self.ask_replay(self.shim_path, probes)
+        st = os.stat(self.shim_path)
+        self.files_ = [ShimFile(self.shim_path, self.shim_path, 0, {(st.st_dev, st.st_ino)})]
+        self.known_ids = {(st.st_dev, st.st_ino)}
+
+    def close(self) -> None:
+        """Detach `attach` (the semaphore drops, the shim stops CUPTI) before the data
+        probes. Each detach waits out an RCU grace period in the kernel (about 0.1 s
+        on this VM's 6.18 kernel: 13 one after another took 1.4 s of every stop), so
+        the data probes go in parallel."""
+        marker = f"_{ATTACH_FN}_".encode()
+        handles = list(reversed(self.uprobes))
+        self._detach_together([h for h in handles if marker in h[0]])
+        self._detach_together([h for h in handles if marker not in h[0]])
+        self.uprobes.clear()
+        self.replay_holds.clear()
+        self.files_ = []
+        self.known_ids = set()
+        sweep_uprobe_events(mine=True)
+
+    def ask_replay(self, path: str, probes: dict) -> None:
+        """Raise the `replay` semaphore of this shim file for REPLAY_HOLD_S: shims
+        that another agent attached already announce their names again (the attach
+        semaphore does not rise for a second agent). poll() lets go of it."""
+        rep = probes[C.REPLAY_PROBE][0]
+        self.attach(REPLAY_FN, path, rep.pc_offset, rep.semaphore_offset)
+        self.replay_holds.append((time.monotonic() + REPLAY_HOLD_S, self.uprobes[-1]))
+
+    def release_replays(self, now: float) -> None:
+        while self.replay_holds and self.replay_holds[0][0] <= now:
+            _, handle = self.replay_holds.pop(0)
+            self.detach_handles([handle])
+
+    def attach(self, fn_name: str, path: str, offset: int, ref_ctr_offset: int) -> None:
+        from bcc import BPF
+        fn = self.bpf.load_func(fn_name.encode(), BPF.KPROBE)  # loaded once, cached by bcc
+        ev_name = b"ga_%d_%d_%s_0x%x" % (os.getpid(), len(self.files_), fn_name.encode(), offset)
+        fd = self._attach_uprobe(fn.fd, 0, ev_name, path.encode(), offset, -1, ref_ctr_offset)
+        if fd < 0:
+            err = ct.get_errno()
+            # bcc's tracefs fallback may have created the event before failing.
+            self.lib.bpf_detach_uprobe(ev_name)
+            why = os.strerror(err) if err else "unknown error"
+            hint = ""
+            if ref_ctr_offset:
+                hint = (" (the kernel refused the semaphore: another tracer may hold a uprobe "
+                        "on this probe with a different ref_ctr_offset)")
+            raise BpfError(f"cannot attach uprobe {fn_name} at {path}+{offset:#x}: "
+                           f"{why}{hint}")
+        self.uprobes.append((ev_name, fd))
+
+    def detach_from(self, first: int) -> None:
+        """Detach the uprobes attached since there were `first` (a failed file's)."""
+        for ev_name, pfd in reversed(self.uprobes[first:]):
+            self.lib.bpf_close_perf_event_fd(pfd)
+            self.lib.bpf_detach_uprobe(ev_name)
+        del self.uprobes[first:]
+
+    def detach_handles(self, handles: list) -> None:
+        """Detach these uprobes (a parcagpu file no process maps any more)."""
+        mine = [h for h in handles if h in self.uprobes]
+        for handle in mine:
+            self.uprobes.remove(handle)
+        self._detach_together(mine)
+
+    def _detach_one(self, handle: tuple) -> None:
+        self.lib.bpf_close_perf_event_fd(handle[1])
+        self.lib.bpf_detach_uprobe(handle[0])
+
+    def _detach_together(self, handles: list) -> None:
+        """Detach uprobes at once, their grace periods overlapping (ctypes lets go of
+        the GIL in each call)."""
+        if len(handles) <= 1:
+            for h in handles:
+                self._detach_one(h)
+            return
+        with ThreadPoolExecutor(max_workers=min(16, len(handles))) as pool:
+            list(pool.map(self._detach_one, handles))
+
+    def attached_files(self) -> int:
+        """How many shim files (inodes) the programs are attached to."""
+        return len(self.files_)
+
+    def files(self) -> list[ShimFile]:
+        return list(self.files_)
+
+    def discover(self, proc: str = "/proc") -> list[ShimFile]:
+        """Attach to every shim file mapped by a running process that is not
+        attached yet (see the module doc). Returns the files newly attached.
+        A file that cannot be used is remembered (discover_errors) and not
+        retried; one whose process went away before the attach is retried."""
+        new: list[ShimFile] = []
+        for pid, data in maps_containing(proc, SHIM_BASENAME.encode()):
+            for m in file_mappings(data, SHIM_BASENAME):
+                if m.ident in self.known_ids:
+                    continue
+                sf = self._attach_copy(proc, pid, m)
+                if sf is not None:
+                    new.append(sf)
+        return new
+
+    def _attach_copy(self, proc: str, pid: int, m: "_Mapping") -> Optional[ShimFile]:
+        """Attach to the shim copy mapped at m. The file is opened once, checked (a
+        regular file, the very inode mapped) and then named only through that open
+        file (/proc/self/fd/N) for reading its notes and for every uprobe: the
+        process that maps it can swap its path (a directory exchange, a symlink to
+        a root-owned library a root process maps) after the check, and a root
+        agent must never plant breakpoints in a file it did not verify."""
+        got = open_mapped_file(proc, pid, m)
+        if got is None:
+            return None  # the process went away: try again at the next scan
+        fd, target, ids, seen = got
+        known = seen & self.known_ids
+        if known:  # the same file, named by another device number
+            os.close(fd)
+            self.known_ids.add(m.ident)
+            for f in self.files_:
+                if known & f.ids:
+                    f.ids.add(m.ident)
+            return None
+        via = f"/proc/self/fd/{fd}"
+        first = len(self.uprobes)
+        try:
+            probes, _ = read_shim(via)
+            if data_sites(probes) - self.sites:
+                raise BpfError(
+                    f"{m.path} (pid {pid}) is another build of the shim: its probe sites or "
+                    f"argument locations differ from {self.shim_path}, which the loaded BPF "
+                    "program reads arguments for")
+            for name, fn in DATA_PROBES.items():
+                for site in probes[name]:
+                    self.attach(fn, via, site.pc_offset, 0)
+            att = probes["attach"][0]
+            self.attach(ATTACH_FN, via, att.pc_offset, att.semaphore_offset)
+            self.ask_replay(via, probes)
+        except BpfError as e:
+            self.detach_from(first)
+            if os.path.exists(f"{proc}/{pid}"):  # not a vanished process: do not retry
+                self.known_ids |= ids
+                self.discover_errors[m.path] = str(e).replace(via, target)
+            return None
+        finally:
+            os.close(fd)  # the uprobes hold the inode itself
+        sf = ShimFile(m.path, target, pid, ids)
+        self.files_.append(sf)
+        self.known_ids |= ids
+        return sf
+
+
+def open_mapped_file(proc: str, pid: int, m: "_Mapping") -> Optional[tuple[int, str, set, set]]:
+    """The file pid maps at m, opened once and checked (a regular file, the very inode
+    mapped): (fd, the path it was opened through, its (dev, ino) ids, the ids of every
+    candidate path opened), or None if the process went away. Through
+    /proc/PID/root/PATH (the process's mount namespace) or /proc/PID/map_files/RANGE
+    when that path does not lead to the mapped inode. Name the file only through the
+    fd (/proc/self/fd/N) from then on: the process can swap its path after the check."""
+    candidates = []
+    if not m.deleted:
+        candidates.append(f"{proc}/{pid}/root{m.path}")
+    candidates.append(f"{proc}/{pid}/map_files/{m.range}")
+    target, ids, fd, seen = None, {m.ident}, -1, set()
+    for c in candidates:
+        got = open_regular(c)
+        if got is None:
+            continue
+        cfd, st = got
+        sid = (st.st_dev, st.st_ino)
+        seen.add(sid)
+        # map_files/RANGE is the mapped file itself; a path must still name its inode.
+        if fd < 0 and (sid == m.ident or c.endswith(m.range)):
+            target, fd = c, cfd
+            ids.add(sid)
+        else:
+            os.close(cfd)
+    return None if fd < 0 else (fd, target, ids, seen)
+
+
+class _Mapping(NamedTuple):
+    ident: tuple[int, int]   # (st_dev, st_ino) as /proc/PID/maps shows them
+    path: str                # in the process's mount namespace
+    range: str               # "start-end", the name under /proc/PID/map_files
+    deleted: bool
+
+
+def maps_containing(proc: str, needle: bytes):
+    """(pid, its /proc/PID/maps text) of every process whose maps mention needle."""
+    try:
+        pids = [int(d) for d in os.listdir(proc) if d.isdigit()]
+    except OSError:
+        return
+    for pid in pids:
+        try:
+            with open(f"{proc}/{pid}/maps", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue  # gone, or a kernel thread
+        if needle in data:
+            yield pid, data
+
+
+def file_mappings(maps: bytes, basename: Optional[str] = None, executable: bool = False) -> list[_Mapping]:
+    """The file mappings of a /proc/PID/maps text, one per inode: those of files named
+    basename, or, with executable, every executable one."""
+    out: dict[tuple[int, int], _Mapping] = {}
+    for e in procfs.parse_maps(maps):
+        if e.inode == 0 or (basename is not None and os.path.basename(e.path) != basename):
+            continue
+        if executable and "x" not in e.perms:
+            continue
+        ident = (e.dev, e.inode)
+        if ident not in out:
+            out[ident] = _Mapping(ident, e.path, e.range, e.deleted)
+    return list(out.values())
+
+
+def data_sites(probes: dict[str, list[stapsdt.SdtProbe]]) -> frozenset:
+    """What bcc's generated argument readers depend on, per data-probe site:
+    the probe, the site's address within its page, its argument specs."""
+    return frozenset((name, p.pc & 0xFFF, p.args) for name in DATA_PROBES
+                     for p in probes.get(name, ()))
+
+
+def sweep_uprobe_events(mine: bool = False) -> int:
+    """Remove the tracefs uprobe events that agents created through bcc's fallback
+    and left behind (a failed attach, a killed agent): those of agents that no
+    longer run, and with mine, this one's. An event still in use stays (EBUSY).
+    Returns how many were removed."""
+    removed = 0
+    for d in TRACEFS_DIRS:
+        path = os.path.join(d, "uprobe_events")
+        try:
+            with open(path, "rb") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            m = _OUR_UPROBE_EVENT.match(line + b" ")
+            if not m:
+                continue
+            pid = int(m.group(3))
+            if pid == os.getpid():
+                if not mine:
+                    continue
+            elif _alive(pid):
+                continue
+            try:  # os.open: Python's append mode seeks, which tracefs refuses
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+                try:
+                    os.write(fd, b"-:%s/%s\n" % (m.group(1), m.group(2)))
+                finally:
+                    os.close(fd)
+                removed += 1
+            except OSError:
+                pass
+        break  # one tracefs holds them all
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")
+
+
+def _attach_uprobe_fn(lib):
+    """libbcc's bpf_attach_uprobe with its real 7-argument C signature.
+
+    int bpf_attach_uprobe(int progfd, enum bpf_probe_attach_type type,
+                          const char *ev_name, const char *binary_path,
+                          uint64_t offset, pid_t pid, uint32_t ref_ctr_offset)
+    A separate prototype, so bcc's own (6-argument) declaration is left alone.
+    """
+    proto = ct.CFUNCTYPE(ct.c_int, ct.c_int, ct.c_int, ct.c_char_p, ct.c_char_p,
+                         ct.c_uint64, ct.c_int, ct.c_uint32, use_errno=True)
+    return proto(("bpf_attach_uprobe", lib))
