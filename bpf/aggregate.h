@@ -1,6 +1,35 @@
-/* aggregate.h: adding a record to the aggregation maps (pasted into
- * gpu_agent.bpf.c): the totals and sampled sums, and the launch-to-start
+/* aggregate.h: adding a record to the aggregation maps: the totals and sampled sums, and the launch-to-start
  * latency histogram. */
+#ifndef GA_BPF_AGGREGATE_H
+#define GA_BPF_AGGREGATE_H
+
+#include "maps.h"
+
+struct batch_ctx {
+    u64 recs;
+    u32 tgid;
+    u32 count;
+    u32 start;              /* the process's start tag */
+    u32 trace;              /* 1: send each record as a GA_EV_KERNEL (timelines) */
+    void *totals;           /* this generation's maps (agg_maps, lat_maps) */
+    void *sampled;
+    void *latency;
+};
+
+/* This generation's aggregation maps into bc; -1 if they are not there (the agent
+ * fills agg_maps/lat_maps before it attaches anything). */
+static __always_inline int batch_maps(struct batch_ctx *bc)
+{
+    u32 zero = 0;
+    u32 *g = generation.lookup(&zero);
+    u32 gen = (g && *g) ? 1 : 0;
+    u32 it = gen, is = gen + 2, il = gen;
+    bc->totals = agg_maps.lookup(&it);
+    bc->sampled = agg_maps.lookup(&is);
+    bc->latency = lat_maps.lookup(&il);
+    return (bc->totals && bc->sampled && bc->latency) ? 0 : -1;
+}
+
 
 /* The value of key in map, inserted as zeros if absent; NULL (counted) if the
  * map is full. Insert-then-lookup rather than insert-with-the-values: two
@@ -70,3 +99,5 @@ static __always_inline void latency_one(struct batch_ctx *bc, struct ga_kernel_r
                             .bucket = log2_u64(lat), .pad = 0};
     lat_add(bc, &lk, lat);
 }
+
+#endif /* GA_BPF_AGGREGATE_H */

@@ -1,6 +1,11 @@
-/* graph_nodes.h: the graph node probes (pasted into gpu_agent.bpf.c, whose maps and
- * helpers it uses): each kernel node's capture stack, kept under (tgid, start
+/* graph_nodes.h: the graph node probes: each kernel node's capture stack, kept under (tgid, start
  * tag, node id) in node_stacks, copied to clones, deleted with the node. */
+#ifndef GA_BPF_GRAPH_NODES_H
+#define GA_BPF_GRAPH_NODES_H
+
+#include "maps.h"
+#include "stacks.h"
+
 
 /* ---- graph_node_stack(u64 node_id, u64 stack_id, const u64 *frames,
  *                       u32 nframes): the code that created a kernel node ---- */
@@ -64,3 +69,5 @@ int ga_graph_node_destroyed(struct pt_regs *ctx)
     count(GA_CNT_GRAPH_DESTROYED, 1);
     return 0;
 }
+
+#endif /* GA_BPF_GRAPH_NODES_H */

@@ -1,5 +1,10 @@
-/* kernel_names.h: the kernel_name probe (pasted into gpu_agent.bpf.c): a name's
+/* kernel_names.h: the kernel_name probe: a name's
  * chunks go to the agent as GA_EV_NAME_CHUNK events. */
+#ifndef GA_BPF_KERNEL_NAMES_H
+#define GA_BPF_KERNEL_NAMES_H
+
+#include "maps.h"
+
 
 /* ---- kernel_name(u64 kernel_id, u32 total_len, u32 offset,
  *                  const char *chunk, u32 chunk_len) ---- */
@@ -44,3 +49,5 @@ int ga_kernel_name(struct pt_regs *ctx)
 }
 
 /* Process attach/exit events carry only the header (ga_ev_proc_attach/_exit). */
+
+#endif /* GA_BPF_KERNEL_NAMES_H */

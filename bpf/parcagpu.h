@@ -1,10 +1,16 @@
-/* parcagpu.h: parcagpu's probes, a second source of kernels (pasted into
- * gpu_agent.bpf.c). The contract is in gpu_agent_parcagpu.h: the agent stores
+/* parcagpu.h: parcagpu's probes, a second source of kernels. The contract is in gpu_agent_parcagpu.h: the agent stores
  * each registered site's argument specs in pg_sites; these programs read the
  * arguments from what the specs name, keep the launching thread's stack at
  * cuda_correlation, and add each kernel_executed record to the same maps as a
  * shim's records, under a kernel id of its name's address (pg_kernel_id) and with
  * GA_AGG_PARCAGPU in graph_flags. Its PC sampling probes: parcagpu_pc.h. */
+#ifndef GA_BPF_PARCAGPU_H
+#define GA_BPF_PARCAGPU_H
+
+#include "maps.h"
+#include "stacks.h"
+#include "aggregate.h"
+
 
 BPF_HASH(pg_sites, struct ga_pg_site_key, struct ga_pg_site, 4096); /* parcagpu.py's MAX_SITES */
 /* Names already sent, per process: CUPTI keeps one name string per function. */
@@ -298,4 +304,4 @@ int ga_pg_kernel_executed(struct pt_regs *ctx)
     return 0;
 }
 
-#include "parcagpu_pc.h" /* its PC sampling probes */
+#endif /* GA_BPF_PARCAGPU_H */

@@ -4,6 +4,12 @@
  * one GA_EV_PG_PC event, with the function's name copied now (CUPTI's string lives
  * only until parcagpu handles the batch), so pc_samples.py keeps one kind of
  * window whichever library sampled. */
+#ifndef GA_BPF_PARCAGPU_PC_H
+#define GA_BPF_PARCAGPU_PC_H
+
+#include "parcagpu.h"
+#include "pcsampling.h"
+
 
 /* One CUpti_PCSamplingPCData of a batch: *slot points to it. */
 static __always_inline void pg_pc_record(u32 tgid, u32 start, u64 slot)
@@ -120,3 +126,5 @@ int ga_pg_error(struct pt_regs *ctx)
     events.ringbuf_submit(ev, 0);
     return 0;
 }
+
+#endif /* GA_BPF_PARCAGPU_PC_H */

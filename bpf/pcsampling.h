@@ -1,7 +1,12 @@
-/* pcsampling.h: the PC sampling probes (pasted into gpu_agent.bpf.c; contract in
+/* pcsampling.h: the PC sampling probes (contract in
  * shim/include/gpu_agent_pcsampling.h). Opt-in and at most a few batches per
  * collection window, so each goes to the agent as it is, and the agent joins the
  * samples with the kernels' launch stacks of the same window. */
+#ifndef GA_BPF_PCSAMPLING_H
+#define GA_BPF_PCSAMPLING_H
+
+#include "maps.h"
+
 
 /* ---- pc_sample_batch(const struct ga_pc_record *records, u32 nrecords, u32 dropped) ---- */
 int ga_pc_sample_batch(struct pt_regs *ctx)
@@ -112,3 +117,5 @@ int ga_cubin_loaded(struct pt_regs *ctx)
     emit_cubin(tgid, see_proc(tgid), cubin_crc, cubin, cubin_size);
     return 0;
 }
+
+#endif /* GA_BPF_PCSAMPLING_H */

@@ -18,6 +18,8 @@
 #ifndef GA_PYTHON_STACK_H
 #define GA_PYTHON_STACK_H
 
+#include "maps.h"
+
 #ifndef GA_PY_STACK_ENTRIES
 #define GA_PY_STACK_ENTRIES 4096
 #endif

@@ -1,6 +1,12 @@
-/* timeline.h: timelines (pasted into gpu_agent.bpf.c): the program kernel_batch
+/* timeline.h: timelines: the program kernel_batch
  * tail-calls to send a traced process's records as GA_EV_KERNEL events, and the
  * gpu_device probe (GA_EV_DEVICE). */
+#ifndef GA_BPF_TIMELINE_H
+#define GA_BPF_TIMELINE_H
+
+#include "maps.h"
+#include "aggregate.h"
+
 
 /* One record of a traced process, with what batch_one would join to it, to the
  * agent: as few branches as possible (the verifier walks every iteration). The
@@ -86,3 +92,5 @@ int ga_gpu_device(struct pt_regs *ctx)
     events.ringbuf_submit(ev, 0);
     return 0;
 }
+
+#endif /* GA_BPF_TIMELINE_H */

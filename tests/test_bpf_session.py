@@ -478,3 +478,25 @@ def test_drains_exact_under_concurrent_batches(firer, tmp_path):
                 p.kill()
                 p.wait()
         s.close()
+
+
+def test_every_bpf_header_compiles_on_its_own(built):
+    """bcc compiles each bpf/*.h alone, with only the headers it includes itself (as
+    libbpf-tools' headers do): none relies on what the main file pasted before it."""
+    need_ebpf()
+    from gpu_agent.probes import paths, preflight
+    preflight.import_bcc()
+    from bcc import BPF, USDT
+    from gpu_agent.probes.bpf_session import DATA_PROBES
+    from support.env import SHIM
+
+    usdt = USDT(path=str(SHIM))
+    for probe, fn in DATA_PROBES.items():
+        usdt.enable_probe(f"{C.PROVIDER}:{probe}", fn)
+    bpf_dir, inc = paths.bpf_dir(), paths.include_dir()
+    headers = sorted(p.name for p in bpf_dir.glob("*.h"))
+    assert len(headers) >= 12, headers
+    for h in headers:
+        text = usdt.get_text() + paths.bpf_source(bpf_dir, h)
+        b = BPF(text=text.encode(), cflags=["-DGA_BPF", f"-I{inc}", f"-I{bpf_dir}", "-Wno-comment"])
+        b.cleanup()

@@ -89,21 +89,30 @@ def include_dir() -> Path:
                   "the probe contract header", "set GPU_AGENT_INCLUDE_DIR")
 
 
-def bpf_source(bpf_dir: Path) -> str:
-    """bpf/gpu_agent.bpf.c with `#include "x.h"` of headers that live in bpf/
-    (python_stack.h) pasted in.
+def bpf_source(bpf_dir: Path, main: str = "gpu_agent.bpf.c") -> str:
+    """bpf/gpu_agent.bpf.c (or one of its headers, main) with `#include "x.h"` of
+    the headers that live in bpf/ pasted in, each once, where it is first included.
 
     bcc rewrites map calls (`m.lookup(&k)`) only in the main source text; in an
     #included file they stay calls through a NULL function pointer, which the
     verifier refuses ("unknown opcode 8d"). So our own BPF headers are pasted in.
+    Each header includes what it uses, so that it compiles on its own
+    (tests/test_bpf_session.py compiles each one).
     """
     import re
+
+    seen: set[str] = set()
 
     def pasted(text: str) -> str:  # and the headers they include, in turn
         return re.sub(r'^#include "([\w.]+\.h)"[^\n]*$', paste, text, flags=re.M)
 
     def paste(m):
         path = bpf_dir / m.group(1)
-        return pasted(path.read_text()) if path.is_file() else m.group(0)
+        if not path.is_file():
+            return m.group(0)
+        if m.group(1) in seen:
+            return ""
+        seen.add(m.group(1))
+        return pasted(path.read_text())
 
-    return pasted((bpf_dir / "gpu_agent.bpf.c").read_text())
+    return pasted((bpf_dir / main).read_text())

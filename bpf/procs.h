@@ -1,0 +1,60 @@
+/* procs.h: a process's life as the agent hears of it: attach (GA_EV_PROC_ATTACH),
+ * the replay probe, and exit (GA_EV_PROC_EXIT, and its BPF state dropped). */
+#ifndef GA_BPF_PROCS_H
+#define GA_BPF_PROCS_H
+
+#include "maps.h"
+
+static __always_inline void emit_proc_event(u32 type, u32 tgid)
+{
+    struct ga_event_hdr *ev = events.ringbuf_reserve(sizeof(*ev));
+    if (!ev) {
+        count(GA_DROP_RINGBUF_FULL, 1);
+        return;
+    }
+    ev->type = type;
+    ev->tgid = tgid;
+    events.ringbuf_submit(ev, 0);
+}
+
+/* ---- attach: the uprobe exists so the kernel raises the semaphore
+ * (ref_ctr_offset) in every process mapping the shim; the shim fires it once
+ * it has attached. The agent hears of the process here, before its first
+ * sampled launch, and sets up its Python stacks (py_procs). ---- */
+int ga_attach(struct pt_regs *ctx)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    see_proc(tgid);
+    emit_proc_event(GA_EV_PROC_ATTACH, tgid);
+    return 0;
+}
+
+/* `replay`: the agent holds a uprobe here only for its semaphore (a request for
+ * the names); the shim fires it once it has replayed them. Nothing to do. */
+int ga_replay(struct pt_regs *ctx)
+{
+    return 0;
+}
+
+/* A process that fired a probe has ended: the agent can flush and forget it. */
+TRACEPOINT_PROBE(sched, sched_process_exit)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    u32 tgid = id >> 32;
+#ifdef GA_HAVE_GROUP_DEAD
+    /* Last thread of the group: the leader may exit before its threads. */
+    if (!args->group_dead)
+        return 0;
+#else
+    if ((u32)id != tgid)
+        return 0;
+#endif
+    if (!procs.lookup(&tgid))
+        return 0;
+    procs.delete(&tgid);
+    drop_budget.delete(&tgid);
+    emit_proc_event(GA_EV_PROC_EXIT, tgid);
+    return 0;
+}
+
+#endif /* GA_BPF_PROCS_H */
