@@ -137,7 +137,7 @@ def _child_main() -> None:
 
 
 _CHILD = "import sys; sys.path[:0] = __import__('os').environ['PYTHONPATH'].split(':'); " \
-         "from gpu_agent.cubin import _child_main; _child_main()"
+         f"from {__name__} import _child_main; _child_main()"
 
 
 def _parse(data: bytes) -> dict[str, Rows]:
