@@ -54,7 +54,7 @@ def prog_stats(fd: int) -> tuple[int, int]:
 
 
 def run_one(col: Collector, fd: int, py: str, depth: int, n: int, python_on: bool) -> tuple:
-    col.python.enabled = python_on
+    col.stacks.python.enabled = python_on
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPU_AGENT_", "CUDA_INJ"))}
     env.update(LD_LIBRARY_PATH=str(REPO / "build" / "mock"), GPU_AGENT_SAMPLE_PERIOD="1",
                CUDA_INJECTION64_PATH=str(SHIM))

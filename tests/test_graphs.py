@@ -206,7 +206,7 @@ def test_destroyed_graphs_memory_stays_flat(graph_app, tmp_path):
         assert proc.returncode == 0, err
         nodes_left = col.session.graph_nodes(proc.pid)
         builder, _ = col.build_profile()
-        frames_cached = len([k for k in col._frames if k[0] == proc.pid])
+        frames_cached = len([k for k in col.stacks._frames if k[0] == proc.pid])
         counters = col.counters()
     finally:
         col.close()

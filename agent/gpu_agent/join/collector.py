@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
-import re
-import threading
 import time
 from typing import Callable, Optional
 
@@ -24,21 +21,18 @@ from ..probes.devices import device_from_event
 from ..probes.drain import Drain
 from ..probes.parcagpu import SOURCE_LABEL as PARCAGPU_SOURCE
 from . import pc_samples
+from .stacks import StackNames
 from ..profile.pprof import FrameSpec, Numbering, ProfileBuilder
 from ..system.procfs import read_comm
 from ..profile.interval import Interval, IntervalProfiles, IntervalStats, ProcInfo
-from ..symbols.python import PyFrame, PythonStacks
 from ..symbols.demangle import demangle_kernel
 from ..profile.vocabulary import (DROPPED_COMMENT, DROPPED_CUPTI, DUTY_COMMENT, DUTY_LABEL,
                                   GRAPH_BEFORE_ATTACH, GRAPH_REPLAY, GRAPH_REPLAY_LABEL, PARCAGPU_COMMENT,
-                                  QUIET_COMMENT, UNKNOWN_STACK, UNSAMPLED)
-from ..symbols.native import Symbolizer
+                                  QUIET_COMMENT, UNSAMPLED)
 
 log = logging.getLogger(__name__)
 
 INT64_MAX = (1 << 63) - 1
-# Frames skipped when naming a replay site: CUDA's own libraries and the shim.
-_CUDA_LIB = re.compile(r"^lib(cuda|cudart|cupti|gpu_agent_shim|nvrtc|cublas\w*|cudnn\w*)\b")
 
 
 
@@ -66,20 +60,11 @@ class Collector:
         # from the shim's gpu_device probes
         self.devices: dict = {}
         self._clock_offsets: dict[int, int] = {}
-        self.symbolizer = Symbolizer()
-        # Python frames of launching threads (python/: BPF walks, we name and merge).
-        self.python = PythonStacks(self.session, enabled=python_stacks)
+        # Stacks named: native and Python frames, once per stack, ahead in a thread.
+        self.stacks = StackNames(self.session, python_stacks)
         self.pid_filter = pid_filter
         self.procs: dict[int, ProcInfo] = {}
         self._included: dict[int, bool] = {}
-        self._frames: dict[tuple, list] = {}
-        # New stacks (tgid, stack id, process start tag) go to a thread that names
-        # their native frames: that can take seconds (a libtorch_cuda symbol table),
-        # and meanwhile poll() must go on reading each new stack's Python code
-        # objects while its process still exists (a job of one second lost them all).
-        self._to_symbolize: "queue.SimpleQueue" = queue.SimpleQueue()
-        self._symbolizing: Optional[threading.Thread] = None
-        self._sym_lock = threading.RLock()  # _frames and whole stacks' symbolization
         self.interval = Interval(start_ns=time.time_ns())
         # Called with every Drain, before it is merged into the window (metrics
         # count from the very same data the profiles are built from).
@@ -99,31 +84,15 @@ class Collector:
     # -- lifecycle ---------------------------------------------------------
     def open(self) -> None:
         self.session.open()
-        self._symbolizing = threading.Thread(target=self._symbolize_new_stacks,
-                                             name="gpu-agent-symbolize", daemon=True)
-        self._symbolizing.start()
+        self.stacks.start()
 
     def close(self) -> None:
-        if self._symbolizing is not None:
-            self._to_symbolize.put(None)
-            self._symbolizing.join(timeout=10)
-            self._symbolizing = None
+        self.stacks.stop()
         self.session.close()
 
     def poll(self, timeout_ms: int) -> None:
         self._apply_late_exits()
         self.session.poll(timeout_ms)
-
-    def _symbolize_new_stacks(self) -> None:
-        """The symbolizing thread: names new stacks ahead of the profiles that use them."""
-        while True:
-            item = self._to_symbolize.get()
-            if item is None:
-                return
-            try:
-                self._symbolize(*item)
-            except Exception:  # never lose the thread: the profile names it again
-                log.exception("symbolizing a stack of pid %d failed", item[0])
 
     def drain(self) -> None:
         """Move what BPF aggregated so far into the current window.
@@ -163,16 +132,12 @@ class Collector:
             info.pod  # reads /proc/PID/cgroup now, while the process exists (k8s caches it)
             if self.pid_filter is not None:
                 self._included[pid] = bool(self.pid_filter(pid))
-            try:
-                self.symbolizer.snapshot(pid)
-            except Exception:  # process already gone: stacks fall back to raw addresses
-                pass
+            self.stacks.snapshot(pid)
         return info
 
     def _on_new_stack(self, tgid: int, stack_id: int, start: int) -> None:
         self._see(tgid)
-        self.python.prefetch(tgid, stack_id, start)  # cheap, and needs the process alive
-        self._to_symbolize.put((tgid, stack_id, start))
+        self.stacks.new_stack(tgid, stack_id, start)
 
     def _on_proc_attach(self, tgid: int) -> None:
         if tgid in self._late_exits:  # the pid is already another process's
@@ -188,7 +153,7 @@ class Collector:
         if self.included(tgid):
             self._attached.add(tgid)
             self._attached_now.add(tgid)
-            self.python.on_attach(tgid)
+            self.stacks.python.on_attach(tgid)
 
     def note_device(self, ev) -> None:
         """A gpu_device probe: the device's identity, and the process's clock pair."""
@@ -215,62 +180,9 @@ class Collector:
         info = self.procs.get(tgid)
         if info is not None:
             info.exited = True
-        self.python.on_exit(tgid)
+        self.stacks.python.on_exit(tgid)
         for fn in self.exit_listeners:
             fn(tgid)
-
-    def _symbolize(self, tgid: int, stack_id: int, start: int) -> list:
-        """The frames of a stack of the process (tgid, start tag): a reused pid's
-        stacks are another process's (contract: ga_stack_key)."""
-        key = (tgid, stack_id, start)
-        with self._sym_lock:
-            frames = self._frames.get(key)
-            if frames is None:
-                ips = self.session.get_stack(tgid, stack_id, start)
-                if not ips:
-                    return []
-                # 0: where a frame-pointer walk (a parcagpu stack) ended
-                frames = self.symbolizer.symbolize(tgid, [ip for ip in ips if ip])
-                # parcagpu's own callback frames (a parcagpu stack starts inside it)
-                skip = self.session.parcagpu.paths if self.session.parcagpu else ()
-                frames = [f for f in frames if getattr(f, "filename", None) not in skip]
-                frames = self.python.frames(tgid, stack_id, start, frames)  # Python frames spliced in
-                frames = [FrameSpec.python(*f) if isinstance(f, PyFrame) else f for f in frames]
-                self._frames[key] = frames
-            return frames
-
-    def _stack_specs(self, tgid: int, stack_id: int, start: int) -> list:
-        frames = self._symbolize(tgid, stack_id, start)
-        return [f if isinstance(f, FrameSpec) else FrameSpec.native(f)
-                for f in frames] or [FrameSpec.marker(UNKNOWN_STACK)]
-
-    def _replay_site(self, tgid: int, stack_id: int, start: int) -> str:
-        """Where a graph was launched from, in one label value: the innermost
-        Python frame outside torch (`fn (file:line)`), else the innermost native
-        frame outside CUDA's libraries and the shim."""
-        key = (tgid, stack_id, start, "site")
-        with self._sym_lock:
-            site = self._frames.get(key)
-        if site is not None:
-            return site
-        frames = self._symbolize(tgid, stack_id, start)
-        site = UNKNOWN_STACK
-        py = [f for f in frames if isinstance(f, FrameSpec)
-              and f.mapping is not None and f.mapping.filename == "[python]"]
-        for f in py:
-            if "/torch/" not in f.filename:
-                site = f"{f.function} ({os.path.basename(f.filename)}:{f.line})"
-                break
-        else:
-            for f in frames:
-                if isinstance(f, FrameSpec):
-                    continue
-                if not _CUDA_LIB.match(os.path.basename(getattr(f, "filename", "") or "")):
-                    site = f.function
-                    break
-        with self._sym_lock:
-            self._frames[key] = site
-        return site
 
     def included(self, pid: int) -> bool:
         if self.pid_filter is None:
@@ -405,7 +317,7 @@ class Collector:
             if row.stack_id is None:
                 stack = [FrameSpec.marker(UNSAMPLED)]
             else:
-                stack = self._stack_specs(tgid, row.stack_id, start)
+                stack = self.stacks.specs(tgid, row.stack_id, start)
             labels = {"pid": str(tgid), "comm": info.comm,
                       "cuda_device": str(device_id), "cuda_stream": str(stream_id)}
             gpu = self.devices.get((tgid, device_id))
@@ -421,8 +333,8 @@ class Collector:
                 # Exact: every record of this node has this capture stack. The
                 # replay site (estimated over sampled graph launches) is a label.
                 labels[GRAPH_REPLAY_LABEL] = (UNSAMPLED if row.stack_id is None
-                                              else self._replay_site(tgid, row.stack_id, start))
-                stack = [FrameSpec.marker(GRAPH_REPLAY)] + self._stack_specs(tgid, capture_id, start)
+                                              else self.stacks.replay_site(tgid, row.stack_id, start))
+                stack = [FrameSpec.marker(GRAPH_REPLAY)] + self.stacks.specs(tgid, capture_id, start)
             elif gflags & C.AGG_NODE_UNKNOWN:
                 stack = [FrameSpec.marker(GRAPH_BEFORE_ATTACH)] + stack
             labels.update(info.pod)
@@ -451,17 +363,14 @@ class Collector:
             self.session.forget_pids(gone)  # their map entries: memory stays flat
 
     def _forget_caches(self, pids: set[int]) -> None:
-        with self._sym_lock:
+        with self.stacks.lock:
             for pid in pids:
                 self.procs.pop(pid, None)
                 self._attached.discard(pid)
                 self._included.pop(pid, None)
-                self.symbolizer.forget(pid)
                 self.pcs.forget({pid})
                 self._clock_offsets.pop(pid, None)
                 for key in [k for k in self.devices if k[0] == pid]:
                     del self.devices[key]
-                self.python.forget(pid)  # its code objects' names: kept until now
-            for key in [k for k in self._frames if k[0] in pids]:
-                del self._frames[key]
+            self.stacks.forget(pids)
 

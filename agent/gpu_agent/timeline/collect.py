@@ -88,7 +88,7 @@ class TimelineCollector:
             key = (pid, start, sid)
             if key not in stack_ids:
                 stack_ids[key] = len(stack_ids) + 1
-                tl.stacks[stack_ids[key]] = [_frame(f) for f in c._stack_specs(pid, sid, start)]
+                tl.stacks[stack_ids[key]] = [_frame(f) for f in c.stacks.specs(pid, sid, start)]
             return stack_ids[key]
 
         for raw in self._raw:
