@@ -11,7 +11,7 @@ each site's specs ("8@%rax", "-4@-20(%rbp)") into the BPF hash pg_sites and the
 programs read what they name (bpf/parcagpu.h).
 
 A file is attached as the shim is (uprobes on the inode, through /proc/PID/root or
-map_files, shim_attach.open_mapped_file): every process mapping it, running or
+map_files, mappings.open_mapped_file): every process mapping it, running or
 started later, is covered, and the uprobe on cuda_correlation raises its semaphore,
 which turns parcagpu's callback work on. Its error probe is logged, once per kind
 and process. The other probes (activity_batch, cubin_unloaded, gpu_config) are not
@@ -28,7 +28,8 @@ from typing import Optional
 
 from . import contract as C
 from . import stapsdt
-from .shim_attach import BpfError, ShimAttachments, ShimFile, file_mappings, maps_containing, open_mapped_file
+from .mappings import file_mappings, maps_containing, open_mapped_file
+from .shim_attach import BpfError, ShimAttachments, ShimFile
 
 log = logging.getLogger(__name__)
 

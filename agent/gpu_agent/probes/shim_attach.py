@@ -29,18 +29,17 @@ from __future__ import annotations
 import ctypes as ct
 import mmap
 import os
-import re
 import struct
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import NamedTuple, Optional
+from typing import Optional
 
 from . import contract as C
-from ..system import elf, procfs
+from ..system import elf
 from . import stapsdt
-from .preflight import TRACEFS_DIRS
-from ..system.safe_open import open_regular
+from .mappings import FileMapping, file_mappings, maps_containing, open_mapped_file
+from .uprobe_events import sweep_uprobe_events
 
 DATA_PROBES = {  # contract probe -> BPF function
     "cuda_correlation": "ga_cuda_correlation",
@@ -54,9 +53,6 @@ DATA_PROBES = {  # contract probe -> BPF function
     "pc_stall_reason": "ga_pc_stall_reason",
     "cubin_loaded": "ga_cubin_loaded",
 }
-# A uprobe event that bcc created in tracefs for one of our attaches, when the
-# perf uprobe PMU refused it (bcc appends _bcc_<pid> to our ga_<pid>_... name).
-_OUR_UPROBE_EVENT = re.compile(rb"^[pr]:(\S+?)/(ga_(\d+)_\d+_\w+_0x[0-9a-f]+_bcc_\d+)\s")
 ATTACH_FN = "ga_attach"
 REPLAY_FN = "ga_replay"
 # How long an agent holds the `replay` probe's semaphore up after it attaches to a
@@ -259,7 +255,7 @@ class ShimAttachments:
                     new.append(sf)
         return new
 
-    def _attach_copy(self, proc: str, pid: int, m: "_Mapping") -> Optional[ShimFile]:
+    def _attach_copy(self, proc: str, pid: int, m: FileMapping) -> Optional[ShimFile]:
         """Attach to the shim copy mapped at m. The file is opened once, checked (a
         regular file, the very inode mapped) and then named only through that open
         file (/proc/self/fd/N) for reading its notes and for every uprobe: the
@@ -307,117 +303,11 @@ class ShimAttachments:
         return sf
 
 
-def open_mapped_file(proc: str, pid: int, m: "_Mapping") -> Optional[tuple[int, str, set, set]]:
-    """The file pid maps at m, opened once and checked (a regular file, the very inode
-    mapped): (fd, the path it was opened through, its (dev, ino) ids, the ids of every
-    candidate path opened), or None if the process went away. Through
-    /proc/PID/root/PATH (the process's mount namespace) or /proc/PID/map_files/RANGE
-    when that path does not lead to the mapped inode. Name the file only through the
-    fd (/proc/self/fd/N) from then on: the process can swap its path after the check."""
-    candidates = []
-    if not m.deleted:
-        candidates.append(f"{proc}/{pid}/root{m.path}")
-    candidates.append(f"{proc}/{pid}/map_files/{m.range}")
-    target, ids, fd, seen = None, {m.ident}, -1, set()
-    for c in candidates:
-        got = open_regular(c)
-        if got is None:
-            continue
-        cfd, st = got
-        sid = (st.st_dev, st.st_ino)
-        seen.add(sid)
-        # map_files/RANGE is the mapped file itself; a path must still name its inode.
-        if fd < 0 and (sid == m.ident or c.endswith(m.range)):
-            target, fd = c, cfd
-            ids.add(sid)
-        else:
-            os.close(cfd)
-    return None if fd < 0 else (fd, target, ids, seen)
-
-
-class _Mapping(NamedTuple):
-    ident: tuple[int, int]   # (st_dev, st_ino) as /proc/PID/maps shows them
-    path: str                # in the process's mount namespace
-    range: str               # "start-end", the name under /proc/PID/map_files
-    deleted: bool
-
-
-def maps_containing(proc: str, needle: bytes):
-    """(pid, its /proc/PID/maps text) of every process whose maps mention needle."""
-    try:
-        pids = [int(d) for d in os.listdir(proc) if d.isdigit()]
-    except OSError:
-        return
-    for pid in pids:
-        try:
-            with open(f"{proc}/{pid}/maps", "rb") as f:
-                data = f.read()
-        except OSError:
-            continue  # gone, or a kernel thread
-        if needle in data:
-            yield pid, data
-
-
-def file_mappings(maps: bytes, basename: Optional[str] = None, executable: bool = False) -> list[_Mapping]:
-    """The file mappings of a /proc/PID/maps text, one per inode: those of files named
-    basename, or, with executable, every executable one."""
-    out: dict[tuple[int, int], _Mapping] = {}
-    for e in procfs.parse_maps(maps):
-        if e.inode == 0 or (basename is not None and os.path.basename(e.path) != basename):
-            continue
-        if executable and "x" not in e.perms:
-            continue
-        ident = (e.dev, e.inode)
-        if ident not in out:
-            out[ident] = _Mapping(ident, e.path, e.range, e.deleted)
-    return list(out.values())
-
-
 def data_sites(probes: dict[str, list[stapsdt.SdtProbe]]) -> frozenset:
     """What bcc's generated argument readers depend on, per data-probe site:
     the probe, the site's address within its page, its argument specs."""
     return frozenset((name, p.pc & 0xFFF, p.args) for name in DATA_PROBES
                      for p in probes.get(name, ()))
-
-
-def sweep_uprobe_events(mine: bool = False) -> int:
-    """Remove the tracefs uprobe events that agents created through bcc's fallback
-    and left behind (a failed attach, a killed agent): those of agents that no
-    longer run, and with mine, this one's. An event still in use stays (EBUSY).
-    Returns how many were removed."""
-    removed = 0
-    for d in TRACEFS_DIRS:
-        path = os.path.join(d, "uprobe_events")
-        try:
-            with open(path, "rb") as f:
-                lines = f.read().splitlines()
-        except OSError:
-            continue
-        for line in lines:
-            m = _OUR_UPROBE_EVENT.match(line + b" ")
-            if not m:
-                continue
-            pid = int(m.group(3))
-            if pid == os.getpid():
-                if not mine:
-                    continue
-            elif _alive(pid):
-                continue
-            try:  # os.open: Python's append mode seeks, which tracefs refuses
-                fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-                try:
-                    os.write(fd, b"-:%s/%s\n" % (m.group(1), m.group(2)))
-                finally:
-                    os.close(fd)
-                removed += 1
-            except OSError:
-                pass
-        break  # one tracefs holds them all
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    return os.path.exists(f"/proc/{pid}")
 
 
 def _attach_uprobe_fn(lib):
