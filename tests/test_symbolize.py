@@ -320,9 +320,9 @@ def test_demangle_deep_pack_and_failures(tmp_path):
 
 
 def test_symbol_table_lookup_rules():
-    from gpu_agent.symbols.native import _SymbolTable
+    from gpu_agent.symbols.symtab import SymbolTable
 
-    t = _SymbolTable(
+    t = SymbolTable(
         [
             (0x1000, 0x10, b"__printf", 1),
             (0x1000, 0x10, b"printf", 1),
@@ -348,7 +348,7 @@ def test_a_symbol_table_keeps_no_object_per_name():
     import tracemalloc
     from array import array
 
-    from gpu_agent.symbols.native import _SymbolTable
+    from gpu_agent.symbols.symtab import SymbolTable
 
     n = 100_000
     names = [b"_ZN5torch%d%sEv" % (len(b"kernel%d" % i), b"kernel%d" % i) for i in range(n)]
@@ -362,7 +362,7 @@ def test_a_symbol_table_keeps_no_object_per_name():
     binds = array("B", [1] * n)
     tracemalloc.start()
     try:
-        t = _SymbolTable(raw=(addrs, sizes, offs, binds, strtab, len(strtab)))
+        t = SymbolTable(raw=(addrs, sizes, offs, binds, strtab, len(strtab)))
         kept, _peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
