@@ -373,7 +373,7 @@ def test_per_key_drain_fallback(firer, tmp_path, monkeypatch):
     ev = Events()
     s = _open(lib, ev)
     try:
-        monkeypatch.setattr(s, "_drain_batch", no_batch)
+        monkeypatch.setattr(bpf_maps, "drain_batch", no_batch)
         path = F.Script().corr(5, 1, S2, FRAMES3, 5) \
             .batch([F.rec(K5, 5, 11), F.rec(K5, 5, 13), F.rec(K4, 6, 17)]).write(tmp_path / "s.bin")
         p = subprocess.run([str(exe), str(path)], capture_output=True, text=True, timeout=30)

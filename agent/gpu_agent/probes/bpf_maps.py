@@ -75,3 +75,11 @@ def drain_per_key(lib, fd: int, stride: int, add, key_type) -> None:
                 continue
             lib.bpf_delete_elem(fd, ct.byref(k))
         add(k, memoryview(vals).cast("B").cast("Q"))
+
+
+def drain(lib, fd: int, stride: int, add, key_type) -> None:
+    """Read and delete every entry of a per-CPU map: in batches, else key by key."""
+    try:
+        drain_batch(lib, fd, stride, add, key_type)
+    except BatchUnsupported:
+        drain_per_key(lib, fd, stride, add, key_type)

@@ -37,7 +37,8 @@ from typing import Callable, Optional
 
 from . import contract as C
 from . import bpf_maps, paths, preflight
-from .drain import AggKey, AggVal, Drain
+from .drain import Drain, read_latency, read_totals
+from .events import handle_event
 from .cold_names import ColdNames
 from .names import KernelNames
 from .parcagpu import ParcagpuFiles
@@ -46,13 +47,6 @@ from .shim_attach import DATA_PROBES, BpfError, ShimAttachments, ShimFile, data_
 __all__ = ["BpfError", "BpfSession", "ShimFile"]
 
 FALLBACK_GRACE_S = 0.010  # grace period if the synchronize_rcu() barrier is refused
-# Fixed-size ring-buffer events: type -> (struct, the session's callback attribute)
-_FIXED_EVENTS = {C.EventType.GA_EV_KERNEL: (C.EvKernel, "on_kernel"),
-                 C.EventType.GA_EV_DEVICE: (C.EvDevice, "on_device"),
-                 C.EventType.GA_EV_PC_BATCH: (C.EvPcBatch, "on_pc_batch"),
-                 C.EventType.GA_EV_STALL_REASON: (C.EvStallReason, "on_stall_reason"),
-                 C.EventType.GA_EV_CUBIN: (C.EvCubin, "on_cubin"), C.EventType.GA_EV_PG_PC: (C.EvPgPc, "on_pg_pc"),
-                 C.EventType.GA_EV_PG_ERROR: (C.EvPgError, "on_pg_error")}
 
 
 class BpfSession:
@@ -211,54 +205,12 @@ class BpfSession:
         # Runs inside libbpf's poll through ctypes: never let anything escape.
         self._events += 1
         try:
-            self._handle(ct.string_at(data, size))
+            handle_event(self, ct.string_at(data, size), self._agent_counts)
         except Exception as e:  # a user callback failed
             self._agent_counts["callback_errors"] += 1
             if self._cb_error is None:
                 self._cb_error = e
         return 0
-
-    def _handle(self, buf: bytes) -> None:
-        if len(buf) < ct.sizeof(C.EventHdr):
-            self._agent_counts["ev_corrupt"] += 1
-            return
-        hdr = C.EventHdr.from_buffer_copy(buf)
-        if hdr.type == C.EventType.GA_EV_NAME_CHUNK:
-            if len(buf) < C.EvNameChunk.data.offset:
-                self._agent_counts["ev_corrupt"] += 1
-                return
-            ev = C.EvNameChunk.from_buffer_copy(buf.ljust(ct.sizeof(C.EvNameChunk), b"\0"))
-            self.names.chunk(ev.kernel_id, ev.total_len, ev.offset, ev.len,
-                             buf[C.EvNameChunk.data.offset:], not ev.flags & C.NAME_UNVERIFIED)
-        elif hdr.type == C.EventType.GA_EV_PG_NAME:
-            if len(buf) < ct.sizeof(C.EvPgName):
-                self._agent_counts["ev_corrupt"] += 1
-                return
-            ev = C.EvPgName.from_buffer_copy(buf)
-            self.cold_names.submit(hdr.tgid, ev.start, ev.kernel_id, ev.address)
-        elif hdr.type == C.EventType.GA_EV_NEW_STACK:
-            if len(buf) < ct.sizeof(C.EvNewStack):
-                self._agent_counts["ev_corrupt"] += 1
-                return
-            ev = C.EvNewStack.from_buffer_copy(buf)
-            if self.on_new_stack is not None:
-                self.on_new_stack(hdr.tgid, ev.stack_id, ev.start)
-        elif hdr.type == C.EventType.GA_EV_PROC_EXIT:
-            if self.on_proc_exit is not None:
-                self.on_proc_exit(hdr.tgid)
-        elif hdr.type == C.EventType.GA_EV_PROC_ATTACH:
-            if self.on_proc_attach is not None:
-                self.on_proc_attach(hdr.tgid)
-        elif hdr.type in _FIXED_EVENTS:
-            kind, attr = _FIXED_EVENTS[hdr.type]
-            if len(buf) < ct.sizeof(kind):
-                self._agent_counts["ev_corrupt"] += 1
-                return
-            fn = getattr(self, attr)
-            if fn is not None:
-                fn(kind.from_buffer_copy(buf))
-        else:
-            self._agent_counts["ev_unknown"] += 1
 
     # -- maps --------------------------------------------------------------
     def drain(self) -> Drain:
@@ -270,10 +222,11 @@ class BpfSession:
         self._set_generation(1 - old)
         self._gen = 1 - old
         self._wait_for_programs()
-        return Drain(totals=self._drain_map(self._maps[f"totals{old}"]),
-                     sampled=self._drain_map(self._maps[f"sampled{old}"]),
+        lib, maps = self._lib, self._maps
+        return Drain(totals=read_totals(lib, maps[f"totals{old}"].map_fd),
+                     sampled=read_totals(lib, maps[f"sampled{old}"].map_fd),
                      counters=self.counters(),
-                     latency=self._drain_latency(self._maps[f"latency{old}"]))
+                     latency=read_latency(lib, maps[f"latency{old}"].map_fd))
 
     def _set_generation(self, gen: int) -> None:
         key, val = ct.c_uint32(0), ct.c_uint32(gen)
@@ -290,47 +243,6 @@ class BpfSession:
                                      ct.byref(inner), 0) != 0:
             self._agent_counts["barrier_fallbacks"] += 1
             time.sleep(FALLBACK_GRACE_S)
-
-    def _drain(self, fd: int, stride: int, add, key_type) -> None:
-        """Read and delete every entry of a per-CPU map (bpf_maps.py)."""
-        try:
-            self._drain_batch(fd, stride, add, key_type)
-        except bpf_maps.BatchUnsupported:
-            bpf_maps.drain_per_key(self._lib, fd, stride, add, key_type)
-
-    def _drain_batch(self, fd: int, stride: int, add, key_type) -> None:
-        bpf_maps.drain_batch(self._lib, fd, stride, add, key_type)
-
-    def _drain_map(self, table) -> dict[AggKey, AggVal]:
-        out: dict[AggKey, AggVal] = {}
-        nfields = len(C.AggValC._fields_)
-        stride = nfields  # u64 per key
-
-        def add(key: C.AggKeyC, vals: memoryview) -> None:
-            k = AggKey(key.tgid, key.device_id, key.stream_id, key.graph_id, key.kernel_id,
-                       key.stack_id, key.capture_stack_id, key.graph_flags, key.start)
-            v = AggVal(*vals)
-            old = out.get(k)
-            out[k] = v if old is None else AggVal(*(a + b for a, b in zip(old, v)))
-
-        self._drain(table.map_fd, stride, add, C.AggKeyC)
-        return out
-
-    def _drain_latency(self, table) -> dict:
-        out: dict = {}
-        stride = 2  # ga_lat_val {count, sum_ns}
-
-        def add(key: C.LatKey, vals: memoryview) -> None:
-            if key.bucket >= C.LAT_BUCKETS:
-                return
-            acc = out.get((key.tgid, key.device_id))
-            if acc is None:
-                acc = out[(key.tgid, key.device_id)] = [[0] * C.LAT_BUCKETS, 0]
-            acc[0][key.bucket] += vals[0]
-            acc[1] += vals[1]
-
-        self._drain(table.map_fd, stride, add, C.LatKey)
-        return {k: (v[0], v[1]) for k, v in out.items()}
 
     def counters(self) -> dict[str, int]:
         """Cumulative BPF counters (contract names, see contract.counter_name) and
