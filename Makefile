@@ -24,7 +24,7 @@ CFLAGS_COMMON := -O2 -g -fPIC -Wall -Wextra -Wno-unused-parameter -Wno-deprecate
 SHIM      := $(BUILD)/libgpu_agent_shim.so
 SHIM_DEFS ?=   # e.g. -DGA_OMIT_CBID=307 (tests prove the cbid guard with it)
 SHIM_SRCS := $(wildcard shim/src/*.cpp) $(wildcard shim/src/*.c)
-SHIM_HDRS := $(wildcard shim/src/*.h) $(wildcard shim/include/*.h)
+SHIM_HDRS := $(wildcard shim/src/*.h) $(wildcard shim/src/bench/*.h) $(wildcard shim/include/*.h)
 # The benchmark build (bench/gpu, tests of audit mode and the experiments): the same
 # shim plus shim/src/bench/ (audit mode, GPU_AGENT_EXP_*), which the shim that users
 # inject does not carry.
