@@ -191,38 +191,7 @@ static CUptiResult set_collection(bool on, const char **what) {
     return CUPTI_SUCCESS;
 }
 
-/* The client that held CUPTI when the last subscription failed, as CUPTI names it
- * (cuptiSubscribe_v2; "" before CUDA 13). */
-static char g_holder[64];
-static bool g_held;             /* the last re-subscription failed for it (said once a time) */
-
-/* Named, and with CUDA 13.3's multi-subscriber mode refused (allowMultipleSubscribers
- * 0): beside another subscriber, cuptiFinalize does nothing, so CUPTI's cost would
- * stay after every window and after the detach. So the shim never shares CUPTI; it
- * waits for the other client to let go, and says which it is. */
-static CUptiResult subscribe(void) {
-    if (!ga_cupti.SubscribeV2) return ga_cupti.Subscribe(&g_sub, (CUpti_CallbackFunc)ga_api_callback, nullptr);
-    uint32_t ver = 0;
-    if (ga_cupti.GetVersion) ga_cupti.GetVersion(&ver);
-    char old[64] = "";
-    ga_subscriber_params p = {};
-    /* only a CUPTI of 13.3 or newer reads the last field */
-    p.struct_size = ver >= 130300 ? offsetof(ga_subscriber_params, allow_multiple_subscribers) + 1
-                                  : offsetof(ga_subscriber_params, allow_multiple_subscribers);
-    p.subscriber_name = "gpu-agent";
-    p.old_subscriber_name = old;
-    p.old_subscriber_size = sizeof old;
-    p.allow_multiple_subscribers = 0;
-    CUptiResult r = ga_cupti.SubscribeV2(&g_sub, (CUpti_CallbackFunc)ga_api_callback, nullptr, &p);
-    if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
-        size_t n = 0; /* printable only: it goes to the process's stderr */
-        for (; n + 1 < sizeof g_holder && old[n]; n++) g_holder[n] = old[n] >= 0x20 && old[n] < 0x7f ? old[n] : '?';
-        g_holder[n] = 0;
-    }
-    return r;
-}
-
-const char *ga_collect_holder(void) noexcept { return g_holder[0] ? g_holder : "another CUPTI client"; }
+static bool g_held;             /* the last re-subscription failed for another client (said once a time) */
 
 /* Subscribe (again, after a teardown): activity buffers, the subscription, and
  * the graph callbacks, which stay on between windows (graphs captured then keep
@@ -238,7 +207,7 @@ static CUptiResult cupti_up(const char **what) {
         *what = "cuptiActivityRegisterCallbacks";
         return r;
     }
-    r = subscribe();
+    r = ga_cupti_subscribe(&g_sub);
     if (r != CUPTI_SUCCESS) {
         g_sub = nullptr;
         *what = "cuptiSubscribe";

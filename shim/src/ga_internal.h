@@ -335,6 +335,7 @@ GA_HIDDEN CUptiResult ga_collect_flush(const char **what) noexcept; /* periodic,
 GA_HIDDEN void ga_collect_down(bool activity, bool subscribed) noexcept; /* detach, failure */
 GA_HIDDEN bool ga_collect_teardowns(void) noexcept;
 GA_HIDDEN const char *ga_collect_holder(void) noexcept; /* who held CUPTI at the last refusal */
+GA_HIDDEN CUptiResult ga_cupti_subscribe(CUpti_SubscriberHandle *sub) noexcept; /* subscription.cpp */
 GA_HIDDEN uint64_t ga_collect_next_edge_ns(void) noexcept;
 GA_HIDDEN uint64_t ga_collect_stat(int which) noexcept; /* GA_SC_FLUSHES, WINDOWS, WINDOWS_SKIPPED */
 GA_HIDDEN void ga_collect_log_exit(void) noexcept;
