@@ -26,9 +26,9 @@ REPO = Path(__file__).resolve().parents[1]
 PHASES = r"""
 import sys, time
 sys.path.insert(0, sys.argv[1])
-from gpu_agent import preflight
+from gpu_agent.probes import preflight
 bcc = preflight.import_bcc()
-from gpu_agent.collector import Collector
+from gpu_agent.join.collector import Collector
 compiled = {}
 class Timed(bcc.BPF):
     def __init__(self, *a, **kw):

@@ -39,7 +39,7 @@ def test_record_not_root_does_not_run_the_command(tmp_path):
 
 @pytest.mark.parametrize("setup, expect", [
     # bcc missing: block the module and its distribution fallback directory.
-    ("sys.modules['bcc'] = None\nimport gpu_agent.preflight as p\np.DIST_PACKAGES = '/nonexistent'",
+    ("sys.modules['bcc'] = None\nimport gpu_agent.probes.preflight as p\np.DIST_PACKAGES = '/nonexistent'",
      "apt-get install python3-bpfcc"),
     # no kernel headers for the running kernel.
     ("import os\n_u = os.uname()\n"
@@ -47,7 +47,7 @@ def test_record_not_root_does_not_run_the_command(tmp_path):
      "os.uname = lambda: U\nos.environ.pop('BCC_KERNEL_SOURCE', None)",
      "apt-get install linux-headers-0.0.0-no-such-kernel"),
     # a kernel without uprobes.
-    ("import gpu_agent.preflight as p\np.UPROBE_PMU = '/nonexistent/uprobe'", "no uprobe support"),
+    ("import gpu_agent.probes.preflight as p\np.UPROBE_PMU = '/nonexistent/uprobe'", "no uprobe support"),
 ])
 def test_missing_prerequisite(setup, expect):
     need_ebpf()

@@ -1,4 +1,4 @@
-"""gpu_agent.elf and gpu_agent.procfs against a real shared library loaded into
+"""gpu_agent.system.elf and gpu_agent.system.procfs against a real shared library loaded into
 this process: symbol addresses, the PT_LOAD translations and the load bias must
 give the address the dynamic loader gave the function."""
 

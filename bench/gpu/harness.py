@@ -3,7 +3,7 @@ run a case, a running agent and its cost, and a profile's kernels.
 
 Used by the runner (python -m bench.gpu) and nothing in tests/: tests have their
 own helpers (tests/conftest.py), and the two never import each other. What both
-need lives in the agent package (gpu_agent.audit, gpu_agent.proto).
+need lives in the agent package (gpu_agent.probes.audit, gpu_agent.proto).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The shim's stapsdt notes checked against the contract (gpu_agent.contract)."""
+"""The shim's stapsdt notes checked against the contract (gpu_agent.probes.contract)."""
 
 from __future__ import annotations
 
