@@ -118,9 +118,8 @@ void ga_unseen_kernels(char *buf, size_t size) noexcept {
 }
 
 /* ---- completed buffers ---- */
-static thread_local uint64_t t_weight_rng = 0x2545f4914f6cdd1dULL; /* weight rounding */
 
-static void fire_batch(const struct ga_kernel_record *recs, uint32_t n) {
+void ga_activity_fire_batch(const struct ga_kernel_record *recs, uint32_t n) noexcept {
     uint32_t dropped = 0;
     uint64_t d = pending_dropped.exchange(0, std::memory_order_acq_rel);
     if (d > GA_MAX_BATCH_DROPS) { /* the rest goes with the next batches */
@@ -132,173 +131,6 @@ static void fire_batch(const struct ga_kernel_record *recs, uint32_t n) {
     ga_fire_kernel_batch(recs, n, rs, dropped);
     ga_stat_batches.fetch_add(1, std::memory_order_relaxed);
     ga_stat_records.fetch_add(n, std::memory_order_relaxed);
-}
-
-/* ---- records held for their period's weight (collection windows) ----
- * window.cpp weighs a record by its launch's period's counts, known only when
- * that period ends. A record whose weight is known goes at once; the others
- * wait here (copied out of the CUPTI buffer, which goes back to the pool at
- * once), each with its launch's period number in a parallel array (its .weight
- * is set when it is weighed), until the poller releases them. A
- * period's window holds a few thousand records (2-6 k on an H200); past
- * HELD_MAX the held records go at the last weight, counted. */
-#define HELD_MAX (1u << 17) /* 8 MiB of records */
-static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct ga_kernel_record *held;
-static uint32_t *held_period; /* held[i]'s launch's period (window.cpp) */
-static uint32_t held_n, held_cap;
-static uint32_t held_last_q; /* the last known weight, for overflow */
-std::atomic<uint64_t> ga_stat_held_overflow;
-
-/* Weighs the records whose period's weight is known (or all, at fallback_q),
- * moves them to the front, and returns how many; the rest keep their period.
- * Records of launches left out of their window (window.cpp: CUPTI mis-times
- * them) are dropped here and counted; *n shrinks by their number. */
-static uint32_t weigh_known(struct ga_kernel_record *recs, uint32_t *periods, uint32_t *n, bool all,
-                            uint32_t fallback_q) {
-    if (!fallback_q) fallback_q = ga_window_slots() * 1024u;
-    uint32_t k = 0, i = 0, m = *n;
-    while (i < m) { /* [0,k) weighed, [k,i) waiting, [i,m) not looked at */
-        uint32_t q = ga_window_weight_of(periods[i]);
-        if (!q && !all) {
-            i++;
-            continue;
-        }
-        if (GA_UNLIKELY(ga_window_left_out(recs[i].correlation_id))) {
-            ga_stat_left_out_records.fetch_add(1, std::memory_order_relaxed);
-            --m;
-            recs[i] = recs[m], periods[i] = periods[m];
-            continue;
-        }
-        struct ga_kernel_record r = recs[i];
-        uint32_t period = periods[i];
-        r.weight = ga_window_round_weight(q ? q : fallback_q, &t_weight_rng);
-        recs[i] = recs[k], periods[i] = periods[k];
-        recs[k] = r, periods[k] = period;
-        i++, k++;
-    }
-    *n = m;
-    return k;
-}
-
-static void fire_all(struct ga_kernel_record *recs, uint32_t n) {
-    for (uint32_t i = 0; i < n; i += GA_BATCH_MAX)
-        fire_batch(recs + i, n - i < GA_BATCH_MAX ? n - i : GA_BATCH_MAX);
-}
-
-/* Append (held_mu held). When full, the held records go at the last weight. */
-static void hold(const struct ga_kernel_record *recs, const uint32_t *periods, uint32_t n) {
-    if (held_n + n > held_cap && held_cap < HELD_MAX) {
-        uint32_t cap = held_cap ? held_cap : 4096;
-        while (cap < held_n + n && cap < HELD_MAX) cap *= 2;
-        if (cap > HELD_MAX) cap = HELD_MAX;
-        void *p = realloc(held, (size_t)cap * sizeof *held);
-        if (p) held = (struct ga_kernel_record *)p;
-        void *q = p ? realloc(held_period, (size_t)cap * sizeof *held_period) : nullptr;
-        if (q) held_period = (uint32_t *)q, held_cap = cap;
-    }
-    if (held_n + n > held_cap) {
-        ga_stat_held_overflow.fetch_add(held_n, std::memory_order_relaxed);
-        fire_all(held, weigh_known(held, held_period, &held_n, true, held_last_q));
-        held_n = 0;
-        if (n > held_cap) { /* no memory at all: these go too */
-            struct ga_kernel_record tmp[GA_BATCH_MAX];
-            uint32_t tmp_period[GA_BATCH_MAX];
-            for (uint32_t i = 0; i < n; i += GA_BATCH_MAX) {
-                uint32_t m = n - i < GA_BATCH_MAX ? n - i : GA_BATCH_MAX;
-                memcpy(tmp, recs + i, m * sizeof *recs);
-                memcpy(tmp_period, periods + i, m * sizeof *periods);
-                ga_stat_held_overflow.fetch_add(m, std::memory_order_relaxed);
-                fire_all(tmp, weigh_known(tmp, tmp_period, &m, true, held_last_q));
-            }
-            return;
-        }
-    }
-    memcpy(held + held_n, recs, (size_t)n * sizeof *recs);
-    memcpy(held_period + held_n, periods, (size_t)n * sizeof *periods);
-    held_n += n;
-}
-
-void ga_activity_fire_held(bool all, uint32_t fallback_q) noexcept {
-    pthread_mutex_lock(&held_mu);
-    struct ga_kernel_record *recs = held;
-    uint32_t *periods = held_period;
-    uint32_t n = held_n;
-    held = nullptr, held_period = nullptr, held_n = held_cap = 0;
-    if (fallback_q) held_last_q = fallback_q;
-    pthread_mutex_unlock(&held_mu);
-    if (n) {
-        uint32_t k = weigh_known(recs, periods, &n, all, fallback_q);
-        if (k < n) { /* periods not yet ended: back to wait */
-            pthread_mutex_lock(&held_mu);
-            hold(recs + k, periods + k, n - k);
-            pthread_mutex_unlock(&held_mu);
-        }
-        /* Fired outside the lock: CUPTI's thread may complete a buffer meanwhile. */
-        fire_all(recs, k);
-    }
-    free(recs);
-    free(periods);
-}
-
-uint32_t ga_activity_newest_held(uint32_t period) noexcept {
-    uint32_t newest = 0;
-    pthread_mutex_lock(&held_mu);
-    for (uint32_t i = 0; i < held_n; i++)
-        if (held_period[i] == period && held[i].correlation_id > newest) newest = held[i].correlation_id;
-    pthread_mutex_unlock(&held_mu);
-    return newest;
-}
-
-/* Graph replays CUPTI mis-times (window.cpp): among the held records of
- * `period`, the newest record (largest correlation id) of each graph node is
- * its window's last traced replay of that node, left out. Poller thread. */
-uint64_t ga_activity_leave_out_last_replays(uint32_t period, uint32_t *newest) noexcept {
-    *newest = 0;
-    pthread_mutex_lock(&held_mu);
-    uint32_t m = 0;
-    for (uint32_t i = 0; i < held_n; i++)
-        m += held_period[i] == period && (held[i].flags & GA_REC_GRAPH) && held[i].graph_node_id;
-    uint32_t cap = 16;
-    while (cap < 2 * m) cap *= 2;
-    struct node_last { uint64_t node; uint32_t corr; };
-    node_last *tab = m ? (node_last *)calloc(cap, sizeof *tab) : nullptr;
-    for (uint32_t i = 0; tab && i < held_n; i++) {
-        const struct ga_kernel_record *r = &held[i];
-        if (held_period[i] != period || !(r->flags & GA_REC_GRAPH) || !r->graph_node_id) continue;
-        uint32_t j = (uint32_t)(ga_mix64(r->graph_node_id) & (cap - 1));
-        while (tab[j].node && tab[j].node != r->graph_node_id) j = (j + 1) & (cap - 1);
-        tab[j].node = r->graph_node_id;
-        if (r->correlation_id > tab[j].corr) tab[j].corr = r->correlation_id;
-    }
-    pthread_mutex_unlock(&held_mu);
-    if (m && !tab) return 0; /* no memory: nothing left out (the agent's checks remain) */
-    uint64_t launches = 0;
-    for (uint32_t j = 0; tab && j < cap; j++) {
-        if (!tab[j].node || ga_window_left_out(tab[j].corr)) continue;
-        ga_window_leave_out(tab[j].corr);
-        launches++;
-        if (tab[j].corr > *newest) *newest = tab[j].corr;
-    }
-    free(tab);
-    return launches;
-}
-
-/* Fires converted records now (continuous, or their period's weight is known)
- * or holds them; true if any were fired. In windows periods[i] is recs[i]'s. */
-static bool emit(struct ga_kernel_record *recs, uint32_t *periods, uint32_t n, bool windows) {
-    if (!windows) {
-        fire_batch(recs, n);
-        return true;
-    }
-    uint32_t k = weigh_known(recs, periods, &n, false, 0);
-    if (k < n) {
-        pthread_mutex_lock(&held_mu);
-        hold(recs + k, periods + k, n - k);
-        pthread_mutex_unlock(&held_mu);
-    }
-    if (k) fire_batch(recs, k);
-    return k != 0;
 }
 
 static struct ga_kernel_record empty_batch[1];
@@ -331,7 +163,7 @@ uint64_t ga_activity_taken_back(void) noexcept { return g_stat_taken_back.load(s
 
 void ga_report_drops(void) noexcept {
     read_dropped(nullptr, 0);
-    if (pending_dropped.load(std::memory_order_relaxed)) fire_batch(empty_batch, 0);
+    if (pending_dropped.load(std::memory_order_relaxed)) ga_activity_fire_batch(empty_batch, 0);
 }
 
 /* Records of launches outside windows, while activity stays on for PC sampling. */
@@ -444,13 +276,13 @@ static void buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
                     o->flags |= GA_REC_IMPOSSIBLE; /* BPF drops and counts it */
             }
             if (++n == GA_BATCH_MAX) {
-                fired |= emit(out, periods, n, windows);
+                fired |= ga_activity_emit(out, periods, n, windows);
                 n = 0;
             }
         }
-        if (n) fired |= emit(out, periods, n, windows);
+        if (n) fired |= ga_activity_emit(out, periods, n, windows);
     }
-    if (!fired && pending_dropped.load(std::memory_order_relaxed)) fire_batch(empty_batch, 0);
+    if (!fired && pending_dropped.load(std::memory_order_relaxed)) ga_activity_fire_batch(empty_batch, 0);
     if (buffer) {
         if (size >= GA_BUF_SIZE) buffer_release(buffer);
         /* a buffer we did not hand out is not ours to free */
@@ -459,7 +291,7 @@ static void buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
 
 void ga_activity_atfork_child(void) noexcept {
     pthread_mutex_init(&pool_mu, nullptr);
-    pthread_mutex_init(&held_mu, nullptr);
+    ga_held_atfork_child();
     ga_names_atfork_child();
 }
 

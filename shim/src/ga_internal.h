@@ -299,6 +299,11 @@ GA_HIDDEN uint32_t ga_window_weight_of(uint32_t period) noexcept;
  * ended wait; this fires those whose weight is now known, and with `all` the
  * rest too, at fallback_q (x 1024; 0: N). */
 GA_HIDDEN void ga_activity_fire_held(bool all, uint32_t fallback_q) noexcept;
+/* activity.cpp fires a batch of converted records (with the CUPTI drops pending);
+ * held.cpp fires them now or holds them for their period's weight (true if any went). */
+GA_HIDDEN void ga_activity_fire_batch(const struct ga_kernel_record *recs, uint32_t n) noexcept;
+GA_HIDDEN bool ga_activity_emit(struct ga_kernel_record *recs, uint32_t *periods, uint32_t n, bool windows) noexcept;
+GA_HIDDEN void ga_held_atfork_child(void) noexcept;
 GA_HIDDEN uint32_t ga_window_round_weight(uint32_t weight_q, uint64_t *rng) noexcept;
 #include "bench/hooks.h" /* the benchmark build's hooks: the one seam (shim/src/bench/) */
 GA_HIDDEN const char *ga_name_of(uint64_t kernel_id) noexcept; /* names.cpp; NULL if unknown */
