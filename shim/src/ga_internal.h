@@ -325,6 +325,10 @@ GA_HIDDEN void ga_pcs_replay(void) noexcept;        /* an agent asked: reasons, 
 GA_HIDDEN uint64_t ga_pcs_stat(int which) noexcept; /* GA_SC_PC_SAMPLES..CUBINS_DROPPED */
 GA_HIDDEN void ga_pcs_log_exit(void) noexcept;      /* debug exit lines */
 
+/* pcs_cubins.cpp: the cubins kept for PC sampling */
+GA_HIDDEN void ga_pcs_keep_cubin(uint64_t crc, const void *image, size_t size) noexcept;
+GA_HIDDEN void ga_pcs_replay_cubins(void) noexcept;
+GA_HIDDEN uint64_t ga_pcs_cubin_stat(int which) noexcept;
 /* ---- devices and on-demand captures (devices.cpp, shim.cpp) ---- */
 GA_HIDDEN bool ga_announce_devices(void) noexcept;  /* a gpu_device probe per device; false: retry */
 GA_HIDDEN uint64_t ga_trace_until_ns(void) noexcept; /* CLOCK_MONOTONIC; 0: no capture */

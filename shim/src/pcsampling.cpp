@@ -34,7 +34,6 @@
 #define PCS_MAX_CTX 16
 #define PCS_BUFFER_PCS 2048 /* PCs per GetData call */
 #define PCS_MAX_REASONS 256
-#define PCS_MAX_CUBINS 4096
 #define PCS_DRAIN_NS 10000000ull           /* while sampling, a launch drains this often */
 #define PCS_SCRATCH_BYTES (16u << 20)      /* CUPTI's staging of decoded PCs (parcagpu's size) */
 #define PCS_WORKER_SLEEP_MS 5
@@ -74,13 +73,7 @@ static uint32_t reason_index[PCS_MAX_REASONS];
 static char reason_name[PCS_MAX_REASONS][CUPTI_STALL_REASON_STRING_SIZE];
 static bool reasons_known;
 
-struct cubin { uint64_t crc; void *copy; uint64_t size; };
-static pthread_mutex_t cubin_mu = PTHREAD_MUTEX_INITIALIZER;
-static cubin cubins[PCS_MAX_CUBINS];
-static size_t n_cubins, cubin_bytes;
-
-static std::atomic<uint64_t> st_samples, st_records, st_dropped, st_cubins, st_cubins_dropped,
-    st_get_data_errors;
+static std::atomic<uint64_t> st_samples, st_records, st_dropped, st_get_data_errors;
 
 bool ga_pcs_wanted(void) noexcept { return ga_cfg.pc_sampling != 0; }
 
@@ -356,7 +349,7 @@ void ga_pcs_stop_all(bool disable) noexcept {
 }
 
 /* CUPTI_CBID_RESOURCE_MODULE_LOADED (a CUDA thread, while attached): keep a copy
- * of the cubin, announce it by CRC. */
+ * of the cubin, announce it by CRC (pcs_cubins.cpp). */
 void ga_pcs_module_loaded(const void *cbdata) noexcept {
     if (!ga_pcs_on.load(std::memory_order_relaxed)) return;
     const CUpti_ResourceData *rd = (const CUpti_ResourceData *)cbdata;
@@ -365,31 +358,14 @@ void ga_pcs_module_loaded(const void *cbdata) noexcept {
     if (!md || !md->pCubin || !md->cubinSize) return;
     CUpti_GetCubinCrcParams cp = {CUpti_GetCubinCrcParamsSize, md->cubinSize, md->pCubin, 0};
     if (api.GetCubinCrc(&cp) != CUPTI_SUCCESS) return;
-    pthread_mutex_lock(&cubin_mu);
-    bool known = false;
-    for (size_t i = 0; i < n_cubins && !known; i++) known = cubins[i].crc == cp.cubinCrc;
-    uint64_t cap = (uint64_t)ga_cfg.pc_cubin_mb << 20;
-    void *copy = nullptr;
-    if (!known && n_cubins < PCS_MAX_CUBINS && cubin_bytes + md->cubinSize <= cap &&
-        (copy = malloc(md->cubinSize))) {
-        memcpy(copy, md->pCubin, md->cubinSize);
-        cubins[n_cubins++] = {cp.cubinCrc, copy, md->cubinSize};
-        cubin_bytes += md->cubinSize;
-        st_cubins.fetch_add(1, std::memory_order_relaxed);
-        ga_fire_cubin_loaded(cp.cubinCrc, copy, md->cubinSize);
-    } else if (!known) {
-        st_cubins_dropped.fetch_add(1, std::memory_order_relaxed); /* its samples lack lines */
-    }
-    pthread_mutex_unlock(&cubin_mu);
+    ga_pcs_keep_cubin(cp.cubinCrc, md->pCubin, md->cubinSize);
 }
 
 /* An agent attached or asked: the stall reasons and cubins again. */
 void ga_pcs_replay(void) noexcept {
     if (!ga_pcs_on.load(std::memory_order_relaxed)) return;
     if (reasons_known) announce_reasons();
-    pthread_mutex_lock(&cubin_mu);
-    for (size_t i = 0; i < n_cubins; i++) ga_fire_cubin_loaded(cubins[i].crc, cubins[i].copy, cubins[i].size);
-    pthread_mutex_unlock(&cubin_mu);
+    ga_pcs_replay_cubins();
 }
 
 /* The debug exit lines: what was sampled and lost, and what starting and stopping cost. */
@@ -398,7 +374,7 @@ void ga_pcs_log_exit(void) noexcept {
              "GetData failures, %llu cubins kept, %llu not; %llu kernel records outside windows",
              (int)getpid(), (unsigned long long)st_samples.load(), (unsigned long long)st_records.load(),
              (unsigned long long)st_dropped.load(), (unsigned long long)st_get_data_errors.load(),
-             (unsigned long long)st_cubins.load(), (unsigned long long)st_cubins_dropped.load(),
+             (unsigned long long)ga_pcs_stat(GA_SC_CUBINS), (unsigned long long)ga_pcs_stat(GA_SC_CUBINS_DROPPED),
              (unsigned long long)ga_activity_stat(GA_SC_OUTSIDE_WINDOWS));
     uint64_t ns = st_starts.load(), ms = st_stops.load();
     ga_debug("PC sampling (pid %d): start mean %.1f max %.1f us (%llu), stop and drain mean %.1f max %.1f us (%llu)",
@@ -412,8 +388,7 @@ uint64_t ga_pcs_stat(int which) noexcept {
     case GA_SC_PC_SAMPLES: return st_samples.load();
     case GA_SC_PC_RECORDS: return st_records.load();
     case GA_SC_PC_DROPPED: return st_dropped.load();
-    case GA_SC_CUBINS: return st_cubins.load();
-    case GA_SC_CUBINS_DROPPED: return st_cubins_dropped.load();
+    case GA_SC_CUBINS: case GA_SC_CUBINS_DROPPED: return ga_pcs_cubin_stat(which);
     case GA_SC_PC_GET_DATA_ERRORS: return st_get_data_errors.load();
     }
     return 0;
