@@ -393,19 +393,24 @@ def test_per_key_drain_fallback(firer, tmp_path, monkeypatch):
 
 def test_event_decoding_never_raises():
     """Short, corrupt and unknown ring-buffer events are counted (no BPF needed)."""
+    from gpu_agent.probes.events import handle_event
     s = BpfSession("/nonexistent")
-    s._handle(b"\x01")                                          # shorter than the header
-    s._handle(bytes(C.EventHdr(type=C.EventType.GA_EV_NAME_CHUNK, tgid=1)))  # header only
-    s._handle(bytes(C.EventHdr(type=C.EventType.GA_EV_NEW_STACK, tgid=1)))
-    s._handle(bytes(C.EventHdr(type=99, tgid=1)))
+
+    def handle(buf: bytes) -> None:
+        handle_event(s, buf, s._agent_counts)
+
+    handle(b"\x01")                                          # shorter than the header
+    handle(bytes(C.EventHdr(type=C.EventType.GA_EV_NAME_CHUNK, tgid=1)))  # header only
+    handle(bytes(C.EventHdr(type=C.EventType.GA_EV_NEW_STACK, tgid=1)))
+    handle(bytes(C.EventHdr(type=99, tgid=1)))
     abc = C.kernel_id(b"abc")
     bad = C.EvNameChunk(kernel_id=abc, total_len=10, offset=8, len=5)  # runs past total_len
     bad.hdr.type = C.EventType.GA_EV_NAME_CHUNK
-    s._handle(bytes(bad))
+    handle(bytes(bad))
     ok = C.EvNameChunk(kernel_id=abc, total_len=3, offset=0, len=3)
     ok.hdr.type = C.EventType.GA_EV_NAME_CHUNK
     ok.data = b"abc"
-    s._handle(bytes(ok)[:C.EvNameChunk.data.offset + 3])        # truncated payload is fine
+    handle(bytes(ok)[:C.EvNameChunk.data.offset + 3])        # truncated payload is fine
     assert dict(s.names) == {abc: b"abc"}
     assert s._agent_counts["ev_corrupt"] == 4 and s._agent_counts["ev_unknown"] == 1
 
