@@ -271,7 +271,9 @@ def test_click_into_a_kernel_frame_then_focus_and_hide(store, ui, page):
     assert "focus: " + CU in page.text_content("#chips")
     rerendered(page, lambda: page.click("#chips .chip button"))  # focus removed
     assert root_total(page) == expected["total"]
+    page.wait_for_timeout(700)  # the graph's transition back to the whole tree (a click in it can land on the root)
     page.locator(f'#flame g[name="{CU}"]').first.click()
+    assert page.text_content("#sel-name") == CU
     rerendered(page, lambda: page.click("#hide-frame"))
     assert root_total(page) == expected["total"] - expected["leaf"][CU]
     assert page.locator(f'#flame g[name="{CU}"]').count() == 0
