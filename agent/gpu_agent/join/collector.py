@@ -1,10 +1,10 @@
-"""The join of the agent: BPF aggregates + sampled stacks + names -> one pprof per window.
+"""The join of the agent: BPF aggregates + sampled stacks + names -> one pprof per interval.
 
 Flow of one kernel (the five files to read):
   shim/src (CUPTI callback, sampled stack -> `cuda_correlation`; activity buffer ->
   `kernel_batch`) -> bpf/gpu_agent.bpf.c (join by (pid, correlation id), exact
-  per-kernel totals) -> bpf_session.py (drain maps) -> this module (estimator +
-  symbolizer) -> pprof.py.
+  per-kernel totals) -> probes/bpf_session.py (drain maps) -> this module
+  (join/estimator.py, join/stacks.py) -> profile/pprof.py.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from ..profile.vocabulary import (DROPPED_COMMENT, DROPPED_CUPTI, DUTY_COMMENT, 
 log = logging.getLogger(__name__)
 
 INT64_MAX = (1 << 63) - 1
-
 
 
 class Collector:
@@ -66,19 +65,19 @@ class Collector:
         self.procs: dict[int, ProcInfo] = {}
         self._included: dict[int, bool] = {}
         self.interval = Interval(start_ns=time.time_ns())
-        # Called with every Drain, before it is merged into the window (metrics
+        # Called with every Drain, before it is merged into the interval (metrics
         # count from the very same data the profiles are built from).
         self.drain_listeners: list[Callable[[Drain], None]] = []
         self.exit_listeners: list[Callable[[int], None]] = []
         self._impossible = 0                     # records invariants.py kept out, in all
         self._attached: set[int] = set()  # attached processes, until forgotten after their exit
-        self._attached_now: set[int] = set()  # of those, attached in the current window
+        self._attached_now: set[int] = set()  # of those, attached in the current interval
         self._after_drain = False          # drain()'s second poll: exits wait (drain())
         self._late_exits: list[int] = []
-        self._counters_at_window: dict[str, int] = {}
+        self._counters_at_interval: dict[str, int] = {}
         self._claims = invariants.DropClaims()
-        # Every window's profiles number frames alike (pprof.Numbering): a reader of
-        # many windows resolves each frame once.
+        # Every interval's profiles number frames alike (pprof.Numbering): a reader of
+        # many intervals resolves each frame once.
         self._numbering = Numbering()
 
     # -- lifecycle ---------------------------------------------------------
@@ -95,10 +94,10 @@ class Collector:
         self.session.poll(timeout_ms)
 
     def drain(self) -> None:
-        """Move what BPF aggregated so far into the current window.
+        """Move what BPF aggregated so far into the current interval.
 
         Ring-buffer events are handled before and after: the kernel names sent
-        before their records (and exits) must be known when the window's profile
+        before their records (and exits) must be known when the interval's profile
         is built (on an H200, a first interval after seconds of symbolizing read
         "[unknown kernel]"). A probe sends a name before it adds a record, and the
         drain waits for every probe under way: the second poll gets a name sent
@@ -146,7 +145,7 @@ class Collector:
         old = self.procs.get(tgid)
         if old is not None and old.exited:
             # A new process was given a dead one's pid before the dead one's last
-            # window closed: its name, pod and maps are its own. (BPF keeps their
+            # interval closed: its name, pod and maps are its own. (BPF keeps their
             # stacks apart by start tag; the dead one's rows take the new labels.)
             self._forget_caches({tgid})
         self._see(tgid)
@@ -214,12 +213,12 @@ class Collector:
         return self._see(pid)
 
     def build_profile(self) -> tuple[ProfileBuilder, IntervalStats]:
-        """Close the current window: returns its profile and stats, and starts a new window."""
+        """Close the current interval: returns its profile and stats, and starts a new one."""
         w = self.build_profiles()
         return w.profile, w.stats
 
     def build_profiles(self, per_pid: bool = False) -> IntervalProfiles:
-        """Close the current window; with per_pid, also one profile per process
+        """Close the current interval; with per_pid, also one profile per process
         (what a backend wants as one series per process)."""
         self.drain()
         win, now = self.interval, time.time_ns()
@@ -235,8 +234,8 @@ class Collector:
         win_sampled, _ = invariants.drop_streams(win.sampled, bad)
         self._impossible += stats.impossible_records
         counters = self.counters()
-        lost = invariants.drops_comment(counters, self._counters_at_window)
-        self._counters_at_window = counters
+        lost = invariants.drops_comment(counters, self._counters_at_interval)
+        self._counters_at_interval = counters
         if lost:
             comments.append(lost)
         claims = invariants.DropClaims.comment(
@@ -267,7 +266,7 @@ class Collector:
         # Attached processes with no kernel here: idle, or no window of theirs ended in
         # this interval (windows come up to 15 s apart; a window's records stand for
         # its whole period and come with the profile in which that period ends).
-        # (An exited one counts in the window it attached in: a short job between windows.)
+        # (An exited one counts in the interval it attached in: a short job between windows.)
         live = {p for p in self._attached if p in self._attached_now or not self._see(p).exited}
         quiet = {p for p in live if self.included(p)} - {row.key[0] for row in est.rows}
         self._attached_now = set()
