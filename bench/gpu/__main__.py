@@ -105,6 +105,9 @@ def main(argv=None) -> None:
     o.add_argument("--periods", type=int, default=6, help="--method inprocess: attach/detach periods")
     o.add_argument("--on", type=float, default=10.0, help="--method inprocess: seconds the agent watches")
     o.add_argument("--off", type=float, default=6.0, help="--method inprocess: seconds without agent")
+    o.add_argument("--toggle", action="store_true",
+                   help="--method inprocess: one agent throughout; the shim (benchmark build) acts detached "
+                        "for --off s of every --on + --off (GPU_AGENT_EXP_TOGGLE_MS)")
     o.add_argument("--settle", type=float, default=1.0, help="--method inprocess: attached blocks skipped (s)")
     o.add_argument("--shim-env", default="", help="--method inprocess: shim settings, K=V,K=V")
     o.add_argument("--control-cpus", default="", help="--method inprocess: a process without the shim here")

@@ -136,6 +136,49 @@ def analyse(trace: list[list], settle: float) -> dict:
     return out
 
 
+# Edges (s since the last window opened) of the phase profile's bins.
+PHASE_EDGES = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.8, 1.2, 2.0, 4.0)
+
+
+def phase_profile(trace: list[list], settle: float) -> list[dict]:
+    """Where in a period the attached blocks pay: each steady attached block's step
+    time against the mean of the detached blocks around its period, binned by the
+    time since the last window opened before the block's end. Per bin: blocks,
+    their mean slowdown, and their share of all the attached periods' extra time
+    (blocks hold equal steps, so a block's extra time is its µs over the detached
+    mean). Blocks before a period's first window go to the bin "none"."""
+    runs = runs_of(trace)
+    opens = [trace[i][0] for i in rises(trace, 4)]
+    bins: dict = {}
+    for i, (att, blocks) in enumerate(runs):
+        around = [b[1] for j in (i - 1, i + 1) if 0 <= j < len(runs) and not runs[j][0] for b in runs[j][1]]
+        if not att or not around:
+            continue
+        base = statistics.fmean(around)
+        for b in blocks:
+            if b[0] < blocks[0][0] + settle:
+                continue
+            k = bisect.bisect_right(opens, b[0]) - 1
+            since = b[0] - opens[k] if k >= 0 and opens[k] >= blocks[0][0] - 1 else None
+            key = "none" if since is None else PHASE_EDGES[bisect.bisect_right(PHASE_EDGES, since) - 1]
+            acc = bins.setdefault(key, [0, 0.0, 0.0])
+            acc[0] += 1
+            acc[1] += b[1] / base - 1
+            acc[2] += b[1] - base
+    total = sum(abs(v[2]) for v in bins.values()) or 1.0
+    extra = sum(v[2] for v in bins.values())
+    return [{"since_open_s": k, "blocks": n, "slowdown": s / n, "share_of_extra": x / (extra or total)}
+            for k, (n, s, x) in sorted(bins.items(), key=lambda kv: (kv[0] == "none", kv[0] if kv[0] != "none" else 0))]
+
+
+def print_phase_profile(w: str, rows: list[dict]) -> None:
+    print(f"    {w}: step time by time since the last window opened (attached against detached):", flush=True)
+    for r in rows:
+        k = r["since_open_s"]
+        print(f"      {k if k == 'none' else f'>= {k:.2f} s':>10}: {r['blocks']:6d} blocks, "
+              f"{100 * r['slowdown']:+7.2f} %, {100 * r['share_of_extra']:+6.1f} % of the extra time", flush=True)
+
+
 def start_case(w: str, steps: int, secs: float, env: dict, cpus: str) -> subprocess.Popen:
     pin = ["taskset", "-c", cpus] if cpus else []
     return subprocess.Popen(pin + [sys.executable, "-m", "bench.gpu.cases", w, "--steps", str(steps),
@@ -162,8 +205,13 @@ def inprocess(a) -> None:
     out = open(a.jsonl, "a")
     for w in a.workloads.split(","):
         steps = max(1, int(a.scale * STEPS[w]) // 40)
-        secs = a.periods * (a.on + a.off + 11) + a.off + 10  # an agent takes about 10 s to start there
         settings = dict(kv.split("=", 1) for kv in filter(None, a.shim_env.split(",")))
+        on_ms, off_ms = int(a.on * 1000), int(a.off * 1000)
+        if a.toggle:  # one agent throughout; the shim acts detached in each cycle's OFF part
+            settings["GPU_AGENT_EXP_TOGGLE_MS"] = f"{on_ms}:{off_ms}"
+            secs = a.periods * (a.on + a.off) + a.off + 15
+        else:
+            secs = a.periods * (a.on + a.off + 11) + a.off + 10  # an agent takes about 10 s to start there
         env = shim_env(**settings)
         cases = [start_case(w, steps, secs, env, a.cpus)]
         if a.control_cpus:
@@ -173,7 +221,16 @@ def inprocess(a) -> None:
                 raise SystemExit(f"{w}: the case failed: {case.stderr.read()[-2000:]}")
         time.sleep(a.off)
         watched = []
-        for _ in range(a.periods):
+        if a.toggle:
+            agent = Agent(tempfile.mkdtemp(prefix="gpu-agent-bench-"), cpus=a.agent_cpus, bench_shim=True)
+            t_on = time.monotonic()
+            time.sleep(a.periods * (a.on + a.off))
+            agent.stop()
+            t_off = time.monotonic()
+            cycle = on_ms + off_ms
+            k0, k1 = int(t_on * 1000) // cycle, int(t_off * 1000) // cycle + 1
+            watched = [(max(t_on, k * cycle / 1000), min(t_off, (k * cycle + on_ms) / 1000)) for k in range(k0, k1)]
+        for _ in range(0 if a.toggle else a.periods):
             agent = Agent(tempfile.mkdtemp(prefix="gpu-agent-bench-"), cpus=a.agent_cpus,
                           bench_shim=needs_bench_shim(settings))
             t_on = time.monotonic()
@@ -184,7 +241,9 @@ def inprocess(a) -> None:
         periods: list = []
         trace = trace_of(w, cases[0], secs, periods)
         rec = {"method": "inprocess", "workload": w, "steps_per_block": steps, "on_s": a.on,
-               "off_s": a.off, "shim_env": a.shim_env, **analyse(trace, a.settle), "trace": trace}
+               "off_s": a.off, "toggle": a.toggle, "shim_env": a.shim_env, **analyse(trace, a.settle),
+               "phases": phase_profile(trace, a.settle), "trace": trace}
+        print_phase_profile(w, rec["phases"])
         if periods and w in LAUNCHES_PER_STEP:
             rec.update(period_lines.against_steps(trace, periods, steps, LAUNCHES_PER_STEP[w]))
             print(f"    {w}: the shim's launches per period against the job's own steps: total "
