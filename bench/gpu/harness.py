@@ -48,6 +48,33 @@ def shim_env(**extra: str) -> dict:
     return clean_env(CUDA_INJECTION64_PATH=str(shim), **extra)
 
 
+# parcagpu's CUPTI library, built by bench/gpu/parcagpu_build.sh (docs/parcagpu.md
+# names the commits); carried to a GPU node like the bcc bundle.
+PARCAGPU = Path(os.environ.get("PARCAGPU_LIB", REPO / ".peers" / "lib" / "libparcagpucupti.so"))
+
+
+def parcagpu_env(**extra: str) -> dict:
+    """clean_env with parcagpu injected as a Parca user does it. Its proton opens
+    the unversioned libcupti.so (or $TRITON_CUPTI_LIB_PATH/libcupti.so), which a
+    toolkit has and a pip PyTorch does not: point it at the toolkit's, or link one."""
+    if not PARCAGPU.exists():
+        raise SystemExit(f"no parcagpu library at {PARCAGPU}: bench/gpu/parcagpu_build.sh builds it")
+    cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    found = [d for d in (f"{cuda}/extras/CUPTI/lib64", f"{cuda}/lib64", f"{cuda}/lib")
+             if Path(d, "libcupti.so").exists()]
+    if not found:
+        import glob
+        versioned = sorted(glob.glob(f"{cuda}/**/libcupti.so.1*", recursive=True))
+        if not versioned:
+            raise SystemExit(f"no libcupti under {cuda} for parcagpu")
+        link = REPO / "build" / "peers" / "libcupti.so"
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.unlink(missing_ok=True)
+        link.symlink_to(versioned[0])
+        found = [str(link.parent)]
+    return clean_env(CUDA_INJECTION64_PATH=str(PARCAGPU), TRITON_CUPTI_LIB_PATH=found[0], **extra)
+
+
 def cuda_binary(name: str, cupti: bool = False) -> str:
     """bench/gpu/NAME.cu, built with nvcc into build/bench/ when it changed (with
     cupti, linked to the toolkit's libcupti, wherever this toolkit keeps it)."""

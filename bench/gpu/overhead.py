@@ -49,7 +49,7 @@ import tempfile
 import time
 
 from bench.gpu.cases import STEPS
-from bench.gpu.harness import Agent, case_command, clean_env, cuda_binary, needs_bench_shim, shim_env
+from bench.gpu.harness import Agent, case_command, clean_env, cuda_binary, needs_bench_shim, parcagpu_env, shim_env
 
 # config -> (needs the agent, the workload's environment, extra case args)
 CONFIGS = {
@@ -57,6 +57,11 @@ CONFIGS = {
     "shim": (False, {"shim": "1"}, ()),
     "torch.profiler": (False, {}, ("--torch-profiler",)),
     "agent": (True, {"shim": "1"}, ()),
+    # the peers: parcagpu as Parca users inject it, loaded alone (its probes' semaphore
+    # off: what it costs while no agent reads it) and read by `gpu-agent run`, which
+    # consumes its probes as Parca's agent does (docs/parcagpu.md)
+    "parcagpu": (False, {"parcagpu": "1"}, ()),
+    "parcagpu-agent": (True, {"parcagpu": "1"}, ()),
     # opt-in PC sampling with stall reasons, in the same windows
     "agent-pcs": (True, {"shim": "1", "GPU_AGENT_PC_SAMPLING": "1"}, ()),
     "agent-pcs-e10": (True, {"shim": "1", "GPU_AGENT_PC_SAMPLING": "1", "GPU_AGENT_PC_SAMPLING_EVERY": "10"}, ()),
@@ -79,6 +84,8 @@ CONFIGS = {
 
 def env_of(config: str) -> dict:
     extra = dict(CONFIGS[config][1])
+    if extra.pop("parcagpu", None):
+        return parcagpu_env(**extra)
     return shim_env(**{k: v for k, v in extra.items() if k != "shim"}) if extra.pop("shim", None) \
         else clean_env(**extra)
 
