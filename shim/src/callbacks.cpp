@@ -14,6 +14,7 @@
 
 #include "ga_probes.h"
 #include "ga_internal.h" /* cupti.h: generated_cuda{,_runtime_api}_meta.h */
+#include "api_exit.h"
 #include "launch_cbids.h"
 
 std::atomic<uint64_t> ga_stat_samples;

@@ -13,33 +13,19 @@
 #include <unistd.h>
 
 #include "ga_internal.h"
-#include "launch_cbids.h"
+#include "subscription.h"
 
 static std::atomic<uint64_t> g_stat_flushes, g_stat_windows, g_stat_windows_skipped;
-static CUpti_SubscriberHandle g_sub;
-static bool g_graph_cbs;                         /* RESOURCE graph callbacks enabled */
 static std::atomic<uint64_t> g_next_edge_ns{UINT64_MAX}; /* next window edge (poller wakes) */
-static bool g_cbids_on;                         /* launch callbacks enabled now */
-/* ...how often since the last finalize: CUPTI fires them after the first three
- * only, and a second before a window mixes the records' ids (docs/estimator.md) */
-static unsigned g_enables;
-static bool g_activity_on;                      /* CONCURRENT_KERNEL enabled now */
-static bool g_activity_used;                    /* enabled at least once since the last flush */
 /* This attachment tears CUPTI down after every window (teardown.cpp; not with
  * continuous collection, audit mode or PC sampling, which hold activity on, nor
  * once the process has CUDA graphs). */
 static bool g_teardowns;
 static int g_phase;                             /* GA_PHASE_*, at the last window edge */
-static bool g_records_held;                     /* a window opened: records to release at detach */
 static uint64_t g_up_retry_ns;                  /* re-subscription put off until then */
 static uint32_t g_up_failures;                  /* NOT_INITIALIZED in a row after a teardown */
 static bool g_capture_window;                   /* the open window is an on-demand capture's */
 static uint64_t g_tail_until;                   /* a window's tail runs until then (tail.cpp); 0: none */
-/* Debug statistics of the window edges (poller thread only): how long windows
- * really stayed open, and what switching CUPTI activity costs. */
-static uint64_t g_enable_ns, g_enable_max_ns, g_disable_ns, g_disable_max_ns, g_n_enable, g_n_disable;
-
-static CUptiResult set_launch_cbids(bool on, bool keep_graphs = false);
 
 /* Whether CUPTI may be torn down now: not once the process has CUDA graphs (see
  * ga_graphs_made), nor with GPU_AGENT_TEARDOWN=0. */
@@ -61,68 +47,42 @@ void ga_collect_down(bool activity, bool subscribed) noexcept {
     bool live = ga_td_state.load(std::memory_order_acquire) == GA_TD_LIVE;
     if (live) ga_pcs_stop_all(true); /* no launch callback will stop PC sampling now; its last samples */
     if (live && subscribed && ga_pcs_on.load(std::memory_order_relaxed))
-        ga_cupti.EnableCallback(0, g_sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
+        ga_cupti.EnableCallback(0, ga_sub.handle, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
     g_next_edge_ns.store(UINT64_MAX, std::memory_order_relaxed);
     bool teardown = may_tear_down();
-    if (live && subscribed && g_cbids_on && !teardown) set_launch_cbids(false);
-    if (live && activity && g_activity_on) {
+    if (live && subscribed && ga_sub.cbids_on && !teardown) ga_sub_launch_cbids(false);
+    if (live && activity && ga_sub.activity_on) {
         ga_cupti.ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
         ga_exp_internal_activity(false);
     }
-    g_activity_on = false;
+    ga_sub.activity_on = false;
     /* Records of the last window may still sit in CUPTI's buffers; with what
      * window.cpp holds they go with the partial period's weight. */
-    if (live && activity && g_activity_used) {
+    if (live && activity && ga_sub.activity_used) {
         ga_cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
         ga_report_drops();
     }
-    if (activity && g_records_held) ga_window_release_records(false);
-    g_activity_used = g_records_held = false;
+    if (activity && ga_sub.records_held) ga_window_release_records(false);
+    ga_sub.activity_used = ga_sub.records_held = false;
     /* Only now: the records flushed above of launches outside windows (kernel
      * activity was held on for PC sampling) were still to be dropped, not weighed. */
     ga_pcs_on.store(0, std::memory_order_relaxed);
     if (live && subscribed) {
         if (teardown) {
-            if (!g_cbids_on) set_launch_cbids(true); /* their API exits tear down */
-            ga_teardown_request(g_sub);
+            if (!ga_sub.cbids_on) ga_sub_launch_cbids(true); /* their API exits tear down */
+            ga_teardown_request(ga_sub.handle);
         } else {
-            if (g_graph_cbs)
+            if (ga_sub.graph_cbs)
                 for (unsigned i = 0; i < ga_graph_cbid_count; i++)
-                    ga_cupti.EnableCallback(0, g_sub, CUPTI_CB_DOMAIN_RESOURCE, ga_graph_cbids[i]);
-            ga_cupti.Unsubscribe(g_sub);
+                    ga_cupti.EnableCallback(0, ga_sub.handle, CUPTI_CB_DOMAIN_RESOURCE, ga_graph_cbids[i]);
+            ga_cupti.Unsubscribe(ga_sub.handle);
             ga_td_state.store(GA_TD_DOWN, std::memory_order_release);
         }
     }
-    g_graph_cbs = g_cbids_on = false;
+    ga_sub.graph_cbs = ga_sub.cbids_on = false;
     ga_window_callbacks(false, ga_now_ns());
-    g_sub = nullptr;
+    ga_sub.handle = nullptr;
     ga_graph_reset(); /* graphs destroyed from now on are not reported */
-}
-
-/* Launch callbacks on or off. Unsupported ids (an older CUPTI) are skipped.
- * Only the driver domain's: every runtime launch calls a driver launch, which
- * fires its own callback with the same correlation id, so the driver domain alone
- * sees every launch once, at half the callbacks of both domains. On the H200 the
- * runtime domain on top cost eager PyTorch about 2 points (+3.4 % against +1.3 %,
- * medians of four in-process A/B runs each), and its per-thread
- * deduplication miscounted CUDA 13's launches (in-window launch counts 1.4-2.2x
- * the kernel records, against 1.0006x with the driver domain alone). */
-static CUptiResult set_launch_cbids(bool on, bool keep_graphs) {
-    for (unsigned i = 0; i < ga_launch_cbid_count; i++) {
-        const ga_launch_cbid *e = &ga_launch_cbids[i];
-        if (ga_launch_cbid_omitted(e) || (keep_graphs && e->kind == GA_LK_GRAPH)) continue;
-        if (!GA_EXP(cb_runtime) && e->domain != CUPTI_CB_DOMAIN_DRIVER_API) continue;
-        CUptiResult r = ga_cupti.EnableCallback(on ? 1 : 0, g_sub, e->domain, e->cbid);
-        if (r == CUPTI_ERROR_INVALID_PARAMETER) {
-            if (on) ga_debug("callback %s (%u) not supported by this CUPTI", e->name, (unsigned)e->cbid);
-            continue;
-        }
-        if (r != CUPTI_SUCCESS && on) return r;
-    }
-    if (on && !g_cbids_on) g_enables++;
-    g_cbids_on = on;
-    ga_window_callbacks(on, ga_now_ns());
-    return CUPTI_SUCCESS;
 }
 
 /* Open or close a collection window (window.cpp): kernel activity on and
@@ -136,20 +96,7 @@ static CUptiResult set_collection(bool on, const char **what) {
      * records of launches outside windows are then dropped (activity.cpp). */
     bool hw_act = on || ga_audit_on() || GA_EXP(hold_activity) || ga_pcs_on.load(std::memory_order_relaxed);
     CUptiResult r = CUPTI_SUCCESS;
-    if (hw_act && !g_activity_on) {
-        uint64_t t0 = ga_now_ns();
-        r = ga_cupti.ActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-        uint64_t dt = ga_now_ns() - t0;
-        ga_budget_note_stall(dt, false);
-        g_enable_ns += dt, g_n_enable++;
-        if (dt > g_enable_max_ns) g_enable_max_ns = dt;
-        if (r != CUPTI_SUCCESS) {
-            *what = "cuptiActivityEnable(CONCURRENT_KERNEL)";
-            return r;
-        }
-        g_activity_on = g_activity_used = g_records_held = true;
-        ga_exp_internal_activity(true);
-    }
+    if (hw_act && (r = ga_sub_activity(true, what)) != CUPTI_SUCCESS) return r;
     if (on) {
         ga_window_opened(ga_cupti_timestamp());
         ga_sampler_new_window();
@@ -166,71 +113,18 @@ static CUptiResult set_collection(bool on, const char **what) {
      * teardowns they go on for the count phase (step_windows) and stay on until
      * the teardown. (Experiment GPU_AGENT_EXP_CALLBACKS=windowed: they follow the
      * windows.) */
-    if (GA_EXP(cb_windowed) && g_cbids_on && !on) set_launch_cbids(false);
-    if (!g_cbids_on && (on || (!GA_EXP(cb_windowed) && !g_teardowns))) {
-        r = set_launch_cbids(true);
+    if (GA_EXP(cb_windowed) && ga_sub.cbids_on && !on) ga_sub_launch_cbids(false);
+    if (!ga_sub.cbids_on && (on || (!GA_EXP(cb_windowed) && !g_teardowns))) {
+        r = ga_sub_launch_cbids(true);
         if (r != CUPTI_SUCCESS) {
             *what = "cuptiEnableCallback";
             return r;
         }
     }
-    if (!hw_act && g_activity_on) {
-        uint64_t t0 = ga_now_ns();
-        r = ga_cupti.ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-        uint64_t dt = ga_now_ns() - t0;
-        ga_budget_note_stall(dt, false);
-        g_disable_ns += dt, g_n_disable++;
-        if (dt > g_disable_max_ns) g_disable_max_ns = dt;
-        g_activity_on = false;
-        ga_exp_internal_activity(false);
-        if (r != CUPTI_SUCCESS) {
-            *what = "cuptiActivityDisable(CONCURRENT_KERNEL)";
-            return r;
-        }
-    }
-    return CUPTI_SUCCESS;
+    return hw_act ? CUPTI_SUCCESS : ga_sub_activity(false, what);
 }
 
 static bool g_held;             /* the last re-subscription failed for another client (said once a time) */
-
-/* Subscribe (again, after a teardown): activity buffers, the subscription, and
- * the graph callbacks, which stay on between windows (graphs captured then keep
- * their capture stacks; no launch pays for them). The launch callbacks come on
- * with a count phase or a window. (Blackwell's hardware tracing,
- * cuptiActivityEnableHWTrace, would be enabled here once, before the first
- * subscription: it cannot be disabled, so such a process would not be torn down.
- * Not used: untested without a Blackwell GPU.) */
-static CUptiResult cupti_up(const char **what) {
-    uint64_t t0 = ga_now_ns();
-    CUptiResult r = ga_cupti.ActivityRegisterCallbacks(ga_buffer_requested, ga_buffer_completed);
-    if (r != CUPTI_SUCCESS) {
-        *what = "cuptiActivityRegisterCallbacks";
-        return r;
-    }
-    r = ga_cupti_subscribe(&g_sub);
-    if (r != CUPTI_SUCCESS) {
-        g_sub = nullptr;
-        *what = "cuptiSubscribe";
-        return r;
-    }
-    /* Graph capture stacks (graphs.cpp): only with cuptiGetGraphNodeId, the id
-     * kernel records carry. A CUPTI without these callbacks just loses them. */
-    g_graph_cbs = false;
-    if (ga_cupti.GetGraphNodeId) {
-        g_graph_cbs = true;
-        for (unsigned i = 0; i < ga_graph_cbid_count; i++) {
-            r = ga_cupti.EnableCallback(1, g_sub, CUPTI_CB_DOMAIN_RESOURCE, ga_graph_cbids[i]);
-            if (r != CUPTI_SUCCESS)
-                ga_debug("resource callback %u not enabled: %s", (unsigned)ga_graph_cbids[i],
-                         ga_cupti_err(r));
-        }
-    }
-    g_cbids_on = false;
-    g_enables = 0; /* after a finalize, or the first subscription */
-    ga_teardown_live();
-    ga_budget_note_stall(ga_now_ns() - t0, false);
-    return CUPTI_SUCCESS;
-}
 
 /* A process whose graphs came after its attach: from the next period on, its
  * launch callbacks stay on and count every launch (window.cpp's counted
@@ -246,7 +140,7 @@ static void stop_teardowns(void) {
  * it is done the poller makes no CUPTI call. */
 static CUptiResult request_teardown(const char **what) {
     CUptiResult r = CUPTI_SUCCESS;
-    if (!g_cbids_on) r = set_launch_cbids(true); /* the API exit that tears down */
+    if (!ga_sub.cbids_on) r = ga_sub_launch_cbids(true); /* the API exit that tears down */
     CUptiResult f = ga_cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     g_stat_flushes.fetch_add(1, std::memory_order_relaxed);
     ga_report_drops();
@@ -257,10 +151,10 @@ static CUptiResult request_teardown(const char **what) {
         else if (f != CUPTI_SUCCESS) *what = "cuptiActivityFlushAll", r = f;
         return r;
     }
-    ga_teardown_request(g_sub);
+    ga_teardown_request(ga_sub.handle);
     ga_window_callbacks(false, ga_now_ns());
-    g_sub = nullptr;
-    g_cbids_on = g_graph_cbs = g_activity_on = g_activity_used = false;
+    ga_sub.handle = nullptr;
+    ga_sub.cbids_on = ga_sub.graph_cbs = ga_sub.activity_on = ga_sub.activity_used = false;
     if (r != CUPTI_SUCCESS) *what = "cuptiEnableCallback";
     else if (f != CUPTI_SUCCESS) *what = "cuptiActivityFlushAll", r = f;
     return r;
@@ -282,9 +176,9 @@ static CUptiResult apply_phase(uint64_t now, const char **what) {
         /* not while the last window's tail runs (a count phase in the slot after a
          * window, before the next period's first): kernel activity is still on, and
          * a second enable in the cycle would mix the records' ids (docs/estimator.md) */
-        if (g_cbids_on || g_tail_until) return CUPTI_SUCCESS;
+        if (ga_sub.cbids_on || g_tail_until) return CUPTI_SUCCESS;
         uint64_t t0 = ga_now_ns();
-        CUptiResult r = set_launch_cbids(true);
+        CUptiResult r = ga_sub_launch_cbids(true);
         uint64_t on = ga_now_ns(); /* counting starts now, not at the poll's start */
         ga_budget_note_stall(on - t0, false);
         if (r != CUPTI_SUCCESS) *what = "cuptiEnableCallback";
@@ -295,13 +189,13 @@ static CUptiResult apply_phase(uint64_t now, const char **what) {
         return r;
     }
     if (g_phase == GA_PHASE_PIECE) { /* GPU_AGENT_EXP_COUNT=cycle: its cycle's first enable only */
-        if (g_cbids_on || g_tail_until || g_enables) return CUPTI_SUCCESS;
-        CUptiResult r = set_launch_cbids(true);
+        if (ga_sub.cbids_on || g_tail_until || ga_sub.enables) return CUPTI_SUCCESS;
+        CUptiResult r = ga_sub_launch_cbids(true);
         if (r != CUPTI_SUCCESS) *what = "cuptiEnableCallback";
         else ga_exp_piece_started(ga_now_ns());
         return r;
     }
-    if (g_teardowns && g_cbids_on) return request_teardown(what); /* a free piece's cycle ends too */
+    if (g_teardowns && ga_sub.cbids_on) return request_teardown(what); /* a free piece's cycle ends too */
     return g_teardowns ? CUPTI_SUCCESS : set_collection(false, what);
 }
 
@@ -313,7 +207,7 @@ static CUptiResult apply_phase(uint64_t now, const char **what) {
 static CUptiResult begin_tail(uint64_t now, const char **what) {
     ga_window_closed();
     ga_window_on.store(0, std::memory_order_release);
-    CUptiResult r = set_launch_cbids(false, true);
+    CUptiResult r = ga_sub_launch_cbids(false, true);
     if (r != CUPTI_SUCCESS) {
         *what = "cuptiEnableCallback";
         return r;
@@ -331,7 +225,7 @@ static CUptiResult begin_tail(uint64_t now, const char **what) {
 static CUptiResult up_again(uint64_t now, const char **what) {
     CUptiResult r = CUPTI_SUCCESS;
     if (g_teardowns && ga_td_state.load(std::memory_order_acquire) == GA_TD_DOWN && now >= g_up_retry_ns) {
-        r = cupti_up(what);
+        r = ga_sub_up(what);
         if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED || r == CUPTI_ERROR_NOT_INITIALIZED) {
             /* Another client took CUPTI between windows (retried next period), or
              * CUPTI does not start again after the finalize: on an H100 it never
@@ -417,10 +311,10 @@ static CUptiResult step_windows(uint64_t now, const char **what) {
 
 /* ---- what the session asks (session.cpp) ---- */
 
-CUptiResult ga_collect_up(const char **what) noexcept { return cupti_up(what); }
+CUptiResult ga_collect_up(const char **what) noexcept { return ga_sub_up(what); }
 
 void ga_collect_module_callbacks(void) noexcept {
-    CUptiResult r = ga_cupti.EnableCallback(1, g_sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
+    CUptiResult r = ga_cupti.EnableCallback(1, ga_sub.handle, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
     if (r != CUPTI_SUCCESS) ga_debug("module-loaded callback not enabled: %s", ga_cupti_err(r));
 }
 
@@ -472,6 +366,7 @@ void ga_collect_log_exit(void) noexcept {
     ga_window_count_rates(&counted, &extra);
     uint64_t tails, tail_n;
     ga_tail_stats(&tails, &tail_n);
+    ga_sub_edges e = ga_sub_edge_stats();
     if (attached_at && ga_cfg.duty_cycle > 1)
         ga_debug("windows (pid %d): open %.3f %% of %.1f s attached (1/N = %.3f %%); activity "
                  "enable mean %.1f max %.1f us, disable mean %.1f max %.1f us; %llu skipped; "
@@ -479,9 +374,6 @@ void ga_collect_log_exit(void) noexcept {
                  "%llu tails (%llu launches), launch callbacks %.0f ns a launch",
                  (int)getpid(), 100.0 * (double)ga_window_time_ns() / (double)(ga_now_ns() - attached_at),
                  (double)(ga_now_ns() - attached_at) / 1e9, 100.0 / ga_cfg.duty_cycle,
-                 g_n_enable ? (double)g_enable_ns / (double)g_n_enable / 1e3 : 0.0,
-                 (double)g_enable_max_ns / 1e3,
-                 g_n_disable ? (double)g_disable_ns / (double)g_n_disable / 1e3 : 0.0,
-                 (double)g_disable_max_ns / 1e3, (unsigned long long)g_stat_windows_skipped.load(), counted, extra,
+                 e.enable_mean_us, e.enable_max_us, e.disable_mean_us, e.disable_max_us, (unsigned long long)g_stat_windows_skipped.load(), counted, extra,
                  (unsigned long long)tails, (unsigned long long)tail_n, ga_budget_callback_ns(counted / 1e9));
 }

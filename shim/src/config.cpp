@@ -98,7 +98,7 @@ static void env_bp(const char *name, uint32_t *out, uint32_t lo, uint32_t hi, ch
 
 bool ga_secure_exec(void) noexcept { return getauxval(AT_SECURE) != 0; }
 
-void ga_read_config(void) noexcept {
+void ga_read_config(void (*bench)(char *bad, size_t bad_size) noexcept) noexcept {
     const char *dbg = getenv("GPU_AGENT_DEBUG");
     /* 1 (or any other word): the debug lines; 2: also one line per collection period */
     ga_debug_on = dbg && *dbg && strcmp(dbg, "0") != 0 ? (strcmp(dbg, "2") == 0 ? 2 : 1) : 0;
@@ -126,8 +126,9 @@ void ga_read_config(void) noexcept {
     const char *dc = getenv("GPU_AGENT_DUTY_CYCLE"), *wm = getenv("GPU_AGENT_WINDOW_MS");
     ga_cfg.fixed_schedule = (dc && *dc) || (wm && *wm);
 #ifdef GA_BENCH_BUILD
-    ga_bench_read_config(bad, sizeof(bad));
+    if (bench) bench(bad, sizeof(bad));
 #else
+    (void)bench;
     /* The benchmark build's settings (shim/src/bench/): named apart from unknown
      * names, so that a benchmark run on the wrong shim says so. */
     char bench_only[256] = "";

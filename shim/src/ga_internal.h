@@ -53,7 +53,9 @@ GA_HIDDEN extern ga_config ga_cfg;
  * no file path from the environment (GPU_AGENT_AUDIT_FILE, GPU_AGENT_CUPTI_PATH),
  * which another user could set to make the process write or load a file. */
 GA_HIDDEN bool ga_secure_exec(void) noexcept;
-GA_HIDDEN void ga_read_config(void) noexcept; /* config.cpp: ga_cfg from the environment, once */
+/* config.cpp: ga_cfg from the environment, once; bench (GA_BENCH_READ_CONFIG) reads
+ * the benchmark build's settings into the same line of invalid values */
+GA_HIDDEN void ga_read_config(void (*bench)(char *bad, size_t bad_size) noexcept) noexcept;
 
 /* CLOCK_MONOTONIC in ns: the shim's one clock for schedules and timings. */
 /* splitmix64's step: schedules' and weights' draws. */
@@ -344,7 +346,6 @@ GA_HIDDEN CUptiResult ga_collect_flush(const char **what) noexcept; /* periodic,
 GA_HIDDEN void ga_collect_down(bool activity, bool subscribed) noexcept; /* detach, failure */
 GA_HIDDEN bool ga_collect_teardowns(void) noexcept;
 GA_HIDDEN const char *ga_collect_holder(void) noexcept; /* who held CUPTI at the last refusal */
-GA_HIDDEN CUptiResult ga_cupti_subscribe(CUpti_SubscriberHandle *sub) noexcept; /* subscription.cpp */
 GA_HIDDEN uint64_t ga_collect_next_edge_ns(void) noexcept;
 GA_HIDDEN uint64_t ga_collect_stat(int which) noexcept; /* GA_SC_FLUSHES, WINDOWS, WINDOWS_SKIPPED */
 GA_HIDDEN void ga_collect_log_exit(void) noexcept;
@@ -376,11 +377,7 @@ GA_HIDDEN uint64_t ga_cupti_timestamp(void) noexcept;
 GA_HIDDEN void ga_teardown_request(CUpti_SubscriberHandle sub) noexcept; /* poller, after a forced flush */
 GA_HIDDEN void ga_teardown_live(void) noexcept;      /* poller, subscribed again */
 GA_HIDDEN bool ga_teardown_cancel(int to_state) noexcept; /* REQUESTED -> to_state */
-GA_HIDDEN void ga_teardown_at_api_exit_slow(void) noexcept;
-static inline void ga_teardown_at_api_exit(void) noexcept {
-    if (GA_UNLIKELY(ga_td_state.load(std::memory_order_relaxed) == GA_TD_REQUESTED))
-        ga_teardown_at_api_exit_slow();
-}
+GA_HIDDEN void ga_teardown_at_api_exit_slow(void) noexcept; /* api_exit.h's slow path */
 GA_HIDDEN bool ga_teardown_wait(unsigned ms) noexcept; /* while TEARING, at most ms */
 GA_HIDDEN void ga_teardown_atfork_child(void) noexcept;
 GA_HIDDEN uint64_t ga_teardown_stat(int which) noexcept; /* GA_SC_TEARDOWNS..GATE_SKIPPED */

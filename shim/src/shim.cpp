@@ -60,7 +60,7 @@ static std::atomic<int> g_had_poller{0};
 
 static void common_init(void) {
     if (g_common_once.exchange(1)) return;
-    ga_read_config();
+    ga_read_config(GA_BENCH_READ_CONFIG);
 }
 
 /* ------------------------------------------------------------------ */

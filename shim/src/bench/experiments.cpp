@@ -2,7 +2,7 @@
  * None of this is in the shim that users inject: these settings only serve
  * bench/gpu, which uses them to break the shim's cost down or to check its
  * estimates against a full trace (audit.cpp). Estimates are wrong under some of
- * them. Read once with the other settings (config.cpp calls ga_bench_read_config).
+ * them. Read once with the other settings (shim.cpp hands ga_bench_read_config to config.cpp).
  *   GPU_AGENT_AUDIT_FILE=path   audit mode (audit.cpp; window.cpp explains it)
  *   GPU_AGENT_EXP_TOGGLE_MS=ON[:OFF]  while an agent is attached, act attached ON
  *                               ms, then detached OFF ms (default ON), repeating,

@@ -21,6 +21,7 @@ struct ga_bench_config {
 GA_HIDDEN extern ga_bench_config ga_bench;
 #define GA_EXP(field) (ga_bench.exp_##field)
 GA_HIDDEN void ga_bench_read_config(char *bad, size_t bad_size) noexcept; /* experiments.cpp */
+#define GA_BENCH_READ_CONFIG ga_bench_read_config /* shim.cpp hands it to ga_read_config */
 GA_HIDDEN bool ga_exp_toggled_off(uint64_t now_ns) noexcept;   /* the OFF part of a toggle */
 GA_HIDDEN void ga_exp_internal_activity(bool on) noexcept;
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_internal_launches;
@@ -41,6 +42,7 @@ GA_HIDDEN void ga_exp_piece_take(uint64_t *launches, uint64_t *ns) noexcept;
 GA_HIDDEN uint64_t ga_exp_pieces(void) noexcept;
 #else
 #define GA_EXP(field) 0u
+#define GA_BENCH_READ_CONFIG nullptr
 static inline bool ga_exp_toggled_off(uint64_t) noexcept { return false; }
 static inline void ga_exp_internal_activity(bool) noexcept {}
 static inline bool ga_audit_on(void) noexcept { return false; }
