@@ -3,7 +3,9 @@ kernel of a capture, once. The model (model.Timeline), its collection from BPF's
 kernel events beside a Collector (collect), the deadline written into a traced
 process (target), and the writers: a Perfetto trace (perfetto_trace), a Chrome
 JSON trace (chrome_trace) and NDJSON kernel events (events_ndjson), which share
-kernel_fields. docs/timeline.md describes the formats. Imports the layers below.
+kernel_fields; and `.nanotrace` files of in-kernel events, read (versions 1 and
+4) and written (version 4) by the nanotrace package. docs/timeline.md describes
+the formats. Imports the layers below.
 
 The writers are imported on first use: Perfetto's generated protobuf module is
 large, and a command that writes only NDJSON should not pay for loading it."""

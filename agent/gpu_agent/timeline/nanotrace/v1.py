@@ -1,0 +1,68 @@
+"""Version 1, cutedsl-trace's: one kernel, u32 ns offsets from its start, no
+absolute time (its viewer's visualizer/parser.js at b-albar/cutedsl-trace 5db9688
+reads it so). Read only."""
+
+from __future__ import annotations
+
+from .model import (KERNEL, MAX_BODY, MAX_EVENTS, MAX_TRACKS, THREAD_BLOCK, V1_MAGIC, WARP, Event, Nanotrace,
+                    NanotraceError, Track, inflate, Reader)
+
+
+def parse_v1(data: bytes, what: str) -> Nanotrace:
+    r = Reader(data, what)
+    r.need(len(V1_MAGIC))
+    version, compressed = r.unpack("<BB")
+    if version != 1:
+        raise NanotraceError(f"{what}: version {version} after the version 1 magic")
+    body = data[r.pos:]
+    if compressed:
+        body = inflate(body, MAX_BODY, what)
+    r = Reader(body, what)
+    t = Nanotrace(version=1)
+    t.kernel = r.text(r.unpack("<H")[0])
+    t.grid, t.cluster = r.unpack("<3I"), r.unpack("<3I")
+    n_formats, n_blocks, n_tracks, n_events = r.unpack("<IIIQ")
+    # every record takes at least this many bytes: counts past them cannot be honest
+    for n, least, name in ((n_formats, 5, "formats"), (n_blocks, 12, "blocks"), (n_tracks, 14, "tracks")):
+        if n * least > r.left():
+            raise NanotraceError(f"{what}: {n} {name} cannot fit in {r.left()} bytes")
+    if n_tracks > MAX_TRACKS or n_events > MAX_EVENTS:
+        raise NanotraceError(f"{what}: {n_tracks} tracks and {n_events} events (at most {MAX_TRACKS}, {MAX_EVENTS})")
+    formats = []
+    for _ in range(n_formats):
+        label = r.text(r.unpack("<H")[0])
+        r.text(r.unpack("<H")[0])  # the tooltip
+        formats.append((label, r.unpack("<B")[0]))
+    blocks = [r.unpack("<IIHH") for _ in range(n_blocks)]  # block id, cluster id, SM, format
+    t.clocks[0] = (0, "kernel start (ns)", 0, 1_000_000_000)
+    root = Track(1, 0, 0, t.kernel, KERNEL)
+    t.tracks[1] = root
+    block_track: dict[int, int] = {}
+    for i in range(n_tracks):
+        bi, fmt_id = r.unpack("<IH")
+        lane = r.unpack("<I")[0]
+        if bi >= len(blocks) or fmt_id >= len(formats):
+            raise NanotraceError(f"{what}: track {i} names block {bi} and format {fmt_id} "
+                                 f"(the file has {len(blocks)} and {len(formats)})")
+        r.need(4 * formats[fmt_id][1])  # the track's format parameters
+        block_id = blocks[bi][0]
+        if bi not in block_track:
+            block_track[bi] = len(t.tracks) + 1
+            t.tracks[block_track[bi]] = Track(block_track[bi], 1, 0, f"CTA {block_id}", THREAD_BLOCK, block_id)
+        tid = len(t.tracks) + 1
+        t.tracks[tid] = Track(tid, block_track[bi], 0, f"{formats[fmt_id][0] or 'lane'} {lane}", WARP, lane)
+        for _ in range(r.unpack("<I")[0]):
+            start, dur, ev_fmt = r.unpack("<IIH")
+            if ev_fmt >= len(formats):
+                raise NanotraceError(f"{what}: an event of track {i} names format {ev_fmt} (the file has "
+                                     f"{len(formats)})")
+            params = r.unpack(f"<{formats[ev_fmt][1]}I")
+            if len(t.events) >= MAX_EVENTS:
+                raise NanotraceError(f"{what}: more than {MAX_EVENTS} events")
+            ev_args = [(str(k), v) for k, v in enumerate(params)]
+            t.events.append(Event(tid, start, dur, formats[ev_fmt][0], args=ev_args))
+    if len(t.events) != n_events:
+        raise NanotraceError(f"{what}: {len(t.events)} events where its header says {n_events}")
+    return t
+
+

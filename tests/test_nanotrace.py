@@ -1,0 +1,195 @@
+"""The .nanotrace reader and writer (gpu_agent.timeline.nanotrace): both versions
+read from files laid out as their public writers lay them out, a written file
+read back and checked against the format's description, and hostile files that
+must end in one NanotraceError line, never another exception or a hang."""
+
+import random
+import struct
+import zlib
+
+import pytest
+
+from gpu_agent.timeline import nanotrace as nt
+from gpu_agent.timeline.nanotrace.model import KERNEL, THREAD_BLOCK, WARP
+
+
+def sample_trace() -> nt.Nanotrace:
+    """A kernel with two CTAs of two warps, on %globaltimer mapped through CUPTI's
+    clock to CLOCK_MONOTONIC_RAW by two snapshots each."""
+    t = nt.Nanotrace(version=4, session="gemm", reference_clock=1)
+    t.clocks = {1: (0, 0, 0, 1_000_000_000), 2: (2, 0, 0, 1_000_000_000), 3: (3, 0, 0, 1_000_000_000)}
+    t.snapshots = [(3, 2, 1_000, 50_000, 5), (3, 2, 2_001_000, 2_050_010, 5),
+                   (2, 1, 0, 7_000_000, 20), (2, 1, 10_000_000, 17_000_000, 20)]
+    t.tracks[1] = nt.Track(1, 0, 3, "gemm_kernel", KERNEL)
+    tid = 2
+    for cta in range(2):
+        t.tracks[tid] = nt.Track(tid, 1, 3, f"CTA {cta}", THREAD_BLOCK, cta)
+        block = tid
+        tid += 1
+        for warp in range(2):
+            t.tracks[tid] = nt.Track(tid, block, 3, f"warp {warp}", WARP, warp, order=-warp)
+            for k in range(3):
+                start = 1_000 + cta * 700 + warp * 50 + k * 200 - (30 if k == 2 else 0)  # one step back: signed delta
+                t.events.append(nt.Event(tid, start, 90, "mma" if k else "load", correlation=7 + k,
+                                         args=[("k", k), ("bias", -3), ("scale", 0.5), ("tile", "A")][:k + 1]))
+            tid += 1
+    t.events.append(nt.Event(2, 1_100, 10, "barrier", parent=1))
+    return t
+
+
+def test_a_written_file_reads_back_whole():
+    t = sample_trace()
+    back = nt.parse(nt.encode_v4(t))
+    assert back.version == 4 and back.session == "gemm" and back.reference_clock == 1
+    assert back.tracks == t.tracks
+    assert back.events == t.events
+    assert back.clocks == t.clocks and back.snapshots == t.snapshots and back.absolute
+
+
+def test_a_written_file_follows_the_format_description():
+    """Our own checks of docs/nanotrace.md's layout, on the bytes we write."""
+    t = sample_trace()
+    data = nt.encode_v4(t)
+    magic, major, minor, endian, flags, reserved, usize, ssize = struct.unpack_from("<8sHHBBHQQ", data)
+    assert (magic, major, minor, endian, flags, reserved) == (b"NTRACE4\0", 4, 0, 1, 1, 0)
+    assert ssize == len(data) - 32
+    body = zlib.decompress(data[32:])
+    assert len(body) == usize
+    pos, seen = 0, {}
+    while pos < len(body):
+        ctype, cflags, size, count = struct.unpack_from("<IIQQ", body, pos)
+        assert cflags == 0
+        payload = body[pos + 24:pos + 24 + size]
+        assert len(payload) == size
+        seen[ctype] = (payload, count)
+        pos += 24 + size
+    assert pos == len(body)
+    strings, n = seen[2]
+    assert struct.unpack_from("<I", strings)[0] == 0  # string 0 is the empty string
+    for ctype, width in ((3, 24), (4, 32), (5, 44)):  # fixed-width records
+        assert len(seen[ctype][0]) == width * seen[ctype][1]
+    events, count = seen[6]
+    assert count == len(t.events) and events[0] == count  # the payload starts with the count as a varuint
+    track_ids = [struct.unpack_from("<Q", seen[5][0], 44 * i)[0] for i in range(seen[5][1])]
+    assert 0 not in track_ids and len(set(track_ids)) == len(track_ids)
+
+
+def test_clocks_map_globaltimer_through_cupti_to_the_reference():
+    t = sample_trace()
+    # halfway between the %globaltimer snapshots: 50 000 + (1 001 000 / 2 000 000) x 2 000 010, then +7 000 000
+    mid = nt.to_reference(t, 3, 1_001_000)
+    assert mid == pytest.approx(7_000_000 + 50_000 + 1_000_005)
+    assert nt.to_reference(t, 1, 123) == 123
+    t.snapshots = [s for s in t.snapshots if s[0] != 2]
+    with pytest.raises(nt.NanotraceError, match="no snapshot"):
+        nt.to_reference(t, 3, 5)
+
+
+def v1_file(compressed: bool, events_per_lane: int = 2) -> bytes:
+    """A version 1 file laid out as cutedsl-trace's viewer reads it (visualizer/parser.js)."""
+    def s(text: str) -> bytes:
+        return struct.pack("<H", len(text)) + text.encode()
+    body = s("my_kernel") + struct.pack("<3I3I", 2, 1, 1, 1, 1, 1)
+    formats = [("Warp {lane}", "", 0), ("tma load", "stage {0}", 1), ("mma", "", 0)]
+    body += struct.pack("<IIIQ", len(formats), 2, 4, 4 * events_per_lane)
+    for label, tip, n in formats:
+        body += s(label) + s(tip) + bytes([n])
+    body += struct.pack("<IIHH", 0, 0, 3, 0) + struct.pack("<IIHH", 1, 0, 7, 0)
+    for block in range(2):
+        for lane in (0, 32):
+            body += struct.pack("<IHI", block, 0, lane) + struct.pack("<I", events_per_lane)
+            for k in range(events_per_lane):
+                fmt = 1 + k % 2
+                body += struct.pack("<IIH", 100 * k + lane, 40, fmt) + (struct.pack("<I", k) if fmt == 1 else b"")
+    return b"nanotrace\0" + bytes([1, int(compressed)]) + (zlib.compress(body) if compressed else body)
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_version_1_reads_as_ctas_with_warps_inside(compressed):
+    t = nt.parse(v1_file(compressed))
+    assert t.version == 1 and not t.absolute and t.kernel == "my_kernel" and t.grid == (2, 1, 1)
+    kinds = sorted(tr.kind for tr in t.tracks.values())
+    assert kinds == [KERNEL, THREAD_BLOCK, THREAD_BLOCK, WARP, WARP, WARP, WARP]
+    for e in t.events:
+        warp = t.tracks[e.track]
+        assert warp.kind == WARP and t.tracks[warp.parent].kind == THREAD_BLOCK
+    loads = [e for e in t.events if e.name == "tma load"]
+    assert len(t.events) == 8 and len(loads) == 4 and all(e.args == [("0", 0)] for e in loads)
+    assert sorted(e.start for e in t.events if t.tracks[e.track].source_id == 32) == [32, 32, 132, 132]
+
+
+def one_line_error(data: bytes) -> str:
+    with pytest.raises(nt.NanotraceError) as e:
+        nt.parse(data, "f.nanotrace")
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("f.nanotrace")
+    return msg
+
+
+def test_every_truncation_and_corruption_is_one_error_line():
+    files = [nt.encode_v4(sample_trace()), v1_file(False), v1_file(True)]
+    rng = random.Random(7)
+    for data in files:
+        for cut in range(0, len(data) - 1, max(1, len(data) // 97)):
+            one_line_error(data[:cut])
+        for _ in range(300):
+            bad = bytearray(data)
+            for _ in range(rng.randint(1, 4)):
+                bad[rng.randrange(10, len(bad))] = rng.randrange(256)
+            try:
+                nt.parse(bytes(bad), "f.nanotrace")
+            except nt.NanotraceError as e:
+                assert "\n" not in str(e)
+
+
+def v4_with_body(body: bytes, usize=None, compressed=True) -> bytes:
+    stored = zlib.compress(body) if compressed else body
+    return struct.pack("<8sHHBBHQQ", b"NTRACE4\0", 4, 0, 1, int(compressed), 0,
+                       len(body) if usize is None else usize, len(stored)) + stored
+
+
+def test_hostile_files_are_refused_before_they_cost_memory():
+    assert "magic" in one_line_error(b"PK\3\4 not a trace")
+    # a bomb: 64 MiB of zeros behind a header that admits 1 KiB
+    assert "inflates past" in one_line_error(v4_with_body(bytes(64 << 20), usize=1024))
+    # counts that cannot fit in their chunk
+    huge = struct.pack("<IIQQ", 5, 0, 44, 1 << 40) + bytes(44)
+    assert "cannot fit" in one_line_error(v4_with_body(huge))
+    count = bytes([0x80] * 5 + [0x20])  # 1 << 40 as a varuint, as the chunk header says
+    events = struct.pack("<IIQQ", 6, 0, len(count) + 5, 1 << 40) + count + bytes(5)
+    assert "count" in one_line_error(v4_with_body(events))
+    overlong = struct.pack("<IIQQ", 6, 0, 11, 1) + bytes([0x80] * 10 + [1])
+    assert "varint" in one_line_error(v4_with_body(overlong))
+    # a track that is its own grandparent
+    loop = b"".join(struct.pack("<QQIIBBHiIQ", i, 3 - i, 0, 0, 6, 0, 0, 0, 0, 0) for i in (1, 2))
+    assert "loop" in one_line_error(v4_with_body(struct.pack("<IIQQ", 5, 0, len(loop), 2) + loop))
+    # an event on a track the file lacks
+    ev = bytes([1, 9, 0, 2, 0, 0])
+    assert "lacks" in one_line_error(v4_with_body(struct.pack("<IIQQ", 6, 0, len(ev), 1) + ev))
+    # a string past its bound, and one that is not UTF-8
+    long = struct.pack("<IIQQ", 2, 0, 8, 1) + struct.pack("<I", 1 << 20) + b"abcd"
+    assert "string of" in one_line_error(v4_with_body(long))
+    bad = struct.pack("<IIQQ", 2, 0, 6, 1) + struct.pack("<I", 2) + b"\xff\xfe"
+    assert "UTF-8" in one_line_error(v4_with_body(bad))
+    # undefined flag bits, a wrong stored size
+    assert "flags" in one_line_error(struct.pack("<8sHHBBHQQ", b"NTRACE4\0", 4, 0, 1, 3, 0, 0, 0))
+    assert "stored" in one_line_error(v4_with_body(b"", compressed=False) + b"x")
+    # version 1: more tracks than its bytes can hold
+    v1 = bytearray(v1_file(False))
+    struct.pack_into("<I", v1, 12 + 2 + 9 + 24 + 8, 1 << 30)
+    assert "cannot fit" in one_line_error(bytes(v1))
+
+
+def test_an_unknown_chunk_is_skipped():
+    t = sample_trace()
+    data = nt.encode_v4(t)
+    body = zlib.decompress(data[32:]) + struct.pack("<IIQQ", 99, 0, 5, 1) + b"later"
+    assert nt.parse(v4_with_body(body)).events == t.events
+
+
+def test_read_bounds_the_file(tmp_path):
+    f = tmp_path / "t.nanotrace"
+    nt.write_v4(sample_trace(), f)
+    assert len(nt.read(f).events) == len(sample_trace().events)
+    with pytest.raises(nt.NanotraceError, match="No such file"):
+        nt.read(tmp_path / "missing.nanotrace")
