@@ -53,6 +53,11 @@ def record(tmp_path, *mock_args, shim=None, launches=LAUNCHES, rate=RATE, **env)
     return kernel_totals(out), ground_truth(gt), p.stderr
 
 
+def exit_lines(err: str) -> str:
+    """The shim's exit lines, for an assertion's message."""
+    return "\n".join(ln for ln in err.splitlines() if "exit (pid" in ln or "windows (pid" in ln)
+
+
 def test_audit_estimate_lands_on_the_full_trace_of_the_same_run(tmp_path, built):
     need_ebpf()
     audit = tmp_path / "audit.tsv"
@@ -78,8 +83,11 @@ def test_outside_windows_nothing_is_collected_and_the_estimate_is_right(tmp_path
     need_ebpf()
     # Blocks of 250 launches: a 20 ms count phase met 3-5 of the default 5 ms blocks
     # of 1 000, and the estimate wandered by up to 9 % on this 2-core VM (with 250,
-    # within 1.4 % in 6 runs).
-    prof, truth, err = record(tmp_path, "--block", "250")
+    # within 1.4 % in 6 runs). No finalize stall: this paced loop catches up after
+    # each teardown's stall on its thread (2 ms a period by default), which the
+    # estimate counts as launch-free (docs/estimator.md): 8 runs read -0.8 to -2.1 %
+    # with it, -1.2 to +0.6 % without.
+    prof, truth, err = record(tmp_path, "--block", "250", MOCK_CUPTI_FINALIZE_US="0")
     st = shim_exit_stats(err)
     true_launches = truth[KERNEL][0]
     # Activity was off outside windows: about 1/N of the launches were collected.
@@ -205,7 +213,7 @@ def test_a_job_whose_launch_rate_changes_is_weighed_period_by_period(tmp_path, b
     true_launches = truth[KERNEL][0]
     assert int(re.search(r"(\d+) after the last window", err).group(1)) == 0, err[-2000:]
     est_launches = prof[KERNEL][1]
-    assert abs(est_launches / true_launches - 1) < 0.005, (est_launches, true_launches)
+    assert abs(est_launches / true_launches - 1) < 0.005, (est_launches, true_launches, exit_lines(err))
 
 
 def test_records_completing_periods_after_their_launch_keep_their_periods_weight(tmp_path, built):
@@ -223,7 +231,30 @@ def test_records_completing_periods_after_their_launch_keep_their_periods_weight
     assert int(re.search(r"(\d+) after the last window", err).group(1)) == 0, err[-2000:]
     est_launches = prof[KERNEL][1]
     true_launches = truth[KERNEL][0]
-    assert abs(est_launches / true_launches - 1) < 0.005, (est_launches, true_launches)
+    assert abs(est_launches / true_launches - 1) < 0.005, (est_launches, true_launches, exit_lines(err))
+
+
+@pytest.mark.parametrize("counted", [True, False], ids=["counted", "torn-down"])
+def test_launches_at_a_window_edge_are_not_the_windows(tmp_path, built, counted):
+    """Kernel activity goes on before a window opens and off after it closes; the
+    launches in between are traced but are not the window's, and their period
+    counted them already. A poller preempted at an edge on a loaded host let 103 of
+    them in, weighed as the window's: +1.3 % (CI: -1.9 %, cause not seen).
+    Mock: every activity switch stalls 5 ms with activity on (a quarter of each
+    window's length at each edge): weighed, they read +67 % (counted weights)."""
+    need_ebpf()
+    env = dict(COUNTED) if counted else {}
+    torn = {} if counted else {"MOCK_CUPTI_FINALIZE_US": "0"}  # as in the test above
+    prof, truth, err = record(tmp_path, *(() if counted else ("--block", "250")),
+                              MOCK_CUPTI_SWITCH_US="5000", **torn, **env)
+    outside = int(re.search(r"(\d+) records of launches outside windows", err).group(1))
+    st = shim_exit_stats(err)
+    # Both edges of every window let launches in: dropped, counted, not unseen.
+    assert outside > st["windows"] * 100, (outside, st)
+    assert st["unseen"] <= st["records"] // 20, st
+    est_launches, true_launches = prof[KERNEL][1], truth[KERNEL][0]
+    assert abs(est_launches / true_launches - 1) < (0.005 if counted else 0.03), (
+        est_launches, true_launches, err[-1500:])
 
 
 def short_run(tmp_path, i: int, launches: int) -> tuple[int, int, int, int]:

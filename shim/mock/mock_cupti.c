@@ -509,6 +509,15 @@ static void take_first_buffers(void)
     }
 }
 
+/* MOCK_CUPTI_SWITCH_US=S: turning kernel activity on or off stalls the calling
+ * thread S us with activity on: from the start of the enable's stall, until the
+ * end of the disable's. Other threads' launches in it are traced, as when the
+ * shim's poller is preempted at a window's edge on a loaded host. */
+static void switch_stall(void)
+{
+    sleep_us(env_long("MOCK_CUPTI_SWITCH_US", 0));
+}
+
 CUptiResult CUPTIAPI cuptiActivityEnable(CUpti_ActivityKind kind)
 {
     API_GUARD();
@@ -523,8 +532,11 @@ CUptiResult CUPTIAPI cuptiActivityEnable(CUpti_ActivityKind kind)
         if (!g_kind_conc && getenv("MOCK_CUPTI_CORR_RESTART")) mockcuda_restart_correlation_ids();
         if (g_reinstrument) sleep_us(env_long("MOCK_CUPTI_ENABLE_US", 1000));
         g_reinstrument = 0;
+        int was = g_kind_conc;
         g_kind_conc = 1;
         take_first_buffers();
+        update_kernel_gate();
+        if (!was) switch_stall();
     }
     update_kernel_gate();
     if (mockcuda_gate.kernel_activity) mockcuda_gate.instrumented = 1; /* until cuptiFinalize */
@@ -537,7 +549,10 @@ CUptiResult CUPTIAPI cuptiActivityDisable(CUpti_ActivityKind kind)
     API_GUARD();
     if (kind <= CUPTI_ACTIVITY_KIND_INVALID || kind >= CUPTI_ACTIVITY_KIND_COUNT) return CUPTI_ERROR_INVALID_KIND;
     if (kind == CUPTI_ACTIVITY_KIND_KERNEL) g_kind_kernel = 0;
-    if (kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) g_kind_conc = 0;
+    if (kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
+        if (g_kind_conc) switch_stall();
+        g_kind_conc = 0;
+    }
     update_kernel_gate();
     return CUPTI_SUCCESS;
 }

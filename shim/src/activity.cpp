@@ -166,7 +166,8 @@ void ga_report_drops(void) noexcept {
     if (pending_dropped.load(std::memory_order_relaxed)) ga_activity_fire_batch(empty_batch, 0);
 }
 
-/* Records of launches outside windows, while activity stays on for PC sampling. */
+/* Records of launches outside windows: at their edges, or any while activity
+ * stays on for PC sampling. */
 static std::atomic<uint64_t> ga_stat_outside_windows;
 
 static void buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer, size_t size,
@@ -238,16 +239,19 @@ static void buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
                 if (!in) continue;
             }
             if (windows) {
-                /* a launch in a window's tail (tail.cpp): counted there, not weighed */
-                if (!(o->flags & GA_REC_GRAPH) && ga_tail_record()) continue;
-                bool unseen = false;
-                uint32_t period = ga_window_period_of(k->correlationId, &unseen); /* weighed in emit */
+                bool unseen = false, outside = false;
+                uint32_t period = ga_window_period_of(k->correlationId, &unseen, &outside); /* weighed in emit */
                 periods[n] = period;
-                if (GA_UNLIKELY(unseen) && ga_pcs_on.load(std::memory_order_relaxed)) {
-                    /* activity held on for PC sampling: a launch outside the windows */
+                /* a launch outside the windows: at a window's edge (kernel activity
+                 * on, the window not open), or any, with activity held on for PC
+                 * sampling. Not the window's: its period counted it already. */
+                if (GA_UNLIKELY(unseen) && ((outside && !(o->flags & GA_REC_GRAPH)) ||
+                                            ga_pcs_on.load(std::memory_order_relaxed))) {
                     ga_stat_outside_windows.fetch_add(1, std::memory_order_relaxed);
                     continue;
                 }
+                /* a launch in a window's tail (tail.cpp): counted there, not weighed */
+                if (!(o->flags & GA_REC_GRAPH) && ga_tail_record()) continue;
                 if (GA_UNLIKELY(unseen)) {
                     note_unseen(o->kernel_id);
                     /* A graph replay traced but launched outside a window: made

@@ -255,14 +255,18 @@ void CUPTIAPI ga_api_callback(void *, CUpti_CallbackDomain domain, CUpti_Callbac
     ga_launch_seq.fetch_add(1, std::memory_order_relaxed);
     /* Opt-in PC sampling starts, stops and drains at launches (pcsampling.cpp). */
     if (GA_UNLIKELY(ga_pcs_on.load(std::memory_order_relaxed)) && ga_cupti_gate_enter()) {
-        ga_pcs_launch(cd->context, ga_window_on.load(std::memory_order_relaxed) != 0);
+        ga_pcs_launch(cd->context, ga_window_on.load(std::memory_order_relaxed) == GA_WIN_OPEN);
         ga_cupti_gate_leave();
     }
     bool graph = (kind1 - 1) == GA_LK_GRAPH;
     /* A graph launch under CUPTI, in a count phase too: no teardown from now on
      * (CUPTI does not start again after one, collection.cpp) */
     if (GA_UNLIKELY(graph)) ga_graphs_made.store(1, std::memory_order_relaxed);
-    if (!ga_window_on.load(std::memory_order_relaxed)) return;
+    int win = ga_window_on.load(std::memory_order_relaxed);
+    if (win != GA_WIN_OPEN) {
+        if (GA_UNLIKELY(win == GA_WIN_EDGE) && ga_cfg.duty_cycle > 1) ga_window_note_outside(cd->correlationId);
+        return;
+    }
     if (GA_UNLIKELY(ga_audit_on())) ga_audit_mark(cd->correlationId);
     ga_stat_launches.fetch_add(1, std::memory_order_relaxed);
     if (ga_cfg.duty_cycle > 1) ga_window_note_launch(cd->correlationId);

@@ -40,10 +40,11 @@ static bool may_tear_down(void) {
  * teardown (GPU_AGENT_TEARDOWN, default; not once the process has CUDA graphs,
  * ga_graphs_made): the next launch's API exit finalizes. */
 void ga_collect_down(bool activity, bool subscribed) noexcept {
-    if (ga_window_on.load(std::memory_order_relaxed)) ga_window_closed();
+    if (ga_window_on.load(std::memory_order_relaxed) == GA_WIN_OPEN) ga_window_closed();
     if (g_tail_until) ga_tail_end(ga_now_ns());
     g_tail_until = 0;
-    ga_window_on.store(0, std::memory_order_relaxed);
+    /* launches while kernel activity goes off are not the last window's */
+    ga_window_on.store(activity && ga_sub.activity_on ? GA_WIN_EDGE : GA_WIN_OFF, std::memory_order_release);
     bool live = ga_td_state.load(std::memory_order_acquire) == GA_TD_LIVE;
     if (live) ga_pcs_stop_all(true); /* no launch callback will stop PC sampling now; its last samples */
     if (live && subscribed && ga_pcs_on.load(std::memory_order_relaxed))
@@ -56,6 +57,7 @@ void ga_collect_down(bool activity, bool subscribed) noexcept {
         ga_exp_internal_activity(false);
     }
     ga_sub.activity_on = false;
+    ga_window_on.store(GA_WIN_OFF, std::memory_order_release);
     /* Records of the last window may still sit in CUPTI's buffers; with what
      * window.cpp holds they go with the partial period's weight. */
     if (live && activity && ga_sub.activity_used) {
@@ -96,17 +98,23 @@ static CUptiResult set_collection(bool on, const char **what) {
      * records of launches outside windows are then dropped (activity.cpp). */
     bool hw_act = on || ga_audit_on() || GA_EXP(hold_activity) || ga_pcs_on.load(std::memory_order_relaxed);
     CUptiResult r = CUPTI_SUCCESS;
-    if (hw_act && (r = ga_sub_activity(true, what)) != CUPTI_SUCCESS) return r;
+    /* the launches while activity goes on are traced, not the window's */
+    if (on) ga_window_on.store(GA_WIN_EDGE, std::memory_order_release);
+    if (hw_act && (r = ga_sub_activity(true, what)) != CUPTI_SUCCESS) {
+        ga_window_on.store(GA_WIN_OFF, std::memory_order_release);
+        return r;
+    }
     if (on) {
         ga_window_opened(ga_cupti_timestamp());
         ga_sampler_new_window();
-        ga_window_on.store(1, std::memory_order_release);
+        ga_window_on.store(GA_WIN_OPEN, std::memory_order_release);
         g_stat_windows.fetch_add(1, std::memory_order_relaxed);
         if (ga_cfg.duty_cycle >= 100 || ga_budget_on()) /* rare windows: say when (bench/gpu sticky check) */
             ga_debug("window opened at %.3f s (CLOCK_MONOTONIC)", (double)ga_now_ns() / 1e9);
     } else {
-        if (ga_window_on.load(std::memory_order_relaxed)) ga_window_closed();
-        ga_window_on.store(0, std::memory_order_release);
+        if (ga_window_on.load(std::memory_order_relaxed) == GA_WIN_OPEN) ga_window_closed();
+        /* and those while it goes off */
+        ga_window_on.store(hw_act ? GA_WIN_OFF : GA_WIN_EDGE, std::memory_order_release);
     }
     /* Without teardowns the launch callbacks stay on for the whole attachment:
      * they count every launch, which the record weights need (window.cpp). With
@@ -121,7 +129,10 @@ static CUptiResult set_collection(bool on, const char **what) {
             return r;
         }
     }
-    return hw_act ? CUPTI_SUCCESS : ga_sub_activity(false, what);
+    if (hw_act) return CUPTI_SUCCESS;
+    r = ga_sub_activity(false, what);
+    ga_window_on.store(GA_WIN_OFF, std::memory_order_release);
+    return r;
 }
 
 static bool g_held;             /* the last re-subscription failed for another client (said once a time) */
@@ -168,7 +179,7 @@ static CUptiResult apply_phase(uint64_t now, const char **what) {
     if (ga_td_state.load(std::memory_order_acquire) != GA_TD_LIVE) return CUPTI_SUCCESS;
     if (g_phase != GA_PHASE_PIECE && ga_exp_piece_running()) ga_exp_piece_stopped(ga_now_ns());
     if (g_phase == GA_PHASE_ON) {
-        if (ga_window_on.load(std::memory_order_relaxed)) return CUPTI_SUCCESS;
+        if (ga_window_on.load(std::memory_order_relaxed) == GA_WIN_OPEN) return CUPTI_SUCCESS;
         g_capture_window = ga_trace_until_ns() > now;
         return set_collection(true, what);
     }
@@ -206,7 +217,7 @@ static CUptiResult apply_phase(uint64_t now, const char **what) {
  * may_tear_down). */
 static CUptiResult begin_tail(uint64_t now, const char **what) {
     ga_window_closed();
-    ga_window_on.store(0, std::memory_order_release);
+    ga_window_on.store(GA_WIN_OFF, std::memory_order_release);
     CUptiResult r = ga_sub_launch_cbids(false, true);
     if (r != CUPTI_SUCCESS) {
         *what = "cuptiEnableCallback";
@@ -258,15 +269,15 @@ static CUptiResult up_again(uint64_t now, const char **what) {
 static CUptiResult step_windows(uint64_t now, const char **what) {
     CUptiResult r = GA_EXP(late_subscribe) ? CUPTI_SUCCESS : up_again(now, what);
     /* An on-demand capture (gpu-agent trace) starts at once, not at the next edge. */
-    bool capture = ga_trace_until_ns() > now && !ga_window_on.load(std::memory_order_relaxed);
+    bool capture = ga_trace_until_ns() > now && ga_window_on.load(std::memory_order_relaxed) != GA_WIN_OPEN;
     if (r == CUPTI_SUCCESS && (capture || now >= g_next_edge_ns.load(std::memory_order_relaxed))) {
         /* An open window's edge is its end: it closes before its period may end, so
          * that every launch made in it is its period's (the last replays left out
          * per window, window.cpp, rely on it). */
         if (g_teardowns && !may_tear_down()) stop_teardowns();
-        if (ga_window_on.load(std::memory_order_relaxed) && g_teardowns && !g_capture_window) {
+        if (ga_window_on.load(std::memory_order_relaxed) == GA_WIN_OPEN && g_teardowns && !g_capture_window) {
             r = begin_tail(now, what);
-        } else if (ga_window_on.load(std::memory_order_relaxed)) {
+        } else if (ga_window_on.load(std::memory_order_relaxed) == GA_WIN_OPEN) {
             r = set_collection(false, what);
             if (r == CUPTI_SUCCESS && g_teardowns) {
                 r = request_teardown(what);

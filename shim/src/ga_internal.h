@@ -203,7 +203,12 @@ struct ga_span {
 };
 
 /* ---- collection windows (window.cpp: schedule; weights.cpp: record weights) ---- */
-GA_HIDDEN extern std::atomic<int> ga_window_on;        /* launches now are collected */
+/* Launches now are collected (GA_WIN_OPEN), or not: GA_WIN_OFF, or GA_WIN_EDGE
+ * while kernel activity goes on before a window opens or off after it closes. An
+ * edge's launches are traced but not the window's: the launch callback notes them
+ * as outside (ga_window_note_outside), and their records are dropped, not weighed. */
+enum { GA_WIN_OFF = 0, GA_WIN_OPEN = 1, GA_WIN_EDGE = 2 };
+GA_HIDDEN extern std::atomic<int> ga_window_on;
 GA_HIDDEN void ga_window_begin(uint64_t now_ns) noexcept;  /* at attach (ga_now_ns) */
 GA_HIDDEN uint64_t ga_window_attached_at(void) noexcept;   /* that attach time */
 GA_HIDDEN uint32_t ga_window_slots(void) noexcept;         /* slots of the current period (N) */
@@ -280,6 +285,7 @@ GA_HIDDEN extern std::atomic<uint64_t> ga_stat_unweighted, ga_stat_held_overflow
  * if no launch callback noted it), and that period's weight x 1024 once the
  * period has ended (0 before). */
 GA_HIDDEN void ga_window_note_launch(uint32_t correlation_id) noexcept;
+GA_HIDDEN void ga_window_note_outside(uint32_t correlation_id) noexcept; /* at a window's edge */
 /* Graph replays CUPTI mis-times (window.cpp): the last traced replay of each
  * graph node in a window is left out. activity.cpp, at the period's weighing
  * (poller): marks the held records of `period` that are the newest of their
@@ -295,7 +301,9 @@ GA_HIDDEN void ga_window_leave_out(uint32_t correlation_id) noexcept;
 GA_HIDDEN bool ga_window_late_last_replay(uint32_t period, uint32_t correlation_id) noexcept;
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_left_out_launches, ga_stat_left_out_records,
     ga_stat_left_out_late;
-GA_HIDDEN uint32_t ga_window_period_of(uint32_t correlation_id, bool *unseen) noexcept;
+/* *outside: a launch callback saw it at a window's edge (GA_WIN_EDGE); *unseen
+ * is set then too. */
+GA_HIDDEN uint32_t ga_window_period_of(uint32_t correlation_id, bool *unseen, bool *outside) noexcept;
 GA_HIDDEN uint32_t ga_window_weight_of(uint32_t period) noexcept;
 /* activity.cpp: while windows are on, converted records whose period has not
  * ended wait; this fires those whose weight is now known, and with `all` the

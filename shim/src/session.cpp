@@ -222,9 +222,10 @@ void ga_session_at_exit(void) noexcept {
     if (!got) return;
     if (g_state.load() == ST_ATTACHED && ga_cuda_live.load()) {
         /* A window open at exit closes here, so that its time counts. */
-        if (ga_cfg.duty_cycle > 1 && ga_window_on.load(std::memory_order_relaxed)) {
+        if (ga_cfg.duty_cycle > 1 && ga_window_on.load(std::memory_order_relaxed) == GA_WIN_OPEN) {
             ga_window_closed();
-            ga_window_on.store(0, std::memory_order_release);
+            /* activity stays on for the exit flush: later launches are not the window's */
+            ga_window_on.store(GA_WIN_EDGE, std::memory_order_release);
         }
         /* A teardown asked for and not begun never begins now; one under way on
          * another thread is waited for (bounded). Either way that window's records
@@ -246,7 +247,8 @@ void ga_session_at_exit(void) noexcept {
              "%llu windows, "
              "%llu launches seen while attached, %llu after the last window, %llu records "
              "weighted early, %llu records of unseen launches, %llu launches joined to the window "
-             "before them, %llu graph launches left out (%llu records, %llu of them late)",
+             "before them, %llu graph launches left out (%llu records, %llu of them late), %llu records of "
+             "launches outside windows",
              (int)getpid(), (unsigned long long)ga_stat_launches.load(),
              (unsigned long long)ga_stat_records.load(), (unsigned long long)ga_stat_dropped.load(),
              (unsigned long long)ga_collect_stat(GA_SC_WINDOWS),
@@ -255,7 +257,8 @@ void ga_session_at_exit(void) noexcept {
              (unsigned long long)ga_stat_joined.load(),
              (unsigned long long)ga_stat_left_out_launches.load(),
              (unsigned long long)ga_stat_left_out_records.load(),
-             (unsigned long long)ga_stat_left_out_late.load());
+             (unsigned long long)ga_stat_left_out_late.load(),
+             (unsigned long long)ga_activity_stat(GA_SC_OUTSIDE_WINDOWS));
 #ifdef GA_BENCH_BUILD
     if (GA_EXP(internal))
         ga_debug("internal launches (pid %d): %llu INTERNAL_LAUNCH_API records", (int)getpid(),

@@ -260,7 +260,7 @@ extern "C" GA_EXPORT uint64_t gpu_agent_shim_counter(int which) {
     case GA_SC_EXEC_NODES:
     case GA_SC_DESTROY_QUEUE:
     case GA_SC_DESTROYS_DROPPED: return ga_graph_stat(which);
-    case GA_SC_IN_WINDOW: return (uint64_t)ga_window_on.load();
+    case GA_SC_IN_WINDOW: return (uint64_t)(ga_window_on.load() == GA_WIN_OPEN);
     case GA_SC_UNWEIGHTED: return ga_stat_unweighted.load();
     case GA_SC_HELD_OVERFLOW: return ga_stat_held_overflow.load();
     case GA_SC_UNSEEN: return ga_stat_unseen.load();

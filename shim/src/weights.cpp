@@ -118,8 +118,20 @@ void ga_window_note_launch(uint32_t correlation_id) noexcept {
                                             std::memory_order_relaxed);
 }
 
-uint32_t ga_window_period_of(uint32_t correlation_id, bool *unseen) noexcept {
+/* The period of a launch at a window's edge: none. */
+#define OUTSIDE 0xffffffffu
+
+void ga_window_note_outside(uint32_t correlation_id) noexcept {
+    g_corr_period[correlation_id & (CORR_TAB - 1)].store((uint64_t)correlation_id << 32 | OUTSIDE,
+                                                         std::memory_order_relaxed);
+}
+
+uint32_t ga_window_period_of(uint32_t correlation_id, bool *unseen, bool *outside) noexcept {
     uint64_t v = g_corr_period[correlation_id & (CORR_TAB - 1)].load(std::memory_order_relaxed);
+    if ((uint32_t)(v >> 32) == correlation_id && (uint32_t)v == OUTSIDE) {
+        *unseen = *outside = true;
+        return g_period_seq.load(std::memory_order_relaxed);
+    }
     if ((uint32_t)(v >> 32) == correlation_id && (uint32_t)v) return (uint32_t)v;
     /* Not noted: no launch callback saw this launch (a launch path CUPTI reports
      * no callback for), or its entry was overwritten. The current period's, the
