@@ -17,8 +17,9 @@ from support.env import MOCK_APP, MOCK_DIR, SHIM, need_ebpf  # noqa: E402
 # says so and skips): `make unit` runs them, marked `unit`, in about a minute.
 UNIT_MODULES = {
     "test_config", "test_contract", "test_elf", "test_estimator", "test_export", "test_hot_path",
-    "test_install_shim", "test_k8s", "test_layout", "test_metrics", "test_mock_cuda", "test_names", "test_nanotrace",
-    "test_pprof", "test_python_layout", "test_shim_unit", "test_symbolize", "test_trace_writers",
+    "test_inkernel_place", "test_install_shim", "test_k8s", "test_layout", "test_metrics", "test_mock_cuda",
+    "test_names", "test_nanotrace", "test_pprof", "test_python_layout", "test_shim_unit", "test_symbolize",
+    "test_trace_writers",
 }
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from gpu_agent.timeline import nanotrace as nt
 from gpu_agent.timeline.nanotrace.model import KERNEL, THREAD_BLOCK, WARP
+from support.nanotrace_files import v1_file
 
 
 def sample_trace() -> nt.Nanotrace:
@@ -83,25 +84,6 @@ def test_clocks_map_globaltimer_through_cupti_to_the_reference():
     t.snapshots = [s for s in t.snapshots if s[0] != 2]
     with pytest.raises(nt.NanotraceError, match="no snapshot"):
         nt.to_reference(t, 3, 5)
-
-
-def v1_file(compressed: bool, events_per_lane: int = 2) -> bytes:
-    """A version 1 file laid out as cutedsl-trace's viewer reads it (visualizer/parser.js)."""
-    def s(text: str) -> bytes:
-        return struct.pack("<H", len(text)) + text.encode()
-    body = s("my_kernel") + struct.pack("<3I3I", 2, 1, 1, 1, 1, 1)
-    formats = [("Warp {lane}", "", 0), ("tma load", "stage {0}", 1), ("mma", "", 0)]
-    body += struct.pack("<IIIQ", len(formats), 2, 4, 4 * events_per_lane)
-    for label, tip, n in formats:
-        body += s(label) + s(tip) + bytes([n])
-    body += struct.pack("<IIHH", 0, 0, 3, 0) + struct.pack("<IIHH", 1, 0, 7, 0)
-    for block in range(2):
-        for lane in (0, 32):
-            body += struct.pack("<IHI", block, 0, lane) + struct.pack("<I", events_per_lane)
-            for k in range(events_per_lane):
-                fmt = 1 + k % 2
-                body += struct.pack("<IIH", 100 * k + lane, 40, fmt) + (struct.pack("<I", k) if fmt == 1 else b"")
-    return b"nanotrace\0" + bytes([1, int(compressed)]) + (zlib.compress(body) if compressed else body)
 
 
 @pytest.mark.parametrize("compressed", [False, True])

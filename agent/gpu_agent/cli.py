@@ -9,7 +9,7 @@ import sys
 
 from . import __version__
 from .commands import config
-from .commands import health, install_shim, record, run, shim_path, trace, ui
+from .commands import health, install_shim, record, run, shim_path, timeline, trace, ui
 from .probes.paths import MissingPartError
 from .probes.preflight import PreflightError
 from .probes.shim_attach import BpfError
@@ -26,6 +26,7 @@ EXAMPLES = {
                "gpu-agent record --trace run.perfetto-trace -- ./my_cuda_app",
                "go tool pprof -top gpu.pb.gz                    # read it"],
     "trace": ["gpu-agent trace --pid 1234 --duration 5s -o now.perfetto-trace"],
+    "timeline": ["gpu-agent timeline merge run.ndjson gemm.nanotrace -o run.perfetto-trace"],
     "ui": ["gpu-agent ui --profiles ./profiles              # then open http://127.0.0.1:7071"],
     "health": ["gpu-agent health && echo ready"],
     "shim-path": ["CUDA_INJECTION64_PATH=$(gpu-agent shim-path) python train.py"],
@@ -53,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="agent log verbosity on stderr (default warning)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for mod in (run, record, trace, shim_path, install_shim, health, ui):
+    for mod in (run, record, trace, timeline, shim_path, install_shim, health, ui):
         mod.add_parser(sub)
     helps = {a.dest: a.help for a in sub._choices_actions}
     for name, p in sub.choices.items():

@@ -16,6 +16,8 @@ package registry).
   fault     the teardown's fault run: 1 000 window cycles beside 4 launching threads
             and a graph thread, processes exiting mid-window, the agent restarted
             10 times (bench/gpu/fault_run.py)
+  globaltimer  %globaltimer against CUPTI's kernel times, and a .nanotrace merged
+            into a real capture (bench/gpu/globaltimer.py)
   table     the overhead table of a JSONL file written before
 Results go, as JSON lines, to --jsonl (appended).
 """
@@ -29,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.gpu import fault_run, fidelity, inprocess, overhead
+from bench.gpu import fault_run, fidelity, globaltimer, inprocess, overhead
 from bench.gpu.cases import STEPS, WORKLOADS
 from bench.gpu.harness import case_command, clean_env, profile_kernels, profile_stacks, python_share
 
@@ -154,8 +156,10 @@ def main(argv=None) -> None:
     fr = sub.add_parser("fault", help=fault_run.__doc__.split("\n")[0])
     fr.add_argument("out", help="directory for its profiles, stderr and fault.jsonl")
     fr.add_argument("--cycles", type=int, default=1000, help="teardowns before the graph thread starts")
+    g = sub.add_parser("globaltimer", help=globaltimer.__doc__.split("\n")[0])
+    g.add_argument("--launches", type=int, default=200, help="launches of the stamping kernel")
     t = sub.add_parser("table", help="print the overhead table of --jsonl")
-    for p in (o, f, t):
+    for p in (o, f, g, t):
         p.add_argument("--jsonl", default="bench-gpu.jsonl", help="results, appended")
     a = ap.parse_args(argv)
     for w in filter(None, getattr(a, "workloads", "").split(",")):
@@ -178,6 +182,8 @@ def main(argv=None) -> None:
         smoke(a)
     elif a.cmd == "fault":
         sys.exit(fault_run.main([a.out, str(a.cycles)]))
+    elif a.cmd == "globaltimer":
+        globaltimer.run(a)
     else:
         overhead.print_table(a.jsonl)
 

@@ -30,7 +30,7 @@ class _Interned:
         kind = a.WhichOneof("value")
         if kind == "string_value_iid":
             return self.name("debug_annotation_string_values", a.string_value_iid)
-        if kind in ("uint_value", "int_value", "bool_value", "string_value"):
+        if kind in ("uint_value", "int_value", "bool_value", "string_value", "double_value"):
             return getattr(a, kind)
         return [self.value(x) for x in a.array_values]
 

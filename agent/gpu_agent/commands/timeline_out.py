@@ -10,7 +10,7 @@ from pathlib import Path
 from ..timeline.collect import DEFAULT_RING, RETENTIONS
 from .common import output_error, positive_int
 
-TRACE_FORMATS = ("perfetto", "chrome")
+TRACE_FORMATS = ("perfetto", "chrome", "nanotrace")
 # The BPF ring buffer while a timeline is captured: on an H100, a CUDA-graph replay
 # loop made about 76 000 kernels a second, and 4 MiB lost half of their events.
 RINGBUF_MIB = 128
@@ -22,8 +22,9 @@ def add_arguments(p, trace_flag: str = "--trace") -> None:
                    help="write a timeline of every kernel (Perfetto's protobuf trace; "
                         "--trace-format chrome for chrome://tracing)")
     p.add_argument("--trace-format", choices=TRACE_FORMATS, default="perfetto",
-                   help="the --trace file's format: perfetto (protobuf, for ui.perfetto.dev; default) "
-                        "or chrome (JSON, for chrome://tracing and speedscope)")
+                   help="the --trace file's format: perfetto (protobuf, for ui.perfetto.dev; default), "
+                        "chrome (JSON, for chrome://tracing and speedscope) or nanotrace (version 4, for "
+                        "the nanotrace viewer)")
     p.add_argument("--events", type=Path, default=None, metavar="FILE.ndjson",
                    help="write one JSON line per kernel, stacks once each (docs/events.schema.json)")
     p.add_argument("--events-mode", choices=EVENTS_MODES, default="dedup",
@@ -32,6 +33,10 @@ def add_arguments(p, trace_flag: str = "--trace") -> None:
     p.add_argument("--store", type=Path, default=None, metavar="DIR",
                    help="also put the timeline, as a Perfetto trace, into this profile store "
                         "(gpu-agent run's --output-dir): `gpu-agent ui` shows it on its Timeline tab")
+    p.add_argument("--nanotrace", action="append", default=[], metavar="FILE[@N]",
+                   help="put a .nanotrace file's in-kernel events (cutedsl-trace's version 1, nanotrace's "
+                        "version 4) under the kernel that ran them in the --trace timeline; @N: the N-th "
+                        "launch of its kernel (repeatable)")
     p.add_argument("--ring", type=positive_int, default=DEFAULT_RING, metavar="EVENTS",
                    help=f"kernel events kept (default {DEFAULT_RING}); what happens when it is "
                         "full: --retention")
@@ -56,6 +61,8 @@ def unwritable(args) -> str:
         why = output_error(path)
         if why:
             return why
+    if getattr(args, "nanotrace", None) and not (args.trace or args.store):
+        return "--nanotrace goes into a timeline: give --trace FILE (or --store DIR)"
     if args.store is not None and (args.store.is_symlink() or not args.store.is_dir()):
         return f"--store {args.store} is not a directory"
     return ""
@@ -74,16 +81,37 @@ def summary(timeline) -> str:
     return text
 
 
+def merge_nanotrace(timeline, files: list[str]) -> None:
+    """Place each .nanotrace file under its kernel; one line each, on stderr."""
+    from ..timeline.inkernel import parse_spec, place_all
+    for line in place_all(timeline, [parse_spec(f) for f in files]):
+        print(f"gpu-agent: nanotrace: {line}", file=sys.stderr)
+
+
+def write_trace(timeline, path: Path, fmt: str) -> None:
+    """The timeline as one trace file in one of TRACE_FORMATS."""
+    if fmt == "chrome":
+        from ..timeline.chrome_trace import write_chrome
+        write_chrome(timeline, path)
+    elif fmt == "nanotrace":
+        from ..timeline.nanotrace_trace import write_nanotrace
+        write_nanotrace(timeline, path)
+    else:
+        from ..timeline.perfetto_trace import write_perfetto
+        write_perfetto(timeline, path)
+
+
 def write(args, timeline) -> list[Path]:
     written = []
+    if getattr(args, "nanotrace", None):
+        merge_nanotrace(timeline, args.nanotrace)
     store, stored = None, False   # root's file in root's store: not handed to the invoker
     if args.store is not None:
         from ..profile.store import TRACE_SUFFIX, file_name
         store = args.store / file_name(timeline.ended_ns or time.time_ns(), TRACE_SUFFIX)
     if args.trace:
-        if args.trace_format == "chrome":
-            from ..timeline.chrome_trace import write_chrome
-            write_chrome(timeline, args.trace)
+        if args.trace_format != "perfetto":
+            write_trace(timeline, args.trace, args.trace_format)
         else:  # and the store's copy from the same bytes
             from ..timeline.perfetto_trace import write_perfetto
             write_perfetto(timeline, args.trace, *([store] if store else []))

@@ -35,3 +35,56 @@ def open_regular(path: str, follow_symlinks: bool = True) -> Optional[tuple[int,
         os.close(fd)
         return None
     return fd, st
+
+
+def invoker() -> Optional[tuple[int, set[int]]]:
+    """(uid, gids) of the user who ran this root process through sudo; None when
+    not root or not run through sudo (then the process reads as itself)."""
+    import pwd
+    if os.geteuid() != 0 or "SUDO_UID" not in os.environ:
+        return None
+    try:
+        uid, gid = int(os.environ["SUDO_UID"]), int(os.environ.get("SUDO_GID", "-1"))
+        name = pwd.getpwuid(uid).pw_name
+        return uid, set(os.getgrouplist(name, gid)) | {gid}
+    except (KeyError, ValueError, OSError):
+        return None
+
+
+def _may(st: os.stat_result, who: tuple[int, set[int]], bits: tuple[int, int, int]) -> bool:
+    uid, gids = who
+    if st.st_uid == uid:
+        return bool(st.st_mode & bits[0])
+    if st.st_gid in gids:
+        return bool(st.st_mode & bits[1])
+    return bool(st.st_mode & bits[2])
+
+
+def open_for_invoker(path: str) -> tuple[int, os.stat_result]:
+    """A file a user named on the command line of a root command, opened as
+    open_regular does, and only if that user (sudo's invoker) could read it: the
+    file's own mode, and search permission on every directory above it, checked on
+    the path the open file really has. OSError with the reason otherwise."""
+    got = open_regular(path)
+    if got is None:
+        import errno
+        if not os.path.lexists(path):
+            raise OSError(errno.ENOENT, os.strerror(errno.ENOENT))
+        raise OSError(f"{path}: not a readable regular file")
+    fd, st = got
+    who = invoker()
+    if who is None:
+        return fd, st
+    real = os.readlink(f"/proc/self/fd/{fd}")
+    ok = _may(st, who, (stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH))
+    d = os.path.dirname(real)
+    while ok and d and d != "/":
+        try:
+            ok = _may(os.stat(d), who, (stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH))
+        except OSError:
+            ok = False
+        d = os.path.dirname(d)
+    if not ok:
+        os.close(fd)
+        raise OSError(f"{path}: user {who[0]}, who ran this through sudo, may not read it")
+    return fd, st

@@ -14,6 +14,7 @@ _WRITERS = {
     "write_perfetto": "perfetto_trace",
     "write_chrome": "chrome_trace",
     "write_events": "events_ndjson",
+    "write_nanotrace": "nanotrace_trace",
 }
 
 __all__ = list(_WRITERS)

@@ -31,7 +31,7 @@ import json
 
 from ..system.atomic import private_output
 from ..probes.devices import GpuDevice
-from .model import KernelEvent, Timeline
+from .model import InKernel, KernelEvent, Timeline
 from .kernel_fields import (assign_lanes, is_graph_kernel, kernel_end, launch_name, launch_stack_id,
                             sampled_launches, stack_text, stream_label)
 
@@ -149,6 +149,22 @@ class _ChromeWriter:
             self.line({"ph": "f", "bp": "e", "name": "launch", "cat": "cuda",
                        "id": flow, "pid": pid, "tid": tid}, k.start_ns)
 
+    def inkernel(self, ik: InKernel) -> None:
+        """A .nanotrace file's events as a process of their own, one per kernel
+        instance, named after it; a thread per track (its path of CTA and warp)."""
+        k = self.tl.kernels[ik.kernel]
+        pid = next(self.free_pids)
+        self.meta("process_name", pid, None, {"name": f"{k.name or k.mangled} #{k.correlation_id} ({ik.source})"})
+        self.meta("process_sort_index", pid, None, {"sort_index": -(1 << 19) + pid % (1 << 18)})
+        paths: dict[int, str] = {}
+        for t in ik.tracks:
+            paths[t.id] = f"{paths[t.parent]} / {t.name}" if t.parent else t.name
+            self.meta("thread_name", pid, t.id, {"name": paths[t.id]})
+            self.meta("thread_sort_index", pid, t.id, {"sort_index": t.id})
+        for e in ik.events:
+            self.line({"ph": "X", "name": e.name or "event", "cat": "nanotrace", "pid": pid, "tid": e.track,
+                       "args": {str(key): value for key, value in e.args}}, e.start_ns, e.end_ns - e.start_ns)
+
     def launch(self, pid: int, tid: int, ts: int, first: KernelEvent, flows: list[int]) -> None:
         self.thread(pid, tid)
         args: dict = {"correlation_id": first.correlation_id, "kernel": first.name or first.mangled,
@@ -210,6 +226,8 @@ def write_chrome(timeline: Timeline, path) -> None:
             w.launch(pid, tid, ts, first, fl)
         for i, k in enumerate(tl.kernels):
             w.kernel(k, lanes[i], flows.get(i))
+        for ik in tl.inkernel:
+            w.inkernel(ik)
         w.drops()
         other = {"clock": tl.clock, "host": tl.host, "ts_origin_ns": origin, "started_ns": tl.started_ns,
                  "ended_ns": tl.ended_ns, "generator": "gpu-agent",

@@ -128,6 +128,7 @@ class TimelineCollector:
                         ("impossible", self.refused), ("cupti", counters.get("drop_cupti", 0))):
             if n:
                 tl.drops.append(Drop(what, int(n)))
+        tl.monotonic_raw_pair = (time.time_ns(), time.clock_gettime_ns(time.CLOCK_MONOTONIC_RAW))
         if any(c.clock_offset(pid) == 0 for pid in tl.processes):
             tl.clock = "CUPTI"  # a process whose devices were never announced: no mapping
         return tl

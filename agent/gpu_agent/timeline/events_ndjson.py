@@ -10,6 +10,7 @@ Lines, in order:
   that refers to it;
 - one "kernel" per kernel, in the Timeline's order;
 - one "drop" per Timeline drop, last (drops are totals of the capture).
+read_events reads such a file back into a Timeline (`gpu-agent timeline merge`).
 
 Modes: "dedup" (the default) refers to stacks by id (stack_id,
 replay_stack_id); "full" writes each kernel's frames inline (stack,
@@ -24,7 +25,7 @@ from __future__ import annotations
 import json
 
 from ..system.atomic import private_output
-from .model import SCHEMA_VERSION, Frame, KernelEvent, Timeline
+from .model import SCHEMA_VERSION, Drop, Frame, KernelEvent, Timeline
 
 MODES = ("dedup", "full", "nostack")
 
@@ -47,6 +48,7 @@ def header(tl: Timeline, mode: str) -> dict:
                     for (pid, tid), name in sorted(tl.threads.items())],
         "devices": [{"pid": pid, "ordinal": d.ordinal, "uuid": d.uuid, "model": d.model}
                     for (pid, _), d in sorted(tl.devices.items())],
+        **({"monotonic_raw_pair": list(tl.monotonic_raw_pair)} if tl.monotonic_raw_pair else {}),
     }
 
 
@@ -109,3 +111,82 @@ def write_events(timeline: Timeline, path, mode: str = "dedup") -> None:
             if d.pid is not None:
                 line["pid"] = d.pid
             out.write(dump(line) + "\n")
+
+
+class EventsError(ValueError):
+    """A file that is not NDJSON kernel events we can read, in one line."""
+
+
+MAX_LINE = 1 << 20          # bytes of one line
+MAX_LINES = 20_000_000
+
+
+def read_events(path) -> Timeline:
+    """A file write_events wrote, as a Timeline (EventsError: what is wrong, where)."""
+    from ..probes.devices import GpuDevice
+    tl: Timeline | None = None
+    inline: dict[tuple, int] = {}   # "full" mode's stacks -> the ids given them
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise EventsError(f"{path}: {e.strerror}") from None
+    with f:
+        for n, raw in enumerate(iter(lambda: f.readline(MAX_LINE + 1), b""), 1):
+            where = f"{path}:{n}"
+            if len(raw) > MAX_LINE or n > MAX_LINES:
+                raise EventsError(f"{where}: a line longer than {MAX_LINE} bytes, or more than {MAX_LINES} lines")
+            try:
+                line = json.loads(raw)
+                kind = line["type"]
+                if tl is None:
+                    if kind != "header":
+                        raise EventsError(f"{where}: no header line first: not a gpu-agent events file")
+                    tl = Timeline(host=str(line["host"]), started_ns=int(line["started_ns"]),
+                                  ended_ns=int(line["ended_ns"]), clock=str(line["clock"]))
+                    tl.processes = {int(p["pid"]): str(p["comm"]) for p in line["pids"]}
+                    tl.threads = {(int(t["pid"]), int(t["tid"])): str(t["name"]) for t in line["threads"]}
+                    tl.devices = {(int(d["pid"]), int(d["ordinal"])): GpuDevice(int(d["ordinal"]), str(d["uuid"]),
+                                                                                str(d["model"]))
+                                  for d in line["devices"]}
+                    pair = line.get("monotonic_raw_pair")
+                    tl.monotonic_raw_pair = (int(pair[0]), int(pair[1])) if pair else None
+                elif kind == "callstack_def":
+                    tl.stacks[int(line["id"])] = [_read_frame(x) for x in line["frames"]]
+                elif kind == "kernel":
+                    tl.kernels.append(_read_kernel(tl, line, inline))
+                elif kind == "drop":
+                    tl.drops.append(Drop(str(line["what"]), int(line["count"]),
+                                         int(line["pid"]) if "pid" in line else None))
+            except EventsError:
+                raise
+            except (ValueError, KeyError, TypeError, IndexError) as e:
+                raise EventsError(f"{where}: not a gpu-agent event line ({type(e).__name__}: {e})"[:300]) from None
+    if tl is None:
+        raise EventsError(f"{path}: empty: not a gpu-agent events file")
+    return tl
+
+
+def _read_frame(x: dict) -> Frame:
+    return Frame(str(x["name"]), str(x["kind"]), str(x["file"]), int(x["line"]))
+
+
+def _read_kernel(tl: Timeline, x: dict, inline: dict) -> KernelEvent:
+    k = KernelEvent(pid=int(x["pid"]), start_ns=int(x["start_ns"]), end_ns=int(x["end_ns"]), name=str(x["name"]),
+                    mangled=str(x["mangled"]), device=int(x["device"]), stream=int(x["stream"]),
+                    context=int(x["context"]), correlation_id=int(x["correlation_id"]),
+                    graph_id=int(x["graph_id"]), graph_node_id=int(x["graph_node_id"]),
+                    grid=tuple(map(int, x["grid"]))[:3] if "grid" in x else None,
+                    block=tuple(map(int, x["block"]))[:3] if "block" in x else None,
+                    launch_tid=int(x["launch_tid"]) if "launch_tid" in x else None,
+                    launch_ns=int(x["launch_ns"]) if "launch_ns" in x else None)
+    for key in ("stack", "replay_stack"):
+        if key + "_id" in x:
+            sid = int(x[key + "_id"])
+        elif key in x:      # "full" mode: stacks inline, given ids here
+            frames = [_read_frame(f) for f in x[key]]
+            sid = inline.setdefault(tuple(frames), len(tl.stacks) + 1)
+            tl.stacks.setdefault(sid, frames)
+        else:
+            continue
+        setattr(k, "stack_id" if key == "stack" else "replay_stack_id", sid)
+    return k

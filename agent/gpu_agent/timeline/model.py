@@ -56,6 +56,36 @@ class Drop:
 
 
 @dataclass
+class InKernelTrack:
+    """A track of in-kernel events (a CTA, a warp, a lane) under its kernel: parent 0
+    is the kernel itself."""
+    id: int
+    parent: int
+    name: str
+
+
+@dataclass(slots=True)
+class InKernelEvent:
+    track: int
+    start_ns: int                 # CLOCK_REALTIME, inside the kernel's slice
+    end_ns: int
+    name: str
+    args: list = field(default_factory=list)   # [(name, value)]
+
+
+@dataclass
+class InKernel:
+    """One `.nanotrace` file's events, placed under one kernel of the timeline
+    (timeline/inkernel.py): `kernel` indexes Timeline.kernels."""
+    kernel: int
+    source: str                   # the file, as named on the command line
+    placed_by: str                # "clock" or "name, grid and order"
+    tracks: list[InKernelTrack] = field(default_factory=list)   # parents before children
+    events: list[InKernelEvent] = field(default_factory=list)
+    clamped: int = 0              # events cut to the kernel's slice
+
+
+@dataclass
 class Timeline:
     host: str
     started_ns: int                       # CLOCK_REALTIME: the capture's start
@@ -67,6 +97,10 @@ class Timeline:
     stacks: dict[int, list[Frame]] = field(default_factory=dict)         # id -> frames, leaf first
     kernels: list[KernelEvent] = field(default_factory=list)
     drops: list[Drop] = field(default_factory=list)
+    inkernel: list[InKernel] = field(default_factory=list)
+    # CLOCK_REALTIME and CLOCK_MONOTONIC_RAW read together at the capture's end: a
+    # version 4 .nanotrace's reference clock (MonotonicRaw) onto this timeline's
+    monotonic_raw_pair: Optional[tuple[int, int]] = None
 
     def device_of(self, k: KernelEvent) -> GpuDevice:
         return self.devices.get((k.pid, k.device), GpuDevice(k.device))

@@ -34,7 +34,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
 from ..system.atomic import private_output
-from .model import Frame, KernelEvent, Timeline
+from .model import Frame, InKernel, KernelEvent, Timeline
 from .kernel_fields import (assign_lanes, device_label, is_graph_kernel, kernel_args, kernel_end,
                             launch_name, launch_stack_id, sampled_launches, stack_text, stream_label)
 
@@ -258,6 +258,8 @@ class _PerfettoWriter:
             a.bool_value = value
         elif isinstance(value, str):
             a.string_value_iid = self.interner.string("debug_annotation_string_values", value)
+        elif isinstance(value, (int, float)):   # an in-kernel event's floating argument
+            a.double_value = float(value)
         else:                                   # a list: grid, block, stack text
             for item in value:
                 self._set_value(a.array_values.add(), item)
@@ -295,6 +297,26 @@ class _PerfettoWriter:
             e.terminating_flow_ids.append(flow)
         self._send_event(begin)
         self._send_event(self._event(kernel_end(k), track, pb.TrackEvent.TYPE_SLICE_END))
+
+    def inkernel(self, n: int, ik: InKernel, lane: int) -> None:
+        """A .nanotrace file's tracks as child tracks of the kernel's stream, named
+        after the kernel (its CTAs, their warps inside), and their slices."""
+        k = self.tl.kernels[ik.kernel]
+        stream = self.stream_track(k, lane)
+        label = f"{k.name or k.mangled} #{k.correlation_id}"
+        uuids = {0: stream}
+        for t in ik.tracks:
+            def fill(d, t=t):
+                d.parent_uuid = uuids[t.parent]
+                d.name = f"{label}: {t.name}" if t.parent == 0 else t.name
+                d.sibling_order_rank = t.id
+            uuids[t.id] = self._descriptor(_uid(self.tl.host, "inkernel", n, t.id), fill)
+        for e in ik.events:
+            begin = self._event(e.start_ns, uuids[e.track], pb.TrackEvent.TYPE_SLICE_BEGIN, e.name or "event")
+            for key, value in e.args:
+                self._annotate(begin.track_event, str(key), value)
+            self._send_event(begin)
+            self._send_event(self._event(e.end_ns, uuids[e.track], pb.TrackEvent.TYPE_SLICE_END))
 
     def launch(self, pid: int, tid: int, ts: int, first: KernelEvent, flows: list[int]) -> None:
         """One instant per sampled launch call; a graph launch's kernels all
@@ -366,5 +388,7 @@ def write_perfetto(timeline: Timeline, path, *copies) -> None:
             w.launch(pid, tid, ts, first, fl)
         for i, k in enumerate(tl.kernels):
             w.kernel(k, lanes[i], flows.get(i))
+        for n, ik in enumerate(tl.inkernel):
+            w.inkernel(n, ik, lanes[ik.kernel])
         w.drops()
 

@@ -19,6 +19,7 @@ line that says what and where. write_v4 writes the model back as version 4.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from .clocks import to_reference
@@ -30,13 +31,16 @@ __all__ = ["Event", "Nanotrace", "NanotraceError", "Track", "encode_v4", "parse"
 
 
 def read(path) -> Nanotrace:
-    """A .nanotrace file of version 1 or 4 (NanotraceError: what is wrong)."""
+    """A .nanotrace file of version 1 or 4 (NanotraceError: what is wrong). Under
+    sudo only a regular file the invoking user may read (system/safe_open.py)."""
+    from ...system.safe_open import open_for_invoker
     path = Path(path)
     try:
-        with open(path, "rb") as f:
+        fd, _ = open_for_invoker(str(path))
+        with os.fdopen(fd, "rb") as f:
             data = f.read(MAX_FILE + 1)
     except OSError as e:
-        raise NanotraceError(f"{path}: {e.strerror}") from None
+        raise NanotraceError(str(e) if not e.strerror else f"{path}: {e.strerror}") from None
     if len(data) > MAX_FILE:
         raise NanotraceError(f"{path}: larger than {MAX_FILE >> 20} MiB")
     return parse(data, str(path))

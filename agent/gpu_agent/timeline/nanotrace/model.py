@@ -64,6 +64,8 @@ class Nanotrace:
     kernel: str = ""
     grid: tuple = ()
     cluster: tuple = ()
+    # clocks.py's snapshot edges by source clock, built on first use (with the list they came from)
+    edges: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def absolute(self) -> bool:

@@ -1,0 +1,211 @@
+"""`.nanotrace` files' in-kernel events (per CTA, per warp) placed under the kernels
+of a Timeline that ran them (`record --nanotrace`, `timeline merge`).
+
+- Version 4 carries clock snapshots: its events go onto the session's reference
+  clock (CLOCK_MONOTONIC_RAW, docs/nanotrace.md) and from there onto the
+  timeline's CLOCK_REALTIME by the pair the capture read (Timeline.monotonic_raw_pair);
+  each of its kernels goes under the kernel of the same name that started nearest
+  (within MATCH_NS).
+- Version 1 has no absolute time: its one kernel goes under a kernel of the same
+  name and grid, the n-th such launch for the n-th file of that kernel (or FILE@N),
+  its times offsets from that kernel's start. So does a version 4 file whose clocks
+  do not reach CLOCK_MONOTONIC_RAW.
+Events are kept inside their kernel's slice (the ones cut to it are counted).
+Every file gets one line: where it went, or why nowhere."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from .kernel_fields import kernel_end
+from .model import InKernel, InKernelEvent, InKernelTrack, KernelEvent, Timeline
+from .nanotrace import Nanotrace, NanotraceError, read, to_reference
+from .nanotrace.model import KERNEL
+
+BY_CLOCK, BY_ORDER = "clock", "name, grid and order"
+MONOTONIC_RAW = 0          # version 4's clock kind
+MATCH_NS = 1_000_000       # a version 4 kernel this far from every same-named start matches none
+MAX_PLACED_EVENTS = 5_000_000   # over all files of one timeline
+
+
+@dataclass
+class Spec:
+    path: str
+    launch: Optional[int] = None    # FILE@N: the N-th launch (1-based) of its kernel
+
+
+def parse_spec(text: str) -> Spec:
+    m = re.fullmatch(r"(.+)@([1-9]\d{0,8})", text)
+    return Spec(m.group(1), int(m.group(2))) if m else Spec(text)
+
+
+def base_name(name: str) -> str:
+    """A kernel's bare name: no return type, arguments, template arguments or scopes."""
+    name = name.split("(", 1)[0].strip()
+    depth, out = 0, []
+    for ch in name:            # drop <...>, nested
+        depth += ch == "<"
+        if not depth:
+            out.append(ch)
+        depth -= ch == ">" and depth > 0
+    return "".join(out).split()[-1].rsplit("::", 1)[-1] if "".join(out).split() else ""
+
+
+def name_matches(want: str, k: KernelEvent) -> bool:
+    return bool(want) and (want in (k.name, k.mangled) or base_name(want) == base_name(k.name or k.mangled))
+
+
+def place_all(tl: Timeline, specs: list[Spec], reader: Callable[[str], Nanotrace] = read) -> list[str]:
+    """Read and place every file; the lines to say, one per file."""
+    taken: dict[tuple, int] = {}     # (kernel name, grid) -> launches taken in order
+    notes = []
+    for spec in specs:
+        try:
+            nt = reader(spec.path)
+            budget = MAX_PLACED_EVENTS - sum(len(ik.events) for ik in tl.inkernel)
+            if len(nt.events) > budget:
+                raise NanotraceError(f"{spec.path}: {len(nt.events)} events, past the {MAX_PLACED_EVENTS} "
+                                     "of all files together")
+            placed, note = _place(tl, nt, spec, taken)
+        except NanotraceError as e:
+            notes.append(f"{e}; not merged")
+            continue
+        tl.inkernel += placed
+        notes.append(note)
+    return notes
+
+
+def _place(tl: Timeline, nt: Nanotrace, spec: Spec, taken: dict) -> tuple[list[InKernel], str]:
+    if nt.version == 1:
+        return _by_order(tl, nt, spec, taken, nt.kernel, 1, nt.grid)
+    kernels = [t for t in nt.tracks.values() if t.kind == KERNEL]
+    if not kernels:
+        raise NanotraceError(f"{spec.path}: no kernel track")
+    shift = _to_realtime(tl, nt)
+    if shift is None or spec.launch:
+        if len(kernels) > 1:
+            raise NanotraceError(f"{spec.path}: {len(kernels)} kernels and no clock onto the timeline's "
+                                 "(CLOCK_MONOTONIC_RAW): cannot tell which launches they were")
+        return _by_order(tl, nt, spec, taken, _kernel_name(nt, kernels[0]), kernels[0].id, ())
+    placed, said = [], []
+    for kt in kernels:
+        ik, note = _by_clock(tl, nt, spec, kt, shift)
+        said.append(note)
+        if ik:
+            placed.append(ik)
+    return placed, "; ".join(said)
+
+
+def _kernel_name(nt: Nanotrace, kt) -> str:
+    own = next((e.name for e in nt.events if e.track == kt.id and e.name), "")
+    return own or kt.name
+
+
+def _to_realtime(tl: Timeline, nt: Nanotrace) -> Optional[int]:
+    """What to add to a time on the file's reference clock to put it on the timeline's."""
+    ref = nt.clocks.get(nt.reference_clock)
+    if not nt.snapshots or not ref or ref[0] != MONOTONIC_RAW or not tl.monotonic_raw_pair:
+        return None
+    realtime, raw = tl.monotonic_raw_pair
+    return realtime - raw
+
+
+def _subtree(nt: Nanotrace, root: int) -> list:
+    """The tracks under `root` (not itself), parents before children, siblings in order."""
+    children: dict[int, list] = {}
+    for t in nt.tracks.values():
+        children.setdefault(t.parent, []).append(t)
+
+    def below(tid):
+        return sorted(children.get(tid, []), key=lambda t: (t.order, t.source_id, t.id), reverse=True)
+    out, seen, todo = [], {root}, below(root)
+    while todo:
+        t = todo.pop()
+        if t.id not in seen:     # (the reader refuses loops; this never walks one)
+            seen.add(t.id)
+            out.append(t)
+            todo += below(t.id)
+    return out
+
+
+def _fill(ik: InKernel, nt: Nanotrace, root: int, k: KernelEvent, at: Callable[[int, int], int]) -> InKernel:
+    """The tracks under `root` and their events into ik, at(track, time) on the
+    timeline's clock, kept inside the kernel's slice."""
+    lo, hi = k.start_ns, kernel_end(k)
+    ids = {}
+    for t in _subtree(nt, root):
+        ids[t.id] = len(ids) + 1
+        ik.tracks.append(InKernelTrack(ids[t.id], ids.get(t.parent, 0), t.name))
+    for e in nt.events:
+        if e.track not in ids:
+            continue
+        start, end = at(e.track, e.start), at(e.track, e.start + e.duration)
+        s, t = min(max(start, lo), hi), min(max(end, lo), hi)
+        ik.clamped += (s, t) != (start, end)
+        ik.events.append(InKernelEvent(ids[e.track], s, t, e.name, list(e.args)))
+    return ik
+
+
+def _by_order(tl: Timeline, nt: Nanotrace, spec: Spec, taken: dict, name: str, root: int,
+              grid: tuple) -> tuple[list[InKernel], str]:
+    grid = tuple(grid) if grid and any(grid) else ()
+    cands = [i for i, k in enumerate(tl.kernels)
+             if name_matches(name, k) and (not grid or k.grid is None or tuple(k.grid) == grid)]
+    what = f"kernel {name}" + (f" (grid {'x'.join(map(str, grid))})" if grid else "")
+    if not cands:
+        raise NanotraceError(f"{spec.path}: {what} matches no kernel of the timeline")
+    if spec.launch:
+        if spec.launch > len(cands):
+            raise NanotraceError(f"{spec.path}: {what} ran {len(cands)} times, not {spec.launch}")
+        n = spec.launch - 1
+    else:
+        n = taken.get((name, grid), 0)
+        if n >= len(cands):
+            raise NanotraceError(f"{spec.path}: {what} ran {len(cands)} times, each has a file already")
+        taken[(name, grid)] = n + 1
+    k = tl.kernels[cands[n]]
+    origin = _origin(nt, root)
+    ik = _fill(InKernel(cands[n], spec.path, BY_ORDER), nt, root, k,
+               lambda track, ts: k.start_ns + round(_ref(nt, track, ts) - origin))
+    more = f" of {len(cands)} (FILE@N picks another)" if len(cands) > 1 else ""
+    return [ik], (f"{spec.path}: {len(ik.events)} events under {k.name or k.mangled}, launch {n + 1}{more}, "
+                  f"by name{', grid' if grid else ''} and order (the file has no absolute time)" + _cut(ik))
+
+
+def _ref(nt: Nanotrace, track: int, ts: int) -> float:
+    """A time of a track on the file's reference clock (version 1: the kernel's)."""
+    if nt.version == 1:
+        return ts
+    return to_reference(nt, nt.tracks[track].clock, ts)
+
+
+def _origin(nt: Nanotrace, root: int) -> float:
+    """Where the kernel starts on the reference clock: its own slice, else its
+    earliest event (version 1: offsets start at the kernel's start)."""
+    if nt.version == 1:
+        return 0
+    own = [e for e in nt.events if e.track == root]
+    under = {t.id for t in _subtree(nt, root)}
+    evs = own or [e for e in nt.events if e.track in under]
+    return min((_ref(nt, e.track, e.start) for e in evs), default=0)
+
+
+def _by_clock(tl: Timeline, nt: Nanotrace, spec: Spec, kt, shift: int) -> tuple[Optional[InKernel], str]:
+    name = _kernel_name(nt, kt)
+    start = round(_origin(nt, kt.id)) + shift   # (integers: a float of 1.8e18 ns is 256 ns coarse)
+    cands = [(abs(k.start_ns - start), i) for i, k in enumerate(tl.kernels) if name_matches(name, k)]
+    if not cands or min(cands)[0] > MATCH_NS:
+        near = f" (the nearest started {min(cands)[0] / 1e6:.3f} ms away)" if cands else ""
+        return None, f"{spec.path}: kernel {name} at its clock matches no kernel of the timeline{near}; not merged"
+    off, i = min(cands)
+    k = tl.kernels[i]
+    ik = _fill(InKernel(i, spec.path, BY_CLOCK), nt, kt.id, k, lambda track, ts: round(_ref(nt, track, ts)) + shift)
+    return ik, (f"{spec.path}: {len(ik.events)} events under {k.name or k.mangled} (correlation id "
+                f"{k.correlation_id}), by its clock snapshots: its start {off / 1e3:.1f} us from CUPTI's"
+                + _cut(ik))
+
+
+def _cut(ik: InKernel) -> str:
+    return f"; {ik.clamped} cut to the kernel's slice" if ik.clamped else ""

@@ -1,0 +1,111 @@
+// globaltimer: in-kernel events from %globaltimer, as cutedsl-trace and
+// nanotrace-cuda record them, for `python -m bench.gpu globaltimer`.
+//
+// Usage: globaltimer OUT LAUNCHES. Writes OUT, text:
+//   res MIN_STEP_NS CHANGES SPAN_NS      one thread reading %globaltimer 1<<20 times
+//   snap GLOBALTIMER RAW_LO RAW_HI       a 1-thread kernel's %globaltimer between two
+//                                        CLOCK_MONOTONIC_RAW reads (launch..sync); the
+//                                        best of 50, before and after the launches
+//   ev LAUNCH CTA WARP T0 T1 T2          each warp of each launch of `work`: phase
+//                                        "load" [T0, T1], "mma" [T1, T2]
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define CTAS 8
+#define WARPS 4
+
+__device__ __forceinline__ uint64_t gt() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__global__ void stamp(uint64_t *out) { out[0] = gt(); }
+
+__global__ void resolution(uint64_t *out, int n) {
+    uint64_t t0 = gt(), prev = t0, min_step = ~0ull, changes = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t t = gt();
+        if (t != prev) {
+            if (t - prev < min_step) min_step = t - prev;
+            changes++;
+            prev = t;
+        }
+    }
+    out[0] = min_step, out[1] = changes, out[2] = prev - t0;
+}
+
+__global__ void work(uint64_t *ev, int iters) {
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float acc = (float)lane;
+    uint64_t t0 = gt();
+    for (int i = 0; i < iters; i++) acc = acc * 1.0001f + 0.5f;
+    uint64_t t1 = gt();
+    for (int i = 0; i < iters * (1 + warp); i++) acc = acc * 0.9999f + 0.25f;
+    uint64_t t2 = gt();
+    if (lane == 0) {
+        uint64_t *e = ev + ((size_t)blockIdx.x * WARPS + warp) * 4;
+        e[0] = t0, e[1] = t1, e[2] = t2, e[3] = acc > 1e30f;
+    }
+}
+
+static uint64_t raw_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_RAW, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+static void snap(FILE *f, uint64_t *d) {
+    uint64_t best_gt = 0, best_lo = 0, best_hi = ~0ull;
+    for (int i = 0; i < 50; i++) {
+        uint64_t lo = raw_ns();
+        stamp<<<1, 1>>>(d);
+        cudaDeviceSynchronize();
+        uint64_t hi = raw_ns(), g;
+        cudaMemcpy(&g, d, 8, cudaMemcpyDeviceToHost);
+        if (hi - lo < best_hi - best_lo) best_gt = g, best_lo = lo, best_hi = hi;
+    }
+    fprintf(f, "snap %llu %llu %llu\n", (unsigned long long)best_gt, (unsigned long long)best_lo,
+            (unsigned long long)best_hi);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: globaltimer OUT LAUNCHES\n");
+        return 2;
+    }
+    int launches = atoi(argv[2]);
+    FILE *f = fopen(argv[1], "w");
+    uint64_t *d, *ev, r[3];
+    size_t per = (size_t)CTAS * WARPS * 4;
+    cudaMalloc(&d, 64);
+    cudaMalloc(&ev, per * launches * 8);
+    resolution<<<1, 1>>>(d, 1 << 20);
+    cudaMemcpy(r, d, sizeof r, cudaMemcpyDeviceToHost);
+    fprintf(f, "res %llu %llu %llu\n", (unsigned long long)r[0], (unsigned long long)r[1], (unsigned long long)r[2]);
+    snap(f, d);
+    for (int i = 0; i < launches; i++) {
+        work<<<CTAS, WARPS * 32>>>(ev + per * i, 2000);
+        cudaDeviceSynchronize();   // one at a time: each launch's events are its own
+    }
+    snap(f, d);
+    uint64_t *h = (uint64_t *)malloc(per * launches * 8);
+    cudaMemcpy(h, ev, per * launches * 8, cudaMemcpyDeviceToHost);
+    for (int i = 0; i < launches; i++)
+        for (int c = 0; c < CTAS; c++)
+            for (int w = 0; w < WARPS; w++) {
+                uint64_t *e = h + per * i + ((size_t)c * WARPS + w) * 4;
+                fprintf(f, "ev %d %d %d %llu %llu %llu\n", i, c, w, (unsigned long long)e[0],
+                        (unsigned long long)e[1], (unsigned long long)e[2]);
+            }
+    fclose(f);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) {
+        fprintf(stderr, "globaltimer: %s\n", cudaGetErrorString(err));
+        return 1;
+    }
+    return 0;
+}

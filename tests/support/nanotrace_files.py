@@ -1,0 +1,60 @@
+"""`.nanotrace` files for the tests, laid out as their public writers lay them out:
+version 1 as cutedsl-trace's viewer reads it (visualizer/parser.js at 5db9688),
+version 4 through our writer, on %globaltimer mapped to CLOCK_MONOTONIC_RAW."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+from gpu_agent.timeline import nanotrace as nt
+from gpu_agent.timeline.nanotrace.model import KERNEL, THREAD_BLOCK, WARP
+
+
+def v1_file(compressed: bool = True, events_per_lane: int = 2, kernel: str = "my_kernel",
+            grid: tuple = (2, 1, 1), step: int = 100) -> bytes:
+    """Two CTAs of two lanes (0 and 32); event k of a lane starts at step*k + lane ns
+    and lasts 40 ns."""
+    def s(text: str) -> bytes:
+        return struct.pack("<H", len(text)) + text.encode()
+    body = s(kernel) + struct.pack("<3I3I", *grid, 1, 1, 1)
+    formats = [("Warp {lane}", "", 0), ("tma load", "stage {0}", 1), ("mma", "", 0)]
+    body += struct.pack("<IIIQ", len(formats), 2, 4, 4 * events_per_lane)
+    for label, tip, n in formats:
+        body += s(label) + s(tip) + bytes([n])
+    body += struct.pack("<IIHH", 0, 0, 3, 0) + struct.pack("<IIHH", 1, 0, 7, 0)
+    for block in range(2):
+        for lane in (0, 32):
+            body += struct.pack("<IHI", block, 0, lane) + struct.pack("<I", events_per_lane)
+            for k in range(events_per_lane):
+                fmt = 1 + k % 2
+                body += struct.pack("<IIH", step * k + lane, 40, fmt) + (struct.pack("<I", k) if fmt == 1 else b"")
+    return b"nanotrace\0" + bytes([1, int(compressed)]) + (zlib.compress(body) if compressed else body)
+
+
+GLOBALTIMER_AT_RAW0 = 5_000_000_000   # %globaltimer reads this much more than CLOCK_MONOTONIC_RAW
+
+
+def v4_kernel(kernel: str, start_raw: int, span_ns: int, ctas: int = 2, warps: int = 2) -> nt.Nanotrace:
+    """One kernel (its own slice from start_raw, CLOCK_MONOTONIC_RAW ns, for span_ns)
+    with ctas x warps tracks, each warp two events inside the span, on a
+    %globaltimer clock mapped to CLOCK_MONOTONIC_RAW by two snapshots."""
+    t = nt.Nanotrace(version=4, session="test", reference_clock=1)
+    t.clocks = {1: (0, 0, 0, 1_000_000_000), 3: (3, 0, 0, 1_000_000_000)}
+    g = GLOBALTIMER_AT_RAW0
+    t.snapshots = [(3, 1, start_raw + g - 10_000_000, start_raw - 10_000_000, 100),
+                   (3, 1, start_raw + g + 10_000_000, start_raw + 10_000_000, 100)]
+    t.tracks[1] = nt.Track(1, 0, 3, kernel, KERNEL)
+    t.events.append(nt.Event(1, start_raw + g, span_ns, kernel))
+    tid = 2
+    for cta in range(ctas):
+        t.tracks[tid] = nt.Track(tid, 1, 3, f"CTA {cta}", THREAD_BLOCK, cta)
+        block = tid
+        tid += 1
+        for warp in range(warps):
+            t.tracks[tid] = nt.Track(tid, block, 3, f"warp {warp}", WARP, warp)
+            for k in range(2):
+                t.events.append(nt.Event(tid, start_raw + g + (k + 1) * span_ns // 4, span_ns // 5,
+                                         "mma" if k else "load", args=[("k", k), ("scale", 0.5)]))
+            tid += 1
+    return t

@@ -1,0 +1,229 @@
+"""Placing .nanotrace files under a timeline's kernels (gpu_agent.timeline.inkernel),
+the NDJSON events read back for `timeline merge`, and the merged trace written as
+Perfetto (read back with the perfetto package's protos) and Chrome JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpu_agent.timeline import nanotrace as nt
+from gpu_agent.timeline import write_chrome, write_events, write_nanotrace, write_perfetto
+from gpu_agent.timeline.events_ndjson import EventsError, read_events
+from gpu_agent.timeline.inkernel import BY_CLOCK, BY_ORDER, Spec, base_name, parse_spec, place_all
+from gpu_agent.probes.devices import GpuDevice
+from gpu_agent.timeline.model import Frame, KernelEvent, Timeline
+from support.nanotrace_files import v1_file, v4_kernel
+from support.perfetto_read import read_perfetto
+
+T0 = 1_760_000_000_000_000_000
+RAW0 = 9_000_000_000              # CLOCK_MONOTONIC_RAW when CLOCK_REALTIME read T0
+GEMM = "void gemm_kernel<128>(float*, int)"
+
+
+def timeline(n=3, grid=(2, 1, 1)) -> Timeline:
+    """n launches of gemm_kernel 100 us apart, each 5 us long, one relu between."""
+    tl = Timeline(host="h", started_ns=T0, ended_ns=T0 + 10**9, monotonic_raw_pair=(T0, RAW0))
+    tl.processes = {7: "train"}
+    tl.devices = {(7, 0): GpuDevice(0, "GPU-x", "H100")}
+    tl.stacks = {1: [Frame(GEMM, "kernel"), Frame("step", "python", "/a.py", 3)]}
+    for i in range(n):
+        t = T0 + 1_000_000 + i * 100_000
+        tl.kernels.append(KernelEvent(7, t, t + 5_000, GEMM, "_Z11gemm_kernelILi128EEvPfi", 0, 13, 1, 10 + i,
+                                      grid=grid, block=(128, 1, 1), stack_id=1))
+        tl.kernels.append(KernelEvent(7, t + 6_000, t + 7_000, "relu(float*)", "_Z4reluPf", 0, 13, 1, 50 + i))
+    return tl
+
+
+def files(tmp_path, **named: bytes) -> dict:
+    out = {}
+    for name, data in named.items():
+        (tmp_path / name).write_bytes(data)
+        out[name] = str(tmp_path / name)
+    return out
+
+
+def inside(tl: Timeline) -> bool:
+    return all(tl.kernels[ik.kernel].start_ns <= e.start_ns <= e.end_ns <= tl.kernels[ik.kernel].end_ns
+               for ik in tl.inkernel for e in ik.events)
+
+
+def test_names_and_specs():
+    assert base_name(GEMM) == "gemm_kernel" and base_name("ns::k<a<b>>(int)") == "k"
+    assert base_name("gemm_kernel") == "gemm_kernel" and base_name("") == ""
+    assert parse_spec("a.nanotrace@3") == Spec("a.nanotrace", 3)
+    assert parse_spec("a@b.nanotrace") == Spec("a@b.nanotrace") and parse_spec("x@0") == Spec("x@0")
+
+
+def test_version_1_files_take_their_kernels_launches_in_order(tmp_path):
+    tl = timeline()
+    f = files(tmp_path, a=v1_file(kernel="gemm_kernel"), b=v1_file(kernel="gemm_kernel"),
+              c=v1_file(kernel="gemm_kernel"), d=v1_file(kernel="gemm_kernel"))
+    lines = place_all(tl, [Spec(f["a"]), Spec(f["b"]), Spec(f["c"], 1), Spec(f["d"])])
+    assert [ik.kernel for ik in tl.inkernel] == [0, 2, 0, 4], lines
+    assert all(ik.placed_by == BY_ORDER and len(ik.events) == 8 and not ik.clamped for ik in tl.inkernel)
+    assert "launch 1 of 3 (FILE@N picks another)" in lines[0] and "by name, grid and order" in lines[0]
+    assert "launch 3 of 3" in lines[3]
+    # offsets from the kernel's start, CTAs holding their warps
+    ik = tl.inkernel[1]
+    k = tl.kernels[ik.kernel]
+    assert sorted(e.start_ns - k.start_ns for e in ik.events)[:4] == [0, 0, 32, 32]
+    names = {t.id: t for t in ik.tracks}
+    assert [t.name for t in ik.tracks if t.parent == 0] == ["CTA 0", "CTA 1"]
+    assert all(names[e.track].parent != 0 for e in ik.events)
+    assert inside(tl)
+
+
+def test_what_matches_nothing_is_said_and_merges_nothing(tmp_path):
+    tl = timeline(n=1)
+    f = files(tmp_path, a=v1_file(kernel="other"), b=v1_file(kernel="gemm_kernel", grid=(3, 1, 1)),
+              c=v1_file(kernel="gemm_kernel"), d=v1_file(kernel="gemm_kernel"), e=b"junk",
+              g=v1_file(kernel="gemm_kernel"))
+    lines = place_all(tl, [Spec(f["a"]), Spec(f["b"]), Spec(f["c"]), Spec(f["d"]), Spec(f["e"]),
+                           Spec(f["g"], 2), Spec(str(tmp_path / "missing"))])
+    assert "kernel other (grid 2x1x1) matches no kernel of the timeline; not merged" in lines[0]
+    assert "(grid 3x1x1) matches no kernel" in lines[1]
+    assert "launch 1," in lines[2] and "FILE@N" not in lines[2]
+    assert "ran 1 times, each has a file already; not merged" in lines[3]
+    assert "not a .nanotrace file" in lines[4] and "ran 1 times, not 2" in lines[5]
+    assert "missing" in lines[6] and len(lines) == 7 and all("\n" not in ln for ln in lines)
+    assert len(tl.inkernel) == 1
+
+
+def test_events_past_the_kernel_are_cut_to_its_slice_and_counted(tmp_path):
+    tl = timeline(n=1)
+    f = files(tmp_path, a=v1_file(kernel="gemm_kernel", events_per_lane=4, step=2_000))
+    lines = place_all(tl, [Spec(f["a"])])
+    ik = tl.inkernel[0]
+    assert ik.clamped == 4 and "4 cut to the kernel's slice" in lines[0] and inside(tl)
+
+
+def test_version_4_goes_under_the_launch_its_clock_says(tmp_path):
+    tl = timeline()
+    # the second launch, 1.2 us after CUPTI's start by %globaltimer
+    start_raw = tl.kernels[2].start_ns - T0 + RAW0 + 1_200
+    f = files(tmp_path, a=nt.encode_v4(v4_kernel("gemm_kernel", start_raw, 3_000)),
+              far=nt.encode_v4(v4_kernel("gemm_kernel", start_raw + 50_000_000, 3_000)))
+    lines = place_all(tl, [Spec(f["a"]), Spec(f["far"])])
+    assert [(ik.kernel, ik.placed_by) for ik in tl.inkernel] == [(2, BY_CLOCK)], lines
+    assert "correlation id 11" in lines[0] and "its start 1.2 us from CUPTI's" in lines[0]
+    ik = tl.inkernel[0]
+    assert len(ik.tracks) == 6 and len(ik.events) == 8 and not ik.clamped and inside(tl)
+    k = tl.kernels[2]
+    assert min(e.start_ns for e in ik.events) == k.start_ns + 1_200 + 750
+    assert "matches no kernel of the timeline (the nearest started 49.901 ms away); not merged" in lines[1]
+
+
+def test_version_4_without_a_clock_onto_the_timeline_goes_by_order(tmp_path):
+    tl = timeline()
+    tl.monotonic_raw_pair = None
+    f = files(tmp_path, a=nt.encode_v4(v4_kernel("gemm_kernel", 123_000_000, 3_000)))
+    lines = place_all(tl, [Spec(f["a"], 3)])
+    assert [(ik.kernel, ik.placed_by) for ik in tl.inkernel] == [(4, BY_ORDER)], lines
+    k = tl.kernels[4]
+    assert min(e.start_ns for e in tl.inkernel[0].events) == k.start_ns + 750 and inside(tl)
+
+
+def merged(tmp_path) -> Timeline:
+    tl = timeline()
+    f = files(tmp_path, a=v1_file(kernel="gemm_kernel"),
+              b=nt.encode_v4(v4_kernel("gemm_kernel", tl.kernels[4].start_ns - T0 + RAW0, 3_000)))
+    place_all(tl, [Spec(f["a"]), Spec(f["b"])])
+    assert len(tl.inkernel) == 2
+    return tl
+
+
+def test_perfetto_puts_the_tracks_under_the_kernels_stream(tmp_path):
+    tl = merged(tmp_path)
+    write_perfetto(tl, tmp_path / "t.pftrace")
+    _, tracks, slices, _, _ = read_perfetto(tmp_path / "t.pftrace")
+    kernels = {s["args"]["correlation_id"]: s for s in slices if s["name"] == GEMM}
+    stream = kernels[10]["track"]
+    for ik in tl.inkernel:
+        k = kernels[tl.kernels[ik.kernel].correlation_id]
+        assert k["track"] == stream
+        ours = [s for s in slices if s["name"] in ("mma", "load", "tma load")
+                and _ancestor(tracks, s["track"], stream, f"#{tl.kernels[ik.kernel].correlation_id}:")]
+        assert len(ours) == len(ik.events) == 8
+        assert all(k["ts"] <= s["ts"] and s["ts"] + s["dur"] <= k["ts"] + k["dur"] for s in ours)
+    by_clock = [s for s in slices if s["name"] == "mma" and "scale" in s["args"]]
+    assert by_clock and all(s["args"]["scale"] == 0.5 for s in by_clock)
+
+
+def _ancestor(tracks, uuid, stream, label) -> bool:
+    """Whether uuid's track hangs under `stream` through a track named with label."""
+    named = False
+    while uuid in tracks and uuid != stream:
+        named |= label in tracks[uuid].name
+        uuid = tracks[uuid].parent_uuid
+    return uuid == stream and named
+
+
+def test_chrome_gives_each_kernel_instance_a_process(tmp_path):
+    tl = merged(tmp_path)
+    write_chrome(tl, tmp_path / "t.json")
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    procs = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    kernels = [e for e in events if e["ph"] == "X" and e["name"] == GEMM]
+    for ik in tl.inkernel:
+        k = tl.kernels[ik.kernel]
+        pid = next(p for p, n in procs.items() if f"#{k.correlation_id} (" in n)
+        ours = [e for e in events if e["pid"] == pid and e["ph"] == "X"]
+        assert len(ours) == 8 and {e["cat"] for e in ours} == {"nanotrace"}
+        span = [e for e in kernels if e["ts"] <= ours[0]["ts"] <= e["ts"] + e["dur"]]
+        assert len(span) == 1 and all(span[0]["ts"] <= e["ts"] and e["ts"] + e["dur"] <= span[0]["ts"] + span[0]["dur"]
+                                      for e in ours)
+    threads = [e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"]
+    assert "CTA 1 / warp 1" in threads
+
+
+def test_events_read_back_for_a_merge(tmp_path):
+    tl = timeline()
+    tl.threads = {(7, 8): "main"}
+    for mode in ("dedup", "full", "nostack"):
+        write_events(tl, tmp_path / f"{mode}.ndjson", mode)
+        back = read_events(tmp_path / f"{mode}.ndjson")
+        assert back.kernels == ([k for k in tl.kernels] if mode == "dedup" else back.kernels)
+        assert (back.monotonic_raw_pair, back.devices, back.threads) == (tl.monotonic_raw_pair, tl.devices,
+                                                                         tl.threads)
+        if mode != "nostack":
+            assert [back.stacks[k.stack_id] for k in back.kernels if k.stack_id] == \
+                [tl.stacks[k.stack_id] for k in tl.kernels if k.stack_id]
+
+
+@pytest.mark.parametrize("text, why", [
+    ("", "empty"), ('{"type":"kernel"}\n', "no header line first"), ("nope\n", "not a gpu-agent event line"),
+    ('{"type":"header"}\n', "KeyError"), ("x" * (1 << 21), "longer than"),
+])
+def test_a_bad_events_file_is_one_line(tmp_path, text, why):
+    (tmp_path / "e.ndjson").write_text(text)
+    with pytest.raises(EventsError) as e:
+        read_events(tmp_path / "e.ndjson")
+    assert why in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_timeline_as_a_version_4_file_reads_back(tmp_path):
+    """--trace-format nanotrace: our reader (whose layout checks test_nanotrace
+    makes against docs/nanotrace.md) finds every kernel on its stream at its time on
+    CLOCK_MONOTONIC_RAW, and the merged in-kernel events under their kernel."""
+    tl = merged(tmp_path)
+    write_nanotrace(tl, tmp_path / "t.nanotrace")
+    back = nt.read(tmp_path / "t.nanotrace")
+    assert back.version == 4 and back.absolute is False and back.clocks[back.reference_clock][0] == 0
+    kinds = {tr.id: tr.kind for tr in back.tracks.values()}
+    on_streams = [e for e in back.events if kinds[e.track] == 3]
+    assert [(e.name, e.start + T0 - RAW0, e.duration, e.correlation) for e in on_streams] == \
+        [(k.name, k.start_ns, k.end_ns - k.start_ns, k.correlation_id) for k in tl.kernels]
+    assert dict(on_streams[0].args)["stack"] == "void gemm_kernel<128>(float*, int)\nstep (/a.py:3)"
+    gpu = back.tracks[back.tracks[on_streams[0].track].parent]
+    assert (gpu.kind, back.tracks[gpu.parent].kind) == (2, 0)
+    for ik in tl.inkernel:
+        k = tl.kernels[ik.kernel]
+        root = next(tr for tr in back.tracks.values() if tr.kind == 4 and tr.name.endswith(f"#{k.correlation_id}"))
+        assert kinds[root.parent] == 3
+        under = {tr.id for tr in back.tracks.values() if tr.parent == root.id}
+        under |= {tr.id for tr in back.tracks.values() if tr.parent in under}
+        ours = [e for e in back.events if e.track in under]
+        assert len(ours) == len(ik.events) == 8
+        assert all(k.start_ns <= e.start + T0 - RAW0 <= e.start + e.duration + T0 - RAW0 <= k.end_ns for e in ours)
