@@ -12,7 +12,7 @@ import subprocess
 from gpu_agent.timeline import nanotrace as nt
 from support.env import MOCK_APP, agent_cmd, mock_env, need_ebpf
 from support.nanotrace_files import v1_file, v4_kernel
-from support.perfetto_read import read_perfetto
+from support.perfetto_read import hangs_under, read_perfetto
 
 KERNEL = "k_cuLaunchKernel(float*, int)"     # the mock's cuLaunchKernel kernel, grid 4x1x1
 
@@ -36,7 +36,7 @@ def test_record_then_merge_put_in_kernel_events_inside_their_kernels(tmp_path, b
     for launch in (1, 5):
         k = kernels[launch - 1]
         label = f"#{k['args']['correlation_id']}:"
-        ours = [s for s in slices if _under(tracks, s["track"], k["track"], label)]
+        ours = [s for s in slices if hangs_under(tracks, s["track"], k["track"], label)]
         assert len(ours) == 8, (launch, len(ours))
         assert all(k["ts"] <= s["ts"] and s["ts"] + s["dur"] <= k["ts"] + k["dur"] for s in ours)
 
@@ -65,11 +65,3 @@ def test_record_then_merge_put_in_kernel_events_inside_their_kernels(tmp_path, b
     p = subprocess.run(agent_cmd("timeline", "merge", events, tmp_path / "d.nanotrace", "-o", out),
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 1 and "kernel no_such_kernel (grid 2x1x1) matches no kernel" in p.stderr, p.stderr
-
-
-def _under(tracks, uuid, stream, label) -> bool:
-    named = False
-    while uuid in tracks and uuid != stream:
-        named |= label in tracks[uuid].name
-        uuid = tracks[uuid].parent_uuid
-    return uuid == stream and named

@@ -15,7 +15,7 @@ from gpu_agent.timeline.inkernel import BY_CLOCK, BY_ORDER, Spec, base_name, par
 from gpu_agent.probes.devices import GpuDevice
 from gpu_agent.timeline.model import Frame, KernelEvent, Timeline
 from support.nanotrace_files import v1_file, v4_kernel
-from support.perfetto_read import read_perfetto
+from support.perfetto_read import hangs_under, read_perfetto
 
 T0 = 1_760_000_000_000_000_000
 RAW0 = 9_000_000_000              # CLOCK_MONOTONIC_RAW when CLOCK_REALTIME read T0
@@ -144,20 +144,12 @@ def test_perfetto_puts_the_tracks_under_the_kernels_stream(tmp_path):
         k = kernels[tl.kernels[ik.kernel].correlation_id]
         assert k["track"] == stream
         ours = [s for s in slices if s["name"] in ("mma", "load", "tma load")
-                and _ancestor(tracks, s["track"], stream, f"#{tl.kernels[ik.kernel].correlation_id}:")]
+                and hangs_under(tracks, s["track"], stream, f"#{tl.kernels[ik.kernel].correlation_id}:")]
         assert len(ours) == len(ik.events) == 8
         assert all(k["ts"] <= s["ts"] and s["ts"] + s["dur"] <= k["ts"] + k["dur"] for s in ours)
     by_clock = [s for s in slices if s["name"] == "mma" and "scale" in s["args"]]
     assert by_clock and all(s["args"]["scale"] == 0.5 for s in by_clock)
 
-
-def _ancestor(tracks, uuid, stream, label) -> bool:
-    """Whether uuid's track hangs under `stream` through a track named with label."""
-    named = False
-    while uuid in tracks and uuid != stream:
-        named |= label in tracks[uuid].name
-        uuid = tracks[uuid].parent_uuid
-    return uuid == stream and named
 
 
 def test_chrome_gives_each_kernel_instance_a_process(tmp_path):

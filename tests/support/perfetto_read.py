@@ -90,3 +90,13 @@ def read_perfetto(path: Path):
             counters.setdefault(e.track_uuid, []).append((p.timestamp, e.counter_value))
     assert not any(open_slices.values()), "a slice without its end"
     return packets, tracks, slices, instants, counters
+
+
+def hangs_under(tracks: dict, uuid: int, ancestor: int, label: str) -> bool:
+    """Whether track uuid hangs below track `ancestor` through a track whose name
+    holds `label` (a merged .nanotrace's tracks under their kernel's stream)."""
+    named = False
+    while uuid in tracks and uuid != ancestor:
+        named |= label in tracks[uuid].name
+        uuid = tracks[uuid].parent_uuid
+    return uuid == ancestor and named
