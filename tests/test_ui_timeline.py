@@ -14,6 +14,7 @@ import pytest
 
 from gpu_agent.profile.store import TRACE_GLOB
 from support.env import MOCK_APP, REPO, agent_cmd, mock_env, need_ebpf
+from support.nanotrace_files import v1_file
 from support.perfetto_read import read_perfetto
 from support.ui import Ui, counter, http_get, launch_browser, wait_counter
 
@@ -46,7 +47,9 @@ def store(tmp_path_factory, built):
     tmp = tmp_path_factory.mktemp("uitl")
     out = tmp / "store"
     out.mkdir()
+    (tmp / "k.nanotrace").write_bytes(v1_file(kernel="k_cuLaunchKernel", grid=(0, 0, 0)))   # any grid
     p = subprocess.run(agent_cmd("record", "--trace", tmp / "t.perfetto-trace", "--store", out, "-o", tmp / "p.pb.gz",
+                                 "--nanotrace", f"{tmp / 'k.nanotrace'}@3",
                                  "--", MOCK_APP, "--paths", "cuLaunchKernel,cudaLaunchKernel,cudaGraphLaunch",
                                  "--iters", "200", "--sleep-ms", "1"),
                        env=mock_env(), capture_output=True, text=True, timeout=120)
@@ -55,7 +58,10 @@ def store(tmp_path_factory, built):
     assert len(stored) == 1 and "the store's Timeline tab" in p.stderr, p.stderr
     # the profile of the same run, under the store's name for a window ending then
     shutil.copy(tmp / "p.pb.gz", out / stored[0].name.replace(".perfetto-trace", ".pb.gz"))
-    slices = [s for s in read_perfetto(stored[0])[2]]
+    # the kernels' slices (a merged .nanotrace's are on tracks described as such)
+    _, tracks, every, _, _ = read_perfetto(stored[0])
+    slices = [s for s in every if not tracks[s["track"]].description.startswith("in-kernel")]
+    assert len(every) - len(slices) == 8
     assert stored[0].read_bytes() == (tmp / "t.perfetto-trace").read_bytes()
     yield out, stored[0].name, slices
 
@@ -100,6 +106,43 @@ def test_the_timeline_tab_draws_every_kernel_of_the_stored_trace(store, ui, page
         page.mouse.wheel(0, -100)
     page.wait_for_timeout(200)
     assert 0 < int(info.get_attribute("data-drawn")) < len(slices)
+
+
+def test_a_merged_nanotrace_shows_its_ctas_and_warps_under_the_stream(store, ui, page):
+    """The 3rd cuLaunchKernel launch's in-kernel events: 2 CTAs of 2 warps, 8 events,
+    on rows under its stream, folded and unfolded by a click on the stream's name,
+    each event named by the tooltip once the view is zoomed onto that kernel."""
+    page.goto(ui.url + "#tab=timeline&from=0&to=" + str(2**41))
+    wait_counter(page, "timelines", 0)
+    info = page.locator("#timeline-info")
+    assert int(info.get_attribute("data-inkernel")) == 8 and "8 in-kernel events" in info.text_content()
+    d = page.evaluate("TL.data")
+    deep = [i for i, depth in enumerate(d["depth"]) if depth]
+    assert [d["depth"][i] for i in deep] == [1, 2, 2, 1, 2, 2], d["rows"]
+    stream = d["parent"][deep[0]]
+    assert deep[0] == stream + 1 and "#" in d["rows"][deep[0]] and d["rows"][deep[0]].endswith("CTA 0")
+    rows = int(info.get_attribute("data-rows"))
+    assert rows == len(d["rows"])
+    # zoomed onto the events (the wheel would take many turns from 0.6 s down to 200 ns)
+    lo = min(s for _, s, _, _ in d["inkernel"])
+    hi = max(s + du for _, s, du, _ in d["inkernel"])
+    page.evaluate(f"TL.x0 = {lo - 20}; TL.x1 = {hi + 20}; drawTimeline()")
+    assert int(info.get_attribute("data-drawn-inkernel")) == 8
+    box = page.locator("#timeline-canvas").bounding_box()
+    row, start, dur, name = d["inkernel"][0]
+    plot = box["width"] - 360
+    px = box["x"] + 360 + (start + dur / 2 - (lo - 20)) / (hi - lo + 40) * plot
+    py = box["y"] + 22 + page.evaluate(f"TL.pos[{row}]") * 18 + 9
+    page.mouse.move(px, py)
+    tip = page.locator("#timeline-tip").text_content()
+    assert tip.startswith(d["names"][name] + ":") and tip.endswith(", in-kernel)"), tip
+    # a click on the stream's name folds its in-kernel rows, a second unfolds them
+    page.mouse.click(box["x"] + 20, box["y"] + 22 + page.evaluate(f"TL.pos[{stream}]") * 18 + 9)
+    assert int(info.get_attribute("data-rows")) == rows - 6 and int(info.get_attribute("data-drawn-inkernel")) == 0
+    page.mouse.click(box["x"] + 20, box["y"] + 22 + page.evaluate(f"TL.pos[{stream}]") * 18 + 9)
+    assert int(info.get_attribute("data-rows")) == rows
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "timeline-inkernel.png"))
 
 
 def test_a_kernel_of_the_flame_graph_is_marked_on_the_timeline(store, ui, page):
@@ -168,3 +211,33 @@ def test_the_reader_gives_each_kernel_its_row_and_counts_what_it_cuts(tmp_path):
     assert got == want
     cut = read_kernels(data, max_kernels=4)
     assert cut["total"] == 10 and len(cut["kernels"]) == 4 and cut["truncated"]
+
+
+def test_the_reader_puts_in_kernel_tracks_below_their_stream(tmp_path):
+    """A timeline with two merged .nanotrace files: their events are not kernels, and
+    their CTA and warp rows follow their stream's, one level deeper each."""
+    from gpu_agent.timeline import write_perfetto
+    from gpu_agent.timeline.inkernel import Spec, place_all
+    from gpu_agent.probes.devices import GpuDevice
+    from gpu_agent.timeline.model import KernelEvent, Timeline
+    from gpu_agent.outputs.ui.timeline import read_kernels
+    t0 = 1_760_000_000_000_000_000
+    kernels = [KernelEvent(42, t0 + 10_000 * i, t0 + 10_000 * i + 5_000, "gemm(float*)", "_Z4gemmPf", 0,
+                           7 if i % 2 else 13, 1, i + 1) for i in range(4)]
+    tl = Timeline(host="h", started_ns=t0, ended_ns=t0 + 10**6, processes={42: "python"},
+                  devices={(42, 0): GpuDevice(0, "GPU-x", "H100")}, kernels=kernels)
+    for n in (1, 2):
+        (tmp_path / f"{n}.nanotrace").write_bytes(v1_file(kernel="gemm"))
+    place_all(tl, [Spec(str(tmp_path / "1.nanotrace"), 1), Spec(str(tmp_path / "2.nanotrace"), 2)])
+    write_perfetto(tl, tmp_path / "t.perfetto-trace")
+    r = read_kernels((tmp_path / "t.perfetto-trace").read_bytes())
+    assert r["total"] == 4 and len(r["kernels"]) == 4 and len(r["inkernel"]) == r["inkernel_total"] == 16
+    assert [(n.split(" · ")[-1] if not dp else n.split(": ")[-1], dp) for n, dp in zip(r["rows"], r["depth"])] == [
+        ("stream 7", 0), ("CTA 0", 1), ("Warp 0", 2), ("Warp 32", 2), ("CTA 1", 1), ("Warp 0", 2), ("Warp 32", 2),
+        ("stream 13", 0), ("CTA 0", 1), ("Warp 0", 2), ("Warp 32", 2), ("CTA 1", 1), ("Warp 0", 2), ("Warp 32", 2)]
+    assert r["parent"][:4] == [-1, 0, 1, 1]
+    for row, start, dur, _ in r["inkernel"]:
+        stream = row
+        while r["parent"][stream] >= 0:
+            stream = r["parent"][stream]
+        assert any(k[0] == stream and k[1] <= start and start + dur <= k[1] + k[2] for k in r["kernels"])

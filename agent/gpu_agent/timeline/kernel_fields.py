@@ -124,3 +124,8 @@ def sampled_launches(tl: Timeline, flow_id) -> tuple[dict[int, int], dict[tuple[
         flows[i] = flow_id(k, len(flows) + 1)
         launches.setdefault((k.pid, k.launch_tid, k.launch_ns), [k, []])[1].append(flows[i])
     return flows, launches
+
+
+# The Perfetto description of every track of a merged .nanotrace, then its file:
+# the UI's reader keeps their slices apart from the kernels.
+INKERNEL = "in-kernel events from"

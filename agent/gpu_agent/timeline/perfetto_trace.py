@@ -35,7 +35,7 @@ from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
 from ..system.atomic import private_output
 from .model import Frame, InKernel, KernelEvent, Timeline
-from .kernel_fields import (assign_lanes, device_label, is_graph_kernel, kernel_args, kernel_end,
+from .kernel_fields import (INKERNEL, assign_lanes, device_label, is_graph_kernel, kernel_args, kernel_end,
                             launch_name, launch_stack_id, sampled_launches, stack_text, stream_label)
 
 # One writer, one sequence. Interned data is scoped to (sequence, generation):
@@ -309,6 +309,7 @@ class _PerfettoWriter:
             def fill(d, t=t):
                 d.parent_uuid = uuids[t.parent]
                 d.name = f"{label}: {t.name}" if t.parent == 0 else t.name
+                d.description = f"{INKERNEL} {ik.source}"
                 d.sibling_order_rank = t.id
             uuids[t.id] = self._descriptor(_uid(self.tl.host, "inkernel", n, t.id), fill)
         for e in ik.events:

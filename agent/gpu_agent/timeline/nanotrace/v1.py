@@ -50,7 +50,9 @@ def parse_v1(data: bytes, what: str) -> Nanotrace:
             block_track[bi] = len(t.tracks) + 1
             t.tracks[block_track[bi]] = Track(block_track[bi], 1, 0, f"CTA {block_id}", THREAD_BLOCK, block_id)
         tid = len(t.tracks) + 1
-        t.tracks[tid] = Track(tid, block_track[bi], 0, f"{formats[fmt_id][0] or 'lane'} {lane}", WARP, lane)
+        label = formats[fmt_id][0] or "lane"   # a template: "Warp {lane}"
+        name = label.replace("{lane}", str(lane)) if "{lane}" in label else f"{label} {lane}"
+        t.tracks[tid] = Track(tid, block_track[bi], 0, name, WARP, lane)
         for _ in range(r.unpack("<I")[0]):
             start, dur, ev_fmt = r.unpack("<IIH")
             if ev_fmt >= len(formats):

@@ -5,7 +5,23 @@
 // magenta and counted. Kernel names reach the page as canvas text and text nodes only.
 "use strict";
 
-const TL = { data: null, x0: 0, x1: 1, highlight: "", drag: null, ROW: 18, GUTTER: 360, AXIS: 22 };
+const TL = { data: null, x0: 0, x1: 1, highlight: "", drag: null, ROW: 18, GUTTER: 360, AXIS: 22,
+  folded: new Set(), pos: [] };
+
+// Each row's place on the canvas, or -1 under a folded row.
+function layout() {
+  const d = TL.data, pos = [];
+  let at = 0;
+  if (d) d.rows.forEach((_, i) => {
+    const up = d.parent[i];
+    const hidden = up >= 0 && (pos[up] < 0 || TL.folded.has(up));
+    pos.push(hidden ? -1 : at++);
+  });
+  TL.pos = pos;
+  return at;
+}
+
+function hasChildren(i) { return TL.data.parent.includes(i); }
 
 async function loadTraces() {
   try {
@@ -27,6 +43,7 @@ async function loadTraces() {
 async function loadTimeline(name) {
   try {
     TL.data = await getJSON("/api/timeline", new URLSearchParams({ file: name }));
+    TL.folded = new Set();
     TL.x0 = 0;
     TL.x1 = Math.max(1, TL.data.end_ns - TL.data.start_ns);
     drawTimeline();
@@ -47,7 +64,7 @@ function kernelColour(name) {
 function drawTimeline() {
   const canvas = $("timeline-canvas"), info = $("timeline-info");
   const d = TL.data;
-  const rows = d ? d.rows.length : 0;
+  const rows = layout();
   const width = canvas.parentElement.clientWidth || 1200;
   canvas.width = width;
   canvas.height = TL.AXIS + Math.max(1, rows) * TL.ROW;
@@ -67,15 +84,24 @@ function drawTimeline() {
     const at = TL.x0 + span * t / 4;
     g.fillText(fmtNs(at), x(at) - (t === 4 ? 60 : 0), 14);
   }
-  let drawn = 0, lit = 0;
+  const box = (row, start, dur) => {
+    const left = Math.max(TL.GUTTER, x(start));
+    g.fillRect(left, TL.AXIS + TL.pos[row] * TL.ROW + 2, Math.max(1, x(start + dur) - left), TL.ROW - 4);
+  };
+  let drawn = 0, lit = 0, inner = 0;
   for (const [row, start, dur, ni] of d.kernels) {
-    if (start + dur < TL.x0 || start > TL.x1) continue;
+    if (start + dur < TL.x0 || start > TL.x1 || TL.pos[row] < 0) continue;
     const name = d.names[ni], on = TL.highlight !== "" && name === TL.highlight;
     g.fillStyle = on ? "#e600e6" : kernelColour(name);
-    const left = Math.max(TL.GUTTER, x(start));
-    g.fillRect(left, TL.AXIS + row * TL.ROW + 2, Math.max(1, x(start + dur) - left), TL.ROW - 4);
+    box(row, start, dur);
     drawn++;
     if (on) lit++;
+  }
+  for (const [row, start, dur] of d.inkernel) {
+    if (start + dur < TL.x0 || start > TL.x1 || TL.pos[row] < 0) continue;
+    g.fillStyle = "#7c3aed";
+    box(row, start, dur);
+    inner++;
   }
   g.fillStyle = "#f7f8fa";
   g.fillRect(0, TL.AXIS, TL.GUTTER - 4, rows * TL.ROW);
@@ -84,13 +110,20 @@ function drawTimeline() {
   g.rect(0, TL.AXIS, TL.GUTTER - 8, rows * TL.ROW);
   g.clip();   // a long name stays in the gutter
   g.fillStyle = "#1f2937";
-  d.rows.forEach((r, i) => g.fillText(r, 4, TL.AXIS + i * TL.ROW + 13));
+  d.rows.forEach((r, i) => {
+    if (TL.pos[i] < 0) return;
+    const mark = hasChildren(i) ? (TL.folded.has(i) ? "▸ " : "▾ ") : "";
+    g.fillText(mark + r, 4 + 12 * d.depth[i], TL.AXIS + TL.pos[i] * TL.ROW + 13);
+  });
   g.restore();
   const all = d.kernels.filter(([, , , ni]) => TL.highlight !== "" && d.names[ni] === TL.highlight).length;
   info.textContent = `${NUMBER.format(d.kernels.length)} kernels on ${plural(rows, "row")}` +
     (d.truncated ? ` (the first ${NUMBER.format(d.kernels.length)} of ${NUMBER.format(d.total)})` : "") +
+    (d.inkernel.length ? `; ${NUMBER.format(d.inkernel.length)} in-kernel events` +
+      (d.inkernel_total > d.inkernel.length ? ` of ${NUMBER.format(d.inkernel_total)}` : "") : "") +
     (TL.highlight ? `; ${NUMBER.format(all)} of ${TL.highlight}` : "");
-  Object.assign(info.dataset, { kernels: d.kernels.length, rows, drawn, highlighted: all, lit });
+  Object.assign(info.dataset, { kernels: d.kernels.length, rows, drawn, highlighted: all, lit,
+    inkernel: d.inkernel.length, drawnInkernel: inner });
 }
 
 function fmtNs(ns) {
@@ -98,13 +131,19 @@ function fmtNs(ns) {
     : `${(ns / 1e3).toFixed(1)} µs`;
 }
 
+// The box under the pointer: a kernel, else an in-kernel event ([row, start, dur, name, inner]).
 function kernelAt(px, py) {
   const d = TL.data;
   if (!d || px < TL.GUTTER) return null;
-  const row = Math.floor((py - TL.AXIS) / TL.ROW);
+  const row = TL.pos.indexOf(Math.floor((py - TL.AXIS) / TL.ROW));
+  if (row < 0) return null;
   const t = TL.x0 + (px - TL.GUTTER) / ($("timeline-canvas").width - TL.GUTTER) * (TL.x1 - TL.x0);
   const slack = 2 * (TL.x1 - TL.x0) / ($("timeline-canvas").width - TL.GUTTER);   // 2 px
-  return d.kernels.find(([r, s, du]) => r === row && s - slack <= t && t <= s + du + slack) || null;
+  const hit = ([r, s, du]) => r === row && s - slack <= t && t <= s + du + slack;
+  const k = d.kernels.find(hit);
+  if (k) return k;
+  const e = d.inkernel.find(hit);
+  return e ? [...e, true] : null;
 }
 
 function showTimeline(kernel) {   // from the flame graph's "On the timeline"
@@ -138,11 +177,20 @@ function wireTimeline() {
       return;
     }
     const k = kernelAt(e.offsetX, e.offsetY), tip = $("timeline-tip");
-    tip.textContent = k ? `${TL.data.names[k[3]]}: ${fmtNs(k[2])} at +${fmtNs(k[1])} (${TL.data.rows[k[0]]})` : "";
+    tip.textContent = k ? `${TL.data.names[k[3]]}: ${fmtNs(k[2])} at +${fmtNs(k[1])} (${TL.data.rows[k[0]]}` +
+      (k[4] ? ", in-kernel)" : ")") : "";
   };
   canvas.onclick = (e) => {
+    if (TL.data && e.offsetX < TL.GUTTER) {   // a row's name: fold or unfold what is below it
+      const row = TL.pos.indexOf(Math.floor((e.offsetY - TL.AXIS) / TL.ROW));
+      if (row >= 0 && hasChildren(row)) {
+        if (TL.folded.has(row)) TL.folded.delete(row); else TL.folded.add(row);
+        drawTimeline();
+      }
+      return;
+    }
     const k = kernelAt(e.offsetX, e.offsetY);
-    if (!k) return;
+    if (!k || k[4]) return;
     TL.highlight = TL.data.names[k[3]];
     $("timeline-highlight").value = TL.highlight;
     drawTimeline();
