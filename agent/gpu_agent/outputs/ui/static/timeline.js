@@ -80,9 +80,11 @@ function drawTimeline() {
   const x = (t) => TL.GUTTER + (t - TL.x0) / span * plot;
   g.font = "11px sans-serif";
   g.fillStyle = "#374151";
-  for (let t = 0; t <= 4; t++) {   // the axis: time from the first kernel
+  for (let t = 0; t <= 4; t++) {   // the axis: time from the first kernel (zoomed in: from the left edge)
     const at = TL.x0 + span * t / 4;
-    g.fillText(fmtNs(at), x(at) - (t === 4 ? 60 : 0), 14);
+    const text = t && span < 1e6 ? `+${span * t / 4 >= 1e3 ? `${(span * t / 4e3).toFixed(2)} µs`
+      : `${Math.round(span * t / 4)} ns`}` : fmtNs(at);
+    g.fillText(text, x(at) - (t === 4 ? 60 : 0), 14);
   }
   const box = (row, start, dur) => {
     const left = Math.max(TL.GUTTER, x(start));
