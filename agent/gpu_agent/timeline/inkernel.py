@@ -15,6 +15,7 @@ Every file gets one line: where it went, or why nowhere."""
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -60,6 +61,7 @@ def name_matches(want: str, k: KernelEvent) -> bool:
 def place_all(tl: Timeline, specs: list[Spec], reader: Callable[[str], Nanotrace] = read) -> list[str]:
     """Read and place every file; the lines to say, one per file."""
     taken: dict[tuple, int] = {}     # (kernel name, grid) -> launches taken in order
+    kix = _Kernels(tl)
     notes = []
     for spec in specs:
         try:
@@ -68,7 +70,7 @@ def place_all(tl: Timeline, specs: list[Spec], reader: Callable[[str], Nanotrace
             if len(nt.events) > budget:
                 raise NanotraceError(f"{spec.path}: {len(nt.events)} events, past the {MAX_PLACED_EVENTS} "
                                      "of all files together")
-            placed, note = _place(tl, nt, spec, taken)
+            placed, note = _place(tl, kix, nt, spec, taken)
         except NanotraceError as e:
             notes.append(f"{e}; not merged")
             continue
@@ -77,9 +79,24 @@ def place_all(tl: Timeline, specs: list[Spec], reader: Callable[[str], Nanotrace
     return notes
 
 
-def _place(tl: Timeline, nt: Nanotrace, spec: Spec, taken: dict) -> tuple[list[InKernel], str]:
+class _Index:
+    """A file's tracks by parent and events by track, built once: a file of many
+    kernels must not cost kernels x events."""
+
+    def __init__(self, nt: Nanotrace):
+        self.nt = nt
+        self.children: dict[int, list] = {}
+        self.events: dict[int, list] = {}
+        for t in nt.tracks.values():
+            self.children.setdefault(t.parent, []).append(t)
+        for e in nt.events:
+            self.events.setdefault(e.track, []).append(e)
+
+
+def _place(tl: Timeline, kix: "_Kernels", nt: Nanotrace, spec: Spec, taken: dict) -> tuple[list[InKernel], str]:
+    ix = _Index(nt)
     if nt.version == 1:
-        return _by_order(tl, nt, spec, taken, nt.kernel, 1, nt.grid)
+        return _by_order(tl, kix, ix, spec, taken, nt.kernel, 1, nt.grid)
     kernels = [t for t in nt.tracks.values() if t.kind == KERNEL]
     if not kernels:
         raise NanotraceError(f"{spec.path}: no kernel track")
@@ -88,18 +105,22 @@ def _place(tl: Timeline, nt: Nanotrace, spec: Spec, taken: dict) -> tuple[list[I
         if len(kernels) > 1:
             raise NanotraceError(f"{spec.path}: {len(kernels)} kernels and no clock onto the timeline's "
                                  "(CLOCK_MONOTONIC_RAW): cannot tell which launches they were")
-        return _by_order(tl, nt, spec, taken, _kernel_name(nt, kernels[0]), kernels[0].id, ())
+        return _by_order(tl, kix, ix, spec, taken, _kernel_name(ix, kernels[0]), kernels[0].id, ())
     placed, said = [], []
     for kt in kernels:
-        ik, note = _by_clock(tl, nt, spec, kt, shift)
+        ik, note = _by_clock(tl, kix, ix, spec, kt, shift)
         said.append(note)
         if ik:
             placed.append(ik)
-    return placed, "; ".join(said)
+    if len(said) <= 3:
+        return placed, "; ".join(said)
+    events = sum(len(ik.events) for ik in placed)
+    return placed, (f"{spec.path}: {len(placed)} of {len(kernels)} kernels placed by their clock snapshots "
+                    f"({events} events); the first: {said[0].split(': ', 1)[1]}")
 
 
-def _kernel_name(nt: Nanotrace, kt) -> str:
-    own = next((e.name for e in nt.events if e.track == kt.id and e.name), "")
+def _kernel_name(ix: _Index, kt) -> str:
+    own = next((e.name for e in ix.events.get(kt.id, ()) if e.name), "")
     return own or kt.name
 
 
@@ -112,14 +133,10 @@ def _to_realtime(tl: Timeline, nt: Nanotrace) -> Optional[int]:
     return realtime - raw
 
 
-def _subtree(nt: Nanotrace, root: int) -> list:
+def _subtree(ix: _Index, root: int) -> list:
     """The tracks under `root` (not itself), parents before children, siblings in order."""
-    children: dict[int, list] = {}
-    for t in nt.tracks.values():
-        children.setdefault(t.parent, []).append(t)
-
     def below(tid):
-        return sorted(children.get(tid, []), key=lambda t: (t.order, t.source_id, t.id), reverse=True)
+        return sorted(ix.children.get(tid, []), key=lambda t: (t.order, t.source_id, t.id), reverse=True)
     out, seen, todo = [], {root}, below(root)
     while todo:
         t = todo.pop()
@@ -130,17 +147,15 @@ def _subtree(nt: Nanotrace, root: int) -> list:
     return out
 
 
-def _fill(ik: InKernel, nt: Nanotrace, root: int, k: KernelEvent, at: Callable[[int, int], int]) -> InKernel:
+def _fill(ik: InKernel, ix: _Index, root: int, k: KernelEvent, at: Callable[[int, int], int]) -> InKernel:
     """The tracks under `root` and their events into ik, at(track, time) on the
     timeline's clock, kept inside the kernel's slice."""
     lo, hi = k.start_ns, kernel_end(k)
     ids = {}
-    for t in _subtree(nt, root):
+    for t in _subtree(ix, root):
         ids[t.id] = len(ids) + 1
         ik.tracks.append(InKernelTrack(ids[t.id], ids.get(t.parent, 0), t.name))
-    for e in nt.events:
-        if e.track not in ids:
-            continue
+    for e in (e for t in ids for e in ix.events.get(t, ())):
         start, end = at(e.track, e.start), at(e.track, e.start + e.duration)
         s, t = min(max(start, lo), hi), min(max(end, lo), hi)
         ik.clamped += (s, t) != (start, end)
@@ -148,11 +163,12 @@ def _fill(ik: InKernel, nt: Nanotrace, root: int, k: KernelEvent, at: Callable[[
     return ik
 
 
-def _by_order(tl: Timeline, nt: Nanotrace, spec: Spec, taken: dict, name: str, root: int,
+def _by_order(tl: Timeline, kix: "_Kernels", ix: _Index, spec: Spec, taken: dict, name: str, root: int,
               grid: tuple) -> tuple[list[InKernel], str]:
+    nt = ix.nt
     grid = tuple(grid) if grid and any(grid) else ()
-    cands = [i for i, k in enumerate(tl.kernels)
-             if name_matches(name, k) and (not grid or k.grid is None or tuple(k.grid) == grid)]
+    cands = [i for i in kix.named(name)
+             if not grid or tl.kernels[i].grid is None or tuple(tl.kernels[i].grid) == grid]
     what = f"kernel {name}" + (f" (grid {'x'.join(map(str, grid))})" if grid else "")
     if not cands:
         raise NanotraceError(f"{spec.path}: {what} matches no kernel of the timeline")
@@ -166,8 +182,8 @@ def _by_order(tl: Timeline, nt: Nanotrace, spec: Spec, taken: dict, name: str, r
             raise NanotraceError(f"{spec.path}: {what} ran {len(cands)} times, each has a file already")
         taken[(name, grid)] = n + 1
     k = tl.kernels[cands[n]]
-    origin = _origin(nt, root)
-    ik = _fill(InKernel(cands[n], spec.path, BY_ORDER), nt, root, k,
+    origin = _origin(ix, root)
+    ik = _fill(InKernel(cands[n], spec.path, BY_ORDER), ix, root, k,
                lambda track, ts: k.start_ns + round(_ref(nt, track, ts) - origin))
     more = f" of {len(cands)} (FILE@N picks another)" if len(cands) > 1 else ""
     return [ik], (f"{spec.path}: {len(ik.events)} events under {k.name or k.mangled}, launch {n + 1}{more}, "
@@ -181,27 +197,55 @@ def _ref(nt: Nanotrace, track: int, ts: int) -> float:
     return to_reference(nt, nt.tracks[track].clock, ts)
 
 
-def _origin(nt: Nanotrace, root: int) -> float:
+def _origin(ix: _Index, root: int) -> float:
     """Where the kernel starts on the reference clock: its own slice, else its
     earliest event (version 1: offsets start at the kernel's start)."""
-    if nt.version == 1:
+    if ix.nt.version == 1:
         return 0
-    own = [e for e in nt.events if e.track == root]
-    under = {t.id for t in _subtree(nt, root)}
-    evs = own or [e for e in nt.events if e.track in under]
-    return min((_ref(nt, e.track, e.start) for e in evs), default=0)
+    evs = ix.events.get(root) or [e for t in _subtree(ix, root) for e in ix.events.get(t.id, ())]
+    return min((_ref(ix.nt, e.track, e.start) for e in evs), default=0)
 
 
-def _by_clock(tl: Timeline, nt: Nanotrace, spec: Spec, kt, shift: int) -> tuple[Optional[InKernel], str]:
-    name = _kernel_name(nt, kt)
-    start = round(_origin(nt, kt.id)) + shift   # (integers: a float of 1.8e18 ns is 256 ns coarse)
-    cands = [(abs(k.start_ns - start), i) for i, k in enumerate(tl.kernels) if name_matches(name, k)]
+class _Kernels:
+    """The timeline's kernels by name (name_matches' keys), built once per merge:
+    each file's kernel finds its launches without a pass over the timeline."""
+
+    def __init__(self, tl: Timeline):
+        self.tl = tl
+        self.by: dict[str, list[int]] = {}
+        for i, k in enumerate(tl.kernels):
+            for key in {base_name(k.name or k.mangled), k.name, k.mangled} - {""}:
+                self.by.setdefault(key, []).append(i)
+        self.memo: dict[str, tuple[list[int], list[tuple[int, int]]]] = {}
+
+    def named(self, want: str) -> list[int]:
+        """Those that name_matches `want`, in the timeline's order (by start)."""
+        return self._get(want)[0]
+
+    def nearest(self, want: str, start: int) -> list[tuple[int, int]]:
+        """(distance, index) of the ones that started just before and after `start`."""
+        _, by_start = self._get(want)
+        j = bisect.bisect_left(by_start, (start, -1))
+        return [(abs(t - start), i) for t, i in by_start[max(0, j - 1):j + 1]]
+
+    def _get(self, want: str) -> tuple[list[int], list[tuple[int, int]]]:
+        if want not in self.memo:
+            named = sorted(set(self.by.get(want, ())) | set(self.by.get(base_name(want), ()))) if want else []
+            self.memo[want] = (named, sorted((self.tl.kernels[i].start_ns, i) for i in named))
+        return self.memo[want]
+
+
+def _by_clock(tl: Timeline, kix: _Kernels, ix: _Index, spec: Spec, kt, shift: int) -> tuple[Optional[InKernel], str]:
+    nt = ix.nt
+    name = _kernel_name(ix, kt)
+    start = round(_origin(ix, kt.id)) + shift   # (integers: a float of 1.8e18 ns is 256 ns coarse)
+    cands = kix.nearest(name, start)
     if not cands or min(cands)[0] > MATCH_NS:
         near = f" (the nearest started {min(cands)[0] / 1e6:.3f} ms away)" if cands else ""
         return None, f"{spec.path}: kernel {name} at its clock matches no kernel of the timeline{near}; not merged"
     off, i = min(cands)
     k = tl.kernels[i]
-    ik = _fill(InKernel(i, spec.path, BY_CLOCK), nt, kt.id, k, lambda track, ts: round(_ref(nt, track, ts)) + shift)
+    ik = _fill(InKernel(i, spec.path, BY_CLOCK), ix, kt.id, k, lambda track, ts: round(_ref(nt, track, ts)) + shift)
     return ik, (f"{spec.path}: {len(ik.events)} events under {k.name or k.mangled} (correlation id "
                 f"{k.correlation_id}), by its clock snapshots: its start {off / 1e3:.1f} us from CUPTI's"
                 + _cut(ik))
