@@ -51,11 +51,8 @@ def base_name(name: str) -> str:
         if not depth:
             out.append(ch)
         depth -= ch == ">" and depth > 0
-    return "".join(out).split()[-1].rsplit("::", 1)[-1] if "".join(out).split() else ""
-
-
-def name_matches(want: str, k: KernelEvent) -> bool:
-    return bool(want) and (want in (k.name, k.mangled) or base_name(want) == base_name(k.name or k.mangled))
+    words = "".join(out).split()
+    return words[-1].rsplit("::", 1)[-1] if words else ""
 
 
 def place_all(tl: Timeline, specs: list[Spec], reader: Callable[[str], Nanotrace] = read) -> list[str]:
@@ -207,8 +204,9 @@ def _origin(ix: _Index, root: int) -> float:
 
 
 class _Kernels:
-    """The timeline's kernels by name (name_matches' keys), built once per merge:
-    each file's kernel finds its launches without a pass over the timeline."""
+    """The timeline's kernels by name, built once per merge: each file's kernel finds
+    its launches without a pass over the timeline. A name matches a kernel that
+    has it as its name or mangled name, or the same bare name (base_name)."""
 
     def __init__(self, tl: Timeline):
         self.tl = tl
@@ -219,7 +217,7 @@ class _Kernels:
         self.memo: dict[str, tuple[list[int], list[tuple[int, int]]]] = {}
 
     def named(self, want: str) -> list[int]:
-        """Those that name_matches `want`, in the timeline's order (by start)."""
+        """Those `want` names, in the timeline's order (by start)."""
         return self._get(want)[0]
 
     def nearest(self, want: str, start: int) -> list[tuple[int, int]]:
