@@ -158,6 +158,8 @@ def main(argv=None) -> None:
     fr.add_argument("--cycles", type=int, default=1000, help="teardowns before the graph thread starts")
     g = sub.add_parser("globaltimer", help=globaltimer.__doc__.split("\n")[0])
     g.add_argument("--launches", type=int, default=200, help="launches of the stamping kernel")
+    g.add_argument("--gap-seconds", type=int, default=0,
+                   help="the second half of the launches this long after the first (the clocks' drift)")
     t = sub.add_parser("table", help="print the overhead table of --jsonl")
     for p in (o, f, g, t):
         p.add_argument("--jsonl", default="bench-gpu.jsonl", help="results, appended")

@@ -1,11 +1,18 @@
 // globaltimer: in-kernel events from %globaltimer, as cutedsl-trace and
 // nanotrace-cuda record them, for `python -m bench.gpu globaltimer`.
 //
-// Usage: globaltimer OUT LAUNCHES. Writes OUT, text:
+// Usage: globaltimer OUT LAUNCHES [GAP_S]: the second half of the launches GAP_S
+// seconds after the first (how CUPTI's clock and %globaltimer drift). Writes OUT, text:
 //   res MIN_STEP_NS CHANGES SPAN_NS      one thread reading %globaltimer 1<<20 times
-//   snap GLOBALTIMER RAW_LO RAW_HI       a 1-thread kernel's %globaltimer between two
-//                                        CLOCK_MONOTONIC_RAW reads (launch..sync); the
-//                                        best of 50, before and after the launches
+//   snap METHOD GLOBALTIMER RAW_LO RAW_HI  a %globaltimer read between two
+//                                        CLOCK_MONOTONIC_RAW reads, the narrowest of many:
+//                                        METHOD "sync": a 1-thread kernel, launch..sync (50);
+//                                        "pingpong": a resident kernel stamps when the host
+//                                        flips a flag in mapped memory, the host waits for its
+//                                        answer (2 000). Before the launches, around the gap,
+//                                        after them, and 2 s later.
+//   clk REALTIME RAW                     CLOCK_REALTIME beside CLOCK_MONOTONIC_RAW, with
+//                                        each snapshot (the narrowest of 20 RAW, RT, RAW)
 //   ev LAUNCH CTA WARP T0 T1 T2          each warp of each launch of `work`: phase
 //                                        "load" [T0, T1], "mma" [T1, T2]
 #include <cuda_runtime.h>
@@ -58,7 +65,71 @@ static uint64_t raw_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
 }
 
+// A resident 1-thread kernel: for round i, waits for flag[0] == i, stamps out[i],
+// answers flag[1] = i. Host memory, mapped: each side sees the other's write over PCIe.
+__global__ void pingpong(volatile unsigned *flag, volatile uint64_t *out, int n) {
+    for (int i = 1; i <= n; i++) {
+        while (flag[0] != (unsigned)i) {
+        }
+        out[i] = gt();
+        __threadfence_system();
+        flag[1] = i;
+    }
+}
+
+static void snap_pingpong(FILE *f) {
+    enum { N = 2000 };
+    unsigned *flag, *dflag;
+    uint64_t *out, *dout;
+    cudaHostAlloc((void **)&flag, 64, cudaHostAllocMapped);
+    cudaHostAlloc((void **)&out, (N + 1) * 8, cudaHostAllocMapped);
+    cudaHostGetDevicePointer((void **)&dflag, flag, 0);
+    cudaHostGetDevicePointer((void **)&dout, out, 0);
+    volatile unsigned *vf = flag;
+    vf[0] = vf[1] = 0;
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    pingpong<<<1, 1, 0, s>>>(dflag, dout, N);
+    uint64_t best_lo = 0, best_hi = ~0ull;
+    int best = 0;
+    for (int i = 1; i <= N; i++) {
+        uint64_t lo = raw_ns();
+        vf[0] = i;
+        while (vf[1] != (unsigned)i) {
+            if (raw_ns() - lo > 1000000000ull) {
+                fprintf(stderr, "globaltimer: the pingpong kernel did not answer round %d\n", i);
+                exit(1);
+            }
+        }
+        uint64_t hi = raw_ns();
+        if (hi - lo < best_hi - best_lo) best = i, best_lo = lo, best_hi = hi;
+    }
+    cudaStreamSynchronize(s);
+    fprintf(f, "snap pingpong %llu %llu %llu\n", (unsigned long long)((volatile uint64_t *)out)[best],
+            (unsigned long long)best_lo, (unsigned long long)best_hi);
+    cudaStreamDestroy(s);
+    cudaFreeHost(flag);
+    cudaFreeHost(out);
+}
+
+static uint64_t ns_of(clockid_t c) {
+    struct timespec ts;
+    clock_gettime(c, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+static void snap_clocks(FILE *f) {
+    uint64_t best_rt = 0, best_lo = 0, best_hi = ~0ull;
+    for (int i = 0; i < 20; i++) {
+        uint64_t lo = raw_ns(), rt = ns_of(CLOCK_REALTIME), hi = raw_ns();
+        if (hi - lo < best_hi - best_lo) best_rt = rt, best_lo = lo, best_hi = hi;
+    }
+    fprintf(f, "clk %llu %llu\n", (unsigned long long)best_rt, (unsigned long long)((best_lo + best_hi) / 2));
+}
+
 static void snap(FILE *f, uint64_t *d) {
+    snap_clocks(f);
+    snap_pingpong(f);
     uint64_t best_gt = 0, best_lo = 0, best_hi = ~0ull;
     for (int i = 0; i < 50; i++) {
         uint64_t lo = raw_ns();
@@ -68,13 +139,13 @@ static void snap(FILE *f, uint64_t *d) {
         cudaMemcpy(&g, d, 8, cudaMemcpyDeviceToHost);
         if (hi - lo < best_hi - best_lo) best_gt = g, best_lo = lo, best_hi = hi;
     }
-    fprintf(f, "snap %llu %llu %llu\n", (unsigned long long)best_gt, (unsigned long long)best_lo,
+    fprintf(f, "snap sync %llu %llu %llu\n", (unsigned long long)best_gt, (unsigned long long)best_lo,
             (unsigned long long)best_hi);
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: globaltimer OUT LAUNCHES\n");
+    if (argc != 3 && argc != 4) {
+        fprintf(stderr, "usage: globaltimer OUT LAUNCHES [GAP_S]\n");
         return 2;
     }
     int launches = atoi(argv[2]);
@@ -86,11 +157,21 @@ int main(int argc, char **argv) {
     resolution<<<1, 1>>>(d, 1 << 20);
     cudaMemcpy(r, d, sizeof r, cudaMemcpyDeviceToHost);
     fprintf(f, "res %llu %llu %llu\n", (unsigned long long)r[0], (unsigned long long)r[1], (unsigned long long)r[2]);
+    int gap = argc == 4 ? atoi(argv[3]) : 0;
     snap(f, d);
     for (int i = 0; i < launches; i++) {
+        if (gap && i == launches / 2) {   // the second half GAP_S later, snapshots around the gap
+            snap(f, d);
+            struct timespec g = {gap, 0};
+            nanosleep(&g, NULL);
+            snap(f, d);
+        }
         work<<<CTAS, WARPS * 32>>>(ev + per * i, 2000);
         cudaDeviceSynchronize();   // one at a time: each launch's events are its own
     }
+    snap(f, d);
+    struct timespec two = {2, 0};
+    nanosleep(&two, NULL);
     snap(f, d);
     uint64_t *h = (uint64_t *)malloc(per * launches * 8);
     cudaMemcpy(h, ev, per * launches * 8, cudaMemcpyDeviceToHost);

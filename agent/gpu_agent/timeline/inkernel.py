@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import re
+import statistics
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -103,17 +104,25 @@ def _place(tl: Timeline, kix: "_Kernels", nt: Nanotrace, spec: Spec, taken: dict
             raise NanotraceError(f"{spec.path}: {len(kernels)} kernels and no clock onto the timeline's "
                                  "(CLOCK_MONOTONIC_RAW): cannot tell which launches they were")
         return _by_order(tl, kix, ix, spec, taken, _kernel_name(ix, kernels[0]), kernels[0].id, ())
+    # The recorder's snapshots and CUPTI's clock sit a constant few microseconds apart
+    # (2.6 us on an H100, docs/benchmarks.md): the file's kernels, matched once, give
+    # that offset (their median), and are matched again with it taken out.
+    first = [o for o in (_offset(kix, ix, kt, shift) for kt in kernels) if o is not None]
+    align = round(statistics.median(first)) if first else 0
     placed, said = [], []
     for kt in kernels:
-        ik, note = _by_clock(tl, kix, ix, spec, kt, shift)
+        ik, note = _by_clock(tl, kix, ix, spec, kt, shift - align)
         said.append(note)
         if ik:
             placed.append(ik)
+    moved = f"; the file's times moved {_off(-align)} its clock (its kernels' median start)" if align else ""
     if len(said) <= 3:
-        return placed, "; ".join(said)
+        return placed, "; ".join(said) + moved
     events = sum(len(ik.events) for ik in placed)
+    cut = sum(ik.clamped for ik in placed)
+    cut = f", {cut} cut to their kernel's slice" if cut else ""
     return placed, (f"{spec.path}: {len(placed)} of {len(kernels)} kernels placed by their clock snapshots "
-                    f"({events} events); the first: {said[0].split(': ', 1)[1]}")
+                    f"({events} events{cut}){moved}; the first: {said[0].split(': ', 1)[1]}")
 
 
 def _kernel_name(ix: _Index, kt) -> str:
@@ -233,19 +242,39 @@ class _Kernels:
         return self.memo[want]
 
 
-def _by_clock(tl: Timeline, kix: _Kernels, ix: _Index, spec: Spec, kt, shift: int) -> tuple[Optional[InKernel], str]:
-    nt = ix.nt
+def _off(ns: float) -> str:
+    """A time against another, in words."""
+    return f"{abs(ns) / 1e3:.1f} us {'after' if ns >= 0 else 'before'}"
+
+
+def _nearest(kix: _Kernels, ix: _Index, kt, shift: int) -> tuple[str, int, list[tuple[int, int]]]:
+    """The kernel's name, its start on the timeline's clock, and the same-named
+    kernels that started nearest it: (distance, index)."""
     name = _kernel_name(ix, kt)
     start = round(_origin(ix, kt.id)) + shift   # (integers: a float of 1.8e18 ns is 256 ns coarse)
-    cands = kix.nearest(name, start)
+    return name, start, kix.nearest(name, start)
+
+
+def _offset(kix: _Kernels, ix: _Index, kt, shift: int) -> Optional[int]:
+    """How far after its match's start the file's kernel starts; None: no match."""
+    _, start, cands = _nearest(kix, ix, kt, shift)
+    if not cands or min(cands)[0] > MATCH_NS:
+        return None
+    return start - kix.tl.kernels[min(cands)[1]].start_ns
+
+
+def _by_clock(tl: Timeline, kix: _Kernels, ix: _Index, spec: Spec, kt, shift: int) -> tuple[Optional[InKernel], str]:
+    """Under the same-named kernel that started nearest."""
+    nt = ix.nt
+    name, start, cands = _nearest(kix, ix, kt, shift)
     if not cands or min(cands)[0] > MATCH_NS:
         near = f" (the nearest started {min(cands)[0] / 1e6:.3f} ms away)" if cands else ""
         return None, f"{spec.path}: kernel {name} at its clock matches no kernel of the timeline{near}; not merged"
-    off, i = min(cands)
+    i = min(cands)[1]
     k = tl.kernels[i]
     ik = _fill(InKernel(i, spec.path, BY_CLOCK), ix, kt.id, k, lambda track, ts: round(_ref(nt, track, ts)) + shift)
     return ik, (f"{spec.path}: {len(ik.events)} events under {k.name or k.mangled} (correlation id "
-                f"{k.correlation_id}), by its clock snapshots: its start {off / 1e3:.1f} us from CUPTI's"
+                f"{k.correlation_id}), by its clock snapshots: its start {_off(start - k.start_ns)} CUPTI's"
                 + _cut(ik))
 
 
