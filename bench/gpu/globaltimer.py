@@ -17,6 +17,7 @@ free of any snapshot, how much longer CUPTI's kernel is than its stamps' span, a
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -135,6 +136,7 @@ def run(a) -> None:
            "cupti_vs_globaltimer_ppm": moved / apart * 1e6 if apart else None,
            "by": {mth: agreement(info, mth, cupti, pair) for mth in info["snapshots"]},
            "merged_with": METHOD, "events_merged": sum(1 for e in doc["traceEvents"] if e.get("cat") == "nanotrace"),
+           "events_cut_by_merge": sum(int(x) for x in re.findall(r"(\d+) cut to their kernel's slice", m.stderr)),
            "merge_rc": m.returncode, "merge_said": m.stderr.splitlines()[-3:]}
     print(json.dumps(res, indent=1))
     if a.jsonl:
