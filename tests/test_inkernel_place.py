@@ -108,12 +108,13 @@ def test_version_4_goes_under_the_launch_its_clock_says(tmp_path):
               far=nt.encode_v4(v4_kernel("gemm_kernel", start_raw + 50_000_000, 3_000)))
     lines = place_all(tl, [Spec(f["a"]), Spec(f["far"])])
     assert [(ik.kernel, ik.placed_by) for ik in tl.inkernel] == [(2, BY_CLOCK)], lines
-    assert "correlation id 11" in lines[0] and "its start 0.0 us after CUPTI's" in lines[0], lines
-    assert lines[0].endswith("; the file's times moved 1.2 us before its clock (its kernels' median start)")
+    # its 3 us centred in CUPTI's 5 us: it starts 1 us after CUPTI's start, 0.2 us earlier than its clock says
+    assert "correlation id 11" in lines[0] and "its start 1.0 us after CUPTI's" in lines[0], lines
+    assert lines[0].endswith("; the file's times moved 0.2 us before its clock (its kernels' median offset)")
     ik = tl.inkernel[0]
     assert len(ik.tracks) == 6 and len(ik.events) == 8 and not ik.clamped and inside(tl)
     k = tl.kernels[2]
-    assert min(e.start_ns for e in ik.events) == k.start_ns + 750
+    assert min(e.start_ns for e in ik.events) == k.start_ns + 1_000 + 750
     assert "matches no kernel of the timeline (the nearest started 49.901 ms away); not merged" in lines[1]
 
 
@@ -135,26 +136,28 @@ def v4_kernels(tl: Timeline, offsets: list[int]) -> bytes:
 
 def test_a_file_a_few_microseconds_off_cuptis_clock_is_moved_by_its_median(tmp_path):
     """Snapshots and CUPTI's clock 2.6 us apart (an H100's): each event would start
-    before its kernel and be cut. The file's kernels' median offset is taken out;
-    what is left of each kernel's own offset stays, and the line says both."""
+    before its kernel and be cut. The file's kernels' median offset (of their middles:
+    3 us of stamps in 5 us of CUPTI's kernel) is taken out; what is left of each
+    kernel's own offset stays, and the line says both."""
     tl = timeline(n=5)
     offsets = [-2_600 - 3 + i for i in range(5)]        # median -2.601 us; each off it by -2..+2 ns
     lines = place_all(tl, [Spec(files(tmp_path, a=v4_kernels(tl, offsets))["a"])])
     assert [ik.kernel for ik in tl.inkernel] == [0, 2, 4, 6, 8] and inside(tl), lines
     assert [min(e.start_ns for e in ik.events) - tl.kernels[ik.kernel].start_ns for ik in tl.inkernel] == \
-        [750 - 2, 750 - 1, 750, 750 + 1, 750 + 2]
+        [1_750 - 2, 1_750 - 1, 1_750, 1_750 + 1, 1_750 + 2]
     assert sum(ik.clamped for ik in tl.inkernel) == 0
-    assert ("5 of 5 kernels placed by their clock snapshots (40 events); the file's times moved 2.6 us after its "
-            "clock (its kernels' median start); the first: 8 events") in lines[0], lines
+    assert ("5 of 5 kernels placed by their clock snapshots (40 events); the file's times moved 3.6 us after its "
+            "clock (its kernels' median offset); the first: 8 events") in lines[0], lines
 
 
 def test_a_kernel_past_the_files_own_offset_is_still_cut_and_counted(tmp_path):
     """One kernel of five 2 us before the rest: after the median comes out, its
-    events start before CUPTI's start of it; they are cut to its slice, counted."""
+    first events start before CUPTI's start of it; they are cut to its slice, counted."""
     tl = timeline(n=5)
     lines = place_all(tl, [Spec(files(tmp_path, a=v4_kernels(tl, [0, 0, -2_000, 0, 0]))["a"])])
-    assert [ik.clamped for ik in tl.inkernel] == [0, 0, 8, 0, 0] and inside(tl), lines
-    assert "(40 events, 8 cut to their kernel's slice); the first: " in lines[0], lines
+    assert [ik.clamped for ik in tl.inkernel] == [0, 0, 4, 0, 0] and inside(tl), lines
+    assert ("(40 events, 4 cut to their kernel's slice); the file's times moved 1.0 us after its clock"
+            in lines[0]), lines
 
 
 def test_version_4_without_a_clock_onto_the_timeline_goes_by_order(tmp_path):

@@ -105,8 +105,9 @@ def _place(tl: Timeline, kix: "_Kernels", nt: Nanotrace, spec: Spec, taken: dict
                                  "(CLOCK_MONOTONIC_RAW): cannot tell which launches they were")
         return _by_order(tl, kix, ix, spec, taken, _kernel_name(ix, kernels[0]), kernels[0].id, ())
     # The recorder's snapshots and CUPTI's clock sit a constant few microseconds apart
-    # (2.6 us on an H100, docs/benchmarks.md): the file's kernels, matched once, give
-    # that offset (their median), and are matched again with it taken out.
+    # (2.4-2.9 us on H100s, docs/benchmarks.md): the file's kernels, matched once, give
+    # that offset (their middles' median against CUPTI's), and are matched again with
+    # it taken out.
     first = [o for o in (_offset(kix, ix, kt, shift) for kt in kernels) if o is not None]
     align = round(statistics.median(first)) if first else 0
     placed, said = [], []
@@ -115,7 +116,7 @@ def _place(tl: Timeline, kix: "_Kernels", nt: Nanotrace, spec: Spec, taken: dict
         said.append(note)
         if ik:
             placed.append(ik)
-    moved = f"; the file's times moved {_off(-align)} its clock (its kernels' median start)" if align else ""
+    moved = f"; the file's times moved {_off(-align)} its clock (its kernels' median offset)" if align else ""
     if len(said) <= 3:
         return placed, "; ".join(said) + moved
     events = sum(len(ik.events) for ik in placed)
@@ -206,10 +207,17 @@ def _ref(nt: Nanotrace, track: int, ts: int) -> float:
 def _origin(ix: _Index, root: int) -> float:
     """Where the kernel starts on the reference clock: its own slice, else its
     earliest event (version 1: offsets start at the kernel's start)."""
-    if ix.nt.version == 1:
-        return 0
+    return 0 if ix.nt.version == 1 else _extent(ix, root)[0]
+
+
+def _extent(ix: _Index, root: int) -> tuple[float, float]:
+    """A version 4 kernel's start and end on the reference clock: its own slice,
+    else its earliest event's start and latest event's end."""
     evs = ix.events.get(root) or [e for t in _subtree(ix, root) for e in ix.events.get(t.id, ())]
-    return min((_ref(ix.nt, e.track, e.start) for e in evs), default=0)
+    if not evs:
+        return 0, 0
+    return (min(_ref(ix.nt, e.track, e.start) for e in evs),
+            max(_ref(ix.nt, e.track, e.start + e.duration) for e in evs))
 
 
 class _Kernels:
@@ -256,11 +264,14 @@ def _nearest(kix: _Kernels, ix: _Index, kt, shift: int) -> tuple[str, int, list[
 
 
 def _offset(kix: _Kernels, ix: _Index, kt, shift: int) -> Optional[int]:
-    """How far after its match's start the file's kernel starts; None: no match."""
-    _, start, cands = _nearest(kix, ix, kt, shift)
+    """How far the file's kernel's middle lies after its match's; None: no match.
+    (Middles: CUPTI's kernel is longer than the stamps inside it, 0.8 us on an H100.)"""
+    _, _, cands = _nearest(kix, ix, kt, shift)
     if not cands or min(cands)[0] > MATCH_NS:
         return None
-    return start - kix.tl.kernels[min(cands)[1]].start_ns
+    k = kix.tl.kernels[min(cands)[1]]
+    lo, hi = _extent(ix, kt.id)
+    return round((lo + hi) / 2) + shift - (k.start_ns + kernel_end(k)) // 2
 
 
 def _by_clock(tl: Timeline, kix: _Kernels, ix: _Index, spec: Spec, kt, shift: int) -> tuple[Optional[InKernel], str]:
