@@ -259,7 +259,7 @@ def bootstrap_ci(vals: list[float], stat=statistics.median, n: int = 2000) -> tu
 
 def summarize(path: str) -> list[dict]:
     """Per (workload, phase, config): medians and ratios against that phase's baseline."""
-    recs = [json.loads(line) for line in open(path)]
+    recs = [r for r in map(json.loads, open(path)) if {"workload", "phase", "config", "round"} <= r.keys()]
     by: dict = {}
     for r in recs:
         by.setdefault((r["workload"], r["phase"], r["config"]), {})[r["round"]] = r
