@@ -158,3 +158,16 @@ def test_ui_over_a_missing_store_says_so(tmp_path):
     proc = subprocess.run(agent_cmd("ui", "--profiles", tmp_path / "typo", "--listen", "127.0.0.1:0"),
                           capture_output=True, text=True, timeout=60)
     assert f"no profile store at {tmp_path / 'typo'}" in one_line_error(proc)
+
+
+def test_in_kernel_merges_need_somewhere_to_go(tmp_path):
+    """--nanotrace with no timeline output, and `timeline merge` with no output, are
+    one line each before anything runs; --events alone is an output."""
+    marker = tmp_path / "ran"
+    proc = subprocess.run(agent_cmd("record", "-o", tmp_path / "p.pb.gz", "--nanotrace", tmp_path / "k.nanotrace",
+                                    "--", "touch", marker), capture_output=True, text=True, timeout=60)
+    assert "--nanotrace goes into a timeline: give --trace FILE, --events FILE.ndjson" in one_line_error(proc)
+    assert not marker.exists()
+    proc = subprocess.run(agent_cmd("timeline", "merge", tmp_path / "e.ndjson", tmp_path / "k.nanotrace"),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "give -o FILE, --events OUT.ndjson, or both" in one_line_error(proc)

@@ -44,6 +44,11 @@ def test_record_then_merge_put_in_kernel_events_inside_their_kernels(tmp_path, b
     # after the fact: a version 4 file of the 10th launch, on %globaltimer, placed by its clock
     lines = [json.loads(ln) for ln in events.read_text().splitlines()]
     realtime, raw = lines[0]["monotonic_raw_pair"]
+    # the NDJSON carries them too: each file's events under its kernel's line
+    kernel_lines = [x for x in lines if x["type"] == "kernel"]
+    assert [kernel_lines[x["kernel"]]["correlation_id"] == x["correlation_id"]
+            for x in lines if x["type"] == "inkernel"] == [True, True]
+    assert sum(x["type"] == "inkernel_event" for x in lines) == 16
     tenth = sorted((x for x in lines if x["type"] == "kernel" and x["name"] == KERNEL),
                    key=lambda x: x["start_ns"])[9]
     start_raw = tenth["start_ns"] - realtime + raw + 300

@@ -8,6 +8,7 @@ import dataclasses
 import json
 
 import pytest
+from pathlib import Path
 
 from gpu_agent.timeline import nanotrace as nt
 from gpu_agent.timeline import write_chrome, write_events, write_nanotrace, write_perfetto
@@ -21,6 +22,7 @@ from support.perfetto_read import hangs_under, read_perfetto
 T0 = 1_760_000_000_000_000_000
 RAW0 = 9_000_000_000              # CLOCK_MONOTONIC_RAW when CLOCK_REALTIME read T0
 GEMM = "void gemm_kernel<128>(float*, int)"
+SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "docs" / "events.schema.json").read_text())
 
 
 def timeline(n=3, grid=(2, 1, 1)) -> Timeline:
@@ -227,6 +229,57 @@ def test_events_read_back_for_a_merge(tmp_path):
         if mode != "nostack":
             assert [back.stacks[k.stack_id] for k in back.kernels if k.stack_id] == \
                 [tl.stacks[k.stack_id] for k in tl.kernels if k.stack_id]
+
+
+def test_in_kernel_events_go_through_ndjson_and_back(tmp_path):
+    """record --events and timeline merge --events carry the merged in-kernel events:
+    every line valid against docs/events.schema.json, read back the same."""
+    import jsonschema
+    tl = merged(tmp_path)
+    tl.inkernel[1].events[0].args.append(("label", "tile 3"))
+    for mode in ("dedup", "full", "nostack"):
+        write_events(tl, tmp_path / f"{mode}.ndjson", mode)
+        lines = [json.loads(x) for x in (tmp_path / f"{mode}.ndjson").read_text().splitlines()]
+        validator = jsonschema.Draft202012Validator(SCHEMA)
+        for line in lines:
+            validator.validate(line)
+        assert [x["type"] for x in lines].count("inkernel") == 2
+        back = read_events(tmp_path / f"{mode}.ndjson")
+        assert back.inkernel == tl.inkernel
+    back.inkernel = []
+    assert place_all(back, [Spec(tmp_path / "a")]) and len(back.inkernel) == 1
+
+
+def bad_inkernel(tmp_path, edit) -> str:
+    """A good events file with one of its in-kernel lines edited."""
+    tl = merged(tmp_path)
+    write_events(tl, tmp_path / "e.ndjson")
+    lines = [json.loads(x) for x in (tmp_path / "e.ndjson").read_text().splitlines()]
+    edit(lines)
+    (tmp_path / "e.ndjson").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    with pytest.raises(EventsError) as e:
+        read_events(tmp_path / "e.ndjson")
+    return str(e.value)
+
+
+def _first(lines, kind):
+    return next(x for x in lines if x["type"] == kind)
+
+
+@pytest.mark.parametrize("edit, why", [
+    (lambda ls: _first(ls, "inkernel").update(kernel=99), "names kernel 99 of 6"),
+    (lambda ls: _first(ls, "inkernel").update(id=5), "names kernel"),
+    (lambda ls: _first(ls, "inkernel_track").update(of=1), "not of the inkernel line before it"),
+    (lambda ls: _first(ls, "inkernel_track").update(parent=42), "before its parent"),
+    (lambda ls: _first(ls, "inkernel_event").update(track=77), "no such track"),
+    (lambda ls: _first(ls, "inkernel_event").update(end_ns=0), "ends before it starts"),
+    (lambda ls: _first(ls, "inkernel_event").update(args=[["a", {"b": 1}]]), "not a string or a number"),
+    (lambda ls: _first(ls, "inkernel_event").update(args=[["a"]]), "ValueError"),
+    (lambda ls: ls.insert(1, {"type": "inkernel_event", "of": 0}), "not of the inkernel line before it"),
+])
+def test_a_bad_in_kernel_line_is_one_line(tmp_path, edit, why):
+    said = bad_inkernel(tmp_path, edit)
+    assert why in said and "e.ndjson:" in said and "\n" not in said, said
 
 
 @pytest.mark.parametrize("text, why", [

@@ -1,6 +1,7 @@
 """`gpu-agent timeline merge`: a captured timeline (the NDJSON events that `record
 --events` or `trace --events` wrote) with .nanotrace files of in-kernel events,
-placed under the kernels that ran them, written as a Perfetto or Chrome trace.
+placed under the kernels that ran them, written as a Perfetto, Chrome or
+nanotrace trace (-o) and as NDJSON events again (--events).
 `record --nanotrace` does the same at the end of a capture (docs/timeline.md)."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import sys
 from pathlib import Path
 
 from .common import output_error
-from .timeline_out import TRACE_FORMATS, merge_nanotrace, write_trace
+from .timeline_out import EVENTS_MODES, TRACE_FORMATS, merge_nanotrace, write_trace
 
 
 def add_parser(sub) -> None:
@@ -21,7 +22,11 @@ def add_parser(sub) -> None:
                    help="the timeline: NDJSON events from `record --events` or `trace --events`")
     m.add_argument("nanotrace", nargs="+", metavar="IN.nanotrace[@N]",
                    help="version 1 or 4; @N: the N-th launch of its kernel")
-    m.add_argument("-o", "--output", type=Path, required=True, metavar="FILE", help="the merged trace")
+    m.add_argument("-o", "--output", type=Path, default=None, metavar="FILE", help="the merged trace")
+    m.add_argument("--events", dest="events_out", type=Path, default=None, metavar="OUT.ndjson",
+                   help="the merged timeline as NDJSON events, in-kernel events included")
+    m.add_argument("--events-mode", choices=EVENTS_MODES, default="dedup",
+                   help="dedup: each stack once, kernels refer to it; full: stacks inline; nostack: no stacks")
     m.add_argument("--trace-format", choices=TRACE_FORMATS, default="perfetto",
                    help="perfetto (protobuf, for ui.perfetto.dev; default), chrome (JSON) or nanotrace "
                         "(version 4)")
@@ -29,19 +34,26 @@ def add_parser(sub) -> None:
 
 
 def main(args) -> int:
-    from ..timeline.events_ndjson import EventsError, read_events
-    why = output_error(args.output)
+    from ..system.atomic import hand_to_invoker
+    from ..timeline.events_ndjson import EventsError, read_events, write_events
+    outs = [p for p in (args.output, args.events_out) if p is not None]
+    why = next(filter(None, map(output_error, outs)), "") if outs else "give -o FILE, --events OUT.ndjson, or both"
     if why:
-        print(f"gpu-agent: {why}", file=sys.stderr)
+        print(f"gpu-agent: error: {why}", file=sys.stderr)
         return 2
     try:
         tl = read_events(args.events)
     except EventsError as e:
-        print(f"gpu-agent: {e}", file=sys.stderr)
+        print(f"gpu-agent: error: {e}", file=sys.stderr)
         return 2
+    before = len(tl.inkernel)      # an events file merged before brings its own
     merge_nanotrace(tl, args.nanotrace)
-    write_trace(tl, args.output, args.trace_format)
+    if args.output:
+        write_trace(tl, args.output, args.trace_format)
+    if args.events_out:
+        write_events(tl, args.events_out, args.events_mode)
+    hand_to_invoker(outs)        # under sudo, the user's files, as record's are
     placed = sum(len(ik.events) for ik in tl.inkernel)
     print(f"gpu-agent: {len(tl.kernels)} kernels, {placed} in-kernel events of {len(tl.inkernel)} kernel(s) "
-          f"-> {args.output}", file=sys.stderr)
-    return 0 if tl.inkernel else 1
+          f"-> {', '.join(map(str, outs))}", file=sys.stderr)
+    return 0 if len(tl.inkernel) > before else 1

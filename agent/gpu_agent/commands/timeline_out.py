@@ -61,8 +61,8 @@ def unwritable(args) -> str:
         why = output_error(path)
         if why:
             return why
-    if getattr(args, "nanotrace", None) and not (args.trace or args.store):
-        return "--nanotrace goes into a timeline: give --trace FILE (or --store DIR)"
+    if getattr(args, "nanotrace", None) and not wanted(args):
+        return "--nanotrace goes into a timeline: give --trace FILE, --events FILE.ndjson or --store DIR"
     if args.store is not None and (args.store.is_symlink() or not args.store.is_dir()):
         return f"--store {args.store} is not a directory"
     return ""

@@ -9,6 +9,9 @@ Lines, in order:
 - "callstack_def" (dedup mode only): a stack, once, before the first kernel
   that refers to it;
 - one "kernel" per kernel, in the Timeline's order;
+- for each .nanotrace file merged under a kernel (timeline/inkernel.py): one
+  "inkernel" (which kernel, by its place among the kernel lines), then its
+  "inkernel_track"s, then its "inkernel_event"s;
 - one "drop" per Timeline drop, last (drops are totals of the capture).
 read_events reads such a file back into a Timeline (`gpu-agent timeline merge`).
 
@@ -23,9 +26,11 @@ not with the kernels."""
 from __future__ import annotations
 
 import json
+import os
 
 from ..system.atomic import private_output
-from .model import SCHEMA_VERSION, Drop, Frame, KernelEvent, Timeline
+from .model import (MAX_INKERNEL_EVENTS, SCHEMA_VERSION, Drop, Frame, InKernel, InKernelEvent, InKernelTrack,
+                    KernelEvent, Timeline)
 
 MODES = ("dedup", "full", "nostack")
 
@@ -106,11 +111,25 @@ def write_events(timeline: Timeline, path, mode: str = "dedup") -> None:
                     out.write(dump({"type": "callstack_def", "id": sid,
                                     "frames": [_frame(f) for f in tl.stacks.get(sid, ())]}) + "\n")
             out.write(dump(kernel(tl, k, mode)) + "\n")
+        for line in inkernel_lines(tl):
+            out.write(dump(line) + "\n")
         for d in tl.drops:
             line = {"type": "drop", "what": d.what, "count": d.count}
             if d.pid is not None:
                 line["pid"] = d.pid
             out.write(dump(line) + "\n")
+
+
+def inkernel_lines(tl: Timeline):
+    for n, ik in enumerate(tl.inkernel):
+        k = tl.kernels[ik.kernel]
+        yield {"type": "inkernel", "id": n, "kernel": ik.kernel, "pid": k.pid, "correlation_id": k.correlation_id,
+               "source": ik.source, "placed_by": ik.placed_by, "clamped": ik.clamped}
+        for t in ik.tracks:
+            yield {"type": "inkernel_track", "of": n, "id": t.id, "parent": t.parent, "name": t.name}
+        for e in ik.events:
+            yield {"type": "inkernel_event", "of": n, "track": e.track, "start_ns": e.start_ns, "end_ns": e.end_ns,
+                   "name": e.name, "args": [[a, v] for a, v in e.args]}
 
 
 class EventsError(ValueError):
@@ -122,14 +141,18 @@ MAX_LINES = 20_000_000
 
 
 def read_events(path) -> Timeline:
-    """A file write_events wrote, as a Timeline (EventsError: what is wrong, where)."""
+    """A file write_events wrote, as a Timeline (EventsError: what is wrong, where).
+    Under sudo only a regular file the invoking user may read (system/safe_open.py)."""
     from ..probes.devices import GpuDevice
     tl: Timeline | None = None
     inline: dict[tuple, int] = {}   # "full" mode's stacks -> the ids given them
+    inner = _InKernelReader()
+    from ..system.safe_open import open_for_invoker
     try:
-        f = open(path, "rb")
+        fd, _ = open_for_invoker(str(path))
     except OSError as e:
-        raise EventsError(f"{path}: {e.strerror}") from None
+        raise EventsError(str(e) if not e.strerror else f"{path}: {e.strerror}") from None
+    f = os.fdopen(fd, "rb")
     with f:
         for n, raw in enumerate(iter(lambda: f.readline(MAX_LINE + 1), b""), 1):
             where = f"{path}:{n}"
@@ -154,6 +177,8 @@ def read_events(path) -> Timeline:
                     tl.stacks[int(line["id"])] = [_read_frame(x) for x in line["frames"]]
                 elif kind == "kernel":
                     tl.kernels.append(_read_kernel(tl, line, inline))
+                elif kind.startswith("inkernel"):
+                    inner.read(tl, kind, line)
                 elif kind == "drop":
                     tl.drops.append(Drop(str(line["what"]), int(line["count"]),
                                          int(line["pid"]) if "pid" in line else None))
@@ -164,6 +189,43 @@ def read_events(path) -> Timeline:
     if tl is None:
         raise EventsError(f"{path}: empty: not a gpu-agent events file")
     return tl
+
+
+class _InKernelReader:
+    """The inkernel lines, checked as they come: each track and event belongs to
+    the inkernel line just before it, each event to one of its tracks."""
+
+    def __init__(self):
+        self.tracks: set[int] = set()
+        self.events = 0
+
+    def read(self, tl: Timeline, kind: str, x: dict) -> None:
+        if kind == "inkernel":
+            i, n = int(x["kernel"]), int(x["id"])
+            if not 0 <= i < len(tl.kernels) or n != len(tl.inkernel):
+                raise ValueError(f"inkernel {n} names kernel {i} of {len(tl.kernels)} before it")
+            tl.inkernel.append(InKernel(i, str(x["source"]), str(x["placed_by"]), clamped=int(x["clamped"])))
+            self.tracks = set()
+            return
+        if not tl.inkernel or int(x["of"]) != len(tl.inkernel) - 1:
+            raise ValueError(f"{kind} of {x['of']}, not of the inkernel line before it")
+        ik = tl.inkernel[-1]
+        if kind == "inkernel_track":
+            t = InKernelTrack(int(x["id"]), int(x["parent"]), str(x["name"]))
+            if t.id in self.tracks or (t.parent and t.parent not in self.tracks):
+                raise ValueError(f"track {t.id} (parent {t.parent}) repeated, or before its parent")
+            self.tracks.add(t.id)
+            ik.tracks.append(t)
+        elif kind == "inkernel_event":
+            args = [(str(a), v) for a, v in x["args"]]
+            if not all(isinstance(v, (str, int, float)) for _, v in args):
+                raise ValueError("an event argument that is not a string or a number")
+            e = InKernelEvent(int(x["track"]), int(x["start_ns"]), int(x["end_ns"]), str(x["name"]), args)
+            self.events += 1
+            if e.track not in self.tracks or e.end_ns < e.start_ns or self.events > MAX_INKERNEL_EVENTS:
+                raise ValueError(f"event on track {e.track}, {e.start_ns}..{e.end_ns}: no such track, "
+                                 f"ends before it starts, or past {MAX_INKERNEL_EVENTS} events")
+            ik.events.append(e)
 
 
 def _read_frame(x: dict) -> Frame:

@@ -22,14 +22,13 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from .kernel_fields import kernel_end
-from .model import InKernel, InKernelEvent, InKernelTrack, KernelEvent, Timeline
+from .model import MAX_INKERNEL_EVENTS, InKernel, InKernelEvent, InKernelTrack, KernelEvent, Timeline
 from .nanotrace import Nanotrace, NanotraceError, read, to_reference
 from .nanotrace.model import KERNEL
 
 BY_CLOCK, BY_ORDER = "clock", "name, grid and order"
 MONOTONIC_RAW = 0          # version 4's clock kind
 MATCH_NS = 1_000_000       # a version 4 kernel this far from every same-named start matches none
-MAX_PLACED_EVENTS = 5_000_000   # over all files of one timeline
 
 
 @dataclass
@@ -64,9 +63,9 @@ def place_all(tl: Timeline, specs: list[Spec], reader: Callable[[str], Nanotrace
     for spec in specs:
         try:
             nt = reader(spec.path)
-            budget = MAX_PLACED_EVENTS - sum(len(ik.events) for ik in tl.inkernel)
+            budget = MAX_INKERNEL_EVENTS - sum(len(ik.events) for ik in tl.inkernel)
             if len(nt.events) > budget:
-                raise NanotraceError(f"{spec.path}: {len(nt.events)} events, past the {MAX_PLACED_EVENTS} "
+                raise NanotraceError(f"{spec.path}: {len(nt.events)} events, past the {MAX_INKERNEL_EVENTS} "
                                      "of all files together")
             placed, note = _place(tl, kix, nt, spec, taken)
         except NanotraceError as e:

@@ -14,7 +14,8 @@ from typing import Optional
 
 from ..probes.devices import GpuDevice
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+MAX_INKERNEL_EVENTS = 5_000_000   # in-kernel events of one timeline, over all its .nanotrace files
 
 
 @dataclass(frozen=True)
