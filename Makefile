@@ -158,6 +158,7 @@ unit: all $(PPROF)
 LINT_CUDA_INCS := $(CUDA_INC) $(wildcard /opt/gpu-agent-cuda12/include)
 lint: venv
 	$(VPY) -m ruff check agent tests bench
+	$(VPY) -m ruff format --check agent tests bench
 	@mkdir -p $(BUILD)/lint
 	@set -e; for inc in $(LINT_CUDA_INCS); do \
 	    echo "lint: shim against $$inc"; \

@@ -17,9 +17,12 @@ def start_agent(output_dir: str, interval: str) -> subprocess.Popen:
     benchmark with the agent's output if it stops before that. Its stderr is
     drained from then on by a thread (a full pipe would block the agent), and its
     last lines are kept in the returned process's `log_tail`."""
-    p = subprocess.Popen([sys.executable, "-m", "gpu_agent", "run", "--output-dir", output_dir,
-                          "--interval", interval], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "gpu_agent", "run", "--output-dir", output_dir, "--interval", interval],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     seen = []
     for line in p.stderr:  # wait until every probe is attached
         seen.append(line)

@@ -53,13 +53,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.rounds):
             t = time.perf_counter()
-            subprocess.run([py, "-m", "gpu_agent", "record", "-q", "-o", f"{tmp}/p.pb.gz", "--shim", shim,
-                            "--", "true"], env=env, check=True, capture_output=True)
+            subprocess.run(
+                [py, "-m", "gpu_agent", "record", "-q", "-o", f"{tmp}/p.pb.gz", "--shim", shim, "--", "true"],
+                env=env,
+                check=True,
+                capture_output=True,
+            )
             walls.append(time.perf_counter() - t)
-    phases = subprocess.run([py, "-c", PHASES, str(args.agent_dir), shim], env=env, check=True,
-                            capture_output=True, text=True).stdout.strip()
-    print(f"record -- true: median {statistics.median(walls):.2f} s (min {min(walls):.2f}, max {max(walls):.2f}, "
-          f"{args.rounds} rounds); one round's phases: {phases}")
+    phases = subprocess.run(
+        [py, "-c", PHASES, str(args.agent_dir), shim], env=env, check=True, capture_output=True, text=True
+    ).stdout.strip()
+    print(
+        f"record -- true: median {statistics.median(walls):.2f} s (min {min(walls):.2f}, max {max(walls):.2f}, "
+        f"{args.rounds} rounds); one round's phases: {phases}"
+    )
 
 
 if __name__ == "__main__":

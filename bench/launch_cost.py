@@ -45,15 +45,24 @@ def env_for(shim: bool) -> dict:
 
 def run_app(n: int, api: str, shim: bool, rate: float = 0) -> dict:
     """One workload process -> {loop, thread_cpu, process_cpu} ns per launch, and launches/s."""
-    p = subprocess.Popen([str(APP), "--bench", str(n), "--api", api, "--rate", str(rate)],
-                         env=env_for(shim), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [str(APP), "--bench", str(n), "--api", api, "--rate", str(rate)],
+        env=env_for(shim),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     _, status, ru = os.wait4(p.pid, 0)
     out = p.stdout.read()
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"workload failed: {p.stderr.read().strip()}")
     f = dict(kv.split("=") for kv in out.split())
-    return {"loop": float(f["ns_per_launch"]), "thread_cpu": float(f["cpu_ns_per_launch"]),
-            "process_cpu": (ru.ru_utime + ru.ru_stime) * 1e9 / n, "rate": float(f["launches_per_s"])}
+    return {
+        "loop": float(f["ns_per_launch"]),
+        "thread_cpu": float(f["cpu_ns_per_launch"]),
+        "process_cpu": (ru.ru_utime + ru.ru_stime) * 1e9 / n,
+        "rate": float(f["launches_per_s"]),
+    }
 
 
 def proc_cpu_s(pid: int) -> float:
@@ -85,8 +94,9 @@ def main() -> None:
     ap.add_argument("--launches", type=int, default=2_000_000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--api", default="cuLaunchKernel")
-    ap.add_argument("--rate", type=float, default=250_000,
-                    help="paced launch rate for the agent-footprint phase (launches/s)")
+    ap.add_argument(
+        "--rate", type=float, default=250_000, help="paced launch rate for the agent-footprint phase (launches/s)"
+    )
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench: run as root (the agent loads eBPF)")
@@ -108,8 +118,10 @@ def main() -> None:
     print(f"mock launch cost, api={a.api}, {a.launches} launches x {a.rounds} interleaved rounds (medians)")
     print(f"{'config':<7} {'loop ns':>8} {'thread CPU ns':>14} {'process CPU ns':>15} {'process CPU over none':>22}")
     for k in ("none", "idle", "agent"):
-        print(f"{k:<7} {med(k, 'loop'):>8.1f} {med(k, 'thread_cpu'):>14.1f} {med(k, 'process_cpu'):>15.1f} "
-              f"{med(k, 'process_cpu') - med('none', 'process_cpu'):>+22.1f}")
+        print(
+            f"{k:<7} {med(k, 'loop'):>8.1f} {med(k, 'thread_cpu'):>14.1f} {med(k, 'process_cpu'):>15.1f} "
+            f"{med(k, 'process_cpu') - med('none', 'process_cpu'):>+22.1f}"
+        )
     print(f"flat-out rate with agent: {med('agent', 'rate') / 1e6:.2f}M launches/s")
 
     # Phase 2: the agent's own footprint at a paced, realistic-but-high kernel rate.
@@ -128,9 +140,11 @@ def main() -> None:
             app_agent.append(r["process_cpu"])
         finally:
             agent.stop()
-    print(f"at {a.rate / 1e3:.0f}k launches/s: agent CPU {statistics.median(cpu):.1f}% of one core "
-          f"(max {max(cpu):.1f}%), agent peak RSS {max(rss):.0f} MB; app process CPU per launch "
-          f"{statistics.median(app_none):.0f} ns without shim, {statistics.median(app_agent):.0f} ns with agent")
+    print(
+        f"at {a.rate / 1e3:.0f}k launches/s: agent CPU {statistics.median(cpu):.1f}% of one core "
+        f"(max {max(cpu):.1f}%), agent peak RSS {max(rss):.0f} MB; app process CPU per launch "
+        f"{statistics.median(app_none):.0f} ns without shim, {statistics.median(app_agent):.0f} ns with agent"
+    )
 
 
 if __name__ == "__main__":

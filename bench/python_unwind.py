@@ -56,11 +56,11 @@ def prog_stats(fd: int) -> tuple[int, int]:
 def run_one(col: Collector, fd: int, py: str, depth: int, n: int, python_on: bool) -> tuple:
     col.stacks.python.enabled = python_on
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPU_AGENT_", "CUDA_INJ"))}
-    env.update(LD_LIBRARY_PATH=str(REPO / "build" / "mock"), GPU_AGENT_SAMPLE_PERIOD="1",
-               CUDA_INJECTION64_PATH=str(SHIM))
+    env.update(
+        LD_LIBRARY_PATH=str(REPO / "build" / "mock"), GPU_AGENT_SAMPLE_PERIOD="1", CUDA_INJECTION64_PATH=str(SHIM)
+    )
     ns0, c0 = prog_stats(fd)
-    p = subprocess.Popen([py, str(WORKLOAD), str(depth), str(n)], env=env,
-                         stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen([py, str(WORKLOAD), str(depth), str(n)], env=env, stdout=subprocess.PIPE, text=True)
     while p.poll() is None:
         col.poll(50)
     col.poll(10)
@@ -106,7 +106,7 @@ def main() -> None:
         for r in range(args.rounds):
             for py in pys:
                 for d in depths:
-                    for on in ((False, True) if r % 2 == 0 else (True, False)):
+                    for on in (False, True) if r % 2 == 0 else (True, False):
                         wall, bpf, _ = run_one(col, fd, py, d, args.launches, on)
                         res.setdefault((py, d, on), []).append((wall, bpf))
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
@@ -114,11 +114,17 @@ def main() -> None:
         col.close()
         with open(STATS, "w") as f:
             f.write(old_stats)
-    ver = {py: subprocess.run([py, "-c", "import platform; print(platform.python_version())"],
-                              capture_output=True, text=True).stdout.strip() for py in pys}
-    print("| CPython | Python frames | app ns/launch, native | app ns/launch, python | "
-          "Δ per sampled launch | BPF ns/call, native | BPF ns/call, python | Δ BPF | "
-          "Δ amortized (1/64) |")
+    ver = {
+        py: subprocess.run(
+            [py, "-c", "import platform; print(platform.python_version())"], capture_output=True, text=True
+        ).stdout.strip()
+        for py in pys
+    }
+    print(
+        "| CPython | Python frames | app ns/launch, native | app ns/launch, python | "
+        "Δ per sampled launch | BPF ns/call, native | BPF ns/call, python | Δ BPF | "
+        "Δ amortized (1/64) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for py in pys:
         for d in depths:
@@ -129,8 +135,10 @@ def main() -> None:
             ba = statistics.median(x[1] for x in a)
             bb = statistics.median(x[1] for x in b)
             # frames on the stack: the nest() calls + leaf + main + <module>
-            print(f"| {ver[py]} | {d + 3} | {wa:.0f} | {wb:.0f} | {wb - wa:+.0f} | {ba:.0f} | "
-                  f"{bb:.0f} | {bb - ba:+.0f} | {(wb - wa) / 64:+.1f} |")
+            print(
+                f"| {ver[py]} | {d + 3} | {wa:.0f} | {wb:.0f} | {wb - wa:+.0f} | {ba:.0f} | "
+                f"{bb:.0f} | {bb - ba:+.0f} | {(wb - wa) / 64:+.1f} |"
+            )
 
 
 if __name__ == "__main__":

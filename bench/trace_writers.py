@@ -47,16 +47,41 @@ def timeline(n: int, seed: int = 1) -> Timeline:
         t += rnd.randint(500, 5000)
         sampled = i % 10 == 0
         graph = i % 3 == 0
-        kernels.append(KernelEvent(pid, t, t + rnd.randint(1000, 50000), names[i % 40], f"_Z{i % 40}k",
-                                   (i // 4) % 2, 7 + i % 4, 0xA0, i + 1, graph_id=5 if graph else 0,
-                                   graph_node_id=i % 8 if graph else 0, grid=(128, 1, 1), block=(256, 1, 1),
-                                   stack_id=rnd.randint(1, 500) if sampled else None,
-                                   launch_tid=pid if sampled else None, launch_ns=t - 3000 if sampled else None))
-    devices = {(pid, d): GpuDevice(d, f"GPU-{d:08x}-0000-0000-0000-000000000000", "NVIDIA H100 80GB HBM3")
-               for pid in pids for d in (0, 1)}
-    return Timeline(host="bench", started_ns=T0, ended_ns=t + 100_000,
-                    processes={pid: "python" for pid in pids}, threads={(pid, pid): "python" for pid in pids},
-                    devices=devices, stacks=stacks, kernels=kernels)
+        kernels.append(
+            KernelEvent(
+                pid,
+                t,
+                t + rnd.randint(1000, 50000),
+                names[i % 40],
+                f"_Z{i % 40}k",
+                (i // 4) % 2,
+                7 + i % 4,
+                0xA0,
+                i + 1,
+                graph_id=5 if graph else 0,
+                graph_node_id=i % 8 if graph else 0,
+                grid=(128, 1, 1),
+                block=(256, 1, 1),
+                stack_id=rnd.randint(1, 500) if sampled else None,
+                launch_tid=pid if sampled else None,
+                launch_ns=t - 3000 if sampled else None,
+            )
+        )
+    devices = {
+        (pid, d): GpuDevice(d, f"GPU-{d:08x}-0000-0000-0000-000000000000", "NVIDIA H100 80GB HBM3")
+        for pid in pids
+        for d in (0, 1)
+    }
+    return Timeline(
+        host="bench",
+        started_ns=T0,
+        ended_ns=t + 100_000,
+        processes={pid: "python" for pid in pids},
+        threads={(pid, pid): "python" for pid in pids},
+        devices=devices,
+        stacks=stacks,
+        kernels=kernels,
+    )
 
 
 def main() -> None:
@@ -65,8 +90,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     tl = timeline(args.kernels)
-    writers = {"ndjson": (write_events, "e.ndjson"), "chrome": (write_chrome, "t.json"),
-               "perfetto": (write_perfetto, "t.perfetto-trace")}
+    writers = {
+        "ndjson": (write_events, "e.ndjson"),
+        "chrome": (write_chrome, "t.json"),
+        "perfetto": (write_perfetto, "t.perfetto-trace"),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         for label, (write, name) in writers.items():
             path = Path(tmp) / name
@@ -76,8 +104,10 @@ def main() -> None:
                 write(tl, path)
                 times.append(time.perf_counter() - t0)
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            print(f"{label:9s} {statistics.median(times):6.2f} s  {os.path.getsize(path) / 2**20:7.1f} MiB  "
-                  f"peak RSS so far {rss:.0f} MiB  ({args.kernels} kernels, {args.rounds} rounds)")
+            print(
+                f"{label:9s} {statistics.median(times):6.2f} s  {os.path.getsize(path) / 2**20:7.1f} MiB  "
+                f"peak RSS so far {rss:.0f} MiB  ({args.kernels} kernels, {args.rounds} rounds)"
+            )
 
 
 if __name__ == "__main__":

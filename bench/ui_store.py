@@ -42,13 +42,19 @@ from gpu_agent.proto import profile_pb2  # noqa: E402
 
 INTERVAL_S = 10
 MODELS = ("llama", "resnet", "bert", "whisper", "sdxl")
-KERNELS = ("ampere_sgemm_128x64_tn", "void at::native::vectorized_elementwise_kernel<4, at::native::"
-           "FillFunctor<float>, at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, "
-           "at::detail::Array<char*, 1>)", "flash_fwd_kernel<Flash_fwd_kernel_traits<128, 64, 64, 4> >",
-           "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>"
-           "(cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8::Params)",
-           "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "void at::native::reduce_kernel<512, 1>",
-           "softmax_warp_forward<float, float, float, 10, false>", "layer_norm_kernel<float>")
+KERNELS = (
+    "ampere_sgemm_128x64_tn",
+    "void at::native::vectorized_elementwise_kernel<4, at::native::"
+    "FillFunctor<float>, at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, "
+    "at::detail::Array<char*, 1>)",
+    "flash_fwd_kernel<Flash_fwd_kernel_traits<128, 64, 64, 4> >",
+    "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>"
+    "(cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8::Params)",
+    "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
+    "void at::native::reduce_kernel<512, 1>",
+    "softmax_warp_forward<float, float, float, 10, false>",
+    "layer_norm_kernel<float>",
+)
 
 
 def process_stacks(rng: random.Random, proc: int, stacks: int) -> list[list[FrameSpec]]:
@@ -59,10 +65,21 @@ def process_stacks(rng: random.Random, proc: int, stacks: int) -> list[list[Fram
     out = []
     for s in range(stacks):
         kernel = FrameSpec.kernel(f"_Z{s}{model}k", KERNELS[s % len(KERNELS)] + ("" if s < len(KERNELS) else f"#{s}"))
-        native = [FrameSpec(f"at::native::op_{s % 12}_{d}", "", torch.filename, 0, 0x1000 + 64 * d + s, torch)
-                  for d in range(rng.randint(6, 14))]
-        python = [FrameSpec(f"{model}.layer{(s + d) % 24}.forward", f"python:{model}.layer{(s + d) % 24}.forward",
-                            f"/srv/{model}/model.py", 100 + d, 0, py) for d in range(rng.randint(4, 12))]
+        native = [
+            FrameSpec(f"at::native::op_{s % 12}_{d}", "", torch.filename, 0, 0x1000 + 64 * d + s, torch)
+            for d in range(rng.randint(6, 14))
+        ]
+        python = [
+            FrameSpec(
+                f"{model}.layer{(s + d) % 24}.forward",
+                f"python:{model}.layer{(s + d) % 24}.forward",
+                f"/srv/{model}/model.py",
+                100 + d,
+                0,
+                py,
+            )
+            for d in range(rng.randint(4, 12))
+        ]
         python.append(FrameSpec("<module>", "python:<module>", f"/srv/{model}/serve.py", 12, 0, py))
         out.append([kernel] + native + python)
     return out
@@ -73,13 +90,20 @@ def template(processes: int, stacks: int, numbered: bool) -> profile_pb2.Profile
     numbered as the agent numbers them in all its windows: pprof.Numbering), or as
     another writer would (numbered=False: ids 1..N of each file's own)."""
     rng = random.Random(1)
-    b = ProfileBuilder(period_ns=1, duration_ns=INTERVAL_S * 10**9, time_nanos=0,
-                       numbering=Numbering() if numbered else None)
+    b = ProfileBuilder(
+        period_ns=1, duration_ns=INTERVAL_S * 10**9, time_nanos=0, numbering=Numbering() if numbered else None
+    )
     for p in range(processes):
         pid = 10_000 + p
-        labels = {"pid": str(pid), "comm": f"python{p % 7}", "cuda_device": str(p % 8), "cuda_stream": "7",
-                  "pod": f"{MODELS[p % len(MODELS)]}-{p // len(MODELS)}", "namespace": "ml",
-                  "container": "trainer"}
+        labels = {
+            "pid": str(pid),
+            "comm": f"python{p % 7}",
+            "cuda_device": str(p % 8),
+            "cuda_stream": "7",
+            "pod": f"{MODELS[p % len(MODELS)]}-{p // len(MODELS)}",
+            "namespace": "ml",
+            "container": "trainer",
+        }
         for frames in process_stacks(rng, p, stacks):
             b.add(frames, rng.randint(10**5, 10**8), rng.randint(1, 5000), labels)
     return b.to_proto()
@@ -87,8 +111,7 @@ def template(processes: int, stacks: int, numbered: bool) -> profile_pb2.Profile
 
 def synthesize(store: Path, hours: float, processes: int, stacks: int, numbered: bool = True) -> int:
     """Write the store (skipped when one with these parameters is there); its file count."""
-    params = {"hours": hours, "processes": processes, "stacks": stacks, "interval_s": INTERVAL_S,
-              "numbered": numbered}
+    params = {"hours": hours, "processes": processes, "stacks": stacks, "interval_s": INTERVAL_S, "numbered": numbered}
     stamp = store / "bench-params.json"
     n = int(hours * 3600 / INTERVAL_S)
     if stamp.exists() and json.loads(stamp.read_text()) == params and len(list(store.glob(PROFILE_GLOB))) == n:
@@ -100,6 +123,7 @@ def synthesize(store: Path, hours: float, processes: int, stacks: int, numbered:
     rng = random.Random(2)
     start_s = int(time.time()) - n * INTERVAL_S
     import gzip
+
     for i in range(n):
         end_s = start_s + (i + 1) * INTERVAL_S
         proto.time_nanos = (end_s - INTERVAL_S) * 10**9
@@ -120,12 +144,15 @@ def get(url: str) -> tuple[float, dict]:
 
 
 def start_ui(store: Path) -> tuple[subprocess.Popen, str]:
-    p = subprocess.Popen([sys.executable, "-m", "gpu_agent", "ui", "--profiles", str(store),
-                          "--listen", "127.0.0.1:0"], stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, "PYTHONPATH": str(REPO / "agent")})
+    p = subprocess.Popen(
+        [sys.executable, "-m", "gpu_agent", "ui", "--profiles", str(store), "--listen", "127.0.0.1:0"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO / "agent")},
+    )
     for line in p.stderr:
         if "http://" in line:
-            return p, line[line.index("http://"):].split()[0].rstrip("/")
+            return p, line[line.index("http://") :].split()[0].rstrip("/")
     sys.exit("gpu-agent ui did not start")
 
 
@@ -135,8 +162,12 @@ def open_hour(base: str, last_ns: int, pid: str = "") -> tuple[float, dict]:
     frm = to_ms - 3600 * 1000
     t_chart, chart = get(f"{base}/api/intervals?from={frm}&to={to_ms}")
     t_range, merged = get(f"{base}/api/range?from={frm}&to={to_ms}" + (f"&pid={pid}" if pid else ""))
-    return t_chart + t_range, {"files": len(chart["intervals"]), "total": merged["total"],
-                               "chart_s": t_chart, "range_s": t_range}
+    return t_chart + t_range, {
+        "files": len(chart["intervals"]),
+        "total": merged["total"],
+        "chart_s": t_chart,
+        "range_s": t_range,
+    }
 
 
 @contextlib.contextmanager
@@ -217,15 +248,18 @@ def main() -> None:
     ap.add_argument("--processes", type=int, default=50)
     ap.add_argument("--stacks", type=int, default=30, help="distinct stacks per process")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--foreign", action="store_true",
-                    help="files as a writer other than the agent writes them (no pprof.Numbering)")
+    ap.add_argument(
+        "--foreign", action="store_true", help="files as a writer other than the agent writes them (no pprof.Numbering)"
+    )
     a = ap.parse_args()
     a.store = a.store or Path("/tmp/gpu-agent-ui-bench-store" + ("-foreign" if a.foreign else ""))
     t0 = time.perf_counter()
     n = synthesize(a.store, a.hours, a.processes, a.stacks, numbered=not a.foreign)
     size = sum(f.stat().st_size for f in a.store.glob(PROFILE_GLOB))
-    print(f"store: {n} files, {size / 2**20:.0f} MiB, {a.processes} processes x {a.stacks} stacks "
-          f"= {a.processes * a.stacks} samples per file ({time.perf_counter() - t0:.0f} s to prepare)")
+    print(
+        f"store: {n} files, {size / 2**20:.0f} MiB, {a.processes} processes x {a.stacks} stacks "
+        f"= {a.processes * a.stacks} samples per file ({time.perf_counter() - t0:.0f} s to prepare)"
+    )
     fresh, warm, filtered, warmups, rss, browser = [], [], [], [], [], []
     for _ in range(a.rounds):
         proc, base = start_ui(a.store)
@@ -235,8 +269,10 @@ def main() -> None:
             # Just started: nothing decoded yet; the warmer yields to the request.
             t, info = open_hour(base, last)
             fresh.append(t)
-            print(f"  just started: {t:.2f} s (chart {info['chart_s']:.2f} s, range {info['range_s']:.2f} s, "
-                  f"{info['files']} files)")
+            print(
+                f"  just started: {t:.2f} s (chart {info['chart_s']:.2f} s, range {info['range_s']:.2f} s, "
+                f"{info['files']} files)"
+            )
             while status["ui"]["warm_seconds"] is None:
                 time.sleep(1)
                 _, status = get(f"{base}/api/status")
@@ -248,21 +284,25 @@ def main() -> None:
             filtered.append(t)
             shown = browser_open(base, last)
             browser.extend(shown)
-            print(f"  warmed ({warmups[-1][1]} files in {warmups[-1][0]:.0f} s, RSS {rss[-1]:.0f} MiB): "
-                  f"{warm[-1]:.2f} s, one pid {filtered[-1]:.2f} s; in Chromium, drawn: "
-                  + (", ".join(f"{t:.2f} s" for t in shown) or "no browser"))
+            print(
+                f"  warmed ({warmups[-1][1]} files in {warmups[-1][0]:.0f} s, RSS {rss[-1]:.0f} MiB): "
+                f"{warm[-1]:.2f} s, one pid {filtered[-1]:.2f} s; in Chromium, drawn: "
+                + (", ".join(f"{t:.2f} s" for t in shown) or "no browser")
+            )
         finally:
             proc.terminate()
             proc.wait()
     fresh_browser = browser_fresh(a.store, a.rounds)
     med = statistics.median
-    print(f"open the last hour ({n * 3600 // int(a.hours * 3600) if a.hours else 0} files): "
-          f"just started {med(fresh):.2f} s (drawn in Chromium "
-          f"{med(fresh_browser) if fresh_browser else float('nan'):.2f} s), warmed {med(warm):.2f} s, "
-          f"one pid {med(filtered):.2f} s, "
-          f"drawn in Chromium {med(browser) if browser else float('nan'):.2f} s "
-          f"(medians of {a.rounds}); warm-up {med(w[0] for w in warmups):.0f} s for "
-          f"{med(w[1] for w in warmups):.0f} files, RSS {med(rss):.0f} MiB; {os.cpu_count()} CPUs")
+    print(
+        f"open the last hour ({n * 3600 // int(a.hours * 3600) if a.hours else 0} files): "
+        f"just started {med(fresh):.2f} s (drawn in Chromium "
+        f"{med(fresh_browser) if fresh_browser else float('nan'):.2f} s), warmed {med(warm):.2f} s, "
+        f"one pid {med(filtered):.2f} s, "
+        f"drawn in Chromium {med(browser) if browser else float('nan'):.2f} s "
+        f"(medians of {a.rounds}); warm-up {med(w[0] for w in warmups):.0f} s for "
+        f"{med(w[1] for w in warmups):.0f} files, RSS {med(rss):.0f} MiB; {os.cpu_count()} CPUs"
+    )
 
 
 if __name__ == "__main__":

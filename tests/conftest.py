@@ -16,9 +16,24 @@ from support.env import MOCK_APP, MOCK_DIR, SHIM, need_ebpf  # noqa: E402
 # The modules that need neither eBPF nor a GPU (a test of theirs that needs root
 # says so and skips): `make unit` runs them, marked `unit`, in about a minute.
 UNIT_MODULES = {
-    "test_config", "test_contract", "test_elf", "test_estimator", "test_export", "test_hot_path",
-    "test_inkernel_place", "test_install_shim", "test_k8s", "test_layout", "test_metrics", "test_mock_cuda",
-    "test_names", "test_nanotrace", "test_pprof", "test_python_layout", "test_shim_unit", "test_symbolize",
+    "test_config",
+    "test_contract",
+    "test_elf",
+    "test_estimator",
+    "test_export",
+    "test_hot_path",
+    "test_inkernel_place",
+    "test_install_shim",
+    "test_k8s",
+    "test_layout",
+    "test_metrics",
+    "test_mock_cuda",
+    "test_names",
+    "test_nanotrace",
+    "test_pprof",
+    "test_python_layout",
+    "test_shim_unit",
+    "test_symbolize",
     "test_trace_writers",
 }
 
@@ -43,6 +58,7 @@ def firer(tmp_path_factory):
     need_ebpf()
     sys.path.insert(0, str(Path(__file__).resolve().parent / "probe_firer"))
     import firer_script
+
     return firer_script.build(tmp_path_factory.mktemp("firer"))
 
 
@@ -50,8 +66,10 @@ def firer(tmp_path_factory):
 @pytest.fixture(scope="module")
 def browser():
     from playwright.sync_api import sync_playwright
+
     with sync_playwright() as p:
         from support.ui import launch_browser
+
         b = launch_browser(p)
         yield b
         b.close()

@@ -26,8 +26,7 @@ class Block:
         self.cu, self.kerns, self.stream = cu, kerns, stream
 
     def _launch(self, name):
-        check(self.cu.cuLaunchKernel(self.kerns[name], 1, 1, 1, 1, 1, 1, 0, self.stream,
-                                     None, None), name)
+        check(self.cu.cuLaunchKernel(self.kerns[name], 1, 1, 1, 1, 1, 1, 0, self.stream, None, None), name)
 
     def attention(self):
         self._launch("k_py_attention")
@@ -55,17 +54,28 @@ def main():
     if sys.argv[1:2] == ["--replays"]:
         replays = int(sys.argv[2])
     cu = ctypes.CDLL("libcuda.so.1")
-    for name in ("cuInit", "cuDeviceGet", "cuCtxCreate_v2", "cuModuleLoadData",
-                 "cuModuleGetFunction", "cuStreamCreate", "cuStreamBeginCapture_v2",
-                 "cuStreamEndCapture", "cuGraphInstantiateWithFlags", "cuGraphLaunch",
-                 "cuStreamSynchronize", "cuLaunchKernel", "cuGraphExecDestroy", "cuGraphDestroy"):
+    for name in (
+        "cuInit",
+        "cuDeviceGet",
+        "cuCtxCreate_v2",
+        "cuModuleLoadData",
+        "cuModuleGetFunction",
+        "cuStreamCreate",
+        "cuStreamBeginCapture_v2",
+        "cuStreamEndCapture",
+        "cuGraphInstantiateWithFlags",
+        "cuGraphLaunch",
+        "cuStreamSynchronize",
+        "cuLaunchKernel",
+        "cuGraphExecDestroy",
+        "cuGraphDestroy",
+    ):
         getattr(cu, name).restype = ctypes.c_int
     cu.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
     cu.cuStreamBeginCapture_v2.argtypes = [ctypes.c_void_p, ctypes.c_int]
     cu.cuGraphLaunch.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     cu.cuStreamSynchronize.argtypes = [ctypes.c_void_p]
-    cu.cuGraphInstantiateWithFlags.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
-                                               ctypes.c_ulonglong]
+    cu.cuGraphInstantiateWithFlags.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_ulonglong]
     cu.cuGraphExecDestroy.argtypes = [ctypes.c_void_p]
     cu.cuGraphDestroy.argtypes = [ctypes.c_void_p]
     check(cu.cuInit(0), "cuInit")

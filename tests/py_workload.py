@@ -26,8 +26,7 @@ import threading
 import time
 import types
 
-KERNELS = ["k_py_free", "k_py_held", "k_thread_a", "k_thread_b", "k_native", "k_reuse_a",
-           "k_reuse_b"]
+KERNELS = ["k_py_free", "k_py_held", "k_thread_a", "k_thread_b", "k_native", "k_reuse_a", "k_reuse_b"]
 
 
 def launch(api, kern):
@@ -100,8 +99,15 @@ def reuse_phase(api, kerns, rounds):
 
 
 def setup(lib):
-    for name in ("cuInit", "cuDeviceGet", "cuCtxCreate_v2", "cuModuleLoadData",
-                 "cuModuleGetFunction", "cuCtxSetCurrent", "cuCtxSynchronize"):
+    for name in (
+        "cuInit",
+        "cuDeviceGet",
+        "cuCtxCreate_v2",
+        "cuModuleLoadData",
+        "cuModuleGetFunction",
+        "cuCtxSetCurrent",
+        "cuCtxSynchronize",
+    ):
         getattr(lib, name).restype = ctypes.c_int
     lib.cuLaunchKernel.restype = ctypes.c_int
     lib.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
@@ -126,8 +132,8 @@ def main():
             helper = args.pop(0)
     # Loaded first: the agent maps the process's libraries when its shim attaches.
     h = ctypes.CDLL(helper) if helper else None
-    free = ctypes.CDLL("libcuda.so.1")    # releases the GIL around each call
-    held = ctypes.PyDLL("libcuda.so.1")   # keeps it
+    free = ctypes.CDLL("libcuda.so.1")  # releases the GIL around each call
+    held = ctypes.PyDLL("libcuda.so.1")  # keeps it
     setup(free)
     setup(held)
     check(free.cuInit(0), "cuInit")
@@ -166,8 +172,9 @@ def main():
     reused = reuse_phase(free, kerns, 8)
     check(free.cuCtxSynchronize(), "cuCtxSynchronize")
     with open(out, "w") as f:
-        json.dump({"version": list(sys.version_info[:3]), "pid": os.getpid(), "reused": reused,
-                   "native_launches": native}, f)
+        json.dump(
+            {"version": list(sys.version_info[:3]), "pid": os.getpid(), "reused": reused, "native_launches": native}, f
+        )
 
 
 if __name__ == "__main__":

@@ -13,14 +13,25 @@ def main() -> None:
     serve = Path(sys.argv[0]).name == "serve.py"
     kernel = b"k_serve" if serve else b"k_train"
     cuda = ctypes.CDLL("libcuda.so.1")
-    for name in ("cuInit", "cuDeviceGet", "cuCtxCreate_v2", "cuModuleLoadData", "cuModuleGetFunction",
-                 "cuCtxSynchronize", "cuLaunchKernel"):
+    for name in (
+        "cuInit",
+        "cuDeviceGet",
+        "cuCtxCreate_v2",
+        "cuModuleLoadData",
+        "cuModuleGetFunction",
+        "cuCtxSynchronize",
+        "cuLaunchKernel",
+    ):
         getattr(cuda, name).restype = ctypes.c_int
     cuda.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
     dev, ctx, mod, fn = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
-    steps = [cuda.cuInit(0), cuda.cuDeviceGet(ctypes.byref(dev), 0), cuda.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev),
-             cuda.cuModuleLoadData(ctypes.byref(mod), kernel + b"=2000\n\0"),
-             cuda.cuModuleGetFunction(ctypes.byref(fn), mod, kernel)]
+    steps = [
+        cuda.cuInit(0),
+        cuda.cuDeviceGet(ctypes.byref(dev), 0),
+        cuda.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev),
+        cuda.cuModuleLoadData(ctypes.byref(mod), kernel + b"=2000\n\0"),
+        cuda.cuModuleGetFunction(ctypes.byref(fn), mod, kernel),
+    ]
     if any(steps):
         raise SystemExit(f"{sys.argv[0]}: the mock CUDA stack failed: {steps}")
     deadline = time.monotonic() + 120

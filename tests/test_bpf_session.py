@@ -50,8 +50,7 @@ class Events:
 
 
 def _open(lib: Path, ev: Events) -> BpfSession:
-    s = BpfSession(str(lib), on_new_stack=lambda t, i, st: ev.stacks.append((t, i, st)),
-                   on_proc_exit=ev.exits.append)
+    s = BpfSession(str(lib), on_new_stack=lambda t, i, st: ev.stacks.append((t, i, st)), on_proc_exit=ev.exits.append)
     s.open()
     return s
 
@@ -59,28 +58,42 @@ def _open(lib: Path, ev: Events) -> BpfSession:
 def _main_script() -> F.Script:
     sc = F.Script()
     sc.corr(100, 211, S1, FRAMES1, 4)
-    sc.corr(101, 211, S1, FRAMES1, 4, alt=True)       # same stack, second probe site
+    sc.corr(101, 211, S1, FRAMES1, 4, alt=True)  # same stack, second probe site
     sc.corr(200, 13, S2, FRAMES2, 2)
-    sc.corr(300, 300, S3, FRAMES3, 1, alt=True)       # graph launch, forced sample
+    sc.corr(300, 300, S3, FRAMES3, 1, alt=True)  # graph launch, forced sample
     sc.full_name(K1, LONG_NAME)
-    sc.full_name(K1, LONG_NAME)                       # replay (agent attached again)
-    sc.name(K2, 600, 512, b"y" * 88)                  # out of order
+    sc.full_name(K1, LONG_NAME)  # replay (agent attached again)
+    sc.name(K2, 600, 512, b"y" * 88)  # out of order
     sc.name(K2, 600, 0, b"x" * 512)
-    sc.name(K2, 600, 0, b"x" * 512)                   # chunk for a complete name
+    sc.name(K2, 600, 0, b"x" * 512)  # chunk for a complete name
     sc.full_name(K3, b"graph_kernel")
-    sc.batch([F.rec(K1, 100, 1000), F.rec(K2, 101, 2000, weight=10), F.rec(K2, 102, 500, weight=10),
-              F.rec(K1, 200, 300, device=1, stream=3, weight=1)]
-             + [F.rec(K3, 300, ns, stream=5, graph_id=9, node=i + 1)
-                for i, ns in enumerate(GRAPH_NS)], dropped=3)
+    sc.batch(
+        [
+            F.rec(K1, 100, 1000),
+            F.rec(K2, 101, 2000, weight=10),
+            F.rec(K2, 102, 500, weight=10),
+            F.rec(K1, 200, 300, device=1, stream=3, weight=1),
+        ]
+        + [F.rec(K3, 300, ns, stream=5, graph_id=9, node=i + 1) for i, ns in enumerate(GRAPH_NS)],
+        dropped=3,
+    )
     sc.batch([F.rec(K4, 9999, 1, start=i) for i in range(C.BATCH_MAX)])
     bad_end = F.rec(K4, 9999, 5)
     bad_end.end_ns = bad_end.start_ns - 1
     flagged = F.rec(K4, 9999, 9)
     flagged.flags = C.REC_IMPOSSIBLE
-    sc.batch([bad_end, F.rec(0, 9999, 5), F.rec(K4, 9999, 7), flagged,
-              F.rec(K4, 9999, C.MAX_KERNEL_NS + 1), F.rec(K4, 9999, 3, weight=C.MAX_RECORD_WEIGHT + 1)])
-    sc.batch([], dropped=C.MAX_BATCH_DROPS + 1)                   # a forged drop count
-    sc.batch([F.rec(K4, 9999, 1000)] * 2, record_size=60)        # wrong record size
+    sc.batch(
+        [
+            bad_end,
+            F.rec(0, 9999, 5),
+            F.rec(K4, 9999, 7),
+            flagged,
+            F.rec(K4, 9999, C.MAX_KERNEL_NS + 1),
+            F.rec(K4, 9999, 3, weight=C.MAX_RECORD_WEIGHT + 1),
+        ]
+    )
+    sc.batch([], dropped=C.MAX_BATCH_DROPS + 1)  # a forged drop count
+    sc.batch([F.rec(K4, 9999, 1000)] * 2, record_size=60)  # wrong record size
     sc.batch([F.rec(K4, 9999, 1000)] * (C.BATCH_MAX + 1), dropped=2)  # count too large
     sc.attach()
     return sc
@@ -142,10 +155,10 @@ class TestMainScenario:
             AggKey(pid, 0, 7, 0, K2, 0): AggVal(2500, 2, 25000, 20),
             AggKey(pid, 1, 3, 0, K1, 0): AggVal(300, 1, 300, 1),
             # Graph nodes the firer never announced (graph_node_stack): marked unknown.
-            AggKey(pid, 0, 5, 9, K3, 0, 0, C.AGG_NODE_UNKNOWN):
-                AggVal(sum(GRAPH_NS), len(GRAPH_NS), sum(GRAPH_NS), len(GRAPH_NS)),
-            AggKey(pid, 0, 7, 0, K4, 0): AggVal(C.BATCH_MAX + 7, C.BATCH_MAX + 1, C.BATCH_MAX + 7,
-                                                C.BATCH_MAX + 1),
+            AggKey(pid, 0, 5, 9, K3, 0, 0, C.AGG_NODE_UNKNOWN): AggVal(
+                sum(GRAPH_NS), len(GRAPH_NS), sum(GRAPH_NS), len(GRAPH_NS)
+            ),
+            AggKey(pid, 0, 7, 0, K4, 0): AggVal(C.BATCH_MAX + 7, C.BATCH_MAX + 1, C.BATCH_MAX + 7, C.BATCH_MAX + 1),
             # The process's own lost records: the well-formed batch's 3 (drop_cupti also
             # counts the 2 of the batch refused for its size; the forged count is neither).
             AggKey(pid, 0, 0, 0, C.KERNEL_DROPPED, 0): AggVal(0, 3, 0, 3),
@@ -163,8 +176,7 @@ class TestMainScenario:
             AggKey(pid, 0, 7, 0, K2, S1): AggVal(2000, 1, 8000, 4),
             AggKey(pid, 1, 3, 0, K1, S2): AggVal(300, 1, 600, 2),
             # every kernel of the graph launch joins the one correlation's stack
-            AggKey(pid, 0, 5, 9, K3, S3, 0, C.AGG_NODE_UNKNOWN):
-                AggVal(g, len(GRAPH_NS), g, len(GRAPH_NS)),
+            AggKey(pid, 0, 5, 9, K3, S3, 0, C.AGG_NODE_UNKNOWN): AggVal(g, len(GRAPH_NS), g, len(GRAPH_NS)),
         }
         assert got == want
 
@@ -175,7 +187,7 @@ class TestMainScenario:
         assert d["samples"] == 4
         assert d["new_stacks"] == 3
         assert d["unsampled"] == 1 + C.BATCH_MAX + 1
-        assert d["drop_bad_record"] == 1 + 2   # kernel id 0, two bad batches
+        assert d["drop_bad_record"] == 1 + 2  # kernel id 0, two bad batches
         # a forged drop count: refused, one claim for the node, its count for the process
         assert d["drop_implausible"] == 1
         assert main_run["s"].implausible_drops().get(main_run["pid"]) == C.MAX_BATCH_DROPS + 1
@@ -184,9 +196,17 @@ class TestMainScenario:
         assert d["drop_impossible"] == 4
         assert d["drop_cupti"] == 5
         assert d["name_chunks"] == 12 * 2 + 3 + 1
-        for k in ("drop_agg_full", "drop_stack_full", "drop_stack_read", "drop_record_read",
-                  "drop_ringbuf_full", "drop_name_read", "agent_ev_corrupt",
-                  "agent_callback_errors", "agent_drop_name_conflict"):
+        for k in (
+            "drop_agg_full",
+            "drop_stack_full",
+            "drop_stack_read",
+            "drop_record_read",
+            "drop_ringbuf_full",
+            "drop_name_read",
+            "agent_ev_corrupt",
+            "agent_callback_errors",
+            "agent_drop_name_conflict",
+        ):
             assert d[k] == 0, k
 
     def test_stacks(self, main_run):
@@ -194,7 +214,7 @@ class TestMainScenario:
         assert sorted(i for t, i, _ in ev.stacks if t == pid) == [S1, S2, S3]
         st = ev.start_of(pid)
         assert s.get_stack(pid, S1, st) == FRAMES1
-        assert s.get_stack(pid, S2, st) == FRAMES2[:C.MAX_FRAMES]
+        assert s.get_stack(pid, S2, st) == FRAMES2[: C.MAX_FRAMES]
         assert s.get_stack(pid, S3, st) == FRAMES3
         assert s.get_stack(pid, 0xDEAD, st) is None
         assert s.get_stack(pid, S1, st ^ 1) is None  # another process given this pid
@@ -253,11 +273,9 @@ def test_running_process_semaphore_and_data(firer, tmp_path):
     """A process already running when the agent attaches: its semaphore rises
     on attach and falls on close, and its probes are seen."""
     lib, exe = firer
-    sc = F.Script().wait().attach().corr(7, 1, S1, FRAMES1, 3) \
-        .batch([F.rec(K5, 7, 77)]).wait()
+    sc = F.Script().wait().attach().corr(7, 1, S1, FRAMES1, 3).batch([F.rec(K5, 7, 77)]).wait()
     path = sc.write(tmp_path / "running.bin")
-    p = subprocess.Popen([str(exe), str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         text=True)
+    p = subprocess.Popen([str(exe), str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     _readline = _Lines(p.stdout.fileno())
     try:
         first = _readline()
@@ -335,19 +353,25 @@ def test_windowed_records_refuse_stale_samples(firer, tmp_path):
     s = _open(lib, ev)
     t0, lag = 5_000_000_000, 50_000  # launch at 5 s; half of a 100 ms window, in µs
     try:
-        path = (F.Script()
-                .corr(700, 211, S1, FRAMES1, 64, launch_ns=t0)
-                .corr(701, 211, S2, FRAMES2, 64, launch_ns=t0)
-                .corr(702, 211, S2, FRAMES2, 64, launch_ns=t0)
-                .corr(703, 211, S2, FRAMES2, 64, launch_ns=t0)
-                .batch([F.rec(K5, 700, 10, start=t0 + 20_000, weight=10, join_max_lag_us=lag),
-                        # started 0.2 s after "its" launch: a stale sample of an earlier window
-                        F.rec(K5, 701, 20, start=t0 + 200_000_000, weight=10, join_max_lag_us=lag),
-                        # started before the launch: not its launch either
-                        F.rec(K5, 702, 40, start=t0 - 1, weight=10, join_max_lag_us=lag),
-                        # continuous collection (no limit): the join stands
-                        F.rec(K4, 703, 80, start=t0 + 200_000_000, weight=1)])
-                .write(tmp_path / "s.bin"))
+        path = (
+            F.Script()
+            .corr(700, 211, S1, FRAMES1, 64, launch_ns=t0)
+            .corr(701, 211, S2, FRAMES2, 64, launch_ns=t0)
+            .corr(702, 211, S2, FRAMES2, 64, launch_ns=t0)
+            .corr(703, 211, S2, FRAMES2, 64, launch_ns=t0)
+            .batch(
+                [
+                    F.rec(K5, 700, 10, start=t0 + 20_000, weight=10, join_max_lag_us=lag),
+                    # started 0.2 s after "its" launch: a stale sample of an earlier window
+                    F.rec(K5, 701, 20, start=t0 + 200_000_000, weight=10, join_max_lag_us=lag),
+                    # started before the launch: not its launch either
+                    F.rec(K5, 702, 40, start=t0 - 1, weight=10, join_max_lag_us=lag),
+                    # continuous collection (no limit): the join stands
+                    F.rec(K4, 703, 80, start=t0 + 200_000_000, weight=1),
+                ]
+            )
+            .write(tmp_path / "s.bin")
+        )
         p = subprocess.run([str(exe), str(path)], capture_output=True, text=True, timeout=30)
         assert p.returncode == 0, p.stderr
         pid = int(p.stdout.split()[1])
@@ -374,17 +398,21 @@ def test_per_key_drain_fallback(firer, tmp_path, monkeypatch):
     s = _open(lib, ev)
     try:
         monkeypatch.setattr(bpf_maps, "drain_batch", no_batch)
-        path = F.Script().corr(5, 1, S2, FRAMES3, 5) \
-            .batch([F.rec(K5, 5, 11), F.rec(K5, 5, 13), F.rec(K4, 6, 17)]).write(tmp_path / "s.bin")
+        path = (
+            F.Script()
+            .corr(5, 1, S2, FRAMES3, 5)
+            .batch([F.rec(K5, 5, 11), F.rec(K5, 5, 13), F.rec(K4, 6, 17)])
+            .write(tmp_path / "s.bin")
+        )
         p = subprocess.run([str(exe), str(path)], capture_output=True, text=True, timeout=30)
         assert p.returncode == 0, p.stderr
         pid = int(p.stdout.split()[1])
         d = s.drain()
         assert mine(d.totals, pid, ev) == {
             AggKey(pid, 0, 7, 0, K5, 0): AggVal(24, 2, 24, 2),
-            AggKey(pid, 0, 7, 0, K4, 0): AggVal(17, 1, 17, 1)}
-        assert mine(d.sampled, pid, ev) == {
-            AggKey(pid, 0, 7, 0, K5, S2): AggVal(24, 2, 120, 10)}
+            AggKey(pid, 0, 7, 0, K4, 0): AggVal(17, 1, 17, 1),
+        }
+        assert mine(d.sampled, pid, ev) == {AggKey(pid, 0, 7, 0, K5, S2): AggVal(24, 2, 120, 10)}
         d = s.drain()
         assert not any(k.tgid == pid for k in (*d.totals, *d.sampled))
     finally:
@@ -394,12 +422,13 @@ def test_per_key_drain_fallback(firer, tmp_path, monkeypatch):
 def test_event_decoding_never_raises():
     """Short, corrupt and unknown ring-buffer events are counted (no BPF needed)."""
     from gpu_agent.probes.events import handle_event
+
     s = BpfSession("/nonexistent")
 
     def handle(buf: bytes) -> None:
         handle_event(s, buf, s._agent_counts)
 
-    handle(b"\x01")                                          # shorter than the header
+    handle(b"\x01")  # shorter than the header
     handle(bytes(C.EventHdr(type=C.EventType.GA_EV_NAME_CHUNK, tgid=1)))  # header only
     handle(bytes(C.EventHdr(type=C.EventType.GA_EV_NEW_STACK, tgid=1)))
     handle(bytes(C.EventHdr(type=99, tgid=1)))
@@ -410,7 +439,7 @@ def test_event_decoding_never_raises():
     ok = C.EvNameChunk(kernel_id=abc, total_len=3, offset=0, len=3)
     ok.hdr.type = C.EventType.GA_EV_NAME_CHUNK
     ok.data = b"abc"
-    handle(bytes(ok)[:C.EvNameChunk.data.offset + 3])        # truncated payload is fine
+    handle(bytes(ok)[: C.EvNameChunk.data.offset + 3])  # truncated payload is fine
     assert dict(s.names) == {abc: b"abc"}
     assert s._agent_counts["ev_corrupt"] == 4 and s._agent_counts["ev_unknown"] == 1
 
@@ -458,8 +487,7 @@ def test_drains_exact_under_concurrent_batches(firer, tmp_path):
         end = time.monotonic() + 3.0
         while time.monotonic() < end or any(p.poll() is None for p in procs):
             if time.monotonic() < end and sum(p.poll() is None for p in procs) < 2:
-                procs.append(subprocess.Popen([str(exe), str(path)], stdout=subprocess.PIPE,
-                                              text=True))
+                procs.append(subprocess.Popen([str(exe), str(path)], stdout=subprocess.PIPE, text=True))
             d = s.drain()
             racing += bool(d.totals)
             merge(d)
@@ -490,6 +518,7 @@ def test_every_bpf_header_compiles_on_its_own(built):
     libbpf-tools' headers do): none relies on what the main file pasted before it."""
     need_ebpf()
     from gpu_agent.probes import paths, preflight
+
     preflight.import_bcc()
     from bcc import BPF, USDT
     from gpu_agent.probes.bpf_session import DATA_PROBES

@@ -16,10 +16,12 @@ import subprocess
 from support.env import MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf
 from support.windows import KERNEL, kernel_totals
 
-PLAN = re.compile(r"budget \(pid \d+\): ([\d.]+) % asked; last plan one (\d+) ms window every ([\d.]+) s, "
-                  r"estimated cost ([\d.]+) % \(fixed ([\d.]+) ms a window: switches [\d.]+ ms, the first window's "
-                  r"[\d.]+ ms, teardown [\d.]+ ms; slowdown in windows ([\d.]+) %, "
-                  r"count phase ([\d.]+) %\); (\d+) periods over the budget")
+PLAN = re.compile(
+    r"budget \(pid \d+\): ([\d.]+) % asked; last plan one (\d+) ms window every ([\d.]+) s, "
+    r"estimated cost ([\d.]+) % \(fixed ([\d.]+) ms a window: switches [\d.]+ ms, the first window's "
+    r"[\d.]+ ms, teardown [\d.]+ ms; slowdown in windows ([\d.]+) %, "
+    r"count phase ([\d.]+) %\); (\d+) periods over the budget"
+)
 OPENED = re.compile(r"window opened at ([\d.]+) s")
 
 
@@ -27,8 +29,13 @@ def record(tmp_path, *mock_args, budget="2", **env):
     gt = tmp_path / "truth.tsv"
     out = tmp_path / "b.pb.gz"
     e = mock_env(gt, **{"GPU_AGENT_DEBUG": "1", **env})
-    p = subprocess.run(agent_cmd("record", "--budget", budget, "-o", out, "--", MOCK_APP, *mock_args),
-                       env=e, capture_output=True, text=True, timeout=180)
+    p = subprocess.run(
+        agent_cmd("record", "--budget", budget, "-o", out, "--", MOCK_APP, *mock_args),
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     return out, gt, p.stderr
 
@@ -61,8 +68,17 @@ def test_the_window_grows_with_its_fixed_cost_and_the_spacing_keeps_the_budget(t
     # the first window's teardown when that window took the first period's last slot
     # (the teardown comes at the next launch, after the edge); at 1.9 s the fourth,
     # with both. So the job runs well past 1.9 s.
-    _, _, err = record(tmp_path, "--paths", "cuLaunchKernel", "--duration", "5.5", "--sleep-ms", "1",
-                       MOCK_CUPTI_FINALIZE_US="30000", MOCK_CUPTI_ENABLE_US="30000")
+    _, _, err = record(
+        tmp_path,
+        "--paths",
+        "cuLaunchKernel",
+        "--duration",
+        "5.5",
+        "--sleep-ms",
+        "1",
+        MOCK_CUPTI_FINALIZE_US="30000",
+        MOCK_CUPTI_ENABLE_US="30000",
+    )
     p = plan(err)
     assert 55 <= p["fixed_ms"] <= 200, p
     # a window of ten times its fixed cost (at most 1 s), spaced so that it costs 2 %
@@ -81,8 +97,18 @@ def test_a_budget_the_floor_cannot_keep_is_said_and_counted(tmp_path, built):
     # plan made before its first teardown was timed, on the 40 ms switches alone,
     # asks 20 s: with 30 ms ones such a plan read a cost of 0.204 %, printed 0.20.)
     need_ebpf()
-    _, _, err = record(tmp_path, "--paths", "cuLaunchKernel", "--duration", "3", "--sleep-ms", "1", budget="0.2",
-                       MOCK_CUPTI_FINALIZE_US="40000", MOCK_CUPTI_ENABLE_US="40000")
+    _, _, err = record(
+        tmp_path,
+        "--paths",
+        "cuLaunchKernel",
+        "--duration",
+        "3",
+        "--sleep-ms",
+        "1",
+        budget="0.2",
+        MOCK_CUPTI_FINALIZE_US="40000",
+        MOCK_CUPTI_ENABLE_US="40000",
+    )
     p = plan(err)
     assert p["asked"] == 0.2 and p["period_s"] <= 15.0 and p["over"] >= 1, p
     assert p["cost"] > 0.2, p
@@ -104,6 +130,10 @@ def test_slow_windows_are_spaced_further_apart(tmp_path, built):
 
 def test_bad_budget_is_one_clear_line(tmp_path, built):
     for bad in ("0", "101", "-1"):
-        p = subprocess.run(agent_cmd("record", "--budget", bad, "-o", tmp_path / "x.pb.gz", "--", "true"),
-                           capture_output=True, text=True, timeout=60)
+        p = subprocess.run(
+            agent_cmd("record", "--budget", bad, "-o", tmp_path / "x.pb.gz", "--", "true"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--budget" in p.stderr, (bad, p.stderr)

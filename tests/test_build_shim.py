@@ -29,8 +29,9 @@ def shim12(tmp_path_factory):
     if not (CUDA12 / "cupti.h").exists():
         pytest.fail(f"CUDA 12 headers missing in {CUDA12}: run `make deps` (deploy/install-deps.sh)")
     out = tmp_path_factory.mktemp("cuda12")
-    p = subprocess.run([str(SCRIPT), "--cuda", str(CUDA12.parent), "--out", str(out)],
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [str(SCRIPT), "--cuda", str(CUDA12.parent), "--out", str(out)], capture_output=True, text=True, timeout=300
+    )
     assert p.returncode == 0, p.stderr
     assert "built against CUDA 12." in p.stdout, p.stdout
     return out / "libgpu_agent_shim.so"
@@ -44,9 +45,13 @@ def test_cuda12_build_profiles_every_kernel_exactly(shim12, tmp_path, built):
     need_ebpf()
     gt = tmp_path / "truth.tsv"
     out = tmp_path / "c12.pb.gz"
-    p = subprocess.run(agent_cmd("record", "--shim", shim12, "-o", out, "--", MOCK_APP, "--paths", "all",
-                                 "--iters", "50"),
-                       env=mock_env(gt), capture_output=True, text=True, timeout=180)
+    p = subprocess.run(
+        agent_cmd("record", "--shim", shim12, "-o", out, "--", MOCK_APP, "--paths", "all", "--iters", "50"),
+        env=mock_env(gt),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert p.returncode == 0, p.stderr
     got = defaultdict(lambda: [0, 0])
     for s in raw(out):
@@ -56,7 +61,6 @@ def test_cuda12_build_profiles_every_kernel_exactly(shim12, tmp_path, built):
 
 
 def test_no_cuda_headers_is_one_clear_line(tmp_path):
-    p = subprocess.run([str(SCRIPT), "--cuda", str(tmp_path / "none")], capture_output=True, text=True,
-                       timeout=60)
+    p = subprocess.run([str(SCRIPT), "--cuda", str(tmp_path / "none")], capture_output=True, text=True, timeout=60)
     assert p.returncode == 1
     assert p.stderr.count("\n") == 1 and "no CUDA headers with CUPTI found" in p.stderr

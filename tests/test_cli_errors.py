@@ -17,38 +17,48 @@ from support.cli import one_line_error
 
 
 def run_cli_with(setup: str, *args: str):
-    code = ("import sys\n" + setup + "\nfrom gpu_agent.cli import main\n"
-            f"sys.exit(main({list(args)!r}))\n")
+    code = "import sys\n" + setup + f"\nfrom gpu_agent.cli import main\nsys.exit(main({list(args)!r}))\n"
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
 
 
 def test_not_root():
-    proc = subprocess.run(["unshare", "--user", *agent_cmd("run", "--duration", "1")],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["unshare", "--user", *agent_cmd("run", "--duration", "1")], capture_output=True, text=True, timeout=60
+    )
     assert "must run as root" in one_line_error(proc)
 
 
 def test_record_not_root_does_not_run_the_command(tmp_path):
     marker = tmp_path / "ran"
-    proc = subprocess.run(["unshare", "--user", *agent_cmd("record", "-o", tmp_path / "x.pb.gz", "--",
-                                                           "touch", marker)],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["unshare", "--user", *agent_cmd("record", "-o", tmp_path / "x.pb.gz", "--", "touch", marker)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "must run as root" in one_line_error(proc)
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("setup, expect", [
-    # bcc missing: block the module and its distribution fallback directory.
-    ("sys.modules['bcc'] = None\nimport gpu_agent.probes.preflight as p\np.DIST_PACKAGES = '/nonexistent'",
-     "apt-get install python3-bpfcc"),
-    # no kernel headers for the running kernel.
-    ("import os\n_u = os.uname()\n"
-     "class U: release = '0.0.0-no-such-kernel'; sysname = _u.sysname; machine = _u.machine\n"
-     "os.uname = lambda: U\nos.environ.pop('BCC_KERNEL_SOURCE', None)",
-     "apt-get install linux-headers-0.0.0-no-such-kernel"),
-    # a kernel without uprobes.
-    ("import gpu_agent.probes.preflight as p\np.UPROBE_PMU = '/nonexistent/uprobe'", "no uprobe support"),
-])
+@pytest.mark.parametrize(
+    "setup, expect",
+    [
+        # bcc missing: block the module and its distribution fallback directory.
+        (
+            "sys.modules['bcc'] = None\nimport gpu_agent.probes.preflight as p\np.DIST_PACKAGES = '/nonexistent'",
+            "apt-get install python3-bpfcc",
+        ),
+        # no kernel headers for the running kernel.
+        (
+            "import os\n_u = os.uname()\n"
+            "class U: release = '0.0.0-no-such-kernel'; sysname = _u.sysname; machine = _u.machine\n"
+            "os.uname = lambda: U\nos.environ.pop('BCC_KERNEL_SOURCE', None)",
+            "apt-get install linux-headers-0.0.0-no-such-kernel",
+        ),
+        # a kernel without uprobes.
+        ("import gpu_agent.probes.preflight as p\np.UPROBE_PMU = '/nonexistent/uprobe'", "no uprobe support"),
+    ],
+)
 def test_missing_prerequisite(setup, expect):
     need_ebpf()
     assert expect in one_line_error(run_cli_with(setup, "run", "--duration", "1"))
@@ -66,9 +76,14 @@ def test_a_bearer_token_over_plaintext_to_another_host_is_refused(tmp_path, extr
     need_ebpf()
     token = tmp_path / "token"
     token.write_text("s3cret")
-    proc = subprocess.run(agent_cmd("run", "--remote-store", "grpc://192.0.2.1:7070",
-                                    "--bearer-token-file", token, "--duration", "1", *extra),
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        agent_cmd(
+            "run", "--remote-store", "grpc://192.0.2.1:7070", "--bearer-token-file", token, "--duration", "1", *extra
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if refused:
         assert "--allow-insecure-token" in one_line_error(proc)
     else:
@@ -88,6 +103,7 @@ def test_a_bad_flag_under_a_command_gets_that_commands_usage():
 def test_log_level_after_the_command_and_compound_durations():
     from gpu_agent.cli import parse_args
     from gpu_agent.commands.common import duration
+
     assert parse_args(["run", "--log-level", "debug"]).log_level == "debug"
     assert parse_args(["--log-level", "error", "run"]).log_level == "error"
     assert parse_args(["run"]).log_level == "warning"
@@ -100,6 +116,7 @@ def test_log_level_after_the_command_and_compound_durations():
 
 def test_record_takes_a_command_without_dashes():
     from gpu_agent.cli import parse_args
+
     args = parse_args(["record", "-o", "x.pb.gz", "python", "-c", "print(1)", "-o", "y"])
     assert args.output.name == "x.pb.gz" and args.cmd == ["python", "-c", "print(1)", "-o", "y"]
     assert parse_args(["record", "--", "ls", "-la"]).cmd in (["--", "ls", "-la"], ["ls", "-la"])
@@ -117,8 +134,9 @@ def test_command_help_has_a_description_and_examples():
 def test_record_creates_no_directory_for_a_missing_output_dir(tmp_path):
     need_ebpf()
     marker, out = tmp_path / "ran", tmp_path / "no" / "such" / "x.pb.gz"
-    proc = subprocess.run(agent_cmd("record", "-o", out, "--", "touch", marker), capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        agent_cmd("record", "-o", out, "--", "touch", marker), capture_output=True, text=True, timeout=60
+    )
     assert f"no directory {out.parent}" in one_line_error(proc)
     assert not (tmp_path / "no").exists() and not marker.exists()
 
@@ -126,9 +144,14 @@ def test_record_creates_no_directory_for_a_missing_output_dir(tmp_path):
 def test_record_of_a_missing_command_fails_before_the_probes_load(tmp_path):
     """No BPF compilation (seconds) for a typo: one line, exit 127, no file."""
     import time
+
     t0 = time.monotonic()
-    proc = subprocess.run(agent_cmd("record", "-o", tmp_path / "x.pb.gz", "--", "no-such-command-xyz"),
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        agent_cmd("record", "-o", tmp_path / "x.pb.gz", "--", "no-such-command-xyz"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 127 and len(lines) == 1, proc.stderr
     assert lines[0].startswith("gpu-agent: error: cannot run no-such-command-xyz: no such command"), lines
@@ -143,11 +166,17 @@ def test_a_short_records_duration_is_the_commands(tmp_path):
 
     from support.env import MOCK_APP, mock_env
     from gpu_agent.proto import profile_pb2
+
     need_ebpf()
     out = tmp_path / "x.pb.gz"
     t0 = time.monotonic()
-    proc = subprocess.run(agent_cmd("record", "-o", out, "--", MOCK_APP, "--iters", "2"), env=mock_env(),
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        agent_cmd("record", "-o", out, "--", MOCK_APP, "--iters", "2"),
+        env=mock_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     wall = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr
     prof = profile_pb2.Profile.FromString(gzip.decompress(out.read_bytes()))
@@ -155,8 +184,12 @@ def test_a_short_records_duration_is_the_commands(tmp_path):
 
 
 def test_ui_over_a_missing_store_says_so(tmp_path):
-    proc = subprocess.run(agent_cmd("ui", "--profiles", tmp_path / "typo", "--listen", "127.0.0.1:0"),
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        agent_cmd("ui", "--profiles", tmp_path / "typo", "--listen", "127.0.0.1:0"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert f"no profile store at {tmp_path / 'typo'}" in one_line_error(proc)
 
 
@@ -164,10 +197,18 @@ def test_in_kernel_merges_need_somewhere_to_go(tmp_path):
     """--nanotrace with no timeline output, and `timeline merge` with no output, are
     one line each before anything runs; --events alone is an output."""
     marker = tmp_path / "ran"
-    proc = subprocess.run(agent_cmd("record", "-o", tmp_path / "p.pb.gz", "--nanotrace", tmp_path / "k.nanotrace",
-                                    "--", "touch", marker), capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        agent_cmd("record", "-o", tmp_path / "p.pb.gz", "--nanotrace", tmp_path / "k.nanotrace", "--", "touch", marker),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "--nanotrace goes into a timeline: give --trace FILE, --events FILE.ndjson" in one_line_error(proc)
     assert not marker.exists()
-    proc = subprocess.run(agent_cmd("timeline", "merge", tmp_path / "e.ndjson", tmp_path / "k.nanotrace"),
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        agent_cmd("timeline", "merge", tmp_path / "e.ndjson", tmp_path / "k.nanotrace"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "give -o FILE, --events OUT.ndjson, or both" in one_line_error(proc)

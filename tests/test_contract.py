@@ -27,19 +27,22 @@ PC_HEADER = HEADER.parent / "gpu_agent_pcsampling.h"  # included by HEADER
 
 def header_text() -> str:
     return HEADER.read_text() + PY_HEADER.read_text() + PG_HEADER.read_text() + PC_HEADER.read_text()
+
+
 SHIM = REPO / "build" / "libgpu_agent_shim.so"
 BPF_SOURCE = REPO / "bpf" / "gpu_agent.bpf.c"
 
 
 def _c_layout_program() -> str:
-    lines = ['#include <stdio.h>', '#include <stddef.h>', '#include "gpu_agent_probes.h"',
-             "int main(void) {"]
+    lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "gpu_agent_probes.h"', "int main(void) {"]
     for cname, py in C.STRUCTS.items():
         lines.append(f'printf("size {cname} %zu\\n", sizeof(struct {cname}));')
         for fname, *_ in py._fields_:
-            lines.append(f'printf("off {cname}.{fname} %zu %zu\\n", '
-                         f'offsetof(struct {cname}, {fname}), '
-                         f'sizeof(((struct {cname} *)0)->{fname}));')
+            lines.append(
+                f'printf("off {cname}.{fname} %zu %zu\\n", '
+                f"offsetof(struct {cname}, {fname}), "
+                f"sizeof(((struct {cname} *)0)->{fname}));"
+            )
     for ename, py in C.ENUMS.items():
         for member in py:
             lines.append(f'printf("enum {member.name} %lld\\n", (long long){member.name});')
@@ -47,9 +50,12 @@ def _c_layout_program() -> str:
         lines.append(f'printf("const {name} %llu\\n", (unsigned long long)({name}));')
     for name in C.STRING_CONSTANTS:
         lines.append(f'printf("str {name} %s\\n", {name});')
-    lines += ["#define STR_(...) #__VA_ARGS__", "#define STR(...) STR_(__VA_ARGS__)",
-              '#define PRINT_PROBE(name, n, ...) printf("probe " #name " %d %s\\n", n, STR(__VA_ARGS__));',
-              "GA_PROBE_TABLE(PRINT_PROBE)"]
+    lines += [
+        "#define STR_(...) #__VA_ARGS__",
+        "#define STR(...) STR_(__VA_ARGS__)",
+        '#define PRINT_PROBE(name, n, ...) printf("probe " #name " %d %s\\n", n, STR(__VA_ARGS__));',
+        "GA_PROBE_TABLE(PRINT_PROBE)",
+    ]
     lines += ["return 0;", "}"]
     return "\n".join(lines)
 
@@ -63,11 +69,11 @@ def c_layout(tmp_path_factory) -> dict[str, tuple]:
     src = d / "layout.c"
     src.write_text(_c_layout_program())
     exe = d / "layout"
-    subprocess.run([cc, "-Wall", "-Werror", "-Wno-comment", "-I", str(HEADER.parent), "-o",
-                    str(exe), str(src)], check=True)
+    subprocess.run(
+        [cc, "-Wall", "-Werror", "-Wno-comment", "-I", str(HEADER.parent), "-o", str(exe), str(src)], check=True
+    )
     out = {}
-    for line in subprocess.run([str(exe)], check=True, capture_output=True,
-                               text=True).stdout.splitlines():
+    for line in subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.splitlines():
         if line.startswith("probe "):
             _, name, n, args = (line + " ").split(" ", 3)
             out[("probe", name)] = (int(n), args.strip())
@@ -118,8 +124,10 @@ def test_every_header_constant_is_mirrored():
 def _header_probe_list() -> dict[str, list[tuple[str, str]]]:
     """Parse the probe list out of the headers' comment blocks (PC sampling's in its own)."""
     text, pc_text = HEADER.read_text(), PC_HEADER.read_text()
-    block = (text[text.index("Probes (name: arguments, in order):"):text.index("*/")]
-             + pc_text[pc_text.index("Probes:"):pc_text.index("*/")])
+    block = (
+        text[text.index("Probes (name: arguments, in order):") : text.index("*/")]
+        + pc_text[pc_text.index("Probes:") : pc_text.index("*/")]
+    )
     block = re.sub(r"^\s*\*", "", block, flags=re.M)
     probes = {}
     for m in re.finditer(r"^\s{2,3}(\w+)\s+\(([^)]*)\)", block, re.M):
@@ -138,8 +146,10 @@ def _table_probes(c_layout) -> dict[str, list[tuple[str, str]]]:
     """GA_PROBE_TABLE as the C preprocessor expands it: name -> [(arg, u32|u64|ptr)]."""
     probes = {}
     for (kind, name), (n, args) in ((k, v) for k, v in c_layout.items() if k[0] == "probe"):
-        parsed = [(arg, "ptr" if "*" in typ else typ.strip().removeprefix("ga_"))
-                  for typ, arg in re.findall(r"\(([^,()]+),\s*(\w+)\)", args)]
+        parsed = [
+            (arg, "ptr" if "*" in typ else typ.strip().removeprefix("ga_"))
+            for typ, arg in re.findall(r"\(([^,()]+),\s*(\w+)\)", args)
+        ]
         assert len(parsed) == n, f"{name}: the table says {n} arguments, lists {args!r}"
         probes[name] = parsed
     return probes
@@ -155,14 +165,14 @@ def test_bpf_reads_each_probe_argument_at_its_table_position(c_layout):
     reads every argument of its probe: a reordered or missing read fails here."""
     from gpu_agent.probes.shim_attach import DATA_PROBES
     from gpu_agent.probes.paths import bpf_source
+
     src = bpf_source(BPF_SOURCE.parent)  # with its local headers pasted in, as bcc gets it
     table = _table_probes(c_layout)
     assert set(DATA_PROBES) | set(C.SEMAPHORE_PROBES) == set(table)
     for probe, fn in DATA_PROBES.items():
         m = re.search(rf"^int {fn}\(struct pt_regs \*ctx\)\n\{{(.*?)^\}}", src, re.S | re.M)
         assert m, f"no BPF function {fn} for probe {probe}"
-        reads = [(int(i), var) for i, var in
-                 re.findall(r"bpf_usdt_readarg\((\d+),\s*ctx,\s*&(\w+)\)", m.group(1))]
+        reads = [(int(i), var) for i, var in re.findall(r"bpf_usdt_readarg\((\d+),\s*ctx,\s*&(\w+)\)", m.group(1))]
         want = [(i + 1, arg) for i, (arg, _) in enumerate(table[probe])]
         assert reads == want, f"{fn} reads {reads}, the table says {want}"
 
@@ -181,8 +191,10 @@ def test_shim_stapsdt_notes():
 def test_probe_firer_stapsdt_notes(tmp_path):
     """The test firer must present the same contract as the shim."""
     import sys
+
     sys.path.insert(0, str(REPO / "tests" / "probe_firer"))
     import firer_script as script
+
     if shutil.which("gcc") is None:
         pytest.fail("no gcc (make deps installs it)")
     lib, _ = script.build(tmp_path)
@@ -208,8 +220,8 @@ def test_a_shim_of_another_contract_version_is_refused_with_one_clear_line(tmp_p
         with _mmap.mmap(f.fileno(), 0) as mm:
             vaddr = elf.find_symbols(e, mm, (C.CONTRACT_VERSION_SYMBOL,))[C.CONTRACT_VERSION_SYMBOL]
             off = elf.vaddr_to_offset(elf.load_segments(e), vaddr)
-            assert int.from_bytes(mm[off:off + 4], "little") == C.CONTRACT_VERSION
-            mm[off:off + 4] = (C.CONTRACT_VERSION + 1).to_bytes(4, "little")
+            assert int.from_bytes(mm[off : off + 4], "little") == C.CONTRACT_VERSION
+            mm[off : off + 4] = (C.CONTRACT_VERSION + 1).to_bytes(4, "little")
     with pytest.raises(BpfError) as err:
         read_shim(str(copy))
     msg = str(err.value)

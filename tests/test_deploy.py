@@ -29,16 +29,16 @@ CAPS = {"BPF", "PERFMON", "SYS_PTRACE", "SYS_RESOURCE", "SYS_ADMIN"}
 @pytest.fixture(scope="session")
 def tools() -> Path:
     if not all((TOOLS / t).exists() for t in ("kubectl", "kubernetes-validate", "checkov", "hadolint")):
-        r = subprocess.run(["bash", str(REPO / "deploy" / "install-deploy-tools.sh")],
-                           capture_output=True, text=True, timeout=900)
+        r = subprocess.run(
+            ["bash", str(REPO / "deploy" / "install-deploy-tools.sh")], capture_output=True, text=True, timeout=900
+        )
         if r.returncode != 0:
             pytest.fail("deploy/install-deploy-tools.sh failed:\n" + r.stdout + r.stderr)
     return TOOLS
 
 
 def render(tools: Path, path: Path) -> str:
-    r = subprocess.run([str(tools / "kubectl"), "kustomize", str(path)], capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run([str(tools / "kubectl"), "kustomize", str(path)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return r.stdout
 
@@ -64,16 +64,30 @@ def by_kind(objs, kind):
 
 def test_render_has_every_object(rendered):
     kinds = sorted(o["kind"] for o in docs(rendered["base"]))
-    assert kinds == sorted(["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap",
-                            "Service", "NetworkPolicy", "DaemonSet"])
+    assert kinds == sorted(
+        [
+            "Namespace",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "Service",
+            "NetworkPolicy",
+            "DaemonSet",
+        ]
+    )
     assert "ServiceMonitor" in {o["kind"] for o in docs(rendered["prometheus-operator"])}
 
 
 def test_manifests_validate_against_kubernetes_schemas(tools, rendered):
     files = [rendered["base"], K8S / "examples" / "gpu-workload.yaml"]
     for kv in (KUBE_VERSION, "1.37.0"):
-        r = subprocess.run([str(tools / "kubernetes-validate"), "--strict", "-k", kv, *map(str, files)],
-                           capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            [str(tools / "kubernetes-validate"), "--strict", "-k", kv, *map(str, files)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         assert r.stdout.count("passed for resource") == 9, r.stdout
 
@@ -85,8 +99,9 @@ def test_custom_resources_are_well_formed(rendered):
     kyverno = docs(K8S / "examples" / "kyverno-inject-shim.yaml")[0]
     assert kyverno["kind"] == "ClusterPolicy" and len(kyverno["spec"]["rules"]) == 2
     cdi = docs(K8S / "examples" / "cdi-gpu-agent.yaml")[0]
-    assert cdi["devices"][0]["containerEdits"]["env"] == \
-        ["CUDA_INJECTION64_PATH=/opt/gpu-agent/lib/libgpu_agent_shim.so"]
+    assert cdi["devices"][0]["containerEdits"]["env"] == [
+        "CUDA_INJECTION64_PATH=/opt/gpu-agent/lib/libgpu_agent_shim.so"
+    ]
 
 
 def test_least_privilege_daemonset(rendered):
@@ -147,9 +162,13 @@ def test_policy_check_no_privileged_no_host_network_read_only_rootfs(tools, rend
     d = tmp_path / "scan"
     d.mkdir()
     shutil.copy(rendered["base"], d / "rendered.yaml")
-    r = subprocess.run([str(tools / "checkov"), "-d", str(d), "--framework", "kubernetes", "--skip-download",
-                        "--output", "json"], capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "BC_SKIP_MAPPING": "TRUE", "CHECKOV_RUN_SCA_PACKAGE_SCAN_V2": "false"})
+    r = subprocess.run(
+        [str(tools / "checkov"), "-d", str(d), "--framework", "kubernetes", "--skip-download", "--output", "json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "BC_SKIP_MAPPING": "TRUE", "CHECKOV_RUN_SCA_PACKAGE_SCAN_V2": "false"},
+    )
     report = json.loads(r.stdout)
     results = report["results"]
     failed = [(c["check_id"], c["resource"]) for c in results["failed_checks"]]
@@ -172,13 +191,25 @@ def test_policy_check_no_privileged_no_host_network_read_only_rootfs(tools, rend
     assert not missing, missing
     assert not skipped & set(must)
     # every skip is one of the annotated, justified ones
-    assert skipped <= {"CKV_K8S_17", "CKV_K8S_25", "CKV_K8S_23", "CKV_K8S_40", "CKV_K8S_38", "CKV_K8S_43",
-                       "CKV_K8S_15", "CKV_K8S_39"}, skipped
+    assert skipped <= {
+        "CKV_K8S_17",
+        "CKV_K8S_25",
+        "CKV_K8S_23",
+        "CKV_K8S_40",
+        "CKV_K8S_38",
+        "CKV_K8S_43",
+        "CKV_K8S_15",
+        "CKV_K8S_39",
+    }, skipped
 
 
 def test_dockerfile_lints_clean(tools):
-    r = subprocess.run([str(tools / "hadolint"), "--failure-threshold", "info", str(REPO / "Dockerfile")],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [str(tools / "hadolint"), "--failure-threshold", "info", str(REPO / "Dockerfile")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     text = (REPO / "Dockerfile").read_text()
     base = [ln for ln in text.splitlines() if ln.startswith("ARG BASE_IMAGE=")][0]
@@ -225,16 +256,16 @@ def test_metrics_are_admitted_only_from_the_monitoring_namespace(rendered):
     rules = pol["spec"]["ingress"]
     assert rules and all(r.get("from") for r in rules), rules
     for r in rules:
-        assert r["from"] == [{"namespaceSelector": {"matchLabels": {
-            "kubernetes.io/metadata.name": "monitoring"}}}], r
+        assert r["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}], r
         assert [p["port"] for p in r["ports"]] == ["metrics"]
 
 
 def test_make_install_puts_gpu_agent_on_path(tmp_path):
     """The systemd unit runs /usr/local/bin/gpu-agent: `make install` links it there
     (here under a DESTDIR), and the link runs."""
-    subprocess.run(["make", "-s", "install", f"DESTDIR={tmp_path}"], cwd=REPO, check=True,
-                   capture_output=True, timeout=600)
+    subprocess.run(
+        ["make", "-s", "install", f"DESTDIR={tmp_path}"], cwd=REPO, check=True, capture_output=True, timeout=600
+    )
     link = tmp_path / "usr/local/bin/gpu-agent"
     assert link.is_symlink()
     out = subprocess.run([str(link), "--version"], capture_output=True, text=True, timeout=60)

@@ -22,8 +22,7 @@ from support.agent import Agent
 
 
 def _mine(samples, pid: int, kernel_prefix: str) -> list:
-    return [s for s in samples if s.labels.get("pid") == str(pid)
-            and s.frames[0].startswith(kernel_prefix)]
+    return [s for s in samples if s.labels.get("pid") == str(pid) and s.frames[0].startswith(kernel_prefix)]
 
 
 def _stop(a: Agent) -> tuple[str, str]:
@@ -47,10 +46,13 @@ def test_copy_of_the_shim_at_another_path(agent, tmp_path):
     copy = tmp_path / "image" / "usr" / "lib" / SHIM.name
     copy.parent.mkdir(parents=True)
     shutil.copy(SHIM, copy)  # another inode: the agent's uprobes on SHIM do not cover it
-    app = subprocess.Popen([str(MOCK_APP), "--paths", "cuLaunchKernel", "--duration", "3",
-                            "--sleep-ms", "2"],
-                           env=mock_env(CUDA_INJECTION64_PATH=str(copy)),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    app = subprocess.Popen(
+        [str(MOCK_APP), "--paths", "cuLaunchKernel", "--duration", "3", "--sleep-ms", "2"],
+        env=mock_env(CUDA_INJECTION64_PATH=str(copy)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert app.wait(timeout=60) == 0, app.stderr.read()
     time.sleep(1.5)
     out, err = _stop(agent)
@@ -68,20 +70,27 @@ def test_copy_visible_only_in_another_mount_namespace(agent, tmp_path):
     hidden.mkdir()
     copy = hidden / SHIM.name
     # A private tmpfs over `hidden`, seen only inside the new mount namespace.
-    script = (f"mount -t tmpfs none {shlex.quote(str(hidden))} && "
-              f"cp {shlex.quote(str(SHIM))} {shlex.quote(str(copy))} && "
-              f"exec {shlex.quote(str(MOCK_APP))} --paths cudaLaunchKernel --duration 3 --sleep-ms 2")
-    app = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
-                           env=mock_env(CUDA_INJECTION64_PATH=str(copy)),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    script = (
+        f"mount -t tmpfs none {shlex.quote(str(hidden))} && "
+        f"cp {shlex.quote(str(SHIM))} {shlex.quote(str(copy))} && "
+        f"exec {shlex.quote(str(MOCK_APP))} --paths cudaLaunchKernel --duration 3 --sleep-ms 2"
+    )
+    app = subprocess.Popen(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+        env=mock_env(CUDA_INJECTION64_PATH=str(copy)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert app.wait(timeout=60) == 0, app.stderr.read()
     assert not copy.exists()  # never visible from here
     time.sleep(1.5)
     out, err = _stop(agent)
     # unshare -m forks nothing and sh execs the workload: one pid all along
     assert f"also watching {copy} (pid {app.pid}, through /proc/{app.pid}/root{copy})" in err, err
-    assert _mine(agent.samples(), app.pid, "k_cudaLaunchKernel("), \
+    assert _mine(agent.samples(), app.pid, "k_cudaLaunchKernel("), (
         "no kernels from the process whose copy is only in its mount namespace"
+    )
 
 
 def test_session_discover_dedups_and_rejects_other_builds(tmp_path, built):
@@ -103,8 +112,7 @@ def test_session_discover_dedups_and_rejects_other_builds(tmp_path, built):
     other = tmp_path / "other" / SHIM.name
     other.parent.mkdir()
     shutil.copy(other_lib, other)
-    procs = [subprocess.Popen(["sleep", "60"], env=mock_env(LD_PRELOAD=str(lib)))
-             for lib in (copy, link, other)]
+    procs = [subprocess.Popen(["sleep", "60"], env=mock_env(LD_PRELOAD=str(lib))) for lib in (copy, link, other)]
     try:
         deadline = time.monotonic() + 5
         for p in procs:  # until the loader has mapped each library

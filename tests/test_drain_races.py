@@ -30,8 +30,7 @@ FRAMES = [0x401000 + 16 * i for i in range(5)]
 
 
 def start(exe: Path, script: Path) -> tuple[subprocess.Popen, int]:
-    p = subprocess.Popen([str(exe), str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         text=True)
+    p = subprocess.Popen([str(exe), str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     return p, int(p.stdout.readline().split()[1])
 
 
@@ -56,8 +55,16 @@ def window(col: Collector, path: Path) -> list:
 
 def test_a_name_sent_during_the_last_drain_is_in_the_profile(firer, tmp_path):
     lib, exe = firer
-    script = (F.Script().attach().wait().full_name(KID, NAME).corr(7, 211, STACK, FRAMES, 1)
-              .batch([F.rec(KID, 7, 1000)]).wait().write(tmp_path / "s.bin"))
+    script = (
+        F.Script()
+        .attach()
+        .wait()
+        .full_name(KID, NAME)
+        .corr(7, 211, STACK, FRAMES, 1)
+        .batch([F.rec(KID, 7, 1000)])
+        .wait()
+        .write(tmp_path / "s.bin")
+    )
     col = Collector(str(lib), python_stacks=False)
     col.open()
     p, pid = start(exe, script)
@@ -87,9 +94,17 @@ def test_a_name_sent_during_the_last_drain_is_in_the_profile(firer, tmp_path):
 
 def test_records_after_the_last_drain_keep_their_process_when_it_exits(firer, tmp_path):
     lib, exe = firer
-    script = (F.Script().attach().full_name(KID, NAME).corr(7, 211, STACK, FRAMES, 1)
-              .batch([F.rec(KID, 7, 1000)]).wait()
-              .corr(8, 211, STACK, FRAMES, 1).batch([F.rec(KID, 8, 2000)]).write(tmp_path / "s.bin"))
+    script = (
+        F.Script()
+        .attach()
+        .full_name(KID, NAME)
+        .corr(7, 211, STACK, FRAMES, 1)
+        .batch([F.rec(KID, 7, 1000)])
+        .wait()
+        .corr(8, 211, STACK, FRAMES, 1)
+        .batch([F.rec(KID, 8, 2000)])
+        .write(tmp_path / "s.bin")
+    )
     col = Collector(str(lib), python_stacks=False)
     col.open()
     p, pid = start(exe, script)

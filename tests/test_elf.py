@@ -16,9 +16,11 @@ from gpu_agent.system import elf, procfs
 
 def _build(tmp_path):
     src = tmp_path / "lib.c"
-    src.write_text("int ga_elf_probe_fn(int x) { return x * 3 + 1; }\n"
-                   "static int pad[4096] = {1};\n"
-                   "int ga_elf_second(int x) { return pad[x & 4095] + x; }\n")
+    src.write_text(
+        "int ga_elf_probe_fn(int x) { return x * 3 + 1; }\n"
+        "static int pad[4096] = {1};\n"
+        "int ga_elf_second(int x) { return pad[x & 4095] + x; }\n"
+    )
     so = tmp_path / "libgaelf.so"
     subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
     return so

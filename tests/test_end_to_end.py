@@ -7,8 +7,7 @@ from collections import defaultdict
 
 import pytest
 
-from support.env import (MOCK_APP, SHIM, agent_cmd, ground_truth, list_paths, mock_env,
-                      need_ebpf, shim_without_cbid)
+from support.env import MOCK_APP, SHIM, agent_cmd, ground_truth, list_paths, mock_env, need_ebpf, shim_without_cbid
 from support.pprof_tool import raw, top
 
 GRAPH_PATHS = {"cuGraphLaunch", "cuGraphLaunch_ptsz", "cudaGraphLaunch", "cudaGraphLaunch_ptsz"}
@@ -19,8 +18,13 @@ def record(tmp_path, *workload_args, shim=None, env=None, name="out.pb.gz"):
     cmd = ["record", "-o", out]
     if shim:
         cmd += ["--shim", shim]
-    proc = subprocess.run(agent_cmd(*cmd, "--", MOCK_APP, *workload_args), env=env or mock_env(),
-                          capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        agent_cmd(*cmd, "--", MOCK_APP, *workload_args),
+        env=env or mock_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     return proc, out
 
 
@@ -40,13 +44,16 @@ def assert_path_attributed(samples, path: str) -> None:
         assert mine, f"kernel {kernel} missing from the profile"
         assert all(s.files[0] == "CUDA_KERNEL" for s in mine)
         if path in GRAPH_PATHS:
-            assert all(s.frames[1] == "[cuda graph replay]" and f"capture_{path}" in s.frames
-                       for s in mine), [s.frames[:6] for s in mine]
+            assert all(s.frames[1] == "[cuda graph replay]" and f"capture_{path}" in s.frames for s in mine), [
+                s.frames[:6] for s in mine
+            ]
             assert any(s.labels.get("cuda_graph_replay") == f"launch_{path}" for s in mine), (
-                f"{kernel}: no replay label launch_{path}: {[s.labels for s in mine]}")
+                f"{kernel}: no replay label launch_{path}: {[s.labels for s in mine]}"
+            )
             continue
         assert any(f"launch_{path}" in s.frames for s in mine), (
-            f"{kernel}: no stack contains launch_{path}; stacks: {[s.frames[:6] for s in mine]}")
+            f"{kernel}: no stack contains launch_{path}; stacks: {[s.frames[:6] for s in mine]}"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +96,9 @@ def test_labels_and_long_names(all_paths_profile):
     long_samples = [s for s in samples if s.system_names[0] == longest]
     assert long_samples, "the long kernel name was cut"
     demangled = long_samples[0].frames[0]
-    assert demangled.startswith("void k_long_name<0, 1, 2,") and demangled.endswith("999>(float*, int)"), \
+    assert demangled.startswith("void k_long_name<0, 1, 2,") and demangled.endswith("999>(float*, int)"), (
         demangled[:80] + "..." + demangled[-80:]
+    )
     assert "gpu_time" in top(out) or "Type: gpu_time" in top(out)
 
 
@@ -100,8 +108,9 @@ def test_removing_one_cbid_subscription_fails_the_path_check(tmp_path, built):
     driver launch under them (the driver domain's callbacks only)."""
     need_ebpf()
     variant = shim_without_cbid(tmp_path / "libgpu_agent_shim.so")
-    proc, out = record(tmp_path, "--paths", "cuLaunchKernel,cudaLaunchKernel,cuLaunchKernelEx",
-                       "--iters", "50", shim=variant)
+    proc, out = record(
+        tmp_path, "--paths", "cuLaunchKernel,cudaLaunchKernel,cuLaunchKernelEx", "--iters", "50", shim=variant
+    )
     assert proc.returncode == 0, proc.stderr
     samples = raw(out)
     assert_path_attributed(samples, "cuLaunchKernelEx")  # another driver entry still works
@@ -114,8 +123,12 @@ def test_removing_one_cbid_subscription_fails_the_path_check(tmp_path, built):
 
 def test_record_returns_the_commands_exit_code(tmp_path, built):
     need_ebpf()
-    proc = subprocess.run(agent_cmd("record", "-o", tmp_path / "x.pb.gz", "--", "sh", "-c", "exit 7"),
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        agent_cmd("record", "-o", tmp_path / "x.pb.gz", "--", "sh", "-c", "exit 7"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 7, proc.stderr
 
 

@@ -36,13 +36,17 @@ class FakeProc:
 
 def fake_window() -> IntervalProfiles:
     """Two processes; pid 200 is in a pod."""
-    procs = {100: FakeProc(100, "trainer"), 200: FakeProc(200, "server", {"pod": "web-0",
-                                                                         "namespace": "prod",
-                                                                         "container": "app"})}
+    procs = {
+        100: FakeProc(100, "trainer"),
+        200: FakeProc(200, "server", {"pod": "web-0", "namespace": "prod", "container": "app"}),
+    }
     combined = ProfileBuilder(1, 10**9, 1_700_000_000 * 10**9)
     w = IntervalProfiles(combined, IntervalStats(processes=2, kernels=3))
-    for pid, kernel, ns, n in ((100, "_Z6k_gemmPfi", 5000, 2), (100, "_Z7k_relu1Pf", 700, 1),
-                               (200, "_Z6k_gemmPfi", 3000, 4)):
+    for pid, kernel, ns, n in (
+        (100, "_Z6k_gemmPfi", 5000, 2),
+        (100, "_Z7k_relu1Pf", 700, 1),
+        (200, "_Z6k_gemmPfi", 3000, 4),
+    ):
         b = w.per_pid.setdefault(pid, ProfileBuilder(1, 10**9, 1_700_000_000 * 10**9))
         w.procs[pid] = procs[pid]
         frames = [FrameSpec.kernel(kernel), FrameSpec.marker("[unsampled]")]
@@ -54,6 +58,7 @@ def fake_window() -> IntervalProfiles:
 
 # -- encoders -------------------------------------------------------------------
 
+
 def test_parca_request_decodes_with_labels_and_pprof_payloads(tmp_path):
     req = parca.pb.WriteRawRequest.FromString(parca.encode(fake_window(), "node-a", {"cluster": "c1"}))
     assert len(req.series) == 2
@@ -62,8 +67,7 @@ def test_parca_request_decodes_with_labels_and_pprof_payloads(tmp_path):
         labels = {l.name: l.value for l in s.labels.labels}
         by_pid[labels["pid"]] = (labels, s.samples)
     l100, samples100 = by_pid["100"]
-    assert l100 == {"__name__": "gpu_time", "node": "node-a", "pid": "100", "comm": "trainer",
-                    "cluster": "c1"}
+    assert l100 == {"__name__": "gpu_time", "node": "node-a", "pid": "100", "comm": "trainer", "cluster": "c1"}
     l200, samples200 = by_pid["200"]
     assert l200["pod"] == "web-0" and l200["namespace"] == "prod" and l200["container"] == "app"
     # each raw_profile is a gzip pprof that Go's pprof reads
@@ -97,8 +101,10 @@ def test_otlp_request_decodes_with_dictionary_and_attributes(tmp_path):
             assert attrs["k8s.pod.name"] == "web-0" and attrs["k8s.namespace.name"] == "prod"
             assert attrs["k8s.container.name"] == "app"
         profs = rp.scope_profiles[0].profiles
-        assert [(s[p.sample_type.type_strindex], s[p.sample_type.unit_strindex]) for p in profs] == \
-            [("gpu_time", "nanoseconds"), ("kernel_launches", "count")]
+        assert [(s[p.sample_type.type_strindex], s[p.sample_type.unit_strindex]) for p in profs] == [
+            ("gpu_time", "nanoseconds"),
+            ("kernel_launches", "count"),
+        ]
         assert profs[0].original_payload_format == "pprof"
         assert gzip.decompress(profs[0].original_payload)
         for p in profs:
@@ -106,14 +112,21 @@ def test_otlp_request_decodes_with_dictionary_and_attributes(tmp_path):
                 stack = d.stack_table[smp.stack_index]
                 leaf = d.location_table[stack.location_indices[0]]
                 fn = d.function_table[leaf.lines[0].function_index]
-                sample_attrs = {s[d.attribute_table[i].key_strindex]: d.attribute_table[i].value.string_value
-                                for i in smp.attribute_indices}
+                sample_attrs = {
+                    s[d.attribute_table[i].key_strindex]: d.attribute_table[i].value.string_value
+                    for i in smp.attribute_indices
+                }
                 assert sample_attrs["cuda_device"] == "0" and sample_attrs["pid"] == str(attrs["process.pid"])
                 key = (attrs["process.pid"], s[fn.system_name_strindex], s[p.sample_type.type_strindex])
                 totals[key] = totals.get(key, 0) + sum(smp.values)
-    assert totals == {(100, "_Z6k_gemmPfi", "gpu_time"): 5000, (100, "_Z6k_gemmPfi", "kernel_launches"): 2,
-                      (100, "_Z7k_relu1Pf", "gpu_time"): 700, (100, "_Z7k_relu1Pf", "kernel_launches"): 1,
-                      (200, "_Z6k_gemmPfi", "gpu_time"): 3000, (200, "_Z6k_gemmPfi", "kernel_launches"): 4}
+    assert totals == {
+        (100, "_Z6k_gemmPfi", "gpu_time"): 5000,
+        (100, "_Z6k_gemmPfi", "kernel_launches"): 2,
+        (100, "_Z7k_relu1Pf", "gpu_time"): 700,
+        (100, "_Z7k_relu1Pf", "kernel_launches"): 1,
+        (200, "_Z6k_gemmPfi", "gpu_time"): 3000,
+        (200, "_Z6k_gemmPfi", "kernel_launches"): 4,
+    }
     # the kernel function is shared across both processes in the one dictionary
     assert sum(1 for f in d.function_table if s[f.system_name_strindex] == "_Z6k_gemmPfi") == 1
 
@@ -122,12 +135,23 @@ def test_generated_parca_modules_match_the_proto(tmp_path):
     pytest.importorskip("grpc_tools")
     out = tmp_path / "gen"
     out.mkdir()
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I", str(REPO / "agent"),
-                    f"--python_out={out}", f"--grpc_python_out={out}",
-                    str(REPO / "agent/gpu_agent/proto/parca_profilestore.proto")], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            "-I",
+            str(REPO / "agent"),
+            f"--python_out={out}",
+            f"--grpc_python_out={out}",
+            str(REPO / "agent/gpu_agent/proto/parca_profilestore.proto"),
+        ],
+        check=True,
+    )
     for name in ("parca_profilestore_pb2.py", "parca_profilestore_pb2_grpc.py"):
-        assert (out / "gpu_agent/proto" / name).read_text() == \
-            (REPO / "agent/gpu_agent/proto" / name).read_text(), f"{name} is stale: run `make proto`"
+        assert (out / "gpu_agent/proto" / name).read_text() == (REPO / "agent/gpu_agent/proto" / name).read_text(), (
+            f"{name} is stale: run `make proto`"
+        )
 
 
 def test_endpoints_parse():
@@ -140,6 +164,7 @@ def test_endpoints_parse():
 
 
 # -- the send queue ----------------------------------------------------------------
+
 
 class FlakySend:
     def __init__(self):
@@ -237,6 +262,7 @@ def test_rejected_profile_is_dropped_not_retried():
 
 # -- through gRPC: TLS with a self-signed CA, bearer token ---------------------------
 
+
 def _send_one(kind, url, tmp_path, **topts):
     qo = QueueOptions(max_items=4, backoff_initial=0.05, backoff_max=0.2)
     b = make_backend(kind, parse_endpoint(url), TransportOptions(timeout_s=5, **topts), qo, "node-a", {})
@@ -261,8 +287,9 @@ def test_tls_with_own_ca_and_checked_bearer_token(tmp_path, kind):
     token.write_text("s3cret\n")
     srv = Backend(token="s3cret", tls=(ca["cert"], ca["key"])).start()
     try:
-        b = _send_one(kind, f"grpcs://localhost:{srv.port}", tmp_path, ca_file=str(ca["ca"]),
-                      bearer_token_file=str(token))
+        b = _send_one(
+            kind, f"grpcs://localhost:{srv.port}", tmp_path, ca_file=str(ca["ca"]), bearer_token_file=str(token)
+        )
         s = _drained(b)
         b.close(1)
         assert s.sent == 1, s

@@ -30,10 +30,12 @@ import firer_script as F  # noqa: E402
 
 GRAPH_APP = MOCK_DIR / "graph_workload"
 PY_GRAPH = Path(__file__).resolve().parent / "py_graph_workload.py"
-CAPTURED_BY = {"k_attn_scores(float*, int)": "capture_attention",
-               "k_attn_softmax(float*, int)": "capture_attention",
-               "k_mlp_up(float*, int)": "capture_mlp",
-               "k_mlp_down(float*, int)": "capture_mlp"}
+CAPTURED_BY = {
+    "k_attn_scores(float*, int)": "capture_attention",
+    "k_attn_softmax(float*, int)": "capture_attention",
+    "k_mlp_up(float*, int)": "capture_mlp",
+    "k_mlp_down(float*, int)": "capture_mlp",
+}
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +48,13 @@ def graph_app(built):
 
 def record(tmp_path, *cmd, env=None, name="out.pb.gz"):
     out = tmp_path / name
-    proc = subprocess.run(agent_cmd("--log-level", "debug", "record", "-o", out, "--", *cmd),
-                          env=env or mock_env(),
-                          capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        agent_cmd("--log-level", "debug", "record", "-o", out, "--", *cmd),
+        env=env or mock_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr + proc.stdout
     return raw(out), proc
 
@@ -74,8 +80,7 @@ def assert_under_capture_functions(samples) -> None:
         other = ({"capture_attention", "capture_mlp"} - {fn}).pop()
         for s in mine:
             assert s.frames[1] == GRAPH_REPLAY, s.frames[:8]
-            assert fn in s.frames and "build_graph" in s.frames and other not in s.frames, \
-                s.frames[:10]
+            assert fn in s.frames and "build_graph" in s.frames and other not in s.frames, s.frames[:10]
             # The replay site is a label, never in the stack.
             assert "replay_graph" not in s.frames
             assert s.labels.get(GRAPH_REPLAY_LABEL) in ("replay_graph", "[unsampled]"), s.labels
@@ -97,8 +102,7 @@ def test_reinstantiated_and_several_exec_graphs(graph_app, tmp_path):
     """Two exec graphs from one graph, replayed, destroyed, instantiated again:
     every exec node id maps back to its captured node."""
     gt = tmp_path / "truth.tsv"
-    samples, _ = record(tmp_path, graph_app, "--replays", "50", "--execs", "2",
-                        "--reinstantiate", env=mock_env(gt))
+    samples, _ = record(tmp_path, graph_app, "--replays", "50", "--execs", "2", "--reinstantiate", env=mock_env(gt))
     truth = ground_truth(gt)
     assert {v[0] for v in truth.values()} == {200}
     assert_exact(samples, truth)
@@ -147,9 +151,13 @@ def test_agent_attached_after_capture(graph_app, tmp_path):
     gt = tmp_path / "truth.tsv"
     shim = private_shim(tmp_path)
     env = mock_env(gt, CUDA_INJECTION64_PATH=str(shim))
-    proc = subprocess.Popen([str(graph_app), "--replays", "100", "--wait-attach",
-                             "--linger-ms", "300"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [str(graph_app), "--replays", "100", "--wait-attach", "--linger-ms", "300"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout.readline().strip() == "captured", proc.stderr.read()
         col = Collector(str(shim), pid_filter=lambda pid: pid == proc.pid)
@@ -178,8 +186,9 @@ def test_agent_attached_after_capture(graph_app, tmp_path):
             assert "replay_graph" in s.frames or s.frames[2] == "[unsampled]", s.frames[:6]
         assert any("replay_graph" in s.frames for s in mine)
     late = [s for s in samples if s.frames[0] == "k_late(float*, int)"]
-    assert late and all(s.frames[1] == GRAPH_REPLAY and "capture_late" in s.frames
-                        for s in late), [s.frames[:6] for s in late]
+    assert late and all(s.frames[1] == GRAPH_REPLAY and "capture_late" in s.frames for s in late), [
+        s.frames[:6] for s in late
+    ]
     assert counters["graph_node_unknown"] == 4 * 100
     assert counters["graph_attributed"] == 100
 
@@ -196,10 +205,13 @@ def test_destroyed_graphs_memory_stays_flat(graph_app, tmp_path):
     col.session.extra_cflags.append("-DGA_AGG_ENTRIES=65536")
     col.open()
     try:
-        proc = subprocess.Popen([str(graph_app), "--churn", "10000", "--sleep-us", "100",
-                                 "--linger-ms", "400"],
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+        proc = subprocess.Popen(
+            [str(graph_app), "--churn", "10000", "--sleep-us", "100", "--linger-ms", "400"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         col.pid_filter = lambda pid: pid == proc.pid
         _run_collector(proc, col, drain_every=0.2)
         out, err = proc.communicate(timeout=10)
@@ -210,8 +222,7 @@ def test_destroyed_graphs_memory_stays_flat(graph_app, tmp_path):
         counters = col.counters()
     finally:
         col.close()
-    lines = dict((ln.split(" ", 1)[0], ln.split(" ", 1)[1]) for ln in out.splitlines()
-                 if ln.startswith("shim "))
+    lines = dict((ln.split(" ", 1)[0], ln.split(" ", 1)[1]) for ln in out.splitlines() if ln.startswith("shim "))
     shim = dict(kv.split("=") for kv in lines["shim"].split())
     rss = [int(ln.split()[2]) for ln in out.splitlines() if ln.startswith("rss_kb ")]
     # Shim: nothing left per exec graph, and RSS grew only by the activity buffers
@@ -240,21 +251,23 @@ def test_python_capture_stack(built, tmp_path):
     if sys.version_info < (3, 10):
         pytest.fail("needs CPython >= 3.10")
     gt = tmp_path / "truth.tsv"
-    samples, proc = record(tmp_path, sys.executable, PY_GRAPH, "--replays", "100",
-                           env=mock_env(gt))
+    samples, proc = record(tmp_path, sys.executable, PY_GRAPH, "--replays", "100", env=mock_env(gt))
     assert_exact(samples, ground_truth(gt))
     for kernel, method in (("k_py_attention", "Block.attention"), ("k_py_mlp", "Block.mlp")):
         mine = [s for s in samples if s.frames[0] == kernel]
         assert mine, kernel
         for s in mine:
-            py = [(fn, os.path.basename(f)) for fn, f, sn in zip(s.frames, s.files, s.system_names)
-                  if sn.startswith("python:")]
+            py = [
+                (fn, os.path.basename(f))
+                for fn, f, sn in zip(s.frames, s.files, s.system_names)
+                if sn.startswith("python:")
+            ]
             assert s.frames[1] == GRAPH_REPLAY, s.frames[:8]
-            assert (method, PY_GRAPH.name) in py and ("Block.capture", PY_GRAPH.name) in py, \
-                (py, proc.stderr[-3000:])
+            assert (method, PY_GRAPH.name) in py and ("Block.capture", PY_GRAPH.name) in py, (py, proc.stderr[-3000:])
             assert "replay_loop" not in s.frames
-        assert any(s.labels.get(GRAPH_REPLAY_LABEL, "").startswith("replay_loop (")
-                   for s in mine), [s.labels for s in mine]
+        assert any(s.labels.get(GRAPH_REPLAY_LABEL, "").startswith("replay_loop (") for s in mine), [
+            s.labels for s in mine
+        ]
 
 
 def test_bpf_node_map_clone_and_destroy(tmp_path):
@@ -268,20 +281,18 @@ def test_bpf_node_map_clone_and_destroy(tmp_path):
     sc = F.Script()
     sc.node_stack(5, S, frames)
     sc.node_cloned(5, exec_node)
-    sc.node_cloned(99, exec_node2)           # original never seen
-    sc.batch([F.rec(K, 1, 100, graph_id=3, node=exec_node),
-              F.rec(K, 1, 50, graph_id=3, node=exec_node2)])
+    sc.node_cloned(99, exec_node2)  # original never seen
+    sc.batch([F.rec(K, 1, 100, graph_id=3, node=exec_node), F.rec(K, 1, 50, graph_id=3, node=exec_node2)])
     sc.node_destroyed(5)
     sc.node_destroyed(exec_node)
-    sc.batch([F.rec(K, 2, 7, graph_id=3, node=exec_node)])   # destroyed: unknown now
+    sc.batch([F.rec(K, 2, 7, graph_id=3, node=exec_node)])  # destroyed: unknown now
     sc.wait()
     path = sc.write(tmp_path / "graph.bin")
     stacks = []
     s = BpfSession(str(lib), on_new_stack=lambda t, i, st: stacks.append((t, i, st)))
     s.open()
     try:
-        p = subprocess.Popen([str(exe), str(path)], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
+        p = subprocess.Popen([str(exe), str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         pid = int(p.stdout.readline().split()[1])
         assert p.stdout.readline().startswith("wait")
         s.poll(50)

@@ -43,17 +43,32 @@ IN_WINDOW_MAX = 479.0 * 1.3
 
 def _callgrind(tmp_path, name: str, toggle: str, **env: str) -> float:
     out = tmp_path / f"callgrind.{name}"
-    e = {k: v for k, v in os.environ.items()
-         if not k.startswith(("GPU_AGENT_", "MOCK_")) and k != "CUDA_INJECTION64_PATH"}
+    e = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("GPU_AGENT_", "MOCK_")) and k != "CUDA_INJECTION64_PATH"
+    }
     e["LD_LIBRARY_PATH"] = str(MOCK_DIR)
     # The mock's launch queue unbounded: under valgrind its GPU outpaces nothing, and
     # a launch waiting for a full queue would count timing-dependent instructions.
     e["MOCK_CUDA_QUEUE_DEPTH"] = "0"
     e.update(env)
-    p = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                        "--collect-atstart=no", f"--toggle-collect={toggle}",
-                        str(MOCK_APP), "--bench", str(LAUNCHES)],
-                       env=e, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}",
+            "--collect-atstart=no",
+            f"--toggle-collect={toggle}",
+            str(MOCK_APP),
+            "--bench",
+            str(LAUNCHES),
+        ],
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     m = re.search(r"^summary: (\d+)", out.read_text(), re.M)
     assert m, out.read_text()[:2000]
@@ -65,15 +80,20 @@ def forced_shim(tmp_path_factory):
     # Not named libgpu_agent_shim.so: another agent on the host would discover it,
     # and its uprobes (int3) trap under valgrind, which runs the code elsewhere.
     path = tmp_path_factory.mktemp("forced") / "libgpu_agent_shim_forced.so"
-    subprocess.run(["make", "-s", "-C", str(REPO), f"SHIM={path}", "SHIM_DEFS=-DGA_TEST_FORCE_ATTACH",
-                    str(path)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        ["make", "-s", "-C", str(REPO), f"SHIM={path}", "SHIM_DEFS=-DGA_TEST_FORCE_ATTACH", str(path)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return path
 
 
 def test_detached_shim_adds_nothing_to_a_launch(tmp_path, built):
     none = _callgrind(tmp_path, "none", "cuLaunchKernel")
-    detached = _callgrind(tmp_path, "detached", "cuLaunchKernel",
-                          CUDA_INJECTION64_PATH=str(private_shim(tmp_path / "shim")))
+    detached = _callgrind(
+        tmp_path, "detached", "cuLaunchKernel", CUDA_INJECTION64_PATH=str(private_shim(tmp_path / "shim"))
+    )
     assert detached - none <= DETACHED_EXTRA_MAX, (none, detached)
 
 
@@ -83,19 +103,39 @@ def test_between_windows_no_shim_code_runs_at_a_launch(tmp_path, built, forced_s
     launch while any CUPTI client is subscribed, its correlation ids: about 165
     instructions here. On an H100 a subscription without launch callbacks cost
     nothing measurable, docs/benchmarks.md.)"""
-    callbacks = _callgrind(tmp_path, "between-cb", "ga_api_callback*", CUDA_INJECTION64_PATH=str(forced_shim),
-                           GPU_AGENT_DUTY_CYCLE="100000", GPU_AGENT_WINDOW_MS="1")
-    counted = _callgrind(tmp_path, "counted-cb", "ga_api_callback*", CUDA_INJECTION64_PATH=str(forced_shim),
-                         GPU_AGENT_DUTY_CYCLE="100000", GPU_AGENT_WINDOW_MS="1", GPU_AGENT_TEARDOWN="0")
+    callbacks = _callgrind(
+        tmp_path,
+        "between-cb",
+        "ga_api_callback*",
+        CUDA_INJECTION64_PATH=str(forced_shim),
+        GPU_AGENT_DUTY_CYCLE="100000",
+        GPU_AGENT_WINDOW_MS="1",
+    )
+    counted = _callgrind(
+        tmp_path,
+        "counted-cb",
+        "ga_api_callback*",
+        CUDA_INJECTION64_PATH=str(forced_shim),
+        GPU_AGENT_DUTY_CYCLE="100000",
+        GPU_AGENT_WINDOW_MS="1",
+        GPU_AGENT_TEARDOWN="0",
+    )
     assert callbacks == 0 and counted > 10, (callbacks, counted)
 
 
 def test_attached_launch_callback_stays_cheap(tmp_path, built, forced_shim):
-    between = _callgrind(tmp_path, "between", "ga_api_callback*",
-                         CUDA_INJECTION64_PATH=str(forced_shim),
-                         GPU_AGENT_DUTY_CYCLE="100000", GPU_AGENT_WINDOW_MS="1", GPU_AGENT_TEARDOWN="0")
-    inside = _callgrind(tmp_path, "inside", "ga_api_callback*",
-                        CUDA_INJECTION64_PATH=str(forced_shim), GPU_AGENT_DUTY_CYCLE="1")
+    between = _callgrind(
+        tmp_path,
+        "between",
+        "ga_api_callback*",
+        CUDA_INJECTION64_PATH=str(forced_shim),
+        GPU_AGENT_DUTY_CYCLE="100000",
+        GPU_AGENT_WINDOW_MS="1",
+        GPU_AGENT_TEARDOWN="0",
+    )
+    inside = _callgrind(
+        tmp_path, "inside", "ga_api_callback*", CUDA_INJECTION64_PATH=str(forced_shim), GPU_AGENT_DUTY_CYCLE="1"
+    )
     # The guard is only as good as its states: each must really have run.
     assert between > 10 and inside > between, (between, inside)
     assert between <= BETWEEN_WINDOWS_MAX, f"{between:.1f} instructions per launch between windows"

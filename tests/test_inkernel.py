@@ -15,7 +15,7 @@ from support.env import MOCK_APP, agent_cmd, mock_env, need_ebpf
 from support.nanotrace_files import v1_file, v4_kernel
 from support.perfetto_read import hangs_under, read_perfetto
 
-KERNEL = "k_cuLaunchKernel(float*, int)"     # the mock's cuLaunchKernel kernel, grid 4x1x1
+KERNEL = "k_cuLaunchKernel(float*, int)"  # the mock's cuLaunchKernel kernel, grid 4x1x1
 
 
 def test_record_then_merge_put_in_kernel_events_inside_their_kernels(tmp_path, built):
@@ -24,10 +24,29 @@ def test_record_then_merge_put_in_kernel_events_inside_their_kernels(tmp_path, b
         (tmp_path / f"{name}.nanotrace").write_bytes(v1_file(kernel="k_cuLaunchKernel", grid=(4, 1, 1)))
     trace, events = tmp_path / "t.perfetto-trace", tmp_path / "t.ndjson"
     b5 = f"{tmp_path / 'b.nanotrace'}@5"
-    p = subprocess.run(agent_cmd("record", "--trace", trace, "--events", events, "-o", tmp_path / "p.pb.gz",
-                                 "--nanotrace", tmp_path / "a.nanotrace", "--nanotrace", b5,
-                                 "--", MOCK_APP, "--bench", "20"),
-                       env=mock_env(), capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        agent_cmd(
+            "record",
+            "--trace",
+            trace,
+            "--events",
+            events,
+            "-o",
+            tmp_path / "p.pb.gz",
+            "--nanotrace",
+            tmp_path / "a.nanotrace",
+            "--nanotrace",
+            b5,
+            "--",
+            MOCK_APP,
+            "--bench",
+            "20",
+        ),
+        env=mock_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     said = [ln for ln in p.stderr.splitlines() if ln.startswith("gpu-agent: nanotrace: ")]
     assert len(said) == 2 and "launch 1 of 20" in said[0] and "launch 5 of 20" in said[1], p.stderr[-2000:]
@@ -46,16 +65,20 @@ def test_record_then_merge_put_in_kernel_events_inside_their_kernels(tmp_path, b
     realtime, raw = lines[0]["monotonic_raw_pair"]
     # the NDJSON carries them too: each file's events under its kernel's line
     kernel_lines = [x for x in lines if x["type"] == "kernel"]
-    assert [kernel_lines[x["kernel"]]["correlation_id"] == x["correlation_id"]
-            for x in lines if x["type"] == "inkernel"] == [True, True]
+    assert [
+        kernel_lines[x["kernel"]]["correlation_id"] == x["correlation_id"] for x in lines if x["type"] == "inkernel"
+    ] == [True, True]
     assert sum(x["type"] == "inkernel_event" for x in lines) == 16
-    tenth = sorted((x for x in lines if x["type"] == "kernel" and x["name"] == KERNEL),
-                   key=lambda x: x["start_ns"])[9]
+    tenth = sorted((x for x in lines if x["type"] == "kernel" and x["name"] == KERNEL), key=lambda x: x["start_ns"])[9]
     start_raw = tenth["start_ns"] - realtime + raw + 300
     (tmp_path / "c.nanotrace").write_bytes(nt.encode_v4(v4_kernel("k_cuLaunchKernel", start_raw, 2_000)))
     out = tmp_path / "m.json"
-    p = subprocess.run(agent_cmd("timeline", "merge", events, tmp_path / "c.nanotrace", "-o", out,
-                                 "--trace-format", "chrome"), capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        agent_cmd("timeline", "merge", events, tmp_path / "c.nanotrace", "-o", out, "--trace-format", "chrome"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     assert f"correlation id {tenth['correlation_id']}), by its clock snapshots: its start " in p.stderr, p.stderr
     # its 2 us of stamps, 0.3 us after CUPTI's start, are centred in CUPTI's kernel
@@ -66,12 +89,17 @@ def test_record_then_merge_put_in_kernel_events_inside_their_kernels(tmp_path, b
     procs = {e["pid"]: e["args"]["name"] for e in doc if e["ph"] == "M" and e["name"] == "process_name"}
     pid = next(p for p, n in procs.items() if f"#{tenth['correlation_id']} (" in n)
     ours = [e for e in doc if e["pid"] == pid and e["ph"] == "X"]
-    k = next(e for e in doc if e["ph"] == "X" and e["name"] == KERNEL and e["ts"] <= ours[0]["ts"]
-             <= e["ts"] + e["dur"])
+    k = next(
+        e for e in doc if e["ph"] == "X" and e["name"] == KERNEL and e["ts"] <= ours[0]["ts"] <= e["ts"] + e["dur"]
+    )
     assert len(ours) == 8 and all(k["ts"] <= e["ts"] and e["ts"] + e["dur"] <= k["ts"] + k["dur"] for e in ours)
 
     # a file that matches nothing is said, and a merge that placed nothing fails
     (tmp_path / "d.nanotrace").write_bytes(v1_file(kernel="no_such_kernel"))
-    p = subprocess.run(agent_cmd("timeline", "merge", events, tmp_path / "d.nanotrace", "-o", out),
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        agent_cmd("timeline", "merge", events, tmp_path / "d.nanotrace", "-o", out),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 1 and "kernel no_such_kernel (grid 2x1x1) matches no kernel" in p.stderr, p.stderr

@@ -20,7 +20,7 @@ from support.nanotrace_files import v1_file, v4_kernel
 from support.perfetto_read import hangs_under, read_perfetto
 
 T0 = 1_760_000_000_000_000_000
-RAW0 = 9_000_000_000              # CLOCK_MONOTONIC_RAW when CLOCK_REALTIME read T0
+RAW0 = 9_000_000_000  # CLOCK_MONOTONIC_RAW when CLOCK_REALTIME read T0
 GEMM = "void gemm_kernel<128>(float*, int)"
 SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "docs" / "events.schema.json").read_text())
 
@@ -33,8 +33,22 @@ def timeline(n=3, grid=(2, 1, 1)) -> Timeline:
     tl.stacks = {1: [Frame(GEMM, "kernel"), Frame("step", "python", "/a.py", 3)]}
     for i in range(n):
         t = T0 + 1_000_000 + i * 100_000
-        tl.kernels.append(KernelEvent(7, t, t + 5_000, GEMM, "_Z11gemm_kernelILi128EEvPfi", 0, 13, 1, 10 + i,
-                                      grid=grid, block=(128, 1, 1), stack_id=1))
+        tl.kernels.append(
+            KernelEvent(
+                7,
+                t,
+                t + 5_000,
+                GEMM,
+                "_Z11gemm_kernelILi128EEvPfi",
+                0,
+                13,
+                1,
+                10 + i,
+                grid=grid,
+                block=(128, 1, 1),
+                stack_id=1,
+            )
+        )
         tl.kernels.append(KernelEvent(7, t + 6_000, t + 7_000, "relu(float*)", "_Z4reluPf", 0, 13, 1, 50 + i))
     return tl
 
@@ -48,8 +62,11 @@ def files(tmp_path, **named: bytes) -> dict:
 
 
 def inside(tl: Timeline) -> bool:
-    return all(tl.kernels[ik.kernel].start_ns <= e.start_ns <= e.end_ns <= tl.kernels[ik.kernel].end_ns
-               for ik in tl.inkernel for e in ik.events)
+    return all(
+        tl.kernels[ik.kernel].start_ns <= e.start_ns <= e.end_ns <= tl.kernels[ik.kernel].end_ns
+        for ik in tl.inkernel
+        for e in ik.events
+    )
 
 
 def test_names_and_specs():
@@ -61,8 +78,13 @@ def test_names_and_specs():
 
 def test_version_1_files_take_their_kernels_launches_in_order(tmp_path):
     tl = timeline()
-    f = files(tmp_path, a=v1_file(kernel="gemm_kernel"), b=v1_file(kernel="gemm_kernel"),
-              c=v1_file(kernel="gemm_kernel"), d=v1_file(kernel="gemm_kernel"))
+    f = files(
+        tmp_path,
+        a=v1_file(kernel="gemm_kernel"),
+        b=v1_file(kernel="gemm_kernel"),
+        c=v1_file(kernel="gemm_kernel"),
+        d=v1_file(kernel="gemm_kernel"),
+    )
     lines = place_all(tl, [Spec(f["a"]), Spec(f["b"]), Spec(f["c"], 1), Spec(f["d"])])
     assert [ik.kernel for ik in tl.inkernel] == [0, 2, 0, 4], lines
     assert all(ik.placed_by == BY_ORDER and len(ik.events) == 8 and not ik.clamped for ik in tl.inkernel)
@@ -80,11 +102,27 @@ def test_version_1_files_take_their_kernels_launches_in_order(tmp_path):
 
 def test_what_matches_nothing_is_said_and_merges_nothing(tmp_path):
     tl = timeline(n=1)
-    f = files(tmp_path, a=v1_file(kernel="other"), b=v1_file(kernel="gemm_kernel", grid=(3, 1, 1)),
-              c=v1_file(kernel="gemm_kernel"), d=v1_file(kernel="gemm_kernel"), e=b"junk",
-              g=v1_file(kernel="gemm_kernel"))
-    lines = place_all(tl, [Spec(f["a"]), Spec(f["b"]), Spec(f["c"]), Spec(f["d"]), Spec(f["e"]),
-                           Spec(f["g"], 2), Spec(str(tmp_path / "missing"))])
+    f = files(
+        tmp_path,
+        a=v1_file(kernel="other"),
+        b=v1_file(kernel="gemm_kernel", grid=(3, 1, 1)),
+        c=v1_file(kernel="gemm_kernel"),
+        d=v1_file(kernel="gemm_kernel"),
+        e=b"junk",
+        g=v1_file(kernel="gemm_kernel"),
+    )
+    lines = place_all(
+        tl,
+        [
+            Spec(f["a"]),
+            Spec(f["b"]),
+            Spec(f["c"]),
+            Spec(f["d"]),
+            Spec(f["e"]),
+            Spec(f["g"], 2),
+            Spec(str(tmp_path / "missing")),
+        ],
+    )
     assert "kernel other (grid 2x1x1) matches no kernel of the timeline; not merged" in lines[0]
     assert "(grid 3x1x1) matches no kernel" in lines[1]
     assert "launch 1," in lines[2] and "FILE@N" not in lines[2]
@@ -106,8 +144,11 @@ def test_version_4_goes_under_the_launch_its_clock_says(tmp_path):
     tl = timeline()
     # the second launch, 1.2 us after CUPTI's start by %globaltimer
     start_raw = tl.kernels[2].start_ns - T0 + RAW0 + 1_200
-    f = files(tmp_path, a=nt.encode_v4(v4_kernel("gemm_kernel", start_raw, 3_000)),
-              far=nt.encode_v4(v4_kernel("gemm_kernel", start_raw + 50_000_000, 3_000)))
+    f = files(
+        tmp_path,
+        a=nt.encode_v4(v4_kernel("gemm_kernel", start_raw, 3_000)),
+        far=nt.encode_v4(v4_kernel("gemm_kernel", start_raw + 50_000_000, 3_000)),
+    )
     lines = place_all(tl, [Spec(f["a"]), Spec(f["far"])])
     assert [(ik.kernel, ik.placed_by) for ik in tl.inkernel] == [(2, BY_CLOCK)], lines
     # its 3 us centred in CUPTI's 5 us: it starts 1 us after CUPTI's start, 0.2 us earlier than its clock says
@@ -130,8 +171,12 @@ def v4_kernels(tl: Timeline, offsets: list[int]) -> bytes:
             t = one
             continue
         base = max(t.tracks)
-        t.tracks.update({tr.id + base: dataclasses.replace(tr, id=tr.id + base, parent=tr.parent and tr.parent + base)
-                         for tr in one.tracks.values()})
+        t.tracks.update(
+            {
+                tr.id + base: dataclasses.replace(tr, id=tr.id + base, parent=tr.parent and tr.parent + base)
+                for tr in one.tracks.values()
+            }
+        )
         t.events += [dataclasses.replace(e, track=e.track + base) for e in one.events]
     return nt.encode_v4(t)
 
@@ -142,14 +187,21 @@ def test_a_file_a_few_microseconds_off_cuptis_clock_is_moved_by_its_median(tmp_p
     3 us of stamps in 5 us of CUPTI's kernel) is taken out; what is left of each
     kernel's own offset stays, and the line says both."""
     tl = timeline(n=5)
-    offsets = [-2_600 - 3 + i for i in range(5)]        # median -2.601 us; each off it by -2..+2 ns
+    offsets = [-2_600 - 3 + i for i in range(5)]  # median -2.601 us; each off it by -2..+2 ns
     lines = place_all(tl, [Spec(files(tmp_path, a=v4_kernels(tl, offsets))["a"])])
     assert [ik.kernel for ik in tl.inkernel] == [0, 2, 4, 6, 8] and inside(tl), lines
-    assert [min(e.start_ns for e in ik.events) - tl.kernels[ik.kernel].start_ns for ik in tl.inkernel] == \
-        [1_750 - 2, 1_750 - 1, 1_750, 1_750 + 1, 1_750 + 2]
+    assert [min(e.start_ns for e in ik.events) - tl.kernels[ik.kernel].start_ns for ik in tl.inkernel] == [
+        1_750 - 2,
+        1_750 - 1,
+        1_750,
+        1_750 + 1,
+        1_750 + 2,
+    ]
     assert sum(ik.clamped for ik in tl.inkernel) == 0
-    assert ("5 of 5 kernels placed by their clock snapshots (40 events); the file's times moved 3.6 us after its "
-            "clock (its kernels' median offset); the first: 8 events") in lines[0], lines
+    assert (
+        "5 of 5 kernels placed by their clock snapshots (40 events); the file's times moved 3.6 us after its "
+        "clock (its kernels' median offset); the first: 8 events"
+    ) in lines[0], lines
 
 
 def test_a_kernel_past_the_files_own_offset_is_still_cut_and_counted(tmp_path):
@@ -158,8 +210,9 @@ def test_a_kernel_past_the_files_own_offset_is_still_cut_and_counted(tmp_path):
     tl = timeline(n=5)
     lines = place_all(tl, [Spec(files(tmp_path, a=v4_kernels(tl, [0, 0, -2_000, 0, 0]))["a"])])
     assert [ik.clamped for ik in tl.inkernel] == [0, 0, 4, 0, 0] and inside(tl), lines
-    assert ("(40 events, 4 cut to their kernel's slice); the file's times moved 1.0 us after its clock"
-            in lines[0]), lines
+    assert "(40 events, 4 cut to their kernel's slice); the file's times moved 1.0 us after its clock" in lines[0], (
+        lines
+    )
 
 
 def test_version_4_without_a_clock_onto_the_timeline_goes_by_order(tmp_path):
@@ -174,8 +227,11 @@ def test_version_4_without_a_clock_onto_the_timeline_goes_by_order(tmp_path):
 
 def merged(tmp_path) -> Timeline:
     tl = timeline()
-    f = files(tmp_path, a=v1_file(kernel="gemm_kernel"),
-              b=nt.encode_v4(v4_kernel("gemm_kernel", tl.kernels[4].start_ns - T0 + RAW0, 3_000)))
+    f = files(
+        tmp_path,
+        a=v1_file(kernel="gemm_kernel"),
+        b=nt.encode_v4(v4_kernel("gemm_kernel", tl.kernels[4].start_ns - T0 + RAW0, 3_000)),
+    )
     place_all(tl, [Spec(f["a"]), Spec(f["b"])])
     assert len(tl.inkernel) == 2
     return tl
@@ -190,13 +246,16 @@ def test_perfetto_puts_the_tracks_under_the_kernels_stream(tmp_path):
     for ik in tl.inkernel:
         k = kernels[tl.kernels[ik.kernel].correlation_id]
         assert k["track"] == stream
-        ours = [s for s in slices if s["name"] in ("mma", "load", "tma load")
-                and hangs_under(tracks, s["track"], stream, f"#{tl.kernels[ik.kernel].correlation_id}:")]
+        ours = [
+            s
+            for s in slices
+            if s["name"] in ("mma", "load", "tma load")
+            and hangs_under(tracks, s["track"], stream, f"#{tl.kernels[ik.kernel].correlation_id}:")
+        ]
         assert len(ours) == len(ik.events) == 8
         assert all(k["ts"] <= s["ts"] and s["ts"] + s["dur"] <= k["ts"] + k["dur"] for s in ours)
     by_clock = [s for s in slices if s["name"] == "mma" and "scale" in s["args"]]
     assert by_clock and all(s["args"]["scale"] == 0.5 for s in by_clock)
-
 
 
 def test_chrome_gives_each_kernel_instance_a_process(tmp_path):
@@ -211,8 +270,9 @@ def test_chrome_gives_each_kernel_instance_a_process(tmp_path):
         ours = [e for e in events if e["pid"] == pid and e["ph"] == "X"]
         assert len(ours) == 8 and {e["cat"] for e in ours} == {"nanotrace"}
         span = [e for e in kernels if e["ts"] <= ours[0]["ts"] <= e["ts"] + e["dur"]]
-        assert len(span) == 1 and all(span[0]["ts"] <= e["ts"] and e["ts"] + e["dur"] <= span[0]["ts"] + span[0]["dur"]
-                                      for e in ours)
+        assert len(span) == 1 and all(
+            span[0]["ts"] <= e["ts"] and e["ts"] + e["dur"] <= span[0]["ts"] + span[0]["dur"] for e in ours
+        )
     threads = [e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"]
     assert "CTA 1 / warp 1" in threads
 
@@ -224,17 +284,18 @@ def test_events_read_back_for_a_merge(tmp_path):
         write_events(tl, tmp_path / f"{mode}.ndjson", mode)
         back = read_events(tmp_path / f"{mode}.ndjson")
         assert back.kernels == ([k for k in tl.kernels] if mode == "dedup" else back.kernels)
-        assert (back.monotonic_raw_pair, back.devices, back.threads) == (tl.monotonic_raw_pair, tl.devices,
-                                                                         tl.threads)
+        assert (back.monotonic_raw_pair, back.devices, back.threads) == (tl.monotonic_raw_pair, tl.devices, tl.threads)
         if mode != "nostack":
-            assert [back.stacks[k.stack_id] for k in back.kernels if k.stack_id] == \
-                [tl.stacks[k.stack_id] for k in tl.kernels if k.stack_id]
+            assert [back.stacks[k.stack_id] for k in back.kernels if k.stack_id] == [
+                tl.stacks[k.stack_id] for k in tl.kernels if k.stack_id
+            ]
 
 
 def test_in_kernel_events_go_through_ndjson_and_back(tmp_path):
     """record --events and timeline merge --events carry the merged in-kernel events:
     every line valid against docs/events.schema.json, read back the same."""
     import jsonschema
+
     tl = merged(tmp_path)
     tl.inkernel[1].events[0].args.append(("label", "tile 3"))
     for mode in ("dedup", "full", "nostack"):
@@ -266,26 +327,35 @@ def _first(lines, kind):
     return next(x for x in lines if x["type"] == kind)
 
 
-@pytest.mark.parametrize("edit, why", [
-    (lambda ls: _first(ls, "inkernel").update(kernel=99), "names kernel 99 of 6"),
-    (lambda ls: _first(ls, "inkernel").update(id=5), "names kernel"),
-    (lambda ls: _first(ls, "inkernel_track").update(of=1), "not of the inkernel line before it"),
-    (lambda ls: _first(ls, "inkernel_track").update(parent=42), "before its parent"),
-    (lambda ls: _first(ls, "inkernel_event").update(track=77), "no such track"),
-    (lambda ls: _first(ls, "inkernel_event").update(end_ns=0), "ends before it starts"),
-    (lambda ls: _first(ls, "inkernel_event").update(args=[["a", {"b": 1}]]), "not a string or a number"),
-    (lambda ls: _first(ls, "inkernel_event").update(args=[["a"]]), "ValueError"),
-    (lambda ls: ls.insert(1, {"type": "inkernel_event", "of": 0}), "not of the inkernel line before it"),
-])
+@pytest.mark.parametrize(
+    "edit, why",
+    [
+        (lambda ls: _first(ls, "inkernel").update(kernel=99), "names kernel 99 of 6"),
+        (lambda ls: _first(ls, "inkernel").update(id=5), "names kernel"),
+        (lambda ls: _first(ls, "inkernel_track").update(of=1), "not of the inkernel line before it"),
+        (lambda ls: _first(ls, "inkernel_track").update(parent=42), "before its parent"),
+        (lambda ls: _first(ls, "inkernel_event").update(track=77), "no such track"),
+        (lambda ls: _first(ls, "inkernel_event").update(end_ns=0), "ends before it starts"),
+        (lambda ls: _first(ls, "inkernel_event").update(args=[["a", {"b": 1}]]), "not a string or a number"),
+        (lambda ls: _first(ls, "inkernel_event").update(args=[["a"]]), "ValueError"),
+        (lambda ls: ls.insert(1, {"type": "inkernel_event", "of": 0}), "not of the inkernel line before it"),
+    ],
+)
 def test_a_bad_in_kernel_line_is_one_line(tmp_path, edit, why):
     said = bad_inkernel(tmp_path, edit)
     assert why in said and "e.ndjson:" in said and "\n" not in said, said
 
 
-@pytest.mark.parametrize("text, why", [
-    ("", "empty"), ('{"type":"kernel"}\n', "no header line first"), ("nope\n", "not a gpu-agent event line"),
-    ('{"type":"header"}\n', "KeyError"), ("x" * (1 << 21), "longer than"),
-])
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("", "empty"),
+        ('{"type":"kernel"}\n', "no header line first"),
+        ("nope\n", "not a gpu-agent event line"),
+        ('{"type":"header"}\n', "KeyError"),
+        ("x" * (1 << 21), "longer than"),
+    ],
+)
 def test_a_bad_events_file_is_one_line(tmp_path, text, why):
     (tmp_path / "e.ndjson").write_text(text)
     with pytest.raises(EventsError) as e:
@@ -303,8 +373,9 @@ def test_the_timeline_as_a_version_4_file_reads_back(tmp_path):
     assert back.version == 4 and back.absolute is False and back.clocks[back.reference_clock][0] == 0
     kinds = {tr.id: tr.kind for tr in back.tracks.values()}
     on_streams = [e for e in back.events if kinds[e.track] == 3]
-    assert [(e.name, e.start + T0 - RAW0, e.duration, e.correlation) for e in on_streams] == \
-        [(k.name, k.start_ns, k.end_ns - k.start_ns, k.correlation_id) for k in tl.kernels]
+    assert [(e.name, e.start + T0 - RAW0, e.duration, e.correlation) for e in on_streams] == [
+        (k.name, k.start_ns, k.end_ns - k.start_ns, k.correlation_id) for k in tl.kernels
+    ]
     assert dict(on_streams[0].args)["stack"] == "void gemm_kernel<128>(float*, int)\nstep (/a.py:3)"
     gpu = back.tracks[back.tracks[on_streams[0].track].parent]
     assert (gpu.kind, back.tracks[gpu.parent].kind) == (2, 0)

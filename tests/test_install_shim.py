@@ -11,12 +11,15 @@ from gpu_agent.probes import paths
 from gpu_agent.commands.install_shim import install_file
 
 
-@pytest.mark.parametrize("text,major", [
-    ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 07:09:58 UTC 2025\n", 13),
-    ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.133.20  Release Build\n", 12),
-    ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  Sun May 12 19:39:15 UTC 2024\n", 12),
-    ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  470.256.02\n", 11),
-])
+@pytest.mark.parametrize(
+    "text,major",
+    [
+        ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 07:09:58 UTC 2025\n", 13),
+        ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.133.20  Release Build\n", 12),
+        ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  Sun May 12 19:39:15 UTC 2024\n", 12),
+        ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  470.256.02\n", 11),
+    ],
+)
 def test_driver_cuda_major_from_kernel_module_version(tmp_path, text, major):
     f = tmp_path / "version"
     f.write_text(text)
@@ -29,7 +32,7 @@ def test_pick_variant():
     assert paths.pick_variant(13, v) == v[13]
     assert paths.pick_variant(12, v) == v[12]
     assert paths.pick_variant(None, v) == v[13]  # no driver visible: the newest
-    assert paths.pick_variant(11, v) == v[13]    # nothing fits: the newest, CUDA refuses it loudly
+    assert paths.pick_variant(11, v) == v[13]  # nothing fits: the newest, CUDA refuses it loudly
     assert paths.pick_variant(14, {12: v[12]}) == v[12]
     assert paths.pick_variant(13, {}) is None
 

@@ -23,8 +23,12 @@ KERNEL = C.kernel_id(NAME)
 
 def test_names_queued_at_the_windows_end_are_in_its_profile(firer, tmp_path):
     lib, exe = firer
-    script = F.Script().full_name(KERNEL, NAME).batch(
-        [F.rec(KERNEL, 10 + i, 1000) for i in range(5)]).write(tmp_path / "s.bin")
+    script = (
+        F.Script()
+        .full_name(KERNEL, NAME)
+        .batch([F.rec(KERNEL, 10 + i, 1000) for i in range(5)])
+        .write(tmp_path / "s.bin")
+    )
     col = Collector(str(lib), python_stacks=False)
     col.open()
     try:

@@ -31,8 +31,7 @@ def test_impossible_records_are_dropped_counted_and_reported(firer, tmp_path):
     # graph records sum to 5 x 3 s of raw GPU time inside an interval of about a
     # second, which no stream can do.
     honest = [F.rec(GOOD, 100 + i, 2_000_000, stream=8, weight=10) for i in range(10)]
-    mistimed = [F.rec(MISTIMED, 200 + i, 3_000_000_000, stream=9, graph_id=4, node=i + 1, weight=10)
-                for i in range(5)]
+    mistimed = [F.rec(MISTIMED, 200 + i, 3_000_000_000, stream=9, graph_id=4, node=i + 1, weight=10) for i in range(5)]
     # Records no shim should send: end before start, flagged by the shim (started
     # before its window opened), and longer than GA_MAX_KERNEL_NS.
     backwards = F.rec(ODD, 300, 5, stream=8, weight=10)

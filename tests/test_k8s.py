@@ -97,18 +97,26 @@ def fake_proc(tmp_path, files: dict[int, str]) -> str:
 
 
 def test_proc_labels_per_runtime(tmp_path):
-    root = fake_proc(tmp_path, {10: "containerd-v2-systemd", 11: "crio-v1-systemd",
-                                12: "docker-k8s-v1-systemd", 13: "host-v2-session",
-                                14: "docker-plain-v2-systemd", 15: "crio-v2-conmon"})
+    root = fake_proc(
+        tmp_path,
+        {
+            10: "containerd-v2-systemd",
+            11: "crio-v1-systemd",
+            12: "docker-k8s-v1-systemd",
+            13: "host-v2-session",
+            14: "docker-plain-v2-systemd",
+            15: "crio-v2-conmon",
+        },
+    )
     md = k8s.PodMetadata(FakeSource(podlist()), proc_root=root, log=lambda m: None)
     assert md.refresh()
     assert md.proc_labels(10) == {"pod": "trainer-7d9f8c6b5-x2kqp", "namespace": "ml-team", "container": "trainer"}
     assert md.proc_labels(11) == {"pod": "inference-0", "namespace": "serving", "container": "server"}
     assert md.proc_labels(12) == {"pod": "legacy-job-abcde", "namespace": "batch", "container": "job"}
-    assert md.proc_labels(13) == {}   # a host process
-    assert md.proc_labels(14) == {}   # docker outside Kubernetes
-    assert md.proc_labels(15) == {}   # conmon
-    assert md.proc_labels(99) == {}   # no such process
+    assert md.proc_labels(13) == {}  # a host process
+    assert md.proc_labels(14) == {}  # docker outside Kubernetes
+    assert md.proc_labels(15) == {}  # conmon
+    assert md.proc_labels(99) == {}  # no such process
 
 
 def test_new_pod_gets_labels_after_refresh_and_cache_is_per_process(tmp_path):
@@ -134,7 +142,8 @@ def test_pod_uid_only_gives_pod_and_namespace(tmp_path):
     (tmp_path / "proc" / "30").mkdir(parents=True)
     (tmp_path / "proc" / "30" / "cgroup").write_text(
         "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-poddeadbeef_0000_4000_8000_00000000abcd.slice/"
-        "cri-containerd-" + "3" * 64 + ".scope\n")
+        "cri-containerd-" + "3" * 64 + ".scope\n"
+    )
     md = k8s.PodMetadata(FakeSource(podlist()), proc_root=str(tmp_path / "proc"), log=lambda m: None)
     md.refresh()
     assert md.proc_labels(30) == {"pod": "starting-pod", "namespace": "ml-team"}
@@ -204,8 +213,9 @@ def test_in_cluster_url(monkeypatch, tmp_path):
     monkeypatch.setattr(k8s, "SA_DIR", str(tmp_path))
     assert k8s.in_cluster_url("gpu-node-1") is None  # no service-account token: not in a pod
     (tmp_path / "token").write_text("x")
-    assert k8s.in_cluster_url("gpu-node-1") == \
-        "https://10.96.0.1:443/api/v1/pods?fieldSelector=spec.nodeName%3Dgpu-node-1"
+    assert (
+        k8s.in_cluster_url("gpu-node-1") == "https://10.96.0.1:443/api/v1/pods?fieldSelector=spec.nodeName%3Dgpu-node-1"
+    )
     assert k8s.in_cluster_url(None) is None
 
 
@@ -215,6 +225,7 @@ def test_sweep_forgets_processes_gone_for_a_whole_period(tmp_path):
     md.refresh()
     assert md.proc_labels(60) and md.proc_labels(61)
     import shutil
+
     shutil.rmtree(Path(root) / "60")
     md.sweep()
     assert md.proc_labels(60)["container"] == "trainer", "kept one more period: its last window still needs it"

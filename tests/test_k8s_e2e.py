@@ -66,17 +66,42 @@ class FakeCgroups:
 
 def real_pod(name, ns, uid, container, runtime, cid):
     return {
-        "metadata": {"name": name, "namespace": ns, "uid": uid, "resourceVersion": "1",
-                     "labels": {"app": name}, "creationTimestamp": "2026-11-20T09:13:58Z"},
-        "spec": {"nodeName": socket.gethostname(),
-                 "containers": [{"name": container, "image": "registry.example.com/ml/trainer:2.4",
-                                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
-        "status": {"phase": "Running", "hostIP": "127.0.0.1", "podIP": "10.244.0.9", "qosClass": "BestEffort",
-                   "containerStatuses": [{"name": container, "ready": True, "restartCount": 0, "started": True,
-                                          "state": {"running": {"startedAt": "2026-11-20T09:14:03Z"}},
-                                          "image": "registry.example.com/ml/trainer:2.4",
-                                          "imageID": "registry.example.com/ml/trainer@sha256:" + "ab" * 32,
-                                          "containerID": f"{runtime}://{cid}"}]},
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "uid": uid,
+            "resourceVersion": "1",
+            "labels": {"app": name},
+            "creationTimestamp": "2026-11-20T09:13:58Z",
+        },
+        "spec": {
+            "nodeName": socket.gethostname(),
+            "containers": [
+                {
+                    "name": container,
+                    "image": "registry.example.com/ml/trainer:2.4",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                }
+            ],
+        },
+        "status": {
+            "phase": "Running",
+            "hostIP": "127.0.0.1",
+            "podIP": "10.244.0.9",
+            "qosClass": "BestEffort",
+            "containerStatuses": [
+                {
+                    "name": container,
+                    "ready": True,
+                    "restartCount": 0,
+                    "started": True,
+                    "state": {"running": {"startedAt": "2026-11-20T09:14:03Z"}},
+                    "image": "registry.example.com/ml/trainer:2.4",
+                    "imageID": "registry.example.com/ml/trainer@sha256:" + "ab" * 32,
+                    "containerID": f"{runtime}://{cid}",
+                }
+            ],
+        },
     }
 
 
@@ -124,8 +149,15 @@ def workload_in(cgroup: Path | None, *args: str) -> subprocess.Popen:
         if cgroup is not None:
             with open(cgroup / "cgroup.procs", "w") as f:
                 f.write(str(os.getpid()))
-    return subprocess.Popen([str(MOCK_APP), *args], env=mock_env(CUDA_INJECTION64_PATH=str(SHIM)),
-                            preexec_fn=enter, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    return subprocess.Popen(
+        [str(MOCK_APP), *args],
+        env=mock_env(CUDA_INJECTION64_PATH=str(SHIM)),
+        preexec_fn=enter,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_pod_labels_on_profiles_and_metrics(tmp_path, built):
@@ -136,30 +168,51 @@ def test_pod_labels_on_profiles_and_metrics(tmp_path, built):
     cgs = FakeCgroups()
     uid_a, cid_a = str(uuid.uuid4()), uuid.uuid4().hex + uuid.uuid4().hex
     uid_b, cid_b = str(uuid.uuid4()), uuid.uuid4().hex + uuid.uuid4().hex
-    pods = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [
-        real_pod("trainer-7d9f8c6b5-x2kqp", "ml-team", uid_a, "trainer", "containerd", cid_a),
-        real_pod("inference-0", "serving", uid_b, "server", "docker", cid_b),
-    ]}
+    pods = {
+        "kind": "PodList",
+        "apiVersion": "v1",
+        "metadata": {},
+        "items": [
+            real_pod("trainer-7d9f8c6b5-x2kqp", "ml-team", uid_a, "trainer", "containerd", cid_a),
+            real_pod("inference-0", "serving", uid_b, "server", "docker", cid_b),
+        ],
+    }
     kubelet = Kubelet(pods)
     procs = []
     agent = None
     try:
         # containerd + systemd driver on cgroup v2 (else v1); docker + cgroupfs on v1 (else v2, CRI-O)
         u_a = uid_a.replace("-", "_")
-        cg_a = cgs.make(v2 or v1, f"kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{u_a}.slice/"
-                                  f"cri-containerd-{cid_a}.scope")
-        cg_b = (cgs.make(v1, f"kubepods/burstable/pod{uid_b}/{cid_b}") if v1 is not None else
-                cgs.make(v2, f"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
-                             f"{uid_b.replace('-', '_')}.slice/crio-{cid_b}.scope"))
+        cg_a = cgs.make(
+            v2 or v1,
+            f"kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{u_a}.slice/cri-containerd-{cid_a}.scope",
+        )
+        cg_b = (
+            cgs.make(v1, f"kubepods/burstable/pod{uid_b}/{cid_b}")
+            if v1 is not None
+            else cgs.make(
+                v2,
+                f"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+                f"{uid_b.replace('-', '_')}.slice/crio-{cid_b}.scope",
+            )
+        )
         metrics_port = free_port() if agent_has_metrics() else None
         out_dir = tmp_path / "profiles"
-        cmd = ["run", "--output-dir", out_dir, "--interval", "1s", "--kube-pods-url", kubelet.url,
-               "--kube-refresh", "1s"]
+        cmd = [
+            "run",
+            "--output-dir",
+            out_dir,
+            "--interval",
+            "1s",
+            "--kube-pods-url",
+            kubelet.url,
+            "--kube-refresh",
+            "1s",
+        ]
         if metrics_port:
             cmd += ["--metrics-addr", f"127.0.0.1:{metrics_port}"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_AGENT_")}
-        agent = subprocess.Popen(agent_cmd(*cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 env=env)
+        agent = subprocess.Popen(agent_cmd(*cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         seen = []
         for line in agent.stderr:
             seen.append(line)
@@ -196,17 +249,21 @@ def test_pod_labels_on_profiles_and_metrics(tmp_path, built):
     by_pid = {}
     for s in samples:
         by_pid.setdefault(s.labels["pid"], []).append(s.labels)
-    want = {str(a.pid): {"pod": "trainer-7d9f8c6b5-x2kqp", "namespace": "ml-team", "container": "trainer"},
-            str(b.pid): {"pod": "inference-0", "namespace": "serving", "container": "server"},
-            str(host.pid): {}}
+    want = {
+        str(a.pid): {"pod": "trainer-7d9f8c6b5-x2kqp", "namespace": "ml-team", "container": "trainer"},
+        str(b.pid): {"pod": "inference-0", "namespace": "serving", "container": "server"},
+        str(host.pid): {},
+    }
     for pid, labels in want.items():
         assert pid in by_pid, f"no samples for pid {pid}"
         for got in by_pid[pid]:
             assert {k: got[k] for k in ("pod", "namespace", "container") if k in got} == labels, (pid, got)
     assert kubelet.requests >= 1
     if metrics_port:
+
         def series(pod):
             return [ln for ln in metrics.splitlines() if not ln.startswith("#") and f'pod="{pod}"' in ln]
+
         a_lines = series("trainer-7d9f8c6b5-x2kqp")
         assert a_lines and all('namespace="ml-team"' in ln and 'container="trainer"' in ln for ln in a_lines), metrics
         assert series("inference-0"), metrics

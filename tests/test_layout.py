@@ -36,8 +36,7 @@ def test_no_test_module_imports_another_or_a_conftest():
     for p in TESTS.rglob("*.py"):
         if "node_modules" in p.parts:
             continue
-        hit = {m for m in imported_modules(p)
-               if m.split(".")[-1] in test_modules or m.split(".")[-1] == "conftest"}
+        hit = {m for m in imported_modules(p) if m.split(".")[-1] in test_modules or m.split(".")[-1] == "conftest"}
         if hit:
             bad[str(p.relative_to(REPO))] = sorted(hit)
     assert not bad, bad
@@ -56,14 +55,30 @@ def test_no_code_cites_a_history_document():
 
 def test_the_python_passes_ruff():
     """`make lint`'s Python half (pyproject.toml's [tool.ruff]), so the suite keeps it clean."""
-    p = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "agent", "tests", "bench"],
-                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "agent", "tests", "bench"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-1000:]
 
 
 # docs/architecture.md's layers, bottom up; proto/ (generated) is usable from any layer.
-LAYERS = {"proto": 0, "system": 1, "probes": 2, "symbols": 3, "profile": 4, "join": 5,
-          "timeline": 6, "outputs": 7, "commands": 8, "cli": 8, "__main__": 9}
+LAYERS = {
+    "proto": 0,
+    "system": 1,
+    "probes": 2,
+    "symbols": 3,
+    "profile": 4,
+    "join": 5,
+    "timeline": 6,
+    "outputs": 7,
+    "commands": 8,
+    "cli": 8,
+    "__main__": 9,
+}
 # The package's face re-exports probes.paths.shim_path: it sits with the probes.
 FACE_LAYER = 2
 PKG = REPO / "agent" / "gpu_agent"
@@ -91,12 +106,13 @@ def agent_imports(path: Path) -> set[str]:
         if isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(pkg[:len(pkg) - node.level + 1] + ([node.module] if node.module else []))
+                base = ".".join(pkg[: len(pkg) - node.level + 1] + ([node.module] if node.module else []))
             if base == "gpu_agent" or base.startswith("gpu_agent."):
                 for a in node.names:
                     sub = f"{base}.{a.name}"
-                    is_mod = (PKG.parent / Path(*sub.split("."))).with_suffix(".py").exists() or \
-                        (PKG.parent / Path(*sub.split(".")) / "__init__.py").exists()
+                    is_mod = (PKG.parent / Path(*sub.split("."))).with_suffix(".py").exists() or (
+                        PKG.parent / Path(*sub.split(".")) / "__init__.py"
+                    ).exists()
                     out.add(sub if is_mod else base)
         elif isinstance(node, ast.Import):
             out.update(a.name for a in node.names if a.name.startswith("gpu_agent"))

@@ -58,8 +58,12 @@ def kernel_values(m, name="gpu_agent_kernel_gpu_seconds_total"):
 
 def new_metrics(clock, **kw):
     pods = {2: {"pod": "web-0", "namespace": "prod", "container": "app"}}
-    return Metrics(proc_info=lambda pid: FakeProc(f"p{pid}", pods.get(pid, {})),
-                   kernel_name=lambda kid: f"kernel_{kid}", clock=clock, **kw)
+    return Metrics(
+        proc_info=lambda pid: FakeProc(f"p{pid}", pods.get(pid, {})),
+        kernel_name=lambda kid: f"kernel_{kid}",
+        clock=clock,
+        **kw,
+    )
 
 
 def test_counters_are_exact_sums_of_drains_with_labels():
@@ -69,9 +73,22 @@ def test_counters_are_exact_sums_of_drains_with_labels():
     c.t += 1
     m.on_drain(drain((1, 0, 10, 2000, 2)))
     vals = scrape(m)
-    key = ("gpu_agent_kernel_gpu_seconds_total",
-           tuple(sorted({"pid": "1", "comm": "p1", "cuda_device": "0", "kernel": "kernel_10",
-                         "pod": "", "namespace": "", "container": ""}.items())))
+    key = (
+        "gpu_agent_kernel_gpu_seconds_total",
+        tuple(
+            sorted(
+                {
+                    "pid": "1",
+                    "comm": "p1",
+                    "cuda_device": "0",
+                    "kernel": "kernel_10",
+                    "pod": "",
+                    "namespace": "",
+                    "container": "",
+                }.items()
+            )
+        ),
+    )
     key = (key[0], tuple((k, v) for k, v in key[1] if v))
     assert vals[key] == 6000 / 1e9
     pod_key = [k for k in vals if k[0] == "gpu_agent_kernel_launches_total" and ("pod", "web-0") in k[1]]
@@ -126,14 +143,13 @@ def test_latency_histogram_buckets():
     c = Clock()
     m = new_metrics(c)
     b = [0] * 64
-    b[12] = 3   # [4096, 8192) ns
-    b[20] = 1   # [~1.05 ms, ~2.1 ms)
+    b[12] = 3  # [4096, 8192) ns
+    b[20] = 1  # [~1.05 ms, ~2.1 ms)
     m.on_latency({(1, 0): (b, 3 * 5000 + 1_500_000)})
     vals = scrape(m)
-    h = {dict(k).get("le"): v for (n, k), v in vals.items()
-         if n == "gpu_agent_launch_queue_latency_seconds_bucket"}
+    h = {dict(k).get("le"): v for (n, k), v in vals.items() if n == "gpu_agent_launch_queue_latency_seconds_bucket"}
     assert h[repr(4096 / 1e9)] == 0 and h[repr(8192 / 1e9)] == 3 and h["+Inf"] == 4
-    assert h[repr(2 ** 21 / 1e9)] == 4
+    assert h[repr(2**21 / 1e9)] == 4
     s = {n: v for (n, k), v in vals.items() if n.startswith("gpu_agent_launch_queue_latency_seconds_")}
     assert s["gpu_agent_launch_queue_latency_seconds_count"] == 4
     assert abs(s["gpu_agent_launch_queue_latency_seconds_sum"] - 1.515e-3) < 1e-12
@@ -177,8 +193,9 @@ def test_pod_labels_are_absent_outside_kubernetes_and_long_kernel_names_fit_a_la
     reg.register(m)
     text = generate_latest(reg).decode()
     assert "pod=" not in text and "namespace=" not in text and "container=" not in text
-    kernels = {s.labels["kernel"] for fam in text_string_to_metric_families(text) for s in fam.samples
-               if "kernel" in s.labels}
+    kernels = {
+        s.labels["kernel"] for fam in text_string_to_metric_families(text) for s in fam.samples if "kernel" in s.labels
+    }
     assert "short_kernel" in kernels and len(kernels) == 3  # the two long names stay apart
     assert all(len(k.encode()) <= 1024 for k in kernels)
     assert any(k.startswith("void cutlass::Kernel<cutlass::gemm::GemmShape<128, 128, 32>") for k in kernels)

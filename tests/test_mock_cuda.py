@@ -23,8 +23,13 @@ CUDA_INC = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
 EXEC_NODE_BASE = 1 << 32
 
 # cbids the injection subscribes to (driver / runtime / resource).
-DRV = {"cuLaunchKernel": 307, "cuLaunchKernel_ptsz": 442, "cuLaunchKernelEx": 652, "cuGraphLaunch": 514,
-       "cuGraphLaunch_ptsz": 515}
+DRV = {
+    "cuLaunchKernel": 307,
+    "cuLaunchKernel_ptsz": 442,
+    "cuLaunchKernelEx": 652,
+    "cuGraphLaunch": 514,
+    "cuGraphLaunch_ptsz": 515,
+}
 RT = {"cudaLaunchKernel": 211, "cudaGraphLaunch": 311, "cudaLaunchKernelExC": 430}
 RES = {"GRAPH_CREATED": 9, "GRAPHNODE_CREATED": 13, "GRAPHEXEC_CREATED": 18, "GRAPHNODE_CLONED": 20}
 
@@ -192,8 +197,11 @@ def run(cmd, env=None, check=True, timeout=60):
 
 
 def env_for(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("MOCK_CUDA_", "TEST_", "GPU_AGENT_")) and k != "CUDA_INJECTION64_PATH"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("MOCK_CUDA_", "TEST_", "GPU_AGENT_")) and k != "CUDA_INJECTION64_PATH"
+    }
     env["LD_LIBRARY_PATH"] = str(MOCK)
     env.update({k: str(v) for k, v in extra.items()})
     return env
@@ -206,13 +214,17 @@ def progs(tmp_path_factory):
     (d / "inject.c").write_text(INJECT_C)
     (d / "client.c").write_text(CLIENT_C)
     (d / "rtonly.c").write_text(RTONLY_C)
-    defs = [f"-DDRV_CBIDS={','.join(map(str, DRV.values()))}", f"-DRT_CBIDS={','.join(map(str, RT.values()))}",
-            f"-DRES_CBIDS={','.join(map(str, RES.values()))}"]
+    defs = [
+        f"-DDRV_CBIDS={','.join(map(str, DRV.values()))}",
+        f"-DRT_CBIDS={','.join(map(str, RT.values()))}",
+        f"-DRES_CBIDS={','.join(map(str, RES.values()))}",
+    ]
     inc = ["-I", CUDA_INC, "-Wall", "-Werror", "-Wno-deprecated-declarations"]
     run(["cc", "-shared", "-fPIC", *inc, *defs, "-o", d / "inject.so", d / "inject.c", "-L", MOCK, "-lcupti"])
     run(["cc", *inc, "-o", d / "client", d / "client.c", "-L", MOCK, "-lcupti", "-lcudart", "-lcuda"])
-    run(["cc", "-rdynamic", *inc, "-o", d / "rtonly", d / "rtonly.c", "-L", MOCK, f"-Wl,-rpath-link,{MOCK}",
-         "-lcudart"])
+    run(
+        ["cc", "-rdynamic", *inc, "-o", d / "rtonly", d / "rtonly.c", "-L", MOCK, f"-Wl,-rpath-link,{MOCK}", "-lcudart"]
+    )
     return d
 
 
@@ -249,9 +261,14 @@ def traced(progs, tmp_path_factory):
     d = tmp_path_factory.mktemp("traced")
     # The sleep between iterations gives CUPTI's worker thread time to hand back full buffers
     # while the app still runs; without it a loaded CI machine may let everything wait for exit.
-    run([APP, "--paths", "all", "--iters", "5", "--threads", "2", "--sleep-ms", "30"],
-        env=env_for(CUDA_INJECTION64_PATH=progs / "inject.so", TEST_CUPTI_OUT=d / "cupti.txt",
-                    MOCK_CUDA_GROUND_TRUTH=d / "truth.tsv"))
+    run(
+        [APP, "--paths", "all", "--iters", "5", "--threads", "2", "--sleep-ms", "30"],
+        env=env_for(
+            CUDA_INJECTION64_PATH=progs / "inject.so",
+            TEST_CUPTI_OUT=d / "cupti.txt",
+            MOCK_CUDA_GROUND_TRUTH=d / "truth.tsv",
+        ),
+    )
     return parse(d / "cupti.txt"), truth(d / "truth.tsv")
 
 
@@ -301,11 +318,24 @@ def test_activity_matches_ground_truth_exactly(traced):
     # Every kernel record's correlation id is one of a launch callback's.
     launch_corr = {c[3] for c in ev["CB"]}
     plain = [r for r in ev["KR"] if r[4] == "0"]
-    traced_apis = ["cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuGraphLaunch", "cuGraphLaunch_ptsz",
-                   "cudaLaunchKernel", "cudaLaunchKernel_ptsz", "cudaLaunchKernelExC", "cudaGraphLaunch",
-                   "cudaGraphLaunch_ptsz", "long_name"]
-    covered = [r for r in ev["KR"] if any(f"k_{a}Pfi" in r[1] or f"k_{a}_node" in r[1] or f"k_{a}I" in r[1]
-                                          for a in traced_apis)]
+    traced_apis = [
+        "cuLaunchKernel",
+        "cuLaunchKernel_ptsz",
+        "cuLaunchKernelEx",
+        "cuGraphLaunch",
+        "cuGraphLaunch_ptsz",
+        "cudaLaunchKernel",
+        "cudaLaunchKernel_ptsz",
+        "cudaLaunchKernelExC",
+        "cudaGraphLaunch",
+        "cudaGraphLaunch_ptsz",
+        "long_name",
+    ]
+    covered = [
+        r
+        for r in ev["KR"]
+        if any(f"k_{a}Pfi" in r[1] or f"k_{a}_node" in r[1] or f"k_{a}I" in r[1] for a in traced_apis)
+    ]
     assert len(covered) == 10 * (7 + 4 * 3)
     assert all(r[0] in launch_corr for r in covered)
     assert all(int(r[7]) == 10 and int(r[8]) == (1 if r[1] == "_Z10k_cuLaunchPfi" else 4) for r in ev["KR"])
@@ -334,7 +364,7 @@ def test_graph_kernels(traced):
     for r in graph_kr:
         by_corr[r[0]].append(r)
         assert int(r[5]) >= EXEC_NODE_BASE and r[4] != "0"
-    assert all(len(v) == 3 for v in by_corr.values())      # one graph launch = 3 kernels, one id
+    assert all(len(v) == 3 for v in by_corr.values())  # one graph launch = 3 kernels, one id
     assert set(by_corr) <= graph_launch_corr
     captured = {int(r[1]) for r in ev["RES"] if r[0] == "13"}  # GRAPHNODE_CREATED node ids
     cloned = {int(r[1]): int(r[2]) for r in ev["RES"] if r[0] == "20"}  # exec node -> original
@@ -351,26 +381,44 @@ def test_graph_kernels(traced):
 
 
 def test_null_buffers_are_counted_as_dropped(progs, tmp_path):
-    run([APP, "--paths", "cuLaunchKernel,cudaGraphLaunch", "--iters", "3"],
-        env=env_for(CUDA_INJECTION64_PATH=progs / "inject.so", TEST_CUPTI_OUT=tmp_path / "c.txt",
-                    TEST_NULL_BUFFERS=1, MOCK_CUDA_GROUND_TRUTH=tmp_path / "t.tsv"))
+    run(
+        [APP, "--paths", "cuLaunchKernel,cudaGraphLaunch", "--iters", "3"],
+        env=env_for(
+            CUDA_INJECTION64_PATH=progs / "inject.so",
+            TEST_CUPTI_OUT=tmp_path / "c.txt",
+            TEST_NULL_BUFFERS=1,
+            MOCK_CUDA_GROUND_TRUTH=tmp_path / "t.tsv",
+        ),
+    )
     ev, gt = parse(tmp_path / "c.txt"), truth(tmp_path / "t.tsv")
     assert not ev["KR"]
     assert ev["DROPPED"] == [[str(sum(n for n, _ in gt.values()))]] == [["12"]]
 
 
 def test_flush_period_delivers_partial_buffers(progs, tmp_path):
-    run([APP, "--paths", "cuLaunchKernel", "--iters", "6", "--sleep-ms", "40"],
-        env=env_for(CUDA_INJECTION64_PATH=progs / "inject.so", TEST_CUPTI_OUT=tmp_path / "c.txt",
-                    TEST_BUFSIZE=1 << 20, TEST_FLUSH_MS=10))
+    run(
+        [APP, "--paths", "cuLaunchKernel", "--iters", "6", "--sleep-ms", "40"],
+        env=env_for(
+            CUDA_INJECTION64_PATH=progs / "inject.so",
+            TEST_CUPTI_OUT=tmp_path / "c.txt",
+            TEST_BUFSIZE=1 << 20,
+            TEST_FLUSH_MS=10,
+        ),
+    )
     ev = parse(tmp_path / "c.txt")
     assert len([b for b in ev["BUF"] if b[2] == "run" and b[1] == "1" and int(b[3]) > 0]) >= 2
     assert len(ev["KR"]) == 6
 
 
 def test_runtime_only_app_loads_injection_and_names_by_dladdr(progs, tmp_path):
-    run([progs / "rtonly"], env=env_for(CUDA_INJECTION64_PATH=progs / "inject.so", TEST_CUPTI_OUT=tmp_path / "c.txt",
-                                        MOCK_CUDA_GROUND_TRUTH=tmp_path / "t.tsv"))
+    run(
+        [progs / "rtonly"],
+        env=env_for(
+            CUDA_INJECTION64_PATH=progs / "inject.so",
+            TEST_CUPTI_OUT=tmp_path / "c.txt",
+            MOCK_CUDA_GROUND_TRUTH=tmp_path / "t.tsv",
+        ),
+    )
     ev = parse(tmp_path / "c.txt")
     assert ev["INIT"]
     assert [r[1] for r in ev["KR"]] == ["_Z7my_kernPfi"] * 3
@@ -378,9 +426,13 @@ def test_runtime_only_app_loads_injection_and_names_by_dladdr(progs, tmp_path):
 
 
 def test_failed_init_skips_injection(progs, tmp_path):
-    p = run([APP, "--iters", "1"], check=False,
-            env=env_for(MOCK_CUDA_FAIL_INIT=1, CUDA_INJECTION64_PATH=progs / "inject.so",
-                        TEST_CUPTI_OUT=tmp_path / "c.txt"))
+    p = run(
+        [APP, "--iters", "1"],
+        check=False,
+        env=env_for(
+            MOCK_CUDA_FAIL_INIT=1, CUDA_INJECTION64_PATH=progs / "inject.so", TEST_CUPTI_OUT=tmp_path / "c.txt"
+        ),
+    )
     assert p.returncode == 1 and "cuInit failed" in p.stderr and len(p.stderr.splitlines()) == 1
     assert not (tmp_path / "c.txt").exists()
 
@@ -394,8 +446,10 @@ def test_workload_cli(progs, tmp_path):
         out = run([APP, "--bench", "20000", "--api", api], env=env_for()).stdout
         assert out.startswith("ns_per_launch=") and float(out.split()[0].split("=")[1]) > 0
     # Threads x duration: ground truth stays exact under concurrency (no CUPTI here).
-    run([APP, "--paths", "cuLaunchKernel,cudaLaunchKernel_ptsz", "--threads", "3", "--iters", "200"],
-        env=env_for(MOCK_CUDA_GROUND_TRUTH=tmp_path / "t.tsv"))
+    run(
+        [APP, "--paths", "cuLaunchKernel,cudaLaunchKernel_ptsz", "--threads", "3", "--iters", "200"],
+        env=env_for(MOCK_CUDA_GROUND_TRUTH=tmp_path / "t.tsv"),
+    )
     gt = truth(tmp_path / "t.tsv")
     assert gt["_Z16k_cuLaunchKernelPfi"][0] == 600 and gt["_Z23k_cudaLaunchKernel_ptszPfi"][0] == 600
 
@@ -519,8 +573,23 @@ def test_pc_sampling_api_follows_what_an_h100_showed(tmp_path):
     deterministic samples: D >> period per launch over the module's pcs by weight."""
     run(["make", "-s", "-C", REPO, "mock"], timeout=300)
     (tmp_path / "pcs.c").write_text(PCS_C)
-    run(["cc", "-I", CUDA_INC, "-Wall", "-Wno-deprecated-declarations", "-Wno-missing-field-initializers",
-         "-o", tmp_path / "pcs", tmp_path / "pcs.c", "-L", MOCK, "-lcupti", "-lcuda"])
+    run(
+        [
+            "cc",
+            "-I",
+            CUDA_INC,
+            "-Wall",
+            "-Wno-deprecated-declarations",
+            "-Wno-missing-field-initializers",
+            "-o",
+            tmp_path / "pcs",
+            tmp_path / "pcs.c",
+            "-L",
+            MOCK,
+            "-lcupti",
+            "-lcuda",
+        ]
+    )
     out = run([tmp_path / "pcs"], env=env_for()).stdout
     invalid = "7"  # CUPTI_ERROR_INVALID_OPERATION
     assert f"reasons before enable: {invalid}" in out
@@ -590,8 +659,23 @@ def test_a_callback_turned_on_a_fourth_time_fires_no_more(tmp_path):
     success; a new subscription did not bring it back, a cuptiFinalize does."""
     run(["make", "-s", "-C", REPO, "mock"], timeout=300)
     (tmp_path / "toggle.c").write_text(TOGGLE_C)
-    run(["cc", "-I", CUDA_INC, "-Wall", "-Wno-deprecated-declarations", "-Wno-unused-parameter",
-         "-o", tmp_path / "toggle", tmp_path / "toggle.c", "-L", MOCK, "-lcupti", "-lcuda"])
+    run(
+        [
+            "cc",
+            "-I",
+            CUDA_INC,
+            "-Wall",
+            "-Wno-deprecated-declarations",
+            "-Wno-unused-parameter",
+            "-o",
+            tmp_path / "toggle",
+            tmp_path / "toggle.c",
+            "-L",
+            MOCK,
+            "-lcupti",
+            "-lcuda",
+        ]
+    )
     out = run([tmp_path / "toggle"], env=env_for()).stdout
     assert "one subscription: 10 10 10 0 0\n" in out, out
     assert "a subscription each: 0 0 0 0 0\n" in out, out
@@ -669,8 +753,23 @@ def test_a_callback_turned_on_again_before_a_window_mismatches_its_records(tmp_p
     go one launch off."""
     run(["make", "-s", "-C", REPO, "mock"], timeout=300)
     (tmp_path / "scramble.c").write_text(SCRAMBLE_C)
-    run(["cc", "-I", CUDA_INC, "-Wall", "-Wno-deprecated-declarations", "-Wno-unused-parameter",
-         "-o", tmp_path / "scramble", tmp_path / "scramble.c", "-L", MOCK, "-lcupti", "-lcuda"])
+    run(
+        [
+            "cc",
+            "-I",
+            CUDA_INC,
+            "-Wall",
+            "-Wno-deprecated-declarations",
+            "-Wno-unused-parameter",
+            "-o",
+            tmp_path / "scramble",
+            tmp_path / "scramble.c",
+            "-L",
+            MOCK,
+            "-lcupti",
+            "-lcuda",
+        ]
+    )
     out = run([tmp_path / "scramble"], env=env_for()).stdout
     lines = out.splitlines()
     assert lines[0] == "once: right 100 wrong 0", out

@@ -10,9 +10,8 @@ from gpu_agent.probes import names as N
 
 def feed(kn: N.KernelNames, kernel_id: int, name: bytes, order=None) -> None:
     offs = list(range(0, len(name), C.NAME_CHUNK))
-    for off in (order(offs) if order else offs):
-        kn.chunk(kernel_id, len(name), off, len(name[off:off + C.NAME_CHUNK]),
-                 name[off:off + C.NAME_CHUNK])
+    for off in order(offs) if order else offs:
+        kn.chunk(kernel_id, len(name), off, len(name[off : off + C.NAME_CHUNK]), name[off : off + C.NAME_CHUNK])
 
 
 def test_a_name_is_kept_only_under_its_own_id():
@@ -31,7 +30,7 @@ def test_chunks_out_of_order_assemble_once_and_odd_chunks_are_refused():
     assert kn[C.kernel_id(name)] == name and kn.counts["names_complete"] == 1
     other = b"_Z" + b"r" * 1000
     kn.chunk(C.kernel_id(other), len(other), 100, 512, other[100:612])  # off the chunk grid
-    kn.chunk(C.kernel_id(other), len(other), 0, 100, other[:100])       # a short middle chunk
+    kn.chunk(C.kernel_id(other), len(other), 0, 100, other[:100])  # a short middle chunk
     assert kn.counts["ev_corrupt"] == 2 and kn.pending == 0
 
 

@@ -19,8 +19,12 @@ def sample_trace() -> nt.Nanotrace:
     clock to CLOCK_MONOTONIC_RAW by two snapshots each."""
     t = nt.Nanotrace(version=4, session="gemm", reference_clock=1)
     t.clocks = {1: (0, 0, 0, 1_000_000_000), 2: (2, 0, 0, 1_000_000_000), 3: (3, 0, 0, 1_000_000_000)}
-    t.snapshots = [(3, 2, 1_000, 50_000, 5), (3, 2, 2_001_000, 2_050_010, 5),
-                   (2, 1, 0, 7_000_000, 20), (2, 1, 10_000_000, 17_000_000, 20)]
+    t.snapshots = [
+        (3, 2, 1_000, 50_000, 5),
+        (3, 2, 2_001_000, 2_050_010, 5),
+        (2, 1, 0, 7_000_000, 20),
+        (2, 1, 10_000_000, 17_000_000, 20),
+    ]
     t.tracks[1] = nt.Track(1, 0, 3, "gemm_kernel", KERNEL)
     tid = 2
     for cta in range(2):
@@ -31,8 +35,16 @@ def sample_trace() -> nt.Nanotrace:
             t.tracks[tid] = nt.Track(tid, block, 3, f"warp {warp}", WARP, warp, order=-warp)
             for k in range(3):
                 start = 1_000 + cta * 700 + warp * 50 + k * 200 - (30 if k == 2 else 0)  # one step back: signed delta
-                t.events.append(nt.Event(tid, start, 90, "mma" if k else "load", correlation=7 + k,
-                                         args=[("k", k), ("bias", -3), ("scale", 0.5), ("tile", "A")][:k + 1]))
+                t.events.append(
+                    nt.Event(
+                        tid,
+                        start,
+                        90,
+                        "mma" if k else "load",
+                        correlation=7 + k,
+                        args=[("k", k), ("bias", -3), ("scale", 0.5), ("tile", "A")][: k + 1],
+                    )
+                )
             tid += 1
     t.events.append(nt.Event(2, 1_100, 10, "barrier", parent=1))
     return t
@@ -60,7 +72,7 @@ def test_a_written_file_follows_the_format_description():
     while pos < len(body):
         ctype, cflags, size, count = struct.unpack_from("<IIQQ", body, pos)
         assert cflags == 0
-        payload = body[pos + 24:pos + 24 + size]
+        payload = body[pos + 24 : pos + 24 + size]
         assert len(payload) == size
         seen[ctype] = (payload, count)
         pos += 24 + size
@@ -126,8 +138,12 @@ def test_every_truncation_and_corruption_is_one_error_line():
 
 def v4_with_body(body: bytes, usize=None, compressed=True) -> bytes:
     stored = zlib.compress(body) if compressed else body
-    return struct.pack("<8sHHBBHQQ", b"NTRACE4\0", 4, 0, 1, int(compressed), 0,
-                       len(body) if usize is None else usize, len(stored)) + stored
+    return (
+        struct.pack(
+            "<8sHHBBHQQ", b"NTRACE4\0", 4, 0, 1, int(compressed), 0, len(body) if usize is None else usize, len(stored)
+        )
+        + stored
+    )
 
 
 def test_hostile_files_are_refused_before_they_cost_memory():

@@ -19,5 +19,6 @@ def test_make_demo_profiles_the_mock_without_a_gpu(tmp_path):
     assert (REPO / "demo.pb.gz").stat().st_size > 0
     # the timeline, read back as trace_processor resolves it: the demo's kernels are on it
     from support.perfetto_read import read_perfetto
+
     _, _, slices, _, _ = read_perfetto(REPO / "demo.perfetto-trace")
     assert {"k_py_held", "k_py_free"} <= {s["name"] for s in slices}, sorted({s["name"] for s in slices})[:20]

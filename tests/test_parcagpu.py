@@ -38,9 +38,28 @@ def cuda_include() -> str:
 def build_pglike(directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     lib = directory / "libcupti_client_test.so"  # nothing in the name says parcagpu
-    subprocess.run(["gcc", "-O2", "-g", "-Wall", "-fPIC", "-shared", "-I", str(REPO / "shim" / "third_party"),
-                    "-I", cuda_include(), "-o", str(lib), str(HERE / "parcagpu_like" / "pglike.c"),
-                    "-L", str(MOCK_DIR), "-l:libcupti.so.13", "-lpthread"], check=True)
+    subprocess.run(
+        [
+            "gcc",
+            "-O2",
+            "-g",
+            "-Wall",
+            "-fPIC",
+            "-shared",
+            "-I",
+            str(REPO / "shim" / "third_party"),
+            "-I",
+            cuda_include(),
+            "-o",
+            str(lib),
+            str(HERE / "parcagpu_like" / "pglike.c"),
+            "-L",
+            str(MOCK_DIR),
+            "-l:libcupti.so.13",
+            "-lpthread",
+        ],
+        check=True,
+    )
     return lib
 
 
@@ -49,9 +68,13 @@ def run_workload(agent: Agent, lib: Path, gt: Path, iters: int, **env: str) -> d
     host (the suite runs beside one) may raise the semaphore first."""
     e = mock_env(gt, CUDA_INJECTION64_PATH=str(lib), **env)
     go = lib.parent / "go"
-    p = subprocess.Popen([sys.executable, str(HERE / "parcagpu_like" / "pg_sites.py"), str(lib), str(iters),
-                          str(HERE), "1.0", str(go)], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+    p = subprocess.Popen(
+        [sys.executable, str(HERE / "parcagpu_like" / "pg_sites.py"), str(lib), str(iters), str(HERE), "1.0", str(go)],
+        env=e,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     wait_for_line(agent, f"also watching parcagpu library {lib}")
     go.touch()
     out, err = p.communicate(timeout=120)
@@ -87,8 +110,9 @@ def by_site(samples) -> tuple[Counter, Counter, set]:
         assert not s.frames[0].startswith("[unknown kernel"), s.frames  # a name lost
         if s.frames[0] != KERNEL:
             continue
-        site = next((f for f in s.frames if f in ("site_a", "site_b")), "[unsampled]"
-                    if "[unsampled]" in s.frames else "none")
+        site = next(
+            (f for f in s.frames if f in ("site_a", "site_b")), "[unsampled]" if "[unsampled]" in s.frames else "none"
+        )
         ns[site] += s.values[0]
         n[site] += s.values[1]
         sources.add(s.labels.get("source"))
@@ -103,7 +127,7 @@ def test_parcagpu_process_found_by_its_probes_with_exact_kernels_and_stacks(agen
     launched = run_workload(agent, lib, gt, 3000, PGLIKE_RATE="0")
     out = agent.stop()
     truth = ground_truth(gt)
-    (launches, gpu_ns), = truth.values()
+    ((launches, gpu_ns),) = truth.values()
     assert (launches, gpu_ns) == (launched["launches"], launched["gpu_ns"])
     ns, n, sources = by_site(agent.samples())
     assert sum(n.values()) == launches and sum(ns.values()) == gpu_ns, (n, ns, out[-1500:])
@@ -120,7 +144,7 @@ def test_names_in_pages_bpf_cannot_read_are_read_by_the_agent(agent, tmp_path):
     gt = tmp_path / "truth.tsv"
     run_workload(agent, lib, gt, 300, PGLIKE_RATE="0", PGLIKE_COLD_NAMES="1")
     out = agent.stop()
-    (launches, gpu_ns), = ground_truth(gt).values()
+    ((launches, gpu_ns),) = ground_truth(gt).values()
     ns, n, sources = by_site(agent.samples())  # no [unknown kernel]
     assert (sum(n.values()), sum(ns.values())) == (launches, gpu_ns), (n, ns, out[-1500:])
     assert "drop_cold_name" not in out and "drop_name_read" not in out, out[-1500:]
@@ -137,7 +161,7 @@ def test_rate_limited_parcagpu_keeps_unsampled_time(agent, tmp_path):
     gt = tmp_path / "truth.tsv"
     run_workload(agent, lib, gt, 20000, PGLIKE_RATE="100", PGLIKE_ALL_RECORDS="1")
     out = agent.stop()
-    (launches, gpu_ns), = ground_truth(gt).values()
+    ((launches, gpu_ns),) = ground_truth(gt).values()
     ns, n, sources = by_site(agent.samples())
     assert sum(n.values()) == launches and sum(ns.values()) == gpu_ns, (n, ns, launches)
     # each call site keeps a share of its own (3:1 launched; this machine read 5:3 to
@@ -155,7 +179,7 @@ def test_impossible_parcagpu_records_are_counted_not_profiled(agent, tmp_path):
     gt = tmp_path / "truth.tsv"
     run_workload(agent, lib, gt, 500, PGLIKE_RATE="0", PGLIKE_BAD="1")
     out = agent.stop()
-    (launches, gpu_ns), = ground_truth(gt).values()
+    ((launches, gpu_ns),) = ground_truth(gt).values()
     ns, n, _ = by_site(agent.samples())
     assert (sum(n.values()), sum(ns.values())) == (launches, gpu_ns)
     # The status line shows the running totals: the last one is the count.
@@ -172,12 +196,22 @@ def test_parcagpu_pc_samples_under_their_kernels_stacks_with_lines(agent, tmp_pa
     and its stall reason, in exact numbers; bad batches are counted, not read, and
     its errors logged once."""
     from support.pcsampling import DATA, HOT, KERNEL_NS, PCS, PERIOD, nvdisasm_lines, per_launch
+
     lib = build_pglike(tmp_path / "pg")
     iters = 100
     pcs = ",".join(f"{pc:#x}:{w}" for pc, w in PCS.items())
-    run_workload(agent, lib, tmp_path / "truth.tsv", iters, PGLIKE_RATE="0", PGLIKE_PC="1", PGLIKE_BAD="1",
-                 PGLIKE_PC_PERIOD=str(PERIOD), PG_SITES_CUBIN=str(DATA / "hot_loop_sm90.cubin"),
-                 PG_SITES_KERNEL=f"{HOT}={KERNEL_NS}@{pcs}")
+    run_workload(
+        agent,
+        lib,
+        tmp_path / "truth.tsv",
+        iters,
+        PGLIKE_RATE="0",
+        PGLIKE_PC="1",
+        PGLIKE_BAD="1",
+        PGLIKE_PC_PERIOD=str(PERIOD),
+        PG_SITES_CUBIN=str(DATA / "hot_loop_sm90.cubin"),
+        PG_SITES_KERNEL=f"{HOT}={KERNEL_NS}@{pcs}",
+    )
     out = agent.stop()
     # PGLIKE_BAD's batch of 129 records and its NULL record: dropped, counted, nothing else lost
     assert re.findall(r"drop_pc_read=(\d+)", out)[-1] == "2", out[-600:]
@@ -214,36 +248,53 @@ def test_parcagpu_pc_samples_under_their_kernels_stacks_with_lines(agent, tmp_pa
 def test_bpf_reads_cuptis_pc_record_layout(tmp_path):
     """BPF reads parcagpu's CUpti_PCSamplingPCData and CUpti_PCSamplingStallReason
     through ga_pg_cupti_pc and ga_pg_stall: the real cupti_pcsampling.h must agree."""
-    pairs = {"size": "size", "cubinCrc": "cubin_crc", "pcOffset": "pc_offset",
-             "functionIndex": "function_index", "functionName": "function_name",
-             "stallReasonCount": "stall_reason_count", "stallReason": "stall_reason"}
+    pairs = {
+        "size": "size",
+        "cubinCrc": "cubin_crc",
+        "pcOffset": "pc_offset",
+        "functionIndex": "function_index",
+        "functionName": "function_name",
+        "stallReasonCount": "stall_reason_count",
+        "stallReason": "stall_reason",
+    }
     src = ["#include <stddef.h>", "#include <cupti_pcsampling.h>", '#include "gpu_agent_probes.h"']
-    src += [f"_Static_assert(offsetof(CUpti_PCSamplingPCData, {c}) == offsetof(struct ga_pg_cupti_pc, {g}), "
-            f'"{c}");' for c, g in pairs.items()]
-    src += ['_Static_assert(offsetof(CUpti_PCSamplingPCData, correlationId) == GA_PG_CUPTI_PC_BASE, "base");',
-            '_Static_assert(sizeof(struct ga_pg_cupti_pc) == GA_PG_CUPTI_PC_BASE, "ours");',
-            '_Static_assert(sizeof(CUpti_PCSamplingStallReason) == sizeof(struct ga_pg_stall), "stall");',
-            "_Static_assert(offsetof(CUpti_PCSamplingStallReason, samples) == "
-            'offsetof(struct ga_pg_stall, samples), "samples");']
+    src += [
+        f'_Static_assert(offsetof(CUpti_PCSamplingPCData, {c}) == offsetof(struct ga_pg_cupti_pc, {g}), "{c}");'
+        for c, g in pairs.items()
+    ]
+    src += [
+        '_Static_assert(offsetof(CUpti_PCSamplingPCData, correlationId) == GA_PG_CUPTI_PC_BASE, "base");',
+        '_Static_assert(sizeof(struct ga_pg_cupti_pc) == GA_PG_CUPTI_PC_BASE, "ours");',
+        '_Static_assert(sizeof(CUpti_PCSamplingStallReason) == sizeof(struct ga_pg_stall), "stall");',
+        "_Static_assert(offsetof(CUpti_PCSamplingStallReason, samples) == "
+        'offsetof(struct ga_pg_stall, samples), "samples");',
+    ]
     c = tmp_path / "layout.c"
     c.write_text("\n".join(src) + "\n")
-    p = subprocess.run(["gcc", "-fsyntax-only", "-I", cuda_include(), "-I", str(REPO / "shim" / "include"), str(c)],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        ["gcc", "-fsyntax-only", "-I", cuda_include(), "-I", str(REPO / "shim" / "include"), str(c)],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 0, p.stderr
 
 
-@pytest.mark.parametrize("spec,kind,reg,disp,size,signed", [
-    ("8@%rax", "reg", "rax", 0, 8, False),
-    ("-4@%ebx", "reg", "rbx", 0, 4, True),
-    ("4@92(%r13)", "mem", "r13", 92, 4, False),
-    ("8@-24(%rbp)", "mem", "rbp", -24, 8, False),
-    ("-8@(%rsp)", "mem", "rsp", 0, 8, True),
-    ("4@$7", "imm", None, 7, 4, False),
-    ("1@%r9b", "reg", "r9", 0, 1, False),
-])
+@pytest.mark.parametrize(
+    "spec,kind,reg,disp,size,signed",
+    [
+        ("8@%rax", "reg", "rax", 0, 8, False),
+        ("-4@%ebx", "reg", "rbx", 0, 4, True),
+        ("4@92(%r13)", "mem", "r13", 92, 4, False),
+        ("8@-24(%rbp)", "mem", "rbp", -24, 8, False),
+        ("-8@(%rsp)", "mem", "rsp", 0, 8, True),
+        ("4@$7", "imm", None, 7, 4, False),
+        ("1@%r9b", "reg", "r9", 0, 1, False),
+    ],
+)
 def test_argument_specs(spec, kind, reg, disp, size, signed):
     from gpu_agent.probes import contract as C
     from gpu_agent.probes.parcagpu import parse_arg
+
     a = parse_arg(spec)
     kinds = {"reg": C.PG_ARG_REG, "mem": C.PG_ARG_MEM, "imm": C.PG_ARG_IMM}
     assert a.kind == kinds[kind] and (a.size, bool(a.is_signed)) == (size, signed)
@@ -255,5 +306,6 @@ def test_argument_specs(spec, kind, reg, disp, size, signed):
 @pytest.mark.parametrize("spec", ["8@foo(%rip)", "8@(%rax,%rbx,8)", "3@%rax", "%rax", "8@%xmm0"])
 def test_argument_specs_it_cannot_read_are_refused(spec):
     from gpu_agent.probes.parcagpu import parse_arg
+
     with pytest.raises(ValueError):
         parse_arg(spec)

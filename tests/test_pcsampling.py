@@ -35,8 +35,7 @@ def test_cubin_line_table_matches_nvdisasm_for_every_instruction():
 
 
 def test_pc_samples_exact_under_their_launch_stacks_with_lines_and_stall_reasons(tmp_path):
-    out, launched, _ = record(tmp_path, GPU_AGENT_PC_SAMPLING="1",
-                              GPU_AGENT_PC_SAMPLING_PERIOD=str(PERIOD))
+    out, launched, _ = record(tmp_path, GPU_AGENT_PC_SAMPLING="1", GPU_AGENT_PC_SAMPLING_PERIOD=str(PERIOD))
     assert launched == {"launches": 4 * ITERS + 1, "pc_sampling_active": True}
     assert "pc_samples/count" in pprof("-raw", str(out)).split("Samples:", 1)[1].splitlines()[1]
     lines = nvdisasm_lines()
@@ -82,9 +81,14 @@ def test_pc_sampling_follows_the_collection_windows(tmp_path):
     it closes. Each launch's samples come whole (the mock samples a kernel as it
     ends), so every (pc, reason) holds the same number k of launches' samples, and k
     is a fraction of the launches."""
-    out, launched, err = record(tmp_path, GPU_AGENT_PC_SAMPLING="1", GPU_AGENT_DUTY_CYCLE="10",
-                                GPU_AGENT_PC_SAMPLING_PERIOD=str(PERIOD), GPU_AGENT_DEBUG="1",
-                                _iters="2000")
+    out, launched, err = record(
+        tmp_path,
+        GPU_AGENT_PC_SAMPLING="1",
+        GPU_AGENT_DUTY_CYCLE="10",
+        GPU_AGENT_PC_SAMPLING_PERIOD=str(PERIOD),
+        GPU_AGENT_DEBUG="1",
+        _iters="2000",
+    )
     got: Counter = Counter()
     for s in raw(out):
         if s.values[2] and s.frames[2] != "k_warm":
@@ -111,12 +115,19 @@ def test_pc_probes_through_real_ebpf_and_their_bad_input(firer, tmp_path):
 
     lib, exe = firer
     kid, crc = 0xABC, 0x5EED
-    recs = [C.PcRecord(cubin_crc=crc, pc_offset=0x1D0, kernel_id=kid, stall_reason=2, samples=5),
-            C.PcRecord(cubin_crc=crc, pc_offset=0x1C0, kernel_id=kid, stall_reason=9, samples=7)]
-    sc = (F.Script().stall_reason(2, b"smsp__pcsamp_warps_issue_stalled_long_scoreboard")
-          .stall_reason(3, b"smsp__pcsamp_warps_issue_stalled_long_scoreboard_not_issued")
-          .cubin(crc, (DATA / "hot_loop_sm90.cubin").read_bytes())
-          .pc_batch(recs, dropped=3).pc_batch(recs, count=C.PC_BATCH_MAX + 1).wait())
+    recs = [
+        C.PcRecord(cubin_crc=crc, pc_offset=0x1D0, kernel_id=kid, stall_reason=2, samples=5),
+        C.PcRecord(cubin_crc=crc, pc_offset=0x1C0, kernel_id=kid, stall_reason=9, samples=7),
+    ]
+    sc = (
+        F.Script()
+        .stall_reason(2, b"smsp__pcsamp_warps_issue_stalled_long_scoreboard")
+        .stall_reason(3, b"smsp__pcsamp_warps_issue_stalled_long_scoreboard_not_issued")
+        .cubin(crc, (DATA / "hot_loop_sm90.cubin").read_bytes())
+        .pc_batch(recs, dropped=3)
+        .pc_batch(recs, count=C.PC_BATCH_MAX + 1)
+        .wait()
+    )
     path = sc.write(tmp_path / "pc.bin")
     pcs = PcSamples()
     s = BpfSession(str(lib))
@@ -154,16 +165,27 @@ def test_pc_sampling_survives_the_agent_restarting(tmp_path, built):
     refuses activity while PC sampling is enabled: the mock refuses it too), so the
     second agent gets PC samples."""
     from support.agent import Agent
+
     need_ebpf()
     shim = private_shim(tmp_path / "shim")
     # 20 ms windows, the defaults this test was written for: with 100 ms ones the first
     # agent's profile held no PC sample here (not yet understood; issue 29's notes)
-    env = mock_env(CUDA_INJECTION64_PATH=str(shim), GPU_AGENT_PC_SAMPLING="1", GPU_AGENT_DEBUG="1",
-                   GPU_AGENT_DUTY_CYCLE="10", GPU_AGENT_WINDOW_MS="20")
+    env = mock_env(
+        CUDA_INJECTION64_PATH=str(shim),
+        GPU_AGENT_PC_SAMPLING="1",
+        GPU_AGENT_DEBUG="1",
+        GPU_AGENT_DUTY_CYCLE="10",
+        GPU_AGENT_WINDOW_MS="20",
+    )
     first = Agent(tmp_path / "first", "--shim", shim)
-    p = subprocess.Popen([sys.executable, str(HERE / "py_pc_sampling.py"), "20", str(KERNEL_NS),
-                          "0x1d0:1", "20"], env=env, cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+    p = subprocess.Popen(
+        [sys.executable, str(HERE / "py_pc_sampling.py"), "20", str(KERNEL_NS), "0x1d0:1", "20"],
+        env=env,
+        cwd=HERE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         time.sleep(4)
         first.stop()
@@ -199,18 +221,37 @@ def test_samples_split_over_launch_stacks_exactly_and_only_for_included_processe
 
     assert split(10, [1, 1, 1]) == [4, 3, 3] and split(7, [0, 0]) == [7, 0] and sum(split(101, [3, 5, 9])) == 101
     pcs = PcSamples()
-    pcs.reasons.update({(1, 2): "smsp__pcsamp_warps_issue_stalled_wait",
-                        (1, 3): "smsp__pcsamp_warps_issue_stalled_wait_not_issued"})
-    pcs.window.update({(1, 7, 0xA, 0, 0x10, 2): 10, (1, 7, 0xA, 0, 0x10, 3): 4,
-                       (1, 7, 0xB, 0, 0x20, 2): 5, (2, 9, 0xA, 0, 0x10, 2): 6})
+    pcs.reasons.update(
+        {(1, 2): "smsp__pcsamp_warps_issue_stalled_wait", (1, 3): "smsp__pcsamp_warps_issue_stalled_wait_not_issued"}
+    )
+    pcs.window.update(
+        {
+            (1, 7, 0xA, 0, 0x10, 2): 10,
+            (1, 7, 0xA, 0, 0x10, 3): 4,
+            (1, 7, 0xB, 0, 0x20, 2): 5,
+            (2, 9, 0xA, 0, 0x10, 2): 6,
+        }
+    )
     leaf = FrameSpec.kernel("_Z1av")
-    stacks = {(1, 7, 0xA): [([leaf, FrameSpec.marker("s1")], {"pid": "1"}, 300),
-                            ([leaf, FrameSpec.marker("s2")], {"pid": "1"}, 100)]}
+    stacks = {
+        (1, 7, 0xA): [
+            ([leaf, FrameSpec.marker("s1")], {"pid": "1"}, 300),
+            ([leaf, FrameSpec.marker("s2")], {"pid": "1"}, 100),
+        ]
+    }
     got = []
-    n = add_to_profile(pcs, stacks, lambda k: (f"k{k:x}", f"_Zk{k:x}"), lambda t: {"pid": str(t)},
-                       lambda t, frames, labels, k: got.append((t, [f.function for f in frames], labels, k)),
-                       included=lambda t: t == 1)
+    n = add_to_profile(
+        pcs,
+        stacks,
+        lambda k: (f"k{k:x}", f"_Zk{k:x}"),
+        lambda t: {"pid": str(t)},
+        lambda t, frames, labels, k: got.append((t, [f.function for f in frames], labels, k)),
+        included=lambda t: t == 1,
+    )
     assert n == 15 and not pcs.window
     assert [(g[1][-1], g[2]["stall_reason"], g[3]) for g in got] == [
-        ("s1", "wait", 8), ("s2", "wait", 2), ("[unsampled]", "wait", 5)]
+        ("s1", "wait", 8),
+        ("s2", "wait", 2),
+        ("[unsampled]", "wait", 5),
+    ]
     assert got[0][1][:2] == ["[stall: wait]", "ka+0x10"] and got[2][1][:2] == ["[stall: wait]", "kb+0x20"]

@@ -27,8 +27,11 @@ import subprocess
 from support.env import BENCH_SHIM, MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf
 from support.windows import KERNEL, kernel_totals, shim_exit_stats
 
-PERIOD = re.compile(r"period \(pid \d+\): ended at ([\d.]+) s \(CLOCK_MONOTONIC\) after ([\d.]+) ms; .*; "
-                    r"(\d+) launches$", re.M)
+PERIOD = re.compile(
+    r"period \(pid \d+\): ended at ([\d.]+) s \(CLOCK_MONOTONIC\) after ([\d.]+) ms; .*; "
+    r"(\d+) launches$",
+    re.M,
+)
 
 
 def launches_between(trace: list[tuple[float, int]], lo: float, hi: float) -> float:
@@ -54,14 +57,36 @@ def run_loop(tmp_path, *record_args: str, **env: str):
     run's true and estimated launches."""
     gt, out, trace_file = tmp_path / "truth.tsv", tmp_path / "p.pb.gz", tmp_path / "launches.txt"
     e = mock_env(gt, GPU_AGENT_DEBUG="2", MOCK_CUPTI_CALLBACK_NS="150", MOCK_LAUNCH_TRACE=str(trace_file), **env)
-    p = subprocess.run(agent_cmd("record", "--budget", "2", *record_args, "-o", out, "--", MOCK_APP, "--paths",
-                                 "cuLaunchKernel", "--bench", "3500000", "--rate", "0", "--spin-ns", "4000"),
-                       env=e, capture_output=True, text=True, timeout=180)
+    p = subprocess.run(
+        agent_cmd(
+            "record",
+            "--budget",
+            "2",
+            *record_args,
+            "-o",
+            out,
+            "--",
+            MOCK_APP,
+            "--paths",
+            "cuLaunchKernel",
+            "--bench",
+            "3500000",
+            "--rate",
+            "0",
+            "--spin-ns",
+            "4000",
+        ),
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     trace = [(float(t), int(n)) for t, n in (ln.split() for ln in trace_file.read_text().splitlines())]
     periods = [(float(a) - float(b) / 1e3, float(a), int(c)) for a, b, c in PERIOD.findall(p.stderr)]
-    errors = [est / launches_between(trace, lo, hi) - 1 for lo, hi, est in periods
-              if lo >= trace[0][0] and hi <= trace[-1][0]]
+    errors = [
+        est / launches_between(trace, lo, hi) - 1 for lo, hi, est in periods if lo >= trace[0][0] and hi <= trace[-1][0]
+    ]
     return p.stderr, trace, periods, errors, ground_truth(gt)[KERNEL][0], kernel_totals(out)[KERNEL][1]
 
 
@@ -87,10 +112,13 @@ def test_a_free_count_piece_in_a_cycle_of_its_own(tmp_path, built):
     windows' launches must still be counted record for record, each free piece must
     count what the loop launched, and each period's estimate must stay on its own."""
     need_ebpf()
-    err, trace, periods, errors, true, est = run_loop(tmp_path, "--shim", str(BENCH_SHIM),
-                                                      GPU_AGENT_EXP_COUNT="cycle")
-    pieces = [(float(t0), float(t0) + float(ms) / 1e3, int(n)) for t0, ms, n in re.findall(
-        r"free count piece \(pid \d+\): from ([\d.]+) s \(CLOCK_MONOTONIC\) for ([\d.]+) ms: (\d+) launches", err)]
+    err, trace, periods, errors, true, est = run_loop(tmp_path, "--shim", str(BENCH_SHIM), GPU_AGENT_EXP_COUNT="cycle")
+    pieces = [
+        (float(t0), float(t0) + float(ms) / 1e3, int(n))
+        for t0, ms, n in re.findall(
+            r"free count piece \(pid \d+\): from ([\d.]+) s \(CLOCK_MONOTONIC\) for ([\d.]+) ms: (\d+) launches", err
+        )
+    ]
     inside = [(lo, hi, n) for lo, hi, n in pieces if lo >= trace[0][0] and hi <= trace[-1][0]]
     assert len(inside) >= 2, err[-3000:]
     for lo, hi, n in inside:  # the piece's callbacks fired: it counted what the loop launched

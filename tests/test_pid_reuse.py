@@ -24,11 +24,14 @@ def test_an_exited_process_leaves_no_map_entries(firer, tmp_path):
     lib, exe = firer
     name = b"_Z6kernelv"
     kid = C.kernel_id(name)
-    script = (F.Script().full_name(kid, name)
-              .corr(7, 211, STACK, FRAMES, 4)
-              .node_stack(42, STACK, FRAMES)
-              .batch([F.rec(kid, 99, 1000)])       # its sample (corr 7) stays unjoined
-              .write(tmp_path / "s.bin"))
+    script = (
+        F.Script()
+        .full_name(kid, name)
+        .corr(7, 211, STACK, FRAMES, 4)
+        .node_stack(42, STACK, FRAMES)
+        .batch([F.rec(kid, 99, 1000)])  # its sample (corr 7) stays unjoined
+        .write(tmp_path / "s.bin")
+    )
     col = Collector(str(lib), python_stacks=False)
     col.open()
     try:
@@ -40,8 +43,8 @@ def test_an_exited_process_leaves_no_map_entries(firer, tmp_path):
             col.poll(50)
         assert [i for _, i in col.session.stack_keys(pid)] == [STACK]  # there while it runs...
         assert col.session.graph_nodes(pid)
-        col.build_profile()                                   # its last window
-        assert col.session.stack_keys(pid) == []                        # ...gone after it
+        col.build_profile()  # its last window
+        assert col.session.stack_keys(pid) == []  # ...gone after it
         assert not col.session.graph_nodes(pid)
     finally:
         col.close()

@@ -25,8 +25,11 @@ needs_pprof = pytest.mark.usefixtures("_require_pprof")
 @pytest.fixture
 def _require_pprof():
     if not os.access(PPROF, os.X_OK):
-        pytest.fail("Go pprof not built (GO111MODULE=off GOPATH=/usr/share/gocode "
-    "go build -o build/tools/pprof github.com/google/pprof)")
+        pytest.fail(
+            "Go pprof not built (GO111MODULE=off GOPATH=/usr/share/gocode "
+            "go build -o build/tools/pprof github.com/google/pprof)"
+        )
+
 
 KERNEL_CPP = "_ZN5flash13attn_fwd_kernILi128EEEvPKfPf"  # void flash::attn_fwd_kern<128>(float const*, float*)
 KERNEL_CPP_DEMANGLED = "void flash::attn_fwd_kern<128>(float const*, float*)"
@@ -343,8 +346,21 @@ def _frame_of(builder: ProfileBuilder, location_id: int) -> FrameSpec:
     loc = next(loc for loc in p.location if loc.id == location_id)
     f = next(f for f in p.function if f.id == loc.line[0].function_id)
     m = next((m for m in p.mapping if m.id == loc.mapping_id), None)
-    spec = None if m is None else MappingSpec(st[m.filename], st[m.build_id], m.has_functions, m.has_filenames,
-                                              m.has_line_numbers, m.memory_start, m.memory_limit, m.file_offset)
+    spec = (
+        None
+        if m is None
+        else MappingSpec(
+            st[m.filename],
+            st[m.build_id],
+            m.has_functions,
+            m.has_filenames,
+            m.has_line_numbers,
+            m.memory_start,
+            m.memory_limit,
+            m.file_offset,
+        )
+    )
     sysname = st[f.system_name]
-    return FrameSpec(st[f.name], "" if sysname == st[f.name] else sysname, st[f.filename], loc.line[0].line,
-                     loc.address, spec)
+    return FrameSpec(
+        st[f.name], "" if sysname == st[f.name] else sysname, st[f.filename], loc.line[0].line, loc.address, spec
+    )

@@ -31,8 +31,9 @@ IDS = [s[0] for s in SUPPORTED]
 
 
 def _include_dir(py: str) -> str | None:
-    r = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [py, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"], capture_output=True, text=True
+    )
     d = r.stdout.strip()
     return d if d and os.path.isfile(os.path.join(d, "internal", "pycore_runtime.h")) else None
 
@@ -123,13 +124,11 @@ def header_offsets(tmp_path_factory):
         if cc is None or inc is None or ver in out:
             continue
         exe = d / f"off-{ident}"
-        r = subprocess.run([cc, "-w", "-I", inc, "-o", str(exe), str(src)], capture_output=True,
-                           text=True)
+        r = subprocess.run([cc, "-w", "-I", inc, "-o", str(exe), str(src)], capture_output=True, text=True)
         if r.returncode != 0:
             continue  # headers of a patched/odd build: covered by the live checks
         vals = {}
-        for line in subprocess.run([str(exe)], capture_output=True, text=True,
-                                   check=True).stdout.splitlines():
+        for line in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines():
             k, v = line.split()
             vals[k] = int(v)
         out[ver] = vals
@@ -142,14 +141,31 @@ def test_table_matches_headers(header_offsets):
         if ver not in offsets._TABLE:
             continue
         t = offsets._TABLE[ver]
-        for k in ("rt_interp_head", "interp_next", "interp_threads", "ts_next", "ts_interp",
-                  "ts_thread_id", "ts_frame", "fr_previous", "fr_code", "fr_instr",
-                  "co_filename", "co_name", "co_firstlineno", "co_linetable"):
+        for k in (
+            "rt_interp_head",
+            "interp_next",
+            "interp_threads",
+            "ts_next",
+            "ts_interp",
+            "ts_thread_id",
+            "ts_frame",
+            "fr_previous",
+            "fr_code",
+            "fr_instr",
+            "co_filename",
+            "co_name",
+            "co_firstlineno",
+            "co_linetable",
+        ):
             assert t[k] == h[k], (ver, k)
         assert t["ascii_size"] == h["ascii_size"] and t["compact_size"] == h["compact_size"]
         if ver >= (3, 11):
-            assert (t["ts_native_tid"], t["co_qualname"], t["co_code"], t["cframe_frame"]) == \
-                (h["ts_native_tid"], h["co_qualname"], h["co_code"], h["cframe_frame"]), ver
+            assert (t["ts_native_tid"], t["co_qualname"], t["co_code"], t["cframe_frame"]) == (
+                h["ts_native_tid"],
+                h["co_qualname"],
+                h["co_code"],
+                h["cframe_frame"],
+            ), ver
         if ver == (3, 11):
             assert t["fr_owner"] == h["fr_is_entry"]
         if ver >= (3, 12):
@@ -181,10 +197,12 @@ def test_debug_offsets_field_order_matches_headers(header_offsets):
         pytest.skip("no 3.13+ headers installed")
 
 
-_LIVE = ("import threading, time\n"
-         "def park():\n    time.sleep(30)\n"
-         "threading.Thread(target=park, daemon=True).start()\n"
-         "print('ready', flush=True)\ntime.sleep(30)\n")
+_LIVE = (
+    "import threading, time\n"
+    "def park():\n    time.sleep(30)\n"
+    "threading.Thread(target=park, daemon=True).start()\n"
+    "print('ready', flush=True)\ntime.sleep(30)\n"
+)
 
 
 @pytest.mark.parametrize("interp", SUPPORTED, ids=IDS)
@@ -256,7 +274,7 @@ def test_wrong_table_is_refused(monkeypatch):
 
 # ---- line tables against CPython's own co_lines() ----
 
-_DUMP = r'''
+_DUMP = r"""
 import json, sys
 def walk(co, out):
     out.append({"name": co.co_name, "first": co.co_firstlineno,
@@ -269,7 +287,7 @@ out = []
 for path in sys.argv[1:]:
     walk(compile(open(path).read(), path, "exec"), out)
 json.dump(out, sys.stdout)
-'''
+"""
 
 
 @pytest.mark.parametrize("interp", SUPPORTED, ids=IDS)
@@ -277,10 +295,14 @@ def test_linetable_decoder_matches_co_lines(interp, tmp_path):
     _, py, ver, _ = interp
     # Real code with long jumps, comprehensions, lambdas, try/except, big line gaps.
     gap = tmp_path / "gaps.py"
-    gap.write_text("def far():\n    x = 1\n" + "\n" * 300 + "    y = 2\n" + "\n" * 5000
-                   + "    return (x,\n            y)\n")
-    files = [str(REPO / "tests" / "py_workload.py"),
-             str(REPO / "agent" / "gpu_agent" / "join" / "collector.py"), str(gap)]
+    gap.write_text(
+        "def far():\n    x = 1\n" + "\n" * 300 + "    y = 2\n" + "\n" * 5000 + "    return (x,\n            y)\n"
+    )
+    files = [
+        str(REPO / "tests" / "py_workload.py"),
+        str(REPO / "agent" / "gpu_agent" / "join" / "collector.py"),
+        str(gap),
+    ]
     r = subprocess.run([py, "-c", _DUMP, *files], capture_output=True, text=True, check=True)
     codes = json.loads(r.stdout)
     assert len(codes) > 20
@@ -297,22 +319,18 @@ def test_linetable_decoder_matches_co_lines(interp, tmp_path):
 
 # ---- stamps, merging, BTF ----
 
+
 def test_stamp_macro_matches_python(tmp_path):
     cc = shutil.which("gcc") or shutil.which("cc")
     if cc is None:
         pytest.skip("no C compiler")
-    cases = [(0, 0, 0), (0x6E665F6168706C61, 8, 1), (2**64 - 1, 2**32 - 1, 2**31 - 1),
-             (0x1234, 5, -1 & 0xFFFFFFFF)]
+    cases = [(0, 0, 0), (0x6E665F6168706C61, 8, 1), (2**64 - 1, 2**32 - 1, 2**31 - 1), (0x1234, 5, -1 & 0xFFFFFFFF)]
     src = tmp_path / "stamp.c"
-    body = "\n".join(f'printf("%llu\\n", (unsigned long long)GA_PY_STAMP({a}ull, {b}u, {c}u));'
-                     for a, b, c in cases)
-    src.write_text('#include <stdio.h>\n#include "gpu_agent_probes.h"\nint main(void){\n'
-                   + body + "\nreturn 0;}\n")
+    body = "\n".join(f'printf("%llu\\n", (unsigned long long)GA_PY_STAMP({a}ull, {b}u, {c}u));' for a, b, c in cases)
+    src.write_text('#include <stdio.h>\n#include "gpu_agent_probes.h"\nint main(void){\n' + body + "\nreturn 0;}\n")
     exe = tmp_path / "stamp"
-    subprocess.run([cc, "-I", str(REPO / "shim" / "include"), "-o", str(exe), str(src)],
-                   check=True)
-    got = [int(x) for x in subprocess.run([str(exe)], capture_output=True, text=True,
-                                          check=True).stdout.split()]
+    subprocess.run([cc, "-I", str(REPO / "shim" / "include"), "-o", str(exe), str(src)], check=True)
+    got = [int(x) for x in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()]
     assert got == [C.py_stamp(a, b, c) for a, b, c in cases]
 
 
@@ -331,13 +349,30 @@ def _names(frames):
 
 
 def test_merge_replaces_each_eval_frame_with_its_run():
-    native = [_N(n) for n in ("cuLaunchKernel", "ffi_call", "_PyEval_EvalFrameDefault",
-                              "gen_iternext", "_PyEval_EvalFrameDefault.cold", "Py_RunMain",
-                              "main")]
+    native = [
+        _N(n)
+        for n in (
+            "cuLaunchKernel",
+            "ffi_call",
+            "_PyEval_EvalFrameDefault",
+            "gen_iternext",
+            "_PyEval_EvalFrameDefault.cold",
+            "Py_RunMain",
+            "main",
+        )
+    ]
     py = [_P("launch", False), _P("gen", True), _P("forward", False), _P("<module>", True)]
-    assert _names(M.merge(native, py)) == ["cuLaunchKernel", "ffi_call", "launch", "gen",
-                                           "gen_iternext", "forward", "<module>", "Py_RunMain",
-                                           "main"]
+    assert _names(M.merge(native, py)) == [
+        "cuLaunchKernel",
+        "ffi_call",
+        "launch",
+        "gen",
+        "gen_iternext",
+        "forward",
+        "<module>",
+        "Py_RunMain",
+        "main",
+    ]
 
 
 def test_merge_mismatches_keep_every_frame_in_order():
@@ -346,18 +381,17 @@ def test_merge_mismatches_keep_every_frame_in_order():
     # More runs than eval frames: the rest right after the last replaced one.
     assert _names(M.merge(native, py)) == ["cuLaunchKernel", "a", "b", "c", "main"]
     # ... or at the outer end when the native stack was cut.
-    assert _names(M.merge(native, py, native_truncated=True)) == \
-        ["cuLaunchKernel", "a", "main", "b", "c"]
+    assert _names(M.merge(native, py, native_truncated=True)) == ["cuLaunchKernel", "a", "main", "b", "c"]
     # More eval frames than runs: the extra eval frames stay.
     native2 = native[:2] + [_N("_PyEval_EvalFrameDefault")] + native[2:]
-    assert _names(M.merge(native2, py[:1])) == ["cuLaunchKernel", "a",
-                                                "_PyEval_EvalFrameDefault", "main"]
+    assert _names(M.merge(native2, py[:1])) == ["cuLaunchKernel", "a", "_PyEval_EvalFrameDefault", "main"]
     # No Python frames: untouched.
     assert M.merge(native, []) == native
 
 
 def test_btf_gives_fsbase_offset():
     import platform
+
     if platform.machine() != "x86_64" or not os.path.exists("/sys/kernel/btf/vmlinux"):
         pytest.skip("x86_64 with kernel BTF only")
     off = task_fsbase_offset()
@@ -367,19 +401,45 @@ def test_btf_gives_fsbase_offset():
 def test_debug_offsets_314_variants_are_told_apart():
     """A 3.14+ build lacking some of the optional fields parses right, from live anchors."""
     import struct as st
-    truth = [(sec, [f for f in fields if (sec, f) not in
-                    {("interpreter_state", "code_object_generation"),
-                     ("interpreter_state", "tlbc_generation"), ("code_object", "co_tlbc")}])
-             for sec, fields in offsets._DEBUG_314]
-    vals = {"pyobject.size": 16, "pyobject.ob_type": 8, "type_object.tp_name": 24,
-            "unicode_object.length": 16, "unicode_object.asciiobject_size": 40,
-            "code_object.size": 224, "code_object.filename": 112, "code_object.name": 120,
-            "code_object.qualname": 128, "code_object.firstlineno": 68,
-            "code_object.linetable": 136, "code_object.co_code_adaptive": 208,
-            "thread_state.current_frame": 72, "interpreter_state.threads_head": 7000,
-            "interpreter_frame.owner": 74, "thread_state.prev": 0, "thread_state.next": 8,
-            "thread_state.interp": 16, "interpreter_frame.executable": 0,
-            "interpreter_frame.previous": 8}
+
+    truth = [
+        (
+            sec,
+            [
+                f
+                for f in fields
+                if (sec, f)
+                not in {
+                    ("interpreter_state", "code_object_generation"),
+                    ("interpreter_state", "tlbc_generation"),
+                    ("code_object", "co_tlbc"),
+                }
+            ],
+        )
+        for sec, fields in offsets._DEBUG_314
+    ]
+    vals = {
+        "pyobject.size": 16,
+        "pyobject.ob_type": 8,
+        "type_object.tp_name": 24,
+        "unicode_object.length": 16,
+        "unicode_object.asciiobject_size": 40,
+        "code_object.size": 224,
+        "code_object.filename": 112,
+        "code_object.name": 120,
+        "code_object.qualname": 128,
+        "code_object.firstlineno": 68,
+        "code_object.linetable": 136,
+        "code_object.co_code_adaptive": 208,
+        "thread_state.current_frame": 72,
+        "interpreter_state.threads_head": 7000,
+        "interpreter_frame.owner": 74,
+        "thread_state.prev": 0,
+        "thread_state.next": 8,
+        "thread_state.interp": 16,
+        "interpreter_frame.executable": 0,
+        "interpreter_frame.previous": 8,
+    }
     raw = bytearray(offsets.DEBUG_COOKIE + st.pack("<QQ", 0x030E00F0, 0))
     n = 1000
     for sec, fields in truth:
@@ -387,10 +447,8 @@ def test_debug_offsets_314_variants_are_told_apart():
             n += 1
             raw += st.pack("<Q", vals.get(f"{sec}.{f}", n))
     raw += bytes(8 * 16)  # whatever follows in _PyRuntime
-    members = {"co_filename": 112, "co_name": 120, "co_qualname": 128, "co_firstlineno": 68,
-               "co_linetable": 136}
-    got = [offsets.parse_debug_offsets(bytes(raw), 14, lay)
-           for lay in offsets.debug_candidates(14)]
+    members = {"co_filename": 112, "co_name": 120, "co_qualname": 128, "co_firstlineno": 68, "co_linetable": 136}
+    got = [offsets.parse_debug_offsets(bytes(raw), 14, lay) for lay in offsets.debug_candidates(14)]
     ok = [d for d in got if offsets._plausible(d, members)]
     assert ok
     for d in ok:  # every accepted parse agrees on what the walker uses

@@ -38,7 +38,6 @@ WORKLOAD = HERE / "py_workload.py"
 NATIVE_SRC = HERE / "py_native" / "native_launcher.c"
 
 
-
 def tags() -> dict[str, int]:
     out = {}
     for i, line in enumerate(WORKLOAD.read_text().splitlines(), 1):
@@ -54,8 +53,9 @@ def native_helper(tmp_path_factory):
     if cc is None:
         pytest.fail("gcc is needed to build the native-thread helper")
     out = tmp_path_factory.mktemp("pynative") / "native_launcher.so"
-    subprocess.run([cc, "-O1", "-g", "-shared", "-fPIC", "-o", str(out), str(NATIVE_SRC),
-                    "-ldl", "-lpthread"], check=True)
+    subprocess.run(
+        [cc, "-O1", "-g", "-shared", "-fPIC", "-o", str(out), str(NATIVE_SRC), "-ldl", "-lpthread"], check=True
+    )
     return out
 
 
@@ -74,8 +74,13 @@ def profiled(tmp_path_factory, native_helper, built):
         script.append(f"'{py}' '{WORKLOAD}' '{out}' --iters 10 --native-helper '{native_helper}'")
     prof = tmp / "py.pb.gz"
     env = mock_env(GPU_AGENT_SAMPLE_PERIOD="1")
-    proc = subprocess.run(agent_cmd("record", "-o", prof, "--", "sh", "-c", "\n".join(script)),
-                          env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        agent_cmd("record", "-o", prof, "--", "sh", "-c", "\n".join(script)),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     info = {ident: json.loads(p.read_text()) for ident, p in outs.items()}
     return raw(prof), info, proc.stderr, prof
@@ -83,8 +88,11 @@ def profiled(tmp_path_factory, native_helper, built):
 
 def _lines(s) -> list[tuple[str, str, int]]:
     """[(function, file, line)] of the Python frames of a sample (line from pprof -raw)."""
-    return [(fn, file, line) for fn, file, line, sysname in
-            zip(s.frames, s.files, s.lines, s.system_names) if sysname.startswith("python:")]
+    return [
+        (fn, file, line)
+        for fn, file, line, sysname in zip(s.frames, s.files, s.lines, s.system_names)
+        if sysname.startswith("python:")
+    ]
 
 
 def _samples(profile, info, ident, kernel):
@@ -99,13 +107,15 @@ def _name(ver, qual: str) -> str:
 
 def expected_phase_stack(ver) -> list[tuple[str, str, int]]:
     t, f = tags(), str(WORKLOAD)
-    return [(_name(ver, "launch"), f, t["launch"]),
-            (_name(ver, "Model.forward.<locals>.<lambda>"), f, t["lambda"]),
-            (_name(ver, "layer_gen"), f, t["gen"]),
-            (_name(ver, "Model.forward"), f, t["forward"]),
-            (_name(ver, "run_phase"), f, t["run_phase"]),
-            (_name(ver, "main"), f, t["main"]),
-            ("<module>", f, t["module"])]
+    return [
+        (_name(ver, "launch"), f, t["launch"]),
+        (_name(ver, "Model.forward.<locals>.<lambda>"), f, t["lambda"]),
+        (_name(ver, "layer_gen"), f, t["gen"]),
+        (_name(ver, "Model.forward"), f, t["forward"]),
+        (_name(ver, "run_phase"), f, t["run_phase"]),
+        (_name(ver, "main"), f, t["main"]),
+        ("<module>", f, t["module"]),
+    ]
 
 
 IDS = [s[0] for s in SUPPORTED]
@@ -148,8 +158,10 @@ def test_two_threads_two_python_stacks(profiled, interp):
         assert samples, f"{ident}: no k_thread_{mine} samples"
         for s in samples:
             py = _lines(s)
-            assert py[:2] == [(_name(ver, "launch"), f, t["launch"]),
-                              (f"thread_{mine}", f, t[f"thread_{mine}"])], (ident, s.frames)
+            assert py[:2] == [(_name(ver, "launch"), f, t["launch"]), (f"thread_{mine}", f, t[f"thread_{mine}"])], (
+                ident,
+                s.frames,
+            )
             assert f"thread_{other}" not in s.frames
             assert _name(ver, "Thread.run") in [p[0] for p in py], py
             assert py[-1][0] == _name(ver, "Thread._bootstrap"), py
@@ -184,7 +196,7 @@ def test_freed_and_reused_code_object_is_not_misnamed(profiled, interp):
             assert other_fn not in s.frames
             # Named right, or (the code was gone before the agent could read it)
             # a placeholder: never another function's name.
-            assert py[1][0] in (fn, ) or py[1][0].startswith("<python code 0x"), py
+            assert py[1][0] in (fn,) or py[1][0].startswith("<python code 0x"), py
             if py[1] == (fn, file, 2):
                 named[mine] += s.values[1]
     assert named["a"] and named["b"], named
@@ -235,12 +247,15 @@ def test_a_job_that_ends_while_native_symbols_load_keeps_its_python_frames(tmp_p
             slow[0] = False
             time.sleep(3)
         return real(self, pid, ips)
+
     monkeypatch.setattr(S.Symbolizer, "symbolize", first_call_slow)
     col = Collector(str(SHIM))
     col.open()
     try:
-        p = subprocess.Popen([sys.executable, str(WORKLOAD), str(tmp_path / "out.json"), "--iters", "3"],
-                             env=mock_env(CUDA_INJECTION64_PATH=str(SHIM), GPU_AGENT_SAMPLE_PERIOD="1"))
+        p = subprocess.Popen(
+            [sys.executable, str(WORKLOAD), str(tmp_path / "out.json"), "--iters", "3"],
+            env=mock_env(CUDA_INJECTION64_PATH=str(SHIM), GPU_AGENT_SAMPLE_PERIOD="1"),
+        )
         while p.poll() is None:
             col.poll(20)
         assert p.returncode == 0
@@ -253,10 +268,12 @@ def test_a_job_that_ends_while_native_symbols_load_keeps_its_python_frames(tmp_p
         col.close()
     # The reuse phase, last, makes its stacks over 0.1 s per round, while the first
     # stack's native names are still loading.
-    mine = [s for s in raw(tmp_path / "short.pb.gz") if s.labels.get("pid") == str(p.pid)
-            and s.frames[0] in ("k_py_free", "k_py_held", "k_reuse_a", "k_reuse_b")]
+    mine = [
+        s
+        for s in raw(tmp_path / "short.pb.gz")
+        if s.labels.get("pid") == str(p.pid) and s.frames[0] in ("k_py_free", "k_py_held", "k_reuse_a", "k_reuse_b")
+    ]
     assert {s.frames[0] for s in mine} >= {"k_py_free", "k_reuse_a", "k_reuse_b"}, "no samples"
     for s in mine:
-        py = [(f, file) for f, file, sysname in zip(s.frames, s.files, s.system_names)
-              if sysname.startswith("python:")]
+        py = [(f, file) for f, file, sysname in zip(s.frames, s.files, s.system_names) if sysname.startswith("python:")]
         assert py and not [f for f, _ in py if f.startswith("<python code")], py

@@ -81,18 +81,21 @@ def _port_busy(port: int) -> bool:
 
 def script(lines: list[str], logs: str) -> tuple[str, list[str]]:
     """A bash script that runs the lines as described above; and what it leaves out."""
-    out = ["set -u", "ga_servers=()",
-           # SIGTERM: a non-interactive shell's background jobs ignore SIGINT
-           'ga_stop() { for p in "${ga_servers[@]}"; do pkill -TERM -P "$p"; kill -TERM "$p" 2>/dev/null; done; '
-           'for p in "${ga_servers[@]}"; do for _ in $(seq 1 60); do kill -0 "$p" 2>/dev/null || break; '
-           'sleep 0.5; done; kill -KILL "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; }',
-           "trap ga_stop EXIT",
-           # ready: $1 pid, $2 kind, $3 what, $4 log
-           'ga_ready() { for _ in $(seq 1 180); do '
-           'kill -0 "$1" 2>/dev/null || { echo "README: it exited:"; tail -20 "$4"; return 1; }; '
-           'if [ "$2" = line ]; then grep -q "$3" "$4" && return 0; '
-           'else curl -sf -o "$4.body" "$3" && return 0; fi; sleep 0.5; done; '
-           'echo "README: not up after 90 s:"; tail -20 "$4"; return 1; }']
+    out = [
+        "set -u",
+        "ga_servers=()",
+        # SIGTERM: a non-interactive shell's background jobs ignore SIGINT
+        'ga_stop() { for p in "${ga_servers[@]}"; do pkill -TERM -P "$p"; kill -TERM "$p" 2>/dev/null; done; '
+        'for p in "${ga_servers[@]}"; do for _ in $(seq 1 60); do kill -0 "$p" 2>/dev/null || break; '
+        'sleep 0.5; done; kill -KILL "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; }',
+        "trap ga_stop EXIT",
+        # ready: $1 pid, $2 kind, $3 what, $4 log
+        "ga_ready() { for _ in $(seq 1 180); do "
+        'kill -0 "$1" 2>/dev/null || { echo "README: it exited:"; tail -20 "$4"; return 1; }; '
+        'if [ "$2" = line ]; then grep -q "$3" "$4" && return 0; '
+        'else curl -sf -o "$4.body" "$3" && return 0; fi; sleep 0.5; done; '
+        'echo "README: not up after 90 s:"; tail -20 "$4"; return 1; }',
+    ]
     left = []
     for i, line in enumerate(lines):
         cmd = _command(line)
@@ -103,7 +106,7 @@ def script(lines: list[str], logs: str) -> tuple[str, list[str]]:
             continue
         out.append(f"echo {shlex.quote('README> ' + line)} >&2")
         server = next(((m, how) for pattern, how in SERVERS if (m := pattern.search(cmd))), None)
-        if server:   # in the background either way, and waited for
+        if server:  # in the background either way, and waited for
             cmd = cmd.removesuffix("&").rstrip()
             m, (kind, what) = server
             what = what.format(*m.groups())
@@ -112,13 +115,18 @@ def script(lines: list[str], logs: str) -> tuple[str, list[str]]:
                 left.append(f"{line} (port {port.group(1)} busy)")
                 continue
             log = f"{logs}/server{i}.log"
-            out += [f"eval {shlex.quote(cmd + f' > {log} 2>&1 &')}", "ga_servers+=($!)",
-                    f"ga_ready $! {kind} {shlex.quote(what)} {log} || exit 3"]
+            out += [
+                f"eval {shlex.quote(cmd + f' > {log} 2>&1 &')}",
+                "ga_servers+=($!)",
+                f"ga_ready $! {kind} {shlex.quote(what)} {log} || exit 3",
+            ]
         elif cmd.endswith("&"):
             out += [f"eval {shlex.quote(cmd)}", "ga_servers+=($!)"]
         else:
-            out.append(f"eval {shlex.quote(cmd)} || {{ rc=$?; echo {shlex.quote('README: failed: ' + line)}"
-                       f" \"(exit $rc)\"; exit 2; }}")
+            out.append(
+                f"eval {shlex.quote(cmd)} || {{ rc=$?; echo {shlex.quote('README: failed: ' + line)}"
+                f' "(exit $rc)"; exit 2; }}'
+            )
     return "\n".join(out) + "\n", left
 
 
@@ -144,7 +152,7 @@ def test_the_try_it_without_a_gpu_block_runs_as_printed(tmp_path):
         # (in collection windows: which of its phases a window met varies)
         kernels = {s.frames[0] for f in (REPO / "demo-profiles").glob("*.pb.gz") for s in raw(f)}
         assert kernels and kernels <= set(py_workload.KERNELS), kernels
-        served = json.loads(next(tmp_path.glob("server*.log.body")).read_text())   # the block's UI came up
+        served = json.loads(next(tmp_path.glob("server*.log.body")).read_text())  # the block's UI came up
         assert "tree" in served, served
         # and that store in the UI (the block's UI may have answered before run wrote
         # its last interval: the workload's windows come out when it exits)
@@ -169,9 +177,10 @@ def test_the_use_block_runs_as_printed(tmp_path):
     (work / ".venv").symlink_to(REPO / ".venv", target_is_directory=True)
     p = run_block(lines, work, tmp_path, LD_LIBRARY_PATH=str(MOCK_DIR))
     assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-3000:])
-    assert "Type: gpu_time" in p.stdout and "k_train" in p.stdout, p.stdout[-2000:]   # pprof -top
+    assert "Type: gpu_time" in p.stdout and "k_train" in p.stdout, p.stdout[-2000:]  # pprof -top
     assert {s.frames[0] for s in raw(work / "out.pb.gz")} == {"k_train"}
     from support.perfetto_read import read_perfetto
+
     for trace, kernel in (("run.perfetto-trace", "k_train"), ("cap.perfetto-trace", "k_serve")):
         slices = read_perfetto(work / trace)[2]
         assert kernel in {s["name"] for s in slices}, (trace, p.stderr[-2000:])

@@ -17,8 +17,13 @@ from support.env import private_shim
 
 def workload(*args: str, **env) -> subprocess.Popen:
     # Workloads load the shim the way users do: CUDA_INJECTION64_PATH=$(gpu-agent shim-path).
-    return subprocess.Popen([str(MOCK_APP), *args], env=mock_env(**{"CUDA_INJECTION64_PATH": str(SHIM), **env}),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [str(MOCK_APP), *args],
+        env=mock_env(**{"CUDA_INJECTION64_PATH": str(SHIM), **env}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def pids_with(samples, kernel_prefix: str) -> set[str]:
@@ -37,8 +42,9 @@ def test_running_late_concurrent_and_killed_processes(agent):
     # Started after the agent: covered by the path-based attach.
     a = workload("--paths", "cuLaunchKernel", "--duration", "2", "--sleep-ms", "2")
     b = workload("--paths", "cudaLaunchKernel", "--duration", "2", "--sleep-ms", "2")
-    victim = workload("--paths", "cuLaunchKernelEx", "--duration", "30", "--sleep-ms", "2",
-                      GPU_AGENT_FLUSH_MS="200")  # SIGKILL skips the exit flush
+    victim = workload(
+        "--paths", "cuLaunchKernelEx", "--duration", "30", "--sleep-ms", "2", GPU_AGENT_FLUSH_MS="200"
+    )  # SIGKILL skips the exit flush
     time.sleep(1.0)
     victim.kill()  # dies mid-run; the agent must keep going
     assert a.wait(timeout=60) == 0 and b.wait(timeout=60) == 0
@@ -63,8 +69,7 @@ def test_process_running_before_the_agent_is_attached_to(tmp_path, built):
     # Outlives the agent's start however long it takes (BPF compile and verify: ~3.5 s on 2
     # cores, more on a loaded CI host); killed 2.5 s after it, so its records come from the
     # periodic flushes.
-    early = workload("--paths", "cuLaunchKernel", "--duration", "120", "--sleep-ms", "2",
-                     GPU_AGENT_FLUSH_MS="200")
+    early = workload("--paths", "cuLaunchKernel", "--duration", "120", "--sleep-ms", "2", GPU_AGENT_FLUSH_MS="200")
     time.sleep(0.5)  # the shim is loaded and idle: nothing is attached yet
     a = Agent(tmp_path / "profiles")
     try:
@@ -85,8 +90,16 @@ def test_agent_killed_mid_run_app_finishes_normally(tmp_path, built):
     need_ebpf()
     shim = private_shim(tmp_path / "shim")  # no other agent on the host holds its semaphore
     a = Agent(tmp_path / "profiles", "--shim", shim)
-    app = workload("--paths", "cuLaunchKernel,cudaGraphLaunch", "--duration", "3", "--sleep-ms", "1",
-                   GPU_AGENT_DEBUG="1", CUDA_INJECTION64_PATH=str(shim))
+    app = workload(
+        "--paths",
+        "cuLaunchKernel,cudaGraphLaunch",
+        "--duration",
+        "3",
+        "--sleep-ms",
+        "1",
+        GPU_AGENT_DEBUG="1",
+        CUDA_INJECTION64_PATH=str(shim),
+    )
     time.sleep(1.0)
     os.kill(a.proc.pid, signal.SIGKILL)
     a.proc.wait()
@@ -99,8 +112,7 @@ def test_agent_killed_mid_run_app_finishes_normally(tmp_path, built):
 
 
 def health_of(agent) -> tuple[int, str]:
-    p = subprocess.run(agent_cmd("health", "--pid", str(agent.proc.pid)), capture_output=True, text=True,
-                       timeout=30)
+    p = subprocess.run(agent_cmd("health", "--pid", str(agent.proc.pid)), capture_output=True, text=True, timeout=30)
     return p.returncode, p.stdout
 
 
@@ -141,6 +153,7 @@ def test_health_says_unhealthy_while_profiles_are_dropped(agent):
     fd limit is lowered to the fds it holds: its profiles are dropped, `health` says
     so, and once the limit is back it is healthy again."""
     import resource
+
     pid = agent.proc.pid
     app = workload("--duration", "12", "--sleep-ms", "2")  # kernels in every window: profiles to write
     time.sleep(1.5)
@@ -169,8 +182,9 @@ def test_a_job_that_ran_between_windows_is_said_not_hidden(agent):
     in the profile (it is seen one time in N, and then counted N times). The status
     line says that a process attached and had no kernel in a window, instead of a
     bare processes=0; and so does the profile of another process's kernels."""
-    busy = workload("--paths", "cuLaunchKernel", "--duration", "4", "--sleep-ms", "2",
-                    GPU_AGENT_FLUSH_MS="200")  # continuous
+    busy = workload(
+        "--paths", "cuLaunchKernel", "--duration", "4", "--sleep-ms", "2", GPU_AGENT_FLUSH_MS="200"
+    )  # continuous
     time.sleep(1.5)  # its kernels are in the profiles before the short job comes
     w = workload("--iters", "3", GPU_AGENT_DUTY_CYCLE="100000", GPU_AGENT_WINDOW_MS="1")
     assert w.wait(30) == 0, w.stderr.read()
@@ -180,6 +194,7 @@ def test_a_job_that_ran_between_windows_is_said_not_hidden(agent):
     assert "attached_without_kernels=1" in out, out
     # ... and so does the profile, for a reader of the file alone.
     from gpu_agent.proto import profile_pb2
+
     said = []
     for f in sorted(agent.out_dir.glob("*.pb.gz")):
         p = profile_pb2.Profile()

@@ -28,17 +28,24 @@ HERE = Path(__file__).resolve().parent / "shim_unit"
 CUDA_INC = os.environ.get("CUDA_HOME", "/usr/local/cuda") + "/include"
 SYS_PY = "/usr/bin/python3"  # has bcc (python3-bpfcc)
 
-EXPORTS = {"InitializeInjection", "gpu_agent_attach_semaphore", "gpu_agent_replay_semaphore",
-           "gpu_agent_shim_state", "gpu_agent_contract_version",
-           "gpu_agent_shim_counter", "gpu_agent_shim_counter_name", "gpu_agent_shim_poll",
-           "gpu_agent_trace_until_ns"}
+EXPORTS = {
+    "InitializeInjection",
+    "gpu_agent_attach_semaphore",
+    "gpu_agent_replay_semaphore",
+    "gpu_agent_shim_state",
+    "gpu_agent_contract_version",
+    "gpu_agent_shim_counter",
+    "gpu_agent_shim_counter_name",
+    "gpu_agent_shim_poll",
+    "gpu_agent_trace_until_ns",
+}
 # counter names (shim/include/gpu_agent_shim.h), as the harness prints them
-C_LAUNCHES, C_SAMPLES, C_FORCED, C_BATCHES, C_RECORDS = (
-    "launches", "samples", "forced_samples", "batches", "records")
+C_LAUNCHES, C_SAMPLES, C_FORCED, C_BATCHES, C_RECORDS = ("launches", "samples", "forced_samples", "batches", "records")
 C_NAMES, C_ATTACHES, C_DETACHES, C_POLLER = "names", "attaches", "detaches", "poller_running"
 
 
 # ---------------------------------------------------------------- fixtures
+
 
 @pytest.fixture(scope="session")
 def shim(tmp_path_factory) -> Path:
@@ -56,8 +63,7 @@ def shim(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def bench_shim(tmp_path_factory) -> Path:
     """A private copy of the benchmark build (audit mode, GPU_AGENT_EXP_*)."""
-    subprocess.run(["make", "-s", "-C", str(REPO), "shim-bench"], check=True, capture_output=True,
-                   timeout=300)
+    subprocess.run(["make", "-s", "-C", str(REPO), "shim-bench"], check=True, capture_output=True, timeout=300)
     private = tmp_path_factory.mktemp("shim-bench") / "libgpu_agent_shim-bench-private.so"
     shutil.copy(BENCH_SHIM, private)
     return private
@@ -68,16 +74,45 @@ def tools(tmp_path_factory, shim):
     d = tmp_path_factory.mktemp("shim_unit")
     # -no-pie: frames can be checked against `nm` addresses directly.
     # -fomit-frame-pointer: stacks must come from eh_frame.
-    subprocess.run(["gcc", "-O1", "-g", "-fomit-frame-pointer", "-no-pie", f"-I{CUDA_INC}", "-o",
-                    str(d / "harness"), str(HERE / "harness.c"), "-ldl"], check=True)
-    subprocess.run(["gcc", "-O1", "-g", "-fPIC", "-shared", f"-I{CUDA_INC}", "-o", str(d / "libfakecupti.so"),
-                    str(HERE / "fakecupti.c"), "-lpthread"], check=True)
+    subprocess.run(
+        [
+            "gcc",
+            "-O1",
+            "-g",
+            "-fomit-frame-pointer",
+            "-no-pie",
+            f"-I{CUDA_INC}",
+            "-o",
+            str(d / "harness"),
+            str(HERE / "harness.c"),
+            "-ldl",
+        ],
+        check=True,
+    )
+    subprocess.run(
+        [
+            "gcc",
+            "-O1",
+            "-g",
+            "-fPIC",
+            "-shared",
+            f"-I{CUDA_INC}",
+            "-o",
+            str(d / "libfakecupti.so"),
+            str(HERE / "fakecupti.c"),
+            "-lpthread",
+        ],
+        check=True,
+    )
     return {"harness": d / "harness", "fakecupti": d / "libfakecupti.so", "dir": d}
 
 
 def clean_env(**extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("GPU_AGENT_", "CUDA_INJECTION", "LD_PRELOAD", "FAKE_CUPTI"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("GPU_AGENT_", "CUDA_INJECTION", "LD_PRELOAD", "FAKE_CUPTI"))
+    }
     env["GPU_AGENT_DUTY_CYCLE"] = "1"  # continuous: the counts below are exact
     env.update(extra)
     return env
@@ -85,8 +120,11 @@ def clean_env(**extra: str) -> dict:
 
 def run(cmd, env, timeout=30) -> tuple[dict, str, subprocess.CompletedProcess]:
     p = subprocess.run([str(c) for c in cmd], env=env, capture_output=True, text=True, timeout=timeout)
-    results = [dict(kv.split("=", 1) for kv in line.split()[1:])
-               for line in p.stdout.splitlines() if line.startswith("RESULT ")]
+    results = [
+        dict(kv.split("=", 1) for kv in line.split()[1:])
+        for line in p.stdout.splitlines()
+        if line.startswith("RESULT ")
+    ]
     return (results[-1] if results else {}), p.stderr, p
 
 
@@ -101,13 +139,24 @@ def c(res: dict, name: str) -> int:
 
 # ---------------------------------------------------------------- ELF: probes, nops, symbols
 
+
 def notes(path: Path) -> list[dict]:
     out = subprocess.run(["readelf", "-n", str(path)], capture_output=True, text=True, check=True).stdout
     res = []
-    for m in re.finditer(r"Provider: (\w+)\n\s+Name: (\w+)\n\s+Location: (0x[0-9a-f]+), Base: (0x[0-9a-f]+), "
-                         r"Semaphore: (0x[0-9a-f]+)\n\s+Arguments:(.*)", out):
-        res.append({"provider": m.group(1), "name": m.group(2), "pc": int(m.group(3), 16),
-                    "semaphore": int(m.group(5), 16), "args": m.group(6).split()})
+    for m in re.finditer(
+        r"Provider: (\w+)\n\s+Name: (\w+)\n\s+Location: (0x[0-9a-f]+), Base: (0x[0-9a-f]+), "
+        r"Semaphore: (0x[0-9a-f]+)\n\s+Arguments:(.*)",
+        out,
+    ):
+        res.append(
+            {
+                "provider": m.group(1),
+                "name": m.group(2),
+                "pc": int(m.group(3), 16),
+                "semaphore": int(m.group(5), 16),
+                "args": m.group(6).split(),
+            }
+        )
     return res
 
 
@@ -115,14 +164,25 @@ def contract_probes() -> dict[str, list[str]]:
     """name -> argument kinds (u32, u64, ptr): contract.PROBES, which
     tests/test_contract.py checks against the header's probe table."""
     from gpu_agent.probes import contract as C
+
     return {name: [kind for _, kind in args] for name, args in C.PROBES.items()}
 
 
 def test_contract_lists_the_twelve_probes():
-    assert set(contract_probes()) == {"attach", "replay", "cuda_correlation", "kernel_batch", "kernel_name",
-                                      "graph_node_stack", "graph_node_cloned",
-                                      "graph_node_destroyed", "gpu_device", "pc_sample_batch",
-                                      "pc_stall_reason", "cubin_loaded"}
+    assert set(contract_probes()) == {
+        "attach",
+        "replay",
+        "cuda_correlation",
+        "kernel_batch",
+        "kernel_name",
+        "graph_node_stack",
+        "graph_node_cloned",
+        "graph_node_destroyed",
+        "gpu_device",
+        "pc_sample_batch",
+        "pc_stall_reason",
+        "cubin_loaded",
+    }
 
 
 def test_probe_names_and_arguments_match_the_contract(shim):
@@ -142,17 +202,21 @@ def test_probe_names_and_arguments_match_the_contract(shim):
 
 def test_every_probe_site_is_a_5_byte_nop(shim):
     for n in notes(shim):
-        out = subprocess.run(["objdump", "-d", f"--start-address={n['pc']:#x}",
-                              f"--stop-address={n['pc'] + 5:#x}", str(shim)],
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            ["objdump", "-d", f"--start-address={n['pc']:#x}", f"--stop-address={n['pc'] + 5:#x}", str(shim)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         m = re.search(rf"^\s*{n['pc']:x}:\s+((?:[0-9a-f]{{2}} )+)", out, re.M)
         assert m, out
         assert m.group(1).split() == ["0f", "1f", "44", "00", "00"], (n["name"], out)
 
 
 def symbols(shim: Path, dynamic: bool) -> dict[str, tuple[int, str, str]]:
-    out = subprocess.run(["readelf", "-W", "--dyn-syms" if dynamic else "--syms", str(shim)],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["readelf", "-W", "--dyn-syms" if dynamic else "--syms", str(shim)], capture_output=True, text=True, check=True
+    ).stdout
     res = {}
     for line in out.splitlines():
         f = line.split()
@@ -179,8 +243,9 @@ def test_only_attach_and_replay_have_semaphores_and_they_are_exported(shim):
 
 def test_exports_and_no_link_to_cuda_or_cupti(shim):
     syms = symbols(shim, True)
-    exported = {name for name, (_, bind, vis) in syms.items() if bind in ("GLOBAL", "WEAK") and vis == "DEFAULT"
-                and name}
+    exported = {
+        name for name, (_, bind, vis) in syms.items() if bind in ("GLOBAL", "WEAK") and vis == "DEFAULT" and name
+    }
     assert exported == EXPORTS
     dyn = subprocess.run(["readelf", "-d", str(shim)], capture_output=True, text=True, check=True).stdout
     needed = re.findall(r"\(NEEDED\).*\[(.*)\]", dyn)
@@ -188,6 +253,7 @@ def test_exports_and_no_link_to_cuda_or_cupti(shim):
 
 
 # ---------------------------------------------------------------- processes without an agent
+
 
 def test_non_cuda_process_with_ld_preload_is_silent_and_inert(shim, tools):
     res, err, p = run([tools["harness"], "idle", "200"], clean_env(LD_PRELOAD=str(shim)))
@@ -203,16 +269,20 @@ def test_non_cuda_process_with_ld_preload_is_silent_and_inert(shim, tools):
 
 
 def test_existing_injection_path_is_left_alone(shim, tools):
-    res, err, _ = run([tools["harness"], "idle", "0"],
-                      clean_env(LD_PRELOAD=str(shim), CUDA_INJECTION64_PATH="/some/other/tool.so"))
+    res, err, _ = run(
+        [tools["harness"], "idle", "0"], clean_env(LD_PRELOAD=str(shim), CUDA_INJECTION64_PATH="/some/other/tool.so")
+    )
     assert res["injection"] == "/some/other/tool.so" and err == ""
 
 
 def test_cuda_process_without_agent_does_no_cupti_work(shim, tools):
     # A bogus CUPTI path proves CUPTI is not even looked for until an agent attaches.
-    res, err, p = run([tools["harness"], "inject", "1", "400"],
-                      clean_env(CUDA_INJECTION64_PATH=str(shim), GPU_AGENT_CUPTI_PATH="/nonexistent/libcupti.so",
-                                GPU_AGENT_POLL_MS="20"))
+    res, err, p = run(
+        [tools["harness"], "inject", "1", "400"],
+        clean_env(
+            CUDA_INJECTION64_PATH=str(shim), GPU_AGENT_CUPTI_PATH="/nonexistent/libcupti.so", GPU_AGENT_POLL_MS="20"
+        ),
+    )
     assert p.returncode == 0, err
     assert err == ""
     assert res["state"] == "0" and res["pollers"] == "1" and res["cupti_mapped"] == "0"
@@ -220,18 +290,31 @@ def test_cuda_process_without_agent_does_no_cupti_work(shim, tools):
 
 
 def test_known_env_vars_are_not_reported(shim, tools):
-    env = clean_env(CUDA_INJECTION64_PATH=str(shim), GPU_AGENT_SAMPLE_PERIOD="32",
-                    GPU_AGENT_GRAPH_SAMPLE_PERIOD="4", GPU_AGENT_POLL_MS="50", GPU_AGENT_FLUSH_MS="500",
-                    GPU_AGENT_DEBUG="0", GPU_AGENT_CUPTI_PATH="/nonexistent/libcupti.so",
-                    GPU_AGENT_SHIM=str(shim), GPU_AGENT_BPF_DIR="/tmp", GPU_AGENT_INCLUDE_DIR="/tmp")
+    env = clean_env(
+        CUDA_INJECTION64_PATH=str(shim),
+        GPU_AGENT_SAMPLE_PERIOD="32",
+        GPU_AGENT_GRAPH_SAMPLE_PERIOD="4",
+        GPU_AGENT_POLL_MS="50",
+        GPU_AGENT_FLUSH_MS="500",
+        GPU_AGENT_DEBUG="0",
+        GPU_AGENT_CUPTI_PATH="/nonexistent/libcupti.so",
+        GPU_AGENT_SHIM=str(shim),
+        GPU_AGENT_BPF_DIR="/tmp",
+        GPU_AGENT_INCLUDE_DIR="/tmp",
+    )
     for mode in (["inject", "1", "100"], ["idle", "0"]):
         _, err, p = run([tools["harness"], *mode], dict(env, LD_PRELOAD=str(shim)))
         assert p.returncode == 0 and err == "", err
 
 
 def test_unknown_env_vars_are_reported_once_in_one_line(shim, tools):
-    env = clean_env(CUDA_INJECTION64_PATH=str(shim), LD_PRELOAD=str(shim), GPU_AGENT_SAMPLE_PERIOD="16",
-                    GPU_AGENT_SAMPEL_PERIOD="16", GPU_AGENT_BOGUS="1")
+    env = clean_env(
+        CUDA_INJECTION64_PATH=str(shim),
+        LD_PRELOAD=str(shim),
+        GPU_AGENT_SAMPLE_PERIOD="16",
+        GPU_AGENT_SAMPEL_PERIOD="16",
+        GPU_AGENT_BOGUS="1",
+    )
     _, err, p = run([tools["harness"], "inject", "3", "250"], env)
     assert p.returncode == 0
     lines = shim_lines(err)
@@ -269,8 +352,11 @@ def test_fork_child_gets_a_live_poller_and_exits_cleanly(shim, tools):
     _, err, p = run([tools["harness"], "fork", "0", "150"], env)
     assert p.returncode == 0, err
     assert time.monotonic() - t0 < 5
-    rows = [dict(kv.split("=", 1) for kv in line.split()[1:])
-            for line in p.stdout.splitlines() if line.startswith("RESULT ")]
+    rows = [
+        dict(kv.split("=", 1) for kv in line.split()[1:])
+        for line in p.stdout.splitlines()
+        if line.startswith("RESULT ")
+    ]
     child = next(r for r in rows if r["mode"] == "child")
     parent = next(r for r in rows if r["mode"] == "fork")
     assert child["pollers"] == "1" and parent["pollers"] == "1"
@@ -278,6 +364,7 @@ def test_fork_child_gets_a_live_poller_and_exits_cleanly(shim, tools):
 
 
 # ---------------------------------------------------------------- with an agent (uprobe + semaphore)
+
 
 class Agent:
     """raise_semaphore.py in the background: the semaphore is up until stop()."""
@@ -290,8 +377,7 @@ class Agent:
         cmd = [SYS_PY, str(HERE / "raise_semaphore.py"), str(shim)]
         if seconds:
             cmd += ["--seconds", str(seconds)]
-        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True)
+        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.p.stdout.readline()
         if line.strip() != "READY":
             self.p.kill()
@@ -320,8 +406,12 @@ def symbolize(addr: int, syms: list[tuple[int, str]]) -> str | None:
 
 def test_agent_present_at_start_sees_the_first_launch_and_every_kernel(shim, tools):
     agent = Agent(shim)
-    env = clean_env(CUDA_INJECTION64_PATH=str(shim), GPU_AGENT_CUPTI_PATH=str(tools["fakecupti"]),
-                    FAKE_CUPTI=str(tools["fakecupti"]), GPU_AGENT_SAMPLE_PERIOD="16")
+    env = clean_env(
+        CUDA_INJECTION64_PATH=str(shim),
+        GPU_AGENT_CUPTI_PATH=str(tools["fakecupti"]),
+        FAKE_CUPTI=str(tools["fakecupti"]),
+        GPU_AGENT_SAMPLE_PERIOD="16",
+    )
     try:
         res, err, p = run([tools["harness"], "launch", "2000", "0"], env)
     finally:
@@ -351,8 +441,13 @@ def test_agent_present_at_start_sees_the_first_launch_and_every_kernel(shim, too
 
 def test_agent_leaving_detaches_cupti(shim, tools):
     agent = Agent(shim, seconds=1.0)
-    env = clean_env(CUDA_INJECTION64_PATH=str(shim), GPU_AGENT_CUPTI_PATH=str(tools["fakecupti"]),
-                    FAKE_CUPTI=str(tools["fakecupti"]), GPU_AGENT_POLL_MS="20", GPU_AGENT_DEBUG="1")
+    env = clean_env(
+        CUDA_INJECTION64_PATH=str(shim),
+        GPU_AGENT_CUPTI_PATH=str(tools["fakecupti"]),
+        FAKE_CUPTI=str(tools["fakecupti"]),
+        GPU_AGENT_POLL_MS="20",
+        GPU_AGENT_DEBUG="1",
+    )
     res, err, p = run([tools["harness"], "launch", "300", "10"], env)
     got = agent.stop()
     assert p.returncode == 0, err
@@ -366,8 +461,12 @@ def test_agent_leaving_detaches_cupti(shim, tools):
 
 def test_missing_cupti_logs_one_line_then_nothing(shim, tools):
     agent = Agent(shim)
-    env = clean_env(CUDA_INJECTION64_PATH=str(shim), GPU_AGENT_CUPTI_PATH="/nonexistent/libcupti.so.13",
-                    FAKE_CUPTI=str(tools["fakecupti"]), GPU_AGENT_POLL_MS="20")
+    env = clean_env(
+        CUDA_INJECTION64_PATH=str(shim),
+        GPU_AGENT_CUPTI_PATH="/nonexistent/libcupti.so.13",
+        FAKE_CUPTI=str(tools["fakecupti"]),
+        GPU_AGENT_POLL_MS="20",
+    )
     try:
         res, err, p = run([tools["harness"], "launch", "50", "5"], env)
     finally:
@@ -381,8 +480,13 @@ def test_missing_cupti_logs_one_line_then_nothing(shim, tools):
 @pytest.mark.parametrize("code,state", [(1, "-1"), (8, "0")])  # INVALID_PARAMETER, OUT_OF_MEMORY
 def test_cupti_errors_are_handled(shim, tools, code, state):
     agent = Agent(shim)
-    env = clean_env(CUDA_INJECTION64_PATH=str(shim), GPU_AGENT_CUPTI_PATH=str(tools["fakecupti"]),
-                    FAKE_CUPTI=str(tools["fakecupti"]), FAKE_CUPTI_FAIL=str(code), GPU_AGENT_POLL_MS="20")
+    env = clean_env(
+        CUDA_INJECTION64_PATH=str(shim),
+        GPU_AGENT_CUPTI_PATH=str(tools["fakecupti"]),
+        FAKE_CUPTI=str(tools["fakecupti"]),
+        FAKE_CUPTI_FAIL=str(code),
+        GPU_AGENT_POLL_MS="20",
+    )
     try:
         res, err, p = run([tools["harness"], "launch", "40", "5"], env)
     finally:
@@ -398,8 +502,12 @@ def test_runtime_domain_experiment_counts_each_launch_once(bench_shim, tools):
     """GPU_AGENT_EXP_CALLBACKS=runtime (the benchmark build): both domains' callbacks
     fire for a runtime launch; the pair still counts once."""
     agent = Agent(bench_shim)
-    env = clean_env(CUDA_INJECTION64_PATH=str(bench_shim), GPU_AGENT_CUPTI_PATH=str(tools["fakecupti"]),
-                    FAKE_CUPTI=str(tools["fakecupti"]), GPU_AGENT_EXP_CALLBACKS="runtime")
+    env = clean_env(
+        CUDA_INJECTION64_PATH=str(bench_shim),
+        GPU_AGENT_CUPTI_PATH=str(tools["fakecupti"]),
+        FAKE_CUPTI=str(tools["fakecupti"]),
+        GPU_AGENT_EXP_CALLBACKS="runtime",
+    )
     try:
         res, err, p = run([tools["harness"], "launch", "400", "0"], env)
     finally:
@@ -417,8 +525,12 @@ def test_omitting_one_cbid_at_build_time_loses_that_path(shim, tools):
     # (GPU_AGENT_EXP_CALLBACKS=runtime) the cudaLaunchKernel ones are.
     for extra, seen in (({}, 0), ({"GPU_AGENT_EXP_CALLBACKS": "runtime"}, 100)):
         agent = Agent(variant)
-        env = clean_env(CUDA_INJECTION64_PATH=str(variant), GPU_AGENT_CUPTI_PATH=str(tools["fakecupti"]),
-                        FAKE_CUPTI=str(tools["fakecupti"]), **extra)
+        env = clean_env(
+            CUDA_INJECTION64_PATH=str(variant),
+            GPU_AGENT_CUPTI_PATH=str(tools["fakecupti"]),
+            FAKE_CUPTI=str(tools["fakecupti"]),
+            **extra,
+        )
         try:
             res, err, p = run([tools["harness"], "launch", "200", "0"], env)
         finally:
@@ -433,27 +545,34 @@ def test_the_injected_shim_has_no_benchmark_settings(tools, shim):
     users inject names them in one line as ignored, writes no audit file, and does
     not switch the runtime domain's callbacks on."""
     import tempfile
+
     d = Path(tempfile.mkdtemp(prefix="ga-nobench-"))
     try:
         agent = Agent(shim)
-        env = clean_env(CUDA_INJECTION64_PATH=str(shim), GPU_AGENT_CUPTI_PATH=str(tools["fakecupti"]),
-                        FAKE_CUPTI=str(tools["fakecupti"]), GPU_AGENT_AUDIT_FILE=str(d / "audit.tsv"),
-                        GPU_AGENT_EXP_CALLBACKS="runtime", GPU_AGENT_DEBUG="1")
+        env = clean_env(
+            CUDA_INJECTION64_PATH=str(shim),
+            GPU_AGENT_CUPTI_PATH=str(tools["fakecupti"]),
+            FAKE_CUPTI=str(tools["fakecupti"]),
+            GPU_AGENT_AUDIT_FILE=str(d / "audit.tsv"),
+            GPU_AGENT_EXP_CALLBACKS="runtime",
+            GPU_AGENT_DEBUG="1",
+        )
         try:
             res, err, p = run([tools["harness"], "launch", "400", "0"], env)
         finally:
             agent.stop()
         assert p.returncode == 0, err
         lines = [ln for ln in err.splitlines() if "benchmark build" in ln]
-        assert len(lines) == 1 and "GPU_AGENT_AUDIT_FILE" in lines[0] \
-            and "GPU_AGENT_EXP_CALLBACKS" in lines[0], err
+        assert len(lines) == 1 and "GPU_AGENT_AUDIT_FILE" in lines[0] and "GPU_AGENT_EXP_CALLBACKS" in lines[0], err
         assert "unknown environment variable" not in err, err
         assert not (d / "audit.tsv").exists()
         assert c(res, C_LAUNCHES) == 400  # each launch once, at the driver's callback
+
         # The code is absent, not just switched off (the benchmark build has it).
         def funcs(lib):
             out = subprocess.run(["nm", "-C", str(lib)], capture_output=True, text=True, check=True)
             return set(re.findall(r"^\S* *\w ([\w:]+)", out.stdout, re.M))
+
         bench_only = {"ga_audit_init", "ga_audit_tally", "ga_bench_read_config", "ga_exp_toggled_off"}
         assert not funcs(shim) & bench_only
         assert bench_only <= funcs(BENCH_SHIM)
@@ -466,6 +585,7 @@ def test_privileged_process_takes_no_file_path_from_its_environment(tools, shim,
     GPU_AGENT_CUPTI_PATH: that user could otherwise make it write, or load, a file.
     The same program run by its owner honours them."""
     import tempfile
+
     d = Path(tempfile.mkdtemp(prefix="ga-secure-"))
     try:
         os.chmod(d, 0o755)
@@ -475,8 +595,9 @@ def test_privileged_process_takes_no_file_path_from_its_environment(tools, shim,
         os.chown(harness, 0, 0)
         os.chmod(harness, 0o4755)  # setuid root
         env = clean_env(CUDA_INJECTION64_PATH=str(lib), GPU_AGENT_AUDIT_FILE=str(d / "audit.tsv"))
-        _, err, p = run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                         harness, "inject", "1", "50"], env)
+        _, err, p = run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", harness, "inject", "1", "50"], env
+        )
         assert p.returncode == 0, err
         assert "GPU_AGENT_AUDIT_FILE ignored" in err, err
         _, err, p = run([harness, "inject", "1", "50"], env)  # root runs its own program

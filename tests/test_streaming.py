@@ -32,8 +32,7 @@ class Agent:
     """`gpu-agent run` in the background; stderr is read continuously (never blocks)."""
 
     def __init__(self, *args: str):
-        self.proc = subprocess.Popen(agent_cmd("run", *args), stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(agent_cmd("run", *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.err: list[str] = []
         ready = threading.Event()
 
@@ -78,9 +77,13 @@ class Agent:
 
 
 def workload(*args: str, truth: Path | None = None, **env: str) -> subprocess.Popen:
-    return subprocess.Popen([str(MOCK_APP), *args],
-                            env=mock_env(truth, CUDA_INJECTION64_PATH=str(SHIM), **env),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [str(MOCK_APP), *args],
+        env=mock_env(truth, CUDA_INJECTION64_PATH=str(SHIM), **env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def node() -> str:
@@ -94,12 +97,27 @@ def ebpf(built):
 
 def test_parca_write_raw_end_to_end(tmp_path, ebpf):
     srv = Backend().start()
-    agent = Agent("--interval", "1s", "--remote-store", f"grpc://127.0.0.1:{srv.port}",
-                  "--label", "team=ml", "--label", "cluster=ci")
+    agent = Agent(
+        "--interval",
+        "1s",
+        "--remote-store",
+        f"grpc://127.0.0.1:{srv.port}",
+        "--label",
+        "team=ml",
+        "--label",
+        "cluster=ci",
+    )
     try:
         truth_file = tmp_path / "truth.tsv"
-        app = workload("--paths", "cuLaunchKernel,cudaLaunchKernel,cuGraphLaunch", "--duration", "2",
-                       "--sleep-ms", "2", truth=truth_file)
+        app = workload(
+            "--paths",
+            "cuLaunchKernel,cudaLaunchKernel,cuGraphLaunch",
+            "--duration",
+            "2",
+            "--sleep-ms",
+            "2",
+            truth=truth_file,
+        )
         assert app.wait(timeout=60) == 0
         time.sleep(1.5)
     finally:
@@ -116,8 +134,14 @@ def test_parca_write_raw_end_to_end(tmp_path, ebpf):
             if labels.get("pid") != str(app.pid):
                 continue
             series += 1
-            assert labels == {"__name__": "gpu_time", "node": node(), "pid": str(app.pid),
-                              "comm": "mock_workload", "team": "ml", "cluster": "ci"}
+            assert labels == {
+                "__name__": "gpu_time",
+                "node": node(),
+                "pid": str(app.pid),
+                "comm": "mock_workload",
+                "team": "ml",
+                "cluster": "ci",
+            }
             assert len(s.samples) == 1
             path = tmp_path / f"p{series}.pb.gz"
             path.write_bytes(s.samples[0].raw_profile)
@@ -131,12 +155,20 @@ def test_parca_write_raw_end_to_end(tmp_path, ebpf):
 
 def test_otlp_export_end_to_end(tmp_path, ebpf):
     srv = Backend().start()
-    agent = Agent("--interval", "1s", "--otlp-endpoint", f"grpc://127.0.0.1:{srv.port}",
-                  "--otlp-include-pprof", "--label", "team=ml")
+    agent = Agent(
+        "--interval",
+        "1s",
+        "--otlp-endpoint",
+        f"grpc://127.0.0.1:{srv.port}",
+        "--otlp-include-pprof",
+        "--label",
+        "team=ml",
+    )
     try:
         truth_file = tmp_path / "truth.tsv"
-        app = workload("--paths", "cuLaunchKernel,cudaGraphLaunch", "--duration", "2", "--sleep-ms", "2",
-                       truth=truth_file)
+        app = workload(
+            "--paths", "cuLaunchKernel,cudaGraphLaunch", "--duration", "2", "--sleep-ms", "2", truth=truth_file
+        )
         assert app.wait(timeout=60) == 0
         time.sleep(1.5)
     finally:
@@ -161,8 +193,10 @@ def test_otlp_export_end_to_end(tmp_path, ebpf):
                     leaf = d.location_table[stack.location_indices[0]]
                     fn = d.function_table[leaf.lines[0].function_index]
                     got[st[fn.system_name_strindex]][0 if vt == "kernel_launches" else 1] += sum(smp.values)
-                    names = [st[d.function_table[d.location_table[j].lines[0].function_index].name_strindex]
-                             for j in stack.location_indices]
+                    names = [
+                        st[d.function_table[d.location_table[j].lines[0].function_index].name_strindex]
+                        for j in stack.location_indices
+                    ]
                     assert names[0].startswith("k_")
                 if p.original_payload:
                     path = tmp_path / f"o{i}.pb.gz"
@@ -186,13 +220,25 @@ def _value(metrics: dict, name: str, **labels) -> float:
 def test_backend_down_then_back_queue_bounded_drops_counted(tmp_path, ebpf):
     port = free_port()
     srv = Backend(port).start()
-    agent = Agent("--interval", "300ms", "--remote-store", f"grpc://127.0.0.1:{port}",
-                  "--queue-size", "2", "--retry-initial-backoff", "100ms", "--retry-max-backoff", "400ms",
-                  "--export-timeout", "1s", "--metrics-addr", "127.0.0.1:0")
+    agent = Agent(
+        "--interval",
+        "300ms",
+        "--remote-store",
+        f"grpc://127.0.0.1:{port}",
+        "--queue-size",
+        "2",
+        "--retry-initial-backoff",
+        "100ms",
+        "--retry-max-backoff",
+        "400ms",
+        "--export-timeout",
+        "1s",
+        "--metrics-addr",
+        "127.0.0.1:0",
+    )
     try:
         # CUPTI buffers flushed every 100 ms: every 300 ms window has kernels
-        app = workload("--paths", "cuLaunchKernel", "--duration", "10", "--sleep-ms", "2",
-                       GPU_AGENT_FLUSH_MS="100")
+        app = workload("--paths", "cuLaunchKernel", "--duration", "10", "--sleep-ms", "2", GPU_AGENT_FLUSH_MS="100")
         assert srv.rec.wait(lambda r: len(r.parca) >= 2, 30), "nothing reached the backend"
         srv.stop()
         down_at = time.monotonic()
@@ -227,11 +273,10 @@ def test_backend_down_then_back_queue_bounded_drops_counted(tmp_path, ebpf):
     finally:
         agent.kill()
         srv.stop()
-    assert 1 <= max_depth <= 3, max_depth              # 2 waiting + 1 in flight, never more
+    assert 1 <= max_depth <= 3, max_depth  # 2 waiting + 1 in flight, never more
     assert dropped_while_down >= 3, dropped_while_down  # ~13 windows into a queue of 2
     assert failures >= 2
-    assert dropped == _value(m, "gpu_agent_export_dropped_profiles_total", backend="parca",
-                             reason="queue_full")
+    assert dropped == _value(m, "gpu_agent_export_dropped_profiles_total", backend="parca", reason="queue_full")
     assert sent + dropped == windows, (sent, dropped, windows)  # every profile sent or counted
     assert sent >= len(srv.rec.parca) + 3 - 1
     assert max(rss) < min(rss) + 64 * 2**20, (min(rss), max(rss))
@@ -240,6 +285,7 @@ def test_backend_down_then_back_queue_bounded_drops_counted(tmp_path, ebpf):
 
 
 # -- Prometheus ----------------------------------------------------------------------
+
 
 def _prometheus(tmp_path: Path, target: str):
     binary = shutil.which("prometheus")
@@ -250,10 +296,19 @@ def _prometheus(tmp_path: Path, target: str):
     cfg.write_text(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
         "scrape_configs:\n  - job_name: gpu-agent\n    scrape_interval: 1s\n    scrape_timeout: 900ms\n"
-        f"    static_configs:\n      - targets: ['{target}']\n")
-    proc = subprocess.Popen([binary, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "w"))
+        f"    static_configs:\n      - targets: ['{target}']\n"
+    )
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={cfg}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "prometheus.log", "w"),
+    )
     base = f"http://127.0.0.1:{port}"
     end = time.monotonic() + 60
     while time.monotonic() < end:
@@ -278,13 +333,15 @@ def _query(base: str, q: str) -> list:
 
 def test_prometheus_scrapes_exact_kernel_totals(tmp_path, ebpf):
     mport = free_port()
-    agent = Agent("--interval", "30s", "--metrics-addr", f"127.0.0.1:{mport}",
-                  "--output-dir", str(tmp_path / "profiles"))
+    agent = Agent(
+        "--interval", "30s", "--metrics-addr", f"127.0.0.1:{mport}", "--output-dir", str(tmp_path / "profiles")
+    )
     prom, base = _prometheus(tmp_path, f"127.0.0.1:{mport}")
     try:
         truth_file = tmp_path / "truth.tsv"
-        app = workload("--paths", "cuLaunchKernel,cudaLaunchKernel", "--duration", "3", "--sleep-ms", "2",
-                       truth=truth_file)
+        app = workload(
+            "--paths", "cuLaunchKernel,cudaLaunchKernel", "--duration", "3", "--sleep-ms", "2", truth=truth_file
+        )
         assert app.wait(timeout=60) == 0
         truth = {demangle_kernel(k): v for k, v in ground_truth(truth_file).items()}
         assert truth
@@ -303,14 +360,13 @@ def test_prometheus_scrapes_exact_kernel_totals(tmp_path, ebpf):
         for k, (launches, ns) in truth.items():
             assert abs(got[k] - ns / 1e9) < 1e-12, (k, got[k], ns)
         res = _query(base, f'gpu_agent_kernel_launches_total{{pid="{app.pid}"}}')
-        assert {r["metric"]["kernel"]: int(float(r["value"][1])) for r in res} == \
-            {k: v[0] for k, v in truth.items()}
+        assert {r["metric"]["kernel"]: int(float(r["value"][1])) for r in res} == {k: v[0] for k, v in truth.items()}
         for r in _query(base, f'gpu_agent_kernel_gpu_seconds_total{{pid="{app.pid}"}}'):
             assert r["metric"]["comm"] == "mock_workload" and r["metric"]["cuda_device"] == "0"
             # DCGM's names for the device's identity (shim/mock/mock_cuda.c's UUID and model)
             assert r["metric"]["gpu_uuid"] == "GPU-6d6f636b-0001-0203-0405-060708090a00"
             assert r["metric"]["gpu_model"] == "NVIDIA H100 80GB HBM3 (mock)"
-            assert all(k == k.lower() for k in r["metric"]), r["metric"]   # one style: snake_case
+            assert all(k == k.lower() for k in r["metric"]), r["metric"]  # one style: snake_case
         busy = _query(base, f'gpu_agent_gpu_busy_seconds_total{{pid="{app.pid}"}}')
         assert abs(sum(float(r["value"][1]) for r in busy) - sum(v[1] for v in truth.values()) / 1e9) < 1e-9
         # launch-to-start latency (sampled, non-graph launches): shim timestamp -> BPF histogram
@@ -319,13 +375,19 @@ def test_prometheus_scrapes_exact_kernel_totals(tmp_path, ebpf):
         n = sum(float(r["value"][1]) for r in lat_n)
         assert 0 < n <= sum(v[0] for v in truth.values())
         assert 0 < sum(float(r["value"][1]) for r in lat_s) / n < 1.0  # mean under a second
-        q = _query(base, f'histogram_quantile(0.5, sum by (le) '
-                         f'(gpu_agent_launch_queue_latency_seconds_bucket{{pid="{app.pid}"}}))')
+        q = _query(
+            base,
+            f'histogram_quantile(0.5, sum by (le) (gpu_agent_launch_queue_latency_seconds_bucket{{pid="{app.pid}"}}))',
+        )
         assert q and 0 < float(q[0]["value"][1]) < 1.0, q
         # the agent's own health is scraped too
-        for name in ("gpu_agent_bpf_events_total", "gpu_agent_process_cpu_seconds_total",
-                     "gpu_agent_process_resident_memory_bytes", "gpu_agent_attached_processes",
-                     "gpu_agent_kernel_records_total"):
+        for name in (
+            "gpu_agent_bpf_events_total",
+            "gpu_agent_process_cpu_seconds_total",
+            "gpu_agent_process_resident_memory_bytes",
+            "gpu_agent_attached_processes",
+            "gpu_agent_kernel_records_total",
+        ):
             assert _query(base, name), name
     finally:
         prom.terminate()

@@ -68,9 +68,7 @@ def _sh(*args, **kw):
 
 
 def _nm(path, sym, dynamic=False):
-    out = subprocess.run(
-        ["nm", "-D" if dynamic else "-a", path], check=True, capture_output=True, text=True
-    ).stdout
+    out = subprocess.run(["nm", "-D" if dynamic else "-a", path], check=True, capture_output=True, text=True).stdout
     for line in out.splitlines():
         parts = line.split()
         if len(parts) == 3 and parts[2] == sym:
@@ -98,9 +96,7 @@ def built(tmp_path_factory):
 
 class Proc:
     def __init__(self, argv):
-        self.p = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
-        )
+        self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         self.pid = self.p.pid
         self.main = int(self._read("main"), 16)
         self.foo = int(self._read("foo"), 16)
@@ -230,10 +226,7 @@ def test_other_mount_namespace(built, proc_factory, tmp_path):
     stage = tmp_path / "stage"
     stage.mkdir()
     shutil.copy(built / "libbar.so", stage / "libns.so")
-    script = (
-        f"mount -t tmpfs none {hidden} && cp {stage}/libns.so {hidden}/libns.so "
-        f"&& exec {built / 'main_pie'}"
-    )
+    script = f"mount -t tmpfs none {hidden} && cp {stage}/libns.so {hidden}/libns.so && exec {built / 'main_pie'}"
     try:
         p = proc_factory(["unshare", "-m", "--propagation", "private", "sh", "-c", script])
     except AssertionError:
@@ -379,10 +372,12 @@ def test_one_maps_parser_serves_every_reader():
 
     from gpu_agent.system import procfs
 
-    text = (b"7f0000000000-7f0000001000 r-xp 00002000 fd:01 200 /tmp/a b/libgpu_agent_shim.so (deleted)\n"
-            b"7f0000001000-7f0000002000 rw-p 00000000 00:00 0 \n"
-            b"7f0000002000-7f0000003000 r-xp 00000000 08:01 300 /opt/\xff.so\n"
-            b"garbage line\n")
+    text = (
+        b"7f0000000000-7f0000001000 r-xp 00002000 fd:01 200 /tmp/a b/libgpu_agent_shim.so (deleted)\n"
+        b"7f0000001000-7f0000002000 rw-p 00000000 00:00 0 \n"
+        b"7f0000002000-7f0000003000 r-xp 00000000 08:01 300 /opt/\xff.so\n"
+        b"garbage line\n"
+    )
     e = procfs.parse_maps(text)
     assert len(e) == 3
     assert e[0].path == "/tmp/a b/libgpu_agent_shim.so" and e[0].deleted

@@ -25,8 +25,10 @@ from support.env import BENCH_SHIM, MOCK_APP, MOCK_DIR, agent_cmd, ground_truth,
 from support.windows import KERNEL, kernel_totals, shim_exit_stats
 
 RESIDUAL = re.compile(r"mock libcuda: (\d+) kernels ran with CUPTI's residual")
-TEARDOWNS = re.compile(r"teardowns \(pid \d+\): (\d+), finalize mean [\d.]+ max [\d.]+ ms, (\d+) waited "
-                       r"for callbacks in CUPTI, (\d+) CUPTI calls skipped, (\d+) failed or put off")
+TEARDOWNS = re.compile(
+    r"teardowns \(pid \d+\): (\d+), finalize mean [\d.]+ max [\d.]+ ms, (\d+) waited "
+    r"for callbacks in CUPTI, (\d+) CUPTI calls skipped, (\d+) failed or put off"
+)
 
 # How far a 3 s run's estimate may land from the truth when its launches between
 # windows are extrapolated from about 30 count phases of 20 ms: on a quiet host
@@ -40,9 +42,23 @@ def record(tmp_path, *mock_args, duty=5, shim=None, **env):
     gt = tmp_path / "truth.tsv"
     out = tmp_path / "t.pb.gz"
     e = mock_env(gt, **{"GPU_AGENT_WINDOW_MS": "20", "GPU_AGENT_DEBUG": "1", "MOCK_CUDA_REPORT": "1", **env})
-    p = subprocess.run(agent_cmd("record", "--duty-cycle", str(duty), *(["--shim", shim] if shim else []),
-                                 "-o", out, "--", MOCK_APP, *mock_args),
-                       env=e, capture_output=True, text=True, timeout=180)
+    p = subprocess.run(
+        agent_cmd(
+            "record",
+            "--duty-cycle",
+            str(duty),
+            *(["--shim", shim] if shim else []),
+            "-o",
+            out,
+            "--",
+            MOCK_APP,
+            *mock_args,
+        ),
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     residual = RESIDUAL.search(p.stderr)
     assert residual, p.stderr[-2000:]
@@ -75,8 +91,17 @@ def test_the_late_subscription_experiment_windows_without_loss_and_estimates(tmp
     (Subscribed at the next poll instead of at the count phase's edge, its windows
     came up to a poll late and the estimate read -18 to +7 %.)"""
     need_ebpf()
-    out, gt, err, residual = record(tmp_path, "--bench", "900000", "--spin-ns", "3000", "--block", "100",
-                                    shim=str(BENCH_SHIM), GPU_AGENT_EXP_SUBSCRIBE="late")
+    out, gt, err, residual = record(
+        tmp_path,
+        "--bench",
+        "900000",
+        "--spin-ns",
+        "3000",
+        "--block",
+        "100",
+        shim=str(BENCH_SHIM),
+        GPU_AGENT_EXP_SUBSCRIBE="late",
+    )
     td = TEARDOWNS.search(err)
     stats = shim_exit_stats(err)
     assert td and stats["windows"] >= 20 and int(td.group(1)) >= stats["windows"] - 1, err[-2000:]
@@ -105,8 +130,19 @@ def test_a_detach_leaves_nothing_behind(tmp_path, built):
     # Blocks of 100: the launches of a paced block that starts before a detach's
     # teardown ends all pay, and blocks of 1 000 read 5 to 3 466 (old shim and new
     # alike, 6 runs each); blocks of 100, 505 to 1 104 in 8 runs.
-    _, gt, err, residual = record(tmp_path, "--bench", "600000", "--rate", "200000", "--block", "100", duty=1,
-                                  shim=str(BENCH_SHIM), GPU_AGENT_EXP_TOGGLE_MS="200:400", GPU_AGENT_POLL_MS="10")
+    _, gt, err, residual = record(
+        tmp_path,
+        "--bench",
+        "600000",
+        "--rate",
+        "200000",
+        "--block",
+        "100",
+        duty=1,
+        shim=str(BENCH_SHIM),
+        GPU_AGENT_EXP_TOGGLE_MS="200:400",
+        GPU_AGENT_POLL_MS="10",
+    )
     detaches = len(re.findall(r"detached \(pid \d+\): agent gone", err))
     td = TEARDOWNS.search(err)
     assert detaches >= 3 and td and int(td.group(1)) >= detaches, err[-2000:]
@@ -114,12 +150,16 @@ def test_a_detach_leaves_nothing_behind(tmp_path, built):
     assert residual < ground_truth(gt)[KERNEL][0] // 200, (residual, detaches)
 
 
-NO_GRAPH_PATHS = ",".join(p for p in (
-    "cuLaunch cuLaunchGrid cuLaunchGridAsync cuLaunchKernel cuLaunchKernel_ptsz cuLaunchKernelEx "
-    "cuLaunchKernelEx_ptsz cuLaunchCooperativeKernel cuLaunchCooperativeKernel_ptsz "
-    "cuLaunchCooperativeKernelMultiDevice cudaLaunchKernel cudaLaunchKernel_ptsz cudaLaunchKernelExC "
-    "cudaLaunchKernelExC_ptsz cudaLaunchCooperativeKernel cudaLaunchCooperativeKernel_ptsz "
-    "cudaLaunchCooperativeKernelMultiDevice").split())
+NO_GRAPH_PATHS = ",".join(
+    p
+    for p in (
+        "cuLaunch cuLaunchGrid cuLaunchGridAsync cuLaunchKernel cuLaunchKernel_ptsz cuLaunchKernelEx "
+        "cuLaunchKernelEx_ptsz cuLaunchCooperativeKernel cuLaunchCooperativeKernel_ptsz "
+        "cuLaunchCooperativeKernelMultiDevice cudaLaunchKernel cudaLaunchKernel_ptsz cudaLaunchKernelExC "
+        "cudaLaunchKernelExC_ptsz cudaLaunchCooperativeKernel cudaLaunchCooperativeKernel_ptsz "
+        "cudaLaunchCooperativeKernelMultiDevice"
+    ).split()
+)
 
 
 def test_threads_never_call_cupti_inside_a_finalize(tmp_path, built):
@@ -129,8 +169,19 @@ def test_threads_never_call_cupti_inside_a_finalize(tmp_path, built):
     every 10 ms, each ending in a 3 ms finalize on whichever thread's launch comes
     first: the mock aborts the process if any other thread calls CUPTI meanwhile."""
     need_ebpf()
-    _, _, err, _ = record(tmp_path, "--paths", NO_GRAPH_PATHS, "--threads", "4", "--duration", "4", duty=2,
-                          GPU_AGENT_WINDOW_MS="5", GPU_AGENT_SAMPLE_PERIOD="1", MOCK_CUPTI_FINALIZE_US="3000")
+    _, _, err, _ = record(
+        tmp_path,
+        "--paths",
+        NO_GRAPH_PATHS,
+        "--threads",
+        "4",
+        "--duration",
+        "4",
+        duty=2,
+        GPU_AGENT_WINDOW_MS="5",
+        GPU_AGENT_SAMPLE_PERIOD="1",
+        MOCK_CUPTI_FINALIZE_US="3000",
+    )
     assert "this crashes on a GPU" not in err
     td = TEARDOWNS.search(err)
     assert td and int(td.group(1)) >= 100, err[-2000:]
@@ -143,8 +194,20 @@ def test_buffers_cupti_keeps_at_a_finalize_go_back_to_the_pool(tmp_path, built):
     CUPTI had, the shim takes them back: hundreds of teardowns on a 2-buffer pool
     lose no record."""
     need_ebpf()
-    out, gt, err, _ = record(tmp_path, "--paths", "cuLaunchKernel", "--threads", "2", "--duration", "3",
-                             "--sleep-ms", "1", duty=2, GPU_AGENT_WINDOW_MS="5", GPU_AGENT_BUFFER_POOL_MB="2")
+    out, gt, err, _ = record(
+        tmp_path,
+        "--paths",
+        "cuLaunchKernel",
+        "--threads",
+        "2",
+        "--duration",
+        "3",
+        "--sleep-ms",
+        "1",
+        duty=2,
+        GPU_AGENT_WINDOW_MS="5",
+        GPU_AGENT_BUFFER_POOL_MB="2",
+    )
     td = TEARDOWNS.search(err)
     assert td and int(td.group(1)) >= 50, err[-2000:]
     stats = shim_exit_stats(err)
@@ -178,11 +241,18 @@ MOCK_FINALIZE_RACE = textwrap.dedent("""
 
 
 def test_the_mock_reports_a_call_during_finalize_as_a_crash(tmp_path, built):
-    p = subprocess.run([sys.executable, "-c", MOCK_FINALIZE_RACE, str(MOCK_DIR / "libcupti.so.13")],
-                       env=mock_env(MOCK_CUPTI_FINALIZE_US="200000"), capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-c", MOCK_FINALIZE_RACE, str(MOCK_DIR / "libcupti.so.13")],
+        env=mock_env(MOCK_CUPTI_FINALIZE_US="200000"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == -signal.SIGABRT, (p.returncode, p.stderr)
-    assert re.search(r"mock libcupti: cupti\w+ called while another thread is inside cuptiFinalize", p.stderr) \
-        or "cuptiFinalize called while another thread is inside CUPTI" in p.stderr, p.stderr
+    assert (
+        re.search(r"mock libcupti: cupti\w+ called while another thread is inside cuptiFinalize", p.stderr)
+        or "cuptiFinalize called while another thread is inside CUPTI" in p.stderr
+    ), p.stderr
     assert "finalize returned" not in p.stdout
 
 
@@ -207,12 +277,10 @@ def test_another_cupti_client_between_windows_is_named_and_waited_for(tmp_path, 
     never asks for CUDA 13.3's multi-subscriber mode, where cuptiFinalize beside
     another subscriber does nothing and CUPTI's cost would stay."""
     need_ebpf()
-    out, gt, err, residual = record(tmp_path, "--bench", "600000", "--rate", "200000",
-                                    "--cupti-client", "1000:500")
+    out, gt, err, residual = record(tmp_path, "--bench", "600000", "--rate", "200000", "--cupti-client", "1000:500")
     took = re.search(r"(\d+) ms in\n", err)
     assert took and "cupti-client: released" in err, err[-2000:]
-    said = re.findall(r"CUPTI for test-profiler took CUPTI between windows in pid \d+; no window until it lets go",
-                      err)
+    said = re.findall(r"CUPTI for test-profiler took CUPTI between windows in pid \d+; no window until it lets go", err)
     assert len(said) == 1, err[-3000:]
     assert err.index(said[0]) < err.index("CUPTI is the shim's again"), err[-3000:]
     skipped = int(re.search(r"; (\d+) skipped;", err).group(1))

@@ -35,13 +35,20 @@ def test_record_timeline_has_every_kernel_with_its_stacks_on_the_wall_clock(tmp_
     gt = tmp_path / "truth.tsv"
     ev, trace, prof = tmp_path / "e.ndjson", tmp_path / "t.perfetto-trace", tmp_path / "p.pb.gz"
     t0 = time.time_ns()
-    p = subprocess.run(agent_cmd("record", "-o", prof, "--trace", trace, "--events", ev, "--",
-                                 MOCK_DIR / "graph_workload", "--replays", "30"),
-                       env=mock_env(gt), capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        agent_cmd(
+            "record", "-o", prof, "--trace", trace, "--events", ev, "--", MOCK_DIR / "graph_workload", "--replays", "30"
+        ),
+        env=mock_env(gt),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     t1 = time.time_ns()
     assert p.returncode == 0, p.stderr
     lines, by = events(ev)
     import jsonschema
+
     schema = json.loads((REPO / "docs" / "events.schema.json").read_text())
     validator = jsonschema.Draft202012Validator(schema)
     for line in lines:  # the real agent's output, every line, against the published schema
@@ -76,6 +83,7 @@ def test_record_timeline_has_every_kernel_with_its_stacks_on_the_wall_clock(tmp_
     # The Perfetto trace, read back with Perfetto's own protos: every kernel exactly
     # once, with its exact duration, and graph kernels with their capture stacks.
     from support.perfetto_read import read_perfetto
+
     _, _, slices, _, _ = read_perfetto(trace)
     kernel_slices = [sl for sl in slices if "mangled" in sl["args"]]
     in_trace = defaultdict(lambda: [0, 0])
@@ -83,19 +91,31 @@ def test_record_timeline_has_every_kernel_with_its_stacks_on_the_wall_clock(tmp_
         in_trace[sl["args"]["mangled"]][0] += 1
         in_trace[sl["args"]["mangled"]][1] += sl["dur"]
     assert {m: tuple(v) for m, v in in_trace.items()} == ground_truth(gt)
-    assert all(sl["stack"] and any(f[0].startswith("capture_") for f in sl["stack"])
-               for sl in kernel_slices if sl["args"].get("graph_id"))
+    assert all(
+        sl["stack"] and any(f[0].startswith("capture_") for f in sl["stack"])
+        for sl in kernel_slices
+        if sl["args"].get("graph_id")
+    )
     # The profile carries DCGM's identity of the device.
-    assert {(s.labels.get("gpu_uuid"), s.labels.get("gpu_model")) for s in raw(prof)
-            if s.files and s.files[0] == "CUDA_KERNEL"} == {(MOCK_UUID, MOCK_MODEL)}
+    assert {
+        (s.labels.get("gpu_uuid"), s.labels.get("gpu_model"))
+        for s in raw(prof)
+        if s.files and s.files[0] == "CUDA_KERNEL"
+    } == {(MOCK_UUID, MOCK_MODEL)}
 
 
 def test_an_unwritable_trace_is_refused_before_the_command_runs(tmp_path):
     need_ebpf()
     marker = tmp_path / "ran"
-    p = subprocess.run(agent_cmd("record", "-o", tmp_path / "p.pb.gz", "--events",
-                                 "/proc/no/such/dir/e.ndjson", "--", "touch", marker),
-                       env=mock_env(), capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        agent_cmd(
+            "record", "-o", tmp_path / "p.pb.gz", "--events", "/proc/no/such/dir/e.ndjson", "--", "touch", marker
+        ),
+        env=mock_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2 and not marker.exists()
     assert len(p.stderr.strip().splitlines()) == 1 and "nothing was run" in p.stderr
 
@@ -104,23 +124,37 @@ def test_trace_pid_beside_run_is_continuous_for_that_process_only(tmp_path):
     need_ebpf()
     rate, seconds = 2000, 2.0
     # GPU_AGENT_DEBUG: each shim says at exit what share of its attached time was in windows
-    env = mock_env(CUDA_INJECTION64_PATH=str(SHIM), GPU_AGENT_DEBUG="1",
-                   GPU_AGENT_DUTY_CYCLE="10")  # the always-on default (mock_env says 1)
+    env = mock_env(
+        CUDA_INJECTION64_PATH=str(SHIM), GPU_AGENT_DEBUG="1", GPU_AGENT_DUTY_CYCLE="10"
+    )  # the always-on default (mock_env says 1)
     agent = Agent(tmp_path / "run")  # always-on defaults: one window in 10
     # 20 s: they outlive the capture, BPF compile included, then exit by themselves
-    work = [subprocess.Popen([MOCK_APP, "--bench", str(int(rate * 20)), "--rate", str(rate)], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            for _ in range(2)]
+    work = [
+        subprocess.Popen(
+            [MOCK_APP, "--bench", str(int(rate * 20)), "--rate", str(rate)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     try:
         time.sleep(2.0)  # both attached, at the defaults
         target, other = work[0].pid, work[1].pid
         ev = tmp_path / "cap.ndjson"
-        cap = subprocess.Popen(agent_cmd("trace", "--pid", target, "--duration", f"{seconds}s",
-                                         "--events", ev), stderr=subprocess.PIPE, text=True)
+        cap = subprocess.Popen(
+            agent_cmd("trace", "--pid", target, "--duration", f"{seconds}s", "--events", ev),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         time.sleep(1.0)
-        second = subprocess.run(agent_cmd("trace", "--pid", other, "--duration", "1s", "--events",
-                                          tmp_path / "no.ndjson"), capture_output=True, text=True,
-                                timeout=60)
+        second = subprocess.run(
+            agent_cmd("trace", "--pid", other, "--duration", "1s", "--events", tmp_path / "no.ndjson"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert second.returncode == 2 and "another capture is running" in second.stderr
         assert len(second.stderr.strip().splitlines()) == 1, second.stderr
         _, err = cap.communicate(timeout=120)
@@ -134,6 +168,7 @@ def test_trace_pid_beside_run_is_continuous_for_that_process_only(tmp_path):
         from gpu_agent.timeline.target import TraceTarget
         import os
         import struct
+
         t = TraceTarget.open(target)
         fd = os.open(f"/proc/{target}/mem", os.O_RDONLY)
         try:
@@ -160,9 +195,27 @@ def test_trace_pid_beside_run_is_continuous_for_that_process_only(tmp_path):
 
 def _record_ring(tmp_path, retention: str, ring: int, launches: int):
     gt, ev = tmp_path / f"{retention}.tsv", tmp_path / f"{retention}.ndjson"
-    p = subprocess.run(agent_cmd("record", "-o", tmp_path / "p.pb.gz", "--events", ev, "--ring", ring,
-                                 "--retention", retention, "--", MOCK_APP, "--bench", launches),
-                       env=mock_env(gt), capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        agent_cmd(
+            "record",
+            "-o",
+            tmp_path / "p.pb.gz",
+            "--events",
+            ev,
+            "--ring",
+            ring,
+            "--retention",
+            retention,
+            "--",
+            MOCK_APP,
+            "--bench",
+            launches,
+        ),
+        env=mock_env(gt),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     total = sum(n for n, _ in ground_truth(gt).values())
     _, by = events(ev)
@@ -194,12 +247,29 @@ def test_a_flood_larger_than_the_ring_keeps_the_agent_memory_flat(tmp_path):
     """300 000 kernels through a ring of 1 000: the recording agent's peak RSS is that
     of a 10 000-kernel recording, within what 300 000 kept events would add (~60 MB)."""
     need_ebpf()
+
     def peak_after(launches: int) -> float:
         """The recording agent's own peak RSS (VmHWM, MiB), read until it exits."""
         ev = tmp_path / f"f{launches}.ndjson"
-        p = subprocess.Popen(agent_cmd("record", "-o", tmp_path / "p.pb.gz", "--events", ev, "--ring",
-                                       1000, "--", MOCK_APP, "--bench", launches),
-                             env=mock_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            agent_cmd(
+                "record",
+                "-o",
+                tmp_path / "p.pb.gz",
+                "--events",
+                ev,
+                "--ring",
+                1000,
+                "--",
+                MOCK_APP,
+                "--bench",
+                launches,
+            ),
+            env=mock_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         peak = peak_mib_until_exit(p)
         err = p.stderr.read()
         assert p.returncode == 0, err
@@ -223,11 +293,16 @@ def test_trace_waits_for_a_process_just_started_to_load_the_shim(tmp_path):
     serve = tmp_path / "serve.py"
     # still importing its framework for 2 s, then launching until killed
     serve.write_text("import time; time.sleep(2)\n" + (REPO / "tests" / "readme_workload.py").read_text())
-    p = subprocess.Popen(["python3", serve], env=mock_env(CUDA_INJECTION64_PATH=str(SHIM)),
-                         stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        ["python3", serve], env=mock_env(CUDA_INJECTION64_PATH=str(SHIM)), stderr=subprocess.PIPE, text=True
+    )
     try:
-        q = subprocess.run(agent_cmd("trace", "--pid", p.pid, "--duration", "2s", "--events", tmp_path / "e.ndjson"),
-                           capture_output=True, text=True, timeout=120)
+        q = subprocess.run(
+            agent_cmd("trace", "--pid", p.pid, "--duration", "2s", "--events", tmp_path / "e.ndjson"),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert q.returncode == 0, q.stderr
         assert f"waiting for pid {p.pid} to load the shim" in q.stderr, q.stderr
         kernels = [json.loads(line) for line in (tmp_path / "e.ndjson").read_text().splitlines()]
@@ -236,10 +311,14 @@ def test_trace_waits_for_a_process_just_started_to_load_the_shim(tmp_path):
         p.kill()
         p.wait()
     try:
-        time.sleep(max(0.0, old_since + 15.5 - time.monotonic()))   # past trace's YOUNG_S
+        time.sleep(max(0.0, old_since + 15.5 - time.monotonic()))  # past trace's YOUNG_S
         t0 = time.monotonic()
-        q = subprocess.run(agent_cmd("trace", "--pid", old.pid, "--duration", "1s", "--events",
-                                     tmp_path / "i.ndjson"), capture_output=True, text=True, timeout=60)
+        q = subprocess.run(
+            agent_cmd("trace", "--pid", old.pid, "--duration", "1s", "--events", tmp_path / "i.ndjson"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert q.returncode == 2 and f"cannot trace {old.pid} (it maps no gpu-agent shim)" in q.stderr, q.stderr
         assert "waiting" not in q.stderr and time.monotonic() - t0 < 10, q.stderr
     finally:

@@ -25,8 +25,10 @@ SCREENSHOTS = REPO / "build" / "test-viewers"
 def speedscope_release() -> Path:
     index = SPEEDSCOPE / "dist" / "release" / "index.html"
     if not index.is_file():
-        pytest.fail(f"speedscope is not installed ({index} is missing): run `make test-viewers` "
-                    "(npm ci in tests/viewers; deploy/install-deps.sh installs npm)")
+        pytest.fail(
+            f"speedscope is not installed ({index} is missing): run `make test-viewers` "
+            "(npm ci in tests/viewers; deploy/install-deps.sh installs npm)"
+        )
     return index.parent
 
 
@@ -91,31 +93,48 @@ def test_speedscope_opens_the_recorded_chrome_trace_on_a_gpu_stream_and_aggregat
     www = tmp_path / "www"
     www.mkdir()
     trace = www / "trace.json"
-    p = subprocess.run(agent_cmd("record", "--trace-format", "chrome", "--trace", trace,
-                                 "-o", tmp_path / "p.pb.gz", "--",
-                                 MOCK_DIR / "graph_workload", "--replays", "5"),
-                       env=mock_env(), capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        agent_cmd(
+            "record",
+            "--trace-format",
+            "chrome",
+            "--trace",
+            trace,
+            "-o",
+            tmp_path / "p.pb.gz",
+            "--",
+            MOCK_DIR / "graph_workload",
+            "--replays",
+            "5",
+        ),
+        env=mock_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     (www / "speedscope").symlink_to(release, target_is_directory=True)
 
     # What the viewer must show: the kernels of the trace, on their GPU stream's row.
     events = json.loads(trace.read_text())["traceEvents"]
-    rows = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
-            if e["ph"] == "M" and e["name"] == "thread_name"}
+    rows = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
     procs = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
     gpu = {key: name for key, name in rows.items() if procs[key[0]].startswith("GPU")}
     assert len(gpu) == 1, rows
     (gpu_pid, gpu_tid), gpu_row = next(iter(gpu.items()))
     kernels = [e for e in events if e["ph"] == "X" and (e["pid"], e["tid"]) == (gpu_pid, gpu_tid)]
     want = Counter(k["name"] for k in kernels)
-    assert {n.split("(")[0] for n in want} == {"k_attn_scores", "k_attn_softmax", "k_mlp_up",
-                                               "k_mlp_down"} and set(want.values()) == {5}
+    assert {n.split("(")[0] for n in want} == {"k_attn_scores", "k_attn_softmax", "k_mlp_up", "k_mlp_down"} and set(
+        want.values()
+    ) == {5}
     want_us = {name: sum(float(k["dur"]) for k in kernels if k["name"] == name) for name in want}
-    cpu_rows = {key for key in rows if key not in gpu} | {(e["pid"], e["tid"]) for e in events
-                                                          if e["ph"] == "X" and e["pid"] != gpu_pid}
+    cpu_rows = {key for key in rows if key not in gpu} | {
+        (e["pid"], e["tid"]) for e in events if e["ph"] == "X" and e["pid"] != gpu_pid
+    }
 
     server = StaticServer(www)
     from playwright.sync_api import sync_playwright
+
     try:
         with sync_playwright() as pw:
             browser = launch_browser(pw)
@@ -125,14 +144,12 @@ def test_speedscope_opens_the_recorded_chrome_trace_on_a_gpu_stream_and_aggregat
                 page.on("pageerror", lambda e: errors.append(str(e)))
                 page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
                 base = f"http://127.0.0.1:{server.port}"
-                page.goto(f"{base}/speedscope/index.html#profileURL={base}/trace.json",
-                          timeout=15_000)
+                page.goto(f"{base}/speedscope/index.html#profileURL={base}/trace.json", timeout=15_000)
                 # Loaded: the toolbar names the row on view, "… (1/N)" for N rows.
                 toolbar = page.locator("text=/\\(pid \\d+\\), .* \\(tid \\d+\\)/").first
                 toolbar.wait_for(timeout=15_000)
                 body = page.inner_text("body")
-                assert "Something went wrong" not in body and not dialogs and not errors, \
-                    (body[:500], dialogs, errors)
+                assert "Something went wrong" not in body and not dialogs and not errors, (body[:500], dialogs, errors)
                 # The first view is the GPU stream (speedscope opens on the lowest pid).
                 title = toolbar.inner_text()
                 assert f"(pid {gpu_pid}), {gpu_row} (tid {gpu_tid})" in title and "(1/" in title, title
@@ -168,9 +185,11 @@ def test_speedscope_opens_the_recorded_chrome_trace_on_a_gpu_stream_and_aggregat
                 browser.close()
     finally:
         server.stop()
-    symbols = {symbol: (_us(total.split(" (")[0]), _us(self_time.split(" (")[0]))
-               for total, self_time, symbol in [row for row in table if not row[0].isdigit()]}
-    assert set(symbols) == set(want), symbols        # named by kernel, one frame each
+    symbols = {
+        symbol: (_us(total.split(" (")[0]), _us(self_time.split(" (")[0]))
+        for total, self_time, symbol in [row for row in table if not row[0].isdigit()]
+    }
+    assert set(symbols) == set(want), symbols  # named by kernel, one frame each
     for name, (total, self_time) in symbols.items():
         # speedscope prints 4 significant digits
         assert total == self_time == pytest.approx(want_us[name], rel=2e-3), (name, total, want_us)

@@ -24,13 +24,25 @@ from support.env import MOCK_APP, REPO, agent_cmd, mock_env, need_ebpf
 from support.agent import Agent
 from support.env import private_shim
 from support.pprof_tool import pprof, raw
-from support.ui import (Ui, counter, frame_fill, free_port, http_get, hue, open_range, rerendered,
-                        rgb, root_total, screenshot_colours, wait_counter)
+from support.ui import (
+    Ui,
+    counter,
+    frame_fill,
+    free_port,
+    http_get,
+    hue,
+    open_range,
+    rerendered,
+    rgb,
+    root_total,
+    screenshot_colours,
+    wait_counter,
+)
 
 CU = "k_cuLaunchKernel(float*, int)"
 RT = "k_cudaLaunchKernel(float*, int)"
 ITERS = "300"
-SCREENSHOT = REPO / "build" / "test-ui" / "flame.png"   # kept for people to look at
+SCREENSHOT = REPO / "build" / "test-ui" / "flame.png"  # kept for people to look at
 
 
 def keep_view(page, name: str) -> None:
@@ -42,9 +54,13 @@ def keep_view(page, name: str) -> None:
 
 
 def workload(shim: Path, *paths: str) -> subprocess.Popen:
-    return subprocess.Popen([str(MOCK_APP), "--paths", ",".join(paths), "--iters", ITERS, "--sleep-ms", "1"],
-                            env=mock_env(CUDA_INJECTION64_PATH=str(shim)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [str(MOCK_APP), "--paths", ",".join(paths), "--iters", ITERS, "--sleep-ms", "1"],
+        env=mock_env(CUDA_INJECTION64_PATH=str(shim)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finish(*procs: subprocess.Popen) -> None:
@@ -156,6 +172,7 @@ def test_a_click_on_a_bar_chooses_its_window(store, ui, page):
     assert page.evaluate("[state.from, state.to]") == [start, end]
     # the same files Go pprof reads for that range: the UI's total is theirs
     from gpu_agent.profile.store import Store
+
     chosen = Store(out).in_range(start * 10**6, end * 10**6)
     assert len(chosen) == n > 0
     assert root_total(page) == pprof_totals([out / f.name for f in chosen])["total"]
@@ -391,6 +408,7 @@ def test_status_pages(store, ui, page):
     # Under `run --ui`, the same page reports the live agent.
     status, _, body = agent_status
     import json
+
     agent = json.loads(body)["agent"]
     assert status == 200 and agent["profiles"]["written"] == n
     assert agent["kernel_records"] > 0 and "ringbuf_full" in agent["drops"]
@@ -401,8 +419,13 @@ def test_refused_requests(store, ui, tmp_path):
     out, _, _ = store
     secret = tmp_path / "secret.txt"
     secret.write_text("not a profile")
-    for path in ("/files/../../../../etc/passwd", "/files/..%2f..%2f..%2fetc%2fpasswd",
-                 "/static/../../../../etc/passwd", "/files/" + str(secret), "/files/%2fetc%2fpasswd"):
+    for path in (
+        "/files/../../../../etc/passwd",
+        "/files/..%2f..%2f..%2fetc%2fpasswd",
+        "/static/../../../../etc/passwd",
+        "/files/" + str(secret),
+        "/files/%2fetc%2fpasswd",
+    ):
         status, _, body = http_get(ui.port, path)
         assert status == 404 and b"root:" not in body, path
     # A symlink planted in the store is not followed.
@@ -422,8 +445,9 @@ def test_refused_requests(store, ui, tmp_path):
 
 def test_token_protected_listener(store, tmp_path, page):
     out, _, _ = store
-    p = subprocess.run(agent_cmd("ui", "--profiles", out, "--listen", "0.0.0.0:0"), capture_output=True,
-                       text=True, timeout=60)
+    p = subprocess.run(
+        agent_cmd("ui", "--profiles", out, "--listen", "0.0.0.0:0"), capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--ui-token-file" in p.stderr, p.stderr
     token = tmp_path / "token"
     token.write_text("s3cret-token\n")
@@ -462,10 +486,10 @@ def test_merges_stay_exact_when_the_cache_starts_over(store):
     check("before")
     first = api.cache.catalog
     api.cache.catalog_limit = len(first.stacks) + len(first.labelsets) - 1  # past it now
-    check("after")                                    # restarted, then decoded
+    check("after")  # restarted, then decoded
     assert api.cache.catalog is not first and api.cache.size() == len(phases["after"][2])
     api.cache.catalog_limit = 10**6
-    check("before")                                   # decoded again, in the new catalog
+    check("before")  # decoded again, in the new catalog
     (a_from, a_to, a_files, _), (b_from, b_to, b_files, _) = phases["before"], phases["after"]
     diff = api.diff({"a_from": [str(a_from)], "a_to": [str(a_to)], "b_from": [str(b_from)], "b_to": [str(b_to)]})
     assert diff["a"]["total"] == pprof_totals(a_files)["total"]
@@ -521,8 +545,10 @@ def test_agent_windows_take_the_numbered_path(store):
     numberings = set()
 
     def rows(catalog, d):
-        return sorted((tuple(repr(catalog.frames[f]) for f in catalog.stacks[s]), catalog.labelsets[l], g, n)
-                      for s, l, g, n in zip(d.stacks, d.labelsets, d.gpu_ns, d.launches))
+        return sorted(
+            (tuple(repr(catalog.frames[f]) for f in catalog.stacks[s]), catalog.labelsets[l], g, n)
+            for s, l, g, n in zip(d.stacks, d.labelsets, d.gpu_ns, d.launches)
+        )
 
     fast_catalog = Catalog()
     for f in files:
@@ -537,13 +563,17 @@ def test_agent_windows_take_the_numbered_path(store):
         p.comment.extend(plain)
         general_catalog = Catalog()
         general = decode(p.SerializeToString(), general_catalog)
-        assert not general_catalog.numberings        # the general path read it
+        assert not general_catalog.numberings  # the general path read it
         assert rows(fast_catalog, fast) == rows(general_catalog, general)
-        assert (fast.gpu_total, fast.launch_total, fast.comments) == \
-            (general.gpu_total, general.launch_total, general.comments)
-        assert ({fast_catalog.labelsets[k]: v for k, v in fast.by_labelset.items()} ==
-                {general_catalog.labelsets[k]: v for k, v in general.by_labelset.items()})
-    assert len(numberings) == 1, numberings          # one agent, one numbering
+        assert (fast.gpu_total, fast.launch_total, fast.comments) == (
+            general.gpu_total,
+            general.launch_total,
+            general.comments,
+        )
+        assert {fast_catalog.labelsets[k]: v for k, v in fast.by_labelset.items()} == {
+            general_catalog.labelsets[k]: v for k, v in general.by_labelset.items()
+        }
+    assert len(numberings) == 1, numberings  # one agent, one numbering
     # Its locations were decoded once for all the files, not once per file.
     known = next(iter(fast_catalog.numberings.values()))
     assert len(known.locations) == len(fast_catalog.locations)

@@ -53,6 +53,6 @@ def test_pc_samples_are_a_value_of_the_flame_graph_top_table_and_download(tmp_pa
         d.value.save_as(merged)
         back = [s for s in raw(merged) if len(s.values) > 2 and s.values[2]]
         assert sum(s.values[2] for s in back) == sum(hot.values())
-        assert {s.labels.get("stall_reason") for s in back} == {f[len("[stall: "):-1] for f in hot}
+        assert {s.labels.get("stall_reason") for s in back} == {f[len("[stall: ") : -1] for f in hot}
     finally:
         ui.stop()

@@ -19,7 +19,7 @@ from support.perfetto_read import read_perfetto
 from support.ui import Ui, counter, http_get, launch_browser, wait_counter
 
 CU = "k_cuLaunchKernel(float*, int)"
-SCREENSHOTS = REPO / "build" / "test-ui"   # docs/img/ui-timeline.png is a copy
+SCREENSHOTS = REPO / "build" / "test-ui"  # docs/img/ui-timeline.png is a copy
 
 # coloured pixels of a canvas region (not white, grey or black text)
 _PIXELS = """([b64, x, y, w, h]) => new Promise((done) => {
@@ -47,12 +47,32 @@ def store(tmp_path_factory, built):
     tmp = tmp_path_factory.mktemp("uitl")
     out = tmp / "store"
     out.mkdir()
-    (tmp / "k.nanotrace").write_bytes(v1_file(kernel="k_cuLaunchKernel", grid=(0, 0, 0)))   # any grid
-    p = subprocess.run(agent_cmd("record", "--trace", tmp / "t.perfetto-trace", "--store", out, "-o", tmp / "p.pb.gz",
-                                 "--nanotrace", f"{tmp / 'k.nanotrace'}@3",
-                                 "--", MOCK_APP, "--paths", "cuLaunchKernel,cudaLaunchKernel,cudaGraphLaunch",
-                                 "--iters", "200", "--sleep-ms", "1"),
-                       env=mock_env(), capture_output=True, text=True, timeout=120)
+    (tmp / "k.nanotrace").write_bytes(v1_file(kernel="k_cuLaunchKernel", grid=(0, 0, 0)))  # any grid
+    p = subprocess.run(
+        agent_cmd(
+            "record",
+            "--trace",
+            tmp / "t.perfetto-trace",
+            "--store",
+            out,
+            "-o",
+            tmp / "p.pb.gz",
+            "--nanotrace",
+            f"{tmp / 'k.nanotrace'}@3",
+            "--",
+            MOCK_APP,
+            "--paths",
+            "cuLaunchKernel,cudaLaunchKernel,cudaGraphLaunch",
+            "--iters",
+            "200",
+            "--sleep-ms",
+            "1",
+        ),
+        env=mock_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     stored = sorted(out.glob(TRACE_GLOB))
     assert len(stored) == 1 and "the store's Timeline tab" in p.stderr, p.stderr
@@ -76,6 +96,7 @@ def ui(store):
 @pytest.fixture
 def page():
     from playwright.sync_api import sync_playwright
+
     with sync_playwright() as p:
         browser = launch_browser(p)
         pg = browser.new_page(viewport={"width": 1400, "height": 900})
@@ -92,13 +113,21 @@ def test_the_timeline_tab_draws_every_kernel_of_the_stored_trace(store, ui, page
     wait_counter(page, "timelines", 0)
     info = page.locator("#timeline-info")
     assert page.input_value("#trace-select") == name
-    assert int(info.get_attribute("data-kernels")) == len(slices) > 600    # 3 paths x 200, and the graph's nodes
+    assert int(info.get_attribute("data-kernels")) == len(slices) > 600  # 3 paths x 200, and the graph's nodes
     assert int(info.get_attribute("data-drawn")) == len(slices)
     assert int(info.get_attribute("data-rows")) >= 1
     png = page.screenshot()
     box = page.locator("#timeline-canvas").bounding_box()
-    pix = page.evaluate(_PIXELS, [base64.b64encode(png).decode(), int(box["x"]) + 370, int(box["y"]) + 24,
-                                  int(box["width"]) - 380, int(box["height"]) - 26])
+    pix = page.evaluate(
+        _PIXELS,
+        [
+            base64.b64encode(png).decode(),
+            int(box["x"]) + 370,
+            int(box["y"]) + 24,
+            int(box["width"]) - 380,
+            int(box["height"]) - 26,
+        ],
+    )
     assert pix["green"] > 500 and pix["magenta"] == 0, pix
     # the wheel zooms in: fewer kernels in view
     page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + 30)
@@ -147,7 +176,7 @@ def test_a_merged_nanotrace_shows_its_ctas_and_warps_under_the_stream(store, ui,
 
 def test_a_kernel_of_the_flame_graph_is_marked_on_the_timeline(store, ui, page):
     out, name, slices = store
-    page.goto(ui.url)   # the store is young: the page opens on all of it
+    page.goto(ui.url)  # the store is young: the page opens on all of it
     wait_counter(page, "renders", 0)
     page.click(f'#flame g[name="{CU}"]')
     page.wait_for_selector("#timeline-frame:not([hidden])")
@@ -161,8 +190,16 @@ def test_a_kernel_of_the_flame_graph_is_marked_on_the_timeline(store, ui, page):
     assert int(info.get_attribute("data-lit")) == want
     png = page.screenshot(path=str(SCREENSHOTS / "timeline.png"))
     box = page.locator("#timeline-canvas").bounding_box()
-    pix = page.evaluate(_PIXELS, [base64.b64encode(png).decode(), int(box["x"]) + 370, int(box["y"]) + 24,
-                                  int(box["width"]) - 380, int(box["height"]) - 26])
+    pix = page.evaluate(
+        _PIXELS,
+        [
+            base64.b64encode(png).decode(),
+            int(box["x"]) + 370,
+            int(box["y"]) + 24,
+            int(box["width"]) - 380,
+            int(box["height"]) - 26,
+        ],
+    )
     assert pix["magenta"] > 100, pix
     # a function frame offers no timeline (only kernels run on the GPU)
     page.click("nav .tab[data-tab=flame]")
@@ -177,13 +214,14 @@ def test_a_bad_trace_name_or_file_is_one_clear_error(store, ui):
     status, _, body = http_get(ui.port, "/api/timeline?file=gpu-20260101T000000-000000000.perfetto-trace")
     assert status == 404 and b"no trace" in body, body
     bad = out / "gpu-20260101T000000-000000001.perfetto-trace"
-    bad.write_bytes(b"\x0a\xff\xff\xff\x7f" + b"x" * 100)    # a packet longer than the file
+    bad.write_bytes(b"\x0a\xff\xff\xff\x7f" + b"x" * 100)  # a packet longer than the file
     try:
         import time
-        time.sleep(1.1)   # the listing is reused for a second
+
+        time.sleep(1.1)  # the listing is reused for a second
         status, _, body = http_get(ui.port, f"/api/timeline?file={bad.name}")
         assert status == 400 and b"not a Perfetto trace" in body, body
-        assert http_get(ui.port, f"/api/timeline?file={name}")[0] == 200   # still serving
+        assert http_get(ui.port, f"/api/timeline?file={name}")[0] == 200  # still serving
     finally:
         bad.unlink()
 
@@ -195,19 +233,31 @@ def test_the_reader_gives_each_kernel_its_row_and_counts_what_it_cuts(tmp_path):
     from gpu_agent.probes.devices import GpuDevice
     from gpu_agent.timeline.model import KernelEvent, Timeline
     from gpu_agent.outputs.ui.timeline import read_kernels
+
     t0 = 1_760_000_000_000_000_000
-    kernels = [KernelEvent(42, t0 + 1000 * i, t0 + 1000 * i + 500 + i, f"k{i % 3}", f"_Z2k{i % 3}v", 0,
-                           7 if i % 2 else 13, 1, i + 1) for i in range(10)]
-    tl = Timeline(host="h", started_ns=t0, ended_ns=t0 + 10**6, processes={42: "python"},
-                  devices={(42, 0): GpuDevice(0, "GPU-x", "H100")}, kernels=kernels)
+    kernels = [
+        KernelEvent(
+            42, t0 + 1000 * i, t0 + 1000 * i + 500 + i, f"k{i % 3}", f"_Z2k{i % 3}v", 0, 7 if i % 2 else 13, 1, i + 1
+        )
+        for i in range(10)
+    ]
+    tl = Timeline(
+        host="h",
+        started_ns=t0,
+        ended_ns=t0 + 10**6,
+        processes={42: "python"},
+        devices={(42, 0): GpuDevice(0, "GPU-x", "H100")},
+        kernels=kernels,
+    )
     write_perfetto(tl, tmp_path / "t.perfetto-trace")
     data = (tmp_path / "t.perfetto-trace").read_bytes()
     r = read_kernels(data)
     assert r["rows"] == ["python (42) · GPU 0 · stream 7", "python (42) · GPU 0 · stream 13"]
     assert r["total"] == 10 and not r["truncated"] and r["start_ns"] == t0
     got = sorted((r["rows"][row], start, dur, r["names"][n]) for row, start, dur, n in r["kernels"])
-    want = sorted((f"python (42) · GPU 0 · stream {7 if i % 2 else 13}", 1000 * i, 500 + i, f"k{i % 3}")
-                  for i in range(10))
+    want = sorted(
+        (f"python (42) · GPU 0 · stream {7 if i % 2 else 13}", 1000 * i, 500 + i, f"k{i % 3}") for i in range(10)
+    )
     assert got == want
     cut = read_kernels(data, max_kernels=4)
     assert cut["total"] == 10 and len(cut["kernels"]) == 4 and cut["truncated"]
@@ -221,11 +271,22 @@ def test_the_reader_puts_in_kernel_tracks_below_their_stream(tmp_path):
     from gpu_agent.probes.devices import GpuDevice
     from gpu_agent.timeline.model import KernelEvent, Timeline
     from gpu_agent.outputs.ui.timeline import read_kernels
+
     t0 = 1_760_000_000_000_000_000
-    kernels = [KernelEvent(42, t0 + 10_000 * i, t0 + 10_000 * i + 5_000, "gemm(float*)", "_Z4gemmPf", 0,
-                           7 if i % 2 else 13, 1, i + 1) for i in range(4)]
-    tl = Timeline(host="h", started_ns=t0, ended_ns=t0 + 10**6, processes={42: "python"},
-                  devices={(42, 0): GpuDevice(0, "GPU-x", "H100")}, kernels=kernels)
+    kernels = [
+        KernelEvent(
+            42, t0 + 10_000 * i, t0 + 10_000 * i + 5_000, "gemm(float*)", "_Z4gemmPf", 0, 7 if i % 2 else 13, 1, i + 1
+        )
+        for i in range(4)
+    ]
+    tl = Timeline(
+        host="h",
+        started_ns=t0,
+        ended_ns=t0 + 10**6,
+        processes={42: "python"},
+        devices={(42, 0): GpuDevice(0, "GPU-x", "H100")},
+        kernels=kernels,
+    )
     for n in (1, 2):
         (tmp_path / f"{n}.nanotrace").write_bytes(v1_file(kernel="gemm"))
     place_all(tl, [Spec(str(tmp_path / "1.nanotrace"), 1), Spec(str(tmp_path / "2.nanotrace"), 2)])
@@ -233,8 +294,21 @@ def test_the_reader_puts_in_kernel_tracks_below_their_stream(tmp_path):
     r = read_kernels((tmp_path / "t.perfetto-trace").read_bytes())
     assert r["total"] == 4 and len(r["kernels"]) == 4 and len(r["inkernel"]) == r["inkernel_total"] == 16
     assert [(n.split(" · ")[-1] if not dp else n.split(": ")[-1], dp) for n, dp in zip(r["rows"], r["depth"])] == [
-        ("stream 7", 0), ("CTA 0", 1), ("Warp 0", 2), ("Warp 32", 2), ("CTA 1", 1), ("Warp 0", 2), ("Warp 32", 2),
-        ("stream 13", 0), ("CTA 0", 1), ("Warp 0", 2), ("Warp 32", 2), ("CTA 1", 1), ("Warp 0", 2), ("Warp 32", 2)]
+        ("stream 7", 0),
+        ("CTA 0", 1),
+        ("Warp 0", 2),
+        ("Warp 32", 2),
+        ("CTA 1", 1),
+        ("Warp 0", 2),
+        ("Warp 32", 2),
+        ("stream 13", 0),
+        ("CTA 0", 1),
+        ("Warp 0", 2),
+        ("Warp 32", 2),
+        ("CTA 1", 1),
+        ("Warp 0", 2),
+        ("Warp 32", 2),
+    ]
     assert r["parent"][:4] == [-1, 0, 1, 1]
     for row, start, dur, _ in r["inkernel"]:
         stream = row

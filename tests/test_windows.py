@@ -24,8 +24,7 @@ import sys
 
 import pytest
 
-from support.env import (BENCH_SHIM, MOCK_APP, REPO, agent_cmd, ground_truth, mock_env, need_ebpf,
-                      shim_without_cbid)
+from support.env import BENCH_SHIM, MOCK_APP, REPO, agent_cmd, ground_truth, mock_env, need_ebpf, shim_without_cbid
 from support.pprof_tool import raw
 from support.windows import KERNEL, kernel_totals, shim_exit_stats
 
@@ -43,13 +42,32 @@ def record(tmp_path, *mock_args, shim=None, launches=LAUNCHES, rate=RATE, **env)
     out = tmp_path / "w.pb.gz"
     e = mock_env(gt, GPU_AGENT_WINDOW_MS="20", GPU_AGENT_DEBUG="1", **env)
     shim_args = ["--shim", shim] if shim else []
-    p = subprocess.run(agent_cmd("record", "--duty-cycle", str(N), *shim_args, "-o", out, "--",
-                                 MOCK_APP, "--bench", str(launches), "--rate", str(rate), *mock_args),
-                       env=e, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        agent_cmd(
+            "record",
+            "--duty-cycle",
+            str(N),
+            *shim_args,
+            "-o",
+            out,
+            "--",
+            MOCK_APP,
+            "--bench",
+            str(launches),
+            "--rate",
+            str(rate),
+            *mock_args,
+        ),
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     # Every kernel sample says its numbers are estimates.
-    assert all(s.labels.get("gpu_time_estimated") == "true"
-               for s in raw(out) if s.files and s.files[0] == "CUDA_KERNEL")
+    assert all(
+        s.labels.get("gpu_time_estimated") == "true" for s in raw(out) if s.files and s.files[0] == "CUDA_KERNEL"
+    )
     return kernel_totals(out), ground_truth(gt), p.stderr
 
 
@@ -158,8 +176,14 @@ def test_windows_that_slow_launches_do_not_bias_the_estimate(tmp_path, built, ca
     free on this 2-core VM, where the agent's work after each window slows the
     loop between windows more than in the count phase before the next)."""
     need_ebpf()
-    prof, truth, err = record(tmp_path, "--spin-ns", "4000", rate=0, MOCK_CUPTI_ACTIVITY_LAUNCH_NS="8000",
-                              MOCK_CUPTI_CALLBACK_NS=str(callback_ns))
+    prof, truth, err = record(
+        tmp_path,
+        "--spin-ns",
+        "4000",
+        rate=0,
+        MOCK_CUPTI_ACTIVITY_LAUNCH_NS="8000",
+        MOCK_CUPTI_CALLBACK_NS=str(callback_ns),
+    )
     true_launches = truth[KERNEL][0]
     windowed = shim_exit_stats(err)["launches"]
     assert N * windowed < 0.75 * true_launches, (windowed, true_launches)  # the bias is there
@@ -192,8 +216,12 @@ def test_launches_no_callback_sees_are_counted_and_weigh_n(tmp_path, built):
     assert st["unseen"] == st["records"], st
     # ...and names the kernels whose launches it did not see: the bench's kernel,
     # and the warm-up launch's if a window was open at the start.
-    named = dict((k, int(n)) for k, n in re.findall(
-        r"(\S+) \((\d+)\)", re.search(r"unseen launches \(pid \d+\), first kernels: (.*)", err).group(1)))
+    named = dict(
+        (k, int(n))
+        for k, n in re.findall(
+            r"(\S+) \((\d+)\)", re.search(r"unseen launches \(pid \d+\), first kernels: (.*)", err).group(1)
+        )
+    )
     assert set(named) <= {KERNEL, "_Z18k_cudaLaunchKernelPfi"} and sum(named.values()) == st["records"], named
     est_launches = prof[KERNEL][1]
     assert est_launches == N * named[KERNEL], (est_launches, named)
@@ -208,8 +236,9 @@ def test_a_job_whose_launch_rate_changes_is_weighed_period_by_period(tmp_path, b
     +0.4 % (rates since attach). Each period's records weighed by that period's
     own launches / windowed launches land within a few hundredths of a percent."""
     need_ebpf()
-    prof, truth, err = record(tmp_path, "--warm", "40000", "--warm-rate", "20000",
-                              MOCK_CUPTI_ACTIVITY_LAUNCH_NS="8000", **COUNTED)
+    prof, truth, err = record(
+        tmp_path, "--warm", "40000", "--warm-rate", "20000", MOCK_CUPTI_ACTIVITY_LAUNCH_NS="8000", **COUNTED
+    )
     true_launches = truth[KERNEL][0]
     assert int(re.search(r"(\d+) after the last window", err).group(1)) == 0, err[-2000:]
     est_launches = prof[KERNEL][1]
@@ -226,8 +255,9 @@ def test_records_completing_periods_after_their_launch_keep_their_periods_weight
     without launches after every 60 ms. The per-period rule reads within 0.04 %;
     weighing each record by the period it completes in read -5 % to +21 %."""
     need_ebpf()
-    prof, truth, err = record(tmp_path, "--gap-ms", "40", "--gap-every-ms", "60",
-                              MOCK_CUPTI_RECORD_LAG_MS="150", **COUNTED)
+    prof, truth, err = record(
+        tmp_path, "--gap-ms", "40", "--gap-every-ms", "60", MOCK_CUPTI_RECORD_LAG_MS="150", **COUNTED
+    )
     assert int(re.search(r"(\d+) after the last window", err).group(1)) == 0, err[-2000:]
     est_launches = prof[KERNEL][1]
     true_launches = truth[KERNEL][0]
@@ -245,8 +275,9 @@ def test_launches_at_a_window_edge_are_not_the_windows(tmp_path, built, counted)
     need_ebpf()
     env = dict(COUNTED) if counted else {}
     torn = {} if counted else {"MOCK_CUPTI_FINALIZE_US": "0"}  # as in the test above
-    prof, truth, err = record(tmp_path, *(() if counted else ("--block", "250")),
-                              MOCK_CUPTI_SWITCH_US="5000", **torn, **env)
+    prof, truth, err = record(
+        tmp_path, *(() if counted else ("--block", "250")), MOCK_CUPTI_SWITCH_US="5000", **torn, **env
+    )
     outside = int(re.search(r"(\d+) records of launches outside windows", err).group(1))
     st = shim_exit_stats(err)
     # Both edges of every window let launches in: dropped, counted, not unseen.
@@ -256,7 +287,10 @@ def test_launches_at_a_window_edge_are_not_the_windows(tmp_path, built, counted)
     # (torn down, the count phase's rate, stalled 5 ms at each switch, wanders more:
     # -3.7 % once under a full suite on this 2-core VM)
     assert abs(est_launches / true_launches - 1) < (0.005 if counted else 0.05), (
-        est_launches, true_launches, err[-1500:])
+        est_launches,
+        true_launches,
+        err[-1500:],
+    )
 
 
 def short_run(tmp_path, i: int, launches: int) -> tuple[int, int, int, int]:
@@ -266,12 +300,17 @@ def short_run(tmp_path, i: int, launches: int) -> tuple[int, int, int, int]:
     gt = tmp_path / f"truth{i}.tsv"
     out = tmp_path / f"short{i}.pb.gz"
     e = mock_env(gt, GPU_AGENT_WINDOW_MS="20", GPU_AGENT_DEBUG="1", **COUNTED)
-    p = subprocess.run(agent_cmd("record", "--duty-cycle", "50", "-o", out, "--", MOCK_APP,
-                                 "--bench", str(launches), "--rate", str(RATE)),
-                       env=e, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        agent_cmd(
+            "record", "--duty-cycle", "50", "-o", out, "--", MOCK_APP, "--bench", str(launches), "--rate", str(RATE)
+        ),
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
-    m = re.search(r"(\d+) after the last window, .* (\d+) launches joined to the window before them",
-                  p.stderr)
+    m = re.search(r"(\d+) after the last window, .* (\d+) launches joined to the window before them", p.stderr)
     assert m, p.stderr[-2000:]
     est_launches = kernel_totals(out).get(KERNEL, [0, 0])[1]
     return ground_truth(gt)[KERNEL][0], est_launches, int(m.group(1)), int(m.group(2))
@@ -314,11 +353,18 @@ def test_launches_before_any_window_are_counted(tmp_path, built):
     one = shlex.join([str(MOCK_APP), "--bench", "30000", "--rate", str(RATE)])
     script = "; ".join(f"MOCK_CUDA_GROUND_TRUTH={gt} {one} || exit 1" for gt in gts)
     e = mock_env(GPU_AGENT_WINDOW_MS="20", GPU_AGENT_DEBUG="1", **COUNTED)
-    p = subprocess.run(agent_cmd("record", "--duty-cycle", "50", "-o", out, "--", "sh", "-c", script),
-                       env=e, capture_output=True, text=True, timeout=180)
+    p = subprocess.run(
+        agent_cmd("record", "--duty-cycle", "50", "-o", out, "--", "sh", "-c", script),
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert p.returncode == 0, p.stderr
-    after = {m.group(1): int(m.group(2)) for m in
-             re.finditer(r"exit \(pid (\d+)\):.* (\d+) after the last window, ", p.stderr)}
+    after = {
+        m.group(1): int(m.group(2))
+        for m in re.finditer(r"exit \(pid (\d+)\):.* (\d+) after the last window, ", p.stderr)
+    }
     est: dict[str, int] = {}
     for s in raw(out):
         if s.files and s.files[0] == "CUDA_KERNEL" and (s.system_names[0] or s.frames[0]) == KERNEL:
@@ -337,8 +383,13 @@ def test_record_defaults_to_continuous_exact_collection(tmp_path, built):
     out = tmp_path / "x.pb.gz"
     env = mock_env(gt)
     del env["GPU_AGENT_DUTY_CYCLE"]  # the shim's own default is 10; record asks for 1
-    p = subprocess.run(agent_cmd("record", "-o", out, "--", MOCK_APP, "--bench", "20000"),
-                       env=env, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        agent_cmd("record", "-o", out, "--", MOCK_APP, "--bench", "20000"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     ns, launches = kernel_totals(out)[KERNEL]
     assert (launches, ns) == ground_truth(gt)[KERNEL]
@@ -346,8 +397,13 @@ def test_record_defaults_to_continuous_exact_collection(tmp_path, built):
 
 
 def test_bad_duty_cycle_is_one_clear_line(tmp_path, built):
-    p = subprocess.run(agent_cmd("record", "--duty-cycle", "0", "-o", tmp_path / "x", "--", "true"),
-                       env=mock_env(), capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        agent_cmd("record", "--duty-cycle", "0", "-o", tmp_path / "x", "--", "true"),
+        env=mock_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and "--duty-cycle" in p.stderr
 
 
@@ -361,9 +417,15 @@ def test_reused_correlation_ids_do_not_join_stale_samples(tmp_path, built):
     need_ebpf()
     out = tmp_path / "s.pb.gz"
     env = mock_env(MOCK_CUPTI_CORR_RESTART="1", GPU_AGENT_WINDOW_MS="20", GPU_AGENT_DEBUG="1")
-    p = subprocess.run(agent_cmd("record", "--duty-cycle", str(N), "-o", out, "--", sys.executable,
-                                 REPO / "tests" / "py_sites.py", "3"),
-                       env=env, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        agent_cmd(
+            "record", "--duty-cycle", str(N), "-o", out, "--", sys.executable, REPO / "tests" / "py_sites.py", "3"
+        ),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     collected = shim_exit_stats(p.stderr)["launches"]
     joined = int(re.search(r"samples=(\d+)", p.stderr).group(1))  # records joined to a sample
@@ -382,8 +444,9 @@ def test_exp_toggle_alternates_attached_and_detached(tmp_path, built):
     one agent the shim attaches for ON ms, then detaches for OFF ms, over and over,
     and while detached it collects nothing (its records stop with its launches seen)."""
     need_ebpf()
-    _, _, err = record(tmp_path, shim=str(BENCH_SHIM), GPU_AGENT_EXP_TOGGLE_MS="200:400",
-                       GPU_AGENT_POLL_MS="10", **COUNTED)
+    _, _, err = record(
+        tmp_path, shim=str(BENCH_SHIM), GPU_AGENT_EXP_TOGGLE_MS="200:400", GPU_AGENT_POLL_MS="10", **COUNTED
+    )
     attaches = len(re.findall(r"gpu-agent-shim: attached \(", err))
     detaches = len(re.findall(r"gpu-agent-shim: detached \(pid \d+\): agent gone", err))
     # 3 s of 600 ms cycles: about 5 of each (the first attach waits for CUDA to start).

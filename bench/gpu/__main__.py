@@ -46,9 +46,23 @@ def smoke(a) -> None:
                 Path(a.timeline).mkdir(parents=True, exist_ok=True)
                 tl = ["--trace", f"{a.timeline}/{w}.perfetto-trace", "--events", f"{a.timeline}/{w}.ndjson"]
             t0 = time.time_ns()
-            p = subprocess.run([sys.executable, "-m", "gpu_agent", "record", "-o", str(prof), *tl, "--",
-                                *case_command(w, steps=max(1, STEPS[w] // 8), repeats=1, wait=0)],
-                               env=clean_env(), capture_output=True, text=True, timeout=600)
+            p = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "gpu_agent",
+                    "record",
+                    "-o",
+                    str(prof),
+                    *tl,
+                    "--",
+                    *case_command(w, steps=max(1, STEPS[w] // 8), repeats=1, wait=0),
+                ],
+                env=clean_env(),
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             t1 = time.time_ns()
             status = [ln for ln in p.stderr.splitlines() if ln.startswith("gpu-agent: ")]
             if p.returncode != 0 or not prof.exists():
@@ -60,9 +74,11 @@ def smoke(a) -> None:
             py = python_share(prof)
             good = gpu_ns > 0 and (py > 0.99 or w == "driver-graph")
             ok &= good
-            print(f"{w}: {'ok' if good else 'FAILED'}: {len(kernels)} kernels, "
-                  f"{sum(v[1] for v in kernels.values())} launches, {gpu_ns / 1e6:.1f} ms GPU, "
-                  f"{py:.1%} of it under Python frames; {status[-1] if status else ''}")
+            print(
+                f"{w}: {'ok' if good else 'FAILED'}: {len(kernels)} kernels, "
+                f"{sum(v[1] for v in kernels.values())} launches, {gpu_ns / 1e6:.1f} ms GPU, "
+                f"{py:.1%} of it under Python frames; {status[-1] if status else ''}"
+            )
             if a.timeline and p.returncode == 0:
                 good &= timeline_check(w, Path(f"{a.timeline}/{w}.ndjson"), kernels, t0, t1)
                 ok &= good
@@ -77,24 +93,32 @@ def timeline_check(w: str, path: Path, kernels: dict, t0: int, t1: int) -> bool:
     """record --events against the same run's profile: every kernel once, on the
     wall clock, with the devices' identity and the stacks it should have."""
     import json
+
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     head, ks = lines[0], [x for x in lines if x["type"] == "kernel"]
     launches = sum(v[1] for v in kernels.values())
     on_clock = sum(t0 <= k["start_ns"] <= k["end_ns"] <= t1 for k in ks)
     graph = [k for k in ks if k.get("graph_id")]
     eager = [k for k in ks if not k.get("graph_id")]
-    good = (len(ks) == launches and on_clock == len(ks) and head["clock"] == "CLOCK_REALTIME"
-            and all(d["uuid"].startswith("GPU-") for d in head["devices"]) and head["devices"]
-            and all(k.get("stack_id") for k in graph))
-    print(f"  timeline {w}: {'ok' if good else 'FAILED'}: {len(ks)} kernel events for {launches} "
-          f"launches in the profile, {on_clock} inside the run's wall-clock span, devices "
-          f"{[(d['uuid'], d['model']) for d in head['devices']]}, {len(graph)} graph kernels "
-          f"({sum(bool(k.get('stack_id')) for k in graph)} with a capture stack, "
-          f"{sum(bool(k.get('replay_stack_id')) for k in graph)} with a replay site), "
-          f"{len(eager)} other kernels ({sum(bool(k.get('stack_id')) for k in eager)} with a sampled "
-          f"launch stack, {sum(bool(k.get('launch_ns')) for k in eager)} with a flow), "
-          f"{sum(x['type'] == 'callstack_def' for x in lines)} distinct stacks, "
-          f"{path.stat().st_size / 1e6:.1f} MB; drops {[x for x in lines if x['type'] == 'drop']}")
+    good = (
+        len(ks) == launches
+        and on_clock == len(ks)
+        and head["clock"] == "CLOCK_REALTIME"
+        and all(d["uuid"].startswith("GPU-") for d in head["devices"])
+        and head["devices"]
+        and all(k.get("stack_id") for k in graph)
+    )
+    print(
+        f"  timeline {w}: {'ok' if good else 'FAILED'}: {len(ks)} kernel events for {launches} "
+        f"launches in the profile, {on_clock} inside the run's wall-clock span, devices "
+        f"{[(d['uuid'], d['model']) for d in head['devices']]}, {len(graph)} graph kernels "
+        f"({sum(bool(k.get('stack_id')) for k in graph)} with a capture stack, "
+        f"{sum(bool(k.get('replay_stack_id')) for k in graph)} with a replay site), "
+        f"{len(eager)} other kernels ({sum(bool(k.get('stack_id')) for k in eager)} with a sampled "
+        f"launch stack, {sum(bool(k.get('launch_ns')) for k in eager)} with a flow), "
+        f"{sum(x['type'] == 'callstack_def' for x in lines)} distinct stacks, "
+        f"{path.stat().st_size / 1e6:.1f} MB; drops {[x for x in lines if x['type'] == 'drop']}"
+    )
     return good
 
 
@@ -102,64 +126,93 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.gpu", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     o = sub.add_parser("overhead", help=overhead.__doc__.split("\n")[0])
-    o.add_argument("--method", choices=["sep", "pair", "timeline", "residual", "events", "inprocess"],
-                   default="sep")
+    o.add_argument("--method", choices=["sep", "pair", "timeline", "residual", "events", "inprocess"], default="sep")
     o.add_argument("--periods", type=int, default=6, help="--method inprocess: attach/detach periods")
     o.add_argument("--on", type=float, default=10.0, help="--method inprocess: seconds the agent watches")
     o.add_argument("--off", type=float, default=6.0, help="--method inprocess: seconds without agent")
-    o.add_argument("--toggle", action="store_true",
-                   help="--method inprocess: one agent throughout; the shim (benchmark build) acts detached "
-                        "for --off s of every --on + --off (GPU_AGENT_EXP_TOGGLE_MS)")
+    o.add_argument(
+        "--toggle",
+        action="store_true",
+        help="--method inprocess: one agent throughout; the shim (benchmark build) acts detached "
+        "for --off s of every --on + --off (GPU_AGENT_EXP_TOGGLE_MS)",
+    )
     o.add_argument("--settle", type=float, default=1.0, help="--method inprocess: attached blocks skipped (s)")
     o.add_argument("--shim-env", default="", help="--method inprocess: shim settings, K=V,K=V")
     o.add_argument("--control-cpus", default="", help="--method inprocess: a process without the shim here")
     o.add_argument("--seconds", type=float, default=40.0, help="--method timeline: the loop's length")
     o.add_argument("--rounds", type=int, default=6)
     o.add_argument("--workloads", default="eager,mlp,graph,compiled,driver-graph,mlp-x4")
-    o.add_argument("--configs", default="baseline,shim,agent",
-                   help=f"comma-separated, from: {', '.join(overhead.CONFIGS)}")
+    o.add_argument(
+        "--configs", default="baseline,shim,agent", help=f"comma-separated, from: {', '.join(overhead.CONFIGS)}"
+    )
     o.add_argument("--wait", type=float, default=3.0, help="seconds before timing (steady state)")
     o.add_argument("--repeats", type=int, default=5, help="timed blocks per process (median)")
     o.add_argument("--scale", type=float, default=1.0, help="times the steps per block (2.4 s at 1)")
     o.add_argument("--cpus", default="", help="pin the case processes here (e.g. 2-5)")
     o.add_argument("--agent-cpus", default="", help="pin the agent here (e.g. 8-11)")
-    o.add_argument("--agent-settle", type=float, default=5.0,
-                   help="seconds between the agent watching and the first case")
+    o.add_argument(
+        "--agent-settle", type=float, default=5.0, help="seconds between the agent watching and the first case"
+    )
     o.add_argument("--tag", default="", help="prefix of this invocation's round names")
     o.add_argument("--verbose", action="store_true", help="print the agent's last lines at its stop")
     f = sub.add_parser("fidelity", help=fidelity.__doc__.split("\n")[0])
     f.add_argument("--workloads", default="graph,driver-graph,mlp,eager,compiled,mlp-x4")
     f.add_argument("--steps", type=int, default=0, help="steps per run (default: per case)")
-    f.add_argument("--run-seconds", type=float, default=0,
-                   help="steps for about this long a run (from the 2.4 s blocks of bench/gpu/cases.py)")
+    f.add_argument(
+        "--run-seconds",
+        type=float,
+        default=0,
+        help="steps for about this long a run (from the 2.4 s blocks of bench/gpu/cases.py)",
+    )
     f.add_argument("--run", action="store_true", help="also under `gpu-agent run` (defaults)")
     f.add_argument("--record-runs", type=int, default=2, help="windowed `record` runs per case")
     f.add_argument("--budget", default="2", help="windowed runs: the cost budget, percent (run's default)")
     f.add_argument("--duty", type=int, default=0, help="windowed runs: one window in N instead of the budget")
-    f.add_argument("--continuous-runs", type=int, default=2, choices=[1, 2],
-                   help="continuous runs per case (2: their spread is the truth's noise)")
+    f.add_argument(
+        "--continuous-runs",
+        type=int,
+        default=2,
+        choices=[1, 2],
+        help="continuous runs per case (2: their spread is the truth's noise)",
+    )
     f.add_argument("--audit", action="store_true", help="truth from the same run's full trace")
     f.add_argument("--shares", action="store_true", help="per-stack shares of the sites case")
     f.add_argument("--intervals", action="store_true", help="per-interval spread under `run`")
-    f.add_argument("--flood", action="store_true",
-                   help="CUPTI short of buffers: recorded + [dropped: cupti] launches = launches made")
+    f.add_argument(
+        "--flood",
+        action="store_true",
+        help="CUPTI short of buffers: recorded + [dropped: cupti] launches = launches made",
+    )
     f.add_argument("--seconds", type=float, default=40.0, help="--intervals: how long")
-    f.add_argument("--debug", action="store_true",
-                   help="the shim's exit lines too, and its period lines set beside the loop")
+    f.add_argument(
+        "--debug", action="store_true", help="the shim's exit lines too, and its period lines set beside the loop"
+    )
     f.add_argument("--keep", default="", metavar="DIR", help="copy the runs' profiles here")
-    f.add_argument("--shim-env", default="", metavar="K=V,K=V",
-                   help="windowed runs: shim settings (an experiment's GPU_AGENT_EXP_* takes the benchmark build)")
+    f.add_argument(
+        "--shim-env",
+        default="",
+        metavar="K=V,K=V",
+        help="windowed runs: shim settings (an experiment's GPU_AGENT_EXP_* takes the benchmark build)",
+    )
     s = sub.add_parser("smoke", help="one short `gpu-agent record` per case")
     s.add_argument("--workloads", default="eager,graph,driver-graph")
-    s.add_argument("--timeline", default="", metavar="DIR",
-                   help="also record --trace/--events into DIR and check them against the profile")
+    s.add_argument(
+        "--timeline",
+        default="",
+        metavar="DIR",
+        help="also record --trace/--events into DIR and check them against the profile",
+    )
     fr = sub.add_parser("fault", help=fault_run.__doc__.split("\n")[0])
     fr.add_argument("out", help="directory for its profiles, stderr and fault.jsonl")
     fr.add_argument("--cycles", type=int, default=1000, help="teardowns before the graph thread starts")
     g = sub.add_parser("globaltimer", help=globaltimer.__doc__.split("\n")[0])
     g.add_argument("--launches", type=int, default=200, help="launches of the stamping kernel")
-    g.add_argument("--gap-seconds", type=int, default=0,
-                   help="the second half of the launches this long after the first (the clocks' drift)")
+    g.add_argument(
+        "--gap-seconds",
+        type=int,
+        default=0,
+        help="the second half of the launches this long after the first (the clocks' drift)",
+    )
     t = sub.add_parser("table", help="print the overhead table of --jsonl")
     for p in (o, f, g, t):
         p.add_argument("--jsonl", default="bench-gpu.jsonl", help="results, appended")

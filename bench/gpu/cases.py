@@ -43,9 +43,19 @@ import time
 from pathlib import Path
 
 # Steps per timed block: about 2.4 s each on an H200 (the issue-17 method).
-STEPS = {"eager": 16000, "mlp": 16000, "graph": 45000, "compiled": 24000,
-         "driver-graph": 45000, "mlp-x4": 4000, "mlp-x10": 2000, "sites": 16000,
-         "launch": 400000, "matmul": 8000, "llama": 40}
+STEPS = {
+    "eager": 16000,
+    "mlp": 16000,
+    "graph": 45000,
+    "compiled": 24000,
+    "driver-graph": 45000,
+    "mlp-x4": 4000,
+    "mlp-x10": 2000,
+    "sites": 16000,
+    "launch": 400000,
+    "matmul": 8000,
+    "llama": 40,
+}
 WORKLOADS = list(STEPS)
 
 
@@ -55,6 +65,7 @@ class TinyMLP:
     @staticmethod
     def build(width=1024, depth=6):
         import torch
+
         layers = [m for _ in range(depth) for m in (torch.nn.Linear(width, width), torch.nn.GELU())]
         return torch.nn.Sequential(*layers).cuda().half()
 
@@ -62,6 +73,7 @@ class TinyMLP:
 def capture_graph(model, x):
     """Warm up on a side stream, then capture one forward pass (torch's recipe)."""
     import torch
+
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -85,8 +97,10 @@ def site_b(x, y):
 
 def make_step(workload: str):
     import torch
+
     torch.manual_seed(0)
     if workload == "compiled":
+
         @torch.compile
         def fused(a, b):
             return torch.nn.functional.gelu(a * 1.5 + b) * 0.5
@@ -97,6 +111,7 @@ def make_step(workload: str):
         def step():
             for _ in range(10):
                 fused(a, b)
+
         return step
     if workload == "sites":
         x = torch.zeros(4096, device="cuda")
@@ -105,6 +120,7 @@ def make_step(workload: str):
         def step():
             site_a(x, y)
             site_b(x, y)
+
         return step
     if workload == "matmul":
         a = torch.randn(4096, 4096, device="cuda", dtype=torch.half)
@@ -112,18 +128,26 @@ def make_step(workload: str):
         return lambda: torch.mm(a, b)
     if workload == "llama":
         from transformers import LlamaConfig, LlamaForCausalLM
-        cfg = LlamaConfig(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
-                          num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=512)
+
+        cfg = LlamaConfig(
+            vocab_size=32000,
+            hidden_size=1024,
+            intermediate_size=2816,
+            num_hidden_layers=8,
+            num_attention_heads=16,
+            num_key_value_heads=4,
+            max_position_embeddings=512,
+        )
         model = LlamaForCausalLM(cfg).cuda().half().eval()
         ids = torch.randint(0, 32000, (1, 16), device="cuda")
-        return lambda: model.generate(ids, max_new_tokens=32, min_new_tokens=32, do_sample=False,
-                                      pad_token_id=0)
+        return lambda: model.generate(ids, max_new_tokens=32, min_new_tokens=32, do_sample=False, pad_token_id=0)
     if workload == "eager":
         x = torch.zeros(1024, device="cuda")
 
         def step():
             for _ in range(20):
                 x.add_(1.0)
+
         return step
     model = TinyMLP.build()
     x = torch.randn(16, 1024, device="cuda", dtype=torch.half)
@@ -151,6 +175,7 @@ def thread_cpu_s() -> dict:
 
 def time_blocks(step, steps: int, repeats: int) -> list[float]:
     import torch
+
     for _ in range(max(1, steps // 8)):  # warm-up: allocator, cuBLAS heuristics, Triton
         step()
     torch.cuda.synchronize()
@@ -169,8 +194,15 @@ class ShimState:
 
     def __init__(self):
         import ctypes
-        path = next((ln.split()[-1] for ln in Path("/proc/self/maps").read_text().splitlines()
-                     if "gpu_agent_shim" in ln and ln.split()[-1].endswith(".so")), None)
+
+        path = next(
+            (
+                ln.split()[-1]
+                for ln in Path("/proc/self/maps").read_text().splitlines()
+                if "gpu_agent_shim" in ln and ln.split()[-1].endswith(".so")
+            ),
+            None,
+        )
         self.lib = ctypes.CDLL(path) if path else None
         if self.lib:
             self.lib.gpu_agent_shim_counter.restype = ctypes.c_uint64
@@ -196,6 +228,7 @@ def trace_blocks(step, steps: int, seconds: float) -> list[list]:
     """Blocks of `steps` steps for `seconds`: [monotonic s at the end, µs per step,
     attached, teardowns so far, windows opened so far] each."""
     import torch
+
     for _ in range(max(1, steps // 2)):
         step()
     torch.cuda.synchronize()
@@ -215,14 +248,20 @@ def main(argv=None) -> None:
     ap.add_argument("workload", choices=[w for w in WORKLOADS if w not in ("driver-graph", "launch")])
     ap.add_argument("--steps", type=int, default=0, help="steps per block (default: the table)")
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--wait", type=float, default=3.0,
-                    help="seconds between building the workload and timing it")
-    ap.add_argument("--torch-profiler", action="store_true",
-                    help="time it under torch.profiler (CPU + CUDA activities)")
-    ap.add_argument("--trace", type=float, default=0, metavar="SECONDS",
-                    help="time blocks of --steps steps for SECONDS, each with the shim's state")
+    ap.add_argument("--wait", type=float, default=3.0, help="seconds between building the workload and timing it")
+    ap.add_argument(
+        "--torch-profiler", action="store_true", help="time it under torch.profiler (CPU + CUDA activities)"
+    )
+    ap.add_argument(
+        "--trace",
+        type=float,
+        default=0,
+        metavar="SECONDS",
+        help="time blocks of --steps steps for SECONDS, each with the shim's state",
+    )
     a = ap.parse_args(argv)
     import torch
+
     with torch.no_grad():
         step = make_step(a.workload)
         step()
@@ -237,19 +276,31 @@ def main(argv=None) -> None:
         steps = a.steps or STEPS[a.workload]
         if a.torch_profiler:
             from torch.profiler import ProfilerActivity, profile
+
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
                 blocks = time_blocks(step, steps, a.repeats)
         else:
             blocks = time_blocks(step, steps, a.repeats)
     t_end = time.monotonic()  # after the last block's synchronize
     wall = t_end - t0
-    print(json.dumps({
-        "workload": a.workload, "steps": steps, "monotonic_s": [round(t0, 6), round(t_end, 6)],
-        "us_per_step": round(statistics.median(blocks), 3),
-        "us_mean": round(statistics.fmean(blocks), 3), "blocks": [round(b, 3) for b in blocks],
-        "thread_cpu_pct": {k: round(100 * (v - cpu0.get(k, 0.0)) / wall, 3)
-                           for k, v in thread_cpu_s().items() if v - cpu0.get(k, 0.0) > 0},
-        "shim_mapped": "gpu_agent_shim" in Path("/proc/self/maps").read_text()}))
+    print(
+        json.dumps(
+            {
+                "workload": a.workload,
+                "steps": steps,
+                "monotonic_s": [round(t0, 6), round(t_end, 6)],
+                "us_per_step": round(statistics.median(blocks), 3),
+                "us_mean": round(statistics.fmean(blocks), 3),
+                "blocks": [round(b, 3) for b in blocks],
+                "thread_cpu_pct": {
+                    k: round(100 * (v - cpu0.get(k, 0.0)) / wall, 3)
+                    for k, v in thread_cpu_s().items()
+                    if v - cpu0.get(k, 0.0) > 0
+                },
+                "shim_mapped": "gpu_agent_shim" in Path("/proc/self/maps").read_text(),
+            }
+        )
+    )
     sys.stdout.flush()
 
 

@@ -36,16 +36,21 @@ from pathlib import Path
 from bench.gpu.harness import Agent, shim_env
 
 FAST = {"GPU_AGENT_WINDOW_MS": "5", "GPU_AGENT_DUTY_CYCLE": "3", "GPU_AGENT_DEBUG": "1"}
-EXIT = re.compile(r"exit \(pid (\d+)\): (\d+) launches collected, (\d+) kernel records \((\d+) lost by CUPTI\), "
-                  r"(\d+) windows.*?, (\d+) records of unseen launches")
-TEARDOWNS = re.compile(r"teardowns \(pid \d+\): (\d+), finalize mean ([\d.]+) max ([\d.]+) ms, (\d+) waited "
-                       r"for callbacks in CUPTI, (\d+) CUPTI calls skipped, (\d+) failed or put off")
+EXIT = re.compile(
+    r"exit \(pid (\d+)\): (\d+) launches collected, (\d+) kernel records \((\d+) lost by CUPTI\), "
+    r"(\d+) windows.*?, (\d+) records of unseen launches"
+)
+TEARDOWNS = re.compile(
+    r"teardowns \(pid \d+\): (\d+), finalize mean ([\d.]+) max ([\d.]+) ms, (\d+) waited "
+    r"for callbacks in CUPTI, (\d+) CUPTI calls skipped, (\d+) failed or put off"
+)
 
 
 def worker(argv: list[str]) -> None:
     """In the GPU process: 4 eager threads; after --graph-after teardowns a graph thread."""
     import torch
     from bench.gpu.cases import ShimState
+
     seconds, graph_after = float(argv[0]), int(argv[1])
     torch.zeros(1, device="cuda")  # CUDA, and with it the shim, loaded
     shim = ShimState()
@@ -97,8 +102,13 @@ def worker(argv: list[str]) -> None:
 
 
 def launch(seconds: float, graph_after: int, env: dict) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "bench.gpu.fault_run", "--worker", str(seconds), str(graph_after)],
-                            env=shim_env(**env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "bench.gpu.fault_run", "--worker", str(seconds), str(graph_after)],
+        env=shim_env(**env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def tally(name: str, stderr: str, rc: int) -> dict:
@@ -106,15 +116,30 @@ def tally(name: str, stderr: str, rc: int) -> dict:
     m = EXIT.search(stderr)
     if m:
         launches, records, cupti_lost, windows, unseen = map(int, m.groups()[1:])
-        row.update(launches_in_windows=launches, records=records, cupti_lost=cupti_lost, windows=windows,
-                   unseen_records=unseen, lost_in_windows=max(0, launches - (records - unseen)))
+        row.update(
+            launches_in_windows=launches,
+            records=records,
+            cupti_lost=cupti_lost,
+            windows=windows,
+            unseen_records=unseen,
+            lost_in_windows=max(0, launches - (records - unseen)),
+        )
     t = TEARDOWNS.search(stderr)
     if t:
-        row.update(teardowns=int(t.group(1)), finalize_mean_ms=float(t.group(2)), finalize_max_ms=float(t.group(3)),
-                   gate_waits=int(t.group(4)), gate_skipped=int(t.group(5)), teardowns_failed=int(t.group(6)))
-    row["lines"] = [ln[ln.index("gpu-agent-shim"):][:300] for ln in stderr.splitlines()
-                    if "gpu-agent-shim" in ln and ("exit" in ln or "teardowns" in ln or "CUPTI" in ln
-                                                   or "graphs" in ln or "windows (" in ln)][:8]
+        row.update(
+            teardowns=int(t.group(1)),
+            finalize_mean_ms=float(t.group(2)),
+            finalize_max_ms=float(t.group(3)),
+            gate_waits=int(t.group(4)),
+            gate_skipped=int(t.group(5)),
+            teardowns_failed=int(t.group(6)),
+        )
+    row["lines"] = [
+        ln[ln.index("gpu-agent-shim") :][:300]
+        for ln in stderr.splitlines()
+        if "gpu-agent-shim" in ln
+        and ("exit" in ln or "teardowns" in ln or "CUPTI" in ln or "graphs" in ln or "windows (" in ln)
+    ][:8]
     print(json.dumps({k: v for k, v in row.items() if k != "lines"}), flush=True)
     for ln in row["lines"]:
         print("   ", ln, flush=True)
@@ -163,19 +188,33 @@ def main(argv: list[str]) -> int:
         err = done("cycles", launch(240, cycles, FAST), 420)
         (out / "cycles.stderr").write_text(err)
         print("== compiled: a torch.compile process, windows 5 ms in 15 ms for 30 s", flush=True)
-        done("compiled", subprocess.Popen([sys.executable, "-m", "bench.gpu.cases", "compiled", "--trace", "30"],
-                                          env=shim_env(**FAST), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                          text=True), 300)
+        done(
+            "compiled",
+            subprocess.Popen(
+                [sys.executable, "-m", "bench.gpu.cases", "compiled", "--trace", "30"],
+                env=shim_env(**FAST),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            ),
+            300,
+        )
         print("== exits: 20 processes exit at a random point, windows every 40 ms", flush=True)
         rng = random.Random(29)
         for i in range(20):
-            done(f"exit #{i + 1}", launch(rng.uniform(0.05, 0.6), 0, {
-                "GPU_AGENT_WINDOW_MS": "20", "GPU_AGENT_DUTY_CYCLE": "2", "GPU_AGENT_DEBUG": "1"}), 120)
+            done(
+                f"exit #{i + 1}",
+                launch(
+                    rng.uniform(0.05, 0.6),
+                    0,
+                    {"GPU_AGENT_WINDOW_MS": "20", "GPU_AGENT_DUTY_CYCLE": "2", "GPU_AGENT_DEBUG": "1"},
+                ),
+                120,
+            )
     finally:
         agent.stop()
     bad = [r["phase"] for r in rows if r["crash_or_hang"] or r.get("lost_in_windows")]
-    print(f"== fault run: {len(rows)} processes, {len(bad)} with a crash, a hang or a lost record: {bad}",
-          flush=True)
+    print(f"== fault run: {len(rows)} processes, {len(bad)} with a crash, a hang or a lost record: {bad}", flush=True)
     return 1 if bad else 0
 
 

@@ -38,14 +38,32 @@ import time
 from pathlib import Path
 
 from bench.gpu import periods as period_lines
-from bench.gpu.harness import BENCH_SHIM, Agent, case_command, clean_env, driver_graph_binary, merge_kernels, \
-    needs_bench_shim, profile_kernels, profile_stacks, shim_env
+from bench.gpu.harness import (
+    BENCH_SHIM,
+    Agent,
+    case_command,
+    clean_env,
+    driver_graph_binary,
+    merge_kernels,
+    needs_bench_shim,
+    profile_kernels,
+    profile_stacks,
+    shim_env,
+)
 from gpu_agent.probes.audit import audit_rows  # after harness, which makes agent/ importable
 
 # Steps per fidelity run: about 8 s on an H200, enough windows (one per 200 ms)
 # for the sampling error to sit well under the targets.
-FIDELITY_STEPS = {"graph": 40000, "driver-graph": 400000, "mlp": 8000, "eager": 8000,
-                  "compiled": 8000, "mlp-x4": 4000, "sites": 60000, "llama": 130}
+FIDELITY_STEPS = {
+    "graph": 40000,
+    "driver-graph": 400000,
+    "mlp": 8000,
+    "eager": 8000,
+    "compiled": 8000,
+    "mlp-x4": 4000,
+    "sites": 60000,
+    "llama": 130,
+}
 
 
 def command(workload: str, steps: int, audit_dir: Path | None = None) -> list[str]:
@@ -53,13 +71,13 @@ def command(workload: str, steps: int, audit_dir: Path | None = None) -> list[st
     one = case_command("mlp" if workload == "mlp-x4" else workload, steps=steps, repeats=1, wait=0)
     if workload != "mlp-x4":
         return one
-    parts = [(f"GPU_AGENT_AUDIT_FILE={audit_dir}/audit.{i} " if audit_dir else "") + shlex.join(one)
-             for i in range(4)]
+    parts = [(f"GPU_AGENT_AUDIT_FILE={audit_dir}/audit.{i} " if audit_dir else "") + shlex.join(one) for i in range(4)]
     return ["sh", "-c", " & ".join(parts) + " & wait"]
 
 
-def record(a, workload: str, duty: int | None, out: Path, debug: dict | None = None,
-           **env: str) -> dict[str, list[int]]:
+def record(
+    a, workload: str, duty: int | None, out: Path, debug: dict | None = None, **env: str
+) -> dict[str, list[int]]:
     """One `gpu-agent record`: at one window in `duty`, or with None at the run's
     windowing (--duty, else the cost budget --budget, as `gpu-agent run` does).
     With --debug, `debug` gets the shim's period lines and the loop's span."""
@@ -71,9 +89,24 @@ def record(a, workload: str, duty: int | None, out: Path, debug: dict | None = N
     audit_dir = Path(env["GPU_AGENT_AUDIT_FILE"]).parent if "GPU_AGENT_AUDIT_FILE" in env else None
     shim = ["--shim", str(BENCH_SHIM)] if needs_bench_shim(env) else []
     t0 = time.monotonic()
-    p = subprocess.run([sys.executable, "-m", "gpu_agent", "record", *windows, *shim,
-                        "-o", str(out), "--", *command(workload, steps_of(a, workload), audit_dir)],
-                       env=clean_env(**env), capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpu_agent",
+            "record",
+            *windows,
+            *shim,
+            "-o",
+            str(out),
+            "--",
+            *command(workload, steps_of(a, workload), audit_dir),
+        ],
+        env=clean_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if p.returncode != 0:
         raise SystemExit(f"{workload} {' '.join(windows)}: {p.stderr[-2000:]}")
     status = [ln for ln in p.stderr.splitlines() if ln.startswith("gpu-agent: processes")]
@@ -81,11 +114,14 @@ def record(a, workload: str, duty: int | None, out: Path, debug: dict | None = N
     if a.debug:
         for ln in p.stderr.splitlines():
             if any(f"{w} (pid" in ln for w in ("exit", "budget", "teardowns", "windows")):
-                print(f"      {ln[max(0, ln.find('gpu-agent-shim')):][:700]}", flush=True)
+                print(f"      {ln[max(0, ln.find('gpu-agent-shim')) :][:700]}", flush=True)
         if debug is not None:
             case = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
-            debug.update(periods=period_lines.parse(p.stderr), joined=period_lines.joined(p.stderr),
-                         span=case[-1].get("monotonic_s") if case else None)
+            debug.update(
+                periods=period_lines.parse(p.stderr),
+                joined=period_lines.joined(p.stderr),
+                span=case[-1].get("monotonic_s") if case else None,
+            )
     return profile_kernels(out)
 
 
@@ -94,6 +130,7 @@ def steps_of(a, workload: str) -> int:
         return a.steps
     if a.run_seconds:  # cases.STEPS is a 2.4 s block
         from bench.gpu.cases import STEPS
+
         return int(STEPS[workload] * a.run_seconds / 2.4)
     return FIDELITY_STEPS[workload]
 
@@ -104,8 +141,9 @@ def run_profiles(a, workload: str, outdir: Path, audit_dir: Path | None = None) 
     env = shim_env(GPU_AGENT_AUDIT_FILE=str(audit_dir / "audit.0")) if audit_dir else shim_env()
     agent = Agent(str(outdir), "--interval", "2s", bench_shim=audit_dir is not None)
     try:
-        subprocess.run(command(workload, steps_of(a, workload), audit_dir), env=env, check=True,
-                       capture_output=True, timeout=600)
+        subprocess.run(
+            command(workload, steps_of(a, workload), audit_dir), env=env, check=True, capture_output=True, timeout=600
+        )
         time.sleep(5)  # the last interval is written
     finally:
         log = agent.stop()
@@ -129,20 +167,39 @@ def compare(name: str, launches: dict, true_ns: dict, est: dict, noise: float = 
         e_ns, e_n = est.get(k, [0, 0])
         d_ns, d_n = 100 * (e_ns / true_ns[k] - 1), 100 * (e_n / max(1, launches[k]) - 1)
         worst_ns, worst_n = max(worst_ns, abs(d_ns)), max(worst_n, abs(d_n))
-        rows.append({"kernel": k, "launches": launches[k], "gpu_ns": true_ns[k], "est_launches": e_n,
-                     "est_gpu_ns": e_ns, "launch_err_pct": d_n, "ns_err_pct": d_ns})
-        print(f"      {k[:48]:48s} launches {e_n:9d} / {launches[k]:9d} ({d_n:+6.2f} %)  "
-              f"gpu ms {e_ns / 1e6:9.2f} / {true_ns[k] / 1e6:9.2f} ({d_ns:+6.2f} %)")
+        rows.append(
+            {
+                "kernel": k,
+                "launches": launches[k],
+                "gpu_ns": true_ns[k],
+                "est_launches": e_n,
+                "est_gpu_ns": e_ns,
+                "launch_err_pct": d_n,
+                "ns_err_pct": d_ns,
+            }
+        )
+        print(
+            f"      {k[:48]:48s} launches {e_n:9d} / {launches[k]:9d} ({d_n:+6.2f} %)  "
+            f"gpu ms {e_ns / 1e6:9.2f} / {true_ns[k] / 1e6:9.2f} ({d_ns:+6.2f} %)"
+        )
     e_total = sum(v[0] for v in est.values())
     for k in sorted(set(est) - set(true_ns), key=lambda k: -est[k][0]):
         if est[k][0] > 0.01 * max(1, e_total):  # GPU time the truth has under no such kernel
             print(f"      not in the truth: {k[:100]} launches {est[k][1]} gpu ms {est[k][0] / 1e6:.2f}")
     d_total = 100 * (e_total / total - 1) if total else 0.0
-    print(f"    {name}: total GPU ms {e_total / 1e6:.2f} / {total / 1e6:.2f} ({d_total:+.2f} %); worst "
-          f"kernel ns {worst_ns:.2f} %, launches {worst_n:.2f} %; truth noise {100 * noise:.2f} %",
-          flush=True)
-    return {"case": name, "total_gpu_ns_err_pct": d_total, "worst_kernel_ns_err_pct": worst_ns,
-            "worst_kernel_launch_err_pct": worst_n, "truth_noise_pct": 100 * noise, "rows": rows}
+    print(
+        f"    {name}: total GPU ms {e_total / 1e6:.2f} / {total / 1e6:.2f} ({d_total:+.2f} %); worst "
+        f"kernel ns {worst_ns:.2f} %, launches {worst_n:.2f} %; truth noise {100 * noise:.2f} %",
+        flush=True,
+    )
+    return {
+        "case": name,
+        "total_gpu_ns_err_pct": d_total,
+        "worst_kernel_ns_err_pct": worst_ns,
+        "worst_kernel_launch_err_pct": worst_n,
+        "truth_noise_pct": 100 * noise,
+        "rows": rows,
+    }
 
 
 # An unsymbolized frame ("0x3aa2ff [libcuda.so.580.159.04]"): left out of a stack's key.
@@ -170,13 +227,23 @@ def share_check(name: str, truth: Path, est: Path) -> dict:
     worst = max((abs(a.get(k, 0) - b.get(k, 0)) for k in set(a) | set(b)), default=0.0)
     cap_a = sum(v for k, v in a.items() if "capture_graph" in k)
     cap_b = sum(v for k, v in b.items() if "capture_graph" in k)
-    print(f"    {name}: per-stack shares, worst gap {worst:.2f} points over {len(a)} stacks; "
-          f"under capture_graph {cap_b:.2f} % (continuous {cap_a:.2f} %)", flush=True)
+    print(
+        f"    {name}: per-stack shares, worst gap {worst:.2f} points over {len(a)} stacks; "
+        f"under capture_graph {cap_b:.2f} % (continuous {cap_a:.2f} %)",
+        flush=True,
+    )
     for k in sorted(set(a) | set(b), key=lambda k: -abs(a.get(k, 0) - b.get(k, 0)))[:4]:
-        print(f"      {b.get(k, 0):6.2f} % (continuous {a.get(k, 0):6.2f} %): "
-              f"{' <- '.join(str(f)[:40] for f in k[:16])}", flush=True)
-    return {"case": f"stacks, {name}", "share_err_points": worst, "stacks": len(a),
-            "capture_stack_pct": cap_b, "capture_stack_pct_continuous": cap_a}
+        print(
+            f"      {b.get(k, 0):6.2f} % (continuous {a.get(k, 0):6.2f} %): {' <- '.join(str(f)[:40] for f in k[:16])}",
+            flush=True,
+        )
+    return {
+        "case": f"stacks, {name}",
+        "share_err_points": worst,
+        "stacks": len(a),
+        "capture_stack_pct": cap_b,
+        "capture_stack_pct_continuous": cap_a,
+    }
 
 
 def against_continuous(a, w: str, t: Path) -> list[dict]:
@@ -186,8 +253,10 @@ def against_continuous(a, w: str, t: Path) -> list[dict]:
     settings = dict(kv.split("=", 1) for kv in filter(None, a.shim_env.split(",")))
     if settings:
         how += f", {a.shim_env}"
-    windowed = [(f"record {how} #{i + 1}", record(a, w, None, t / f"{w}-w{i}.pb.gz", debug[i], **settings))
-                for i in range(a.record_runs)]
+    windowed = [
+        (f"record {how} #{i + 1}", record(a, w, None, t / f"{w}-w{i}.pb.gz", debug[i], **settings))
+        for i in range(a.record_runs)
+    ]
     if a.run:
         windowed.append(("run defaults", run_mode(a, w, t / f"{w}-run")))
     cb = record(a, w, 1, t / f"{w}-c2.pb.gz") if a.continuous_runs > 1 else ca
@@ -197,16 +266,23 @@ def against_continuous(a, w: str, t: Path) -> list[dict]:
     per_ns = {k: (ca[k][0] + cb.get(k, ca[k])[0]) / max(1, ca[k][1] + cb.get(k, ca[k])[1]) for k in ca}
     true_ns = {k: per_ns[k] * launches[k] for k in ca}
     total = sum(true_ns.values())
-    noise = max((abs(ca[k][0] / max(1, ca[k][1]) / max(1e-9, cb[k][0] / max(1, cb[k][1])) - 1)
-                 for k in ca if k in cb and true_ns[k] > 0.01 * total), default=0)
+    noise = max(
+        (
+            abs(ca[k][0] / max(1, ca[k][1]) / max(1e-9, cb[k][0] / max(1, cb[k][1])) - 1)
+            for k in ca
+            if k in cb and true_ns[k] > 0.01 * total
+        ),
+        default=0,
+    )
     out = [compare(name, launches, true_ns, est, noise) for name, est in windowed]
     for i, d in enumerate(debug):  # where the launch estimate's error lies (--debug)
         if d.get("span"):
             res = period_lines.against_uniform(d["periods"], d["span"], sum(launches.values()), d["joined"])
             period_lines.report(f"record {how} #{i + 1}, periods", res, sum(launches.values()))
             out.append({"case": f"periods, record {how} #{i + 1}", **res})
-    out += [share_check(f"record {how} #{i + 1}", t / f"{w}-c1.pb.gz", t / f"{w}-w{i}.pb.gz")
-            for i in range(a.record_runs)]
+    out += [
+        share_check(f"record {how} #{i + 1}", t / f"{w}-c1.pb.gz", t / f"{w}-w{i}.pb.gz") for i in range(a.record_runs)
+    ]
     return out
 
 
@@ -215,15 +291,17 @@ def against_audit(a, w: str, t: Path) -> list[dict]:
     d.mkdir()
     est = record(a, w, 10, t / f"{w}-audit.pb.gz", GPU_AGENT_AUDIT_FILE=str(d / "audit.0"))
     full = audit_rows(sorted(d.iterdir()))
-    out = [compare("audit, record duty 10", {k: v[0] for k, v in full.items()},
-                   {k: v[1] for k, v in full.items()}, est)]
+    out = [
+        compare("audit, record duty 10", {k: v[0] for k, v in full.items()}, {k: v[1] for k, v in full.items()}, est)
+    ]
     if a.run:  # the same under `gpu-agent run` at its defaults
         d = t / f"{w}-audit-run"
         d.mkdir()
         est = merge_kernels(run_profiles(a, w, t / f"{w}-audit-run-prof", audit_dir=d))
         full = audit_rows(sorted(d.iterdir()))
-        out.append(compare("audit, run defaults", {k: v[0] for k, v in full.items()},
-                           {k: v[1] for k, v in full.items()}, est))
+        out.append(
+            compare("audit, run defaults", {k: v[0] for k, v in full.items()}, {k: v[1] for k, v in full.items()}, est)
+        )
     return out
 
 
@@ -245,22 +323,36 @@ def shares(a, t: Path) -> list[dict]:
             got[key] += values[0]
         total = sum(got.values()) or 1
         err = max(abs(100 * got["site_a"] / total - 75), abs(100 * got["site_b"] / total - 25))
-        print(f"    shares ({name}): site_a {100 * got['site_a'] / total:.2f} %, site_b "
-              f"{100 * got['site_b'] / total:.2f} %, elsewhere {100 * got['other'] / total:.2f} %; "
-              f"error {err:.2f} points", flush=True)
-        out.append({"case": f"shares, {name}", "share_err_points": err,
-                    "shares_pct": {k: 100 * v / total for k, v in got.items()}})
+        print(
+            f"    shares ({name}): site_a {100 * got['site_a'] / total:.2f} %, site_b "
+            f"{100 * got['site_b'] / total:.2f} %, elsewhere {100 * got['other'] / total:.2f} %; "
+            f"error {err:.2f} points",
+            flush=True,
+        )
+        out.append(
+            {
+                "case": f"shares, {name}",
+                "share_err_points": err,
+                "shares_pct": {k: 100 * v / total for k, v in got.items()},
+            }
+        )
     return out
 
 
 def intervals(a, t: Path, interval: float = 5.0) -> list[dict]:
     from gpu_agent.proto import profile_pb2
+
     d = t / "intervals"
     d.mkdir()
     agent = Agent(str(d), "--interval", f"{interval}s")
     try:
-        subprocess.run([driver_graph_binary(), "20000", "--bench", str(a.seconds)], env=shim_env(),
-                       check=True, stdout=subprocess.DEVNULL, timeout=a.seconds + 300)
+        subprocess.run(
+            [driver_graph_binary(), "20000", "--bench", str(a.seconds)],
+            env=shim_env(),
+            check=True,
+            stdout=subprocess.DEVNULL,
+            timeout=a.seconds + 300,
+        )
     finally:
         agent.stop()  # SIGTERM: the agent writes its last interval and exits
     rates = []
@@ -275,11 +367,18 @@ def intervals(a, t: Path, interval: float = 5.0) -> list[dict]:
         raise SystemExit(f"only {len(full)} full intervals in {len(rates)} profiles")
     med = statistics.median(full)
     devs = [100 * (r / med - 1) for r in full]
-    res = {"case": f"intervals of {interval:g} s", "intervals": len(full),
-           "max_abs_dev_pct": max(abs(x) for x in devs), "stdev_pct": statistics.pstdev(devs),
-           "devs_pct": [round(x, 2) for x in devs]}
-    print(f"    {len(full)} full {interval:g} s intervals: GPU time per second against their median: "
-          f"max |dev| {res['max_abs_dev_pct']:.2f} %, stdev {res['stdev_pct']:.2f} %", flush=True)
+    res = {
+        "case": f"intervals of {interval:g} s",
+        "intervals": len(full),
+        "max_abs_dev_pct": max(abs(x) for x in devs),
+        "stdev_pct": statistics.pstdev(devs),
+        "devs_pct": [round(x, 2) for x in devs],
+    }
+    print(
+        f"    {len(full)} full {interval:g} s intervals: GPU time per second against their median: "
+        f"max |dev| {res['max_abs_dev_pct']:.2f} %, stdev {res['stdev_pct']:.2f} %",
+        flush=True,
+    )
     return [res]
 
 
@@ -289,25 +388,46 @@ def flood(a, t: Path) -> list[dict]:
     The profile's kernel launches plus its [dropped: cupti] launches must equal the
     launches the loop made."""
     from gpu_agent.profile.vocabulary import DROPPED_CUPTI
+
     n, repeats = 200000, 5
     made = (n // 8 + 1) + repeats * n  # launch_loop: a warm-up block of n/8+1, then the blocks
     rows = []
     for pool in (1, 64):
         out = t / f"flood-{pool}.pb.gz"
-        p = subprocess.run([sys.executable, "-m", "gpu_agent", "record", "-o", str(out), "--",
-                            *case_command("launch", steps=n, repeats=repeats, wait=0)],
-                           env=clean_env(GPU_AGENT_BUFFER_POOL_MB=str(pool), GPU_AGENT_DEBUG="1"),
-                           capture_output=True, text=True, timeout=600)
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gpu_agent",
+                "record",
+                "-o",
+                str(out),
+                "--",
+                *case_command("launch", steps=n, repeats=repeats, wait=0),
+            ],
+            env=clean_env(GPU_AGENT_BUFFER_POOL_MB=str(pool), GPU_AGENT_DEBUG="1"),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if p.returncode != 0:
             raise SystemExit(f"flood pool {pool}: {p.stderr[-2000:]}")
         kernels = sum(v[1] for v in profile_kernels(out).values())
         dropped = sum(v[1] for frames, v in profile_stacks(out) if frames[:1] == [DROPPED_CUPTI])
-        exit_line = next((ln[ln.index("exit (pid"):][:160] for ln in p.stderr.splitlines()
-                          if "exit (pid" in ln), "")
-        row = {"check": "flood", "pool_mib": pool, "launches_made": made, "recorded": kernels,
-               "dropped": dropped, "missing": made - kernels - dropped}
-        print(f"    pool {pool:2d} MiB: made {made}, recorded {kernels}, [dropped: cupti] {dropped}, "
-              f"missing {made - kernels - dropped}; {exit_line}", flush=True)
+        exit_line = next((ln[ln.index("exit (pid") :][:160] for ln in p.stderr.splitlines() if "exit (pid" in ln), "")
+        row = {
+            "check": "flood",
+            "pool_mib": pool,
+            "launches_made": made,
+            "recorded": kernels,
+            "dropped": dropped,
+            "missing": made - kernels - dropped,
+        }
+        print(
+            f"    pool {pool:2d} MiB: made {made}, recorded {kernels}, [dropped: cupti] {dropped}, "
+            f"missing {made - kernels - dropped}; {exit_line}",
+            flush=True,
+        )
         rows.append(row)
     return rows
 

@@ -31,7 +31,7 @@ from gpu_agent.timeline.nanotrace.model import KERNEL, THREAD_BLOCK, WARP
 KERNEL_NAME = "work"
 
 
-METHOD = "pingpong"     # the snapshots the file carries; "sync" is reported beside it
+METHOD = "pingpong"  # the snapshots the file carries; "sync" is reported beside it
 
 
 def parse(rows: list[list[str]]) -> dict:
@@ -42,7 +42,8 @@ def parse(rows: list[list[str]]) -> dict:
         elif r[0] == "snap":
             g, lo, hi = map(int, r[2:])
             info["snapshots"].setdefault(r[1], []).append(
-                {"globaltimer": g, "raw_mid": (lo + hi) // 2, "uncertainty_ns": (hi - lo) // 2})
+                {"globaltimer": g, "raw_mid": (lo + hi) // 2, "uncertainty_ns": (hi - lo) // 2}
+            )
         elif r[0] == "clk":
             info.setdefault("clk", []).append((int(r[1]), int(r[2])))
         elif r[0] == "ev":
@@ -88,56 +89,104 @@ def agreement(info: dict, method: str, cupti: list[dict], pair: tuple[int, int])
     s = info["snapshots"][method]
     span = s[-1]["raw_mid"] - s[0]["raw_mid"]
     half = len(start_off) // 2
-    return {"snapshot_uncertainty_ns": [x["uncertainty_ns"] for x in s],
-            "first_stamp_after_cupti_start_ns": _spread(start_off),
-            "halves_first_stamp_after_cupti_start_ns": [_spread(start_off[:half]), _spread(start_off[half:])],
-            "cupti_end_after_last_stamp_ns": _spread(end_off),
-            "events_inside_as_mapped": inside, "events": events,
-            "drift_ppm": ((s[-1]["globaltimer"] - s[0]["globaltimer"]) / span - 1) * 1e6,
-            "drift_bound_ppm": (s[0]["uncertainty_ns"] + s[-1]["uncertainty_ns"]) / span * 1e6,
-            "drift_over_s": span / 1e9}
+    return {
+        "snapshot_uncertainty_ns": [x["uncertainty_ns"] for x in s],
+        "first_stamp_after_cupti_start_ns": _spread(start_off),
+        "halves_first_stamp_after_cupti_start_ns": [_spread(start_off[:half]), _spread(start_off[half:])],
+        "cupti_end_after_last_stamp_ns": _spread(end_off),
+        "events_inside_as_mapped": inside,
+        "events": events,
+        "drift_ppm": ((s[-1]["globaltimer"] - s[0]["globaltimer"]) / span - 1) * 1e6,
+        "drift_bound_ppm": (s[0]["uncertainty_ns"] + s[-1]["uncertainty_ns"]) / span * 1e6,
+        "drift_over_s": span / 1e9,
+    }
 
 
 def run(a) -> None:
     exe = cuda_binary("globaltimer")
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
-        p = subprocess.run([sys.executable, "-m", "gpu_agent", "record", "--events", str(d / "t.ndjson"),
-                            "-o", str(d / "p.pb.gz"), "--", exe, str(d / "stamps.txt"), str(a.launches),
-                            str(a.gap_seconds)],
-                           env=clean_env(), capture_output=True, text=True, timeout=600)
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gpu_agent",
+                "record",
+                "--events",
+                str(d / "t.ndjson"),
+                "-o",
+                str(d / "p.pb.gz"),
+                "--",
+                exe,
+                str(d / "stamps.txt"),
+                str(a.launches),
+                str(a.gap_seconds),
+            ],
+            env=clean_env(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if p.returncode != 0:
             raise SystemExit(f"record: {p.stderr[-2000:]}")
         info = parse([ln.split() for ln in (d / "stamps.txt").read_text().splitlines()])
         nt.write_v4(to_nanotrace(info, METHOD), d / "gt.nanotrace")
-        m = subprocess.run([sys.executable, "-m", "gpu_agent", "timeline", "merge", str(d / "t.ndjson"),
-                            str(d / "gt.nanotrace"), "-o", str(d / "m.json"), "--trace-format", "chrome"],
-                           capture_output=True, text=True, timeout=600)
+        m = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gpu_agent",
+                "timeline",
+                "merge",
+                str(d / "t.ndjson"),
+                str(d / "gt.nanotrace"),
+                "-o",
+                str(d / "m.json"),
+                "--trace-format",
+                "chrome",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         lines = [json.loads(x) for x in (d / "t.ndjson").read_text().splitlines()]
         doc = json.loads((d / "m.json").read_text()) if m.returncode == 0 else {"traceEvents": []}
     pair = tuple(lines[0]["monotonic_raw_pair"])
-    cupti = sorted((x for x in lines if x["type"] == "kernel" and x["name"].startswith(KERNEL_NAME + "(")),
-                   key=lambda x: x["start_ns"])
+    cupti = sorted(
+        (x for x in lines if x["type"] == "kernel" and x["name"].startswith(KERNEL_NAME + "(")),
+        key=lambda x: x["start_ns"],
+    )
     # method-free: how CUPTI's duration of each launch exceeds its stamps' span
-    longer = [(k["end_ns"] - k["start_ns"]) - (max(w[4] for w in ws) - min(w[2] for w in ws))
-              for (_, ws), k in zip(sorted(info["launches"].items()), cupti)]
+    longer = [
+        (k["end_ns"] - k["start_ns"]) - (max(w[4] for w in ws) - min(w[2] for w in ws))
+        for (_, ws), k in zip(sorted(info["launches"].items()), cupti)
+    ]
     # method-free too: CUPTI's start minus the first stamp, first half against second
     diff = [k["start_ns"] - min(w[2] for w in ws) for (_, ws), k in zip(sorted(info["launches"].items()), cupti)]
     h = len(diff) // 2
     apart = cupti[h]["start_ns"] - cupti[h - 1]["start_ns"] if h else 0
     moved = statistics.median(diff[h:]) - statistics.median(diff[:h]) if h else 0
     (rt0, raw0), (rt1, raw1) = info["clk"][0], info["clk"][-1]
-    res = {"launches": a.launches, "gap_seconds": a.gap_seconds, "cupti_kernels": len(cupti),
-           "realtime_vs_raw_ppm": ((rt1 - rt0) / (raw1 - raw0) - 1) * 1e6, "clk_over_s": (raw1 - raw0) / 1e9,
-           "resolution_ns": info["resolution_ns"],
-           "resolution_changes": info["changes"], "resolution_span_ns": info["span_ns"],
-           "cupti_duration_over_stamp_span_ns": _spread(longer),
-           "cupti_minus_globaltimer_moved_ns": moved, "halves_apart_s": apart / 1e9,
-           "cupti_vs_globaltimer_ppm": moved / apart * 1e6 if apart else None,
-           "by": {mth: agreement(info, mth, cupti, pair) for mth in info["snapshots"]},
-           "merged_with": METHOD, "events_merged": sum(1 for e in doc["traceEvents"] if e.get("cat") == "nanotrace"),
-           "events_cut_by_merge": sum(int(x) for x in re.findall(r"(\d+) cut to their kernel's slice", m.stderr)),
-           "merge_rc": m.returncode, "merge_said": m.stderr.splitlines()[-3:]}
+    res = {
+        "launches": a.launches,
+        "gap_seconds": a.gap_seconds,
+        "cupti_kernels": len(cupti),
+        "realtime_vs_raw_ppm": ((rt1 - rt0) / (raw1 - raw0) - 1) * 1e6,
+        "clk_over_s": (raw1 - raw0) / 1e9,
+        "resolution_ns": info["resolution_ns"],
+        "resolution_changes": info["changes"],
+        "resolution_span_ns": info["span_ns"],
+        "cupti_duration_over_stamp_span_ns": _spread(longer),
+        "cupti_minus_globaltimer_moved_ns": moved,
+        "halves_apart_s": apart / 1e9,
+        "cupti_vs_globaltimer_ppm": moved / apart * 1e6 if apart else None,
+        "by": {mth: agreement(info, mth, cupti, pair) for mth in info["snapshots"]},
+        "merged_with": METHOD,
+        "events_merged": sum(1 for e in doc["traceEvents"] if e.get("cat") == "nanotrace"),
+        "events_cut_by_merge": sum(int(x) for x in re.findall(r"(\d+) cut to their kernel's slice", m.stderr)),
+        "merge_rc": m.returncode,
+        "merge_said": m.stderr.splitlines()[-3:],
+    }
     print(json.dumps(res, indent=1))
     if a.jsonl:
         with open(a.jsonl, "a") as f:

@@ -46,7 +46,8 @@ def build():
             b, t, d = x.shape
             q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).unbind(2)
             y = torch.nn.functional.scaled_dot_product_attention(
-                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+            )
             return self.out(y.transpose(1, 2).reshape(b, t, d))
 
     class FeedForward(torch.nn.Module):
@@ -156,9 +157,12 @@ def check(path):
     for k, v in sorted(sites.items(), key=lambda kv: -kv[1]):
         print(f"  {k:48s} {v / 1e6:10.3f} ms")
     print(f"[graph captured before attach]: {before_attach / 1e6:.3f} ms (expected 0)")
-    ok = (replay_total > 0 and before_attach == 0
-          and sum(by_capture[f] for f in CAPTURE_FNS) >= 0.95 * replay_total
-          and not by_capture.get("(replay_many in stack: WRONG)"))
+    ok = (
+        replay_total > 0
+        and before_attach == 0
+        and sum(by_capture[f] for f in CAPTURE_FNS) >= 0.95 * replay_total
+        and not by_capture.get("(replay_many in stack: WRONG)")
+    )
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 

@@ -30,8 +30,7 @@ def clean_env(**extra: str) -> dict:
     """This environment without shim injection or GPU_AGENT_* settings, plus extra;
     PYTHONPATH gains the repository root and agent/, so that `python -m bench.gpu.cases`
     and `python -m gpu_agent` resolve."""
-    env = {k: v for k, v in os.environ.items()
-           if k != "CUDA_INJECTION64_PATH" and not k.startswith("GPU_AGENT_")}
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_INJECTION64_PATH" and not k.startswith("GPU_AGENT_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), str(REPO / "agent"), env.get("PYTHONPATH")]))
     env.update(extra)
     return env
@@ -60,10 +59,12 @@ def parcagpu_env(**extra: str) -> dict:
     if not PARCAGPU.exists():
         raise SystemExit(f"no parcagpu library at {PARCAGPU}: bench/gpu/parcagpu_build.sh builds it")
     cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")
-    found = [d for d in (f"{cuda}/extras/CUPTI/lib64", f"{cuda}/lib64", f"{cuda}/lib")
-             if Path(d, "libcupti.so").exists()]
+    found = [
+        d for d in (f"{cuda}/extras/CUPTI/lib64", f"{cuda}/lib64", f"{cuda}/lib") if Path(d, "libcupti.so").exists()
+    ]
     if not found:
         import glob
+
         versioned = sorted(glob.glob(f"{cuda}/**/libcupti.so.1*", recursive=True))
         if not versioned:
             raise SystemExit(f"no libcupti under {cuda} for parcagpu")
@@ -96,25 +97,35 @@ def driver_graph_binary() -> str:
     return cuda_binary("driver_graph")
 
 
-def case_command(workload: str, steps: int = 0, repeats: int = 5, wait: float = 3.0,
-                 torch_profiler: bool = False) -> list[str]:
+def case_command(
+    workload: str, steps: int = 0, repeats: int = 5, wait: float = 3.0, torch_profiler: bool = False
+) -> list[str]:
     """The command of one timed process of a case (bench/gpu/cases.py)."""
     from bench.gpu.cases import STEPS
+
     steps = steps or STEPS[workload]
     if workload in ("driver-graph", "launch"):
         binary = driver_graph_binary() if workload == "driver-graph" else cuda_binary("launch_loop")
         return [binary, str(steps), "--bench", "0", str(wait), str(repeats)]
-    return ([sys.executable, "-m", "bench.gpu.cases", workload, "--steps", str(steps),
-             "--repeats", str(repeats), "--wait", str(wait)]
-            + (["--torch-profiler"] if torch_profiler else []))
+    return [
+        sys.executable,
+        "-m",
+        "bench.gpu.cases",
+        workload,
+        "--steps",
+        str(steps),
+        "--repeats",
+        str(repeats),
+        "--wait",
+        str(wait),
+    ] + (["--torch-profiler"] if torch_profiler else [])
 
 
 class Agent:
     """`gpu-agent run` at its defaults (plus args), started and waited for until it
     watches; its CPU time and peak RSS read from /proc."""
 
-    def __init__(self, output_dir: str, *args: str, cpus: str = "", env: dict | None = None,
-                 bench_shim: bool = False):
+    def __init__(self, output_dir: str, *args: str, cpus: str = "", env: dict | None = None, bench_shim: bool = False):
         # The agent's programs fit one build of the shim (their argument readers are
         # generated from its probe sites): the benchmark build's processes need an
         # agent of their own.
@@ -122,8 +133,9 @@ class Agent:
         cmd = [sys.executable, "-m", "gpu_agent", "run", "--output-dir", output_dir, *shim, *args]
         if cpus:
             cmd = ["taskset", "-c", cpus] + cmd
-        self.p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                  env=env or clean_env())
+        self.p = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env or clean_env()
+        )
         seen: list[str] = []
         for line in self.p.stderr:  # every probe attached once it says "watching"
             seen.append(line)
@@ -162,6 +174,7 @@ class Agent:
 def profile_kernels(path: Path) -> dict[str, list[int]]:
     """mangled kernel name -> [gpu_ns, launches] over a profile's CUDA_KERNEL leaves."""
     from gpu_agent.proto import profile_pb2  # the real profile.proto
+
     p = profile_pb2.Profile()
     p.ParseFromString(gzip.decompress(Path(path).read_bytes()))
     s = p.string_table
@@ -181,6 +194,7 @@ def profile_kernels(path: Path) -> dict[str, list[int]]:
 def profile_stacks(path: Path) -> list[tuple[list[str], list[int]]]:
     """Every sample of a profile: (function names from the leaf up, values)."""
     from gpu_agent.proto import profile_pb2
+
     p = profile_pb2.Profile()
     p.ParseFromString(gzip.decompress(Path(path).read_bytes()))
     s = p.string_table
@@ -192,6 +206,7 @@ def profile_stacks(path: Path) -> list[tuple[list[str], list[int]]]:
 def python_share(path: Path) -> float:
     """The share of a profile's GPU time whose stack has a Python frame (a .py file)."""
     from gpu_agent.proto import profile_pb2
+
     p = profile_pb2.Profile()
     p.ParseFromString(gzip.decompress(Path(path).read_bytes()))
     s = p.string_table

@@ -99,8 +99,7 @@ def analyse(trace: list[list], settle: float) -> dict:
     for i, (att, blocks) in enumerate(runs):
         if att:
             steady = [b[1] for b in blocks if b[0] >= blocks[0][0] + settle]
-            around = [b[1] for j in (i - 1, i + 1) if 0 <= j < len(runs) and not runs[j][0]
-                      for b in runs[j][1]]
+            around = [b[1] for j in (i - 1, i + 1) if 0 <= j < len(runs) and not runs[j][0] for b in runs[j][1]]
             if steady and around:
                 ratios.append(statistics.fmean(steady) / statistics.fmean(around) - 1)
                 med_ratios.append(statistics.median(steady) / statistics.median(around) - 1)
@@ -116,8 +115,12 @@ def analyse(trace: list[list], settle: float) -> dict:
                     quiet_us.extend(quiet)
         else:
             (detached_after if any(r[0] for r in runs[:i]) else detached_before).extend(b[1] for b in blocks)
-    out = {"periods": len(ratios), "ratios": [round(r, 5) for r in ratios],
-           "block_medians": [round(r, 5) for r in med_ratios], "teardowns": trace[-1][3] if trace else 0}
+    out = {
+        "periods": len(ratios),
+        "ratios": [round(r, 5) for r in ratios],
+        "block_medians": [round(r, 5) for r in med_ratios],
+        "teardowns": trace[-1][3] if trace else 0,
+    }
     if ratios:
         out["median"] = statistics.median(ratios)
         out["ci"] = bootstrap_ci(ratios) if len(ratios) > 2 else None
@@ -167,28 +170,39 @@ def phase_profile(trace: list[list], settle: float) -> list[dict]:
             acc[2] += b[1] - base
     total = sum(abs(v[2]) for v in bins.values()) or 1.0
     extra = sum(v[2] for v in bins.values())
-    return [{"since_open_s": k, "blocks": n, "slowdown": s / n, "share_of_extra": x / (extra or total)}
-            for k, (n, s, x) in sorted(bins.items(), key=lambda kv: (kv[0] == "none", kv[0] if kv[0] != "none" else 0))]
+    return [
+        {"since_open_s": k, "blocks": n, "slowdown": s / n, "share_of_extra": x / (extra or total)}
+        for k, (n, s, x) in sorted(bins.items(), key=lambda kv: (kv[0] == "none", kv[0] if kv[0] != "none" else 0))
+    ]
 
 
 def print_phase_profile(w: str, rows: list[dict]) -> None:
     print(f"    {w}: step time by time since the last window opened (attached against detached):", flush=True)
     for r in rows:
         k = r["since_open_s"]
-        print(f"      {k if k == 'none' else f'>= {k:.2f} s':>10}: {r['blocks']:6d} blocks, "
-              f"{100 * r['slowdown']:+7.2f} %, {100 * r['share_of_extra']:+6.1f} % of the extra time", flush=True)
+        print(
+            f"      {k if k == 'none' else f'>= {k:.2f} s':>10}: {r['blocks']:6d} blocks, "
+            f"{100 * r['slowdown']:+7.2f} %, {100 * r['share_of_extra']:+6.1f} % of the extra time",
+            flush=True,
+        )
 
 
 def start_case(w: str, steps: int, secs: float, env: dict, cpus: str) -> subprocess.Popen:
     pin = ["taskset", "-c", cpus] if cpus else []
-    return subprocess.Popen(pin + [sys.executable, "-m", "bench.gpu.cases", w, "--steps", str(steps),
-                                   "--trace", str(secs)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        pin + [sys.executable, "-m", "bench.gpu.cases", w, "--steps", str(steps), "--trace", str(secs)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 # Launches per step where a case's step is fixed (bench/gpu/cases.py): the shim's
 # per-period estimates (GPU_AGENT_DEBUG=2) are checked against the job's own steps.
 LAUNCHES_PER_STEP = {"eager": 20}
+
+
 def trace_of(w: str, case: subprocess.Popen, secs: float, periods: list | None = None) -> list[list]:
     stdout, stderr = case.communicate(timeout=secs + 300)
     if case.returncode != 0:
@@ -197,7 +211,7 @@ def trace_of(w: str, case: subprocess.Popen, secs: float, periods: list | None =
         periods.extend(period_lines.parse(stderr))
     for ln in stderr.splitlines():  # with GPU_AGENT_DEBUG=1 in --shim-env: what the windows cost it
         if "gpu-agent-shim" in ln and any(f"{k} (" in ln for k in ("budget", "teardowns", "exit", "windows")):
-            print(f"    {w}: {ln[ln.index('gpu-agent-shim'):][:700]}", flush=True)
+            print(f"    {w}: {ln[ln.index('gpu-agent-shim') :][:700]}", flush=True)
     return json.loads(stdout.strip().splitlines()[-1])["trace"]
 
 
@@ -231,8 +245,9 @@ def inprocess(a) -> None:
             k0, k1 = int(t_on * 1000) // cycle, int(t_off * 1000) // cycle + 1
             watched = [(max(t_on, k * cycle / 1000), min(t_off, (k * cycle + on_ms) / 1000)) for k in range(k0, k1)]
         for _ in range(0 if a.toggle else a.periods):
-            agent = Agent(tempfile.mkdtemp(prefix="gpu-agent-bench-"), cpus=a.agent_cpus,
-                          bench_shim=needs_bench_shim(settings))
+            agent = Agent(
+                tempfile.mkdtemp(prefix="gpu-agent-bench-"), cpus=a.agent_cpus, bench_shim=needs_bench_shim(settings)
+            )
             t_on = time.monotonic()
             time.sleep(a.on)
             agent.stop()
@@ -240,34 +255,53 @@ def inprocess(a) -> None:
             time.sleep(a.off)
         periods: list = []
         trace = trace_of(w, cases[0], secs, periods)
-        rec = {"method": "inprocess", "workload": w, "steps_per_block": steps, "on_s": a.on,
-               "off_s": a.off, "toggle": a.toggle, "shim_env": a.shim_env, **analyse(trace, a.settle),
-               "phases": phase_profile(trace, a.settle), "trace": trace}
+        rec = {
+            "method": "inprocess",
+            "workload": w,
+            "steps_per_block": steps,
+            "on_s": a.on,
+            "off_s": a.off,
+            "toggle": a.toggle,
+            "shim_env": a.shim_env,
+            **analyse(trace, a.settle),
+            "phases": phase_profile(trace, a.settle),
+            "trace": trace,
+        }
         print_phase_profile(w, rec["phases"])
         if periods and w in LAUNCHES_PER_STEP:
             rec.update(period_lines.against_steps(trace, periods, steps, LAUNCHES_PER_STEP[w]))
-            print(f"    {w}: the shim's launches per period against the job's own steps: total "
-                  f"{100 * rec.get('period_error_total', float('nan')):+.2f} %, median "
-                  f"{100 * rec.get('period_error_median', float('nan')):+.2f} % over "
-                  f"{rec.get('periods_checked', 0)} periods", flush=True)
+            print(
+                f"    {w}: the shim's launches per period against the job's own steps: total "
+                f"{100 * rec.get('period_error_total', float('nan')):+.2f} %, median "
+                f"{100 * rec.get('period_error_median', float('nan')):+.2f} % over "
+                f"{rec.get('periods_checked', 0)} periods",
+                flush=True,
+            )
         if a.control_cpus:
-            control = [[t, us, int(any(lo <= t < hi for lo, hi in watched)), 0]
-                       for t, us, *_ in trace_of(w, cases[1], secs)]
+            control = [
+                [t, us, int(any(lo <= t < hi for lo, hi in watched)), 0] for t, us, *_ in trace_of(w, cases[1], secs)
+            ]
             rec["control"] = {k: v for k, v in analyse(control, a.settle).items() if k != "teardowns"}
         out.write(json.dumps(rec) + "\n")
         out.flush()
         ci = rec.get("ci")
-        print(f"inprocess {w:10} attached vs detached: "
-              + (f"{100 * rec['median']:+.2f} %" if "median" in rec else "n/a")
-              + (f" [{100 * ci[0]:+.2f}, {100 * ci[1]:+.2f}]" if ci else "")
-              + f" over {rec['periods']} periods (block medians {100 * rec.get('block_median', float('nan')):+.2f} %"
-              + f", between windows {100 * rec.get('between_windows', float('nan')):+.2f} %"
-              + f", count phases against between windows {100 * rec.get('count_phase', float('nan')):+.2f} %: "
-              + f"{rec.get('count_phase_us', float('nan')):.2f} against "
-              + f"{rec.get('between_us', float('nan')):.2f} µs a step)"
-              + "; detached after vs before the first attach: "
-              + (f"{100 * rec['after_detach']:+.2f} %" if "after_detach" in rec else "n/a")
-              + f"; {rec['teardowns']} teardowns"
-              + (f"; control (no shim, same periods): {100 * rec['control'].get('median', float('nan')):+.2f} %, "
-                 f"after vs before {100 * rec['control'].get('after_detach', float('nan')):+.2f} %"
-                 if "control" in rec else ""), flush=True)
+        print(
+            f"inprocess {w:10} attached vs detached: "
+            + (f"{100 * rec['median']:+.2f} %" if "median" in rec else "n/a")
+            + (f" [{100 * ci[0]:+.2f}, {100 * ci[1]:+.2f}]" if ci else "")
+            + f" over {rec['periods']} periods (block medians {100 * rec.get('block_median', float('nan')):+.2f} %"
+            + f", between windows {100 * rec.get('between_windows', float('nan')):+.2f} %"
+            + f", count phases against between windows {100 * rec.get('count_phase', float('nan')):+.2f} %: "
+            + f"{rec.get('count_phase_us', float('nan')):.2f} against "
+            + f"{rec.get('between_us', float('nan')):.2f} µs a step)"
+            + "; detached after vs before the first attach: "
+            + (f"{100 * rec['after_detach']:+.2f} %" if "after_detach" in rec else "n/a")
+            + f"; {rec['teardowns']} teardowns"
+            + (
+                f"; control (no shim, same periods): {100 * rec['control'].get('median', float('nan')):+.2f} %, "
+                f"after vs before {100 * rec['control'].get('after_detach', float('nan')):+.2f} %"
+                if "control" in rec
+                else ""
+            ),
+            flush=True,
+        )

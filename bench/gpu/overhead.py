@@ -72,13 +72,19 @@ CONFIGS = {
     "agent-nostacks": (True, {"shim": "1", "GPU_AGENT_SAMPLE_PERIOD": "1000000000"}, ()),
     "agent-cbwindowed": (True, {"shim": "1", "GPU_AGENT_EXP_CALLBACKS": "windowed"}, ()),
     "agent-continuous": (True, {"shim": "1", "GPU_AGENT_DUTY_CYCLE": "1"}, ()),
-    "agent-idle-nocb": (True, {"shim": "1", "GPU_AGENT_DUTY_CYCLE": "100000",
-                               "GPU_AGENT_EXP_CALLBACKS": "windowed"}, ()),
+    "agent-idle-nocb": (
+        True,
+        {"shim": "1", "GPU_AGENT_DUTY_CYCLE": "100000", "GPU_AGENT_EXP_CALLBACKS": "windowed"},
+        (),
+    ),
     "agent-hold-activity": (True, {"shim": "1", "GPU_AGENT_EXP_HOLD": "activity"}, ()),
     # one 20 ms window in 2 s: the shim logs each, so a timeline tells in from out
     "agent-d100": (True, {"shim": "1", "GPU_AGENT_DUTY_CYCLE": "100"}, ()),
-    "agent-d100-cbwindowed": (True, {"shim": "1", "GPU_AGENT_DUTY_CYCLE": "100",
-                                     "GPU_AGENT_EXP_CALLBACKS": "windowed"}, ()),
+    "agent-d100-cbwindowed": (
+        True,
+        {"shim": "1", "GPU_AGENT_DUTY_CYCLE": "100", "GPU_AGENT_EXP_CALLBACKS": "windowed"},
+        (),
+    ),
 }
 
 
@@ -86,8 +92,9 @@ def env_of(config: str) -> dict:
     extra = dict(CONFIGS[config][1])
     if extra.pop("parcagpu", None):
         return parcagpu_env(**extra)
-    return shim_env(**{k: v for k, v in extra.items() if k != "shim"}) if extra.pop("shim", None) \
-        else clean_env(**extra)
+    return (
+        shim_env(**{k: v for k, v in extra.items() if k != "shim"}) if extra.pop("shim", None) else clean_env(**extra)
+    )
 
 
 def cpu_list(spec: str) -> list[str]:
@@ -102,22 +109,31 @@ def one(a, workload: str, config: str) -> dict:
     """One measurement: a fresh process (N at once for mlp-xN, their mean)."""
     n = int(workload.split("-x")[1]) if "-x" in workload else 1
     cpus = cpu_list(a.cpus)
-    cmd = case_command(workload.split("-x")[0] if n > 1 else workload, steps=int(a.scale * STEPS[workload]),
-                       repeats=a.repeats, wait=a.wait, torch_profiler=config == "torch.profiler")
+    cmd = case_command(
+        workload.split("-x")[0] if n > 1 else workload,
+        steps=int(a.scale * STEPS[workload]),
+        repeats=a.repeats,
+        wait=a.wait,
+        torch_profiler=config == "torch.profiler",
+    )
     procs = []
     for i in range(n):
         pin = ["taskset", "-c", cpus[i % len(cpus)] if n > 1 else a.cpus] if cpus else []
-        procs.append(subprocess.Popen(pin + cmd, env=env_of(config), stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(pin + cmd, env=env_of(config), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        )
     outs = []
     for p in procs:
         out, err = p.communicate(timeout=900)
         if p.returncode != 0:
             raise SystemExit(f"{workload}/{config} failed: {err[-2000:]}")
         outs.append(json.loads(out.strip().splitlines()[-1]))
-    rec = {"workload": workload, "config": config,
-           "us_per_step": statistics.fmean(o["us_per_step"] for o in outs),
-           "blocks": [o.get("blocks") for o in outs]}
+    rec = {
+        "workload": workload,
+        "config": config,
+        "us_per_step": statistics.fmean(o["us_per_step"] for o in outs),
+        "blocks": [o.get("blocks") for o in outs],
+    }
     poller = [o.get("thread_cpu_pct", {}).get("ga-shim-poll") for o in outs]
     if any(poller):
         rec["poller_cpu_pct"] = max(filter(None, poller))
@@ -130,15 +146,20 @@ def run(a) -> None:
     if unknown:
         raise SystemExit(f"unknown config(s): {', '.join(unknown)}; known: {', '.join(CONFIGS)}")
     bench = {c for c in configs if needs_bench_shim(CONFIGS[c][1])}
-    phases = [("no-agent", [c for c in configs if CONFIGS[c][0] is False]),
-              ("agent", [c for c in configs if CONFIGS[c][0] and c not in bench]),
-              ("agent-bench", [c for c in configs if CONFIGS[c][0] and c in bench])]
+    phases = [
+        ("no-agent", [c for c in configs if CONFIGS[c][0] is False]),
+        ("agent", [c for c in configs if CONFIGS[c][0] and c not in bench]),
+        ("agent-bench", [c for c in configs if CONFIGS[c][0] and c in bench]),
+    ]
     out = open(a.jsonl, "a")
     for phase, todo in phases:
         if not todo:
             continue
-        agent = Agent(tempfile.mkdtemp(prefix="gpu-agent-bench-"), cpus=a.agent_cpus,
-                      bench_shim=phase == "agent-bench") if phase != "no-agent" else None
+        agent = (
+            Agent(tempfile.mkdtemp(prefix="gpu-agent-bench-"), cpus=a.agent_cpus, bench_shim=phase == "agent-bench")
+            if phase != "no-agent"
+            else None
+        )
         try:
             if agent:
                 time.sleep(a.agent_settle)
@@ -146,8 +167,11 @@ def run(a) -> None:
                 for w in workloads:
                     order = [c for c in todo if not (w == "driver-graph" and c == "torch.profiler")]
                     random.shuffle(order)
-                    seq = [x for c in order for x in ("baseline", c)] if a.method == "pair" \
+                    seq = (
+                        [x for c in order for x in ("baseline", c)]
+                        if a.method == "pair"
                         else random.sample(order + ["baseline"], len(order) + 1)
+                    )
                     for c in seq:
                         t0, c0 = time.monotonic(), agent.cpu_s() if agent else 0.0
                         rec = one(a, w, c)
@@ -157,9 +181,16 @@ def run(a) -> None:
                             rec["agent_rss_mib"], rec["agent_peak_mib"] = agent.rss_mib()
                         out.write(json.dumps(rec) + "\n")
                         out.flush()
-                        print(f"{phase:8} round {r} {w:12} {c:18} {rec['us_per_step']:9.2f} µs/step"
-                              + (f"  agent {rec['agent_cpu_pct']:.1f} % CPU, {rec['agent_rss_mib']:.0f} MiB"
-                                 if agent else ""), file=sys.stderr, flush=True)
+                        print(
+                            f"{phase:8} round {r} {w:12} {c:18} {rec['us_per_step']:9.2f} µs/step"
+                            + (
+                                f"  agent {rec['agent_cpu_pct']:.1f} % CPU, {rec['agent_rss_mib']:.0f} MiB"
+                                if agent
+                                else ""
+                            ),
+                            file=sys.stderr,
+                            flush=True,
+                        )
         finally:
             if agent:
                 tail = agent.stop()
@@ -176,13 +207,20 @@ def timeline(a) -> None:
         env = env_of(config)
         env["GPU_AGENT_DEBUG"] = "1"  # the window lines
         secs = a.seconds
-        loop = subprocess.Popen(["taskset", "-c", a.cpus or "2", cuda_binary("launch_loop"), "0",
-                                 "--trace", str(secs)], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        loop = subprocess.Popen(
+            ["taskset", "-c", a.cpus or "2", cuda_binary("launch_loop"), "0", "--trace", str(secs)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         t_start = time.monotonic()
         time.sleep(1)
-        agent = Agent(tempfile.mkdtemp(prefix="gpu-agent-bench-"), cpus=a.agent_cpus,
-                      bench_shim=needs_bench_shim(CONFIGS[config][1]))
+        agent = Agent(
+            tempfile.mkdtemp(prefix="gpu-agent-bench-"),
+            cpus=a.agent_cpus,
+            bench_shim=needs_bench_shim(CONFIGS[config][1]),
+        )
         t_watch = time.monotonic()
         time.sleep(max(2.0, (t_start + secs - t_watch) * 0.6))
         agent.stop()
@@ -198,16 +236,25 @@ def timeline(a) -> None:
 
         def in_window(t):
             return any(w <= t < w + win_s for w in wins)
-        rec = {"method": "timeline", "config": config, "workload": "launch",
-               "before": mean(t_start + 0.5, t_watch), "attached": mean(t_watch + 1, t_stop),
-               "after": mean(t_stop + 1, t_start + secs)}
+
+        rec = {
+            "method": "timeline",
+            "config": config,
+            "workload": "launch",
+            "before": mean(t_start + 0.5, t_watch),
+            "attached": mean(t_watch + 1, t_stop),
+            "after": mean(t_stop + 1, t_start + secs),
+        }
         if wins:
             rec["in_window"] = mean(t_watch + 1, t_stop, in_window)
             rec["between_windows"] = mean(t_watch + 1, t_stop, lambda t: not in_window(t))
         out.write(json.dumps(rec) + "\n")
         out.flush()
-        print(f"timeline {config:18} ns/launch: " + ", ".join(
-            f"{k} {v[0]:.0f} (n={v[1]})" for k, v in rec.items() if isinstance(v, tuple)), flush=True)
+        print(
+            f"timeline {config:18} ns/launch: "
+            + ", ".join(f"{k} {v[0]:.0f} (n={v[1]})" for k, v in rec.items() if isinstance(v, tuple)),
+            flush=True,
+        )
 
 
 RESIDUAL_MODES = ("none", "global", "context", "kernel", "latency0", "hwtrace", "finalize")
@@ -221,8 +268,13 @@ def residual(a) -> None:
     out = open(a.jsonl, "a")
     for r in range(a.rounds):
         for mode in RESIDUAL_MODES:
-            p = subprocess.run(["taskset", "-c", a.cpus or "2", binary, mode], env=clean_env(),
-                               capture_output=True, text=True, timeout=300)
+            p = subprocess.run(
+                ["taskset", "-c", a.cpus or "2", binary, mode],
+                env=clean_env(),
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             line = (p.stdout.strip().splitlines() or [""])[-1]
             try:
                 rec = json.loads(line)
@@ -239,8 +291,9 @@ def events(a) -> None:
     binary = cuda_binary("event_timing", cupti=True)
     out = open(a.jsonl, "a")
     for r in range(a.rounds):
-        p = subprocess.run(["taskset", "-c", a.cpus or "2", binary], env=clean_env(),
-                           capture_output=True, text=True, timeout=300)
+        p = subprocess.run(
+            ["taskset", "-c", a.cpus or "2", binary], env=clean_env(), capture_output=True, text=True, timeout=300
+        )
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
         if not lines:
             lines = [json.dumps({"error": (p.stderr or p.stdout)[-300:]})]
@@ -266,15 +319,23 @@ def summarize(path: str) -> list[dict]:
     rows = []
     for (w, ph, c), runs in sorted(by.items()):
         base = by.get((w, ph, "baseline"), {})
-        row = {"workload": w, "phase": ph, "config": c, "n": len(runs),
-               "us_median": statistics.median(r["us_per_step"] for r in runs.values())}
+        row = {
+            "workload": w,
+            "phase": ph,
+            "config": c,
+            "n": len(runs),
+            "us_median": statistics.median(r["us_per_step"] for r in runs.values()),
+        }
         agent = [r for r in runs.values() if "agent_cpu_pct" in r]
         if agent:
             row["agent_cpu_pct"] = statistics.median(r["agent_cpu_pct"] for r in agent)
             row["agent_peak_mib"] = max(r["agent_peak_mib"] for r in agent)
         if c != "baseline" and base:
-            row["mean_ratio"] = (statistics.fmean(r["us_per_step"] for r in runs.values())
-                                 / statistics.fmean(r["us_per_step"] for r in base.values()) - 1)
+            row["mean_ratio"] = (
+                statistics.fmean(r["us_per_step"] for r in runs.values())
+                / statistics.fmean(r["us_per_step"] for r in base.values())
+                - 1
+            )
             paired = [runs[k]["us_per_step"] / base[k]["us_per_step"] - 1 for k in runs if k in base]
             if paired:
                 row["paired_median"] = statistics.median(paired)
@@ -285,8 +346,10 @@ def summarize(path: str) -> list[dict]:
 
 
 def print_table(path: str) -> None:
-    print("| workload | phase | config | runs | µs/step (median) | mean ratio "
-          "| paired median [95 % CI] (min, max) | agent CPU, peak RSS |")
+    print(
+        "| workload | phase | config | runs | µs/step (median) | mean ratio "
+        "| paired median [95 % CI] (min, max) | agent CPU, peak RSS |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in summarize(path):
         ratio = f"{100 * r['mean_ratio']:+.1f} %" if "mean_ratio" in r else ""
@@ -298,8 +361,8 @@ def print_table(path: str) -> None:
                 paired += f" [{100 * lo:+.1f}, {100 * hi:+.1f}]"
             mn, mx = r["paired_min_max"]
             paired += f" ({100 * mn:+.1f}, {100 * mx:+.1f})"
-        cost = (f"{r['agent_cpu_pct']:.1f} %, {r['agent_peak_mib']:.0f} MiB"
-                if "agent_cpu_pct" in r else "")
-        print(f"| {r['workload']} | {r['phase']} | {r['config']} | {r['n']} | {r['us_median']:.2f} "
-              f"| {ratio} | {paired} | {cost} |")
-
+        cost = f"{r['agent_cpu_pct']:.1f} %, {r['agent_peak_mib']:.0f} MiB" if "agent_cpu_pct" in r else ""
+        print(
+            f"| {r['workload']} | {r['phase']} | {r['config']} | {r['n']} | {r['us_median']:.2f} "
+            f"| {ratio} | {paired} | {cost} |"
+        )

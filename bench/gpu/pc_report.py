@@ -57,10 +57,15 @@ def report(path: str, under: list[str]) -> dict:
         for u in under:
             by_under[u] += n if u in names else 0
     top = lambda c, k=8: {key: round(v / total, 4) for key, v in c.most_common(k)}  # noqa: E731
-    return {"pc_samples": total, "by_kernel": top(by_kernel), "by_line": top(by_line),
-            "by_reason": top(by_reason, 12), "under": {u: round(by_under[u] / total, 4) for u in under},
-            "gpu_ns_per_launch": per_launch,
-            "comments": [s[c] for c in p.comment if "pc_samples" not in s[c]]}
+    return {
+        "pc_samples": total,
+        "by_kernel": top(by_kernel),
+        "by_line": top(by_line),
+        "by_reason": top(by_reason, 12),
+        "under": {u: round(by_under[u] / total, 4) for u in under},
+        "gpu_ns_per_launch": per_launch,
+        "comments": [s[c] for c in p.comment if "pc_samples" not in s[c]],
+    }
 
 
 def main(argv=None) -> None:

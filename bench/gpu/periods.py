@@ -15,9 +15,11 @@ from __future__ import annotations
 import re
 import statistics
 
-PERIOD = re.compile(r"period \(pid \d+\): ended at ([\d.]+) s \(CLOCK_MONOTONIC\) after ([\d.]+) ms; "
-                    r"callbacks on ([\d.]+) ms, (\d+) launches seen .*?; rest ([\d.]+) ms at (\d+)/s "
-                    r"\(count phase (-?\d+)/s\); (\d+) launches$")
+PERIOD = re.compile(
+    r"period \(pid \d+\): ended at ([\d.]+) s \(CLOCK_MONOTONIC\) after ([\d.]+) ms; "
+    r"callbacks on ([\d.]+) ms, (\d+) launches seen .*?; rest ([\d.]+) ms at (\d+)/s "
+    r"\(count phase (-?\d+)/s\); (\d+) launches$"
+)
 JOINED = re.compile(r"(\d+) launches joined to the window before them")
 
 
@@ -25,8 +27,11 @@ def parse(stderr: str) -> list[dict]:
     """Every period line: end (s), len_ms, on_ms (callbacks on), seen, rest_ms, rate
     (per s, what the rest went at), count_rate, est (launches)."""
     keys = ("end", "len_ms", "on_ms", "seen", "rest_ms", "rate", "count_rate", "est")
-    return [dict(zip(keys, (float(g) if "." in g else int(g) for g in m.groups())))
-            for m in map(PERIOD.search, stderr.splitlines()) if m]
+    return [
+        dict(zip(keys, (float(g) if "." in g else int(g) for g in m.groups())))
+        for m in map(PERIOD.search, stderr.splitlines())
+        if m
+    ]
 
 
 def joined(stderr: str) -> int:
@@ -52,8 +57,11 @@ def against_steps(trace: list[list], periods: list[dict], steps: int, per_step: 
             true_sum += true
     if not errs:
         return {}
-    return {"periods_checked": len(errs), "period_error_median": statistics.median(errs),
-            "period_error_total": est_sum / true_sum - 1}
+    return {
+        "periods_checked": len(errs),
+        "period_error_median": statistics.median(errs),
+        "period_error_total": est_sum / true_sum - 1,
+    }
 
 
 def against_uniform(periods: list[dict], span: tuple[float, float], launches: int, joined_n: int = 0) -> dict:
@@ -72,8 +80,12 @@ def against_uniform(periods: list[dict], span: tuple[float, float], launches: in
     outer = [r for r in rows if r not in inner]
     est_all, true_all = sum(r["est"] for r in rows), sum(r["true"] for r in rows)
     out = {
-        "true_rate": rate, "periods": len(rows), "estimate_sum": est_all, "joined": joined_n,
-        "first_period_from_loop_start_s": rows[0]["lo"] - t0, "loop_end_to_last_period_s": t1 - rows[-1]["end"],
+        "true_rate": rate,
+        "periods": len(rows),
+        "estimate_sum": est_all,
+        "joined": joined_n,
+        "first_period_from_loop_start_s": rows[0]["lo"] - t0,
+        "loop_end_to_last_period_s": t1 - rows[-1]["end"],
         "uncovered_launches": launches - true_all,
         "inner_periods": len(inner),
         "edge_err_launches": sum(r["est"] - r["true"] for r in outer),
@@ -85,13 +97,16 @@ def against_uniform(periods: list[dict], span: tuple[float, float], launches: in
             inner_err_pct=100 * (sum(r["est"] for r in inner) / sum(r["true"] for r in inner) - 1),
             inner_period_err_median_pct=100 * statistics.median(r["est"] / r["true"] - 1 for r in inner),
             inner_rate_vs_true_pct=100 * (statistics.median(r["rate"] for r in inner) / rate - 1),
-            inner_count_rate_vs_true_pct=100 * (statistics.median(r["count_rate"] for r in inner) / rate - 1))
+            inner_count_rate_vs_true_pct=100 * (statistics.median(r["count_rate"] for r in inner) / rate - 1),
+        )
     return out
 
 
 def row(r: dict) -> dict:
-    return {k: round(r[k], 4) if isinstance(r[k], float) else r[k]
-            for k in ("lo", "end", "len_ms", "on_ms", "seen", "rest_ms", "rate", "count_rate", "est", "true")}
+    return {
+        k: round(r[k], 4) if isinstance(r[k], float) else r[k]
+        for k in ("lo", "end", "len_ms", "on_ms", "seen", "rest_ms", "rate", "count_rate", "est", "true")
+    }
 
 
 def report(name: str, res: dict, launches: int) -> None:
@@ -100,18 +115,28 @@ def report(name: str, res: dict, launches: int) -> None:
         print(f"    {name}: no period lines (GPU_AGENT_DEBUG=2)", flush=True)
         return
     pct = 100 / max(1, launches)
-    print(f"    {name}: {res['periods']} periods; the loop at {res['true_rate']:.0f} launches/s; first period "
-          f"{res['first_period_from_loop_start_s']:+.3f} s from the loop's start, the loop ended "
-          f"{res['loop_end_to_last_period_s']:+.3f} s after the last; launches outside every period "
-          f"{res['uncovered_launches']:.0f} ({res['uncovered_launches'] * pct:.2f} %), joined {res['joined']}",
-          flush=True)
+    print(
+        f"    {name}: {res['periods']} periods; the loop at {res['true_rate']:.0f} launches/s; first period "
+        f"{res['first_period_from_loop_start_s']:+.3f} s from the loop's start, the loop ended "
+        f"{res['loop_end_to_last_period_s']:+.3f} s after the last; launches outside every period "
+        f"{res['uncovered_launches']:.0f} ({res['uncovered_launches'] * pct:.2f} %), joined {res['joined']}",
+        flush=True,
+    )
     if res["inner_periods"]:
-        print(f"      {res['inner_periods']} inner periods: estimate {res['inner_err_pct']:+.2f} % (median period "
-              f"{res['inner_period_err_median_pct']:+.2f} %); the rest's rate {res['inner_rate_vs_true_pct']:+.2f} "
-              f"%, the count phase's {res['inner_count_rate_vs_true_pct']:+.2f} % against the loop's", flush=True)
-    print(f"      edge periods {res['edge_err_launches']:+.0f} launches ({res['edge_err_launches'] * pct:+.2f} %)",
-          flush=True)
+        print(
+            f"      {res['inner_periods']} inner periods: estimate {res['inner_err_pct']:+.2f} % (median period "
+            f"{res['inner_period_err_median_pct']:+.2f} %); the rest's rate {res['inner_rate_vs_true_pct']:+.2f} "
+            f"%, the count phase's {res['inner_count_rate_vs_true_pct']:+.2f} % against the loop's",
+            flush=True,
+        )
+    print(
+        f"      edge periods {res['edge_err_launches']:+.0f} launches ({res['edge_err_launches'] * pct:+.2f} %)",
+        flush=True,
+    )
     for e in res["edges"]:
-        print(f"        edge period {e['lo']:.3f}-{e['end']:.3f} s: {e['len_ms']:.0f} ms, seen {e['seen']}, rest "
-              f"{e['rest_ms']:.0f} ms at {e['rate']}/s (count phase {e['count_rate']}/s): {e['est']} against "
-              f"{e['true']:.0f}", flush=True)
+        print(
+            f"        edge period {e['lo']:.3f}-{e['end']:.3f} s: {e['len_ms']:.0f} ms, seen {e['seen']}, rest "
+            f"{e['rest_ms']:.0f} ms at {e['rate']}/s (count phase {e['count_rate']}/s): {e['est']} against "
+            f"{e['true']:.0f}",
+            flush=True,
+        )

@@ -17,20 +17,39 @@ from gpu_agent.probes.stapsdt import read_probes
 HERE = Path(__file__).resolve().parent
 ARENA = 0x200000000
 NOBODY = 65534
-REGS = {name: i for i, name in enumerate(
-    "rax rbx rcx rdx rsi rdi rbp rsp r8 r9 r10 r11 r12 r13 r14 r15".split())}
-_ALIASES = {"eax": "rax", "ebx": "rbx", "ecx": "rcx", "edx": "rdx", "esi": "rsi", "edi": "rdi",
-            "ebp": "rbp", "esp": "rsp", "ax": "rax", "bx": "rbx", "cx": "rcx", "dx": "rdx",
-            "si": "rsi", "di": "rdi", "bp": "rbp", "al": "rax", "bl": "rbx", "cl": "rcx",
-            "dl": "rdx", "sil": "rsi", "dil": "rdi"}
+REGS = {name: i for i, name in enumerate("rax rbx rcx rdx rsi rdi rbp rsp r8 r9 r10 r11 r12 r13 r14 r15".split())}
+_ALIASES = {
+    "eax": "rax",
+    "ebx": "rbx",
+    "ecx": "rcx",
+    "edx": "rdx",
+    "esi": "rsi",
+    "edi": "rdi",
+    "ebp": "rbp",
+    "esp": "rsp",
+    "ax": "rax",
+    "bx": "rbx",
+    "cx": "rcx",
+    "dx": "rdx",
+    "si": "rsi",
+    "di": "rdi",
+    "bp": "rbp",
+    "al": "rax",
+    "bl": "rbx",
+    "cl": "rcx",
+    "dl": "rdx",
+    "sil": "rsi",
+    "dil": "rdi",
+}
 _SPEC = re.compile(r"^-?\d+@(?:%(\w+)|(-?\d*)\(%(\w+)\)|\$(-?\d+))$")
 
 
 def build(outdir: Path) -> Path:
     outdir.mkdir(parents=True, exist_ok=True)
     exe = outdir / "attacker"
-    subprocess.run([os.environ.get("CC", "gcc"), "-O2", "-Wall", "-o", str(exe), str(HERE / "attacker.c"),
-                    "-ldl"], check=True)
+    subprocess.run(
+        [os.environ.get("CC", "gcc"), "-O2", "-Wall", "-o", str(exe), str(HERE / "attacker.c"), "-ldl"], check=True
+    )
     exe.chmod(0o755)
     return exe
 
@@ -57,7 +76,7 @@ def sites(shim: Path) -> dict[str, Site]:
     for p in read_probes(str(shim)):
         if p.provider != "gpu_agent" or p.name in out:
             continue
-        nop = data[p.pc_offset:p.pc_offset + 5]
+        nop = data[p.pc_offset : p.pc_offset + 5]
         nop_len = 5 if nop == b"\x0f\x1f\x44\x00\x00" else 1 if nop[:1] == b"\x90" else 0
         if not nop_len:
             raise ValueError(f"{p.name}: no nop at its site ({nop.hex()})")
@@ -109,28 +128,33 @@ class Script:
         return self
 
     # The contract's probes, by name and argument order (gpu_agent_probes.h).
-    def batch(self, recs: list[C.KernelRecord], dropped: int = 0, *, count: int | None = None,
-              repeat: int = 1) -> "Script":
+    def batch(
+        self, recs: list[C.KernelRecord], dropped: int = 0, *, count: int | None = None, repeat: int = 1
+    ) -> "Script":
         arr = (C.KernelRecord * max(len(recs), 1))(*recs)
-        addr = self.blob(bytes(arr)[:ct.sizeof(C.KernelRecord) * len(recs)])
-        return self.fire("kernel_batch", addr, len(recs) if count is None else count,
-                         ct.sizeof(C.KernelRecord), dropped, repeat=repeat)
+        addr = self.blob(bytes(arr)[: ct.sizeof(C.KernelRecord) * len(recs)])
+        return self.fire(
+            "kernel_batch",
+            addr,
+            len(recs) if count is None else count,
+            ct.sizeof(C.KernelRecord),
+            dropped,
+            repeat=repeat,
+        )
 
-    def name_chunk(self, kernel_id: int, total: int, offset: int, chunk: bytes,
-                   repeat: int = 1) -> "Script":
-        return self.fire("kernel_name", kernel_id, total, offset, self.blob(chunk), len(chunk),
-                         repeat=repeat)
+    def name_chunk(self, kernel_id: int, total: int, offset: int, chunk: bytes, repeat: int = 1) -> "Script":
+        return self.fire("kernel_name", kernel_id, total, offset, self.blob(chunk), len(chunk), repeat=repeat)
 
     def full_name(self, kernel_id: int, name: bytes) -> "Script":
         for off in range(0, len(name), C.NAME_CHUNK):
-            self.name_chunk(kernel_id, len(name), off, name[off:off + C.NAME_CHUNK])
+            self.name_chunk(kernel_id, len(name), off, name[off : off + C.NAME_CHUNK])
         return self
 
-    def correlation(self, corr: int, cbid: int, stack_id: int, frames: list[int], weight: int,
-                    launch_ns: int = 0, repeat: int = 1) -> "Script":
+    def correlation(
+        self, corr: int, cbid: int, stack_id: int, frames: list[int], weight: int, launch_ns: int = 0, repeat: int = 1
+    ) -> "Script":
         addr = self.blob(struct.pack(f"<{len(frames)}Q", *frames))
-        return self.fire("cuda_correlation", corr, cbid, stack_id, addr, len(frames), weight,
-                         launch_ns, repeat=repeat)
+        return self.fire("cuda_correlation", corr, cbid, stack_id, addr, len(frames), weight, launch_ns, repeat=repeat)
 
     def sleep(self, ms: int) -> "Script":
         self.ops.append(struct.pack("<QQ", 2, ms))
@@ -142,8 +166,9 @@ class Script:
 
     def write(self, path: Path) -> Path:
         arena = bytes(self.arena)
-        path.write_bytes(struct.pack("<QQ", 0x4B43415454414147, len(arena)) + arena
-                         + b"\0" * (-len(arena) % 8) + b"".join(self.ops))
+        path.write_bytes(
+            struct.pack("<QQ", 0x4B43415454414147, len(arena)) + arena + b"\0" * (-len(arena) % 8) + b"".join(self.ops)
+        )
         path.chmod(0o644)
         return path
 
@@ -155,9 +180,15 @@ def as_nobody() -> None:
     os.setuid(NOBODY)
 
 
-def run(exe: Path, shim: Path, script: Path, *, uid: int = NOBODY, timeout: float = 120,
-        stdin=None) -> subprocess.Popen:
+def run(
+    exe: Path, shim: Path, script: Path, *, uid: int = NOBODY, timeout: float = 120, stdin=None
+) -> subprocess.Popen:
     """Start the attacker as `uid` (65534: nobody, no capabilities)."""
-    return subprocess.Popen([str(exe), str(shim), str(script)], stdin=stdin or subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=as_nobody if uid == NOBODY else None)
+    return subprocess.Popen(
+        [str(exe), str(shim), str(script)],
+        stdin=stdin or subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=as_nobody if uid == NOBODY else None,
+    )

@@ -110,9 +110,11 @@ class Honest:
         self.truth_path = Path(tempfile.mkstemp(dir=tmp, suffix=".truth.tsv")[1])
         self.proc = subprocess.Popen(
             [str(MOCK_APP), *args],
-            env=mock_env(self.truth_path, CUDA_INJECTION64_PATH=str(SHIM), GPU_AGENT_FLUSH_MS="100",
-                         **(env or {})),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            env=mock_env(self.truth_path, CUDA_INJECTION64_PATH=str(SHIM), GPU_AGENT_FLUSH_MS="100", **(env or {})),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def wait(self) -> None:
         _, err = self.proc.communicate(timeout=120)
@@ -141,6 +143,7 @@ def honest(tmp_path):
         h = Honest(tmp_path, *args, env=env)
         started.append(h)
         return h
+
     yield start
     for h in started:
         if h.proc.poll() is None:

@@ -68,19 +68,36 @@ def test_names_a_process_hands_over_cold_are_bounded_and_counted(tmp_path, world
     src.write_text(FLOOD_C)
     hostile = build(world_dir / "libcold_cupti_client.so", src)
     os.chown(hostile, 65534, 65534)
-    agent = Agent(tmp_path / "profiles", "--shim", private_shim(tmp_path / "shim"), "--discover-interval", "0.2s",
-                  "--metrics-addr", "127.0.0.1:0")
+    agent = Agent(
+        tmp_path / "profiles",
+        "--shim",
+        private_shim(tmp_path / "shim"),
+        "--discover-interval",
+        "0.2s",
+        "--metrics-addr",
+        "127.0.0.1:0",
+    )
     metrics = re.search(r"metrics on (http://\S+/metrics)", agent.watching_line).group(1)
     attacker = subprocess.Popen(
-        ["/usr/bin/python3", "-c",
-         "import ctypes, sys, time\n"
-         "lib = ctypes.CDLL(sys.argv[1])\n"
-         "print('up', flush=True)\n"
-         "end = time.time() + 30\n"
-         "while not lib.pg_cold_ready() and time.time() < end: time.sleep(0.05)\n"
-         "print('flood', lib.pg_cold_flood(int(sys.argv[2])), flush=True)\n"
-         "time.sleep(3)\n", str(hostile), str(PAGES)],
-        env=mock_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_nobody)
+        [
+            "/usr/bin/python3",
+            "-c",
+            "import ctypes, sys, time\n"
+            "lib = ctypes.CDLL(sys.argv[1])\n"
+            "print('up', flush=True)\n"
+            "end = time.time() + 30\n"
+            "while not lib.pg_cold_ready() and time.time() < end: time.sleep(0.05)\n"
+            "print('flood', lib.pg_cold_flood(int(sys.argv[2])), flush=True)\n"
+            "time.sleep(3)\n",
+            str(hostile),
+            str(PAGES),
+        ],
+        env=mock_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=as_nobody,
+    )
     try:
         assert attacker.stdout.readline().strip() == "up", attacker.stderr.read()
         wait_for(agent, f"also watching parcagpu library {hostile}")
@@ -88,8 +105,10 @@ def test_names_a_process_hands_over_cold_are_bounded_and_counted(tmp_path, world
         assert "flood 0" in out, (out, err)
         time.sleep(2.0)
         text = urllib.request.urlopen(metrics, timeout=10).read().decode()
-        drops = {m.group(1): float(m.group(2)) for m in
-                 re.finditer(r'^gpu_agent_drops_total\{reason="(\w+)"\}\s+(\S+)$', text, re.M)}
+        drops = {
+            m.group(1): float(m.group(2))
+            for m in re.finditer(r'^gpu_agent_drops_total\{reason="(\w+)"\}\s+(\S+)$', text, re.M)
+        }
         hwm = int(re.search(r"VmHWM:\s+(\d+)", open(f"/proc/{agent.proc.pid}/status").read()).group(1)) / 1024
         assert hwm < RSS_BOUND_MIB, hwm
         agent.stop()

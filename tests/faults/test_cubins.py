@@ -44,6 +44,7 @@ def bomb() -> bytes:
     zeros (SHF_COMPRESSED, about 1 MiB on disk)."""
     from elftools.elf.elffile import ELFFile
     import io
+
     data = bytearray(CUBIN.read_bytes())
     elf = ELFFile(io.BytesIO(bytes(data)))
     index = next(i for i, s in enumerate(elf.iter_sections()) if s.name == ".debug_line")
@@ -65,8 +66,11 @@ def bomb() -> bytes:
 
 def sass_files(samples, pid: int) -> set[str]:
     """The source files of a pid's SASS frames (the frame under [stall: ...])."""
-    return {s.files[1] for s in samples if s.labels.get("pid") == str(pid) and len(s.frames) > 1
-            and s.frames[0].startswith("[stall")}
+    return {
+        s.files[1]
+        for s in samples
+        if s.labels.get("pid") == str(pid) and len(s.frames) > 1 and s.frames[0].startswith("[stall")
+    }
 
 
 def test_a_cubin_bomb_costs_a_child_not_the_agent(node, honest, attacker, world_dir, bomb):

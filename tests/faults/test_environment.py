@@ -17,8 +17,9 @@ from support.env import MOCK_APP, SHIM, agent_cmd, mock_env, need_ebpf
 def _full_tmpfs(path):
     path.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(path)], check=True)
-    subprocess.run(["dd", "if=/dev/zero", f"of={path / 'fill'}", "bs=4k", "count=64"],
-                   capture_output=True)  # fails once the tmpfs is full: that is the point
+    subprocess.run(
+        ["dd", "if=/dev/zero", f"of={path / 'fill'}", "bs=4k", "count=64"], capture_output=True
+    )  # fails once the tmpfs is full: that is the point
     return path
 
 
@@ -29,15 +30,15 @@ def test_record_unwritable_output_fails_before_the_command_runs(tmp_path, where)
     need_ebpf()
     marker = tmp_path / "ran"
     (tmp_path / "file").write_text("x")
-    out = {"under-a-file": tmp_path / "file" / "x.pb.gz", "a-directory": tmp_path,
-           "full-disk": None}[where]
+    out = {"under-a-file": tmp_path / "file" / "x.pb.gz", "a-directory": tmp_path, "full-disk": None}[where]
     mnt = None
     if out is None:
         mnt = _full_tmpfs(tmp_path / "mnt")
         out = mnt / "x.pb.gz"
     try:
-        proc = subprocess.run(agent_cmd("record", "-o", out, "--", "touch", marker),
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            agent_cmd("record", "-o", out, "--", "touch", marker), capture_output=True, text=True, timeout=60
+        )
     finally:
         if mnt is not None:
             subprocess.run(["umount", str(mnt)], check=False)
@@ -49,8 +50,12 @@ def test_record_unwritable_output_fails_before_the_command_runs(tmp_path, where)
 def test_run_refuses_an_output_dir_it_cannot_write(tmp_path):
     need_ebpf()
     (tmp_path / "file").write_text("x")
-    proc = subprocess.run(agent_cmd("run", "--output-dir", tmp_path / "file", "--duration", "1"),
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        agent_cmd("run", "--output-dir", tmp_path / "file", "--duration", "1"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "--output-dir" in one_line_error(proc)
 
 
@@ -62,18 +67,27 @@ def test_run_keeps_going_when_its_store_fills_up(tmp_path):
     mnt.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], check=True)
     try:
-        agent = subprocess.Popen(agent_cmd("run", "--output-dir", mnt, "--interval", "1s",
-                                           "--duration", "6"),
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        agent = subprocess.Popen(
+            agent_cmd("run", "--output-dir", mnt, "--interval", "1s", "--duration", "6"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         err = []
         for line in agent.stderr:
             err.append(line)
             if "watching every process" in line:  # not "also watching" a copy
                 break
-        subprocess.run(["dd", "if=/dev/zero", f"of={mnt / 'fill'}", "bs=4k", "count=64"],
-                       capture_output=True)  # fills the tmpfs
-        subprocess.run([str(MOCK_APP), "--duration", "2", "--sleep-ms", "5"], timeout=60,
-                       env=mock_env(CUDA_INJECTION64_PATH=str(SHIM)), capture_output=True, check=True)
+        subprocess.run(
+            ["dd", "if=/dev/zero", f"of={mnt / 'fill'}", "bs=4k", "count=64"], capture_output=True
+        )  # fills the tmpfs
+        subprocess.run(
+            [str(MOCK_APP), "--duration", "2", "--sleep-ms", "5"],
+            timeout=60,
+            env=mock_env(CUDA_INJECTION64_PATH=str(SHIM)),
+            capture_output=True,
+            check=True,
+        )
         out, rest = agent.communicate(timeout=60)
         err.append(rest)
     finally:
@@ -89,9 +103,17 @@ def test_root_without_sys_admin_is_one_line_before_the_command_runs(tmp_path):
     uprobes on Linux >= 6.16: `record` used to run the whole command, then write an
     empty profile and exit 0."""
     marker = tmp_path / "ran"
-    proc = subprocess.run(["setpriv", "--bounding-set", "-sys_admin",
-                           *agent_cmd("record", "-o", tmp_path / "x.pb.gz", "--", "touch", marker)],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            "setpriv",
+            "--bounding-set",
+            "-sys_admin",
+            *agent_cmd("record", "-o", tmp_path / "x.pb.gz", "--", "touch", marker),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "CAP_SYS_ADMIN" in one_line_error(proc)
     assert not marker.exists()
 
@@ -107,16 +129,20 @@ def test_the_local_store_keeps_its_newest_windows_within_max_store_bytes(tmp_pat
     (store / "notes.txt").write_text("not a profile")
     agent = Agent(store, "--max-store-bytes", "2k")
     try:
-        subprocess.run([str(MOCK_APP), "--paths", "cuLaunchKernel,cudaLaunchKernel", "--duration", "7",
-                        "--sleep-ms", "2"], env=mock_env(CUDA_INJECTION64_PATH=str(SHIM)),
-                       capture_output=True, check=True, timeout=120)
+        subprocess.run(
+            [str(MOCK_APP), "--paths", "cuLaunchKernel,cudaLaunchKernel", "--duration", "7", "--sleep-ms", "2"],
+            env=mock_env(CUDA_INJECTION64_PATH=str(SHIM)),
+            capture_output=True,
+            check=True,
+            timeout=120,
+        )
     finally:
         out = agent.stop()
     written = [line.rsplit("-> ", 1)[1] for line in out.splitlines() if "-> " in line]
     kept = sorted(p.name for p in store.glob(PROFILE_GLOB))
     total = sum(p.stat().st_size for p in store.glob(PROFILE_GLOB))
     assert len(written) >= 5, out
-    assert kept and kept == sorted(p.rsplit("/", 1)[1] for p in written)[-len(kept):], (kept, written)
+    assert kept and kept == sorted(p.rsplit("/", 1)[1] for p in written)[-len(kept) :], (kept, written)
     assert len(kept) < len(written) and (total <= 2 * 1024 or len(kept) == 1), (total, kept)
     assert f"rotated:{len(written) - len(kept)}" in out.splitlines()[-1], out
     assert (store / "notes.txt").read_text() == "not a profile"
@@ -128,16 +154,23 @@ def test_bad_inputs_are_one_line_and_nothing_runs(tmp_path, bad):
     also not run the command."""
     need_ebpf()
     (tmp_path / "not-elf.so").write_text("text")
-    extra = {"missing-shim": ["--shim", tmp_path / "none.so"],
-             "shim-not-elf": ["--shim", tmp_path / "not-elf.so"],
-             "missing-token": ["--remote-store", "grpc://127.0.0.1:7070",
-                               "--bearer-token-file", tmp_path / "no-token"]}[bad]
-    line = one_line_error(subprocess.run(agent_cmd("run", *extra, "--duration", "1"),
-                                         capture_output=True, text=True, timeout=120))
+    extra = {
+        "missing-shim": ["--shim", tmp_path / "none.so"],
+        "shim-not-elf": ["--shim", tmp_path / "not-elf.so"],
+        "missing-token": ["--remote-store", "grpc://127.0.0.1:7070", "--bearer-token-file", tmp_path / "no-token"],
+    }[bad]
+    line = one_line_error(
+        subprocess.run(agent_cmd("run", *extra, "--duration", "1"), capture_output=True, text=True, timeout=120)
+    )
     assert str(extra[-1]) in line, line
     if bad != "missing-token":  # record has no backends
         marker = tmp_path / "ran"
-        line = one_line_error(subprocess.run(
-            agent_cmd("record", *extra, "-o", tmp_path / "x.pb.gz", "--", "touch", marker),
-            capture_output=True, text=True, timeout=120))
+        line = one_line_error(
+            subprocess.run(
+                agent_cmd("record", *extra, "-o", tmp_path / "x.pb.gz", "--", "touch", marker),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        )
         assert str(extra[-1]) in line and not marker.exists(), line

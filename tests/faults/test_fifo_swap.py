@@ -25,9 +25,11 @@ def test_a_mapped_file_swapped_for_a_fifo_never_hangs_the_symbolizer(tmp_path):
     proc = subprocess.Popen([str(prog), "30"])
     try:
         time.sleep(0.2)
-        ip = next(int(line.split("-")[0], 16) + 0x10
-                  for line in open(f"/proc/{proc.pid}/maps")
-                  if line.rstrip().endswith(str(prog)) and "x" in line.split()[1])
+        ip = next(
+            int(line.split("-")[0], 16) + 0x10
+            for line in open(f"/proc/{proc.pid}/maps")
+            if line.rstrip().endswith(str(prog)) and "x" in line.split()[1]
+        )
         s = Symbolizer()
         s.symbolize(proc.pid, [1])  # the maps snapshot: every mapped file identified
         lib.rename(tmp_path / "moved")
@@ -45,4 +47,3 @@ def test_a_mapped_file_swapped_for_a_fifo_never_hangs_the_symbolizer(tmp_path):
     finally:
         proc.kill()
         proc.wait()
-

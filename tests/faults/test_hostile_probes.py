@@ -38,11 +38,15 @@ def test_impossible_durations_and_weights_are_dropped_and_counted(node, honest, 
     h = honest(*HONEST)
     kid = C.kernel_id(b"_Z4evilv")
     s = A.Script(SHIM).full_name(kid, b"_Z4evilv")
-    s.batch([rec(kid, 1, 0, (1 << 63) + 5),               # past int64
-             rec(kid, 2, 10, 1),                          # ends before it starts
-             rec(kid, 3, 0, 1 << 50),                     # 13 days: past GA_MAX_KERNEL_NS
-             rec(kid, 4, 0, 1000, weight=0xFFFFFFFF)],    # a weight no window gives
-            repeat=50)
+    s.batch(
+        [
+            rec(kid, 1, 0, (1 << 63) + 5),  # past int64
+            rec(kid, 2, 10, 1),  # ends before it starts
+            rec(kid, 3, 0, 1 << 50),  # 13 days: past GA_MAX_KERNEL_NS
+            rec(kid, 4, 0, 1000, weight=0xFFFFFFFF),
+        ],  # a weight no window gives
+        repeat=50,
+    )
     before = node.metrics().get("impossible", 0)
     pid = attack(attacker, s, world_dir)
     h.wait()
@@ -105,8 +109,9 @@ def test_drop_counts_in_a_loop_stay_within_a_process_s_budget(node, attacker, wo
 def honest_names(tmp_path) -> list[bytes]:
     """The mangled names of the honest workload's kernels (a run without the shim)."""
     truth = tmp_path / "names.tsv"
-    subprocess.run([str(MOCK_APP), *HONEST[:2], "--iters", "1"], env=mock_env(truth), check=True,
-                   capture_output=True, timeout=60)
+    subprocess.run(
+        [str(MOCK_APP), *HONEST[:2], "--iters", "1"], env=mock_env(truth), check=True, capture_output=True, timeout=60
+    )
     return [k.encode() for k in ground_truth(truth)]
 
 
@@ -116,8 +121,8 @@ def test_no_process_can_rename_another_process_kernels(node, honest, attacker, w
     s = A.Script(SHIM)
     for name in victims:
         kid = C.kernel_id(name)
-        s.full_name(kid, b"_Z6hijackv")                                # the wrong name
-        s.full_name(kid, (b"_Z6hijack" + b"x" * C.MAX_NAME_LEN)[:C.MAX_NAME_LEN])  # a cut one
+        s.full_name(kid, b"_Z6hijackv")  # the wrong name
+        s.full_name(kid, (b"_Z6hijack" + b"x" * C.MAX_NAME_LEN)[: C.MAX_NAME_LEN])  # a cut one
     attack(attacker, s, world_dir)
     h = honest(*HONEST)
     h.wait()
@@ -137,10 +142,10 @@ def test_a_name_flood_and_names_that_never_finish_stay_bounded(node, honest, att
         name = b"_Z5flood%05d" % i
         name += b"f" * (C.MAX_NAME_LEN - len(name))
         s.full_name(C.kernel_id(name), name).sleep(8)  # paced: past the ring, into the agent
-    for i in range(4):     # every chunk but the last, again and again
+    for i in range(4):  # every chunk but the last, again and again
         name = b"_Z7neverend%d" % i + b"n" * C.MAX_NAME_LEN
         for off in range(0, C.MAX_NAME_LEN - C.NAME_CHUNK, C.NAME_CHUNK):
-            s.name_chunk(i + 7, C.MAX_NAME_LEN, off, name[off:off + C.NAME_CHUNK], repeat=200)
+            s.name_chunk(i + 7, C.MAX_NAME_LEN, off, name[off : off + C.NAME_CHUNK], repeat=200)
     cpu0 = node.cpu_s()
     attack(attacker, s, world_dir)
     h.wait()

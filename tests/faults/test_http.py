@@ -43,8 +43,13 @@ AS_NOBODY = textwrap.dedent("""
 
 
 def as_nobody(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(["/usr/bin/python3", "-c", AS_NOBODY, *args], capture_output=True, text=True,
-                          timeout=timeout, preexec_fn=A.as_nobody)
+    return subprocess.run(
+        ["/usr/bin/python3", "-c", AS_NOBODY, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=A.as_nobody,
+    )
 
 
 def threads_and_fds(pid: int) -> tuple[int, int]:
@@ -63,7 +68,7 @@ def test_the_loopback_ui_serves_root_not_another_local_user(tmp_path, built, hon
     h = honest("--paths", "cuLaunchKernel", "--duration", "3", "--sleep-ms", "5")  # a profile to read
     node = Node(tmp_path / "profiles", "--ui", "127.0.0.1:0")
     try:
-        url = next(ln[ln.index("http://"):].split()[0] for ln in node.agent.start_lines if " UI on http://" in ln)
+        url = next(ln[ln.index("http://") :].split()[0] for ln in node.agent.start_lines if " UI on http://" in ln)
         port = urllib.parse.urlsplit(url).port
         mport = urllib.parse.urlsplit(node.metrics_url).port
         h.wait()
@@ -72,16 +77,26 @@ def test_the_loopback_ui_serves_root_not_another_local_user(tmp_path, built, hon
         p = as_nobody(str(port), str(mport), "read")
         assert p.returncode == 0, p.stderr
         got = dict(line.split()[:2] for line in p.stdout.splitlines())
-        assert got == {"/api/status": "403", "/api/range": "403", "/api/sandwich?name=main": "403",
-                       "/api/traces": "403", "/api/timeline?file=gpu-20260101T000000-000000000.perfetto-trace": "403",
-                       "/download/profile.pb.gz": "403", "/": "403"}, \
-            p.stdout
+        assert got == {
+            "/api/status": "403",
+            "/api/range": "403",
+            "/api/sandwich?name=main": "403",
+            "/api/traces": "403",
+            "/api/timeline?file=gpu-20260101T000000-000000000.perfetto-trace": "403",
+            "/download/profile.pb.gz": "403",
+            "/": "403",
+        }, p.stdout
 
         # Slow connections: 120 held idle by nobody; the agent's threads and fds stay
         # bounded, and root is still served.
         before = threads_and_fds(node.proc.pid)
-        slow = subprocess.Popen(["/usr/bin/python3", "-c", AS_NOBODY, str(port), str(mport), "slow", "8"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=A.as_nobody)
+        slow = subprocess.Popen(
+            ["/usr/bin/python3", "-c", AS_NOBODY, str(port), str(mport), "slow", "8"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=A.as_nobody,
+        )
         assert slow.stdout.readline().startswith("held"), slow.stderr.read()
         time.sleep(1.0)
         during = threads_and_fds(node.proc.pid)

@@ -16,9 +16,9 @@ NOBODY = 65534
 
 def test_a_file_the_invoker_cannot_read_stays_out(world_dir, built, tmp_path):
     need_ebpf()
-    secret = tmp_path / "root-only.nanotrace"        # pytest's tmp dirs are root-only
+    secret = tmp_path / "root-only.nanotrace"  # pytest's tmp dirs are root-only
     secret.write_bytes(v1_file(kernel="k_cuLaunchKernel", grid=(4, 1, 1)))
-    secret.chmod(0o644)                              # readable, but in a directory nobody may not enter
+    secret.chmod(0o644)  # readable, but in a directory nobody may not enter
     d = world_dir / "nt"
     d.mkdir()
     os.chown(d, NOBODY, NOBODY)
@@ -27,12 +27,33 @@ def test_a_file_the_invoker_cannot_read_stays_out(world_dir, built, tmp_path):
     mine = d / "mine.nanotrace"
     mine.write_bytes(v1_file(kernel="k_cuLaunchKernel", grid=(4, 1, 1)))
     os.chown(mine, NOBODY, NOBODY)
-    p = subprocess.run(agent_cmd("record", "--trace", d / "t.json", "--trace-format", "chrome",
-                                 "-o", d / "p.pb.gz", "--nanotrace", secret, "--nanotrace", d / "link.nanotrace",
-                                 "--nanotrace", d / "fifo.nanotrace", "--nanotrace", mine,
-                                 "--", MOCK_APP, "--bench", "20"),
-                       env=mock_env(SUDO_UID=str(NOBODY), SUDO_GID=str(NOBODY)), capture_output=True, text=True,
-                       timeout=120)
+    p = subprocess.run(
+        agent_cmd(
+            "record",
+            "--trace",
+            d / "t.json",
+            "--trace-format",
+            "chrome",
+            "-o",
+            d / "p.pb.gz",
+            "--nanotrace",
+            secret,
+            "--nanotrace",
+            d / "link.nanotrace",
+            "--nanotrace",
+            d / "fifo.nanotrace",
+            "--nanotrace",
+            mine,
+            "--",
+            MOCK_APP,
+            "--bench",
+            "20",
+        ),
+        env=mock_env(SUDO_UID=str(NOBODY), SUDO_GID=str(NOBODY)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     said = [ln for ln in p.stderr.splitlines() if ln.startswith("gpu-agent: nanotrace: ")]
     assert len(said) == 4, p.stderr[-2000:]
@@ -50,10 +71,14 @@ def test_timeline_merge_reads_only_what_the_invoker_may(world_dir, tmp_path):
     nothing written; nobody's good file merges."""
     from gpu_agent.timeline import write_events
     from gpu_agent.timeline.model import KernelEvent, Timeline
+
     tl = Timeline(host="h", started_ns=1, ended_ns=10**9, monotonic_raw_pair=(1, 1))
-    tl.kernels.append(KernelEvent(7, 1000, 9000, "k_cuLaunchKernel", "k_cuLaunchKernel", 0, 1, 1, 5,
-                                  grid=(4, 1, 1), block=(128, 1, 1)))
-    secret = tmp_path / "root-only.ndjson"          # pytest's tmp dirs are root-only
+    tl.kernels.append(
+        KernelEvent(
+            7, 1000, 9000, "k_cuLaunchKernel", "k_cuLaunchKernel", 0, 1, 1, 5, grid=(4, 1, 1), block=(128, 1, 1)
+        )
+    )
+    secret = tmp_path / "root-only.ndjson"  # pytest's tmp dirs are root-only
     write_events(tl, secret)
     secret.chmod(0o644)
     d = world_dir / "merge"
@@ -66,10 +91,17 @@ def test_timeline_merge_reads_only_what_the_invoker_may(world_dir, tmp_path):
     mine, hostile = d / "mine.ndjson", d / "hostile.ndjson"
     write_events(tl, mine)
     lines = mine.read_text().splitlines()
-    hostile.write_text("\n".join(lines + ['{"type":"inkernel","id":0,"kernel":0,"pid":7,"correlation_id":5,'
-                                          '"source":"x","placed_by":"clock","clamped":0}',
-                                          '{"type":"inkernel_event","of":0,"track":9,"start_ns":1,"end_ns":2,'
-                                          '"name":"x","args":[]}']) + "\n")
+    hostile.write_text(
+        "\n".join(
+            lines
+            + [
+                '{"type":"inkernel","id":0,"kernel":0,"pid":7,"correlation_id":5,'
+                '"source":"x","placed_by":"clock","clamped":0}',
+                '{"type":"inkernel_event","of":0,"track":9,"start_ns":1,"end_ns":2,"name":"x","args":[]}',
+            ]
+        )
+        + "\n"
+    )
     for f in (mine, hostile, nt_file):
         os.chown(f, NOBODY, NOBODY)
     env = mock_env(SUDO_UID=str(NOBODY), SUDO_GID=str(NOBODY))
@@ -77,12 +109,21 @@ def test_timeline_merge_reads_only_what_the_invoker_may(world_dir, tmp_path):
     def merge(events):
         out = d / "out.ndjson"
         out.unlink(missing_ok=True)
-        p = subprocess.run(agent_cmd("timeline", "merge", events, nt_file, "--events", out),
-                           env=env, capture_output=True, text=True, timeout=30)
+        p = subprocess.run(
+            agent_cmd("timeline", "merge", events, nt_file, "--events", out),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         return p, out
 
-    for events, why in ((secret, "may not read it"), (d / "link.ndjson", "may not read it"),
-                        (d / "fifo.ndjson", "not a readable regular file"), (hostile, "no such track")):
+    for events, why in (
+        (secret, "may not read it"),
+        (d / "link.ndjson", "may not read it"),
+        (d / "fifo.ndjson", "not a readable regular file"),
+        (hostile, "no such track"),
+    ):
         p, out = merge(events)
         errs = [ln for ln in p.stderr.splitlines() if ln.startswith("gpu-agent: ")]
         assert p.returncode == 2 and len(errs) == 1 and why in errs[0], (events, p.stderr)
@@ -90,4 +131,4 @@ def test_timeline_merge_reads_only_what_the_invoker_may(world_dir, tmp_path):
     p, out = merge(mine)
     assert p.returncode == 0, p.stderr
     assert out.read_text().count('"type":"inkernel_event"') == 8
-    assert out.stat().st_uid == NOBODY and out.stat().st_mode & 0o777 == 0o600     # the invoker's, as record's
+    assert out.stat().st_uid == NOBODY and out.stat().st_mode & 0o777 == 0o600  # the invoker's, as record's

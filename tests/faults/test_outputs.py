@@ -23,9 +23,25 @@ def _nobody_dir(world_dir, name):
 
 
 def _record(d, **env):
-    return subprocess.run(agent_cmd("record", "-o", d / OUTPUTS[0], "--trace", d / OUTPUTS[1],
-                                    "--events", d / OUTPUTS[2], "--", MOCK_APP, "--bench", "2000"),
-                          env=mock_env(**env), capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        agent_cmd(
+            "record",
+            "-o",
+            d / OUTPUTS[0],
+            "--trace",
+            d / OUTPUTS[1],
+            "--events",
+            d / OUTPUTS[2],
+            "--",
+            MOCK_APP,
+            "--bench",
+            "2000",
+        ),
+        env=mock_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_links_planted_at_record_outputs_are_replaced_not_followed(world_dir, built, tmp_path):
@@ -61,5 +77,4 @@ def test_under_sudo_record_outputs_go_to_the_invoking_user(world_dir, built):
         st = os.lstat(d / name)
         assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (NOBODY, NOBODY, 0o600), name
         # ...who can read it without root
-        subprocess.run(["head", "-c", "1", str(d / name)], user=NOBODY, group=NOBODY, check=True,
-                       capture_output=True)
+        subprocess.run(["head", "-c", "1", str(d / name)], user=NOBODY, group=NOBODY, check=True, capture_output=True)

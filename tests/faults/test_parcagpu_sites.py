@@ -31,15 +31,34 @@ def cuda_include() -> str:
 
 
 def build(out: Path, *extra: Path) -> Path:
-    subprocess.run(["gcc", "-O2", "-fPIC", "-shared", "-I", str(REPO / "shim" / "third_party"), "-I", cuda_include(),
-                    "-o", str(out), str(HERE / "parcagpu_like" / "pglike.c"), *map(str, extra),
-                    "-L", str(MOCK_DIR), "-l:libcupti.so.13", "-lpthread"], check=True)
+    subprocess.run(
+        [
+            "gcc",
+            "-O2",
+            "-fPIC",
+            "-shared",
+            "-I",
+            str(REPO / "shim" / "third_party"),
+            "-I",
+            cuda_include(),
+            "-o",
+            str(out),
+            str(HERE / "parcagpu_like" / "pglike.c"),
+            *map(str, extra),
+            "-L",
+            str(MOCK_DIR),
+            "-l:libcupti.so.13",
+            "-lpthread",
+        ],
+        check=True,
+    )
     out.chmod(0o755)
     return out
 
 
 def wait_for(agent: Agent, text: str, timeout: float = 30.0) -> str:
     import select
+
     end, seen = time.monotonic() + timeout, []
     while time.monotonic() < end:
         if select.select([agent.proc.stderr], [], [], 0.2)[0]:
@@ -53,17 +72,31 @@ def wait_for(agent: Agent, text: str, timeout: float = 30.0) -> str:
 def test_a_library_with_hundreds_of_sites_is_refused_and_honest_ones_still_attach(tmp_path, world_dir, built):
     need_ebpf()
     flood_c = world_dir / "flood.c"
-    flood_c.write_text("#include <sys/sdt.h>\n" + "".join(
-        f"__attribute__((noinline)) void pg_flood_{i}(long c, const char *m, const char *k)"
-        f" {{ STAP_PROBE3(parcagpu, error, c, m, k); }}\n" for i in range(SITES)))
+    flood_c.write_text(
+        "#include <sys/sdt.h>\n"
+        + "".join(
+            f"__attribute__((noinline)) void pg_flood_{i}(long c, const char *m, const char *k)"
+            f" {{ STAP_PROBE3(parcagpu, error, c, m, k); }}\n"
+            for i in range(SITES)
+        )
+    )
     hostile = build(world_dir / "libhostile_cupti_client.so", flood_c)
     os.chown(hostile, 65534, 65534)
     honest = build(tmp_path / "libcupti_client_test.so")
     agent = Agent(tmp_path / "profiles", "--shim", private_shim(tmp_path / "shim"), "--discover-interval", "0.2s")
     holder = subprocess.Popen(
-        ["/usr/bin/python3", "-c", "import ctypes, sys, time; ctypes.CDLL(sys.argv[1]); print('up', flush=True); "
-         "time.sleep(60)", str(hostile)],
-        env=mock_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_nobody)
+        [
+            "/usr/bin/python3",
+            "-c",
+            "import ctypes, sys, time; ctypes.CDLL(sys.argv[1]); print('up', flush=True); time.sleep(60)",
+            str(hostile),
+        ],
+        env=mock_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=as_nobody,
+    )
     try:
         assert holder.stdout.readline().strip() == "up", holder.stderr.read()
         refused = wait_for(agent, f"not watching {hostile}")
@@ -71,17 +104,32 @@ def test_a_library_with_hundreds_of_sites_is_refused_and_honest_ones_still_attac
         # An honest parcagpu-shaped workload after it is attached.
         gt = tmp_path / "truth.tsv"
         go = tmp_path / "go"
-        p = subprocess.Popen([sys.executable, str(HERE / "parcagpu_like" / "pg_sites.py"), str(honest), "200",
-                              str(HERE), "0.5", str(go)], env=mock_env(gt, CUDA_INJECTION64_PATH=str(honest)),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            [
+                sys.executable,
+                str(HERE / "parcagpu_like" / "pg_sites.py"),
+                str(honest),
+                "200",
+                str(HERE),
+                "0.5",
+                str(go),
+            ],
+            env=mock_env(gt, CUDA_INJECTION64_PATH=str(honest)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         wait_for(agent, f"also watching parcagpu library {honest}")
         go.touch()
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
         time.sleep(1.5)
         agent.stop()
-        launched = sum(s.values[1] for s in agent.samples()
-                       if s.labels.get("pid") == str(p.pid) and s.labels.get("source") == "parcagpu")
+        launched = sum(
+            s.values[1]
+            for s in agent.samples()
+            if s.labels.get("pid") == str(p.pid) and s.labels.get("source") == "parcagpu"
+        )
         assert launched > 0, "the honest parcagpu workload was not profiled"
     finally:
         holder.kill()
@@ -128,9 +176,18 @@ def test_an_owner_s_files_are_freed_when_no_process_maps_them(tmp_path, world_di
 
     def hold(lib: Path) -> subprocess.Popen:
         p = subprocess.Popen(
-            ["/usr/bin/python3", "-c", "import ctypes, sys, time; ctypes.CDLL(sys.argv[1]); print('up', flush=True); "
-             "time.sleep(60)", str(lib)],
-            env=mock_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_nobody)
+            [
+                "/usr/bin/python3",
+                "-c",
+                "import ctypes, sys, time; ctypes.CDLL(sys.argv[1]); print('up', flush=True); time.sleep(60)",
+                str(lib),
+            ],
+            env=mock_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=as_nobody,
+        )
         assert p.stdout.readline().strip() == "up", p.stderr.read()
         return p
 
@@ -144,8 +201,11 @@ def test_an_owner_s_files_are_freed_when_no_process_maps_them(tmp_path, world_di
         for p in holders[:8]:
             p.kill()
             p.wait()
-        wait_all(lines, {f"no process maps parcagpu library {c} any more" for c in copies[:8]}
-                 | {f"also watching parcagpu library {copies[8]}"})
+        wait_all(
+            lines,
+            {f"no process maps parcagpu library {c} any more" for c in copies[:8]}
+            | {f"also watching parcagpu library {copies[8]}"},
+        )
         assert agent.proc.poll() is None, "the agent died"
     finally:
         for p in holders:

@@ -44,4 +44,3 @@ def test_a_reused_pid_never_inherits_the_dead_process_stacks(node, honest, attac
     for x in sampled:
         assert "launch_cuLaunchKernel" in x.frames, x.frames  # never the dead one's stack
     h.assert_exact(samples)
-

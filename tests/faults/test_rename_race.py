@@ -24,9 +24,13 @@ from gpu_agent.probes.bpf_session import BpfSession
 
 
 def _app(shim, **env):
-    return subprocess.Popen([str(MOCK_APP), "--paths", "cuLaunchKernel", "--duration", "30",
-                             "--sleep-ms", "5"], env=mock_env(CUDA_INJECTION64_PATH=str(shim), **env),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [str(MOCK_APP), "--paths", "cuLaunchKernel", "--duration", "30", "--sleep-ms", "5"],
+        env=mock_env(CUDA_INJECTION64_PATH=str(shim), **env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_a_path_swapped_after_the_check_cannot_redirect_the_attach(tmp_path, built):

@@ -33,9 +33,22 @@ def peak_of_trace(attacker: Path, world_dir: Path, tmp_path: Path, batches: int)
     try:
         assert victim.stdout.readline().split()[0] == "pid", "the attacker did not start"
         assert victim.stdout.readline().strip() == "wait"
-        trace = subprocess.Popen(agent_cmd("trace", "--pid", str(victim.pid), "--duration", "6s", "--ring", "1000",
-                                           "--events", tmp_path / f"ev{batches}.ndjson"),
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        trace = subprocess.Popen(
+            agent_cmd(
+                "trace",
+                "--pid",
+                str(victim.pid),
+                "--duration",
+                "6s",
+                "--ring",
+                "1000",
+                "--events",
+                tmp_path / f"ev{batches}.ndjson",
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         end = time.monotonic() + 60
         while bpf_programs(trace.pid) <= 0 and time.monotonic() < end and trace.poll() is None:
             time.sleep(0.05)
@@ -61,7 +74,8 @@ def test_a_flood_into_a_trace_keeps_its_memory_flat(attacker, world_dir, tmp_pat
     large, err = peak_of_trace(attacker, world_dir, tmp_path, 2000)
     # the flood went through the ring (the rest the BPF ring buffer had no room for),
     # every loss counted in the events file
-    drops = {d["what"]: d["count"] for d in map(json.loads, open(tmp_path / "ev2000.ndjson"))
-             if d.get("type") == "drop"}
+    drops = {
+        d["what"]: d["count"] for d in map(json.loads, open(tmp_path / "ev2000.ndjson")) if d.get("type") == "drop"
+    }
     assert drops.get("ring_oldest", 0) >= 100_000, drops
     assert large - small < 20, (small, large, err[-1500:])

@@ -23,9 +23,13 @@ NOBODY = 65534
 
 def _workload(shim, *, nobody: bool, seconds: int = 40) -> subprocess.Popen:
     env = mock_env(CUDA_INJECTION64_PATH=str(shim), GPU_AGENT_DUTY_CYCLE="10")
-    return subprocess.Popen([MOCK_APP, "--bench", str(2000 * seconds), "--rate", "2000"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            preexec_fn=as_nobody if nobody else None)
+    return subprocess.Popen(
+        [MOCK_APP, "--bench", str(2000 * seconds), "--rate", "2000"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=as_nobody if nobody else None,
+    )
 
 
 def test_locks_a_local_user_holds_refuse_no_capture(world_dir, built, tmp_path):
@@ -40,22 +44,32 @@ def test_locks_a_local_user_holds_refuse_no_capture(world_dir, built, tmp_path):
         pass
     os.chmod(old, 0o644)
     holder = subprocess.Popen(
-        ["/usr/bin/python3", "-c",
-         "import fcntl, os, sys, time\n"
-         "held = []\n"
-         "for p, m in (('/tmp/gpu-agent-trace.lock', 'a+'), ('/run/gpu-agent/trace.lock', 'r'),\n"
-         "             ('/run/gpu-agent/capture.lock', 'r')):\n"
-         "    try:\n"
-         "        f = open(p, m); fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB); held.append(f)\n"
-         "    except OSError:\n"
-         "        pass\n"
-         "print('holding', len(held), flush=True); time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True, preexec_fn=as_nobody)
+        [
+            "/usr/bin/python3",
+            "-c",
+            "import fcntl, os, sys, time\n"
+            "held = []\n"
+            "for p, m in (('/tmp/gpu-agent-trace.lock', 'a+'), ('/run/gpu-agent/trace.lock', 'r'),\n"
+            "             ('/run/gpu-agent/capture.lock', 'r')):\n"
+            "    try:\n"
+            "        f = open(p, m); fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB); held.append(f)\n"
+            "    except OSError:\n"
+            "        pass\n"
+            "print('holding', len(held), flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=as_nobody,
+    )
     work = _workload(SHIM, nobody=False)
     try:
         assert holder.stdout.readline().strip() in ("holding 1", "holding 2")
-        p = subprocess.run(agent_cmd("trace", "--pid", work.pid, "--duration", "1s", "--events",
-                                     tmp_path / "cap.ndjson"), capture_output=True, text=True, timeout=120)
+        p = subprocess.run(
+            agent_cmd("trace", "--pid", work.pid, "--duration", "1s", "--events", tmp_path / "cap.ndjson"),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert p.returncode == 0 and "another capture" not in p.stderr, p.stderr
         st_dir, st_lock = os.lstat("/run/gpu-agent"), os.lstat("/run/gpu-agent/capture.lock")
         assert st_dir.st_uid == 0 and stat.S_IMODE(st_dir.st_mode) == 0o700, oct(st_dir.st_mode)
@@ -81,13 +95,21 @@ def test_a_fifo_at_the_shim_path_does_not_hang_trace(world_dir, built, tmp_path)
         subprocess.run(["sh", "-c", f"rm {shim} && mkfifo {shim}"], check=True, preexec_fn=as_nobody)
         assert stat.S_ISFIFO(os.lstat(shim).st_mode)
         t0 = time.monotonic()
-        p = subprocess.run(agent_cmd("trace", "--pid", work.pid, "--duration", "1s", "--events",
-                                     tmp_path / "cap.ndjson"), capture_output=True, text=True, timeout=60)
+        p = subprocess.run(
+            agent_cmd("trace", "--pid", work.pid, "--duration", "1s", "--events", tmp_path / "cap.ndjson"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert p.returncode == 2 and f"cannot trace {work.pid}" in p.stderr, p.stderr
         assert len(p.stderr.strip().splitlines()) == 1 and time.monotonic() - t0 < 30, p.stderr
         # the node's lock is free again: the next capture is not refused for it
-        again = subprocess.run(agent_cmd("trace", "--pid", work.pid, "--duration", "1s", "--events",
-                                         tmp_path / "cap2.ndjson"), capture_output=True, text=True, timeout=60)
+        again = subprocess.run(
+            agent_cmd("trace", "--pid", work.pid, "--duration", "1s", "--events", tmp_path / "cap2.ndjson"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert "another capture" not in again.stderr, again.stderr
     finally:
         work.kill()
@@ -109,9 +131,17 @@ def test_a_target_that_execs_after_the_check_gets_no_write(built, tmp_path):
     agent wrote 8 bytes into it. Writes now go through the /proc/PID/mem descriptor
     opened before the checks: after an exec it refers to an image that is gone."""
     from gpu_agent.timeline.target import TraceTarget
+
     env = mock_env(CUDA_INJECTION64_PATH=str(SHIM))
-    p = subprocess.Popen(["/usr/bin/python3", "-c", EXEC_LATER], env=env, stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_nobody)
+    p = subprocess.Popen(
+        ["/usr/bin/python3", "-c", EXEC_LATER],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=as_nobody,
+    )
     try:
         assert p.stdout.readline().strip() == "ready", p.stderr.read()
         t = TraceTarget.open(p.pid)
@@ -135,6 +165,7 @@ def test_a_target_that_execs_after_the_check_gets_no_write(built, tmp_path):
 
 def test_a_setuid_target_is_refused(world_dir, built):
     from gpu_agent.timeline.target import TraceTarget
+
     sleeper = world_dir / "suid-sleep"
     shutil.copy("/bin/sleep", sleeper)
     os.chown(sleeper, 0, 0)

@@ -44,9 +44,12 @@ def test_an_agent_that_attaches_later_gets_the_names(tmp_path, built):
     first.open()
     opened = time.monotonic()
     second = None
-    app = subprocess.Popen([str(MOCK_APP), "--paths", "cuLaunchKernel", "--duration", "60",
-                            "--sleep-ms", "2"], env=mock_env(CUDA_INJECTION64_PATH=str(shim)),
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    app = subprocess.Popen(
+        [str(MOCK_APP), "--paths", "cuLaunchKernel", "--duration", "60", "--sleep-ms", "2"],
+        env=mock_env(CUDA_INJECTION64_PATH=str(shim)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         assert _poll_until([first], lambda: first.session.names), "the first agent got no name"
         # The first agent's own request has ended (agents that start within
@@ -89,14 +92,23 @@ def test_two_agents_attached_together_give_identical_profiles(tmp_path, built):
     for a in agents:
         a.open()
     try:
-        app = subprocess.run([str(MOCK_APP), "--paths", "cuLaunchKernel,cudaLaunchKernel,cuGraphLaunch",
-                              "--iters", "200", "--sleep-ms", "1"],
-                             env=mock_env(CUDA_INJECTION64_PATH=str(shim)), capture_output=True,
-                             timeout=120)
+        app = subprocess.run(
+            [
+                str(MOCK_APP),
+                "--paths",
+                "cuLaunchKernel,cudaLaunchKernel,cuGraphLaunch",
+                "--iters",
+                "200",
+                "--sleep-ms",
+                "1",
+            ],
+            env=mock_env(CUDA_INJECTION64_PATH=str(shim)),
+            capture_output=True,
+            timeout=120,
+        )
         assert app.returncode == 0, app.stderr
         _poll_until(agents, lambda: False, timeout=2.0)  # the exit flush's last batches
-        totals = [_kernel_totals(a.build_profile()[0], tmp_path / f"agent{i}.pb.gz")
-                  for i, a in enumerate(agents)]
+        totals = [_kernel_totals(a.build_profile()[0], tmp_path / f"agent{i}.pb.gz") for i, a in enumerate(agents)]
     finally:
         for a in agents:
             a.close()

@@ -40,6 +40,7 @@ WRITE = textwrap.dedent("""
 def nested_slices(n: int = 100_000) -> bytes:
     """n slices begun on one track and never ended, as Perfetto's protos write them."""
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
     out = bytearray()
     for i in range(n):
         p = pb.TracePacket(timestamp=i, trusted_packet_sequence_id=1)
@@ -58,13 +59,18 @@ def rss_mib(pid: int) -> float:
 def test_hostile_traces_in_a_served_store_cost_the_ui_nothing(world_dir):
     store = Path(tempfile.mkdtemp(dir=world_dir, prefix="ui-store-"))
     os.chmod(store, 0o777)
-    w = subprocess.run(["/usr/bin/python3", "-c", WRITE, str(store), *NAMES.values()], input=nested_slices(),
-                       capture_output=True, timeout=120, preexec_fn=A.as_nobody)
+    w = subprocess.run(
+        ["/usr/bin/python3", "-c", WRITE, str(store), *NAMES.values()],
+        input=nested_slices(),
+        capture_output=True,
+        timeout=120,
+        preexec_fn=A.as_nobody,
+    )
     assert w.returncode == 0, w.stderr
     ui = Ui(store)
     try:
         base = rss_mib(ui.proc.pid)
-        time.sleep(1.1)   # the listing
+        time.sleep(1.1)  # the listing
         # nobody grows a listed file past the limit after the listing
         with open(store / NAMES["grows"], "ab") as f:
             f.truncate(80 << 20)

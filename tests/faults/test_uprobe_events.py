@@ -58,4 +58,3 @@ def test_events_that_dead_agents_left_are_removed_and_live_ones_kept(shim_copy):
         for name in (dead, live):
             if name in events():
                 tracefs_write(f"-:uprobes/{name}")
-

@@ -24,11 +24,25 @@ def build(outdir: Path) -> tuple[Path, Path]:
     flags = ["-O2", "-g", "-Wall", "-Wno-comment"]
     lib = outdir / LIB_NAME
     exe = outdir / "probe_firer"
-    subprocess.run([cc, *flags, "-fPIC", "-shared", *inc, "-o", str(lib),
-                    str(HERE / "probes.c"), str(HERE / "attach.c")], check=True)
-    subprocess.run([cc, *flags, *inc, "-o", str(exe), str(HERE / "main.c"),
-                    "-L", str(outdir), "-lgpu_agent_probe_firer", "-Wl,-rpath,$ORIGIN"],
-                   check=True)
+    subprocess.run(
+        [cc, *flags, "-fPIC", "-shared", *inc, "-o", str(lib), str(HERE / "probes.c"), str(HERE / "attach.c")],
+        check=True,
+    )
+    subprocess.run(
+        [
+            cc,
+            *flags,
+            *inc,
+            "-o",
+            str(exe),
+            str(HERE / "main.c"),
+            "-L",
+            str(outdir),
+            "-lgpu_agent_probe_firer",
+            "-Wl,-rpath,$ORIGIN",
+        ],
+        check=True,
+    )
     return lib, exe
 
 
@@ -40,18 +54,27 @@ class Script:
     def __init__(self) -> None:
         self.parts: list[bytes] = []
 
-    def corr(self, corr: int, cbid: int, stack_id: int, frames: list[int], weight: int,
-             alt: bool = False, nframes: int | None = None, launch_ns: int = 0) -> "Script":
+    def corr(
+        self,
+        corr: int,
+        cbid: int,
+        stack_id: int,
+        frames: list[int],
+        weight: int,
+        alt: bool = False,
+        nframes: int | None = None,
+        launch_ns: int = 0,
+    ) -> "Script":
         n = len(frames) if nframes is None else nframes
-        self.parts.append(struct.pack("<QIIQIIIIQ", 1, corr, cbid, stack_id, n, weight,
-                                      int(alt), 0, launch_ns))
+        self.parts.append(struct.pack("<QIIQIIIIQ", 1, corr, cbid, stack_id, n, weight, int(alt), 0, launch_ns))
         self.parts.append(struct.pack(f"<{len(frames)}Q", *frames))
         return self
 
-    def batch(self, recs: list[C.KernelRecord], dropped: int = 0, *, count: int | None = None,
-              record_size: int | None = None) -> "Script":
+    def batch(
+        self, recs: list[C.KernelRecord], dropped: int = 0, *, count: int | None = None, record_size: int | None = None
+    ) -> "Script":
         arr = (C.KernelRecord * max(len(recs), 1))(*recs)
-        data = bytes(arr)[:ct.sizeof(C.KernelRecord) * len(recs)]
+        data = bytes(arr)[: ct.sizeof(C.KernelRecord) * len(recs)]
         cnt = len(recs) if count is None else count
         rs = ct.sizeof(C.KernelRecord) if record_size is None else record_size
         self.parts.append(struct.pack("<QIIII", 2, cnt, rs, dropped, len(data)))
@@ -65,7 +88,7 @@ class Script:
 
     def full_name(self, kernel_id: int, name: bytes) -> "Script":
         for off in range(0, len(name), C.NAME_CHUNK):
-            self.name(kernel_id, len(name), off, name[off:off + C.NAME_CHUNK])
+            self.name(kernel_id, len(name), off, name[off : off + C.NAME_CHUNK])
         return self
 
     def node_stack(self, node_id: int, stack_id: int, frames: list[int]) -> "Script":
@@ -83,8 +106,7 @@ class Script:
 
     def pc_batch(self, recs: list[C.PcRecord], dropped: int = 0, *, count: int | None = None) -> "Script":
         data = b"".join(bytes(r) for r in recs)
-        self.parts.append(struct.pack("<QIIII", 9, len(recs) if count is None else count, dropped,
-                                      len(data), 0))
+        self.parts.append(struct.pack("<QIIII", 9, len(recs) if count is None else count, dropped, len(data), 0))
         self.parts.append(_pad8(data))
         return self
 
@@ -111,12 +133,31 @@ class Script:
         return path
 
 
-def rec(kernel_id: int, corr: int, ns: int, *, start: int = 1_000_000, device: int = 0,
-        stream: int = 7, graph_id: int = 0, node: int = 0, weight: int = 0,
-        join_max_lag_us: int = 0) -> C.KernelRecord:
+def rec(
+    kernel_id: int,
+    corr: int,
+    ns: int,
+    *,
+    start: int = 1_000_000,
+    device: int = 0,
+    stream: int = 7,
+    graph_id: int = 0,
+    node: int = 0,
+    weight: int = 0,
+    join_max_lag_us: int = 0,
+) -> C.KernelRecord:
     """weight: the record's window weight (0, as an older shim sends, counts as 1)."""
-    return C.KernelRecord(start_ns=start, end_ns=start + ns, kernel_id=kernel_id,
-                          graph_node_id=node, correlation_id=corr, device_id=device,
-                          context_id=1, stream_id=stream, graph_id=graph_id,
-                          flags=C.REC_GRAPH if graph_id else 0, weight=weight,
-                          join_max_lag_us=join_max_lag_us)
+    return C.KernelRecord(
+        start_ns=start,
+        end_ns=start + ns,
+        kernel_id=kernel_id,
+        graph_node_id=node,
+        correlation_id=corr,
+        device_id=device,
+        context_id=1,
+        stream_id=stream,
+        graph_id=graph_id,
+        flags=C.REC_GRAPH if graph_id else 0,
+        weight=weight,
+        join_max_lag_us=join_max_lag_us,
+    )

@@ -7,6 +7,7 @@ and counts the other probes path-wide through bcc's USDT argument readers.
 Prints READY, runs until stdin closes (or --seconds), detaches the semaphore
 first, waits --linger seconds, then prints one JSON line of counters.
 The first sampled stack's frames are reported too (for the eh_frame check)."""
+
 import argparse
 import ctypes as ct
 import json
@@ -28,8 +29,9 @@ args = ap.parse_args()
 
 def probes(path):
     loads = []
-    for line in subprocess.run(["readelf", "-lW", path], capture_output=True, text=True,
-                               check=True).stdout.splitlines():
+    for line in subprocess.run(
+        ["readelf", "-lW", path], capture_output=True, text=True, check=True
+    ).stdout.splitlines():
         f = line.split()
         if f and f[0] == "LOAD":
             loads.append((int(f[2], 16), int(f[1], 16), int(f[4], 16)))
@@ -42,14 +44,17 @@ def probes(path):
         raise ValueError(hex(v))
 
     out = {}
-    for m in re.finditer(r"Name: (\w+)\n\s+Location: (0x[0-9a-f]+), Base: 0x[0-9a-f]+, "
-                         r"Semaphore: (0x[0-9a-f]+)", notes):
+    for m in re.finditer(
+        r"Name: (\w+)\n\s+Location: (0x[0-9a-f]+), Base: 0x[0-9a-f]+, "
+        r"Semaphore: (0x[0-9a-f]+)",
+        notes,
+    ):
         sem = int(m.group(3), 16)
         out[m.group(1)] = (off(int(m.group(2), 16)), off(sem) if sem else 0)
     return out
 
 
-TEXT = r'''
+TEXT = r"""
 #include <uapi/linux/ptrace.h>
 #include "gpu_agent_probes.h"
 BPF_ARRAY(cnt, u64, 16);
@@ -80,7 +85,7 @@ int on_corr(struct pt_regs *ctx) {
 }
 int on_name(struct pt_regs *ctx) { u32 len = 0; bpf_usdt_readarg(5, ctx, &len); add(6, 1); add(7, len); return 0; }
 int on_attach(struct pt_regs *ctx) { add(8, 1); return 0; }
-'''
+"""
 
 P = probes(args.shim)
 u = USDT(path=args.shim)
@@ -90,8 +95,9 @@ u.enable_probe("kernel_name", "on_name")
 INCLUDE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shim", "include")
 b = BPF(text=TEXT, usdt_contexts=[u], cflags=["-DGA_BPF", f"-I{INCLUDE}", "-Wno-comment"])
 lib = ct.CDLL("libbcc.so.0", use_errno=True)
-attach = ct.CFUNCTYPE(ct.c_int, ct.c_int, ct.c_int, ct.c_char_p, ct.c_char_p, ct.c_uint64, ct.c_int,
-                      ct.c_uint32, use_errno=True)(("bpf_attach_uprobe", lib))
+attach = ct.CFUNCTYPE(
+    ct.c_int, ct.c_int, ct.c_int, ct.c_char_p, ct.c_char_p, ct.c_uint64, ct.c_int, ct.c_uint32, use_errno=True
+)(("bpf_attach_uprobe", lib))
 fn = b.load_func("on_attach", BPF.KPROBE)
 pc, sem = P["attach"]
 ev = b"p_ga_shim_unit_%d" % os.getpid()
@@ -109,8 +115,19 @@ else:
 lib.bpf_detach_uprobe(ev)
 os.close(fd)
 time.sleep(args.linger)
-names = ["batches", "records", "dropped", "samples", "weight_sum", "frames_sum", "name_chunks",
-         "name_bytes", "attach_hits", "bad_record_size", "zero_stack_id"]
+names = [
+    "batches",
+    "records",
+    "dropped",
+    "samples",
+    "weight_sum",
+    "frames_sum",
+    "name_chunks",
+    "name_bytes",
+    "attach_hits",
+    "bad_record_size",
+    "zero_stack_id",
+]
 out = {n: b["cnt"][ct.c_int(i)].value for i, n in enumerate(names)}
 out["first_frames"] = [b["first"][ct.c_int(i)].value for i in range(16)]
 print(json.dumps(out), flush=True)

@@ -17,8 +17,12 @@ class Agent:
 
     def __init__(self, out_dir: Path, *extra: str):
         self.out_dir = out_dir
-        self.proc = subprocess.Popen(agent_cmd("run", "--output-dir", out_dir, "--interval", "1s", *extra),
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            agent_cmd("run", "--output-dir", out_dir, "--interval", "1s", *extra),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         # The agent prints "watching ..." on stderr once every probe is attached.
         seen = []
         for line in self.proc.stderr:

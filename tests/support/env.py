@@ -21,12 +21,12 @@ SHIM = BUILD / "libgpu_agent_shim.so"
 BENCH_SHIM = BUILD / "shim-bench" / "libgpu_agent_shim.so"
 
 
-
 def private_shim(directory: Path, shim: Path | None = None) -> Path:
     """A copy of the shim that no other agent on the host attaches to: discover()
     looks for libgpu_agent_shim.so in processes' maps, and this name differs. (The
     suite runs beside a system agent, whose uprobes would be in the shared copy.)"""
     import shutil
+
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "libgpu_agent_shim_private.so"
     shutil.copy(shim or SHIM, path)
@@ -77,8 +77,12 @@ def shim_without_cbid(path: Path, cbid: int = 307, bench: bool = False) -> Path:
     driver's cuLaunchKernel): GA_OMIT_CBID, a build-time guard for the tests.
     bench: the benchmark build (audit mode, GPU_AGENT_EXP_*)."""
     var = "SHIM_BENCH" if bench else "SHIM"
-    subprocess.run(["make", "-s", "-C", str(REPO), f"{var}={path}", f"SHIM_DEFS=-DGA_OMIT_CBID={cbid}", str(path)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        ["make", "-s", "-C", str(REPO), f"{var}={path}", f"SHIM_DEFS=-DGA_OMIT_CBID={cbid}", str(path)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return path
 
 

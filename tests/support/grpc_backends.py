@@ -34,8 +34,8 @@ def free_port() -> int:
 class Recorder:
     def __init__(self, token: Optional[str] = None):
         self.token = token
-        self.parca: list = []   # WriteRawRequest
-        self.otlp: list = []    # ExportProfilesServiceRequest
+        self.parca: list = []  # WriteRawRequest
+        self.otlp: list = []  # ExportProfilesServiceRequest
         self.auth_failures = 0
         self.lock = threading.Lock()
         self.cv = threading.Condition(self.lock)
@@ -87,16 +87,16 @@ class _Otlp(otlp_grpc.ProfilesServiceServicer):
 class Backend:
     """Both services on one port; stop() and start() again on the same port."""
 
-    def __init__(self, port: Optional[int] = None, token: Optional[str] = None,
-                 tls: Optional[tuple[bytes, bytes]] = None):
+    def __init__(
+        self, port: Optional[int] = None, token: Optional[str] = None, tls: Optional[tuple[bytes, bytes]] = None
+    ):
         self.port = port or free_port()
         self.rec = Recorder(token)
         self.tls = tls  # (cert chain PEM, key PEM)
         self.server = None
 
     def start(self) -> "Backend":
-        s = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
-                        options=[("grpc.so_reuseport", 0)])
+        s = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=[("grpc.so_reuseport", 0)])
         parca_grpc.add_ProfileStoreServiceServicer_to_server(_Parca(self.rec), s)
         otlp_grpc.add_ProfilesServiceServicer_to_server(_Otlp(self.rec), s)
         addr = f"127.0.0.1:{self.port}"
@@ -123,12 +123,49 @@ def make_ca(d: Path, hostname: str = "localhost") -> dict:
     def ossl(*args):
         subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=d)
 
-    ossl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
-         "-days", "2", "-subj", "/CN=gpu-agent test CA")
-    ossl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
-         "-subj", f"/CN={hostname}")
+    ossl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=gpu-agent test CA",
+    )
+    ossl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        f"/CN={hostname}",
+    )
     (d / "ext.cnf").write_text(f"subjectAltName=DNS:{hostname},IP:127.0.0.1\n")
-    ossl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-         "-out", "server.crt", "-days", "2", "-extfile", "ext.cnf")
-    return {"ca": d / "ca.crt", "cert": (d / "server.crt").read_bytes(),
-            "key": (d / "server.key").read_bytes()}
+    ossl(
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    )
+    return {"ca": d / "ca.crt", "cert": (d / "server.crt").read_bytes(), "key": (d / "server.key").read_bytes()}

@@ -10,14 +10,20 @@ import re
 import subprocess
 from pathlib import Path
 
-_PROBE = ("import sys, sysconfig, ctypes; print(sys.implementation.name, sys.version_info[0], "
-          "sys.version_info[1], sysconfig.get_config_var('Py_GIL_DISABLED') or 0)")
+_PROBE = (
+    "import sys, sysconfig, ctypes; print(sys.implementation.name, sys.version_info[0], "
+    "sys.version_info[1], sysconfig.get_config_var('Py_GIL_DISABLED') or 0)"
+)
 
 
 def _candidates() -> list[str]:
-    pats = [os.path.expanduser("~/.pyenv/versions/*/bin/python3"),
-            "/root/.pyenv/versions/*/bin/python3", "/usr/bin/python3.[0-9]*",
-            "/usr/local/bin/python3.[0-9]*", "/opt/python*/bin/python3"]
+    pats = [
+        os.path.expanduser("~/.pyenv/versions/*/bin/python3"),
+        "/root/.pyenv/versions/*/bin/python3",
+        "/usr/bin/python3.[0-9]*",
+        "/usr/local/bin/python3.[0-9]*",
+        "/opt/python*/bin/python3",
+    ]
     out, seen = [], set()
     for pat in pats:
         for p in sorted(glob.glob(pat)):

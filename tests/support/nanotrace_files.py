@@ -11,12 +11,19 @@ from gpu_agent.timeline import nanotrace as nt
 from gpu_agent.timeline.nanotrace.model import KERNEL, THREAD_BLOCK, WARP
 
 
-def v1_file(compressed: bool = True, events_per_lane: int = 2, kernel: str = "my_kernel",
-            grid: tuple = (2, 1, 1), step: int = 100) -> bytes:
+def v1_file(
+    compressed: bool = True,
+    events_per_lane: int = 2,
+    kernel: str = "my_kernel",
+    grid: tuple = (2, 1, 1),
+    step: int = 100,
+) -> bytes:
     """Two CTAs of two lanes (0 and 32); event k of a lane starts at step*k + lane ns
     and lasts 40 ns."""
+
     def s(text: str) -> bytes:
         return struct.pack("<H", len(text)) + text.encode()
+
     body = s(kernel) + struct.pack("<3I3I", *grid, 1, 1, 1)
     formats = [("Warp {lane}", "", 0), ("tma load", "stage {0}", 1), ("mma", "", 0)]
     body += struct.pack("<IIIQ", len(formats), 2, 4, 4 * events_per_lane)
@@ -32,7 +39,7 @@ def v1_file(compressed: bool = True, events_per_lane: int = 2, kernel: str = "my
     return b"nanotrace\0" + bytes([1, int(compressed)]) + (zlib.compress(body) if compressed else body)
 
 
-GLOBALTIMER_AT_RAW0 = 5_000_000_000   # %globaltimer reads this much more than CLOCK_MONOTONIC_RAW
+GLOBALTIMER_AT_RAW0 = 5_000_000_000  # %globaltimer reads this much more than CLOCK_MONOTONIC_RAW
 
 
 def v4_kernel(kernel: str, start_raw: int, span_ns: int, ctas: int = 2, warps: int = 2) -> nt.Nanotrace:
@@ -42,8 +49,10 @@ def v4_kernel(kernel: str, start_raw: int, span_ns: int, ctas: int = 2, warps: i
     t = nt.Nanotrace(version=4, session="test", reference_clock=1)
     t.clocks = {1: (0, 0, 0, 1_000_000_000), 3: (3, 0, 0, 1_000_000_000)}
     g = GLOBALTIMER_AT_RAW0
-    t.snapshots = [(3, 1, start_raw + g - 10_000_000, start_raw - 10_000_000, 100),
-                   (3, 1, start_raw + g + 10_000_000, start_raw + 10_000_000, 100)]
+    t.snapshots = [
+        (3, 1, start_raw + g - 10_000_000, start_raw - 10_000_000, 100),
+        (3, 1, start_raw + g + 10_000_000, start_raw + 10_000_000, 100),
+    ]
     t.tracks[1] = nt.Track(1, 0, 3, kernel, KERNEL)
     t.events.append(nt.Event(1, start_raw + g, span_ns, kernel))
     tid = 2
@@ -54,7 +63,14 @@ def v4_kernel(kernel: str, start_raw: int, span_ns: int, ctas: int = 2, warps: i
         for warp in range(warps):
             t.tracks[tid] = nt.Track(tid, block, 3, f"warp {warp}", WARP, warp)
             for k in range(2):
-                t.events.append(nt.Event(tid, start_raw + g + (k + 1) * span_ns // 4, span_ns // 5,
-                                         "mma" if k else "load", args=[("k", k), ("scale", 0.5)]))
+                t.events.append(
+                    nt.Event(
+                        tid,
+                        start_raw + g + (k + 1) * span_ns // 4,
+                        span_ns // 5,
+                        "mma" if k else "load",
+                        args=[("k", k), ("scale", 0.5)],
+                    )
+                )
             tid += 1
     return t

@@ -15,9 +15,9 @@ HERE = Path(__file__).resolve().parent.parent
 DATA = HERE / "data" / "pcsampling"
 HOT = "_Z8hot_loopPfii"
 KERNEL_NS = 256_000
-PERIOD = 8                                  # log2 cycles; the mock: one cycle per ns
-PCS = {0x1D0: 6, 0x1C0: 2, 0xD0: 1}         # where the mock's samples land, by weight
-ITERS = 100                                 # site_a 3 launches + site_b 1, each iteration
+PERIOD = 8  # log2 cycles; the mock: one cycle per ns
+PCS = {0x1D0: 6, 0x1C0: 2, 0xD0: 1}  # where the mock's samples land, by weight
+ITERS = 100  # site_a 3 launches + site_b 1, each iteration
 
 
 def nvdisasm_lines() -> dict[int, int]:
@@ -52,9 +52,25 @@ def record(tmp_path: Path, _iters: str = str(ITERS), **env: str) -> tuple[Path, 
     out = tmp_path / "pc.pb.gz"
     shim = private_shim(tmp_path / "shim")  # no other agent on the host attaches to it
     e = mock_env(GPU_AGENT_SAMPLE_PERIOD="1", **env)  # every launch's stack: an exact 3:1
-    p = subprocess.run(agent_cmd("record", "--shim", shim, "-o", out, "--", sys.executable,
-                                 str(HERE / "py_pc_sampling.py"), _iters, str(KERNEL_NS),
-                                 ",".join(f"{pc:#x}:{w}" for pc, w in PCS.items())),
-                       env=e, capture_output=True, text=True, timeout=180, cwd=HERE)
+    p = subprocess.run(
+        agent_cmd(
+            "record",
+            "--shim",
+            shim,
+            "-o",
+            out,
+            "--",
+            sys.executable,
+            str(HERE / "py_pc_sampling.py"),
+            _iters,
+            str(KERNEL_NS),
+            ",".join(f"{pc:#x}:{w}" for pc, w in PCS.items()),
+        ),
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=HERE,
+    )
     assert p.returncode == 0, p.stderr
     return out, json.loads(p.stdout.strip().splitlines()[-1]), p.stderr

@@ -41,9 +41,14 @@ class _Interned:
         frames = []
         for fid in self.t["callstacks"][iid].frame_ids:
             f = self.t["frames"][fid]
-            frames.append((self.name("function_names", f.function_name_id),
-                           self.name("source_paths", f.source_path_iid) if f.source_path_iid else "",
-                           f.line_number, f.kind))
+            frames.append(
+                (
+                    self.name("function_names", f.function_name_id),
+                    self.name("source_paths", f.source_path_iid) if f.source_path_iid else "",
+                    f.line_number,
+                    f.kind,
+                )
+            )
         return frames
 
 
@@ -72,20 +77,31 @@ def read_perfetto(path: Path):
         e, st = p.track_event, interned[seq]
         assert e.track_uuid in tracks, "an event on a track with no descriptor"
         if e.type == pb.TrackEvent.TYPE_SLICE_BEGIN:
-            s = {"track": e.track_uuid, "ts": p.timestamp, "name": st.name("event_names", e.name_iid),
-                 "cats": [st.name("event_categories", c) for c in e.category_iids],
-                 "args": st.args(e), "flows_in": list(e.terminating_flow_ids),
-                 "stack": st.callstack(e.callstack_iid) if e.callstack_iid else None}
+            s = {
+                "track": e.track_uuid,
+                "ts": p.timestamp,
+                "name": st.name("event_names", e.name_iid),
+                "cats": [st.name("event_categories", c) for c in e.category_iids],
+                "args": st.args(e),
+                "flows_in": list(e.terminating_flow_ids),
+                "stack": st.callstack(e.callstack_iid) if e.callstack_iid else None,
+            }
             open_slices.setdefault(e.track_uuid, []).append(s)
         elif e.type == pb.TrackEvent.TYPE_SLICE_END:
             s = open_slices[e.track_uuid].pop()
             s["dur"] = p.timestamp - s["ts"]
             slices.append(s)
         elif e.type == pb.TrackEvent.TYPE_INSTANT:
-            instants.append({"track": e.track_uuid, "ts": p.timestamp,
-                             "name": st.name("event_names", e.name_iid), "args": st.args(e),
-                             "flows_out": list(e.flow_ids),
-                             "stack": st.callstack(e.callstack_iid) if e.callstack_iid else None})
+            instants.append(
+                {
+                    "track": e.track_uuid,
+                    "ts": p.timestamp,
+                    "name": st.name("event_names", e.name_iid),
+                    "args": st.args(e),
+                    "flows_out": list(e.flow_ids),
+                    "stack": st.callstack(e.callstack_iid) if e.callstack_iid else None,
+                }
+            )
         elif e.type == pb.TrackEvent.TYPE_COUNTER:
             counters.setdefault(e.track_uuid, []).append((p.timestamp, e.counter_value))
     assert not any(open_slices.values()), "a slice without its end"

@@ -20,8 +20,9 @@ def pprof_binary() -> str:
     for cand in (os.environ.get("PPROF"), str(REPO / "build" / "tools" / "pprof"), shutil.which("pprof")):
         if cand and os.path.exists(cand):
             return cand
-    raise RuntimeError("Go pprof not found: run `make build/tools/pprof` (needs golang-go and "
-                       "golang-github-google-pprof-dev)")
+    raise RuntimeError(
+        "Go pprof not found: run `make build/tools/pprof` (needs golang-go and golang-github-google-pprof-dev)"
+    )
 
 
 def pprof(*args: str) -> str:
@@ -76,8 +77,7 @@ def raw(path) -> list[Sample]:
             m = _LOC.match(line)
             if m:
                 last_loc = int(m.group(1))
-                locs[last_loc] = [(m.group(2), m.group(3), m.group(5) or m.group(2),
-                                   int(m.group(4)))]
+                locs[last_loc] = [(m.group(2), m.group(3), m.group(5) or m.group(2), int(m.group(4)))]
                 continue
             m = _LOC_CONT.match(line)
             if m and last_loc is not None:

@@ -27,13 +27,17 @@ class Ui:
     """The real `gpu-agent ui` CLI in a process of its own; url once it listens."""
 
     def __init__(self, store: Path, *extra: str, listen: str = "127.0.0.1:0"):
-        self.proc = subprocess.Popen(agent_cmd("ui", "--profiles", store, "--listen", listen, *extra),
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            agent_cmd("ui", "--profiles", store, "--listen", listen, *extra),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.lines = []
         for line in self.proc.stderr:
             self.lines.append(line)
             if " UI on http://" in line:
-                self.url = line[line.index("http://"):].split()[0]
+                self.url = line[line.index("http://") :].split()[0]
                 break
         else:
             pytest.fail("gpu-agent ui did not start: " + "".join(self.lines))
@@ -81,8 +85,7 @@ def counter(page, name: str) -> int:
 def wait_counter(page, name: str, past: int, timeout: float = 30_000) -> None:
     """Until app.js has rendered again since its body's data-NAME counter was `past`.
     A selector, not a polled script: the page's Content-Security-Policy forbids eval."""
-    page.wait_for_selector(f'body[data-{name}]:not([data-{name}="{past}"])', state="attached",
-                           timeout=timeout)
+    page.wait_for_selector(f'body[data-{name}]:not([data-{name}="{past}"])', state="attached", timeout=timeout)
 
 
 def root_total(page, container: str = "#flame") -> int:

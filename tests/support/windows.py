@@ -26,8 +26,11 @@ def kernel_totals(profile) -> dict[str, list[int]]:
 
 
 def shim_exit_stats(stderr: str) -> dict[str, int]:
-    m = re.search(r"exit \(pid \d+\): (\d+) launches collected, (\d+) kernel records "
-                  r"\(\d+ lost by CUPTI\), (\d+) windows"
-                  r".*, (\d+) records of unseen launches", stderr)
+    m = re.search(
+        r"exit \(pid \d+\): (\d+) launches collected, (\d+) kernel records "
+        r"\(\d+ lost by CUPTI\), (\d+) windows"
+        r".*, (\d+) records of unseen launches",
+        stderr,
+    )
     assert m, stderr[-2000:]
     return dict(zip(("launches", "records", "windows", "unseen"), map(int, m.groups())))

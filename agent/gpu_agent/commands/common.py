@@ -60,19 +60,20 @@ def drops(counters: dict) -> int:
 def status_line(stats, counters: dict) -> str:
     dropped = {k: v for k, v in counters.items() if "drop" in k.lower() and v}
     detail = " (" + ", ".join(f"{k}={v}" for k, v in sorted(dropped.items())) + ")" if dropped else ""
-    return (f"processes={stats.processes} kernels={stats.kernels} "
-            f"gpu_time={stats.gpu_ns / 1e6:.3f}ms samples={stats.samples} "
-            f"drops={drops(counters)}{detail}"
-            # Not drops: a windowed record whose sampled launch was older than its
-            # window (bpf join guard), counted as unsampled instead.
-            + (f" stale_join={counters['stale_join']}" if counters.get("stale_join") else "")
-            # Short jobs that ran between collection windows: seen, not measured.
-            + (f" attached_without_kernels={stats.attached_without_kernels}"
-               if stats.attached_without_kernels else "")
-            # Launches whose records CUPTI lost: [dropped: cupti] samples.
-            + (f" dropped_launches={stats.dropped_launches}" if stats.dropped_launches else "")
-            # parcagpu's error probes (each kind logged once): why its PC samples may be missing.
-            + (f" pg_errors={counters['pg_errors']}" if counters.get("pg_errors") else ""))
+    return (
+        f"processes={stats.processes} kernels={stats.kernels} "
+        f"gpu_time={stats.gpu_ns / 1e6:.3f}ms samples={stats.samples} "
+        f"drops={drops(counters)}{detail}"
+        # Not drops: a windowed record whose sampled launch was older than its
+        # window (bpf join guard), counted as unsampled instead.
+        + (f" stale_join={counters['stale_join']}" if counters.get("stale_join") else "")
+        # Short jobs that ran between collection windows: seen, not measured.
+        + (f" attached_without_kernels={stats.attached_without_kernels}" if stats.attached_without_kernels else "")
+        # Launches whose records CUPTI lost: [dropped: cupti] samples.
+        + (f" dropped_launches={stats.dropped_launches}" if stats.dropped_launches else "")
+        # parcagpu's error probes (each kind logged once): why its PC samples may be missing.
+        + (f" pg_errors={counters['pg_errors']}" if counters.get("pg_errors") else "")
+    )
 
 
 def _unwritable(d: Path, create: bool = True) -> str | None:

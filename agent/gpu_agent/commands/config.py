@@ -37,10 +37,14 @@ class ConfigError(RuntimeError):
 def enable(parser: argparse.ArgumentParser, command: str) -> None:
     """Give `parser` (one subcommand) a --config flag and env/file defaults for every flag."""
     prefix = f"GPU_AGENT_{command.upper().replace('-', '_')}_"
-    parser.add_argument("--config", default=None, metavar="FILE",
-                        help=f"YAML file of flag values (default {DEFAULT_CONFIG} if it exists; "
-                             f"${prefix}CONFIG). Precedence: command line > ${prefix}<FLAG> "
-                             "environment > config file > default")
+    parser.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE",
+        help=f"YAML file of flag values (default {DEFAULT_CONFIG} if it exists; "
+        f"${prefix}CONFIG). Precedence: command line > ${prefix}<FLAG> "
+        "environment > config file > default",
+    )
     parser.set_defaults(_config_prefix=prefix)
 
 
@@ -58,8 +62,10 @@ def _settable(parser: argparse.ArgumentParser):
 
 
 def _is_bool(a: argparse.Action) -> bool:
-    return isinstance(a, (argparse._StoreTrueAction, argparse._StoreFalseAction)) or \
-        type(a).__name__ == "BooleanOptionalAction"
+    return (
+        isinstance(a, (argparse._StoreTrueAction, argparse._StoreFalseAction))
+        or type(a).__name__ == "BooleanOptionalAction"
+    )
 
 
 def _convert(a: argparse.Action, value, where: str):
@@ -115,8 +121,7 @@ def load_file(path: Path) -> dict:
     return data
 
 
-def layered_defaults(parser: argparse.ArgumentParser, prefix: str, cli_config: str | None,
-                     environ=None) -> dict:
+def layered_defaults(parser: argparse.ArgumentParser, prefix: str, cli_config: str | None, environ=None) -> dict:
     """dest -> value from the config file, overridden by the environment."""
     environ = os.environ if environ is None else environ
     actions = {a.dest: a for a in _settable(parser)}
@@ -137,8 +142,7 @@ def layered_defaults(parser: argparse.ArgumentParser, prefix: str, cli_config: s
         unknown = sorted(str(k) for k in data if str(k) not in by_key)
         if unknown:
             known = sorted({o[2:] for a in actions.values() for o in a.option_strings if o.startswith("--")})
-            raise ConfigError(f"config file {path}: unknown key(s) {', '.join(unknown)}; "
-                              f"known: {', '.join(known)}")
+            raise ConfigError(f"config file {path}: unknown key(s) {', '.join(unknown)}; known: {', '.join(known)}")
         for k, v in data.items():
             a = by_key[str(k)]
             out[a.dest] = _convert(a, v, f"config file {path}: {k}")
@@ -150,8 +154,9 @@ def layered_defaults(parser: argparse.ArgumentParser, prefix: str, cli_config: s
     return out
 
 
-def apply(parser: argparse.ArgumentParser, sub: argparse.ArgumentParser, argv: list[str],
-          args: argparse.Namespace) -> argparse.Namespace:
+def apply(
+    parser: argparse.ArgumentParser, sub: argparse.ArgumentParser, argv: list[str], args: argparse.Namespace
+) -> argparse.Namespace:
     """Re-parse argv with the file and environment as defaults: the command line still wins."""
     prefix = getattr(args, "_config_prefix", None)
     if not prefix:

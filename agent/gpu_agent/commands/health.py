@@ -49,7 +49,7 @@ class Beats:
         self._fd = -1
         try:
             for name in os.listdir(HEARTBEAT_DIR) if os.path.isdir(HEARTBEAT_DIR) else ():
-                pid = name[len("run-"):]  # agents killed without a goodbye
+                pid = name[len("run-") :]  # agents killed without a goodbye
                 if name.startswith("run-") and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
                     os.unlink(os.path.join(HEARTBEAT_DIR, name))
             os.makedirs(HEARTBEAT_DIR, mode=0o755, exist_ok=True)
@@ -60,7 +60,7 @@ class Beats:
             pass
 
     def _record(self, fault: str) -> bytes:
-        return f"{self.interval:g}\n{fault}\n".encode()[:self.SIZE].ljust(self.SIZE, b" ")
+        return f"{self.interval:g}\n{fault}\n".encode()[: self.SIZE].ljust(self.SIZE, b" ")
 
     def window(self, dropped_total: int) -> None:
         """A window closed; dropped_total: profiles refused so far (by any output)."""
@@ -184,7 +184,9 @@ def main(args) -> int:
                 return 1
             print(f"healthy: gpu-agent run (pid {pid}) holds {n} BPF programs")
             return 0
-    print(f"unhealthy: gpu-agent run (pid {', '.join(map(str, pids))}) has no BPF program loaded "
-          "(starting, or failed preflight)")
+    print(
+        f"unhealthy: gpu-agent run (pid {', '.join(map(str, pids))}) has no BPF program loaded "
+        "(starting, or failed preflight)"
+    )
     sys.stdout.flush()
     return 1

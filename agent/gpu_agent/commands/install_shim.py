@@ -25,10 +25,18 @@ from ..system.atomic import write_atomic
 
 def add_parser(sub) -> None:
     p = sub.add_parser("install-shim", help="copy the shim (variant for this node's driver) into a directory")
-    p.add_argument("--dest", default="/opt/gpu-agent/lib", type=Path,
-                   help="target directory, e.g. a hostPath (default /opt/gpu-agent/lib)")
-    p.add_argument("--cuda-major", default="auto", choices=["auto", "12", "13"],
-                   help="shim variant to install as DIR/" + SHIM_NAME + " (default: by the driver)")
+    p.add_argument(
+        "--dest",
+        default="/opt/gpu-agent/lib",
+        type=Path,
+        help="target directory, e.g. a hostPath (default /opt/gpu-agent/lib)",
+    )
+    p.add_argument(
+        "--cuda-major",
+        default="auto",
+        choices=["auto", "12", "13"],
+        help="shim variant to install as DIR/" + SHIM_NAME + " (default: by the driver)",
+    )
     p.set_defaults(func=main)
 
 
@@ -57,9 +65,15 @@ def main(args) -> int:
             written.append(f"cuda{m}/{SHIM_NAME}")
     if install_file(chosen, dest / SHIM_NAME):
         written.append(SHIM_NAME)
-    how = (f"driver supports CUDA {detected}" if detected else "no NVIDIA driver found") \
-        if args.cuda_major == "auto" else f"--cuda-major {args.cuda_major}"
-    print(f"gpu-agent: {dest / SHIM_NAME} <- {chosen} ({how}); "
-          f"{'updated ' + ', '.join(written) if written else 'already up to date'}", file=sys.stderr)
+    how = (
+        (f"driver supports CUDA {detected}" if detected else "no NVIDIA driver found")
+        if args.cuda_major == "auto"
+        else f"--cuda-major {args.cuda_major}"
+    )
+    print(
+        f"gpu-agent: {dest / SHIM_NAME} <- {chosen} ({how}); "
+        f"{'updated ' + ', '.join(written) if written else 'already up to date'}",
+        file=sys.stderr,
+    )
     print(dest / SHIM_NAME)
     return 0

@@ -34,54 +34,112 @@ def _label(text: str) -> tuple[str, str]:
     k = k.strip()
     if not sep or not valid_label_name(k):
         raise argparse.ArgumentTypeError(
-            f"invalid --label {text!r}: expected NAME=VALUE with NAME matching [a-zA-Z_][a-zA-Z0-9_]*")
+            f"invalid --label {text!r}: expected NAME=VALUE with NAME matching [a-zA-Z_][a-zA-Z0-9_]*"
+        )
     return k, v
 
 
 def add_arguments(p) -> None:
     g = p.add_argument_group("sending profiles to a backend (gRPC)")
-    g.add_argument("--remote-store", default=None, metavar="grpc[s]://HOST:PORT",
-                   help="Parca (or compatible) profile store: ProfileStoreService/WriteRaw")
-    g.add_argument("--otlp-endpoint", default=None, metavar="grpc[s]://HOST:PORT",
-                   help="OpenTelemetry collector: profiles v1development ProfilesService/Export")
-    g.add_argument("--otlp-include-pprof", action="store_true", default=False,
-                   help="also attach each process's gzip pprof as the OTLP profile's original_payload")
-    g.add_argument("--bearer-token-file", default=None, metavar="FILE",
-                   help="send 'authorization: Bearer <token>' (file re-read when it changes)")
-    g.add_argument("--ca-file", default=None, metavar="FILE",
-                   help="CA bundle for grpcs:// (default: the system CAs)")
-    g.add_argument("--allow-insecure-token", action="store_true", default=False,
-                   help="send --bearer-token-file over plaintext grpc:// to a host other than "
-                        "this one (refused otherwise)")
-    g.add_argument("--insecure-skip-verify", action="store_true", default=False,
-                   help="grpcs:// without verifying the server certificate (testing only)")
-    g.add_argument("--label", action="append", type=_label, default=[], metavar="NAME=VALUE",
-                   help="extra label on every profile sent (repeatable)")
-    g.add_argument("--export-timeout", default=10.0, type=duration,
-                   help="deadline of one send (default 10s)")
-    g.add_argument("--queue-size", default=32, type=positive_int,
-                   help="profiles waiting per backend while it is slow or down (default 32)")
-    g.add_argument("--queue-max-bytes", default=64 << 20, type=byte_size,
-                   help="bytes waiting per backend (default 64MiB)")
-    g.add_argument("--queue-policy", default="drop-oldest", choices=("drop-oldest", "backpressure"),
-                   help="when the queue is full: drop the oldest profile (default), or stop "
-                        "reading the BPF maps and let them aggregate until it drains")
-    g.add_argument("--retry-initial-backoff", default=0.5, type=duration,
-                   help="first retry delay; doubles per failure, with jitter (default 500ms)")
-    g.add_argument("--retry-max-backoff", default=30.0, type=duration,
-                   help="longest retry delay, also the retry period after an auth error (default 30s)")
+    g.add_argument(
+        "--remote-store",
+        default=None,
+        metavar="grpc[s]://HOST:PORT",
+        help="Parca (or compatible) profile store: ProfileStoreService/WriteRaw",
+    )
+    g.add_argument(
+        "--otlp-endpoint",
+        default=None,
+        metavar="grpc[s]://HOST:PORT",
+        help="OpenTelemetry collector: profiles v1development ProfilesService/Export",
+    )
+    g.add_argument(
+        "--otlp-include-pprof",
+        action="store_true",
+        default=False,
+        help="also attach each process's gzip pprof as the OTLP profile's original_payload",
+    )
+    g.add_argument(
+        "--bearer-token-file",
+        default=None,
+        metavar="FILE",
+        help="send 'authorization: Bearer <token>' (file re-read when it changes)",
+    )
+    g.add_argument("--ca-file", default=None, metavar="FILE", help="CA bundle for grpcs:// (default: the system CAs)")
+    g.add_argument(
+        "--allow-insecure-token",
+        action="store_true",
+        default=False,
+        help="send --bearer-token-file over plaintext grpc:// to a host other than this one (refused otherwise)",
+    )
+    g.add_argument(
+        "--insecure-skip-verify",
+        action="store_true",
+        default=False,
+        help="grpcs:// without verifying the server certificate (testing only)",
+    )
+    g.add_argument(
+        "--label",
+        action="append",
+        type=_label,
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra label on every profile sent (repeatable)",
+    )
+    g.add_argument("--export-timeout", default=10.0, type=duration, help="deadline of one send (default 10s)")
+    g.add_argument(
+        "--queue-size",
+        default=32,
+        type=positive_int,
+        help="profiles waiting per backend while it is slow or down (default 32)",
+    )
+    g.add_argument(
+        "--queue-max-bytes", default=64 << 20, type=byte_size, help="bytes waiting per backend (default 64MiB)"
+    )
+    g.add_argument(
+        "--queue-policy",
+        default="drop-oldest",
+        choices=("drop-oldest", "backpressure"),
+        help="when the queue is full: drop the oldest profile (default), or stop "
+        "reading the BPF maps and let them aggregate until it drains",
+    )
+    g.add_argument(
+        "--retry-initial-backoff",
+        default=0.5,
+        type=duration,
+        help="first retry delay; doubles per failure, with jitter (default 500ms)",
+    )
+    g.add_argument(
+        "--retry-max-backoff",
+        default=30.0,
+        type=duration,
+        help="longest retry delay, also the retry period after an auth error (default 30s)",
+    )
     m = p.add_argument_group("Prometheus /metrics")
-    m.add_argument("--metrics-addr", default=None, nargs="?", const="127.0.0.1:9464",
-                   metavar="HOST:PORT",
-                   help="serve /metrics (off by default; bare flag: 127.0.0.1:9464; a missing "
-                        "HOST means 127.0.0.1; 0.0.0.0:9464 listens on every interface)")
-    m.add_argument("--metrics-top-kernels", default=50, type=positive_int,
-                   help="kernels with their own label; the rest are summed as kernel=\"other\" "
-                        "(default 50)")
-    m.add_argument("--metrics-ttl", default=300.0, type=duration,
-                   help="how long series of exited processes and demoted kernels stay (default 5m)")
-    m.add_argument("--metrics-drain-interval", default=1.0, type=duration,
-                   help="how often BPF is read for /metrics (default 1s)")
+    m.add_argument(
+        "--metrics-addr",
+        default=None,
+        nargs="?",
+        const="127.0.0.1:9464",
+        metavar="HOST:PORT",
+        help="serve /metrics (off by default; bare flag: 127.0.0.1:9464; a missing "
+        "HOST means 127.0.0.1; 0.0.0.0:9464 listens on every interface)",
+    )
+    m.add_argument(
+        "--metrics-top-kernels",
+        default=50,
+        type=positive_int,
+        help='kernels with their own label; the rest are summed as kernel="other" (default 50)',
+    )
+    m.add_argument(
+        "--metrics-ttl",
+        default=300.0,
+        type=duration,
+        help="how long series of exited processes and demoted kernels stay (default 5m)",
+    )
+    m.add_argument(
+        "--metrics-drain-interval", default=1.0, type=duration, help="how often BPF is read for /metrics (default 1s)"
+    )
 
 
 def node_name(args) -> str:
@@ -110,7 +168,7 @@ class Outputs:
         remotes = [(k, v) for k, v in (("parca", args.remote_store), ("otlp", args.otlp_endpoint)) if v]
         # Every destination is checked before anything runs (the workload included),
         # then each becomes a backend the same way.
-        destinations = []                   # (kind, target) for make_backend, in this order
+        destinations = []  # (kind, target) for make_backend, in this order
         # The local directory is the default only when no remote is configured.
         out_dir = args.output_dir
         if out_dir is None and not remotes:
@@ -127,31 +185,52 @@ class Outputs:
                 with open(args.bearer_token_file, "rb"):
                     pass
             except OSError as e:
-                print(f"gpu-agent: error: --bearer-token-file: cannot read {args.bearer_token_file}: "
-                      f"{e.strerror or e}", file=sys.stderr)
+                print(
+                    f"gpu-agent: error: --bearer-token-file: cannot read {args.bearer_token_file}: {e.strerror or e}",
+                    file=sys.stderr,
+                )
                 raise SystemExit(2)
-        topts = TransportOptions(ca_file=args.ca_file, insecure_skip_verify=args.insecure_skip_verify,
-                                 bearer_token_file=args.bearer_token_file, timeout_s=args.export_timeout,
-                                 reconnect_max_s=min(args.retry_max_backoff, 10.0))
-        qopts = QueueOptions(max_items=args.queue_size, max_bytes=args.queue_max_bytes,
-                             policy=args.queue_policy, backoff_initial=args.retry_initial_backoff,
-                             backoff_max=args.retry_max_backoff)
+        topts = TransportOptions(
+            ca_file=args.ca_file,
+            insecure_skip_verify=args.insecure_skip_verify,
+            bearer_token_file=args.bearer_token_file,
+            timeout_s=args.export_timeout,
+            reconnect_max_s=min(args.retry_max_backoff, 10.0),
+        )
+        qopts = QueueOptions(
+            max_items=args.queue_size,
+            max_bytes=args.queue_max_bytes,
+            policy=args.queue_policy,
+            backoff_initial=args.retry_initial_backoff,
+            backoff_max=args.retry_max_backoff,
+        )
         self.policy = args.queue_policy
         for kind, url in remotes:
             try:
                 ep = parse_endpoint(url)
             except ValueError as e:
                 raise SystemExit(f"gpu-agent: --{'remote-store' if kind == 'parca' else 'otlp-endpoint'}: {e}")
-            if (args.bearer_token_file and not ep.tls and ep.host not in LOOPBACK
-                    and not args.allow_insecure_token):
-                print(f"gpu-agent: error: {ep}: a bearer token over plaintext gRPC can be read on "
-                      "the network: use grpcs://, or --allow-insecure-token", file=sys.stderr)
+            if args.bearer_token_file and not ep.tls and ep.host not in LOOPBACK and not args.allow_insecure_token:
+                print(
+                    f"gpu-agent: error: {ep}: a bearer token over plaintext gRPC can be read on "
+                    "the network: use grpcs://, or --allow-insecure-token",
+                    file=sys.stderr,
+                )
                 raise SystemExit(2)
             destinations.append((kind, ep))
-        self.backends = [make_backend(kind, target, topts, qopts, self.node, labels,
-                                      otlp_include_pprof=args.otlp_include_pprof,
-                                      max_store_bytes=getattr(args, "max_store_bytes", 0))
-                         for kind, target in destinations]
+        self.backends = [
+            make_backend(
+                kind,
+                target,
+                topts,
+                qopts,
+                self.node,
+                labels,
+                otlp_include_pprof=args.otlp_include_pprof,
+                max_store_bytes=getattr(args, "max_store_bytes", 0),
+            )
+            for kind, target in destinations
+        ]
         self.metrics = None
         self._server = None
         self.metrics_url = None
@@ -160,7 +239,7 @@ class Outputs:
         self._stalled_since: Optional[float] = None
         # Windows that reached no backend; the backends count the ones they took.
         self._unshipped = {"empty": 0, "deferred": 0}
-        self.last_health: Optional[dict] = None   # _health()'s last report
+        self.last_health: Optional[dict] = None  # _health()'s last report
         if args.metrics_addr:
             from ..outputs import metrics as M
 
@@ -168,9 +247,13 @@ class Outputs:
                 known = collector.kernel_name(kid)
                 return known[0] if known else None
 
-            self.metrics = M.Metrics(top_n=args.metrics_top_kernels, ttl_s=args.metrics_ttl,
-                                     proc_info=collector.proc, kernel_name=kernel_name,
-                                     device_info=lambda pid, dev: collector.devices.get((pid, dev)))
+            self.metrics = M.Metrics(
+                top_n=args.metrics_top_kernels,
+                ttl_s=args.metrics_ttl,
+                proc_info=collector.proc,
+                kernel_name=kernel_name,
+                device_info=lambda pid, dev: collector.devices.get((pid, dev)),
+            )
             collector.drain_listeners.append(self.metrics.on_drain)
             collector.exit_listeners.append(self.metrics.on_exit)
             for b in self.backends:
@@ -196,10 +279,12 @@ class Outputs:
         if full and self._stalled_since is None:
             self._stalled_since = time.monotonic()
             logging.getLogger("gpu_agent.export").warning(
-                "backpressure: a send queue is full; BPF maps aggregate in the kernel until it drains")
+                "backpressure: a send queue is full; BPF maps aggregate in the kernel until it drains"
+            )
         elif not full and self._stalled_since is not None:
             logging.getLogger("gpu_agent.export").warning(
-                "backpressure released after %.1fs", time.monotonic() - self._stalled_since)
+                "backpressure released after %.1fs", time.monotonic() - self._stalled_since
+            )
             self._stalled_since = None
         return full
 
@@ -216,27 +301,32 @@ class Outputs:
         """The agent's health, for /metrics and for the UI's status page (last_health:
         a new dict each time, read by the UI's threads without a lock)."""
         c = self.collector.counters()
-        drops = {k[len("drop_"):]: v for k, v in c.items() if k.startswith("drop_")}
+        drops = {k[len("drop_") :]: v for k, v in c.items() if k.startswith("drop_")}
         for k in ("agent_ev_corrupt", "agent_ev_unknown", "agent_callback_errors"):
             if k in c:
                 drops[k] = c[k]
         for k, v in c.items():  # names refused or evicted (names.py)
             if k.startswith("agent_drop_"):
-                drops["agent_" + k[len("agent_drop_"):]] = v
+                drops["agent_" + k[len("agent_drop_") :]] = v
         health = dict(
             attached_processes=sum(1 for p in self.collector.procs.values() if not p.exited),
             bpf_events=getattr(self.collector.session, "_events", 0),
-            kernel_records=c.get("kernels", 0), sampled_launches=c.get("samples", 0),
-            drops=drops, profiles=self.profile_counts())
+            kernel_records=c.get("kernels", 0),
+            sampled_launches=c.get("samples", 0),
+            drops=drops,
+            profiles=self.profile_counts(),
+        )
         if self.metrics is not None:
             self.metrics.set_health(**health)
         backends = []
         for b in self.backends:
             q = b.queue_stats()
-            backends.append({"name": b.name, "counts": b.profile_counts(),
-                             "queue": None if q is None else dataclasses.asdict(q)})
-        self.last_health = dict(health, backends=backends, shims=self.collector.session.attached_files(),
-                                at=time.time())
+            backends.append(
+                {"name": b.name, "counts": b.profile_counts(), "queue": None if q is None else dataclasses.asdict(q)}
+            )
+        self.last_health = dict(
+            health, backends=backends, shims=self.collector.session.attached_files(), at=time.time()
+        )
 
     def window_due(self, final: bool = False):
         """Close the window and ship it: (stats, local path or None), or None when

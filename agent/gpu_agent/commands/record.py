@@ -28,17 +28,28 @@ DRAIN_EVERY_S = 1.0
 
 def add_parser(sub) -> None:
     p = sub.add_parser("record", help="run a command with the shim injected and profile it")
-    p.add_argument("-o", "--output", default="gpu.pb.gz", type=Path,
-                   help="gzip pprof file to write (default gpu.pb.gz)")
+    p.add_argument(
+        "-o", "--output", default="gpu.pb.gz", type=Path, help="gzip pprof file to write (default gpu.pb.gz)"
+    )
     p.add_argument("--shim", default=None, help="shim library to inject (default: the bundled one)")
-    p.add_argument("--duty-cycle", type=int, default=None, metavar="N",
-                   help="collect in one time window of every N and scale by about N (an expert "
-                        "override of --budget); default here: 1, every kernel, exact "
-                        "(or GPU_AGENT_DUTY_CYCLE from the environment)")
-    p.add_argument("--budget", type=float, default=None, metavar="PCT",
-                   help="collect in windows whose cost stays under PCT %% of the command's time, "
-                        "as `gpu-agent run` does (GPU_AGENT_OVERHEAD_BUDGET, 2 there); estimates, "
-                        "not every kernel")
+    p.add_argument(
+        "--duty-cycle",
+        type=int,
+        default=None,
+        metavar="N",
+        help="collect in one time window of every N and scale by about N (an expert "
+        "override of --budget); default here: 1, every kernel, exact "
+        "(or GPU_AGENT_DUTY_CYCLE from the environment)",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="PCT",
+        help="collect in windows whose cost stays under PCT %% of the command's time, "
+        "as `gpu-agent run` does (GPU_AGENT_OVERHEAD_BUDGET, 2 there); estimates, "
+        "not every kernel",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no summary line on stderr")
     timeline_out.add_arguments(p)
     # Everything from the first word that is not one of record's own flags is the
@@ -50,7 +61,7 @@ def add_parser(sub) -> None:
 def _ppid(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as f:
         stat = f.read()
-    return int(stat[stat.rindex(")") + 2:].split()[1])
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
 
 
 def descends_from(root: int):
@@ -64,6 +75,7 @@ def descends_from(root: int):
         except (OSError, ValueError):
             return False
         return pid == root
+
     return check
 
 
@@ -72,16 +84,16 @@ def main(args) -> int:
     shim = Path(args.shim).resolve() if args.shim else shim_path()
     cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
     if not cmd:
-        print("gpu-agent: error: record needs a command: gpu-agent record -o out.pb.gz -- CMD ARGS",
-              file=sys.stderr)
+        print("gpu-agent: error: record needs a command: gpu-agent record -o out.pb.gz -- CMD ARGS", file=sys.stderr)
         return 2
 
     if args.duty_cycle is not None and not 1 <= args.duty_cycle <= 100000:
         print("gpu-agent: error: --duty-cycle must be between 1 and 100000", file=sys.stderr)
         return 2
     if args.budget is not None and (args.duty_cycle is not None or not 0.01 <= args.budget <= 100):
-        print("gpu-agent: error: --budget takes a percentage between 0.01 and 100, without --duty-cycle",
-              file=sys.stderr)
+        print(
+            "gpu-agent: error: --budget takes a percentage between 0.01 and 100, without --duty-cycle", file=sys.stderr
+        )
         return 2
     # Before the command runs: a profile that cannot be written loses the whole run.
     why = output_error(Path(args.output)) or timeline_out.unwritable(args)
@@ -97,8 +109,11 @@ def main(args) -> int:
         print("gpu-agent: loading the eBPF probes (a few seconds)...", file=sys.stderr, flush=True)
 
     root = {"pid": -1}
-    collector = Collector(str(shim), pid_filter=lambda pid: descends_from(root["pid"])(pid),
-                          ringbuf_mib=timeline_out.RINGBUF_MIB if timeline_out.wanted(args) else 0)
+    collector = Collector(
+        str(shim),
+        pid_filter=lambda pid: descends_from(root["pid"])(pid),
+        ringbuf_mib=timeline_out.RINGBUF_MIB if timeline_out.wanted(args) else 0,
+    )
     collector.open()  # probes are live before the command maps the shim
     timeline = None
     if timeline_out.wanted(args):
@@ -150,8 +165,7 @@ def main(args) -> int:
             if not args.quiet:
                 print(f"gpu-agent: {timeline_out.summary(tl)} -> {path}", file=sys.stderr)
         if not args.quiet:
-            print(f"gpu-agent: {status_line(stats, collector.counters())} -> {args.output}",
-                  file=sys.stderr)
+            print(f"gpu-agent: {status_line(stats, collector.counters())} -> {args.output}", file=sys.stderr)
     finally:
         collector.close()
     rc = child.returncode

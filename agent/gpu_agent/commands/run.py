@@ -28,21 +28,32 @@ from .outputs import Outputs, add_arguments as add_output_arguments
 
 def add_parser(sub) -> None:
     p = sub.add_parser("run", help="profile every process on this node that loads the shim")
-    p.add_argument("--output-dir", default=None, type=Path,
-                   help="directory for one gzip pprof per interval (default ./profiles when no "
-                        "--remote-store/--otlp-endpoint is given, else none)")
-    p.add_argument("--max-store-bytes", default=1 << 30, metavar="SIZE",
-                   type=lambda t: 0 if t.strip() == "0" else byte_size(t),
-                   help="most bytes of profiles kept in --output-dir; the oldest go first "
-                        "(default 1GiB; 0: no bound)")
-    p.add_argument("--interval", default=10.0, type=duration,
-                   help="profile window, e.g. 10s, 500ms (default 10s)")
-    p.add_argument("--duration", default=None, type=duration,
-                   help="stop after this long (default: run until SIGINT/SIGTERM)")
+    p.add_argument(
+        "--output-dir",
+        default=None,
+        type=Path,
+        help="directory for one gzip pprof per interval (default ./profiles when no "
+        "--remote-store/--otlp-endpoint is given, else none)",
+    )
+    p.add_argument(
+        "--max-store-bytes",
+        default=1 << 30,
+        metavar="SIZE",
+        type=lambda t: 0 if t.strip() == "0" else byte_size(t),
+        help="most bytes of profiles kept in --output-dir; the oldest go first (default 1GiB; 0: no bound)",
+    )
+    p.add_argument("--interval", default=10.0, type=duration, help="profile window, e.g. 10s, 500ms (default 10s)")
+    p.add_argument(
+        "--duration", default=None, type=duration, help="stop after this long (default: run until SIGINT/SIGTERM)"
+    )
     p.add_argument("--shim", default=None, help="shim library to attach to (default: the bundled one)")
-    p.add_argument("--discover-interval", default=5.0, type=_interval_or_off,
-                   help="how often to look for other copies of the shim mapped by running "
-                        "processes, e.g. in containers (default 5s; 0 turns it off)")
+    p.add_argument(
+        "--discover-interval",
+        default=5.0,
+        type=_interval_or_off,
+        help="how often to look for other copies of the shim mapped by running "
+        "processes, e.g. in containers (default 5s; 0 turns it off)",
+    )
     add_output_arguments(p)
     ui_group = p.add_argument_group("web UI over --output-dir (docs/ui.md)")
     ui.add_listen_arguments(ui_group, "--ui", None)
@@ -66,20 +77,25 @@ def discover(collector: Collector) -> None:
         return
     for f in found:
         what = "parcagpu library " if f.source == "parcagpu" else ""
-        print(f"gpu-agent: also watching {what}{f.path} (pid {f.pid}, through {f.attach_path})",
-              file=sys.stderr, flush=True)
+        print(
+            f"gpu-agent: also watching {what}{f.path} (pid {f.pid}, through {f.attach_path})",
+            file=sys.stderr,
+            flush=True,
+        )
     for path, why in session.discover_errors.items():
         if path not in errors:
             print(f"gpu-agent: not watching {path}: {why}", file=sys.stderr, flush=True)
     if session.parcagpu is not None:
         for path in session.parcagpu.released:
-            print(f"gpu-agent: no process maps parcagpu library {path} any more: detached, its sites freed",
-                  file=sys.stderr, flush=True)
+            print(
+                f"gpu-agent: no process maps parcagpu library {path} any more: detached, its sites freed",
+                file=sys.stderr,
+                flush=True,
+            )
         session.parcagpu.released.clear()
 
 
-def write_window(collector: Collector, outputs: Outputs, quiet: bool = False,
-                 final: bool = False) -> Path | None:
+def write_window(collector: Collector, outputs: Outputs, quiet: bool = False, final: bool = False) -> Path | None:
     """Close the window and ship it (local file, backends); None if nothing was written
     locally, or if backpressure keeps the window open."""
     done = outputs.window_due(final=final)
@@ -87,8 +103,9 @@ def write_window(collector: Collector, outputs: Outputs, quiet: bool = False,
         return None
     stats, path = done
     if not quiet:
-        line = (status_line(stats, collector.counters())
-                + f" shims={collector.session.attached_files()}" + outputs.status())
+        line = (
+            status_line(stats, collector.counters()) + f" shims={collector.session.attached_files()}" + outputs.status()
+        )
         print(f"gpu-agent: {line}" + (f" -> {path}" if path else ""), flush=True)
     return path
 
@@ -123,13 +140,20 @@ def main(args) -> int:
     collector.open()
     if args.discover_interval:
         discover(collector)  # processes already running with their own copy
-    print(f"gpu-agent: watching every process that maps {shim} (pid {os.getpid()}); "
-          f"profiles every {args.interval:g}s {outputs.describe()}", file=sys.stderr, flush=True)
-    print("gpu-agent: processes collect in windows that cost them at most "
-          "GPU_AGENT_OVERHEAD_BUDGET (2 %) of their time, at least one in every 30 s, and their "
-          "figures are estimates; a job shorter than a second may not show at all: "
-          "`gpu-agent record -- CMD` profiles one job exactly",
-          file=sys.stderr, flush=True)
+    print(
+        f"gpu-agent: watching every process that maps {shim} (pid {os.getpid()}); "
+        f"profiles every {args.interval:g}s {outputs.describe()}",
+        file=sys.stderr,
+        flush=True,
+    )
+    print(
+        "gpu-agent: processes collect in windows that cost them at most "
+        "GPU_AGENT_OVERHEAD_BUDGET (2 %) of their time, at least one in every 30 s, and their "
+        "figures are estimates; a job shorter than a second may not show at all: "
+        "`gpu-agent record -- CMD` profiles one job exactly",
+        file=sys.stderr,
+        flush=True,
+    )
     started = time.monotonic()
     beats = health.Beats(args.interval)
     next_window = started + args.interval

@@ -18,24 +18,43 @@ def add_parser(sub) -> None:
     verbs = p.add_subparsers(dest="verb", metavar="VERB")
     verbs.required = True
     m = verbs.add_parser("merge", help="a timeline's kernels with .nanotrace files' in-kernel events")
-    m.add_argument("events", type=Path, metavar="EVENTS.ndjson",
-                   help="the timeline: NDJSON events from `record --events` or `trace --events`")
-    m.add_argument("nanotrace", nargs="+", metavar="IN.nanotrace[@N]",
-                   help="version 1 or 4; @N: the N-th launch of its kernel")
+    m.add_argument(
+        "events",
+        type=Path,
+        metavar="EVENTS.ndjson",
+        help="the timeline: NDJSON events from `record --events` or `trace --events`",
+    )
+    m.add_argument(
+        "nanotrace", nargs="+", metavar="IN.nanotrace[@N]", help="version 1 or 4; @N: the N-th launch of its kernel"
+    )
     m.add_argument("-o", "--output", type=Path, default=None, metavar="FILE", help="the merged trace")
-    m.add_argument("--events", dest="events_out", type=Path, default=None, metavar="OUT.ndjson",
-                   help="the merged timeline as NDJSON events, in-kernel events included")
-    m.add_argument("--events-mode", choices=EVENTS_MODES, default="dedup",
-                   help="dedup: each stack once, kernels refer to it; full: stacks inline; nostack: no stacks")
-    m.add_argument("--trace-format", choices=TRACE_FORMATS, default="perfetto",
-                   help="perfetto (protobuf, for ui.perfetto.dev; default), chrome (JSON) or nanotrace "
-                        "(version 4)")
+    m.add_argument(
+        "--events",
+        dest="events_out",
+        type=Path,
+        default=None,
+        metavar="OUT.ndjson",
+        help="the merged timeline as NDJSON events, in-kernel events included",
+    )
+    m.add_argument(
+        "--events-mode",
+        choices=EVENTS_MODES,
+        default="dedup",
+        help="dedup: each stack once, kernels refer to it; full: stacks inline; nostack: no stacks",
+    )
+    m.add_argument(
+        "--trace-format",
+        choices=TRACE_FORMATS,
+        default="perfetto",
+        help="perfetto (protobuf, for ui.perfetto.dev; default), chrome (JSON) or nanotrace (version 4)",
+    )
     m.set_defaults(func=main)
 
 
 def main(args) -> int:
     from ..system.atomic import hand_to_invoker
     from ..timeline.events_ndjson import EventsError, read_events, write_events
+
     outs = [p for p in (args.output, args.events_out) if p is not None]
     why = next(filter(None, map(output_error, outs)), "") if outs else "give -o FILE, --events OUT.ndjson, or both"
     if why:
@@ -46,14 +65,17 @@ def main(args) -> int:
     except EventsError as e:
         print(f"gpu-agent: error: {e}", file=sys.stderr)
         return 2
-    before = len(tl.inkernel)      # an events file merged before brings its own
+    before = len(tl.inkernel)  # an events file merged before brings its own
     merge_nanotrace(tl, args.nanotrace)
     if args.output:
         write_trace(tl, args.output, args.trace_format)
     if args.events_out:
         write_events(tl, args.events_out, args.events_mode)
-    hand_to_invoker(outs)        # under sudo, the user's files, as record's are
+    hand_to_invoker(outs)  # under sudo, the user's files, as record's are
     placed = sum(len(ik.events) for ik in tl.inkernel)
-    print(f"gpu-agent: {len(tl.kernels)} kernels, {placed} in-kernel events of {len(tl.inkernel)} kernel(s) "
-          f"-> {', '.join(map(str, outs))}", file=sys.stderr)
+    print(
+        f"gpu-agent: {len(tl.kernels)} kernels, {placed} in-kernel events of {len(tl.inkernel)} kernel(s) "
+        f"-> {', '.join(map(str, outs))}",
+        file=sys.stderr,
+    )
     return 0 if len(tl.inkernel) > before else 1

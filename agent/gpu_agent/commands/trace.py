@@ -73,21 +73,26 @@ def main(args) -> int:
                 t.close()
         return _error(f"cannot trace {', '.join(bad)}")
     pids = set(targets)
-    collector = Collector(next(iter(shims.values())).reach, pid_filter=lambda p: p in pids,
-                          ringbuf_mib=timeline_out.RINGBUF_MIB)
+    collector = Collector(
+        next(iter(shims.values())).reach, pid_filter=lambda p: p in pids, ringbuf_mib=timeline_out.RINGBUF_MIB
+    )
     collector.open()
     try:
+
         def back_to_defaults():  # backpressure: the targets stop collecting every kernel
             for t in shims.values():
                 t.write(0)
+
         timeline = timeline_out.collector_for(args, collector, on_pause=back_to_defaults)
         collector.session.set_trace(pids=tuple(pids))
         started = time.time_ns()
         deadline = time.monotonic_ns() + int(args.duration * 1e9)
         for pid, t in shims.items():
             if not t.write(deadline):
-                print(f"gpu-agent: pid {pid} is no longer the process that was checked (it exited or "
-                      "exec'd): not traced", file=sys.stderr)
+                print(
+                    f"gpu-agent: pid {pid} is no longer the process that was checked (it exited or exec'd): not traced",
+                    file=sys.stderr,
+                )
         try:
             end = time.monotonic() + args.duration + SETTLE_S
             while time.monotonic() < end:
@@ -105,8 +110,9 @@ def main(args) -> int:
         written = timeline_out.write(args, tl)
         hand_to_invoker(written)
         for path in written:
-            print(f"gpu-agent: {timeline_out.summary(tl)} of {len(tl.processes)} process(es) "
-                  f"-> {path}", file=sys.stderr)
+            print(
+                f"gpu-agent: {timeline_out.summary(tl)} of {len(tl.processes)} process(es) -> {path}", file=sys.stderr
+            )
     finally:
         collector.close()
         for t in shims.values():
@@ -126,8 +132,12 @@ def _open_targets(pids) -> dict:
         if not young:
             return shims
         if not said:
-            print(f"gpu-agent: waiting for pid {', '.join(map(str, young))} to load the shim "
-                  f"(until it is {YOUNG_S:.0f} s old)...", file=sys.stderr, flush=True)
+            print(
+                f"gpu-agent: waiting for pid {', '.join(map(str, young))} to load the shim "
+                f"(until it is {YOUNG_S:.0f} s old)...",
+                file=sys.stderr,
+                flush=True,
+            )
             said = True
         time.sleep(0.2)
         for pid in young:

@@ -17,21 +17,34 @@ DEFAULT_LISTEN = "127.0.0.1:7071"
 
 def add_parser(sub) -> None:
     p = sub.add_parser("ui", help="serve a web UI (flame graphs, ranges, diffs) over a profile store")
-    p.add_argument("--profiles", default=Path("./profiles"), type=Path, metavar="DIR",
-                   help="the store `gpu-agent run` writes (default ./profiles)")
+    p.add_argument(
+        "--profiles",
+        default=Path("./profiles"),
+        type=Path,
+        metavar="DIR",
+        help="the store `gpu-agent run` writes (default ./profiles)",
+    )
     add_listen_arguments(p, "--listen", DEFAULT_LISTEN)
     p.set_defaults(func=main)
 
 
 def add_listen_arguments(p, flag: str, default) -> None:
     """--listen (ui) or --ui (run), and --ui-token-file, shared by both commands."""
-    p.add_argument(flag, default=default, metavar="HOST:PORT",
-                   help=f"address of the UI (default {default or 'off'}; on loopback without a token "
-                        "it serves root and its own user only; 0.0.0.0:PORT listens on every "
-                        "interface, and then needs --ui-token-file)")
-    p.add_argument("--ui-token-file", default=None, metavar="FILE",
-                   help="require 'Authorization: Bearer <token>' (a browser: open /?token=<token> "
-                        "once); the file is re-read when it changes")
+    p.add_argument(
+        flag,
+        default=default,
+        metavar="HOST:PORT",
+        help=f"address of the UI (default {default or 'off'}; on loopback without a token "
+        "it serves root and its own user only; 0.0.0.0:PORT listens on every "
+        "interface, and then needs --ui-token-file)",
+    )
+    p.add_argument(
+        "--ui-token-file",
+        default=None,
+        metavar="FILE",
+        help="require 'Authorization: Bearer <token>' (a browser: open /?token=<token> "
+        "once); the file is re-read when it changes",
+    )
 
 
 def start(store: Path, listen: str, token_file, health=None):
@@ -48,9 +61,13 @@ def start(store: Path, listen: str, token_file, health=None):
         raise SystemExit(2)
     profiles = srv.api.store.profiles()
     if profiles and srv.api.store.read(profiles[-1].name) is None:
-        print(f"gpu-agent: warning: cannot read {profiles[-1].name} in {store} (the agent writes "
-              "its profiles readable by root only): run the UI as root, or beside the agent "
-              "(gpu-agent run --ui)", file=sys.stderr, flush=True)
+        print(
+            f"gpu-agent: warning: cannot read {profiles[-1].name} in {store} (the agent writes "
+            "its profiles readable by root only): run the UI as root, or beside the agent "
+            "(gpu-agent run --ui)",
+            file=sys.stderr,
+            flush=True,
+        )
     print(f"gpu-agent: UI on {srv.url} over {Path(store).resolve()}", file=sys.stderr, flush=True)
     return srv
 
@@ -66,8 +83,10 @@ def main(args) -> int:
     from ..outputs.ui.server import wait_forever
 
     if not Path(args.profiles).is_dir():  # a typo would serve an empty UI without a word
-        print(f"gpu-agent: error: no profile store at {args.profiles} (`gpu-agent run --output-dir DIR` "
-              "writes one)", file=sys.stderr)
+        print(
+            f"gpu-agent: error: no profile store at {args.profiles} (`gpu-agent run --output-dir DIR` writes one)",
+            file=sys.stderr,
+        )
         return 2
     srv = start(args.profiles, args.listen, args.ui_token_file)
     try:

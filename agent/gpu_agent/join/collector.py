@@ -26,9 +26,18 @@ from ..profile.pprof import FrameSpec, Numbering, ProfileBuilder
 from ..system.procfs import read_comm
 from ..profile.interval import Interval, IntervalProfiles, IntervalStats, ProcInfo
 from ..symbols.demangle import demangle_kernel
-from ..profile.vocabulary import (DROPPED_COMMENT, DROPPED_CUPTI, DUTY_COMMENT, DUTY_LABEL,
-                                  GRAPH_BEFORE_ATTACH, GRAPH_REPLAY, GRAPH_REPLAY_LABEL, PARCAGPU_COMMENT,
-                                  QUIET_COMMENT, UNSAMPLED)
+from ..profile.vocabulary import (
+    DROPPED_COMMENT,
+    DROPPED_CUPTI,
+    DUTY_COMMENT,
+    DUTY_LABEL,
+    GRAPH_BEFORE_ATTACH,
+    GRAPH_REPLAY,
+    GRAPH_REPLAY_LABEL,
+    PARCAGPU_COMMENT,
+    QUIET_COMMENT,
+    UNSAMPLED,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +52,19 @@ class Collector:
     first event from it, and its answer is remembered.
     """
 
-    def __init__(self, shim_path: str, *, pid_filter: Optional[Callable[[int], bool]] = None,
-                 python_stacks: bool = True, ringbuf_mib: int = 0):
+    def __init__(
+        self,
+        shim_path: str,
+        *,
+        pid_filter: Optional[Callable[[int], bool]] = None,
+        python_stacks: bool = True,
+        ringbuf_mib: int = 0,
+    ):
         # ringbuf_mib: a larger BPF ring buffer (a power of two), for timelines' events
         cflags = [f"-DGA_RINGBUF_PAGES={ringbuf_mib * 256}"] if ringbuf_mib else None
-        self.session = BpfSession(str(shim_path), on_new_stack=self._on_new_stack,
-                                  on_proc_exit=self._on_proc_exit, cflags=cflags)
+        self.session = BpfSession(
+            str(shim_path), on_new_stack=self._on_new_stack, on_proc_exit=self._on_proc_exit, cflags=cflags
+        )
         self.session.on_proc_attach = self._on_proc_attach
         self.session.on_device = self.note_device
         self.pcs = pc_samples.PcSamples()  # opt-in PC sampling's samples, names and cubins
@@ -69,10 +85,10 @@ class Collector:
         # count from the very same data the profiles are built from).
         self.drain_listeners: list[Callable[[Drain], None]] = []
         self.exit_listeners: list[Callable[[int], None]] = []
-        self._impossible = 0                     # records invariants.py kept out, in all
+        self._impossible = 0  # records invariants.py kept out, in all
         self._attached: set[int] = set()  # attached processes, until forgotten after their exit
         self._attached_now: set[int] = set()  # of those, attached in the current interval
-        self._after_drain = False          # drain()'s second poll: exits wait (drain())
+        self._after_drain = False  # drain()'s second poll: exits wait (drain())
         self._late_exits: list[int] = []
         self._counters_at_interval: dict[str, int] = {}
         self._claims = invariants.DropClaims()
@@ -240,7 +256,8 @@ class Collector:
             comments.append(lost)
         claims = invariants.DropClaims.comment(
             {p: n for p, n in self._claims.new(self.session.implausible_drops()).items() if self.included(p)},
-            lambda p: self._see(p).comm)
+            lambda p: self._see(p).comm,
+        )
         if claims:
             comments.append(claims)
         stats.lost_said = bool(lost or claims)
@@ -249,11 +266,17 @@ class Collector:
         # graph flags, process start tag; totals carry stack 0. The estimator's keys
         # put the stack last.
         # Totals as whole-run estimates: exact unless the shim collects in windows.
-        totals = {(*k[:5], k.capture_stack_id, k.graph_flags, k.start): v.estimated()
-                  for k, v in win_totals.items() if self.included(k[0])}
+        totals = {
+            (*k[:5], k.capture_stack_id, k.graph_flags, k.start): v.estimated()
+            for k, v in win_totals.items()
+            if self.included(k[0])
+        }
         stats.excluded_pids = len({k[0] for k in win_totals} - {k[0] for k in totals})
-        sampled = {(*k[:5], k.capture_stack_id, k.graph_flags, k.start, k.stack_id): v
-                   for k, v in win_sampled.items() if self.included(k[0])}
+        sampled = {
+            (*k[:5], k.capture_stack_id, k.graph_flags, k.start, k.stack_id): v
+            for k, v in win_sampled.items()
+            if self.included(k[0])
+        }
         est = estimator.estimate(totals, sampled)
         stats.orphan_samples = est.orphan_entries
         mean_ns = estimator.mean_kernel_ns(est.rows)
@@ -276,8 +299,13 @@ class Collector:
             self._numbering = Numbering()
 
         def new_builder() -> ProfileBuilder:
-            return ProfileBuilder(period_ns=1, duration_ns=max(0, now - win.start_ns),
-                                  time_nanos=win.start_ns, comments=comments, numbering=self._numbering)
+            return ProfileBuilder(
+                period_ns=1,
+                duration_ns=max(0, now - win.start_ns),
+                time_nanos=win.start_ns,
+                comments=comments,
+                numbering=self._numbering,
+            )
 
         builder = new_builder()
         out = IntervalProfiles(builder, stats)
@@ -305,8 +333,14 @@ class Collector:
             info = self._see(tgid)
             if kernel_id == C.KERNEL_DROPPED:
                 ns = round(row.launches * mean_ns.get(tgid, 0.0))
-                add(tgid, info, [FrameSpec.marker(DROPPED_CUPTI)], ns, row.launches,
-                    {"pid": str(tgid), "comm": info.comm, **info.pod})
+                add(
+                    tgid,
+                    info,
+                    [FrameSpec.marker(DROPPED_CUPTI)],
+                    ns,
+                    row.launches,
+                    {"pid": str(tgid), "comm": info.comm, **info.pod},
+                )
                 stats.dropped_launches += row.launches
                 continue
             name, mangled = self.kernel_name_or_unknown(kernel_id)
@@ -317,8 +351,7 @@ class Collector:
                 stack = [FrameSpec.marker(UNSAMPLED)]
             else:
                 stack = self.stacks.specs(tgid, row.stack_id, start)
-            labels = {"pid": str(tgid), "comm": info.comm,
-                      "cuda_device": str(device_id), "cuda_stream": str(stream_id)}
+            labels = {"pid": str(tgid), "comm": info.comm, "cuda_device": str(device_id), "cuda_stream": str(stream_id)}
             gpu = self.devices.get((tgid, device_id))
             if gpu is not None:  # DCGM's identity of the device, so dashboards can join
                 labels.update({k: v for k, v in (("gpu_uuid", gpu.uuid), ("gpu_model", gpu.model)) if v})
@@ -331,22 +364,27 @@ class Collector:
             if gflags & C.AGG_CAPTURED:
                 # Exact: every record of this node has this capture stack. The
                 # replay site (estimated over sampled graph launches) is a label.
-                labels[GRAPH_REPLAY_LABEL] = (UNSAMPLED if row.stack_id is None
-                                              else self.stacks.replay_site(tgid, row.stack_id, start))
+                labels[GRAPH_REPLAY_LABEL] = (
+                    UNSAMPLED if row.stack_id is None else self.stacks.replay_site(tgid, row.stack_id, start)
+                )
                 stack = [FrameSpec.marker(GRAPH_REPLAY)] + self.stacks.specs(tgid, capture_id, start)
             elif gflags & C.AGG_NODE_UNKNOWN:
                 stack = [FrameSpec.marker(GRAPH_BEFORE_ATTACH)] + stack
             labels.update(info.pod)
             add(tgid, info, [leaf] + stack, row.gpu_ns, row.launches, labels)
             kernel_stacks.setdefault((tgid, start, kernel_id), []).append(
-                ([leaf] + stack, {k: v for k, v in labels.items() if k != DUTY_LABEL}, row.gpu_ns))
+                ([leaf] + stack, {k: v for k, v in labels.items() if k != DUTY_LABEL}, row.gpu_ns)
+            )
             stats.gpu_ns += row.gpu_ns
             stats.kernels += row.launches
         pc_samples.add_to_profile(
-            self.pcs, kernel_stacks, self.kernel_name_or_unknown,
+            self.pcs,
+            kernel_stacks,
+            self.kernel_name_or_unknown,
             lambda tgid: {"pid": str(tgid), "comm": self._see(tgid).comm, **self._see(tgid).pod},
             lambda tgid, frames, labels, n: add(tgid, self._see(tgid), frames, 0, 0, labels, n),
-            self.included)
+            self.included,
+        )
         stats.processes = len(pids)
         stats.attached_without_kernels = len(quiet)
         stats.samples = sum(v.launches for v in sampled.values())
@@ -372,4 +410,3 @@ class Collector:
                 for key in [k for k in self.devices if k[0] == pid]:
                     del self.devices[key]
             self.stacks.forget(pids)
-

@@ -55,8 +55,9 @@ def drops_comment(now: Mapping[str, int], before: Mapping[str, int]) -> str:
     lost = {k: now[k] - before.get(k, 0) for k in now if "drop" in k and now[k] > before.get(k, 0)}
     if not lost:
         return ""
-    return ("gpu-agent lost data in this interval, so its totals are low by what these "
-            "counted: " + ", ".join(f"{k}={v}" for k, v in sorted(lost.items())))
+    return "gpu-agent lost data in this interval, so its totals are low by what these counted: " + ", ".join(
+        f"{k}={v}" for k, v in sorted(lost.items())
+    )
 
 
 class DropClaims:
@@ -86,7 +87,9 @@ class DropClaims:
         if not new:
             return ""
         top = sorted(new.items(), key=lambda kv: -kv[1])
-        named = ", ".join(f"pid {p} ({comm(p)}) {n}" for p, n in top[:cls.SHOWN])
+        named = ", ".join(f"pid {p} ({comm(p)}) {n}" for p, n in top[: cls.SHOWN])
         more = f" and {len(top) - cls.SHOWN} more" if len(top) > cls.SHOWN else ""
-        return ("lost kernel records claimed past what a process can lose (a batch's bound, or "
-                f"{MAX_DROPS_PER_SECOND} a second), refused and not in drop_cupti: {named}{more}")
+        return (
+            "lost kernel records claimed past what a process can lose (a batch's bound, or "
+            f"{MAX_DROPS_PER_SECOND} a second), refused and not in drop_cupti: {named}{more}"
+        )

@@ -31,13 +31,15 @@ STALL_PREFIX = "smsp__pcsamp_warps_issue_stalled_"
 # H100 showed it; docs/benchmarks.md): adding both would count samples twice.
 NOT_ISSUED_SUFFIX = "_not_issued"
 STALL_LABEL = "stall_reason"
-MAX_NAMES = 65536             # parcagpu PCs' kernel names kept
-COMMENT = ("pc_samples: the GPU's program-counter samples (CUPTI PC sampling: the shim's "
-           "GPU_AGENT_PC_SAMPLING=1, in its collection windows, not scaled to the whole run; "
-           "or parcagpu's, as it passes them on). CUPTI's continuous mode does not say "
-           "which launch a sample came from, so each kernel's samples are split over its "
-           "launch stacks in proportion to their GPU time in the same profile. Stall reasons ending in "
-           "_not_issued are subsets of their reason and are left out")
+MAX_NAMES = 65536  # parcagpu PCs' kernel names kept
+COMMENT = (
+    "pc_samples: the GPU's program-counter samples (CUPTI PC sampling: the shim's "
+    "GPU_AGENT_PC_SAMPLING=1, in its collection windows, not scaled to the whole run; "
+    "or parcagpu's, as it passes them on). CUPTI's continuous mode does not say "
+    "which launch a sample came from, so each kernel's samples are split over its "
+    "launch stacks in proportion to their GPU time in the same profile. Stall reasons ending in "
+    "_not_issued are subsets of their reason and are left out"
+)
 
 # (tgid, start tag, kernel id, cubin crc, pc offset, stall reason index)
 Key = tuple[int, int, int, int, int, int]
@@ -47,7 +49,7 @@ class PcSamples:
     def __init__(self, proc_root: str = "/proc"):
         self.proc_root = proc_root
         self.window: "Counter[Key]" = Counter()
-        self.reasons: dict[tuple[int, int], str] = {}   # (tgid, index) -> CUPTI's name
+        self.reasons: dict[tuple[int, int], str] = {}  # (tgid, index) -> CUPTI's name
         self.cubins = CubinStore(proc_root)
         self.pg_names: "OrderedDict[int, str]" = OrderedDict()  # parcagpu PCs' kernels: id -> name
         self._cut = Counter()  # reasons parcagpu cut
@@ -66,7 +68,7 @@ class PcSamples:
         it goes in the window under the id a shim gives that name, and
         add_to_profile finds the process's kernel of that name (parcagpu's kernel
         ids are its name strings' addresses)."""
-        name = bytes(ev.name[:min(ev.name_len, C.PG_PC_NAME - 1)])
+        name = bytes(ev.name[: min(ev.name_len, C.PG_PC_NAME - 1)])
         kernel_id = C.kernel_id(name) if name else 0
         if kernel_id:
             self.pg_names[kernel_id] = name.decode("utf-8", "replace")
@@ -105,7 +107,7 @@ class PcSamples:
             return f"reason {index}"
         if name.endswith(NOT_ISSUED_SUFFIX):
             return None
-        return name[len(STALL_PREFIX):] if name.startswith(STALL_PREFIX) else name
+        return name[len(STALL_PREFIX) :] if name.startswith(STALL_PREFIX) else name
 
     @property
     def counts(self) -> Counter:
@@ -123,8 +125,9 @@ class PcSamples:
         table = self.line_table(tgid, start, crc) if mangled else None
         where = table.lookup(mangled, pc) if table else None
         path, line = where if where else ("", 0)
-        mapping = MappingSpec(f"[cubin {crc:016x}]", has_functions=True, has_filenames=bool(path),
-                              has_line_numbers=bool(line))
+        mapping = MappingSpec(
+            f"[cubin {crc:016x}]", has_functions=True, has_filenames=bool(path), has_line_numbers=bool(line)
+        )
         return FrameSpec(f"{demangled}+{pc:#x}", f"{mangled}+{pc:#x}", path, line, pc, mapping)
 
     def forget(self, pids: set[int]) -> None:
@@ -151,8 +154,9 @@ def split(n: int, weights: list[int]) -> list[int]:
     return shares
 
 
-def add_to_profile(pcs: PcSamples, kernel_stacks: dict, kernel_name, base_labels, add,
-                   included=lambda tgid: True) -> int:
+def add_to_profile(
+    pcs: PcSamples, kernel_stacks: dict, kernel_name, base_labels, add, included=lambda tgid: True
+) -> int:
     """Put the window's samples into a profile; returns how many went in.
 
     kernel_stacks: (tgid, start tag, kernel id) -> [(frames leaf first, from the
@@ -161,6 +165,7 @@ def add_to_profile(pcs: PcSamples, kernel_stacks: dict, kernel_name, base_labels
     of a kernel with no rows; add(tgid, frames, labels, samples); included(tgid):
     whether the profile covers that process (`record` keeps its command's)."""
     from ..profile.vocabulary import UNSAMPLED
+
     added = 0
     by_name: dict = {}  # (tgid, start, mangled name) -> kernel id, built when needed
     window = pcs.take()
@@ -176,8 +181,9 @@ def add_to_profile(pcs: PcSamples, kernel_stacks: dict, kernel_name, base_labels
                 by_name = {(t, s, kernel_name(k)[1]): k for t, s, k in kernel_stacks}
             found = by_name.get((tgid, start, named))
             if found is None and len(named) >= C.PG_PC_NAME - 1:  # cut: the name it begins
-                found = next((k for (t, s, m), k in by_name.items()
-                              if (t, s) == (tgid, start) and m.startswith(named)), None)
+                found = next(
+                    (k for (t, s, m), k in by_name.items() if (t, s) == (tgid, start) and m.startswith(named)), None
+                )
             kernel_id = kernel_id if found is None else found
         name, mangled = kernel_name(kernel_id)
         if named is not None and not mangled:  # no kernel of that name in the profile
@@ -185,8 +191,7 @@ def add_to_profile(pcs: PcSamples, kernel_stacks: dict, kernel_name, base_labels
         top = [stall_frame(reason), pcs.sass_frame(tgid, start, mangled, name, crc, pc)]
         stacks = kernel_stacks.get((tgid, start, kernel_id))
         if not stacks:
-            stacks = [([FrameSpec.kernel(mangled or name, name), FrameSpec.marker(UNSAMPLED)],
-                       base_labels(tgid), 1)]
+            stacks = [([FrameSpec.kernel(mangled or name, name), FrameSpec.marker(UNSAMPLED)], base_labels(tgid), 1)]
         for (frames, labels, _), k in zip(stacks, split(n, [s[2] for s in stacks])):
             if k:
                 add(tgid, top + frames, {**labels, STALL_LABEL: reason}, k)

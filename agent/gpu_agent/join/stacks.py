@@ -102,8 +102,9 @@ class StackNames:
 
     def specs(self, tgid: int, stack_id: int, start: int) -> list:
         frames = self.frames(tgid, stack_id, start)
-        return [f if isinstance(f, FrameSpec) else FrameSpec.native(f)
-                for f in frames] or [FrameSpec.marker(UNKNOWN_STACK)]
+        return [f if isinstance(f, FrameSpec) else FrameSpec.native(f) for f in frames] or [
+            FrameSpec.marker(UNKNOWN_STACK)
+        ]
 
     def replay_site(self, tgid: int, stack_id: int, start: int) -> str:
         """Where a graph was launched from, in one label value: the innermost
@@ -116,8 +117,9 @@ class StackNames:
             return site
         frames = self.frames(tgid, stack_id, start)
         site = UNKNOWN_STACK
-        py = [f for f in frames if isinstance(f, FrameSpec)
-              and f.mapping is not None and f.mapping.filename == "[python]"]
+        py = [
+            f for f in frames if isinstance(f, FrameSpec) and f.mapping is not None and f.mapping.filename == "[python]"
+        ]
         for f in py:
             if "/torch/" not in f.filename:
                 site = f"{f.function} ({os.path.basename(f.filename)}:{f.line})"

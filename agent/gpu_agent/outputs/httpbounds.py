@@ -24,7 +24,7 @@ TIMEOUT_S = 10.0
 def _hex_addr(ip, port: int) -> str:
     """An address as /proc/net/tcp{,6} writes it (each 32-bit word little-endian)."""
     packed = ip.packed
-    words = "".join(packed[i:i + 4][::-1].hex().upper() for i in range(0, len(packed), 4))
+    words = "".join(packed[i : i + 4][::-1].hex().upper() for i in range(0, len(packed), 4))
     return f"{words}:{port:04X}"
 
 
@@ -84,8 +84,7 @@ class BoundedThreads:
     def _bounds(self):
         b = self.__dict__.get("_bounds_state")
         if b is None:
-            b = self.__dict__["_bounds_state"] = {"lock": threading.Lock(), "active": Counter(), "n": 0,
-                                                  "refused": 0}
+            b = self.__dict__["_bounds_state"] = {"lock": threading.Lock(), "active": Counter(), "n": 0, "refused": 0}
         return b
 
     @property
@@ -135,5 +134,3 @@ class BoundedThreads:
 
 
 _current = threading.local()
-
-

@@ -42,14 +42,17 @@ def kernel_label(name: str) -> str:
     if len(name.encode()) <= KERNEL_LABEL_MAX:
         return name
     digest = hashlib.sha1(name.encode()).hexdigest()[:12]
-    return name.encode()[:KERNEL_LABEL_MAX - 16].decode(errors="ignore") + f"…#{digest}"
+    return name.encode()[: KERNEL_LABEL_MAX - 16].decode(errors="ignore") + f"…#{digest}"
 
 
 def _without_empty_pod_labels(family):
     """Outside Kubernetes the pod labels are absent, not empty."""
-    family.samples = [s._replace(labels={k: v for k, v in s.labels.items() if v or k not in POD_LABELS})
-                      for s in family.samples]
+    family.samples = [
+        s._replace(labels={k: v for k, v in s.labels.items() if v or k not in POD_LABELS}) for s in family.samples
+    ]
     return family
+
+
 GPU_LABELS = ("gpu_uuid", "gpu_model")  # DCGM's UUID and modelName, in this exporter's style
 KERNEL_LABELS = ("pid", "comm", "cuda_device") + GPU_LABELS + ("kernel",) + POD_LABELS
 PROC_LABELS = ("pid", "comm", "cuda_device") + GPU_LABELS + POD_LABELS
@@ -70,18 +73,25 @@ class _Proc:
     pod: dict
     exited_at: Optional[float] = None
     pod_checked: float = 0.0
-    busy_ns: dict = field(default_factory=dict)      # device -> ns
-    latency: dict = field(default_factory=dict)      # device -> [buckets(64), sum_ns]
+    busy_ns: dict = field(default_factory=dict)  # device -> ns
+    latency: dict = field(default_factory=dict)  # device -> [buckets(64), sum_ns]
 
 
 class Metrics:
     """State behind /metrics. on_drain/on_exit/on_latency/set_health run in the agent's
     loop; collect() runs in the HTTP server's thread; one lock guards both."""
 
-    def __init__(self, *, top_n: int = 50, ttl_s: float = 300.0, half_life_s: float = 600.0,
-                 proc_info: Callable[[int], object], kernel_name: Callable[[int], str],
-                 device_info: Callable[[int, int], object] = lambda pid, dev: None,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        *,
+        top_n: int = 50,
+        ttl_s: float = 300.0,
+        half_life_s: float = 600.0,
+        proc_info: Callable[[int], object],
+        kernel_name: Callable[[int], str],
+        device_info: Callable[[int, int], object] = lambda pid, dev: None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         if top_n < 1:
             raise ValueError("top-N must be at least 1")
         self.top_n = top_n
@@ -189,14 +199,13 @@ class Metrics:
             self._top = set(self._scores)
             return
         ranked = sorted(self._scores.items(), key=lambda kv: (-kv[1], kv[0]))
-        self._top = {k for k, _ in ranked[:self.top_n]}
+        self._top = {k for k, _ in ranked[: self.top_n]}
         # Forget the scores of the long tail (bounded memory); they restart from 0.
-        for k, _ in ranked[max(4 * self.top_n, 1000):]:
+        for k, _ in ranked[max(4 * self.top_n, 1000) :]:
             del self._scores[k]
 
     def _expire(self, now: float) -> None:
-        dead = {pid for pid, p in self._procs.items()
-                if p.exited_at is not None and now - p.exited_at >= self.ttl_s}
+        dead = {pid for pid, p in self._procs.items() if p.exited_at is not None and now - p.exited_at >= self.ttl_s}
         for key in list(self._series):
             pid, _dev, kid = key
             if pid in dead:
@@ -226,41 +235,50 @@ class Metrics:
         return []  # collected lazily: no duplicate-name checks against a static description
 
     def collect(self):
-        from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
-                                            HistogramMetricFamily)
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
         with self._lock:
-            gpu = CounterMetricFamily("gpu_agent_kernel_gpu_seconds",
-                                      "GPU time of CUDA kernels (exact, from every kernel record); "
-                                      "kernels outside the top-N are summed under kernel=\"other\"",
-                                      labels=KERNEL_LABELS)
-            launches = CounterMetricFamily("gpu_agent_kernel_launches",
-                                           "CUDA kernel executions", labels=KERNEL_LABELS)
+            gpu = CounterMetricFamily(
+                "gpu_agent_kernel_gpu_seconds",
+                "GPU time of CUDA kernels (exact, from every kernel record); "
+                'kernels outside the top-N are summed under kernel="other"',
+                labels=KERNEL_LABELS,
+            )
+            launches = CounterMetricFamily("gpu_agent_kernel_launches", "CUDA kernel executions", labels=KERNEL_LABELS)
             for (pid, dev, kid), s in sorted(self._series.items(), key=lambda kv: (kv[0][0], kv[0][1], str(kv[0][2]))):
                 p = self._procs.get(pid)
                 if p is None:
                     continue
-                kname = (OTHER if kid == OTHER else self._names.get(kid) or self._kernel_name(kid)
-                         or f"[unknown kernel {kid:#x}]")
+                kname = (
+                    OTHER
+                    if kid == OTHER
+                    else self._names.get(kid) or self._kernel_name(kid) or f"[unknown kernel {kid:#x}]"
+                )
                 kname = kernel_label(kname)
-                labels = [str(pid), p.comm, str(dev), *self._gpu(pid, dev), kname] + \
-                    [p.pod.get(k, "") for k in POD_LABELS]
+                labels = [str(pid), p.comm, str(dev), *self._gpu(pid, dev), kname] + [
+                    p.pod.get(k, "") for k in POD_LABELS
+                ]
                 gpu.add_metric(labels, s.gpu_ns / 1e9)
                 launches.add_metric(labels, s.launches)
             yield _without_empty_pod_labels(gpu)
             yield _without_empty_pod_labels(launches)
 
-            busy = CounterMetricFamily("gpu_agent_gpu_busy_seconds",
-                                       "GPU time of a process's kernels on a device (sum of kernel "
-                                       "durations: concurrent kernels each count)",
-                                       labels=PROC_LABELS)
-            lat = HistogramMetricFamily("gpu_agent_launch_queue_latency_seconds",
-                                        "Kernel start minus launch time (CUPTI clock), for sampled "
-                                        "launches", labels=PROC_LABELS)
+            busy = CounterMetricFamily(
+                "gpu_agent_gpu_busy_seconds",
+                "GPU time of a process's kernels on a device (sum of kernel durations: concurrent kernels each count)",
+                labels=PROC_LABELS,
+            )
+            lat = HistogramMetricFamily(
+                "gpu_agent_launch_queue_latency_seconds",
+                "Kernel start minus launch time (CUPTI clock), for sampled launches",
+                labels=PROC_LABELS,
+            )
             for pid, p in sorted(self._procs.items()):
                 for dev, ns in sorted(p.busy_ns.items()):
-                    busy.add_metric([str(pid), p.comm, str(dev), *self._gpu(pid, dev)] +
-                                    [p.pod.get(k, "") for k in POD_LABELS], ns / 1e9)
+                    busy.add_metric(
+                        [str(pid), p.comm, str(dev), *self._gpu(pid, dev)] + [p.pod.get(k, "") for k in POD_LABELS],
+                        ns / 1e9,
+                    )
                 for dev, (buckets, sum_ns) in sorted(p.latency.items()):
                     cum, out = 0, []
                     # bucket i holds latencies in [2^i, 2^(i+1)) ns: cumulative up to le=2^(i+1)
@@ -269,14 +287,18 @@ class Metrics:
                         if LAT_MIN_LOG2 <= i + 1 <= LAT_MAX_LOG2:
                             out.append((repr(2 ** (i + 1) / 1e9), cum))
                     out.append(("+Inf", cum))
-                    lat.add_metric([str(pid), p.comm, str(dev), *self._gpu(pid, dev)] +
-                                   [p.pod.get(k, "") for k in POD_LABELS], out, sum_ns / 1e9)
+                    lat.add_metric(
+                        [str(pid), p.comm, str(dev), *self._gpu(pid, dev)] + [p.pod.get(k, "") for k in POD_LABELS],
+                        out,
+                        sum_ns / 1e9,
+                    )
             yield _without_empty_pod_labels(busy)
             yield _without_empty_pod_labels(lat)
 
             h = dict(self._health)
-            g = GaugeMetricFamily("gpu_agent_attached_processes",
-                                  "Processes with the shim attached that reported GPU work")
+            g = GaugeMetricFamily(
+                "gpu_agent_attached_processes", "Processes with the shim attached that reported GPU work"
+            )
             g.add_metric([], h.get("attached_processes", 0))
             yield g
             c = CounterMetricFamily("gpu_agent_bpf_events", "BPF ring-buffer events handled")
@@ -288,13 +310,11 @@ class Metrics:
             c = CounterMetricFamily("gpu_agent_sampled_launches", "Launches with a sampled stack")
             c.add_metric([], h.get("sampled_launches", 0))
             yield c
-            c = CounterMetricFamily("gpu_agent_drops", "Data lost, by reason (BPF and agent side)",
-                                    labels=["reason"])
+            c = CounterMetricFamily("gpu_agent_drops", "Data lost, by reason (BPF and agent side)", labels=["reason"])
             for reason, v in sorted((h.get("drops") or {}).items()):
                 c.add_metric([reason], v)
             yield c
-            c = CounterMetricFamily("gpu_agent_profiles", "Profile windows closed, by outcome",
-                                    labels=["outcome"])
+            c = CounterMetricFamily("gpu_agent_profiles", "Profile windows closed, by outcome", labels=["outcome"])
             for outcome, v in sorted((h.get("profiles") or {}).items()):
                 c.add_metric([outcome], v)
             yield c
@@ -302,17 +322,17 @@ class Metrics:
             c.add_metric([], len(self._series))
             yield c
 
-        sent = CounterMetricFamily("gpu_agent_export_sent_profiles", "Requests a backend accepted",
-                                   labels=["backend"])
-        fails = CounterMetricFamily("gpu_agent_export_failures",
-                                    "Failed send attempts, by gRPC status", labels=["backend", "code"])
-        dropped = CounterMetricFamily("gpu_agent_export_dropped_profiles",
-                                      "Requests dropped without reaching the backend, by reason",
-                                      labels=["backend", "reason"])
-        depth = GaugeMetricFamily("gpu_agent_export_queue_depth", "Requests waiting or in flight",
-                                  labels=["backend"])
-        qbytes = GaugeMetricFamily("gpu_agent_export_queue_bytes", "Bytes waiting or in flight",
-                                   labels=["backend"])
+        sent = CounterMetricFamily("gpu_agent_export_sent_profiles", "Requests a backend accepted", labels=["backend"])
+        fails = CounterMetricFamily(
+            "gpu_agent_export_failures", "Failed send attempts, by gRPC status", labels=["backend", "code"]
+        )
+        dropped = CounterMetricFamily(
+            "gpu_agent_export_dropped_profiles",
+            "Requests dropped without reaching the backend, by reason",
+            labels=["backend", "reason"],
+        )
+        depth = GaugeMetricFamily("gpu_agent_export_queue_depth", "Requests waiting or in flight", labels=["backend"])
+        qbytes = GaugeMetricFamily("gpu_agent_export_queue_bytes", "Bytes waiting or in flight", labels=["backend"])
         for b in self._exporters:
             s = b.queue_stats()
             if s is None:

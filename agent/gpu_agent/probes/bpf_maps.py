@@ -41,12 +41,17 @@ def drain_batch(lib, fd: int, stride: int, add, key_type) -> None:
     while True:
         count.value = chunk
         res = lib.bpf_lookup_and_delete_batch(
-            fd, None if first else ct.byref(in_batch), ct.byref(out_batch),
-            ct.byref(keys_buf), ct.byref(vals), ct.byref(count))
+            fd,
+            None if first else ct.byref(in_batch),
+            ct.byref(out_batch),
+            ct.byref(keys_buf),
+            ct.byref(vals),
+            ct.byref(count),
+        )
         err = ct.get_errno() if res != 0 else 0
         mv = memoryview(vals).cast("B").cast("Q")
         for i in range(count.value):
-            add(keys_buf[i], mv[i * stride:(i + 1) * stride])
+            add(keys_buf[i], mv[i * stride : (i + 1) * stride])
         if res != 0:
             if err == errno.ENOENT:
                 return  # walked every bucket

@@ -59,10 +59,14 @@ class BpfSession:
     Python stacks: set_py_config(tgid, C.PyConfig), del_py_config(tgid),
     get_py_stack(tgid, stack_id, start) -> C.PyStack | None."""
 
-    def __init__(self, shim_path: str, *,
-                 on_new_stack: Optional[Callable[[int, int, int], None]] = None,
-                 on_proc_exit: Optional[Callable[[int], None]] = None,
-                 cflags: Optional[list[str]] = None):
+    def __init__(
+        self,
+        shim_path: str,
+        *,
+        on_new_stack: Optional[Callable[[int, int, int], None]] = None,
+        on_proc_exit: Optional[Callable[[int], None]] = None,
+        cflags: Optional[list[str]] = None,
+    ):
         self.shim_path = os.path.realpath(shim_path)
         self.on_new_stack = on_new_stack
         self.on_proc_exit = on_proc_exit
@@ -72,8 +76,7 @@ class BpfSession:
         self.on_kernel = self.on_device = self.on_pc_batch = self.on_stall_reason = self.on_cubin = None
         self.on_pg_pc = self.on_pg_error = None
         self.extra_cflags = list(cflags or [])
-        self._agent_counts = {"ev_corrupt": 0, "ev_unknown": 0, "callback_errors": 0,
-                              "barrier_fallbacks": 0}
+        self._agent_counts = {"ev_corrupt": 0, "ev_unknown": 0, "callback_errors": 0, "barrier_fallbacks": 0}
         self.names = KernelNames(self._agent_counts)
         self.cold_names = ColdNames(self._agent_counts, self.proc_start, self._forget_pg_name)
         self._bpf = None
@@ -82,7 +85,7 @@ class BpfSession:
         self._ncpu = 0
         self._gen = 0  # the aggregation set BPF writes now
         self.attachments: Optional[ShimAttachments] = None  # the uprobes on shim files
-        self.parcagpu: Optional[ParcagpuFiles] = None       # and on parcagpu libraries
+        self.parcagpu: Optional[ParcagpuFiles] = None  # and on parcagpu libraries
 
     # -- lifecycle ---------------------------------------------------------
     def open(self) -> None:
@@ -100,8 +103,9 @@ class BpfSession:
             try:
                 usdt.enable_probe(f"{C.PROVIDER}:{probe}", fn)
             except Exception as e:
-                raise BpfError(f"bcc cannot use probe {C.PROVIDER}:{probe} of {self.shim_path}: "
-                               f"{str(e).splitlines()[0]}") from None
+                raise BpfError(
+                    f"bcc cannot use probe {C.PROVIDER}:{probe} of {self.shim_path}: {str(e).splitlines()[0]}"
+                ) from None
         usdt_text = usdt.get_text()
 
         bpf_dir, inc_dir = paths.bpf_dir(), paths.include_dir()
@@ -129,25 +133,43 @@ class BpfSession:
         # Timelines' events go out from a program kernel_batch tail-calls (bpf/).
         trace_fn = self._bpf.load_func(b"ga_kernel_batch_trace", BPF.KPROBE)
         self._bpf[b"trace_prog"][ct.c_int(0)] = ct.c_int(trace_fn.fd)
-        self._maps = {n: self._bpf[n.encode()] for n in (
-            "totals0", "totals1", "sampled0", "sampled1", "latency0", "latency1",
-            "generation", "drain_barrier",
-            "stacks", "counters", "py_procs", "py_stacks", "node_stacks", "corr_stacks",
-            "trace_mode", "traced", "procs")}
+        self._maps = {
+            n: self._bpf[n.encode()]
+            for n in (
+                "totals0",
+                "totals1",
+                "sampled0",
+                "sampled1",
+                "latency0",
+                "latency1",
+                "generation",
+                "drain_barrier",
+                "stacks",
+                "counters",
+                "py_procs",
+                "py_stacks",
+                "node_stacks",
+                "corr_stacks",
+                "trace_mode",
+                "traced",
+                "procs",
+            )
+        }
         self._gen = 0
         self._set_generation(0)
 
     def _fill_map_arrays(self) -> None:
         """agg_maps = [totals0, totals1, sampled0, sampled1], lat_maps = [latency0, latency1]:
         kernel_batch reaches its generation's maps by index (see the BPF source)."""
-        for outer, inner in (("agg_maps", ("totals0", "totals1", "sampled0", "sampled1")),
-                             ("lat_maps", ("latency0", "latency1"))):
+        for outer, inner in (
+            ("agg_maps", ("totals0", "totals1", "sampled0", "sampled1")),
+            ("lat_maps", ("latency0", "latency1")),
+        ):
             ofd = self._bpf[outer.encode()].map_fd
             for i, name in enumerate(inner):
                 key, val = ct.c_uint32(i), ct.c_uint32(self._bpf[name.encode()].map_fd)
                 if self._lib.bpf_update_elem(ofd, ct.byref(key), ct.byref(val), 0) != 0:
-                    raise BpfError(f"cannot set {outer}[{i}] = {name}: "
-                                   f"{os.strerror(ct.get_errno())}")
+                    raise BpfError(f"cannot set {outer}[{i}] = {name}: {os.strerror(ct.get_errno())}")
 
     def close(self) -> None:
         """Detach `attach` first (semaphore drops, the shim stops CUPTI), then the rest."""
@@ -223,24 +245,23 @@ class BpfSession:
         self._gen = 1 - old
         self._wait_for_programs()
         lib, maps = self._lib, self._maps
-        return Drain(totals=read_totals(lib, maps[f"totals{old}"].map_fd),
-                     sampled=read_totals(lib, maps[f"sampled{old}"].map_fd),
-                     counters=self.counters(),
-                     latency=read_latency(lib, maps[f"latency{old}"].map_fd))
+        return Drain(
+            totals=read_totals(lib, maps[f"totals{old}"].map_fd),
+            sampled=read_totals(lib, maps[f"sampled{old}"].map_fd),
+            counters=self.counters(),
+            latency=read_latency(lib, maps[f"latency{old}"].map_fd),
+        )
 
     def _set_generation(self, gen: int) -> None:
         key, val = ct.c_uint32(0), ct.c_uint32(gen)
-        if self._lib.bpf_update_elem(self._maps["generation"].map_fd, ct.byref(key),
-                                     ct.byref(val), 0) != 0:
-            raise BpfError(f"cannot set the aggregation generation: "
-                           f"{os.strerror(ct.get_errno())}")
+        if self._lib.bpf_update_elem(self._maps["generation"].map_fd, ct.byref(key), ct.byref(val), 0) != 0:
+            raise BpfError(f"cannot set the aggregation generation: {os.strerror(ct.get_errno())}")
 
     def _wait_for_programs(self) -> None:
         """Return once no BPF program can still be running with the old generation."""
         key = ct.c_uint32(0)
         inner = ct.c_uint32(self._maps["generation"].map_fd)
-        if self._lib.bpf_update_elem(self._maps["drain_barrier"].map_fd, ct.byref(key),
-                                     ct.byref(inner), 0) != 0:
+        if self._lib.bpf_update_elem(self._maps["drain_barrier"].map_fd, ct.byref(key), ct.byref(inner), 0) != 0:
             self._agent_counts["barrier_fallbacks"] += 1
             time.sleep(FALLBACK_GRACE_S)
 
@@ -268,8 +289,10 @@ class BpfSession:
     def proc_start(self, tgid: int) -> Optional[int]:
         """The start tag BPF gave the live process tgid, or None (not seen, or gone)."""
         key, val = ct.c_uint32(tgid), ct.c_uint32()
-        if self._bpf is None or self._lib.bpf_lookup_elem(self._maps["procs"].map_fd, ct.byref(key),
-                                                          ct.byref(val)) != 0:
+        if (
+            self._bpf is None
+            or self._lib.bpf_lookup_elem(self._maps["procs"].map_fd, ct.byref(key), ct.byref(val)) != 0
+        ):
             return None
         return val.value
 
@@ -285,8 +308,7 @@ class BpfSession:
             raise BpfError("session is not open")
         key = C.StackKey(tgid=tgid, start=start, stack_id=stack_id)
         val = C.Stack()
-        if self._lib.bpf_lookup_elem(self._maps["stacks"].map_fd, ct.byref(key),
-                                     ct.byref(val)) != 0:
+        if self._lib.bpf_lookup_elem(self._maps["stacks"].map_fd, ct.byref(key), ct.byref(val)) != 0:
             return None
         n = min(val.nframes, C.MAX_FRAMES)
         return list(val.ips[:n])
@@ -322,8 +344,12 @@ class BpfSession:
         if self._bpf is None or not tgids:
             return 0
         deleted = 0
-        for name, ktype in (("corr_stacks", C.CorrKey), ("stacks", C.StackKey),
-                            ("node_stacks", C.NodeKey), ("py_stacks", C.StackKey)):
+        for name, ktype in (
+            ("corr_stacks", C.CorrKey),
+            ("stacks", C.StackKey),
+            ("node_stacks", C.NodeKey),
+            ("py_stacks", C.StackKey),
+        ):
             fd = self._maps[name].map_fd
             for k in self._map_keys(name, ktype):
                 if k.tgid in tgids:
@@ -345,12 +371,10 @@ class BpfSession:
         one = ct.c_uint32(1)
         for pid in pids:
             key = ct.c_uint32(pid)
-            if self._lib.bpf_update_elem(self._maps["traced"].map_fd, ct.byref(key), ct.byref(one),
-                                         0) != 0:
+            if self._lib.bpf_update_elem(self._maps["traced"].map_fd, ct.byref(key), ct.byref(one), 0) != 0:
                 raise BpfError(f"traced update for {pid} failed: {os.strerror(ct.get_errno())}")
         key, mode = ct.c_uint32(0), ct.c_uint32(1 if every_process else 2 if pids else 0)
-        if self._lib.bpf_update_elem(self._maps["trace_mode"].map_fd, ct.byref(key), ct.byref(mode),
-                                     0) != 0:
+        if self._lib.bpf_update_elem(self._maps["trace_mode"].map_fd, ct.byref(key), ct.byref(mode), 0) != 0:
             raise BpfError(f"cannot set the trace mode: {os.strerror(ct.get_errno())}")
 
     def set_py_config(self, tgid: int, cfg: C.PyConfig) -> None:
@@ -358,8 +382,7 @@ class BpfSession:
         if self._bpf is None:
             raise BpfError("session is not open")
         key = ct.c_uint32(tgid)
-        if self._lib.bpf_update_elem(self._maps["py_procs"].map_fd, ct.byref(key), ct.byref(cfg),
-                                     0) != 0:
+        if self._lib.bpf_update_elem(self._maps["py_procs"].map_fd, ct.byref(key), ct.byref(cfg), 0) != 0:
             raise BpfError(f"py_procs update for {tgid} failed: {os.strerror(ct.get_errno())}")
 
     def del_py_config(self, tgid: int) -> None:
@@ -374,7 +397,6 @@ class BpfSession:
             raise BpfError("session is not open")
         key = C.StackKey(tgid=tgid, start=start, stack_id=stack_id)
         val = C.PyStack()
-        if self._lib.bpf_lookup_elem(self._maps["py_stacks"].map_fd, ct.byref(key),
-                                     ct.byref(val)) != 0:
+        if self._lib.bpf_lookup_elem(self._maps["py_stacks"].map_fd, ct.byref(key), ct.byref(val)) != 0:
             return None
         return val

@@ -59,13 +59,18 @@ def read_c_string(mem: ProcMem, address: int, limit: int = MAX_LEN) -> bytes:
 
 
 class ColdNames:
-    def __init__(self, counts: dict[str, int], start_of: Callable[[int], Optional[int]],
-                 forget: Callable[[int, int, int], None], proc_root: str = "/proc"):
+    def __init__(
+        self,
+        counts: dict[str, int],
+        start_of: Callable[[int], Optional[int]],
+        forget: Callable[[int, int, int], None],
+        proc_root: str = "/proc",
+    ):
         self.counts = counts  # the session's agent-side counters, updated in place
         counts.setdefault("cold_names_read", 0)
         counts.setdefault("drop_cold_name", 0)
         self._start_of = start_of  # tgid -> its BPF start tag, None once gone
-        self._forget = forget      # (tgid, start, address): BPF asks again at the next record
+        self._forget = forget  # (tgid, start, address): BPF asks again at the next record
         self._root = proc_root
         self._todo: queue.SimpleQueue = queue.SimpleQueue()
         self._done: queue.SimpleQueue = queue.SimpleQueue()

@@ -12,11 +12,15 @@ from . import contract as C
 class GpuDevice:
     """A CUDA device as the shim saw it: its ordinal in the process, and the
     identity DCGM uses (UUID "GPU-…", model name)."""
+
     ordinal: int
     uuid: str = ""
     model: str = ""
 
 
 def device_from_event(ev: C.EvDevice) -> GpuDevice:
-    return GpuDevice(ev.ordinal, ev.uuid.split(b"\0", 1)[0].decode("ascii", "replace"),
-                     ev.model.split(b"\0", 1)[0].decode("utf-8", "replace"))
+    return GpuDevice(
+        ev.ordinal,
+        ev.uuid.split(b"\0", 1)[0].decode("ascii", "replace"),
+        ev.model.split(b"\0", 1)[0].decode("utf-8", "replace"),
+    )

@@ -63,8 +63,17 @@ def read_totals(lib, fd: int) -> dict[AggKey, AggVal]:
     stride = len(C.AggValC._fields_)  # u64 per key
 
     def add(key: C.AggKeyC, vals: memoryview) -> None:
-        k = AggKey(key.tgid, key.device_id, key.stream_id, key.graph_id, key.kernel_id,
-                   key.stack_id, key.capture_stack_id, key.graph_flags, key.start)
+        k = AggKey(
+            key.tgid,
+            key.device_id,
+            key.stream_id,
+            key.graph_id,
+            key.kernel_id,
+            key.stack_id,
+            key.capture_stack_id,
+            key.graph_flags,
+            key.start,
+        )
         v = AggVal(*vals)
         old = out.get(k)
         out[k] = v if old is None else AggVal(*(a + b for a, b in zip(old, v)))

@@ -10,12 +10,15 @@ import ctypes as ct
 from . import contract as C
 
 # Fixed-size ring-buffer events: type -> (struct, the session's callback attribute)
-_FIXED_EVENTS = {C.EventType.GA_EV_KERNEL: (C.EvKernel, "on_kernel"),
-                 C.EventType.GA_EV_DEVICE: (C.EvDevice, "on_device"),
-                 C.EventType.GA_EV_PC_BATCH: (C.EvPcBatch, "on_pc_batch"),
-                 C.EventType.GA_EV_STALL_REASON: (C.EvStallReason, "on_stall_reason"),
-                 C.EventType.GA_EV_CUBIN: (C.EvCubin, "on_cubin"), C.EventType.GA_EV_PG_PC: (C.EvPgPc, "on_pg_pc"),
-                 C.EventType.GA_EV_PG_ERROR: (C.EvPgError, "on_pg_error")}
+_FIXED_EVENTS = {
+    C.EventType.GA_EV_KERNEL: (C.EvKernel, "on_kernel"),
+    C.EventType.GA_EV_DEVICE: (C.EvDevice, "on_device"),
+    C.EventType.GA_EV_PC_BATCH: (C.EvPcBatch, "on_pc_batch"),
+    C.EventType.GA_EV_STALL_REASON: (C.EvStallReason, "on_stall_reason"),
+    C.EventType.GA_EV_CUBIN: (C.EvCubin, "on_cubin"),
+    C.EventType.GA_EV_PG_PC: (C.EvPgPc, "on_pg_pc"),
+    C.EventType.GA_EV_PG_ERROR: (C.EvPgError, "on_pg_error"),
+}
 
 
 def handle_event(session, buf: bytes, counts: dict) -> None:
@@ -31,8 +34,14 @@ def handle_event(session, buf: bytes, counts: dict) -> None:
             counts["ev_corrupt"] += 1
             return
         ev = C.EvNameChunk.from_buffer_copy(buf.ljust(ct.sizeof(C.EvNameChunk), b"\0"))
-        session.names.chunk(ev.kernel_id, ev.total_len, ev.offset, ev.len,
-                            buf[C.EvNameChunk.data.offset:], not ev.flags & C.NAME_UNVERIFIED)
+        session.names.chunk(
+            ev.kernel_id,
+            ev.total_len,
+            ev.offset,
+            ev.len,
+            buf[C.EvNameChunk.data.offset :],
+            not ev.flags & C.NAME_UNVERIFIED,
+        )
     elif hdr.type == C.EventType.GA_EV_PG_NAME:
         if len(buf) < ct.sizeof(C.EvPgName):
             counts["ev_corrupt"] += 1

@@ -40,9 +40,9 @@ def open_mapped_file(proc: str, pid: int, m: "FileMapping") -> Optional[tuple[in
 
 
 class FileMapping(NamedTuple):
-    ident: tuple[int, int]   # (st_dev, st_ino) as /proc/PID/maps shows them
-    path: str                # in the process's mount namespace
-    range: str               # "start-end", the name under /proc/PID/map_files
+    ident: tuple[int, int]  # (st_dev, st_ino) as /proc/PID/maps shows them
+    path: str  # in the process's mount namespace
+    range: str  # "start-end", the name under /proc/PID/map_files
     deleted: bool
 
 

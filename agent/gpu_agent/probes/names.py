@@ -26,8 +26,8 @@ from typing import Iterator, Mapping
 from . import contract as C
 
 MAX_PENDING_NAMES = 4096
-MAX_PENDING_BYTES = 8 << 20   # unfinished names (16 names of 512 KiB worst case: 64 KiB each)
-MAX_NAME_BYTES = 64 << 20     # finished names kept; about 64 k names of 1 KiB
+MAX_PENDING_BYTES = 8 << 20  # unfinished names (16 names of 512 KiB worst case: 64 KiB each)
+MAX_NAME_BYTES = 64 << 20  # finished names kept; about 64 k names of 1 KiB
 
 
 class _Pending:
@@ -53,8 +53,14 @@ class KernelNames(Mapping[int, bytes]):
         self._pending: OrderedDict[int, _Pending] = OrderedDict()
         self._pending_bytes = 0
         self.counts = counts  # the session's agent-side counters, updated in place
-        for k in ("ev_corrupt", "drop_name_conflict", "names_complete", "drop_name_spoofed",
-                  "drop_names_evicted", "drop_pending_names_evicted"):
+        for k in (
+            "ev_corrupt",
+            "drop_name_conflict",
+            "names_complete",
+            "drop_name_spoofed",
+            "drop_names_evicted",
+            "drop_pending_names_evicted",
+        ):
             counts.setdefault(k, 0)
 
     # -- Mapping -------------------------------------------------------------
@@ -87,13 +93,20 @@ class KernelNames(Mapping[int, bytes]):
         return len(self._pending)
 
     # -- intake --------------------------------------------------------------
-    def chunk(self, kernel_id: int, total: int, offset: int, length: int, payload: bytes,
-              verified: bool = True) -> None:
+    def chunk(
+        self, kernel_id: int, total: int, offset: int, length: int, payload: bytes, verified: bool = True
+    ) -> None:
         if kernel_id in self._names:
             return  # replay after an attach, or a second process: ids are name hashes
-        if (kernel_id == 0 or total == 0 or total > C.MAX_NAME_LEN or length > len(payload)
-                or offset % C.NAME_CHUNK or offset >= total
-                or length != min(C.NAME_CHUNK, total - offset)):
+        if (
+            kernel_id == 0
+            or total == 0
+            or total > C.MAX_NAME_LEN
+            or length > len(payload)
+            or offset % C.NAME_CHUNK
+            or offset >= total
+            or length != min(C.NAME_CHUNK, total - offset)
+        ):
             self.counts["ev_corrupt"] += 1
             return
         p = self._pending.get(kernel_id)
@@ -143,7 +156,6 @@ class KernelNames(Mapping[int, bytes]):
             self._pending_bytes -= sum(len(c) for c in p.chunks.values())
 
     def _bound_pending(self) -> None:
-        while self._pending and (len(self._pending) > MAX_PENDING_NAMES
-                                 or self._pending_bytes > MAX_PENDING_BYTES):
+        while self._pending and (len(self._pending) > MAX_PENDING_NAMES or self._pending_bytes > MAX_PENDING_BYTES):
             self._drop_pending(next(iter(self._pending)))
             self.counts["drop_pending_names_evicted"] += 1

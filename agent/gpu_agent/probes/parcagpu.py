@@ -55,7 +55,7 @@ MAX_ERRORS_LOGGED = 256  # distinct (process, code, component, message) reported
 # most: one user cannot fill the table for the others. A file no process maps any
 # more (at a scan) is detached and its sites freed; files refused for room are
 # looked at again then.
-MAX_SITES = 4096         # pg_sites' size
+MAX_SITES = 4096  # pg_sites' size
 MAX_SITES_PER_PROBE = 8
 MAX_FILES_PER_OWNER = 8
 SOURCE_LABEL = "parcagpu"  # the samples' `source` label
@@ -110,6 +110,7 @@ def site_of(probe: stapsdt.SdtProbe) -> C.PgSite:
 @dataclass
 class _Held:
     """What an attached parcagpu file holds: its uprobes, its site keys, its owner."""
+
     sf: ShimFile
     handles: list
     keys: set
@@ -124,16 +125,16 @@ class ParcagpuFiles:
         self.sites = bpf[b"pg_sites"]
         self.att = attachments
         self.files: list[ShimFile] = []
-        self.checked: set[tuple[int, int]] = set()   # inodes looked at (parcagpu or not)
+        self.checked: set[tuple[int, int]] = set()  # inodes looked at (parcagpu or not)
         self.registered: dict[tuple[int, int], bytes] = {}  # (probe, page offset) -> site
-        self.errors: dict[str, str] = {}              # path -> why it was not attached
-        self.paths: set[str] = set()                  # the attached files, as processes map them
+        self.errors: dict[str, str] = {}  # path -> why it was not attached
+        self.paths: set[str] = set()  # the attached files, as processes map them
         self.errors_seen: set[tuple] = set()
-        self.owners: dict[int, int] = {}              # non-root file owner -> files attached
-        self.held: list[_Held] = []                   # what each attached file holds
+        self.owners: dict[int, int] = {}  # non-root file owner -> files attached
+        self.held: list[_Held] = []  # what each attached file holds
         self.key_users: dict[tuple[int, int], int] = {}  # site key -> attached files using it
-        self.no_room: dict[tuple[int, int], str] = {}    # ident -> path, refused for room
-        self.released: list[str] = []                 # paths detached since the caller looked
+        self.no_room: dict[tuple[int, int], str] = {}  # ident -> path, refused for room
+        self.released: list[str] = []  # paths detached since the caller looked
 
     def on_error(self, ev: C.EvPgError) -> None:
         """A parcagpu error probe (its PC sampling refused, a bad setting): logged once
@@ -207,8 +208,10 @@ class ParcagpuFiles:
             owner = os.fstat(fd).st_uid
             if owner and self.owners.get(owner, 0) >= MAX_FILES_PER_OWNER:
                 self.no_room[m.ident] = m.path
-                raise BpfError(f"{m.path}: uid {owner} already has {MAX_FILES_PER_OWNER} parcagpu files "
-                               "attached, the most one non-root owner gets")
+                raise BpfError(
+                    f"{m.path}: uid {owner} already has {MAX_FILES_PER_OWNER} parcagpu files "
+                    "attached, the most one non-root owner gets"
+                )
             keys = self._attach(via, m.path, probes, m.ident)
             if owner:
                 self.owners[owner] = self.owners.get(owner, 0) + 1
@@ -236,12 +239,15 @@ class ParcagpuFiles:
             if not found:
                 raise BpfError(f"{path} has no USDT probe {PROVIDER}:{name}")
             if len(found) > MAX_SITES_PER_PROBE:
-                raise BpfError(f"{path}: probe {PROVIDER}:{name} has {len(found)} sites; parcagpu's "
-                               f"builds have at most {MAX_SITES_PER_PROBE}: not attached")
+                raise BpfError(
+                    f"{path}: probe {PROVIDER}:{name} has {len(found)} sites; parcagpu's "
+                    f"builds have at most {MAX_SITES_PER_PROBE}: not attached"
+                )
             for p in found:
                 if len(p.args) != nargs:
-                    raise BpfError(f"{path}: probe {PROVIDER}:{name} has {len(p.args)} arguments, "
-                                   f"parcagpu's probes.d says {nargs}")
+                    raise BpfError(
+                        f"{path}: probe {PROVIDER}:{name} has {len(p.args)} arguments, parcagpu's probes.d says {nargs}"
+                    )
                 try:
                     site = site_of(p)
                 except ValueError as e:
@@ -249,15 +255,16 @@ class ParcagpuFiles:
                 key = (index, p.pc & 0xFFF)
                 old = self.registered.get(key)
                 if old is not None and old != bytes(site):
-                    raise BpfError(f"{path}: another build of parcagpu has a {name} site at the "
-                                   "same page offset with other argument locations (the BPF "
-                                   "programs tell sites apart by that offset)")
+                    raise BpfError(
+                        f"{path}: another build of parcagpu has a {name} site at the "
+                        "same page offset with other argument locations (the BPF "
+                        "programs tell sites apart by that offset)"
+                    )
                 sites.append((name, p, site))
         new = {(PROBES[name][0], p.pc & 0xFFF) for name, p, _ in sites} - set(self.registered)
         if len(self.registered) + len(new) > MAX_SITES:
             self.no_room[ident] = path
-            raise BpfError(f"{path}: the parcagpu site table is full ({len(self.registered)} of {MAX_SITES} "
-                           "sites)")
+            raise BpfError(f"{path}: the parcagpu site table is full ({len(self.registered)} of {MAX_SITES} sites)")
         for name, p, site in sites:
             index = PROBES[name][0]
             self.sites[C.PgSiteKey(index, p.pc & 0xFFF)] = site

@@ -38,8 +38,7 @@ CUDA_MAJORS = (13, 12)  # the shim variants the container image ships, newest fi
 
 def shim_variants() -> dict[int, Path]:
     """CUDA major -> shim built against that CUDA's headers (_native/cuda<N>/, image and wheel)."""
-    return {m: _SHIPPED / f"cuda{m}" / SHIM_NAME for m in CUDA_MAJORS
-            if (_SHIPPED / f"cuda{m}" / SHIM_NAME).exists()}
+    return {m: _SHIPPED / f"cuda{m}" / SHIM_NAME for m in CUDA_MAJORS if (_SHIPPED / f"cuda{m}" / SHIM_NAME).exists()}
 
 
 def driver_cuda_major(proc_version: str = "/proc/driver/nvidia/version") -> int | None:
@@ -54,6 +53,7 @@ def driver_cuda_major(proc_version: str = "/proc/driver/nvidia/version") -> int 
     except OSError:
         return None
     import re
+
     m = re.search(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+)\.\d+", text) or re.search(r"\s(\d{3})\.\d+", text)
     if not m:
         return None
@@ -75,18 +75,22 @@ def shim_path() -> Path:
     if variant is not None:
         candidates.append(variant)
     candidates.append(_SHIPPED / SHIM_NAME)
-    return _first("GPU_AGENT_SHIM", candidates,
-                  "the CUPTI shim", "run `make` in the gpu-agent checkout or set GPU_AGENT_SHIM")
+    return _first(
+        "GPU_AGENT_SHIM", candidates, "the CUPTI shim", "run `make` in the gpu-agent checkout or set GPU_AGENT_SHIM"
+    )
 
 
 def bpf_dir() -> Path:
-    return _first("GPU_AGENT_BPF_DIR", [_REPO / "bpf", _SHIPPED / "bpf"],
-                  "the BPF sources", "set GPU_AGENT_BPF_DIR")
+    return _first("GPU_AGENT_BPF_DIR", [_REPO / "bpf", _SHIPPED / "bpf"], "the BPF sources", "set GPU_AGENT_BPF_DIR")
 
 
 def include_dir() -> Path:
-    return _first("GPU_AGENT_INCLUDE_DIR", [_REPO / "shim" / "include", _SHIPPED / "include"],
-                  "the probe contract header", "set GPU_AGENT_INCLUDE_DIR")
+    return _first(
+        "GPU_AGENT_INCLUDE_DIR",
+        [_REPO / "shim" / "include", _SHIPPED / "include"],
+        "the probe contract header",
+        "set GPU_AGENT_INCLUDE_DIR",
+    )
 
 
 def bpf_source(bpf_dir: Path, main: str = "gpu_agent.bpf.c") -> str:

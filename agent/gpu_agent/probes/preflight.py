@@ -44,10 +44,12 @@ def import_bcc():
         except ImportError as e:
             raise PreflightError(
                 "the BCC Python module is not installed: apt-get install python3-bpfcc "
-                f"(Debian/Ubuntu) or the bcc-python package of your distribution ({e})") from None
+                f"(Debian/Ubuntu) or the bcc-python package of your distribution ({e})"
+            ) from None
         except OSError as e:  # the module is there but libbcc.so.0 is not
             raise PreflightError(f"libbcc cannot be loaded: apt-get install libbpfcc ({e})") from None
     import bcc
+
     return bcc
 
 
@@ -81,11 +83,15 @@ def _check_root() -> None:
     if os.geteuid() == 0:
         if not _kernel_at_least(6, 16) and caps & (1 << CAP_BPF) and caps & (1 << CAP_PERFMON):
             return
-        raise PreflightError(f"gpu-agent runs as root without CAP_SYS_ADMIN, which Linux "
-                             f"{os.uname().release} requires to attach uprobes: give the process "
-                             "CAP_SYS_ADMIN (a container's securityContext.capabilities.add)")
-    raise PreflightError("gpu-agent must run as root (or with CAP_SYS_ADMIN, CAP_BPF, CAP_PERFMON and "
-                         "CAP_SYS_PTRACE) to attach uprobes and load eBPF programs: run it with sudo")
+        raise PreflightError(
+            f"gpu-agent runs as root without CAP_SYS_ADMIN, which Linux "
+            f"{os.uname().release} requires to attach uprobes: give the process "
+            "CAP_SYS_ADMIN (a container's securityContext.capabilities.add)"
+        )
+    raise PreflightError(
+        "gpu-agent must run as root (or with CAP_SYS_ADMIN, CAP_BPF, CAP_PERFMON and "
+        "CAP_SYS_PTRACE) to attach uprobes and load eBPF programs: run it with sudo"
+    )
 
 
 def _check_headers() -> None:
@@ -97,17 +103,22 @@ def _check_headers() -> None:
     # bcc can also use headers built into the kernel (CONFIG_IKHEADERS).
     if os.path.exists("/sys/kernel/kheaders.tar.xz"):
         return
-    raise PreflightError(f"kernel headers for {release} not found (/lib/modules/{release}/build "
-                         f"is missing): apt-get install linux-headers-{release}")
+    raise PreflightError(
+        f"kernel headers for {release} not found (/lib/modules/{release}/build "
+        f"is missing): apt-get install linux-headers-{release}"
+    )
 
 
 def _check_uprobes() -> None:
     if not os.path.exists(os.path.join(UPROBE_PMU, "type")):
-        raise PreflightError("this kernel has no uprobe support (CONFIG_UPROBE_EVENTS): "
-                             "gpu-agent cannot attach to the shim's USDT probes")
+        raise PreflightError(
+            "this kernel has no uprobe support (CONFIG_UPROBE_EVENTS): "
+            "gpu-agent cannot attach to the shim's USDT probes"
+        )
     if not os.path.exists(os.path.join(UPROBE_PMU, "format", "ref_ctr_offset")):
-        raise PreflightError("this kernel's uprobes lack USDT semaphore support "
-                             "(ref_ctr_offset, Linux >= 4.20): gpu-agent needs it")
+        raise PreflightError(
+            "this kernel's uprobes lack USDT semaphore support (ref_ctr_offset, Linux >= 4.20): gpu-agent needs it"
+        )
 
 
 def _check_tracefs() -> None:
@@ -116,8 +127,12 @@ def _check_tracefs() -> None:
         if os.path.isdir(os.path.join(d, "events")):
             return
     if os.geteuid() == 0 and os.path.isdir(TRACEFS_DIRS[0]):
-        subprocess.run(["mount", "-t", "tracefs", "tracefs", TRACEFS_DIRS[0]],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        subprocess.run(
+            ["mount", "-t", "tracefs", "tracefs", TRACEFS_DIRS[0]],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
         if os.path.isdir(os.path.join(TRACEFS_DIRS[0], "events")):
             return
     raise PreflightError("tracefs is not mounted: mount -t tracefs tracefs /sys/kernel/tracing")

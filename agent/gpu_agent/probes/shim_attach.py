@@ -69,11 +69,11 @@ class BpfError(RuntimeError):
 class ShimFile:
     """One shim file (inode) the programs are attached to."""
 
-    path: str                  # as first seen (in the owning process's mount namespace)
-    attach_path: str           # what the uprobes were attached through
-    pid: int                   # the process it was found in (0: the agent's own shim)
+    path: str  # as first seen (in the owning process's mount namespace)
+    attach_path: str  # what the uprobes were attached through
+    pid: int  # the process it was found in (0: the agent's own shim)
     ids: set = field(default_factory=set)  # (st_dev, st_ino) pairs naming this file
-    source: str = "shim"       # or "parcagpu": a parcagpu library (parcagpu.py)
+    source: str = "shim"  # or "parcagpu": a parcagpu library (parcagpu.py)
 
 
 def read_shim(path: str) -> tuple[dict[str, list[stapsdt.SdtProbe]], list[elf.LoadSegment]]:
@@ -84,6 +84,7 @@ def read_shim(path: str) -> tuple[dict[str, list[stapsdt.SdtProbe]], list[elf.Lo
         raise BpfError(f"shim not found: {path}")
     try:
         from elftools.elf.elffile import ELFFile
+
         with open(path, "rb") as f:  # one open: notes, segments and version of one file
             ef = ELFFile(f)
             all_probes = stapsdt.probes_in(ef, path)
@@ -92,29 +93,33 @@ def read_shim(path: str) -> tuple[dict[str, list[stapsdt.SdtProbe]], list[elf.Lo
     except Exception as e:
         raise BpfError(f"cannot read USDT notes of {path}: {e}") from None
     if version is not None and version != C.CONTRACT_VERSION:
-        raise BpfError(f"{path} speaks probe contract version {version}, this agent "
-                       f"version {C.CONTRACT_VERSION}: install the shim that came with this "
-                       "agent (gpu-agent install-shim, or gpu-agent shim-path)")
+        raise BpfError(
+            f"{path} speaks probe contract version {version}, this agent "
+            f"version {C.CONTRACT_VERSION}: install the shim that came with this "
+            "agent (gpu-agent install-shim, or gpu-agent shim-path)"
+        )
     probes: dict[str, list[stapsdt.SdtProbe]] = {}
     for p in all_probes:
         if p.provider == C.PROVIDER:
             probes.setdefault(p.name, []).append(p)
     if version is None and probes:
-        raise BpfError(f"{path} exports no probe contract version: a shim older than this "
-                       "agent; install the shim that came with this agent (gpu-agent "
-                       "install-shim, or gpu-agent shim-path)")
+        raise BpfError(
+            f"{path} exports no probe contract version: a shim older than this "
+            "agent; install the shim that came with this agent (gpu-agent "
+            "install-shim, or gpu-agent shim-path)"
+        )
     for name, args in C.PROBES.items():
         sites = probes.get(name)
         if not sites:
-            raise BpfError(f"{path} has no USDT probe {C.PROVIDER}:{name}: "
-                           "not a gpu-agent shim, or built from another probe contract")
+            raise BpfError(
+                f"{path} has no USDT probe {C.PROVIDER}:{name}: "
+                "not a gpu-agent shim, or built from another probe contract"
+            )
         for s in sites:
             if len(s.args) != len(args):
-                raise BpfError(f"{path}: probe {name} has {len(s.args)} arguments, "
-                               f"the contract says {len(args)}")
+                raise BpfError(f"{path}: probe {name} has {len(s.args)} arguments, the contract says {len(args)}")
             if bool(s.semaphore) != (name in C.SEMAPHORE_PROBES):
-                raise BpfError(f"{path}: probe {name} "
-                               f"{'lacks' if name in C.SEMAPHORE_PROBES else 'has'} a semaphore")
+                raise BpfError(f"{path}: probe {name} {'lacks' if name in C.SEMAPHORE_PROBES else 'has'} a semaphore")
     if len({p.semaphore for p in probes["attach"]}) != 1:
         raise BpfError(f"{path}: attach probe sites disagree on the semaphore")
     return probes, loads
@@ -124,8 +129,7 @@ def _contract_version(e, f, loads) -> Optional[int]:
     """The shim's exported contract version, or None for a file without one (the
     probe check then says what is wrong with it)."""
     with mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as mm:
-        vaddr = elf.find_symbols(e, mm, (C.CONTRACT_VERSION_SYMBOL,), (".dynsym",)).get(
-            C.CONTRACT_VERSION_SYMBOL)
+        vaddr = elf.find_symbols(e, mm, (C.CONTRACT_VERSION_SYMBOL,), (".dynsym",)).get(C.CONTRACT_VERSION_SYMBOL)
         if vaddr is None:
             return None
         off = elf.vaddr_to_offset(loads, vaddr)
@@ -189,6 +193,7 @@ class ShimAttachments:
 
     def attach(self, fn_name: str, path: str, offset: int, ref_ctr_offset: int) -> None:
         from bcc import BPF
+
         fn = self.bpf.load_func(fn_name.encode(), BPF.KPROBE)  # loaded once, cached by bcc
         ev_name = b"ga_%d_%d_%s_0x%x" % (os.getpid(), len(self.files_), fn_name.encode(), offset)
         fd = self._attach_uprobe(fn.fd, 0, ev_name, path.encode(), offset, -1, ref_ctr_offset)
@@ -199,10 +204,11 @@ class ShimAttachments:
             why = os.strerror(err) if err else "unknown error"
             hint = ""
             if ref_ctr_offset:
-                hint = (" (the kernel refused the semaphore: another tracer may hold a uprobe "
-                        "on this probe with a different ref_ctr_offset)")
-            raise BpfError(f"cannot attach uprobe {fn_name} at {path}+{offset:#x}: "
-                           f"{why}{hint}")
+                hint = (
+                    " (the kernel refused the semaphore: another tracer may hold a uprobe "
+                    "on this probe with a different ref_ctr_offset)"
+                )
+            raise BpfError(f"cannot attach uprobe {fn_name} at {path}+{offset:#x}: {why}{hint}")
         self.uprobes.append((ev_name, fd))
 
     def detach_from(self, first: int) -> None:
@@ -282,7 +288,8 @@ class ShimAttachments:
                 raise BpfError(
                     f"{m.path} (pid {pid}) is another build of the shim: its probe sites or "
                     f"argument locations differ from {self.shim_path}, which the loaded BPF "
-                    "program reads arguments for")
+                    "program reads arguments for"
+                )
             for name, fn in DATA_PROBES.items():
                 for site in probes[name]:
                     self.attach(fn, via, site.pc_offset, 0)
@@ -306,8 +313,7 @@ class ShimAttachments:
 def data_sites(probes: dict[str, list[stapsdt.SdtProbe]]) -> frozenset:
     """What bcc's generated argument readers depend on, per data-probe site:
     the probe, the site's address within its page, its argument specs."""
-    return frozenset((name, p.pc & 0xFFF, p.args) for name in DATA_PROBES
-                     for p in probes.get(name, ()))
+    return frozenset((name, p.pc & 0xFFF, p.args) for name in DATA_PROBES for p in probes.get(name, ()))
 
 
 def _attach_uprobe_fn(lib):
@@ -318,6 +324,7 @@ def _attach_uprobe_fn(lib):
                           uint64_t offset, pid_t pid, uint32_t ref_ctr_offset)
     A separate prototype, so bcc's own (6-argument) declaration is left alone.
     """
-    proto = ct.CFUNCTYPE(ct.c_int, ct.c_int, ct.c_int, ct.c_char_p, ct.c_char_p,
-                         ct.c_uint64, ct.c_int, ct.c_uint32, use_errno=True)
+    proto = ct.CFUNCTYPE(
+        ct.c_int, ct.c_int, ct.c_int, ct.c_char_p, ct.c_char_p, ct.c_uint64, ct.c_int, ct.c_uint32, use_errno=True
+    )
     return proto(("bpf_attach_uprobe", lib))

@@ -22,10 +22,10 @@ NOTE_TYPE = 3  # NT_STAPSDT
 class SdtProbe:
     provider: str
     name: str
-    pc: int              # vaddr of the probe's nop (prelink-adjusted)
-    semaphore: int       # vaddr of the semaphore, 0 if none
+    pc: int  # vaddr of the probe's nop (prelink-adjusted)
+    semaphore: int  # vaddr of the semaphore, 0 if none
     args: tuple[str, ...]
-    pc_offset: int       # file offset of pc (what a uprobe attaches to)
+    pc_offset: int  # file offset of pc (what a uprobe attaches to)
     semaphore_offset: int  # file offset of the semaphore (uprobe ref_ctr_offset), 0 if none
 
 
@@ -47,8 +47,7 @@ def probes_in(elf: ELFFile, path: str) -> list[SdtProbe]:
     out = []
     for note in notes.iter_notes():
         # pyelftools names type 3 after the GNU note of the same number.
-        if note["n_name"] != "stapsdt" or note["n_type"] not in (
-                NOTE_TYPE, "NT_GNU_BUILD_ID", "NT_STAPSDT"):
+        if note["n_name"] != "stapsdt" or note["n_type"] not in (NOTE_TYPE, "NT_GNU_BUILD_ID", "NT_STAPSDT"):
             continue
         desc = note["n_descdata"]
         if isinstance(desc, str):  # older pyelftools decode unknown notes as latin-1
@@ -62,9 +61,15 @@ def probes_in(elf: ELFFile, path: str) -> list[SdtProbe]:
             pc += delta
             if sem:
                 sem += delta
-        out.append(SdtProbe(
-            provider=provider.decode(), name=name.decode(), pc=pc, semaphore=sem,
-            args=tuple(args.decode().split()),
-            pc_offset=vaddr_to_offset(loads, pc),
-            semaphore_offset=vaddr_to_offset(loads, sem) if sem else 0))
+        out.append(
+            SdtProbe(
+                provider=provider.decode(),
+                name=name.decode(),
+                pc=pc,
+                semaphore=sem,
+                args=tuple(args.decode().split()),
+                pc_offset=vaddr_to_offset(loads, pc),
+                semaphore_offset=vaddr_to_offset(loads, sem) if sem else 0,
+            )
+        )
     return out

@@ -20,6 +20,7 @@ class ProcInfo:
         """pod/namespace/container where known (k8s.proc_labels; {} outside Kubernetes)."""
         try:
             from ..system import k8s
+
             return k8s.proc_labels(self.pid)
         except Exception:  # metadata is best effort
             return {}
@@ -46,8 +47,8 @@ class IntervalProfiles:
 
     profile: ProfileBuilder
     stats: "IntervalStats"
-    per_pid: dict = field(default_factory=dict)   # pid -> ProfileBuilder
-    procs: dict = field(default_factory=dict)     # pid -> ProcInfo (as of this interval)
+    per_pid: dict = field(default_factory=dict)  # pid -> ProfileBuilder
+    procs: dict = field(default_factory=dict)  # pid -> ProcInfo (as of this interval)
 
 
 @dataclass
@@ -60,7 +61,7 @@ class IntervalStats:
     orphan_samples: int = 0
     excluded_pids: int = 0
     impossible_records: int = 0  # kept out by invariants.py (also in drop_impossible)
-    dropped_launches: int = 0    # launches whose records CUPTI lost ([dropped: cupti] samples)
+    dropped_launches: int = 0  # launches whose records CUPTI lost ([dropped: cupti] samples)
     # Attached processes with no kernel in this interval: idle, or a job whose launches
     # fell between its collection windows (said, not hidden; the profile says it too).
     attached_without_kernels: int = 0

@@ -49,7 +49,6 @@ __all__ = [
 ]
 
 
-
 @dataclass(frozen=True)
 class MappingSpec:
     """A pprof Mapping.  Deduplicated on all fields."""
@@ -175,8 +174,14 @@ class ProfileBuilder:
     nanoseconds since the Unix epoch.
     """
 
-    def __init__(self, period_ns: int, duration_ns: int, time_nanos: int, comments: Sequence[str] = (),
-                 numbering: Optional[Numbering] = None):
+    def __init__(
+        self,
+        period_ns: int,
+        duration_ns: int,
+        time_nanos: int,
+        comments: Sequence[str] = (),
+        numbering: Optional[Numbering] = None,
+    ):
         self.numbering = numbering
         if numbering is not None:
             comments = [*comments, numbering.comment]
@@ -306,7 +311,7 @@ class ProfileBuilder:
         for (locs, lab), vals in self._samples.items():
             ps = p.sample.add()
             ps.location_id.extend(locs)
-            ps.value.extend(vals[:len(types)])
+            ps.value.extend(vals[: len(types)])
             for k, v in lab:
                 pl = ps.label.add()
                 pl.key = self._strings[k]

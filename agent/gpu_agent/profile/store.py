@@ -39,7 +39,7 @@ _LISTING_TTL_S = 1.0
 @dataclass(frozen=True)
 class StoreFile:
     name: str
-    end_ns: int       # when the window was written (from the name)
+    end_ns: int  # when the window was written (from the name)
     size: int
     mtime_ns: int
 
@@ -68,8 +68,7 @@ def time_of(name: str) -> Optional[int]:
         return None
     t = m.group(1)  # YYYYmmddTHHMMSS, read by hand: strptime costs more than the listing
     fields = (int(t[0:4]), int(t[4:6]), int(t[6:8]), int(t[9:11]), int(t[11:13]), int(t[13:15]))
-    if not (1 <= fields[1] <= 12 and 1 <= fields[2] <= 31 and fields[3] < 24 and fields[4] < 60
-            and fields[5] < 61):
+    if not (1 <= fields[1] <= 12 and 1 <= fields[2] <= 31 and fields[3] < 24 and fields[4] < 60 and fields[5] < 61):
         return None
     return calendar.timegm(fields + (0, 0, 0)) * 1_000_000_000 + int(m.group(2))
 
@@ -119,8 +118,7 @@ class Store:
 
     def in_range(self, from_ns: int, to_ns: int, traces: bool = False) -> list[StoreFile]:
         """Files whose window ended in (from_ns, to_ns]: adjacent ranges share none."""
-        return [f for f in (self.traces() if traces else self.profiles())
-                if from_ns < f.end_ns <= to_ns]
+        return [f for f in (self.traces() if traces else self.profiles()) if from_ns < f.end_ns <= to_ns]
 
     def read(self, name: str, limit: int = -1) -> Optional[bytes]:
         """The bytes of one store file (at most limit + 1 of them, limit >= 0), or None:

@@ -23,21 +23,29 @@ GRAPH_BEFORE_ATTACH = "[graph captured before attach]"
 DUTY_LABEL = "gpu_time_estimated"
 # A process's launches whose records CUPTI lost (GA_KERNEL_DROPPED totals rows).
 DROPPED_CUPTI = "[dropped: cupti]"
-DROPPED_COMMENT = (f"{DROPPED_CUPTI} samples: launches whose kernel records CUPTI lost (no free "
-                   "buffer); their gpu_time is an estimate, the process's mean kernel time in the "
-                   "window times those launches")
-DUTY_COMMENT = (f"gpu_time and kernel_launches of samples labelled {DUTY_LABEL}=true are estimates: "
-                "that process's shim collected in one time window of every N (planned under "
-                "GPU_AGENT_OVERHEAD_BUDGET, or GPU_AGENT_DUTY_CYCLE) and counted each collected "
-                "kernel about N times, "
-                "corrected for how much the windows slowed its launches (the launches between "
-                "windows are extrapolated from a count phase before each window)")
-QUIET_COMMENT = ("{n} attached process(es) show no kernel in this profile: idle, or none of their "
-                 "collection windows ended in this interval (windows come up to 15 s apart under "
-                 "GPU_AGENT_OVERHEAD_BUDGET; a window's records stand for its whole period and come "
-                 "with the profile in which that period ends)")
+DROPPED_COMMENT = (
+    f"{DROPPED_CUPTI} samples: launches whose kernel records CUPTI lost (no free "
+    "buffer); their gpu_time is an estimate, the process's mean kernel time in the "
+    "window times those launches"
+)
+DUTY_COMMENT = (
+    f"gpu_time and kernel_launches of samples labelled {DUTY_LABEL}=true are estimates: "
+    "that process's shim collected in one time window of every N (planned under "
+    "GPU_AGENT_OVERHEAD_BUDGET, or GPU_AGENT_DUTY_CYCLE) and counted each collected "
+    "kernel about N times, "
+    "corrected for how much the windows slowed its launches (the launches between "
+    "windows are extrapolated from a count phase before each window)"
+)
+QUIET_COMMENT = (
+    "{n} attached process(es) show no kernel in this profile: idle, or none of their "
+    "collection windows ended in this interval (windows come up to 15 s apart under "
+    "GPU_AGENT_OVERHEAD_BUDGET; a window's records stand for its whole period and come "
+    "with the profile in which that period ends)"
+)
 # Label of graph kernels: where the graph was launched (replayed) from.
 GRAPH_REPLAY_LABEL = "cuda_graph_replay"
-PARCAGPU_COMMENT = ("source=parcagpu samples: parcagpu passes on the kernel records of only the "
-                    "launches it samples (by default 100 a second per thread), so their GPU time "
-                    "and launches are those kernels', not the process's")
+PARCAGPU_COMMENT = (
+    "source=parcagpu samples: parcagpu passes on the kernel records of only the "
+    "launches it samples (by default 100 a second per thread), so their GPU time "
+    "and launches are those kernels', not the process's"
+)

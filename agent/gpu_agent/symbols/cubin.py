@@ -61,10 +61,10 @@ def read_line_table(data: bytes) -> LineTable:
 
 
 # The child that parses one cubin (parse_bounded): its limits.
-CHILD_AS_BYTES = 1 << 30     # address space: a decompression bomb stops here
-CHILD_CPU_S = 10             # CPU seconds
-CHILD_WALL_S = 20.0          # wall clock, then killed
-MAX_ROWS = 1_000_000         # rows it may hand back
+CHILD_AS_BYTES = 1 << 30  # address space: a decompression bomb stops here
+CHILD_CPU_S = 10  # CPU seconds
+CHILD_WALL_S = 20.0  # wall clock, then killed
+MAX_ROWS = 1_000_000  # rows it may hand back
 NOBODY = 65534
 
 
@@ -73,8 +73,13 @@ def parse_bounded(data: bytes) -> tuple[LineTable, str]:
     module's main) under CHILD_* limits, as nobody: (table, "") or (empty table,
     why not)."""
     try:
-        p = subprocess.run([sys.executable, "-S", "-c", _CHILD], input=data, capture_output=True,
-                           timeout=CHILD_WALL_S, env={"PYTHONPATH": os.pathsep.join(d for d in sys.path if d)})
+        p = subprocess.run(
+            [sys.executable, "-S", "-c", _CHILD],
+            input=data,
+            capture_output=True,
+            timeout=CHILD_WALL_S,
+            env={"PYTHONPATH": os.pathsep.join(d for d in sys.path if d)},
+        )
     except subprocess.TimeoutExpired:
         return LineTable({}), f"parse ran over {CHILD_WALL_S:g} s"
     except OSError as e:
@@ -102,6 +107,7 @@ def parse_bounded(data: bytes) -> tuple[LineTable, str]:
 def _child_main() -> None:
     """In the child: limits first, then nobody, then the bytes on stdin."""
     import resource
+
     resource.setrlimit(resource.RLIMIT_AS, (CHILD_AS_BYTES, CHILD_AS_BYTES))
     resource.setrlimit(resource.RLIMIT_CPU, (CHILD_CPU_S, CHILD_CPU_S))
     resource.setrlimit(resource.RLIMIT_NOFILE, (16, 16))
@@ -113,12 +119,14 @@ def _child_main() -> None:
     import elftools.elf.relocation  # noqa: F401
     import elftools.elf.sections  # noqa: F401
     import zlib  # noqa: F401
+
     if os.geteuid() == 0:
         os.setgroups([])
         os.setgid(NOBODY)
         os.setuid(NOBODY)
     data = sys.stdin.buffer.read()
     out, files, n = [], {}, 0
+
     def clean(s: str) -> str:  # names from the cubin: no separator of ours in them
         return s.replace("\t", " ").replace("\n", " ").replace("\r", " ")
 
@@ -136,8 +144,10 @@ def _child_main() -> None:
     sys.stdout.write("\n".join(out) + "\n")
 
 
-_CHILD = "import sys; sys.path[:0] = __import__('os').environ['PYTHONPATH'].split(':'); " \
-         f"from {__name__} import _child_main; _child_main()"
+_CHILD = (
+    "import sys; sys.path[:0] = __import__('os').environ['PYTHONPATH'].split(':'); "
+    f"from {__name__} import _child_main; _child_main()"
+)
 
 
 def _parse(data: bytes) -> dict[str, Rows]:
@@ -173,8 +183,7 @@ def _parse(data: bytes) -> dict[str, Rows]:
             st = entry.state
             if st is None or st.end_sequence or function is None:
                 continue
-            out.setdefault(function, []).append(
-                (st.address - base + addend, files.get(st.file, ""), st.line))
+            out.setdefault(function, []).append((st.address - base + addend, files.get(st.file, ""), st.line))
         offset = prog.program_end_offset
     for rows in out.values():
         rows.sort(key=lambda r: r[0])
@@ -183,8 +192,7 @@ def _parse(data: bytes) -> dict[str, Rows]:
 
 def _file_names(prog) -> dict[int, str]:
     """DWARF 2-4 file indices (1-based) -> paths with their include directory."""
-    dirs = [d.decode("utf-8", "replace") if isinstance(d, bytes) else d
-            for d in prog["include_directory"]]
+    dirs = [d.decode("utf-8", "replace") if isinstance(d, bytes) else d for d in prog["include_directory"]]
     names = {}
     for i, fe in enumerate(prog["file_entry"], start=1):
         name = fe.name.decode("utf-8", "replace") if isinstance(fe.name, bytes) else fe.name

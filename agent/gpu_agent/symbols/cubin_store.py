@@ -32,12 +32,12 @@ from ..system.procmem import ProcMem, ProcMemError
 
 log = logging.getLogger(__name__)
 
-MAX_CUBIN_BYTES = 64 << 20      # one cubin larger than this is not read
-PROC_PENDING_BYTES = 64 << 20   # read, not parsed yet, per process
-PENDING_BYTES = 256 << 20       # the same, for all processes
+MAX_CUBIN_BYTES = 64 << 20  # one cubin larger than this is not read
+PROC_PENDING_BYTES = 64 << 20  # read, not parsed yet, per process
+PENDING_BYTES = 256 << 20  # the same, for all processes
 MAX_TABLES = 1024
-MAX_KEYS = 65536                # (process, claimed CRC) pairs remembered
-WAIT_S = 2.0                    # a profile waits this long at most for parses
+MAX_KEYS = 65536  # (process, claimed CRC) pairs remembered
+WAIT_S = 2.0  # a profile waits this long at most for parses
 
 Key = tuple[int, int, int]  # tgid, start tag, claimed CRC
 
@@ -48,7 +48,7 @@ class CubinStore:
         self._parse = parse
         self.counts: Counter = Counter()
         self._lock = threading.Lock()
-        self._digest: "OrderedDict[Key, bytes]" = OrderedDict()       # key -> sha256 of its bytes
+        self._digest: "OrderedDict[Key, bytes]" = OrderedDict()  # key -> sha256 of its bytes
         self._pending: "OrderedDict[bytes, tuple[int, bytes]]" = OrderedDict()  # digest -> (tgid, bytes)
         self._tables: "OrderedDict[bytes, LineTable]" = OrderedDict()
         self._asked: set[bytes] = set()  # queued or being parsed

@@ -111,8 +111,11 @@ class _ElfInfo:
 
 def parse_maps(text: str) -> List[Mapping]:
     """Executable, file-backed mappings of a /proc/PID/maps text, by address."""
-    out = [Mapping(e.start, e.end, e.offset, e.inode, e.path, e.deleted)
-           for e in procfs.parse_maps(text) if "x" in e.perms and e.file_backed]
+    out = [
+        Mapping(e.start, e.end, e.offset, e.inode, e.path, e.deleted)
+        for e in procfs.parse_maps(text)
+        if "x" in e.perms and e.file_backed
+    ]
     out.sort(key=lambda m: m.start)
     return out
 
@@ -246,8 +249,7 @@ class Symbolizer:
                     known = self._idents.get(fkey)
                     if known is not None:  # same file already parsed (another pid)
                         self._idents.move_to_end(fkey)
-                        return _ElfInfo(path, known.build_id, known.segments, known.cache_key,
-                                        m.path, ino)
+                        return _ElfInfo(path, known.build_id, known.segments, known.cache_key, m.path, ino)
                     elf = ELFFile(f)
                     segs = _elf.load_segments(elf)
                     bid = _elf.build_id(elf)
@@ -315,6 +317,7 @@ class Symbolizer:
         while len(self._tables) > self._max_tables:
             self._tables.popitem(last=False)
         return table
+
 
 def _unknown_frame(rel: int, path: Optional[str], build_id: Optional[str] = None) -> Frame:
     if path is None:

@@ -32,8 +32,7 @@ class SymbolTable:
 
     __slots__ = ("addrs", "sizes", "_offs", "_strtab", "_str_end", "_demangled")
 
-    def __init__(self, entries: Optional[List[Tuple[int, int, bytes, int]]] = None, *,
-                 raw: Optional[tuple] = None):
+    def __init__(self, entries: Optional[List[Tuple[int, int, bytes, int]]] = None, *, raw: Optional[tuple] = None):
         # entries: (addr, size, raw name, binding), for small tables and tests;
         # raw: (addrs, sizes, name offsets, bindings, string table, its end), as
         # elf.function_symbols gives them.
@@ -59,10 +58,11 @@ class SymbolTable:
                 j += 1
             best = order[i]
             if j - i > 1:
+
                 def key(k):
                     name = self._name_at(offs[k])
-                    return (sizes[k] == 0, rank.get(binds[k], 3),
-                            len(name) - len(name.lstrip(b"_")), len(name))
+                    return (sizes[k] == 0, rank.get(binds[k], 3), len(name) - len(name.lstrip(b"_")), len(name))
+
                 best = min(order[i:j], key=key)
             self.addrs.append(addrs[best])
             self.sizes.append(sizes[best])
@@ -71,7 +71,7 @@ class SymbolTable:
 
     def _name_at(self, off: int) -> bytes:
         end = self._strtab.find(b"\0", off, self._str_end)
-        return bytes(self._strtab[off:end if end >= 0 else self._str_end])
+        return bytes(self._strtab[off : end if end >= 0 else self._str_end])
 
     def __len__(self) -> int:
         return len(self.addrs)

@@ -19,14 +19,15 @@ PAGE = 4096
 
 
 class LoadSegment(NamedTuple):
-    offset: int   # p_offset
-    vaddr: int    # p_vaddr
-    filesz: int   # p_filesz
+    offset: int  # p_offset
+    vaddr: int  # p_vaddr
+    filesz: int  # p_filesz
 
 
 def load_segments(elf: ELFFile) -> List[LoadSegment]:
-    return [LoadSegment(s["p_offset"], s["p_vaddr"], s["p_filesz"])
-            for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"]
+    return [
+        LoadSegment(s["p_offset"], s["p_vaddr"], s["p_filesz"]) for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"
+    ]
 
 
 def offset_to_vaddr(segments: Sequence[LoadSegment], file_off: int) -> int:
@@ -108,7 +109,7 @@ def iter_symbols(elf: ELFFile, section_name: str, buf) -> Iterator[Tuple[int, in
     if t is None:
         return
     is64 = elf.elfclass == 64
-    with memoryview(buf)[t.sym_off:t.sym_off + t.count * t.entsize] as data:
+    with memoryview(buf)[t.sym_off : t.sym_off + t.count * t.entsize] as data:
         for rec in struct.iter_unpack(t.fmt, data):
             if is64:
                 st_name, info, _other, shndx, value, size = rec
@@ -139,8 +140,9 @@ def function_symbols(elf: ELFFile, section_name: str, buf) -> Optional[tuple]:
     return addrs, sizes, offs, binds, buf, strtab_end(elf, section_name, len(buf))
 
 
-def find_symbols(elf: ELFFile, buf, names: Sequence[str],
-                 sections: Sequence[str] = (".dynsym", ".symtab")) -> Dict[str, int]:
+def find_symbols(
+    elf: ELFFile, buf, names: Sequence[str], sections: Sequence[str] = (".dynsym", ".symtab")
+) -> Dict[str, int]:
     """The vaddr of each wanted defined symbol, first section first."""
     want = {n.encode(): n for n in names}
     found: Dict[str, int] = {}
@@ -150,7 +152,7 @@ def find_symbols(elf: ELFFile, buf, names: Sequence[str],
             if not value or shndx == 0:
                 continue
             stop = buf.find(b"\0", name_off, end)
-            n = want.get(bytes(buf[name_off:stop if stop >= 0 else end]))
+            n = want.get(bytes(buf[name_off : stop if stop >= 0 else end]))
             if n is not None and n not in found:
                 found[n] = value
         if len(found) == len(want):

@@ -48,15 +48,17 @@ _COMPONENT_RES = [
     (re.compile(r"^" + _ID + r"$"), ""),  # cgroupfs driver: runtime from the parent
 ]
 # Pod UID: cgroupfs `pod1b2c...-...`, systemd `kubepods-burstable-pod1b2c..._..._....slice`.
-_POD_RE = re.compile(r"(?:^|-)pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})"
-                     r"(?:\.slice)?$")
+_POD_RE = re.compile(
+    r"(?:^|-)pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})"
+    r"(?:\.slice)?$"
+)
 
 
 @dataclass(frozen=True)
 class CgroupRef:
     container_id: Optional[str]  # 64 hex, no runtime prefix
-    runtime: Optional[str]       # containerd, cri-o, docker, podman, or None when the name does not say
-    pod_uid: Optional[str]       # dashed UID from a kubepods path, or None outside Kubernetes
+    runtime: Optional[str]  # containerd, cri-o, docker, podman, or None when the name does not say
+    pod_uid: Optional[str]  # dashed UID from a kubepods path, or None outside Kubernetes
 
 
 def _runtime_from_parents(parts: list[str]) -> Optional[str]:
@@ -126,10 +128,11 @@ def read_cgroup(pid: int, proc_root: str = "/proc") -> Optional[CgroupRef]:
 
 # -- the pods on this node ----------------------------------------------------
 
+
 @dataclass(frozen=True)
 class PodIndex:
     by_container: dict  # container id -> (namespace, pod, container)
-    by_uid: dict        # pod uid -> (namespace, pod)
+    by_uid: dict  # pod uid -> (namespace, pod)
 
     @classmethod
     def empty(cls) -> "PodIndex":
@@ -169,8 +172,14 @@ def in_cluster_url(node_name: Optional[str]) -> Optional[str]:
 class PodSource:
     """Fetches a PodList from the API server or the kubelet, with the service account's token."""
 
-    def __init__(self, url: str, token_file: Optional[str] = None, ca_file: Optional[str] = None,
-                 insecure: bool = False, timeout: float = 10.0):
+    def __init__(
+        self,
+        url: str,
+        token_file: Optional[str] = None,
+        ca_file: Optional[str] = None,
+        insecure: bool = False,
+        timeout: float = 10.0,
+    ):
         self.url = url
         self.token_file = token_file
         self.ca_file = ca_file
@@ -201,8 +210,9 @@ class PodSource:
 class PodMetadata:
     """Cached pid -> labels, over a pod index refreshed on a background thread."""
 
-    def __init__(self, source: PodSource, refresh_s: float = 30.0, min_refresh_s: float = 2.0,
-                 proc_root: str = "/proc", log=None):
+    def __init__(
+        self, source: PodSource, refresh_s: float = 30.0, min_refresh_s: float = 2.0, proc_root: str = "/proc", log=None
+    ):
         self.source = source
         self.refresh_s = refresh_s
         self.min_refresh_s = min_refresh_s
@@ -228,8 +238,9 @@ class PodMetadata:
             self.errors += 1
             msg = f"{type(e).__name__}: {e}"
             if msg != self._last_error:
-                self._log(f"kubernetes pod list from {self.source.url} failed ({msg}); "
-                          "pod labels may be missing or stale")
+                self._log(
+                    f"kubernetes pod list from {self.source.url} failed ({msg}); pod labels may be missing or stale"
+                )
                 self._last_error = msg
             return False
         self.index = PodIndex.from_podlist(podlist)  # one reference swap: readers never lock

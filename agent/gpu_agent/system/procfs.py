@@ -18,14 +18,14 @@ class MapEntry(NamedTuple):
     end: int
     perms: str
     offset: int
-    dev: int        # st_dev as os.makedev(major, minor)
+    dev: int  # st_dev as os.makedev(major, minor)
     inode: int
-    path: str       # without the " (deleted)" suffix; "" for an anonymous mapping
+    path: str  # without the " (deleted)" suffix; "" for an anonymous mapping
     deleted: bool
 
     @property
     def range(self) -> str:
-        """"start-end" in hex: the entry's name under /proc/PID/map_files."""
+        """ "start-end" in hex: the entry's name under /proc/PID/map_files."""
         return f"{self.start:x}-{self.end:x}"
 
     @property
@@ -51,8 +51,7 @@ def parse_maps(text: str | bytes) -> List[MapEntry]:
         try:
             lo, hi = (int(x, 16) for x in rng.split("-"))
             major, minor = (int(x, 16) for x in dev.split(":"))
-            out.append(MapEntry(lo, hi, perms, int(off, 16), os.makedev(major, minor), int(inode),
-                                path, deleted))
+            out.append(MapEntry(lo, hi, perms, int(off, 16), os.makedev(major, minor), int(inode), path, deleted))
         except ValueError:
             continue
     return out
@@ -82,6 +81,6 @@ def start_ticks(pid: int) -> Optional[int]:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
-        return int(data[data.rindex(b")") + 2:].split()[19])
+        return int(data[data.rindex(b")") + 2 :].split()[19])
     except (OSError, ValueError, IndexError):
         return None

@@ -39,8 +39,7 @@ class ProcMem:
         try:
             data = os.pread(self._fd, n, addr)
         except OSError as e:
-            raise ProcMemError(e.errno, f"pid {self.pid}: read {n} bytes at {addr:#x}: "
-                                        f"{e.strerror}") from None
+            raise ProcMemError(e.errno, f"pid {self.pid}: read {n} bytes at {addr:#x}: {e.strerror}") from None
         if len(data) != n:
             raise ProcMemError(0, f"pid {self.pid}: short read at {addr:#x}")
         return data

@@ -41,6 +41,7 @@ def invoker() -> Optional[tuple[int, set[int]]]:
     """(uid, gids) of the user who ran this root process through sudo; None when
     not root or not run through sudo (then the process reads as itself)."""
     import pwd
+
     if os.geteuid() != 0 or "SUDO_UID" not in os.environ:
         return None
     try:
@@ -68,6 +69,7 @@ def open_for_invoker(path: str) -> tuple[int, os.stat_result]:
     got = open_regular(path)
     if got is None:
         import errno
+
         if not os.path.lexists(path):
             raise OSError(errno.ENOENT, os.strerror(errno.ENOENT))
         raise OSError(f"{path}: not a readable regular file")

@@ -23,5 +23,6 @@ __all__ = list(_WRITERS)
 def __getattr__(name):
     if name in _WRITERS:
         import importlib
+
         return getattr(importlib.import_module(f".{_WRITERS[name]}", __name__), name)
     raise AttributeError(name)

@@ -32,8 +32,16 @@ import json
 from ..system.atomic import private_output
 from ..probes.devices import GpuDevice
 from .model import InKernel, KernelEvent, Timeline
-from .kernel_fields import (assign_lanes, is_graph_kernel, kernel_end, launch_name, launch_stack_id,
-                            sampled_launches, stack_text, stream_label)
+from .kernel_fields import (
+    assign_lanes,
+    is_graph_kernel,
+    kernel_end,
+    launch_name,
+    launch_stack_id,
+    sampled_launches,
+    stack_text,
+    stream_label,
+)
 
 
 def _us(ns: int) -> str:
@@ -74,10 +82,10 @@ class _ChromeWriter:
         # GPU processes: made-up pids below every profiled process's
         taken = set(tl.processes) | {k.pid for k in tl.kernels} | {0}
         self.free_pids = (p for p in range(1, 1 << 31) if p not in taken)
-        self.gpu_pids: dict[object, int] = {}   # the GPU's key (UUID, or (pid, ordinal)) -> pid
+        self.gpu_pids: dict[object, int] = {}  # the GPU's key (UUID, or (pid, ordinal)) -> pid
         self.rows: dict[tuple, tuple[int, int]] = {}  # (pid, device, stream, lane) -> (gpu pid, tid)
-        self.row_count: dict[int, int] = {}           # gpu pid -> its rows
-        self.mangled: dict[str, str] = {}             # kernel name -> mangled, for otherData
+        self.row_count: dict[int, int] = {}  # gpu pid -> its rows
+        self.mangled: dict[str, str] = {}  # kernel name -> mangled, for otherData
 
     def emit(self, line: str) -> None:
         self.out.write(line if self.first else ",\n" + line)
@@ -139,15 +147,21 @@ class _ChromeWriter:
 
     def kernel(self, k: KernelEvent, lane: int, flow: int | None) -> None:
         pid, tid = self.gpu_row(k, lane)
-        event = {"ph": "X", "name": k.name or k.mangled,
-                 "cat": "cuda,cuda_graph" if is_graph_kernel(k) else "cuda", "pid": pid, "tid": tid}
+        event = {
+            "ph": "X",
+            "name": k.name or k.mangled,
+            "cat": "cuda,cuda_graph" if is_graph_kernel(k) else "cuda",
+            "pid": pid,
+            "tid": tid,
+        }
         if k.mangled and k.name and k.mangled != k.name:
             self.mangled.setdefault(k.name, k.mangled)
         self.line(event, k.start_ns, kernel_end(k) - k.start_ns)
         if flow is not None:
             # "bp":"e": the arrow ends on the slice that encloses it, the kernel.
-            self.line({"ph": "f", "bp": "e", "name": "launch", "cat": "cuda",
-                       "id": flow, "pid": pid, "tid": tid}, k.start_ns)
+            self.line(
+                {"ph": "f", "bp": "e", "name": "launch", "cat": "cuda", "id": flow, "pid": pid, "tid": tid}, k.start_ns
+            )
 
     def inkernel(self, ik: InKernel) -> None:
         """A .nanotrace file's events as a process of their own, one per kernel
@@ -162,13 +176,27 @@ class _ChromeWriter:
             self.meta("thread_name", pid, t.id, {"name": paths[t.id]})
             self.meta("thread_sort_index", pid, t.id, {"sort_index": t.id})
         for e in ik.events:
-            self.line({"ph": "X", "name": e.name or "event", "cat": "nanotrace", "pid": pid, "tid": e.track,
-                       "args": {str(key): value for key, value in e.args}}, e.start_ns, e.end_ns - e.start_ns)
+            self.line(
+                {
+                    "ph": "X",
+                    "name": e.name or "event",
+                    "cat": "nanotrace",
+                    "pid": pid,
+                    "tid": e.track,
+                    "args": {str(key): value for key, value in e.args},
+                },
+                e.start_ns,
+                e.end_ns - e.start_ns,
+            )
 
     def launch(self, pid: int, tid: int, ts: int, first: KernelEvent, flows: list[int]) -> None:
         self.thread(pid, tid)
-        args: dict = {"correlation_id": first.correlation_id, "kernel": first.name or first.mangled,
-                      "device": first.device, "stream": first.stream}
+        args: dict = {
+            "correlation_id": first.correlation_id,
+            "kernel": first.name or first.mangled,
+            "device": first.device,
+            "stream": first.stream,
+        }
         if first.grid is not None:
             args["grid"] = list(first.grid)
         if first.block is not None:
@@ -183,19 +211,17 @@ class _ChromeWriter:
             args["capture_stack"] = stack_text(self.tl, first.stack_id)
         # A flow starts on a slice, not an instant: a zero-length one stands for
         # the launch call.
-        self.line({"ph": "X", "name": launch_name(first), "cat": "cuda",
-                   "pid": pid, "tid": tid, "args": args}, ts, 0)
+        self.line({"ph": "X", "name": launch_name(first), "cat": "cuda", "pid": pid, "tid": tid, "args": args}, ts, 0)
         for flow in flows:
             self.line({"ph": "s", "name": "launch", "cat": "cuda", "id": flow, "pid": pid, "tid": tid}, ts)
 
     def drops(self) -> None:
         """Drops have totals, not times: one counter ("C") event per process at the
         end of the capture, its series named by what was lost."""
-        end = self.tl.ended_ns or max((kernel_end(k) for k in self.tl.kernels),
-                                      default=self.tl.started_ns)
+        end = self.tl.ended_ns or max((kernel_end(k) for k in self.tl.kernels), default=self.tl.started_ns)
         by_pid: dict[int, dict[str, int]] = {}
         for d in self.tl.drops:
-            pid = d.pid if d.pid is not None else 0    # 0: the agent's own drops
+            pid = d.pid if d.pid is not None else 0  # 0: the agent's own drops
             series = by_pid.setdefault(pid, {})
             series[d.what] = series.get(d.what, 0) + d.count
         for pid, series in sorted(by_pid.items()):
@@ -216,11 +242,11 @@ def write_chrome(timeline: Timeline, path) -> None:
     with private_output(path, text=True) as out:
         out.write('{"traceEvents":[\n')
         w = _ChromeWriter(tl, out, origin)
-        for i, k in enumerate(tl.kernels):   # the GPUs first, in the order they appear
+        for i, k in enumerate(tl.kernels):  # the GPUs first, in the order they appear
             w.gpu_row(k, lanes[i])
         for pid in sorted(tl.processes):
             w.process(pid)
-        for (pid, tid) in sorted(tl.threads):
+        for pid, tid in sorted(tl.threads):
             w.thread(pid, tid)
         for (pid, tid, ts), (first, fl) in launches.items():
             w.launch(pid, tid, ts, first, fl)
@@ -229,12 +255,25 @@ def write_chrome(timeline: Timeline, path) -> None:
         for ik in tl.inkernel:
             w.inkernel(ik)
         w.drops()
-        other = {"clock": tl.clock, "host": tl.host, "ts_origin_ns": origin, "started_ns": tl.started_ns,
-                 "ended_ns": tl.ended_ns, "generator": "gpu-agent",
-                 "devices": [{"pid": pid, "ordinal": d.ordinal, "uuid": d.uuid, "model": d.model}
-                             for (pid, _), d in sorted(tl.devices.items())],
-                 "gpu_processes": [{"pid": gpid, "uuid": key if isinstance(key, str) else "",
-                                    "of_pid": None if isinstance(key, str) else key[0]}
-                                   for key, gpid in w.gpu_pids.items()],
-                 "mangled": w.mangled}
+        other = {
+            "clock": tl.clock,
+            "host": tl.host,
+            "ts_origin_ns": origin,
+            "started_ns": tl.started_ns,
+            "ended_ns": tl.ended_ns,
+            "generator": "gpu-agent",
+            "devices": [
+                {"pid": pid, "ordinal": d.ordinal, "uuid": d.uuid, "model": d.model}
+                for (pid, _), d in sorted(tl.devices.items())
+            ],
+            "gpu_processes": [
+                {
+                    "pid": gpid,
+                    "uuid": key if isinstance(key, str) else "",
+                    "of_pid": None if isinstance(key, str) else key[0],
+                }
+                for key, gpid in w.gpu_pids.items()
+            ],
+            "mangled": w.mangled,
+        }
         out.write('\n],\n"displayTimeUnit":"ns",\n"otherData":' + json.dumps(other) + "}\n")

@@ -37,17 +37,22 @@ class TimelineCollector:
     calls on_pause (`trace` returns its targets to the always-on windows), and
     counts the events that still arrive without keeping them."""
 
-    def __init__(self, collector, ring: int = DEFAULT_RING, retention: str = "drop-oldest",
-                 on_pause: Optional[Callable[[], None]] = None):
+    def __init__(
+        self,
+        collector,
+        ring: int = DEFAULT_RING,
+        retention: str = "drop-oldest",
+        on_pause: Optional[Callable[[], None]] = None,
+    ):
         if retention not in RETENTIONS:
             raise ValueError(f"retention must be one of {', '.join(RETENTIONS)}")
         self.collector = collector
         self.ring, self.retention, self.on_pause = ring, retention, on_pause
         self._raw: deque = deque(maxlen=ring if retention == "drop-oldest" else None)
-        self.dropped_oldest = 0   # drop-oldest: events the ring let go
-        self.not_kept = 0         # backpressure: events after the pause
-        self.paused_ns = 0        # CLOCK_REALTIME of the pause (0: never)
-        self.refused = 0          # records that cannot be true (as BPF counts drop_impossible)
+        self.dropped_oldest = 0  # drop-oldest: events the ring let go
+        self.not_kept = 0  # backpressure: events after the pause
+        self.paused_ns = 0  # CLOCK_REALTIME of the pause (0: never)
+        self.refused = 0  # records that cannot be true (as BPF counts drop_impossible)
         self._threads: dict[tuple[int, int], str] = {}
         collector.session.on_kernel = self._on_kernel
         collector.session.on_device = collector.note_device
@@ -64,16 +69,43 @@ class TimelineCollector:
         r, pid = ev.rec, ev.hdr.tgid
         if ev.launch_tid and (pid, ev.launch_tid) not in self._threads:
             self._threads[(pid, ev.launch_tid)] = _thread_name(pid, ev.launch_tid)
-        self._raw.append(RAW.pack(pid, ev.start, r.start_ns, r.end_ns, r.kernel_id, r.device_id, r.stream_id,
-                                  r.context_id, r.correlation_id, r.graph_id, r.graph_node_id, r.flags,
-                                  r.join_max_lag_us, ev.stack_id, ev.capture_stack_id, ev.launch_tid,
-                                  ev.launch_ns, r.grid_x, r.grid_y, r.grid_z, r.block_x, r.block_y, r.block_z,
-                                  0, 0))
+        self._raw.append(
+            RAW.pack(
+                pid,
+                ev.start,
+                r.start_ns,
+                r.end_ns,
+                r.kernel_id,
+                r.device_id,
+                r.stream_id,
+                r.context_id,
+                r.correlation_id,
+                r.graph_id,
+                r.graph_node_id,
+                r.flags,
+                r.join_max_lag_us,
+                ev.stack_id,
+                ev.capture_stack_id,
+                ev.launch_tid,
+                ev.launch_ns,
+                r.grid_x,
+                r.grid_y,
+                r.grid_z,
+                r.block_x,
+                r.block_y,
+                r.block_z,
+                0,
+                0,
+            )
+        )
 
     def _pause(self) -> None:
         self.paused_ns = time.time_ns()
-        print(f"gpu-agent: timeline ring full ({self.ring} kernel events): capture paused "
-              "(--retention backpressure); later kernels are counted, not kept", file=sys.stderr)
+        print(
+            f"gpu-agent: timeline ring full ({self.ring} kernel events): capture paused "
+            "(--retention backpressure); later kernels are counted, not kept",
+            file=sys.stderr,
+        )
         if self.on_pause is not None:
             self.on_pause()
 
@@ -92,8 +124,33 @@ class TimelineCollector:
             return stack_ids[key]
 
         for raw in self._raw:
-            (pid, start, t0, t1, kid, dev, stream, ctx, corr, gid, gnode, flags, lag, sid, cap,
-             tid, launch, gx, gy, gz, bx, by, bz, _, _) = RAW.unpack(raw)
+            (
+                pid,
+                start,
+                t0,
+                t1,
+                kid,
+                dev,
+                stream,
+                ctx,
+                corr,
+                gid,
+                gnode,
+                flags,
+                lag,
+                sid,
+                cap,
+                tid,
+                launch,
+                gx,
+                gy,
+                gz,
+                bx,
+                by,
+                bz,
+                _,
+                _,
+            ) = RAW.unpack(raw)
             grid, block = (gx, gy, gz), (bx, by, bz)
             if not c.included(pid):
                 continue
@@ -105,10 +162,21 @@ class TimelineCollector:
             off = c.clock_offset(pid)
             name, mangled = c.kernel_name_or_unknown(kid)
             graph = bool(gid or gnode)
-            k = KernelEvent(pid=pid, start_ns=t0 + off, end_ns=t1 + off, name=name, mangled=mangled,
-                            device=dev, stream=stream, context=ctx, correlation_id=corr,
-                            graph_id=gid, graph_node_id=gnode,
-                            grid=grid if grid[0] else None, block=block if block[0] else None)
+            k = KernelEvent(
+                pid=pid,
+                start_ns=t0 + off,
+                end_ns=t1 + off,
+                name=name,
+                mangled=mangled,
+                device=dev,
+                stream=stream,
+                context=ctx,
+                correlation_id=corr,
+                graph_id=gid,
+                graph_node_id=gnode,
+                grid=grid if grid[0] else None,
+                block=block if block[0] else None,
+            )
             if graph:
                 k.stack_id = stack(pid, start, cap)
                 k.replay_stack_id = stack(pid, start, sid)
@@ -123,9 +191,13 @@ class TimelineCollector:
         tl.devices = {key: d for key, d in c.devices.items() if key[0] in tl.processes}
         tl.threads = {key: n for key, n in self._threads.items() if key[0] in tl.processes}
         counters = c.counters()
-        for what, n in (("trace_ringbuf", counters.get("drop_trace_full", 0)),
-                        ("ring_oldest", self.dropped_oldest), ("paused", self.not_kept),
-                        ("impossible", self.refused), ("cupti", counters.get("drop_cupti", 0))):
+        for what, n in (
+            ("trace_ringbuf", counters.get("drop_trace_full", 0)),
+            ("ring_oldest", self.dropped_oldest),
+            ("paused", self.not_kept),
+            ("impossible", self.refused),
+            ("cupti", counters.get("drop_cupti", 0)),
+        ):
             if n:
                 tl.drops.append(Drop(what, int(n)))
         tl.monotonic_raw_pair = (time.time_ns(), time.clock_gettime_ns(time.CLOCK_MONOTONIC_RAW))

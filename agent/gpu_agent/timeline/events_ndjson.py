@@ -29,8 +29,17 @@ import json
 import os
 
 from ..system.atomic import private_output
-from .model import (MAX_INKERNEL_EVENTS, SCHEMA_VERSION, Drop, Frame, InKernel, InKernelEvent, InKernelTrack,
-                    KernelEvent, Timeline)
+from .model import (
+    MAX_INKERNEL_EVENTS,
+    SCHEMA_VERSION,
+    Drop,
+    Frame,
+    InKernel,
+    InKernelEvent,
+    InKernelTrack,
+    KernelEvent,
+    Timeline,
+)
 
 MODES = ("dedup", "full", "nostack")
 
@@ -49,10 +58,11 @@ def header(tl: Timeline, mode: str) -> dict:
         "started_ns": tl.started_ns,
         "ended_ns": tl.ended_ns,
         "pids": [{"pid": pid, "comm": comm} for pid, comm in sorted(tl.processes.items())],
-        "threads": [{"pid": pid, "tid": tid, "name": name}
-                    for (pid, tid), name in sorted(tl.threads.items())],
-        "devices": [{"pid": pid, "ordinal": d.ordinal, "uuid": d.uuid, "model": d.model}
-                    for (pid, _), d in sorted(tl.devices.items())],
+        "threads": [{"pid": pid, "tid": tid, "name": name} for (pid, tid), name in sorted(tl.threads.items())],
+        "devices": [
+            {"pid": pid, "ordinal": d.ordinal, "uuid": d.uuid, "model": d.model}
+            for (pid, _), d in sorted(tl.devices.items())
+        ],
         **({"monotonic_raw_pair": list(tl.monotonic_raw_pair)} if tl.monotonic_raw_pair else {}),
     }
 
@@ -108,8 +118,12 @@ def write_events(timeline: Timeline, path, mode: str = "dedup") -> None:
                     defined.add(sid)
                     # A stack the Timeline lacks is defined empty, so that every
                     # id a kernel names has its definition.
-                    out.write(dump({"type": "callstack_def", "id": sid,
-                                    "frames": [_frame(f) for f in tl.stacks.get(sid, ())]}) + "\n")
+                    out.write(
+                        dump(
+                            {"type": "callstack_def", "id": sid, "frames": [_frame(f) for f in tl.stacks.get(sid, ())]}
+                        )
+                        + "\n"
+                    )
             out.write(dump(kernel(tl, k, mode)) + "\n")
         for line in inkernel_lines(tl):
             out.write(dump(line) + "\n")
@@ -123,20 +137,35 @@ def write_events(timeline: Timeline, path, mode: str = "dedup") -> None:
 def inkernel_lines(tl: Timeline):
     for n, ik in enumerate(tl.inkernel):
         k = tl.kernels[ik.kernel]
-        yield {"type": "inkernel", "id": n, "kernel": ik.kernel, "pid": k.pid, "correlation_id": k.correlation_id,
-               "source": ik.source, "placed_by": ik.placed_by, "clamped": ik.clamped}
+        yield {
+            "type": "inkernel",
+            "id": n,
+            "kernel": ik.kernel,
+            "pid": k.pid,
+            "correlation_id": k.correlation_id,
+            "source": ik.source,
+            "placed_by": ik.placed_by,
+            "clamped": ik.clamped,
+        }
         for t in ik.tracks:
             yield {"type": "inkernel_track", "of": n, "id": t.id, "parent": t.parent, "name": t.name}
         for e in ik.events:
-            yield {"type": "inkernel_event", "of": n, "track": e.track, "start_ns": e.start_ns, "end_ns": e.end_ns,
-                   "name": e.name, "args": [[a, v] for a, v in e.args]}
+            yield {
+                "type": "inkernel_event",
+                "of": n,
+                "track": e.track,
+                "start_ns": e.start_ns,
+                "end_ns": e.end_ns,
+                "name": e.name,
+                "args": [[a, v] for a, v in e.args],
+            }
 
 
 class EventsError(ValueError):
     """A file that is not NDJSON kernel events we can read, in one line."""
 
 
-MAX_LINE = 1 << 20          # bytes of one line
+MAX_LINE = 1 << 20  # bytes of one line
 MAX_LINES = 20_000_000
 
 
@@ -144,10 +173,12 @@ def read_events(path) -> Timeline:
     """A file write_events wrote, as a Timeline (EventsError: what is wrong, where).
     Under sudo only a regular file the invoking user may read (system/safe_open.py)."""
     from ..probes.devices import GpuDevice
+
     tl: Timeline | None = None
-    inline: dict[tuple, int] = {}   # "full" mode's stacks -> the ids given them
+    inline: dict[tuple, int] = {}  # "full" mode's stacks -> the ids given them
     inner = _InKernelReader()
     from ..system.safe_open import open_for_invoker
+
     try:
         fd, _ = open_for_invoker(str(path))
     except OSError as e:
@@ -164,13 +195,20 @@ def read_events(path) -> Timeline:
                 if tl is None:
                     if kind != "header":
                         raise EventsError(f"{where}: no header line first: not a gpu-agent events file")
-                    tl = Timeline(host=str(line["host"]), started_ns=int(line["started_ns"]),
-                                  ended_ns=int(line["ended_ns"]), clock=str(line["clock"]))
+                    tl = Timeline(
+                        host=str(line["host"]),
+                        started_ns=int(line["started_ns"]),
+                        ended_ns=int(line["ended_ns"]),
+                        clock=str(line["clock"]),
+                    )
                     tl.processes = {int(p["pid"]): str(p["comm"]) for p in line["pids"]}
                     tl.threads = {(int(t["pid"]), int(t["tid"])): str(t["name"]) for t in line["threads"]}
-                    tl.devices = {(int(d["pid"]), int(d["ordinal"])): GpuDevice(int(d["ordinal"]), str(d["uuid"]),
-                                                                                str(d["model"]))
-                                  for d in line["devices"]}
+                    tl.devices = {
+                        (int(d["pid"]), int(d["ordinal"])): GpuDevice(
+                            int(d["ordinal"]), str(d["uuid"]), str(d["model"])
+                        )
+                        for d in line["devices"]
+                    }
                     pair = line.get("monotonic_raw_pair")
                     tl.monotonic_raw_pair = (int(pair[0]), int(pair[1])) if pair else None
                 elif kind == "callstack_def":
@@ -180,8 +218,9 @@ def read_events(path) -> Timeline:
                 elif kind.startswith("inkernel"):
                     inner.read(tl, kind, line)
                 elif kind == "drop":
-                    tl.drops.append(Drop(str(line["what"]), int(line["count"]),
-                                         int(line["pid"]) if "pid" in line else None))
+                    tl.drops.append(
+                        Drop(str(line["what"]), int(line["count"]), int(line["pid"]) if "pid" in line else None)
+                    )
             except EventsError:
                 raise
             except (ValueError, KeyError, TypeError, IndexError) as e:
@@ -223,8 +262,10 @@ class _InKernelReader:
             e = InKernelEvent(int(x["track"]), int(x["start_ns"]), int(x["end_ns"]), str(x["name"]), args)
             self.events += 1
             if e.track not in self.tracks or e.end_ns < e.start_ns or self.events > MAX_INKERNEL_EVENTS:
-                raise ValueError(f"event on track {e.track}, {e.start_ns}..{e.end_ns}: no such track, "
-                                 f"ends before it starts, or past {MAX_INKERNEL_EVENTS} events")
+                raise ValueError(
+                    f"event on track {e.track}, {e.start_ns}..{e.end_ns}: no such track, "
+                    f"ends before it starts, or past {MAX_INKERNEL_EVENTS} events"
+                )
             ik.events.append(e)
 
 
@@ -233,18 +274,27 @@ def _read_frame(x: dict) -> Frame:
 
 
 def _read_kernel(tl: Timeline, x: dict, inline: dict) -> KernelEvent:
-    k = KernelEvent(pid=int(x["pid"]), start_ns=int(x["start_ns"]), end_ns=int(x["end_ns"]), name=str(x["name"]),
-                    mangled=str(x["mangled"]), device=int(x["device"]), stream=int(x["stream"]),
-                    context=int(x["context"]), correlation_id=int(x["correlation_id"]),
-                    graph_id=int(x["graph_id"]), graph_node_id=int(x["graph_node_id"]),
-                    grid=tuple(map(int, x["grid"]))[:3] if "grid" in x else None,
-                    block=tuple(map(int, x["block"]))[:3] if "block" in x else None,
-                    launch_tid=int(x["launch_tid"]) if "launch_tid" in x else None,
-                    launch_ns=int(x["launch_ns"]) if "launch_ns" in x else None)
+    k = KernelEvent(
+        pid=int(x["pid"]),
+        start_ns=int(x["start_ns"]),
+        end_ns=int(x["end_ns"]),
+        name=str(x["name"]),
+        mangled=str(x["mangled"]),
+        device=int(x["device"]),
+        stream=int(x["stream"]),
+        context=int(x["context"]),
+        correlation_id=int(x["correlation_id"]),
+        graph_id=int(x["graph_id"]),
+        graph_node_id=int(x["graph_node_id"]),
+        grid=tuple(map(int, x["grid"]))[:3] if "grid" in x else None,
+        block=tuple(map(int, x["block"]))[:3] if "block" in x else None,
+        launch_tid=int(x["launch_tid"]) if "launch_tid" in x else None,
+        launch_ns=int(x["launch_ns"]) if "launch_ns" in x else None,
+    )
     for key in ("stack", "replay_stack"):
         if key + "_id" in x:
             sid = int(x[key + "_id"])
-        elif key in x:      # "full" mode: stacks inline, given ids here
+        elif key in x:  # "full" mode: stacks inline, given ids here
             frames = [_read_frame(f) for f in x[key]]
             sid = inline.setdefault(tuple(frames), len(tl.stacks) + 1)
             tl.stacks.setdefault(sid, frames)

@@ -27,14 +27,14 @@ from .nanotrace import Nanotrace, NanotraceError, read, to_reference
 from .nanotrace.model import KERNEL
 
 BY_CLOCK, BY_ORDER = "clock", "name, grid and order"
-MONOTONIC_RAW = 0          # version 4's clock kind
-MATCH_NS = 1_000_000       # a version 4 kernel this far from every same-named start matches none
+MONOTONIC_RAW = 0  # version 4's clock kind
+MATCH_NS = 1_000_000  # a version 4 kernel this far from every same-named start matches none
 
 
 @dataclass
 class Spec:
     path: str
-    launch: Optional[int] = None    # FILE@N: the N-th launch (1-based) of its kernel
+    launch: Optional[int] = None  # FILE@N: the N-th launch (1-based) of its kernel
 
 
 def parse_spec(text: str) -> Spec:
@@ -46,7 +46,7 @@ def base_name(name: str) -> str:
     """A kernel's bare name: no return type, arguments, template arguments or scopes."""
     name = name.split("(", 1)[0].strip()
     depth, out = 0, []
-    for ch in name:            # drop <...>, nested
+    for ch in name:  # drop <...>, nested
         depth += ch == "<"
         if not depth:
             out.append(ch)
@@ -57,7 +57,7 @@ def base_name(name: str) -> str:
 
 def place_all(tl: Timeline, specs: list[Spec], reader: Callable[[str], Nanotrace] = read) -> list[str]:
     """Read and place every file; the lines to say, one per file."""
-    taken: dict[tuple, int] = {}     # (kernel name, grid) -> launches taken in order
+    taken: dict[tuple, int] = {}  # (kernel name, grid) -> launches taken in order
     kix = _Kernels(tl)
     notes = []
     for spec in specs:
@@ -65,8 +65,9 @@ def place_all(tl: Timeline, specs: list[Spec], reader: Callable[[str], Nanotrace
             nt = reader(spec.path)
             budget = MAX_INKERNEL_EVENTS - sum(len(ik.events) for ik in tl.inkernel)
             if len(nt.events) > budget:
-                raise NanotraceError(f"{spec.path}: {len(nt.events)} events, past the {MAX_INKERNEL_EVENTS} "
-                                     "of all files together")
+                raise NanotraceError(
+                    f"{spec.path}: {len(nt.events)} events, past the {MAX_INKERNEL_EVENTS} of all files together"
+                )
             placed, note = _place(tl, kix, nt, spec, taken)
         except NanotraceError as e:
             notes.append(f"{e}; not merged")
@@ -100,8 +101,10 @@ def _place(tl: Timeline, kix: "_Kernels", nt: Nanotrace, spec: Spec, taken: dict
     shift = _to_realtime(tl, nt)
     if shift is None or spec.launch:
         if len(kernels) > 1:
-            raise NanotraceError(f"{spec.path}: {len(kernels)} kernels and no clock onto the timeline's "
-                                 "(CLOCK_MONOTONIC_RAW): cannot tell which launches they were")
+            raise NanotraceError(
+                f"{spec.path}: {len(kernels)} kernels and no clock onto the timeline's "
+                "(CLOCK_MONOTONIC_RAW): cannot tell which launches they were"
+            )
         return _by_order(tl, kix, ix, spec, taken, _kernel_name(ix, kernels[0]), kernels[0].id, ())
     # The recorder's snapshots and CUPTI's clock sit a constant few microseconds apart
     # (2.4-2.9 us on H100s, docs/benchmarks.md): the file's kernels, matched once, give
@@ -121,8 +124,10 @@ def _place(tl: Timeline, kix: "_Kernels", nt: Nanotrace, spec: Spec, taken: dict
     events = sum(len(ik.events) for ik in placed)
     cut = sum(ik.clamped for ik in placed)
     cut = f", {cut} cut to their kernel's slice" if cut else ""
-    return placed, (f"{spec.path}: {len(placed)} of {len(kernels)} kernels placed by their clock snapshots "
-                    f"({events} events{cut}){moved}; the first: {said[0].split(': ', 1)[1]}")
+    return placed, (
+        f"{spec.path}: {len(placed)} of {len(kernels)} kernels placed by their clock snapshots "
+        f"({events} events{cut}){moved}; the first: {said[0].split(': ', 1)[1]}"
+    )
 
 
 def _kernel_name(ix: _Index, kt) -> str:
@@ -141,12 +146,14 @@ def _to_realtime(tl: Timeline, nt: Nanotrace) -> Optional[int]:
 
 def _subtree(ix: _Index, root: int) -> list:
     """The tracks under `root` (not itself), parents before children, siblings in order."""
+
     def below(tid):
         return sorted(ix.children.get(tid, []), key=lambda t: (t.order, t.source_id, t.id), reverse=True)
+
     out, seen, todo = [], {root}, below(root)
     while todo:
         t = todo.pop()
-        if t.id not in seen:     # (the reader refuses loops; this never walks one)
+        if t.id not in seen:  # (the reader refuses loops; this never walks one)
             seen.add(t.id)
             out.append(t)
             todo += below(t.id)
@@ -169,12 +176,12 @@ def _fill(ik: InKernel, ix: _Index, root: int, k: KernelEvent, at: Callable[[int
     return ik
 
 
-def _by_order(tl: Timeline, kix: "_Kernels", ix: _Index, spec: Spec, taken: dict, name: str, root: int,
-              grid: tuple) -> tuple[list[InKernel], str]:
+def _by_order(
+    tl: Timeline, kix: "_Kernels", ix: _Index, spec: Spec, taken: dict, name: str, root: int, grid: tuple
+) -> tuple[list[InKernel], str]:
     nt = ix.nt
     grid = tuple(grid) if grid and any(grid) else ()
-    cands = [i for i in kix.named(name)
-             if not grid or tl.kernels[i].grid is None or tuple(tl.kernels[i].grid) == grid]
+    cands = [i for i in kix.named(name) if not grid or tl.kernels[i].grid is None or tuple(tl.kernels[i].grid) == grid]
     what = f"kernel {name}" + (f" (grid {'x'.join(map(str, grid))})" if grid else "")
     if not cands:
         raise NanotraceError(f"{spec.path}: {what} matches no kernel of the timeline")
@@ -189,11 +196,18 @@ def _by_order(tl: Timeline, kix: "_Kernels", ix: _Index, spec: Spec, taken: dict
         taken[(name, grid)] = n + 1
     k = tl.kernels[cands[n]]
     origin = _origin(ix, root)
-    ik = _fill(InKernel(cands[n], spec.path, BY_ORDER), ix, root, k,
-               lambda track, ts: k.start_ns + round(_ref(nt, track, ts) - origin))
+    ik = _fill(
+        InKernel(cands[n], spec.path, BY_ORDER),
+        ix,
+        root,
+        k,
+        lambda track, ts: k.start_ns + round(_ref(nt, track, ts) - origin),
+    )
     more = f" of {len(cands)} (FILE@N picks another)" if len(cands) > 1 else ""
-    return [ik], (f"{spec.path}: {len(ik.events)} events under {k.name or k.mangled}, launch {n + 1}{more}, "
-                  f"by name{', grid' if grid else ''} and order (the file has no absolute time)" + _cut(ik))
+    return [ik], (
+        f"{spec.path}: {len(ik.events)} events under {k.name or k.mangled}, launch {n + 1}{more}, "
+        f"by name{', grid' if grid else ''} and order (the file has no absolute time)" + _cut(ik)
+    )
 
 
 def _ref(nt: Nanotrace, track: int, ts: int) -> float:
@@ -215,8 +229,10 @@ def _extent(ix: _Index, root: int) -> tuple[float, float]:
     evs = ix.events.get(root) or [e for t in _subtree(ix, root) for e in ix.events.get(t.id, ())]
     if not evs:
         return 0, 0
-    return (min(_ref(ix.nt, e.track, e.start) for e in evs),
-            max(_ref(ix.nt, e.track, e.start + e.duration) for e in evs))
+    return (
+        min(_ref(ix.nt, e.track, e.start) for e in evs),
+        max(_ref(ix.nt, e.track, e.start + e.duration) for e in evs),
+    )
 
 
 class _Kernels:
@@ -240,7 +256,7 @@ class _Kernels:
         """(distance, index) of the ones that started just before and after `start`."""
         _, by_start = self._get(want)
         j = bisect.bisect_left(by_start, (start, -1))
-        return [(abs(t - start), i) for t, i in by_start[max(0, j - 1):j + 1]]
+        return [(abs(t - start), i) for t, i in by_start[max(0, j - 1) : j + 1]]
 
     def _get(self, want: str) -> tuple[list[int], list[tuple[int, int]]]:
         if want not in self.memo:
@@ -258,7 +274,7 @@ def _nearest(kix: _Kernels, ix: _Index, kt, shift: int) -> tuple[str, int, list[
     """The kernel's name, its start on the timeline's clock, and the same-named
     kernels that started nearest it: (distance, index)."""
     name = _kernel_name(ix, kt)
-    start = round(_origin(ix, kt.id)) + shift   # (integers: a float of 1.8e18 ns is 256 ns coarse)
+    start = round(_origin(ix, kt.id)) + shift  # (integers: a float of 1.8e18 ns is 256 ns coarse)
     return name, start, kix.nearest(name, start)
 
 
@@ -283,9 +299,10 @@ def _by_clock(tl: Timeline, kix: _Kernels, ix: _Index, spec: Spec, kt, shift: in
     i = min(cands)[1]
     k = tl.kernels[i]
     ik = _fill(InKernel(i, spec.path, BY_CLOCK), ix, kt.id, k, lambda track, ts: round(_ref(nt, track, ts)) + shift)
-    return ik, (f"{spec.path}: {len(ik.events)} events under {k.name or k.mangled} (correlation id "
-                f"{k.correlation_id}), by its clock snapshots: its start {_off(start - k.start_ns)} CUPTI's"
-                + _cut(ik))
+    return ik, (
+        f"{spec.path}: {len(ik.events)} events under {k.name or k.mangled} (correlation id "
+        f"{k.correlation_id}), by its clock snapshots: its start {_off(start - k.start_ns)} CUPTI's" + _cut(ik)
+    )
 
 
 def _cut(ik: InKernel) -> str:

@@ -23,7 +23,7 @@ def stack_text(tl: Timeline, stack_id: int | None) -> list[str]:
 
 
 def device_label(dev: GpuDevice) -> str:
-    """"GPU 0: NVIDIA H100 80GB HBM3 (GPU-8f2c…)": the ordinal alone is
+    """ "GPU 0: NVIDIA H100 80GB HBM3 (GPU-8f2c…)": the ordinal alone is
     ambiguous across processes (CUDA_VISIBLE_DEVICES), the UUID is not."""
     label = f"GPU {dev.ordinal}"
     if dev.model:
@@ -93,7 +93,7 @@ def assign_lanes(kernels: list[KernelEvent]) -> list[int]:
     on its stream goes to a second lane (track) of that stream. Returns the lane
     of each kernel, by index; lane 0 almost always."""
     lanes = [0] * len(kernels)
-    ends: dict[tuple, list[int]] = {}    # (pid, device, stream) -> each lane's last end
+    ends: dict[tuple, list[int]] = {}  # (pid, device, stream) -> each lane's last end
     for i in sorted(range(len(kernels)), key=lambda i: kernels[i].start_ns):
         k = kernels[i]
         lane_ends = ends.setdefault((k.pid, k.device, k.stream), [])

@@ -17,7 +17,7 @@ from .model import Timeline
 from .nanotrace import Event, Nanotrace, Track, encode_v4
 from .nanotrace.model import KERNEL, THREAD_BLOCK, WARP
 
-PROCESS, GPU_DEVICE, GPU_STREAM = 0, 2, 3   # docs/nanotrace.md's track kinds
+PROCESS, GPU_DEVICE, GPU_STREAM = 0, 2, 3  # docs/nanotrace.md's track kinds
 MONOTONIC_RAW = 0
 
 
@@ -39,10 +39,22 @@ def to_nanotrace(tl: Timeline) -> Nanotrace:
     for i, k in enumerate(tl.kernels):
         proc = track(("p", k.pid), 0, f"{tl.processes.get(k.pid, '')} ({k.pid})", PROCESS, k.pid)
         dev = tl.devices.get((k.pid, k.device))
-        gpu = track(("g", k.pid, k.device), proc, device_label(dev) if dev else f"GPU {k.device}", GPU_DEVICE,
-                    k.device, k.device)
-        stream = track(("s", k.pid, k.device, k.stream, lanes[i]), gpu, stream_label(k.stream, lanes[i]), GPU_STREAM,
-                       k.stream, min(k.stream, 1 << 30))
+        gpu = track(
+            ("g", k.pid, k.device),
+            proc,
+            device_label(dev) if dev else f"GPU {k.device}",
+            GPU_DEVICE,
+            k.device,
+            k.device,
+        )
+        stream = track(
+            ("s", k.pid, k.device, k.stream, lanes[i]),
+            gpu,
+            stream_label(k.stream, lanes[i]),
+            GPU_STREAM,
+            k.stream,
+            min(k.stream, 1 << 30),
+        )
         kernel_tracks[i] = stream
         args = [("correlation_id", k.correlation_id), ("device", k.device), ("stream", k.stream)]
         if k.grid:
@@ -56,19 +68,36 @@ def to_nanotrace(tl: Timeline) -> Nanotrace:
         for key, sid in (("stack", k.stack_id), ("replay_stack", k.replay_stack_id)):  # as in the NDJSON
             if sid is not None:
                 args.append((key, "\n".join(stack_text(tl, sid))))
-        t.events.append(Event(stream, k.start_ns + shift, max(0, kernel_end(k) - k.start_ns), k.name or k.mangled,
-                              correlation=k.correlation_id, args=args))
+        t.events.append(
+            Event(
+                stream,
+                k.start_ns + shift,
+                max(0, kernel_end(k) - k.start_ns),
+                k.name or k.mangled,
+                correlation=k.correlation_id,
+                args=args,
+            )
+        )
     for n, ik in enumerate(tl.inkernel):
         k = tl.kernels[ik.kernel]
-        root = track(("k", n), kernel_tracks[ik.kernel], f"{k.name or k.mangled} #{k.correlation_id}", KERNEL,
-                     k.correlation_id)
+        root = track(
+            ("k", n), kernel_tracks[ik.kernel], f"{k.name or k.mangled} #{k.correlation_id}", KERNEL, k.correlation_id
+        )
         mine = {0: root}
         for tr in ik.tracks:
-            mine[tr.id] = track(("i", n, tr.id), mine[tr.parent], tr.name, THREAD_BLOCK if tr.parent == 0 else WARP,
-                                tr.id, tr.id)
+            mine[tr.id] = track(
+                ("i", n, tr.id), mine[tr.parent], tr.name, THREAD_BLOCK if tr.parent == 0 else WARP, tr.id, tr.id
+            )
         for e in ik.events:
-            t.events.append(Event(mine[e.track], e.start_ns + shift, e.end_ns - e.start_ns, e.name,
-                                  args=[(str(a), v) for a, v in e.args]))
+            t.events.append(
+                Event(
+                    mine[e.track],
+                    e.start_ns + shift,
+                    e.end_ns - e.start_ns,
+                    e.name,
+                    args=[(str(a), v) for a, v in e.args],
+                )
+            )
     return t
 
 

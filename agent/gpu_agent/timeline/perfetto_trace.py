@@ -35,13 +35,24 @@ from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
 from ..system.atomic import private_output
 from .model import Frame, InKernel, KernelEvent, Timeline
-from .kernel_fields import (INKERNEL, assign_lanes, device_label, is_graph_kernel, kernel_args, kernel_end,
-                            launch_name, launch_stack_id, sampled_launches, stack_text, stream_label)
+from .kernel_fields import (
+    INKERNEL,
+    assign_lanes,
+    device_label,
+    is_graph_kernel,
+    kernel_args,
+    kernel_end,
+    launch_name,
+    launch_stack_id,
+    sampled_launches,
+    stack_text,
+    stream_label,
+)
 
 # One writer, one sequence. Interned data is scoped to (sequence, generation):
 # each file starts a new generation (SEQ_INCREMENTAL_STATE_CLEARED), so files
 # appended to one another keep their own interning.
-_SEQUENCE_ID = 0x6a5
+_SEQUENCE_ID = 0x6A5
 _CLOCK = pb.BUILTIN_CLOCK_REALTIME
 _CATEGORY = "cuda"
 
@@ -70,7 +81,7 @@ class _Interner:
         iid = ids.get(key)
         if iid is not None:
             return iid, False
-        iid = ids[key] = len(ids) + 1        # iid 0 means "unset"
+        iid = ids[key] = len(ids) + 1  # iid 0 means "unset"
         return iid, True
 
     def _new(self) -> pb.InternedData:
@@ -198,6 +209,7 @@ class _PerfettoWriter:
             if comm:
                 d.process.process_name = comm
             d.child_ordering = pb.TrackDescriptor.EXPLICIT
+
         return self._descriptor(_uid(self.tl.host, "process", pid), fill)
 
     def thread_track(self, pid: int, tid: int) -> int:
@@ -209,6 +221,7 @@ class _PerfettoWriter:
             name = self.tl.threads.get((pid, tid))
             if name:
                 d.thread.thread_name = name
+
         return self._descriptor(_uid(self.tl.host, "thread", pid, tid), fill)
 
     def device_track(self, pid: int, ordinal: int) -> int:
@@ -222,11 +235,12 @@ class _PerfettoWriter:
                 d.description = f"CUDA device {ordinal} of pid {pid}: {dev.model or 'unknown model'}, {dev.uuid}"
             d.child_ordering = pb.TrackDescriptor.EXPLICIT
             d.sibling_order_rank = ordinal
+
         return self._descriptor(_uid(self.tl.host, "gpu", pid, ordinal), fill)
 
     def stream_track(self, k: KernelEvent, lane: int) -> int:
         key = (k.pid, k.device, k.stream, lane)
-        uuid = self.stream_tracks.get(key)       # every kernel asks: no hashing each time
+        uuid = self.stream_tracks.get(key)  # every kernel asks: no hashing each time
         if uuid is None:
             uuid = self.stream_tracks[key] = self._new_stream_track(k, lane)
         return uuid
@@ -239,6 +253,7 @@ class _PerfettoWriter:
             d.name = stream_label(k.stream, lane)
             # Streams in the order CUDA numbers them (the default stream first).
             d.sibling_order_rank = min(k.stream, 1 << 30) * 8 + min(lane, 7)
+
         return self._descriptor(_uid(self.tl.host, "stream", k.pid, k.device, k.stream, lane), fill)
 
     # -- events --------------------------------------------------------------
@@ -249,7 +264,7 @@ class _PerfettoWriter:
         self._set_value(a, value)
 
     def _set_value(self, a: pb.DebugAnnotation, value) -> None:
-        if type(value) is int:                  # most values: ids and numbers
+        if type(value) is int:  # most values: ids and numbers
             if value >= 0:
                 a.uint_value = value
             else:
@@ -258,9 +273,9 @@ class _PerfettoWriter:
             a.bool_value = value
         elif isinstance(value, str):
             a.string_value_iid = self.interner.string("debug_annotation_string_values", value)
-        elif isinstance(value, (int, float)):   # an in-kernel event's floating argument
+        elif isinstance(value, (int, float)):  # an in-kernel event's floating argument
             a.double_value = float(value)
-        else:                                   # a list: grid, block, stack text
+        else:  # a list: grid, block, stack text
             for item in value:
                 self._set_value(a.array_values.add(), item)
 
@@ -306,11 +321,13 @@ class _PerfettoWriter:
         label = f"{k.name or k.mangled} #{k.correlation_id}"
         uuids = {0: stream}
         for t in ik.tracks:
+
             def fill(d, t=t):
                 d.parent_uuid = uuids[t.parent]
                 d.name = f"{label}: {t.name}" if t.parent == 0 else t.name
                 d.description = f"{INKERNEL} {ik.source}"
                 d.sibling_order_rank = t.id
+
             uuids[t.id] = self._descriptor(_uid(self.tl.host, "inkernel", n, t.id), fill)
         for e in ik.events:
             begin = self._event(e.start_ns, uuids[e.track], pb.TrackEvent.TYPE_SLICE_BEGIN, e.name or "event")
@@ -336,8 +353,7 @@ class _PerfettoWriter:
     def drops(self) -> None:
         """A counter per (process, what) that steps from 0 at the start to the
         count at the end: a drop has a total, not a time."""
-        end = self.tl.ended_ns or max((kernel_end(k) for k in self.tl.kernels),
-                                      default=self.tl.started_ns)
+        end = self.tl.ended_ns or max((kernel_end(k) for k in self.tl.kernels), default=self.tl.started_ns)
         totals: dict[tuple, int] = {}
         for d in self.tl.drops:
             totals[(d.pid, d.what)] = totals.get((d.pid, d.what), 0) + d.count
@@ -349,7 +365,8 @@ class _PerfettoWriter:
                     d.parent_uuid = parent
                 d.name = f"dropped: {what}" if parent is not None else f"gpu-agent dropped: {what}"
                 d.counter.unit = pb.CounterDescriptor.UNIT_COUNT
-                d.sibling_order_rank = -1        # above the GPUs
+                d.sibling_order_rank = -1  # above the GPUs
+
             track = self._descriptor(_uid(self.tl.host, "drops", pid, what), fill)
             for ts, value in ((self.tl.started_ns, 0), (max(end, self.tl.started_ns), count)):
                 p = self._event(ts, track, pb.TrackEvent.TYPE_COUNTER)
@@ -374,8 +391,9 @@ def write_perfetto(timeline: Timeline, path, *copies) -> None:
     to each of `copies` (serialized once)."""
     tl = timeline
     # Flow ids hashed, not counted: traces concatenated by the UI stay apart.
-    flows, launches = sampled_launches(tl, lambda k, n: _uid(tl.host, "flow", k.pid, k.correlation_id,
-                                                            k.launch_ns, k.graph_node_id, k.start_ns))
+    flows, launches = sampled_launches(
+        tl, lambda k, n: _uid(tl.host, "flow", k.pid, k.correlation_id, k.launch_ns, k.graph_node_id, k.start_ns)
+    )
     lanes = assign_lanes(tl.kernels)
     with contextlib.ExitStack() as stack:
         outs = [stack.enter_context(private_output(p)) for p in (path, *copies)]
@@ -383,7 +401,7 @@ def write_perfetto(timeline: Timeline, path, *copies) -> None:
         w.start()
         for pid in sorted(tl.processes):
             w.process_track(pid)
-        for (pid, ordinal) in sorted(tl.devices):
+        for pid, ordinal in sorted(tl.devices):
             w.device_track(pid, ordinal)
         for (pid, tid, ts), (first, fl) in launches.items():
             w.launch(pid, tid, ts, first, fl)
@@ -392,4 +410,3 @@ def write_perfetto(timeline: Timeline, path, *copies) -> None:
         for n, ik in enumerate(tl.inkernel):
             w.inkernel(n, ik, lanes[ik.kernel])
         w.drops()
-

@@ -25,8 +25,8 @@ log = logging.getLogger("gpu_agent.export")
 
 
 class ProfileBackend(Protocol):
-    name: str               # "local", "parca", "otlp": its label on the status line and /metrics
-    per_process: bool       # sends each process on its own: needs the window's per_pid profiles
+    name: str  # "local", "parca", "otlp": its label on the status line and /metrics
+    per_process: bool  # sends each process on its own: needs the window's per_pid profiles
 
     def describe(self) -> str:
         """Where it sends, for the start-up line: "into DIR", "to parca grpc://HOST:PORT"."""
@@ -63,16 +63,16 @@ class QueueOptions:
 class RemoteBackend:
     """A gRPC backend: encoder + transport + bounded send queue."""
 
-    name: str                       # "parca" or "otlp"
+    name: str  # "parca" or "otlp"
     endpoint: Endpoint
-    encode: Callable                # (IntervalProfiles) -> bytes
+    encode: Callable  # (IntervalProfiles) -> bytes
     transport: Transport
     queue: SendQueue
     encode_failures: int = 0
     partial_rejections: dict = field(default_factory=dict)
-    submitted: int = 0              # windows handed to it (queued, or lost encoding)
+    submitted: int = 0  # windows handed to it (queued, or lost encoding)
 
-    per_process = True              # one series (parca) / resource (otlp) per process
+    per_process = True  # one series (parca) / resource (otlp) per process
 
     def describe(self) -> str:
         return f"to {self.name} {self.endpoint}"
@@ -107,14 +107,24 @@ class RemoteBackend:
         self.transport.close()
         s = self.queue.snapshot()
         if sum(s.dropped.values()):  # what never reached the backend is said at exit too
-            print(f"gpu-agent: {self.name}: {s.sent} sent, dropped "
-                  + ", ".join(f"{k}={v}" for k, v in sorted(s.dropped.items())),
-                  file=sys.stderr, flush=True)
+            print(
+                f"gpu-agent: {self.name}: {s.sent} sent, dropped "
+                + ", ".join(f"{k}={v}" for k, v in sorted(s.dropped.items())),
+                file=sys.stderr,
+                flush=True,
+            )
 
 
-def make_backend(kind: str, target, topts: TransportOptions, qopts: QueueOptions,
-                 node: str, labels: dict, otlp_include_pprof: bool = False,
-                 max_store_bytes: int = 0) -> ProfileBackend:
+def make_backend(
+    kind: str,
+    target,
+    topts: TransportOptions,
+    qopts: QueueOptions,
+    node: str,
+    labels: dict,
+    otlp_include_pprof: bool = False,
+    max_store_bytes: int = 0,
+) -> ProfileBackend:
     """kind "local": target is the directory (max_store_bytes bounds it, 0: no bound);
     "parca" / "otlp": target is the Endpoint (topts, qopts, node, labels apply)."""
     if kind == "local":
@@ -122,8 +132,15 @@ def make_backend(kind: str, target, topts: TransportOptions, qopts: QueueOptions
     return _remote_backend(kind, target, topts, qopts, node, labels, otlp_include_pprof)
 
 
-def _remote_backend(kind: str, endpoint: Endpoint, topts: TransportOptions, qopts: QueueOptions,
-                    node: str, labels: dict, otlp_include_pprof: bool) -> RemoteBackend:
+def _remote_backend(
+    kind: str,
+    endpoint: Endpoint,
+    topts: TransportOptions,
+    qopts: QueueOptions,
+    node: str,
+    labels: dict,
+    otlp_include_pprof: bool,
+) -> RemoteBackend:
     transport = Transport(endpoint, topts)
     if kind == "parca":
         rpc = transport.unary(parca.METHOD, parca.response_deserializer)
@@ -146,14 +163,23 @@ def _remote_backend(kind: str, endpoint: Endpoint, topts: TransportOptions, qopt
                 b = backend_ref[0]
                 key = ps.error_message or "rejected"
                 if key not in b.partial_rejections:
-                    log.warning("otlp: the collector rejected %d profile(s): %s",
-                                ps.rejected_profiles, ps.error_message or "(no message)")
+                    log.warning(
+                        "otlp: the collector rejected %d profile(s): %s",
+                        ps.rejected_profiles,
+                        ps.error_message or "(no message)",
+                    )
                 b.partial_rejections[key] = b.partial_rejections.get(key, 0) + ps.rejected_profiles
     else:
         raise ValueError(kind)
-    queue = SendQueue(f"{kind} {endpoint}", send, max_items=qopts.max_items,
-                      max_bytes=qopts.max_bytes, policy=qopts.policy,
-                      backoff_initial=qopts.backoff_initial, backoff_max=qopts.backoff_max)
+    queue = SendQueue(
+        f"{kind} {endpoint}",
+        send,
+        max_items=qopts.max_items,
+        max_bytes=qopts.max_bytes,
+        policy=qopts.policy,
+        backoff_initial=qopts.backoff_initial,
+        backoff_max=qopts.backoff_max,
+    )
     b = RemoteBackend(kind, endpoint, encode, transport, queue)
     if kind == "otlp":
         backend_ref.append(b)

@@ -25,11 +25,11 @@ from urllib.parse import urlsplit
 log = logging.getLogger("gpu_agent.export")
 
 SYSTEM_CA_FILES = (
-    "/etc/ssl/certs/ca-certificates.crt",                 # Debian, Ubuntu, Alpine
-    "/etc/pki/tls/certs/ca-bundle.crt",                   # Fedora, RHEL
-    "/etc/ssl/ca-bundle.pem",                             # openSUSE
+    "/etc/ssl/certs/ca-certificates.crt",  # Debian, Ubuntu, Alpine
+    "/etc/pki/tls/certs/ca-bundle.crt",  # Fedora, RHEL
+    "/etc/ssl/ca-bundle.pem",  # openSUSE
     "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",  # RHEL 7+
-    "/etc/ssl/cert.pem",                                  # Alpine, macOS
+    "/etc/ssl/cert.pem",  # Alpine, macOS
 )
 
 
@@ -126,8 +126,7 @@ class Transport:
         if not endpoint.tls:
             self.channel = grpc.insecure_channel(endpoint.target, options=channel_opts)
         elif opts.insecure_skip_verify:
-            log.warning("%s: --insecure-skip-verify: the server's certificate is NOT verified",
-                        endpoint)
+            log.warning("%s: --insecure-skip-verify: the server's certificate is NOT verified", endpoint)
             self._forwarder = _TlsForwarder(endpoint.host, endpoint.port)
             channel_opts.append(("grpc.default_authority", endpoint.target))
             self.channel = grpc.insecure_channel(self._forwarder.target, options=channel_opts)
@@ -151,8 +150,7 @@ class Transport:
 
         from .queue import SendError
 
-        rpc = self.channel.unary_unary(method, request_serializer=None,
-                                       response_deserializer=response_deserializer)
+        rpc = self.channel.unary_unary(method, request_serializer=None, response_deserializer=response_deserializer)
 
         def call(request: bytes):
             try:

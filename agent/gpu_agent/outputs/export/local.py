@@ -22,16 +22,16 @@ from ...profile.store import PROFILE_GLOB, PROFILE_SUFFIX, file_name
 
 
 class LocalStore:
-    name = "local"          # in the status line
-    per_process = False     # one profile of every process per window (window.profile)
+    name = "local"  # in the status line
+    per_process = False  # one profile of every process per window (window.profile)
 
     def __init__(self, directory: Path, max_bytes: int = 0):
         self.dir = directory
-        self.max_bytes = max_bytes          # 0: no bound
+        self.max_bytes = max_bytes  # 0: no bound
         self.written = 0
         self.write_failed = 0
-        self.rotated = 0                    # windows removed to stay under max_bytes
-        self._error: Optional[str] = None   # why the last write failed
+        self.rotated = 0  # windows removed to stay under max_bytes
+        self._error: Optional[str] = None  # why the last write failed
 
     def describe(self) -> str:
         return f"into {self.dir}"
@@ -48,8 +48,11 @@ class LocalStore:
             self.write_failed += 1
             why = e.strerror or str(e)
             if why != self._error:
-                print(f"gpu-agent: cannot write profiles into {self.dir}: {why}; dropping "
-                      "windows (counted) until it can", file=sys.stderr, flush=True)
+                print(
+                    f"gpu-agent: cannot write profiles into {self.dir}: {why}; dropping windows (counted) until it can",
+                    file=sys.stderr,
+                    flush=True,
+                )
             self._error = why
             return None
         if self._error is not None:
@@ -61,8 +64,7 @@ class LocalStore:
         return path
 
     def profile_counts(self) -> dict:
-        return {"written": self.written, "rotated": self.rotated,
-                "write_failed": self.write_failed}
+        return {"written": self.written, "rotated": self.rotated, "write_failed": self.write_failed}
 
     def queue_stats(self):
         return None  # no send queue: its windows are counted in profile_counts only

@@ -28,8 +28,7 @@ from ... import __version__ as AGENT_VERSION
 
 METHOD = "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export"
 
-POD_ATTRS = {"pod": "k8s.pod.name", "namespace": "k8s.namespace.name",
-             "container": "k8s.container.name"}
+POD_ATTRS = {"pod": "k8s.pod.name", "namespace": "k8s.namespace.name", "container": "k8s.container.name"}
 
 
 class _Dict:
@@ -74,12 +73,14 @@ class _Dict:
         key = (m.memory_start, m.memory_limit, m.file_offset, strings[m.filename], strings[m.build_id])
         i = self.mappings.get(key)
         if i is None:
-            om = self.d.mapping_table.add(memory_start=m.memory_start, memory_limit=m.memory_limit,
-                                          file_offset=m.file_offset,
-                                          filename_strindex=self.s(strings[m.filename]))
+            om = self.d.mapping_table.add(
+                memory_start=m.memory_start,
+                memory_limit=m.memory_limit,
+                file_offset=m.file_offset,
+                filename_strindex=self.s(strings[m.filename]),
+            )
             if strings[m.build_id]:
-                om.attribute_indices.append(self.attr("process.executable.build_id.gnu",
-                                                      strings[m.build_id]))
+                om.attribute_indices.append(self.attr("process.executable.build_id.gnu", strings[m.build_id]))
             i = self.mappings[key] = len(self.d.mapping_table) - 1
         return i
 
@@ -87,8 +88,12 @@ class _Dict:
         key = (strings[f.name], strings[f.system_name], strings[f.filename], f.start_line)
         i = self.functions.get(key)
         if i is None:
-            self.d.function_table.add(name_strindex=self.s(key[0]), system_name_strindex=self.s(key[1]),
-                                      filename_strindex=self.s(key[2]), start_line=f.start_line)
+            self.d.function_table.add(
+                name_strindex=self.s(key[0]),
+                system_name_strindex=self.s(key[1]),
+                filename_strindex=self.s(key[2]),
+                start_line=f.start_line,
+            )
             i = self.functions[key] = len(self.d.function_table) - 1
         return i
 
@@ -119,8 +124,7 @@ def _kv(key: str, value) -> common_pb2.KeyValue:
     return kv
 
 
-def add_process(req, dic: _Dict, profile, resource_attrs: Mapping[str, object],
-                include_pprof: bytes = b"") -> None:
+def add_process(req, dic: _Dict, profile, resource_attrs: Mapping[str, object], include_pprof: bytes = b"") -> None:
     """Append one process's pprof (a profile_pb2.Profile) as a ResourceProfiles."""
     strings = list(profile.string_table)
     rp = req.resource_profiles.add()
@@ -133,13 +137,17 @@ def add_process(req, dic: _Dict, profile, resource_attrs: Mapping[str, object],
     mappings = {m.id: dic.mapping(m, strings) for m in profile.mapping}
     functions = {f.id: dic.function(f, strings) for f in profile.function}
     locations = {
-        loc.id: dic.location(mappings.get(loc.mapping_id, 0), loc.address,
-                             tuple((functions.get(ln.function_id, 0), ln.line) for ln in loc.line))
+        loc.id: dic.location(
+            mappings.get(loc.mapping_id, 0),
+            loc.address,
+            tuple((functions.get(ln.function_id, 0), ln.line) for ln in loc.line),
+        )
         for loc in profile.location
     }
     for vi, st in enumerate(profile.sample_type):
-        p = sp.profiles.add(time_unix_nano=profile.time_nanos, duration_nano=profile.duration_nanos,
-                            period=profile.period)
+        p = sp.profiles.add(
+            time_unix_nano=profile.time_nanos, duration_nano=profile.duration_nanos, period=profile.period
+        )
         p.sample_type.type_strindex = dic.s(strings[st.type])
         p.sample_type.unit_strindex = dic.s(strings[st.unit])
         p.period_type.type_strindex = dic.s(strings[profile.period_type.type])
@@ -163,14 +171,12 @@ def encode(window, node: str, extra: Mapping[str, str], include_pprof: bool = Fa
     for pid in sorted(window.per_pid):
         info = window.procs[pid]
         builder = window.per_pid[pid]
-        attrs: dict[str, object] = {"host.name": node, "process.pid": pid,
-                                    "process.executable.name": info.comm}
+        attrs: dict[str, object] = {"host.name": node, "process.pid": pid, "process.executable.name": info.comm}
         for k, v in info.pod.items():
             if k in POD_ATTRS and v:
                 attrs[POD_ATTRS[k]] = v
         attrs.update(extra)
-        add_process(req, dic, builder.to_proto(), attrs,
-                    builder.to_bytes() if include_pprof else b"")
+        add_process(req, dic, builder.to_proto(), attrs, builder.to_bytes() if include_pprof else b"")
     return req.SerializeToString()
 
 

@@ -24,8 +24,9 @@ def valid_label_name(name: str) -> bool:
     return bool(_LABEL_NAME.match(name)) and not name.startswith("__")
 
 
-def series_labels(node: str, pid: int, comm: str, pod: Mapping[str, str],
-                  extra: Mapping[str, str], name: str = PROFILE_NAME) -> list[tuple[str, str]]:
+def series_labels(
+    node: str, pid: int, comm: str, pod: Mapping[str, str], extra: Mapping[str, str], name: str = PROFILE_NAME
+) -> list[tuple[str, str]]:
     labels = {"__name__": name, "node": node, "pid": str(pid), "comm": comm}
     labels.update({k: v for k, v in pod.items() if v})
     labels.update(extra)  # the user's --label wins over derived ones, never over __name__

@@ -35,8 +35,16 @@ log = logging.getLogger("gpu_agent.export")
 
 POLICIES = ("drop-oldest", "backpressure")
 
-TRANSIENT_CODES = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED",
-                   "INTERNAL", "UNKNOWN", "CANCELLED", "DATA_LOSS"}
+TRANSIENT_CODES = {
+    "UNAVAILABLE",
+    "DEADLINE_EXCEEDED",
+    "RESOURCE_EXHAUSTED",
+    "ABORTED",
+    "INTERNAL",
+    "UNKNOWN",
+    "CANCELLED",
+    "DATA_LOSS",
+}
 AUTH_CODES = {"UNAUTHENTICATED", "PERMISSION_DENIED"}
 
 
@@ -54,12 +62,12 @@ class QueueStats:
     sent: int = 0
     sent_bytes: int = 0
     retries: int = 0
-    failures: dict = field(default_factory=dict)   # gRPC code -> count of failed attempts
-    dropped: dict = field(default_factory=dict)    # reason -> requests dropped
+    failures: dict = field(default_factory=dict)  # gRPC code -> count of failed attempts
+    dropped: dict = field(default_factory=dict)  # reason -> requests dropped
     depth: int = 0
     queued_bytes: int = 0
     max_depth_seen: int = 0
-    last_success: float = 0.0                      # unix time
+    last_success: float = 0.0  # unix time
 
 
 def classify(code: str) -> str:
@@ -73,10 +81,18 @@ def classify(code: str) -> str:
 class SendQueue:
     """max_items / max_bytes bound the requests waiting; one more may be in flight."""
 
-    def __init__(self, name: str, send: Callable[[bytes], None], *, max_items: int = 32,
-                 max_bytes: int = 64 << 20, policy: str = "drop-oldest",
-                 backoff_initial: float = 0.5, backoff_max: float = 30.0,
-                 rng: Optional[random.Random] = None):
+    def __init__(
+        self,
+        name: str,
+        send: Callable[[bytes], None],
+        *,
+        max_items: int = 32,
+        max_bytes: int = 64 << 20,
+        policy: str = "drop-oldest",
+        backoff_initial: float = 0.5,
+        backoff_max: float = 30.0,
+        rng: Optional[random.Random] = None,
+    ):
         if policy not in POLICIES:
             raise ValueError(f"unknown queue policy {policy!r} (one of {', '.join(POLICIES)})")
         if max_items < 1 or max_bytes < 1:
@@ -95,7 +111,7 @@ class SendQueue:
         self._cv = threading.Condition()
         self._closing = False
         self._stop = False
-        self._attempt = 0           # consecutive failures of the in-flight request
+        self._attempt = 0  # consecutive failures of the in-flight request
         self._failing_since: Optional[float] = None
         self._auth_logged = False
         self._permanent_logged: set[str] = set()
@@ -116,8 +132,7 @@ class SendQueue:
                 self._drop("too_large")
                 return False
             ok = True
-            while self._items and (len(self._items) >= self.max_items
-                                   or self._bytes + len(item) > self.max_bytes):
+            while self._items and (len(self._items) >= self.max_items or self._bytes + len(item) > self.max_bytes):
                 self._bytes -= len(self._items.popleft())
                 self._drop("queue_full")
                 ok = False
@@ -130,8 +145,17 @@ class SendQueue:
     def snapshot(self) -> QueueStats:
         with self._cv:
             s = self.stats
-            return QueueStats(s.sent, s.sent_bytes, s.retries, dict(s.failures), dict(s.dropped),
-                              s.depth, s.queued_bytes, s.max_depth_seen, s.last_success)
+            return QueueStats(
+                s.sent,
+                s.sent_bytes,
+                s.retries,
+                dict(s.failures),
+                dict(s.dropped),
+                s.depth,
+                s.queued_bytes,
+                s.max_depth_seen,
+                s.last_success,
+            )
 
     def close(self, flush_timeout: float = 5.0) -> None:
         """Try to send what is queued for up to flush_timeout, then count the rest as dropped."""
@@ -187,8 +211,7 @@ class SendQueue:
                 self._cv.wait()
             if self._stop:
                 return None
-            if (self._inflight is not None and self.policy == "drop-oldest"
-                    and len(self._items) >= self.max_items):
+            if self._inflight is not None and self.policy == "drop-oldest" and len(self._items) >= self.max_items:
                 self._inflight = None
                 self._attempt = 0
                 self._drop("queue_full")
@@ -222,9 +245,12 @@ class SendQueue:
                 self._update_depth()
                 self._cv.notify_all()
             if self._failing_since is not None:
-                log.warning("%s: sending again after %.1fs of failures (dropped so far: %s)",
-                            self.name, time.monotonic() - self._failing_since,
-                            _fmt(self.stats.dropped) or "none")
+                log.warning(
+                    "%s: sending again after %.1fs of failures (dropped so far: %s)",
+                    self.name,
+                    time.monotonic() - self._failing_since,
+                    _fmt(self.stats.dropped) or "none",
+                )
                 self._failing_since = None
                 self._auth_logged = False
             self._attempt = 0
@@ -244,8 +270,7 @@ class SendQueue:
         if kind == "permanent":
             if e.code not in self._permanent_logged:
                 self._permanent_logged.add(e.code)
-                log.error("%s: the backend rejected a profile (%s); dropped, not retried",
-                          self.name, e)
+                log.error("%s: the backend rejected a profile (%s); dropped, not retried", self.name, e)
             return not self._stop
         if self._failing_since is None:
             self._failing_since = now
@@ -254,16 +279,25 @@ class SendQueue:
         if kind == "auth":
             if not self._auth_logged:
                 self._auth_logged = True
-                log.error("%s: authentication failed (%s): check --bearer-token-file and the "
-                          "backend's credentials. Retrying every %.0fs (the token file is "
-                          "re-read); profiles wait in the bounded queue meanwhile",
-                          self.name, e, self.backoff_max)
+                log.error(
+                    "%s: authentication failed (%s): check --bearer-token-file and the "
+                    "backend's credentials. Retrying every %.0fs (the token file is "
+                    "re-read); profiles wait in the bounded queue meanwhile",
+                    self.name,
+                    e,
+                    self.backoff_max,
+                )
             delay = self.backoff_max
         else:
             if self._attempt == 1 or now - self._last_fail_log >= 60:
                 self._last_fail_log = now
-                log.warning("%s: send failed (%s); retrying with backoff (queue %d/%d)",
-                            self.name, e, self.stats.depth, self.max_items)
+                log.warning(
+                    "%s: send failed (%s); retrying with backoff (queue %d/%d)",
+                    self.name,
+                    e,
+                    self.stats.depth,
+                    self.max_items,
+                )
             delay = self.backoff(self._attempt)
         return self._wait(delay)
 

@@ -26,8 +26,8 @@ from .workers import DecodePool
 from ...profile.store import PROFILE_SUFFIX, TRACE_SUFFIX, Store, range_name
 from .timeline import MAX_BYTES as MAX_TRACE_BYTES, TraceError, read_kernels
 
-MAX_BARS = 360            # the chart's bars; longer ranges sum neighbouring intervals
-WARM_PAUSE_S = 5.0        # how often the warmer looks for new windows
+MAX_BARS = 360  # the chart's bars; longer ranges sum neighbouring intervals
+WARM_PAUSE_S = 5.0  # how often the warmer looks for new windows
 
 
 class BadRequest(Exception):
@@ -56,16 +56,17 @@ def _value(params: dict) -> int:
 
 
 class Api:
-    def __init__(self, store: Store, health: Optional[Callable[[], Optional[dict]]] = None,
-                 cache: Optional[ProfileCache] = None):
+    def __init__(
+        self, store: Store, health: Optional[Callable[[], Optional[dict]]] = None, cache: Optional[ProfileCache] = None
+    ):
         self.store = store
         self.cache = cache or ProfileCache(store)
         self.health = health
         self._stop = threading.Event()
-        self.warmed = 0           # files decoded by the warmer
+        self.warmed = 0  # files decoded by the warmer
         self.warm_done_at: Optional[float] = None
         self.started_at = time.monotonic()
-        self._requests = 0            # in flight; the warmer waits for them
+        self._requests = 0  # in flight; the warmer waits for them
         self._requests_lock = threading.Lock()
 
     # -- the warmer -----------------------------------------------------------
@@ -137,7 +138,7 @@ class Api:
         if path == "/download/trace.perfetto-trace":
             return self.download_trace(params)
         if path.startswith("/files/"):
-            return self.file(path[len("/files/"):])
+            return self.file(path[len("/files/") :])
         raise BadRequest("not found", HTTPStatus.NOT_FOUND)
 
     def status(self) -> dict:
@@ -148,13 +149,19 @@ class Api:
                 agent = self.health()
             except Exception as e:  # the page still shows the store
                 agent = {"error": str(e)}
-        return {"store": store, "agent": agent, "agent_attached": self.health is not None,
-                "ui": {"cached_files": self.cache.size(), "cached_rows": self.cache.rows(),
-                       "warmed_files": self.warmed,
-                       "warm_seconds": (None if self.warm_done_at is None
-                                        else round(self.warm_done_at - self.started_at, 2)),
-                       "unreadable": dict(list(self.cache.unreadable.items())[-20:])},
-                "now_ms": int(time.time() * 1000)}
+        return {
+            "store": store,
+            "agent": agent,
+            "agent_attached": self.health is not None,
+            "ui": {
+                "cached_files": self.cache.size(),
+                "cached_rows": self.cache.rows(),
+                "warmed_files": self.warmed,
+                "warm_seconds": (None if self.warm_done_at is None else round(self.warm_done_at - self.started_at, 2)),
+                "unreadable": dict(list(self.cache.unreadable.items())[-20:]),
+            },
+            "now_ms": int(time.time() * 1000),
+        }
 
     def _files(self, params: dict, prefix: str = ""):
         profiles = self.store.profiles()
@@ -171,8 +178,11 @@ class Api:
     def traces(self, params: dict) -> dict:
         from_ms, to_ms, _ = self._files(params)
         traces = self.store.in_range(from_ms * 1_000_000, to_ms * 1_000_000, traces=True)
-        return {"from": from_ms, "to": to_ms,
-                "traces": [{"name": f.name, "end": f.end_ns // 1_000_000, "bytes": f.size} for f in traces]}
+        return {
+            "from": from_ms,
+            "to": to_ms,
+            "traces": [{"name": f.name, "end": f.end_ns // 1_000_000, "bytes": f.size} for f in traces],
+        }
 
     def timeline(self, params: dict) -> dict:
         name = (params.get("file") or [""])[-1]
@@ -181,10 +191,12 @@ class Api:
         f = next((t for t in self.store.traces() if t.name == name), None)
         if f is None:
             raise BadRequest(f"no trace {name!r} in the store", HTTPStatus.NOT_FOUND)
-        if f.size > MAX_TRACE_BYTES:   # said before reading it
-            raise BadRequest(f"{name} is {f.size >> 20} MiB, more than the page reads "
-                             f"({MAX_TRACE_BYTES >> 20} MiB): download it for ui.perfetto.dev")
-        data = self.store.read(name, MAX_TRACE_BYTES)   # grown since the listing: refused below
+        if f.size > MAX_TRACE_BYTES:  # said before reading it
+            raise BadRequest(
+                f"{name} is {f.size >> 20} MiB, more than the page reads "
+                f"({MAX_TRACE_BYTES >> 20} MiB): download it for ui.perfetto.dev"
+            )
+        data = self.store.read(name, MAX_TRACE_BYTES)  # grown since the listing: refused below
         if data is None:
             raise BadRequest(f"{name} cannot be read", HTTPStatus.NOT_FOUND)
         try:
@@ -213,8 +225,14 @@ class Api:
             bar = slots.get(slot)
             if bar is None:
                 start = max(ends[i - 1] if i else from_ms, end_ms - window_ms)
-                bar = slots[slot] = {"start_ms": start, "end_ms": end_ms, "gpu_ns": 0, "launches": 0,
-                                     "pc_samples": 0, "files": 0}
+                bar = slots[slot] = {
+                    "start_ms": start,
+                    "end_ms": end_ms,
+                    "gpu_ns": 0,
+                    "launches": 0,
+                    "pc_samples": 0,
+                    "files": 0,
+                }
                 bars.append(bar)
             bar["end_ms"] = end_ms
             bar["gpu_ns"] += totals[0]
@@ -240,12 +258,21 @@ class Api:
         if group and group not in labels:
             raise BadRequest(f"group: no label {group[:100]!r} in this range (its labels: {', '.join(labels)})")
         traces = self.store.in_range(from_ms * 1_000_000, to_ms * 1_000_000, traces=True)
-        return {"from": from_ms, "to": to_ms, "files": merged.files, "type": value,
-                "total": merged.total(value), "filters": filters.describe(),
-                "tree": merged.tree(value, group), "top": merged.top(value),
-                "group": group, "group_labels": labels,
-                "labels": merged.label_values(value), "traces": len(traces),
-                "comments": merged.comments}
+        return {
+            "from": from_ms,
+            "to": to_ms,
+            "files": merged.files,
+            "type": value,
+            "total": merged.total(value),
+            "filters": filters.describe(),
+            "tree": merged.tree(value, group),
+            "top": merged.top(value),
+            "group": group,
+            "group_labels": labels,
+            "labels": merged.label_values(value),
+            "traces": len(traces),
+            "comments": merged.comments,
+        }
 
     def sandwich(self, params: dict) -> dict:
         """One frame's callers and callees over the range, filters applied."""
@@ -258,8 +285,14 @@ class Api:
             out = sandwich(merged.catalog, merged.by_stack(value), name)
         except KeyError:
             raise BadRequest(f"no frame named {name[:200]!r} in this range") from None
-        return {"from": from_ms, "to": to_ms, "files": merged.files, "type": value,
-                "filters": filters.describe(), **out}
+        return {
+            "from": from_ms,
+            "to": to_ms,
+            "files": merged.files,
+            "type": value,
+            "filters": filters.describe(),
+            **out,
+        }
 
     def diff(self, params: dict) -> dict:
         value = _value(params)
@@ -282,18 +315,27 @@ class Api:
         if normalize and a_total:
             a = scaled(a, b_total / a_total)
         cat = after.catalog
-        return {"a": {"from": a_from, "to": a_to, "files": before.files, "total": a_total},
-                "b": {"from": b_from, "to": b_to, "files": after.files, "total": b_total},
-                "type": value, "normalized": normalize, "filters": filters.describe(),
-                "tree": tree_of(cat, [a, b]), "changes": changes(cat, a, b)}
+        return {
+            "a": {"from": a_from, "to": a_to, "files": before.files, "total": a_total},
+            "b": {"from": b_from, "to": b_to, "files": after.files, "total": b_total},
+            "type": value,
+            "normalized": normalize,
+            "filters": filters.describe(),
+            "tree": tree_of(cat, [a, b]),
+            "changes": changes(cat, a, b),
+        }
 
     def download_profile(self, params: dict):
         from_ms, to_ms, merged, _ = self._merged(params)
         if not merged.files:
             raise BadRequest("no profile in this range", HTTPStatus.NOT_FOUND)
         name = range_name(_stamp(from_ms), _stamp(to_ms), PROFILE_SUFFIX)
-        return HTTPStatus.OK, merged.pprof(), "application/octet-stream", {
-            "Content-Disposition": f'attachment; filename="{name}"'}
+        return (
+            HTTPStatus.OK,
+            merged.pprof(),
+            "application/octet-stream",
+            {"Content-Disposition": f'attachment; filename="{name}"'},
+        )
 
     def download_trace(self, params: dict):
         """The range's trace files, concatenated: a Perfetto trace is a stream of
@@ -305,15 +347,23 @@ class Api:
         if not parts:
             raise BadRequest("no Perfetto trace in this range", HTTPStatus.NOT_FOUND)
         name = range_name(_stamp(from_ms), _stamp(to_ms), TRACE_SUFFIX)
-        return HTTPStatus.OK, b"".join(parts), "application/octet-stream", {
-            "Content-Disposition": f'attachment; filename="{name}"'}
+        return (
+            HTTPStatus.OK,
+            b"".join(parts),
+            "application/octet-stream",
+            {"Content-Disposition": f'attachment; filename="{name}"'},
+        )
 
     def file(self, name: str):
         data = self.store.read(name)  # None for any name that is not a store file's
         if data is None:
             raise BadRequest("no such file in the store", HTTPStatus.NOT_FOUND)
-        return HTTPStatus.OK, data, "application/octet-stream", {
-            "Content-Disposition": f'attachment; filename="{name}"'}
+        return (
+            HTTPStatus.OK,
+            data,
+            "application/octet-stream",
+            {"Content-Disposition": f'attachment; filename="{name}"'},
+        )
 
 
 def _stamp(ms: int) -> str:

@@ -45,7 +45,7 @@ class Catalog:
     file numbers its locations, functions and strings its own way."""
 
     def __init__(self):
-        self.lock = threading.Lock()   # held while a file is interned
+        self.lock = threading.Lock()  # held while a file is interned
         self.frames: list[FrameSpec] = []
         self.frame_name: list[int] = []
         self._frame_ids: dict[FrameSpec, int] = {}
@@ -54,8 +54,8 @@ class Catalog:
         self._mapping_ids: dict[MappingSpec, int] = {}
         self.mappings: list[MappingSpec] = []
         self._location_ids: dict[tuple, int] = {}
-        self.locations: list[tuple[int, ...]] = []    # frame ids, innermost first
-        self.stacks: list[tuple[int, ...]] = []       # frame ids, leaf first
+        self.locations: list[tuple[int, ...]] = []  # frame ids, innermost first
+        self.stacks: list[tuple[int, ...]] = []  # frame ids, leaf first
         self._stack_ids: dict[tuple[int, ...], int] = {}  # by location ids
         self.labelsets: list[tuple[tuple[str, str], ...]] = []  # sorted (key, value)
         self._labelset_ids: dict[tuple[tuple[str, str], ...], int] = {}
@@ -91,9 +91,10 @@ class Catalog:
         i = self._location_ids.get(key)
         if i is None:
             m = self.mappings[mapping] if mapping >= 0 else None
-            frames = tuple(self.frame(FrameSpec(name, "" if system_name == name else system_name,
-                                                filename, line, address, m))
-                           for name, system_name, filename, line in lines)
+            frames = tuple(
+                self.frame(FrameSpec(name, "" if system_name == name else system_name, filename, line, address, m))
+                for name, system_name, filename, line in lines
+            )
             if not frames:  # an unsymbolized address
                 frames = (self.frame(FrameSpec(f"0x{address:x}", "", "", 0, address, m)),)
             i = self._location_ids[key] = len(self.locations)
@@ -145,7 +146,7 @@ class DecodedProfile:
     gpu_ns: array = field(default_factory=lambda: array("q"))
     launches: array = field(default_factory=lambda: array("q"))
     # Unfiltered totals per label set, for the filter menus of a range.
-    by_labelset: dict = field(default_factory=dict)   # id -> [gpu_ns, launches, pc_samples]
+    by_labelset: dict = field(default_factory=dict)  # id -> [gpu_ns, launches, pc_samples]
     gpu_total: int = 0
     launch_total: int = 0
     pc_samples: array = field(default_factory=lambda: array("q"))  # empty: none in the file
@@ -188,6 +189,13 @@ def labels_of(raw: tuple[bytes, ...], s) -> tuple[tuple[str, str], ...]:
 
 def mapping_spec(m, s) -> MappingSpec:
     """A pprof Mapping (s: its file's string table look-up) as the agent writes it."""
-    return MappingSpec(s(m.filename), build_id=s(m.build_id), has_functions=m.has_functions,
-                       has_filenames=m.has_filenames, has_line_numbers=m.has_line_numbers,
-                       memory_start=m.memory_start, memory_limit=m.memory_limit, file_offset=m.file_offset)
+    return MappingSpec(
+        s(m.filename),
+        build_id=s(m.build_id),
+        has_functions=m.has_functions,
+        has_filenames=m.has_filenames,
+        has_line_numbers=m.has_line_numbers,
+        memory_start=m.memory_start,
+        memory_limit=m.memory_limit,
+        file_offset=m.file_offset,
+    )

@@ -48,7 +48,7 @@ def decode_numbered(data: bytes, catalog: Catalog) -> Optional[DecodedProfile]:
         return st[i] if 0 <= i < n_st else ""
 
     comments = [s(c) for c in p.comment]
-    numbering = next((c[len(NUMBERING_COMMENT):] for c in comments if c.startswith(NUMBERING_COMMENT)), None)
+    numbering = next((c[len(NUMBERING_COMMENT) :] for c in comments if c.startswith(NUMBERING_COMMENT)), None)
     if numbering is None or [s(t.type) for t in p.sample_type] != ["gpu_time", "kernel_launches"]:
         return None
     raw = p.sample[:]
@@ -59,8 +59,9 @@ def decode_numbered(data: bytes, catalog: Catalog) -> Optional[DecodedProfile]:
     groups = (b"\x00".join(flat.label[:]) + b"\x00").split(_GROUP_END)
     if len(chunks) != n or len(values) != 2 * n or len(groups) != n + 1:
         return None
-    out = DecodedProfile(p.time_nanos, p.duration_nanos,
-                         tuple(c for c in comments if not c.startswith(NUMBERING_COMMENT)))
+    out = DecodedProfile(
+        p.time_nanos, p.duration_nanos, tuple(c for c in comments if not c.startswith(NUMBERING_COMMENT))
+    )
     with catalog.lock:
         known = catalog.numberings.get(numbering)
         if known is None:
@@ -73,7 +74,7 @@ def decode_numbered(data: bytes, catalog: Catalog) -> Optional[DecodedProfile]:
             for i, chunk in enumerate(chunks):
                 if sids[i] is None:
                     sid = _learn_stack(chunk, catalog, known)
-                    if sid is None:       # an id the file does not define
+                    if sid is None:  # an id the file does not define
                         return None
                     sids[i] = sid
         del groups[n]

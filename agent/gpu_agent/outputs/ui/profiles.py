@@ -120,21 +120,26 @@ class ProfileCache:
     """Decoded store files, least recently used first out, at most max_rows rows.
     Keyed by (name, size, mtime): a file rewritten under its name is read again."""
 
-    def __init__(self, store: Store, catalog: Optional[Catalog] = None, max_rows: int = DEFAULT_CACHE_ROWS,
-                 catalog_limit: int = DEFAULT_CATALOG_LIMIT):
+    def __init__(
+        self,
+        store: Store,
+        catalog: Optional[Catalog] = None,
+        max_rows: int = DEFAULT_CACHE_ROWS,
+        catalog_limit: int = DEFAULT_CATALOG_LIMIT,
+    ):
         self.store = store
         self.catalog = catalog or Catalog()
         self.max_rows = max_rows
         self.catalog_limit = catalog_limit
-        self._lock = threading.Lock()          # the entries and counts
-        self._decoding = threading.Lock()      # one file decoded at a time
-        self.pool = None                       # a workers.DecodePool, for many()
+        self._lock = threading.Lock()  # the entries and counts
+        self._decoding = threading.Lock()  # one file decoded at a time
+        self.pool = None  # a workers.DecodePool, for many()
         self._entries: OrderedDict[tuple, DecodedProfile] = OrderedDict()
         self._rows = 0
         # (GPU ns, launches) of every file decoded so far, kept after its rows are
         # evicted: the interval chart of a long range needs only these.
         self._totals: dict[tuple, tuple[int, int, int]] = {}
-        self.unreadable: dict[str, str] = {}   # name -> why, for the status page
+        self.unreadable: dict[str, str] = {}  # name -> why, for the status page
 
     def get(self, f: StoreFile) -> Optional[DecodedProfile]:
         key = (f.name, f.size, f.mtime_ns)
@@ -152,8 +157,9 @@ class ProfileCache:
             data = self.store.read(f.name)
             if data is None:
                 if os.path.lexists(self.store.dir / f.name):  # not rotated away: say why it is missing
-                    self.unreadable[f.name] = ("cannot open: not readable by this user (the agent "
-                                               "writes mode 0600), or not a regular file")
+                    self.unreadable[f.name] = (
+                        "cannot open: not readable by this user (the agent writes mode 0600), or not a regular file"
+                    )
                 return None
             try:
                 decoded = decode(data, self.catalog)
@@ -170,8 +176,7 @@ class ProfileCache:
             self.catalog = Catalog()
             self._entries.clear()
             self._rows = 0
-            self._totals = {k: v for k, v in self._totals.items()
-                            if k[0] in {f.name for f in self.store.profiles()}}
+            self._totals = {k: v for k, v in self._totals.items() if k[0] in {f.name for f in self.store.profiles()}}
 
     def _hit(self, key) -> Optional[DecodedProfile]:
         with self._lock:
@@ -209,8 +214,9 @@ class ProfileCache:
         if pool is None or not pool.ready(wait=POOL_START_WAIT_S):
             return
         with self._lock:
-            missing = [f for f in files if (f.name, f.size, f.mtime_ns) not in
-                       (self._totals if totals_only else self._entries)]
+            missing = [
+                f for f in files if (f.name, f.size, f.mtime_ns) not in (self._totals if totals_only else self._entries)
+            ]
         if len(missing) < pool.min_files:
             return
         with self._decoding:
@@ -222,7 +228,8 @@ class ProfileCache:
                 if decoded is not None:
                     self._insert(keys[f.name], decoded)
                 elif error != "unreadable":
-                    self.unreadable[f.name] = error   # "unreadable": get() says why
+                    self.unreadable[f.name] = error  # "unreadable": get() says why
+
             pool.decode(missing, self.catalog, on_file)
 
     def forget_gone(self, present: list[StoreFile]) -> None:

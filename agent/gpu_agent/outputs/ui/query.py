@@ -59,8 +59,12 @@ def parse_filters(params: dict[str, list[str]], prefix: str = "") -> Filters:
             kernel = re.compile(text)
         except re.error as e:
             raise ValueError(f"kernel: bad regular expression {text!r}: {e}") from None
-    return Filters(labels, kernel, tuple(v for v in params.get(prefix + "focus", []) if v),
-                   tuple(v for v in params.get(prefix + "ignore", []) if v))
+    return Filters(
+        labels,
+        kernel,
+        tuple(v for v in params.get(prefix + "focus", []) if v),
+        tuple(v for v in params.get(prefix + "ignore", []) if v),
+    )
 
 
 class Merged:
@@ -71,7 +75,7 @@ class Merged:
         self.catalog = catalog
         self.files = len(files)
         self.rows: dict[tuple[int, int], list[int]] = {}
-        self.by_labelset: dict[int, list[int]] = {}   # unfiltered: the filter menus
+        self.by_labelset: dict[int, list[int]] = {}  # unfiltered: the filter menus
         self.comments: list[str] = []
         self.start_ns = min((d.time_nanos for d in files), default=0)
         self.end_ns = max((d.time_nanos + d.duration_nanos for d in files), default=0)
@@ -144,8 +148,10 @@ class Merged:
             for k, val in self.catalog.labelsets[lid]:
                 if k in acc:
                     acc[k][val] = acc[k].get(val, 0) + v[value]
-        return {k: [{"value": val, "total": t} for val, t in sorted(vals.items(), key=lambda kv: -kv[1])]
-                for k, vals in acc.items()}
+        return {
+            k: [{"value": val, "total": t} for val, t in sorted(vals.items(), key=lambda kv: -kv[1])]
+            for k, vals in acc.items()
+        }
 
     def tree(self, value: int, group: str = "") -> dict:
         """The flame graph's tree; with `group`, one subtree per value of that label
@@ -194,19 +200,28 @@ class Merged:
         grand = self.total(value) or 1
         # The heaviest by self first (the kernels: where GPU time goes), then by total
         # (the code that launched them), each within the row limit.
-        by_self = sorted(self_v, key=lambda n: (-self_v[n], cat.names[n][0]))[:limit // 2]
+        by_self = sorted(self_v, key=lambda n: (-self_v[n], cat.names[n][0]))[: limit // 2]
         by_total = sorted(total_v, key=lambda n: (-total_v[n], -self_v.get(n, 0), cat.names[n][0]))
         ranked = list(dict.fromkeys(by_self + by_total))[:limit]
-        return [{"name": cat.names[n][0], "kind": cat.names[n][1], "self": self_v.get(n, 0),
-                 "total": total_v[n], "self_share": self_v.get(n, 0) / grand, "total_share": total_v[n] / grand}
-                for n in ranked]
+        return [
+            {
+                "name": cat.names[n][0],
+                "kind": cat.names[n][1],
+                "self": self_v.get(n, 0),
+                "total": total_v[n],
+                "self_share": self_v.get(n, 0) / grand,
+                "total_share": total_v[n] / grand,
+            }
+            for n in ranked
+        ]
 
     def pprof(self) -> bytes:
         """The merged range as one gzip pprof, written by the agent's own ProfileBuilder."""
         cat = self.catalog
         comments = list(self.comments) + [f"merged by gpu-agent ui from {self.files} profiles"]
-        b = ProfileBuilder(period_ns=1, duration_ns=max(0, self.end_ns - self.start_ns),
-                           time_nanos=self.start_ns, comments=comments)
+        b = ProfileBuilder(
+            period_ns=1, duration_ns=max(0, self.end_ns - self.start_ns), time_nanos=self.start_ns, comments=comments
+        )
         for (sid, lid), (g, n, p) in self.rows.items():
             b.add([cat.frames[f] for f in cat.stacks[sid]], g, n, dict(cat.labelsets[lid]), p)
         return b.to_bytes()
@@ -220,7 +235,7 @@ def tree_of(catalog: Catalog, per_range: list[dict[int, int]]) -> dict:
     drawn), before the earlier, delta = value - before (the colour)."""
     cat = catalog
     diff = len(per_range) == 2
-    root = [[0] * len(per_range), {}]          # [values per range, children by name id]
+    root = [[0] * len(per_range), {}]  # [values per range, children by name id]
     for r, by_stack in enumerate(per_range):
         for sid, v in by_stack.items():
             if not v:
@@ -237,8 +252,10 @@ def tree_of(catalog: Catalog, per_range: list[dict[int, int]]) -> dict:
 
     def emit(name: Optional[int], node) -> dict:
         values = node[0]
-        out = {"name": cat.names[name][0] if name is not None else "all",
-               "kind": cat.names[name][1] if name is not None else "root"}
+        out = {
+            "name": cat.names[name][0] if name is not None else "all",
+            "kind": cat.names[name][1] if name is not None else "root",
+        }
         if diff:
             out["before"], out["value"] = values[0], values[1]
             out["delta"] = values[1] - values[0]
@@ -279,12 +296,15 @@ def sandwich(catalog: Catalog, by_stack: dict[int, int], name: str) -> dict:
         if not v or not hits:
             continue
         kind = cat.names[names[hits[0]]][1]
-        add(callers, names[hits[0] + 1:], v)
-        add(callees, reversed(names[:hits[-1]]), v)
+        add(callers, names[hits[0] + 1 :], v)
+        add(callees, reversed(names[: hits[-1]]), v)
 
     def emit(n: Optional[int], node: list) -> dict:
-        out = {"name": cat.names[n][0] if n is not None else name,
-               "kind": cat.names[n][1] if n is not None else kind, "value": node[0]}
+        out = {
+            "name": cat.names[n][0] if n is not None else name,
+            "kind": cat.names[n][1] if n is not None else kind,
+            "value": node[0],
+        }
         children = sorted((emit(c, sub) for c, sub in node[1].items()), key=lambda c: -c["value"])
         if children:
             out["children"] = children
@@ -293,9 +313,9 @@ def sandwich(catalog: Catalog, by_stack: dict[int, int], name: str) -> dict:
     return {"name": name, "total": callers[0], "callers": emit(None, callers), "callees": emit(None, callees)}
 
 
-def changes(catalog: Catalog, before: dict[int, int], after: dict[int, int],
-            limit: int = CHANGE_ROWS) -> list[dict]:
+def changes(catalog: Catalog, before: dict[int, int], after: dict[int, int], limit: int = CHANGE_ROWS) -> list[dict]:
     """Kernels and functions whose total changed most between two ranges."""
+
     def totals(by_stack: dict[int, int]) -> dict[int, int]:
         out: dict[int, int] = {}
         for sid, v in by_stack.items():
@@ -309,8 +329,16 @@ def changes(catalog: Catalog, before: dict[int, int], after: dict[int, int],
         old, new = a.get(n, 0), b.get(n, 0)
         if old == new:
             continue
-        rows.append({"name": catalog.names[n][0], "kind": catalog.names[n][1], "before": old,
-                     "after": new, "delta": new - old, "ratio": (new / old) if old else None})
+        rows.append(
+            {
+                "name": catalog.names[n][0],
+                "kind": catalog.names[n][1],
+                "before": old,
+                "after": new,
+                "delta": new - old,
+                "ratio": (new / old) if old else None,
+            }
+        )
     rows.sort(key=lambda r: (-abs(r["delta"]), r["kind"] != KERNEL, r["name"]))  # kernels first on ties
     return rows[:limit]
 

@@ -117,6 +117,7 @@ class UiServer(BoundedThreads, ThreadingHTTPServer):
         self.uids = own_uids()
         if ":" in addr[0]:
             import socket
+
             self.address_family = socket.AF_INET6
         super().__init__(addr, Handler)
 
@@ -141,8 +142,9 @@ class Handler(BaseHTTPRequestHandler):
         self._serve(head=False)
 
     def _refuse_method(self):
-        self._send(HTTPStatus.METHOD_NOT_ALLOWED, b"read-only: GET and HEAD only\n", "text/plain",
-                   extra={"Allow": "GET, HEAD"})
+        self._send(
+            HTTPStatus.METHOD_NOT_ALLOWED, b"read-only: GET and HEAD only\n", "text/plain", extra={"Allow": "GET, HEAD"}
+        )
 
     do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _refuse_method
 
@@ -183,20 +185,29 @@ class Handler(BaseHTTPRequestHandler):
             peer = self.server.peer()
             if not (isinstance(peer, tuple) and peer[0] == "uid" and peer[1] in self.server.uids):
                 who = ", ".join(str(u) for u in sorted(self.server.uids))
-                return self._send(HTTPStatus.FORBIDDEN,
-                                  f"this UI serves uid {who} only: start it with --ui-token-file to let "
-                                  "other users in\n".encode(), "text/plain", head=head)
+                return self._send(
+                    HTTPStatus.FORBIDDEN,
+                    f"this UI serves uid {who} only: start it with --ui-token-file to let other users in\n".encode(),
+                    "text/plain",
+                    head=head,
+                )
         if token is not None:
             offered = (params.get("token") or [""])[-1] if path == "/" else ""
             if offered and token.matches(offered):
                 # A browser cannot send a header from a typed URL: the token becomes a
                 # cookie, and the URL that carried it is left at once.
-                cookie = (f"{COOKIE}={urllib.parse.quote(offered)}; Path=/; HttpOnly; SameSite=Strict")
-                return self._send(HTTPStatus.SEE_OTHER, b"", "text/plain", head=head,
-                                  extra={"Location": "/", "Set-Cookie": cookie})
+                cookie = f"{COOKIE}={urllib.parse.quote(offered)}; Path=/; HttpOnly; SameSite=Strict"
+                return self._send(
+                    HTTPStatus.SEE_OTHER, b"", "text/plain", head=head, extra={"Location": "/", "Set-Cookie": cookie}
+                )
             if not token.matches(self._offered_token()):
-                return self._send(HTTPStatus.UNAUTHORIZED, b"a bearer token is required\n", "text/plain",
-                                  head=head, extra={"WWW-Authenticate": 'Bearer realm="gpu-agent ui"'})
+                return self._send(
+                    HTTPStatus.UNAUTHORIZED,
+                    b"a bearer token is required\n",
+                    "text/plain",
+                    head=head,
+                    extra={"WWW-Authenticate": 'Bearer realm="gpu-agent ui"'},
+                )
         try:
             if path in ASSETS:
                 return self._asset(path, head)
@@ -217,8 +228,9 @@ class Handler(BaseHTTPRequestHandler):
             body = (STATIC / name).read_bytes()
         except OSError:
             hint = b" (run `make ui`)" if name.startswith("vendor/") else b""
-            return self._send(HTTPStatus.NOT_FOUND, b"not built: " + name.encode() + hint + b"\n",
-                              "text/plain", head=head)
+            return self._send(
+                HTTPStatus.NOT_FOUND, b"not built: " + name.encode() + hint + b"\n", "text/plain", head=head
+            )
         self._send(HTTPStatus.OK, body, ctype, head=head)
 
     def _send(self, status, body: bytes, ctype: str, head: bool = False, extra: Optional[dict] = None) -> None:
@@ -230,9 +242,10 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("X-Frame-Options", "DENY")
         self.send_header("Referrer-Policy", "no-referrer")
         # The flame-graph library injects its stylesheet and sets inline styles.
-        self.send_header("Content-Security-Policy",
-                         "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
-                         "frame-ancestors 'none'")
+        self.send_header(
+            "Content-Security-Policy",
+            "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'",
+        )
         for k, v in (extra or {}).items():
             self.send_header(k, v)
         self.end_headers()
@@ -240,8 +253,13 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
 
-def serve(store_dir: Path, listen: str, token_file: Optional[str] = None,
-          health: Optional[Callable[[], Optional[dict]]] = None, warm: bool = True) -> UiServer:
+def serve(
+    store_dir: Path,
+    listen: str,
+    token_file: Optional[str] = None,
+    health: Optional[Callable[[], Optional[dict]]] = None,
+    warm: bool = True,
+) -> UiServer:
     """Start the UI in a thread; returns the server (server.url, server.shutdown()).
     Raises ValueError (a bad address or token file) or OSError (the port)."""
     host, port = parse_listen(listen)
@@ -264,8 +282,10 @@ def exposure_error(listen: str, token_file: Optional[str]) -> Optional[str]:
     host, _ = parse_listen(listen)
     if is_loopback(host) or token_file:
         return None
-    return (f"the UI on {listen} would be open to anyone who can reach this host, and profiles "
-            "name processes, pods and code: give --ui-token-file")
+    return (
+        f"the UI on {listen} would be open to anyone who can reach this host, and profiles "
+        "name processes, pods and code: give --ui-token-file"
+    )
 
 
 def wait_forever(stop: Callable[[], bool]) -> None:

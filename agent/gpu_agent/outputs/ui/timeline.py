@@ -16,10 +16,10 @@ from google.protobuf.message import DecodeError
 
 from ...timeline.kernel_fields import INKERNEL
 
-MAX_BYTES = 64 << 20   # about 2 s of parsing here (37 MiB: 1.2 s); memory is that of MAX_KERNELS
+MAX_BYTES = 64 << 20  # about 2 s of parsing here (37 MiB: 1.2 s); memory is that of MAX_KERNELS
 MAX_KERNELS = 50_000
-MAX_DEPTH = 64   # open slices on one track; levels of in-kernel tracks
-MAX_INKERNEL = 200_000     # in-kernel events sent
+MAX_DEPTH = 64  # open slices on one track; levels of in-kernel tracks
+MAX_INKERNEL = 200_000  # in-kernel events sent
 MAX_INKERNEL_ROWS = 4_096  # in-kernel tracks drawn (their events beyond: not sent)
 
 
@@ -28,7 +28,7 @@ class TraceError(ValueError):
 
 
 def _row_name(tracks: dict, uuid: int) -> str:
-    """"python (4242) · GPU 0 · stream 7": the track and its parents."""
+    """ "python (4242) · GPU 0 · stream 7": the track and its parents."""
     parts = []
     for _ in range(4):
         d = tracks.get(uuid)
@@ -36,7 +36,7 @@ def _row_name(tracks: dict, uuid: int) -> str:
             break
         if d.HasField("process"):
             parts.append(f"{d.process.process_name or 'pid'} ({d.process.pid})")
-        elif d.name:   # "GPU 0: NVIDIA H100 80GB HBM3 (GPU-…)" -> "GPU 0": the row says where, briefly
+        elif d.name:  # "GPU 0: NVIDIA H100 80GB HBM3 (GPU-…)" -> "GPU 0": the row says where, briefly
             parts.append(d.name.split(":")[0] if d.name.startswith("GPU") else d.name)
         if not d.parent_uuid:
             break
@@ -72,7 +72,7 @@ def _packets(data: bytes):
         if i + n > len(data):
             raise TraceError("not a Perfetto trace: its last packet is cut short")
         try:
-            yield pb.TracePacket.FromString(view[i:i + n])
+            yield pb.TracePacket.FromString(view[i : i + n])
         except DecodeError as e:
             raise TraceError(f"not a Perfetto trace: packet at byte {i}: {e}") from None
         i += n
@@ -86,12 +86,14 @@ def read_kernels(data: bytes, max_kernels: int = MAX_KERNELS) -> dict:
     it) and of a merged .nanotrace's in-kernel slices, whose tracks (CTAs, warps)
     follow their stream's row, one level deeper each."""
     if len(data) > MAX_BYTES:
-        raise TraceError(f"the trace is {len(data) >> 20} MiB, more than the page reads "
-                         f"({MAX_BYTES >> 20} MiB): download it for ui.perfetto.dev")
+        raise TraceError(
+            f"the trace is {len(data) >> 20} MiB, more than the page reads "
+            f"({MAX_BYTES >> 20} MiB): download it for ui.perfetto.dev"
+        )
     tracks: dict[int, pb.TrackDescriptor] = {}
-    names: dict[int, dict[int, str]] = {}          # sequence -> event name iid -> name
+    names: dict[int, dict[int, str]] = {}  # sequence -> event name iid -> name
     open_: dict[int, list] = {}
-    found, inner = [], []                            # (start, end, track, name)
+    found, inner = [], []  # (start, end, track, name)
     total = inner_total = 0
     for p in _packets(data):
         seq = p.trusted_packet_sequence_id
@@ -115,7 +117,7 @@ def read_kernels(data: bytes, max_kernels: int = MAX_KERNELS) -> dict:
             start, name = open_[e.track_uuid].pop()
             track = tracks.get(e.track_uuid)
             if track is None or not track.parent_uuid:
-                continue   # not on a stream track (under a GPU track): not a kernel
+                continue  # not on a stream track (under a GPU track): not a kernel
             if track.description.startswith(INKERNEL):
                 inner_total += 1
                 if len(inner) < MAX_INKERNEL:
@@ -126,18 +128,27 @@ def read_kernels(data: bytes, max_kernels: int = MAX_KERNELS) -> dict:
                 found.append((start, max(p.timestamp, start), e.track_uuid, name))
     kernels = sorted(found)
     t0 = kernels[0][0] if kernels else 0
-    streams = sorted({k[2] for k in kernels}, key=lambda t: _natural(_row_name(tracks, t)))   # stream 7 before 13
+    streams = sorted({k[2] for k in kernels}, key=lambda t: _natural(_row_name(tracks, t)))  # stream 7 before 13
     rows, depth, parent = _rows(tracks, streams, {t for _, _, t, _ in inner})
     row_of = {t: i for i, t in enumerate(rows)}
     name_of: dict[str, int] = {}
     out = [[row_of[t], s - t0, e - s, name_of.setdefault(n, len(name_of))] for s, e, t, n in kernels]
-    ins = [[row_of[t], s - t0, e - s, name_of.setdefault(n, len(name_of))] for s, e, t, n in sorted(inner)
-           if t in row_of]
-    return {"start_ns": t0, "end_ns": max((e for _, e, _, _ in kernels), default=0),
-            "rows": [_row_name(tracks, t) if not depth[i] else tracks[t].name for i, t in enumerate(rows)],
-            "depth": depth, "parent": parent, "names": list(name_of),
-            "kernels": out, "total": total, "truncated": total > len(out),
-            "inkernel": ins, "inkernel_total": inner_total}
+    ins = [
+        [row_of[t], s - t0, e - s, name_of.setdefault(n, len(name_of))] for s, e, t, n in sorted(inner) if t in row_of
+    ]
+    return {
+        "start_ns": t0,
+        "end_ns": max((e for _, e, _, _ in kernels), default=0),
+        "rows": [_row_name(tracks, t) if not depth[i] else tracks[t].name for i, t in enumerate(rows)],
+        "depth": depth,
+        "parent": parent,
+        "names": list(name_of),
+        "kernels": out,
+        "total": total,
+        "truncated": total > len(out),
+        "inkernel": ins,
+        "inkernel_total": inner_total,
+    }
 
 
 def _rows(tracks: dict, streams: list, used: set) -> tuple[list, list, list]:
@@ -145,7 +156,7 @@ def _rows(tracks: dict, streams: list, used: set) -> tuple[list, list, list]:
     their parents), depth first in their sibling order; at most MAX_INKERNEL_ROWS."""
     children: dict[int, list] = {}
     keep = set()
-    for t in used:   # a track with events and every in-kernel track above it
+    for t in used:  # a track with events and every in-kernel track above it
         for _ in range(MAX_DEPTH):
             d = tracks.get(t)
             if d is None or not d.description.startswith(INKERNEL) or t in keep:

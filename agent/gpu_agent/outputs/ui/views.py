@@ -27,7 +27,7 @@ def profile_view(name: str, as_bytes: dict[str, set[str]], repeated: dict[str, s
     for message in fdp.message_type:
         for f in message.field:
             if f.type_name.startswith(old):
-                f.type_name = new + f.type_name[len(old):]
+                f.type_name = new + f.type_name[len(old) :]
             if f.name in as_bytes.get(message.name, ()):
                 f.type = _B.TYPE_BYTES
                 f.ClearField("type_name")
@@ -35,8 +35,10 @@ def profile_view(name: str, as_bytes: dict[str, set[str]], repeated: dict[str, s
                 f.label = _B.LABEL_REPEATED
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
-    return {m.name: message_factory.GetMessageClass(pool.FindMessageTypeByName(new.strip(".") + "." + m.name))
-            for m in fdp.message_type}
+    return {
+        m.name: message_factory.GetMessageClass(pool.FindMessageTypeByName(new.strip(".") + "." + m.name))
+        for m in fdp.message_type
+    }
 
 
 # The general reader's view (profiles.decode): a sample's labels as raw bytes, so that
@@ -46,7 +48,13 @@ ProfileView = profile_view("profile_view", {"Sample": {"label"}})["Profile"]
 # The numbered reader's (numbered.py): samples, locations, functions and mappings as
 # bytes; a sample's location ids as the bytes of their packed list; a location's id
 # repeated, so that many locations parsed as one give all their ids.
-_RAW = profile_view("profile_raw", {"Profile": {"sample", "location", "function", "mapping"},
-                                    "Sample": {"location_id", "label"}, "Location": {"line"}},
-                    repeated={"Location": {"id"}})
+_RAW = profile_view(
+    "profile_raw",
+    {
+        "Profile": {"sample", "location", "function", "mapping"},
+        "Sample": {"location_id", "label"},
+        "Location": {"line"},
+    },
+    repeated={"Location": {"id"}},
+)
 RawProfile, FlatSamples, FlatLocations = _RAW["Profile"], _RAW["Sample"], _RAW["Location"]

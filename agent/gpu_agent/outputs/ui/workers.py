@@ -29,7 +29,7 @@ from .profiles import decode
 from ...profile.store import Store, StoreFile
 
 WORKERS = 2
-MIN_FILES = 8             # fewer files are decoded in the server, as before
+MIN_FILES = 8  # fewer files are decoded in the server, as before
 WORKER_CATALOG_LIMIT = 500_000
 
 
@@ -58,7 +58,7 @@ def _serve(conn, directory: str) -> None:
         except ValueError as e:
             conn.send((name, reset, None, str(e), None))
             continue
-        new = (catalog.frames[sent[0]:], catalog.stacks[sent[1]:], catalog.labelsets[sent[2]:])
+        new = (catalog.frames[sent[0] :], catalog.stacks[sent[1] :], catalog.labelsets[sent[2] :])
         sent = [len(catalog.frames), len(catalog.stacks), len(catalog.labelsets)]
         conn.send((name, reset, decoded, None, new))
 
@@ -69,8 +69,8 @@ class _Worker:
         self.proc = ctx.Process(target=_serve, args=(child, directory), name="gpu-agent-ui-decode", daemon=True)
         self.proc.start()
         child.close()
-        self.catalog: Optional[Catalog] = None   # the server catalog its maps point into
-        self.frames: list[int] = []              # worker frame id -> server frame id
+        self.catalog: Optional[Catalog] = None  # the server catalog its maps point into
+        self.frames: list[int] = []  # worker frame id -> server frame id
         self.stacks: list[int] = []
         self.labelsets: list[int] = []
 
@@ -87,7 +87,7 @@ class DecodePool:
         self._workers: list[_Worker] = []
         self._ready = threading.Event()
         self._starting = False
-        self._lock = threading.Lock()     # one batch at a time
+        self._lock = threading.Lock()  # one batch at a time
         self.failed: Optional[str] = None
 
     def start(self) -> None:
@@ -130,7 +130,7 @@ class DecodePool:
         with self._lock:
             try:
                 self._batch(files, catalog, on_file)
-            except (OSError, EOFError) as e:   # a worker died: the server decodes the rest
+            except (OSError, EOFError) as e:  # a worker died: the server decodes the rest
                 self.failed = f"decoding worker: {e}"
                 self._ready.clear()
                 return False
@@ -138,8 +138,8 @@ class DecodePool:
 
     def _batch(self, files: list[StoreFile], catalog: Catalog, on_file) -> None:
         by_name = {f.name: f for f in files}
-        pending = list(reversed(files))          # newest first, as the warmer
-        busy: dict[int, int] = {}                # worker index -> requests in flight
+        pending = list(reversed(files))  # newest first, as the warmer
+        busy: dict[int, int] = {}  # worker index -> requests in flight
         conns = {w.conn: i for i, w in enumerate(self._workers)}
 
         def send(i: int) -> None:
@@ -181,7 +181,17 @@ class DecodePool:
         w.stacks.extend(catalog.stack_of_frames(tuple(map(fr.__getitem__, s))) for s in stacks)
         w.labelsets.extend(map(catalog.labelset, labelsets))
         st, lb = w.stacks.__getitem__, w.labelsets.__getitem__
-        return DecodedProfile(d.time_nanos, d.duration_nanos, d.comments,
-                              array("I", map(st, d.stacks)), array("I", map(lb, d.labelsets)),
-                              d.gpu_ns, d.launches, {lb(k): v for k, v in d.by_labelset.items()},
-                              d.gpu_total, d.launch_total, d.pc_samples, d.pc_total)
+        return DecodedProfile(
+            d.time_nanos,
+            d.duration_nanos,
+            d.comments,
+            array("I", map(st, d.stacks)),
+            array("I", map(lb, d.labelsets)),
+            d.gpu_ns,
+            d.launches,
+            {lb(k): v for k, v in d.by_labelset.items()},
+            d.gpu_total,
+            d.launch_total,
+            d.pc_samples,
+            d.pc_total,
+        )

@@ -46,8 +46,16 @@ class PgNameKey(ct.Structure):
 
 
 class PgCuptiPc(ct.Structure):
-    _fields_ = [("size", u64), ("cubin_crc", u64), ("pc_offset", u64), ("function_index", u32),
-                ("pad", u32), ("function_name", u64), ("stall_reason_count", u64), ("stall_reason", u64)]
+    _fields_ = [
+        ("size", u64),
+        ("cubin_crc", u64),
+        ("pc_offset", u64),
+        ("function_index", u32),
+        ("pad", u32),
+        ("function_name", u64),
+        ("stall_reason_count", u64),
+        ("stall_reason", u64),
+    ]
 
 
 class PgStall(ct.Structure):
@@ -55,14 +63,27 @@ class PgStall(ct.Structure):
 
 
 class EvPgPc(ct.Structure):
-    _fields_ = [("hdr", EventHdr), ("start", u32), ("nreasons", u32), ("cubin_crc", u64),
-                ("pc_offset", u64), ("name_len", u32), ("reasons_cut", u32),
-                ("reasons", PgStall * PG_PC_REASONS), ("name", ct.c_char * PG_PC_NAME)]
+    _fields_ = [
+        ("hdr", EventHdr),
+        ("start", u32),
+        ("nreasons", u32),
+        ("cubin_crc", u64),
+        ("pc_offset", u64),
+        ("name_len", u32),
+        ("reasons_cut", u32),
+        ("reasons", PgStall * PG_PC_REASONS),
+        ("name", ct.c_char * PG_PC_NAME),
+    ]
 
 
 class EvPgError(ct.Structure):
-    _fields_ = [("hdr", EventHdr), ("code", ct.c_int32), ("pad", u32), ("message", ct.c_char * PG_ERROR_LEN),
-                ("component", ct.c_char * PG_ERROR_LEN)]
+    _fields_ = [
+        ("hdr", EventHdr),
+        ("code", ct.c_int32),
+        ("pad", u32),
+        ("message", ct.c_char * PG_ERROR_LEN),
+        ("component", ct.c_char * PG_ERROR_LEN),
+    ]
 
 
 class EvPgName(ct.Structure):

@@ -11,13 +11,18 @@ STALL_NAME_LEN = 128
 
 
 class PcRecord(ct.Structure):
-    _fields_ = [("cubin_crc", u64), ("pc_offset", u64), ("kernel_id", u64), ("stall_reason", u32),
-                ("samples", u32)]
+    _fields_ = [("cubin_crc", u64), ("pc_offset", u64), ("kernel_id", u64), ("stall_reason", u32), ("samples", u32)]
 
 
 class EvPcBatch(ct.Structure):
-    _fields_ = [("hdr", EventHdr), ("start", u32), ("nrecords", u32), ("dropped", u32), ("pad", u32),
-                ("records", PcRecord * PC_BATCH_MAX)]
+    _fields_ = [
+        ("hdr", EventHdr),
+        ("start", u32),
+        ("nrecords", u32),
+        ("dropped", u32),
+        ("pad", u32),
+        ("records", PcRecord * PC_BATCH_MAX),
+    ]
 
 
 class EvStallReason(ct.Structure):
@@ -25,5 +30,4 @@ class EvStallReason(ct.Structure):
 
 
 class EvCubin(ct.Structure):
-    _fields_ = [("hdr", EventHdr), ("start", u32), ("pad", u32), ("cubin_crc", u64), ("address", u64),
-                ("size", u64)]
+    _fields_ = [("hdr", EventHdr), ("start", u32), ("pad", u32), ("cubin_crc", u64), ("address", u64), ("size", u64)]

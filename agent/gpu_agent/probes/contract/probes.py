@@ -36,19 +36,27 @@ LAT_BUCKETS = 64
 PROBES: dict[str, tuple[tuple[str, str], ...]] = {
     "attach": (),
     "replay": (),
-    "cuda_correlation": (("correlation_id", "u32"), ("cbid", "u32"), ("stack_id", "u64"),
-                         ("frames", "ptr"), ("nframes", "u32"), ("weight", "u32"),
-                         ("launch_ns", "u64")),
-    "kernel_batch": (("records", "ptr"), ("nrecords", "u32"), ("record_size", "u32"),
-                     ("dropped", "u32")),
-    "kernel_name": (("kernel_id", "u64"), ("total_len", "u32"), ("offset", "u32"),
-                    ("chunk", "ptr"), ("chunk_len", "u32")),
-    "graph_node_stack": (("node_id", "u64"), ("stack_id", "u64"), ("frames", "ptr"),
-                         ("nframes", "u32")),
+    "cuda_correlation": (
+        ("correlation_id", "u32"),
+        ("cbid", "u32"),
+        ("stack_id", "u64"),
+        ("frames", "ptr"),
+        ("nframes", "u32"),
+        ("weight", "u32"),
+        ("launch_ns", "u64"),
+    ),
+    "kernel_batch": (("records", "ptr"), ("nrecords", "u32"), ("record_size", "u32"), ("dropped", "u32")),
+    "kernel_name": (
+        ("kernel_id", "u64"),
+        ("total_len", "u32"),
+        ("offset", "u32"),
+        ("chunk", "ptr"),
+        ("chunk_len", "u32"),
+    ),
+    "graph_node_stack": (("node_id", "u64"), ("stack_id", "u64"), ("frames", "ptr"), ("nframes", "u32")),
     "graph_node_cloned": (("original_node_id", "u64"), ("node_id", "u64")),
     "graph_node_destroyed": (("node_id", "u64"),),
-    "gpu_device": (("ordinal", "u32"), ("uuid", "ptr"), ("model", "ptr"), ("cupti_ns", "u64"),
-                   ("realtime_ns", "u64")),
+    "gpu_device": (("ordinal", "u32"), ("uuid", "ptr"), ("model", "ptr"), ("cupti_ns", "u64"), ("realtime_ns", "u64")),
     "pc_sample_batch": (("records", "ptr"), ("nrecords", "u32"), ("dropped", "u32")),
     "pc_stall_reason": (("index", "u32"), ("name", "ptr")),
     "cubin_loaded": (("cubin_crc", "u64"), ("cubin", "ptr"), ("cubin_size", "u64")),
@@ -74,8 +82,12 @@ class KernelRecord(ct.Structure):
         ("flags", u32),
         ("weight", u32),
         ("join_max_lag_us", u32),
-        ("grid_x", u32), ("grid_y", u32), ("grid_z", u32),
-        ("block_x", u32), ("block_y", u32), ("block_z", u32),
+        ("grid_x", u32),
+        ("grid_y", u32),
+        ("grid_z", u32),
+        ("block_x", u32),
+        ("block_y", u32),
+        ("block_z", u32),
     ]
 
 
@@ -84,8 +96,7 @@ class CorrKey(ct.Structure):
 
 
 class CorrVal(ct.Structure):
-    _fields_ = [("stack_id", u64), ("weight", u32), ("cbid", u32), ("launch_ns", u64),
-                ("tid", u32), ("pad", u32)]
+    _fields_ = [("stack_id", u64), ("weight", u32), ("cbid", u32), ("launch_ns", u64), ("tid", u32), ("pad", u32)]
 
 
 class LatKey(ct.Structure):
@@ -238,13 +249,27 @@ class EvProcAttach(ct.Structure):
 
 
 class EvKernel(ct.Structure):
-    _fields_ = [("hdr", EventHdr), ("start", u32), ("launch_tid", u32), ("stack_id", u64),
-                ("capture_stack_id", u64), ("launch_ns", u64), ("rec", KernelRecord)]
+    _fields_ = [
+        ("hdr", EventHdr),
+        ("start", u32),
+        ("launch_tid", u32),
+        ("stack_id", u64),
+        ("capture_stack_id", u64),
+        ("launch_ns", u64),
+        ("rec", KernelRecord),
+    ]
 
 
 UUID_LEN, MODEL_LEN = 48, 96
 
 
 class EvDevice(ct.Structure):
-    _fields_ = [("hdr", EventHdr), ("ordinal", u32), ("pad", u32), ("cupti_ns", u64),
-                ("realtime_ns", u64), ("uuid", ct.c_char * UUID_LEN), ("model", ct.c_char * MODEL_LEN)]
+    _fields_ = [
+        ("hdr", EventHdr),
+        ("ordinal", u32),
+        ("pad", u32),
+        ("cupti_ns", u64),
+        ("realtime_ns", u64),
+        ("uuid", ct.c_char * UUID_LEN),
+        ("model", ct.c_char * MODEL_LEN),
+    ]

@@ -23,8 +23,7 @@ PYS_TRUNCATED = 0x1
 def py_stamp(name8: int, name_len: int, firstlineno: int) -> int:
     """GA_PY_STAMP: the validation stamp BPF takes of a code object at a sample."""
     m = (1 << 64) - 1
-    return (((name8 * PY_STAMP_MUL) & m) ^ ((name_len & 0xFFFFFFFF) << 32)
-            ^ (firstlineno & 0xFFFFFFFF))
+    return ((name8 * PY_STAMP_MUL) & m) ^ ((name_len & 0xFFFFFFFF) << 32) ^ (firstlineno & 0xFFFFFFFF)
 
 
 class PyConfig(ct.Structure):

@@ -39,12 +39,12 @@ log = logging.getLogger("gpu_agent.python")
 
 __all__ = ["PythonStacks", "Layout", "UnsupportedPython", "probe", "merge_stacks", "PyFrameInfo"]
 
-RETRY_S = 1.0          # a process not (yet) set up is looked at again at most this often
+RETRY_S = 1.0  # a process not (yet) set up is looked at again at most this often
 
 
 @dataclass
 class _Proc:
-    state: str                       # "python" | "none" | "unsupported" | "pending"
+    state: str  # "python" | "none" | "unsupported" | "pending"
     layout: Optional[Layout] = None
     sym: Optional[PySymbolizer] = None
     next_try: float = 0.0
@@ -54,11 +54,11 @@ class _Proc:
 
 @dataclass
 class PythonStats:
-    processes: int = 0               # set up for Python stacks
+    processes: int = 0  # set up for Python stacks
     unsupported: int = 0
-    stacks: int = 0                  # stacks that got Python frames
+    stacks: int = 0  # stacks that got Python frames
     frames: int = 0
-    unnamed_frames: int = 0          # code object gone before it could be named
+    unnamed_frames: int = 0  # code object gone before it could be named
     versions: dict = field(default_factory=dict)  # "3.12.1" -> processes
 
 
@@ -76,8 +76,8 @@ class PythonStacks:
             # Parse the kernel's BTF (~0.3 s) now, beside the BPF compile (which
             # releases the GIL), not when the first Python process attaches.
             from .btf import task_fsbase_offset
-            threading.Thread(target=task_fsbase_offset, name="gpu-agent-btf",
-                             daemon=True).start()
+
+            threading.Thread(target=task_fsbase_offset, name="gpu-agent-btf", daemon=True).start()
 
     # -- process lifecycle ----------------------------------------------------
     def on_attach(self, pid: int) -> None:
@@ -146,8 +146,7 @@ class PythonStacks:
         self.stats.processes += 1
         v = layout.version_str
         self.stats.versions[v] = self.stats.versions.get(v, 0) + 1
-        log.debug("pid %d: Python %s (%s), %s", pid, v, layout.interpreter.path,
-                  "; ".join(layout.notes))
+        log.debug("pid %d: Python %s (%s), %s", pid, v, layout.interpreter.path, "; ".join(layout.notes))
 
     def _warn_once(self, key: str, msg: str) -> None:
         if key not in self._warned:
@@ -195,8 +194,9 @@ class PythonStacks:
         if p is None or p.state in ("pending", "none"):
             # Sampled before the process was set up: if this stack runs Python,
             # set it up now for the next ones.
-            if (p is None or time.monotonic() >= p.next_try) and \
-                    any(is_eval_frame(getattr(f, "function", "")) for f in native):
+            if (p is None or time.monotonic() >= p.next_try) and any(
+                is_eval_frame(getattr(f, "function", "")) for f in native
+            ):
                 self._configure(pid)
             return native
         if p.state != "python":
@@ -215,20 +215,28 @@ class PythonStacks:
         self.stats.stacks += 1
         self.stats.frames += n
         specs = [_Spec(PyFrame(i.function, i.filename, i.line), i.entry) for i in infos]
-        merged = merge_stacks(native, specs, native_truncated=len(native) >= C.MAX_FRAMES,
-                       name_of=lambda f: f.spec.function if isinstance(f, _Spec) else
-                       getattr(f, "function", ""))
+        merged = merge_stacks(
+            native,
+            specs,
+            native_truncated=len(native) >= C.MAX_FRAMES,
+            name_of=lambda f: f.spec.function if isinstance(f, _Spec) else getattr(f, "function", ""),
+        )
         return [f.spec if isinstance(f, _Spec) else f for f in merged]
 
     def counters(self) -> dict:
         s = self.stats
-        return {"python_processes": s.processes, "python_unsupported": s.unsupported,
-                "python_stacks": s.stacks, "python_frames": s.frames,
-                "python_unnamed_frames": s.unnamed_frames}
+        return {
+            "python_processes": s.processes,
+            "python_unsupported": s.unsupported,
+            "python_stacks": s.stacks,
+            "python_frames": s.frames,
+            "python_unnamed_frames": s.unnamed_frames,
+        }
 
 
 class PyFrame(NamedTuple):
     """An interpreter frame of a merged stack: qualname, file and line."""
+
     function: str
     filename: str
     line: int

@@ -34,8 +34,8 @@ class Btf:
         if magic != BTF_MAGIC:
             raise BtfError("not little-endian BTF")
         type_off, type_len, str_off, str_len = struct.unpack_from("<IIII", data, 8)
-        self._types = data[hdr_len + type_off: hdr_len + type_off + type_len]
-        self._strs = data[hdr_len + str_off: hdr_len + str_off + str_len]
+        self._types = data[hdr_len + type_off : hdr_len + type_off + type_len]
+        self._strs = data[hdr_len + str_off : hdr_len + str_off + str_len]
         self._offs = [0]  # type id -> offset in _types (id 0 = void)
         self._by_name: dict[str, list[int]] = {}
         self._index()
@@ -55,15 +55,15 @@ class Btf:
             if kind in (_KIND_STRUCT, _KIND_UNION) and name_off:
                 self._by_name.setdefault(self._name(name_off), []).append(tid)
             pos += 12
-            if kind == 1 or kind == 14 or kind == 17:     # INT, VAR, DECL_TAG
+            if kind == 1 or kind == 14 or kind == 17:  # INT, VAR, DECL_TAG
                 pos += 4
-            elif kind == 3:                               # ARRAY
+            elif kind == 3:  # ARRAY
                 pos += 12
-            elif kind in (4, 5):                          # STRUCT, UNION
+            elif kind in (4, 5):  # STRUCT, UNION
                 pos += 12 * vlen
-            elif kind == 6 or kind == 13:                 # ENUM, FUNC_PROTO
+            elif kind == 6 or kind == 13:  # ENUM, FUNC_PROTO
                 pos += 8 * vlen
-            elif kind == 15 or kind == 19:                # DATASEC, ENUM64
+            elif kind == 15 or kind == 19:  # DATASEC, ENUM64
                 pos += 12 * vlen
             elif kind in (2, 7, 8, 9, 10, 11, 12, 16, 18):
                 pass

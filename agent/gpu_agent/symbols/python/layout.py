@@ -30,9 +30,20 @@ from ...probes import contract as C
 from ...system import elf as elffile
 from ...system import procfs
 from .btf import task_fsbase_offset
-from .offsets import (MEMBERDEF_OFFSET, MEMBERDEF_SIZE, OB_TYPE, OWNER_SHIM, TP_BASICSIZE, TP_MEMBERS,
-                      UnsupportedPython, check_version, debug_offsets_size, offsets_from_debug,
-                      offsets_from_table, walk_flags)
+from .offsets import (
+    MEMBERDEF_OFFSET,
+    MEMBERDEF_SIZE,
+    OB_TYPE,
+    OWNER_SHIM,
+    TP_BASICSIZE,
+    TP_MEMBERS,
+    UnsupportedPython,
+    check_version,
+    debug_offsets_size,
+    offsets_from_debug,
+    offsets_from_table,
+    walk_flags,
+)
 from ...system.procmem import ProcMem, ProcMemError
 
 
@@ -41,28 +52,28 @@ class Interpreter:
     """Where a process's CPython lives."""
 
     pid: int
-    path: str               # the file as the process maps it
-    open_path: str          # how we open it (map_files / root)
-    bias: int               # runtime address - ELF vaddr
-    symbols: dict           # name -> runtime address
-    static: bool            # the python executable itself (no libpython)
+    path: str  # the file as the process maps it
+    open_path: str  # how we open it (map_files / root)
+    bias: int  # runtime address - ELF vaddr
+    symbols: dict  # name -> runtime address
+    static: bool  # the python executable itself (no libpython)
 
 
 @dataclass
 class Layout:
     """Everything both the BPF walker and the symbolizer need for one process."""
 
-    version: tuple          # (major, minor, micro)
+    version: tuple  # (major, minor, micro)
     version_hex: int
     config: C.PyConfig
     # agent-side (symbolizer) offsets
     co_filename: int
-    co_name: int            # co_qualname on 3.11+, co_name on 3.10
+    co_name: int  # co_qualname on 3.11+, co_name on 3.10
     co_firstlineno: int
     co_linetable: int
-    co_code: int            # bytecode start (3.11+), 0 on 3.10
-    str_ascii_size: int     # sizeof(PyASCIIObject)
-    str_compact_size: int   # sizeof(PyCompactUnicodeObject)
+    co_code: int  # bytecode start (3.11+), 0 on 3.10
+    str_ascii_size: int  # sizeof(PyASCIIObject)
+    str_compact_size: int  # sizeof(PyCompactUnicodeObject)
     str_length: int = 16
     interpreter: Optional[Interpreter] = None
     notes: list = field(default_factory=list)
@@ -151,8 +162,7 @@ def find_interpreter(pid: int, proc_root: str = "/proc") -> Optional[Interpreter
         bias = elffile.load_bias(loads, [(lo, off) for lo, _hi, off in mapping])
         if bias is None:
             continue
-        return Interpreter(pid, path, open_path, bias, {k: v + bias for k, v in syms.items()},
-                           static)
+        return Interpreter(pid, path, open_path, bias, {k: v + bias for k, v in syms.items()}, static)
     return None
 
 
@@ -168,6 +178,7 @@ def _version(interp: Interpreter, mem: ProcMem) -> tuple[tuple, int]:
 
 
 # ---- the layout ---------------------------------------------------------------
+
 
 def _code_members(mem: ProcMem, code_type: int) -> dict:
     """PyCode_Type.tp_members: the interpreter's own {name: offset} of co_* fields."""
@@ -202,20 +213,26 @@ def compute_layout(interp: Interpreter, mem: ProcMem, machine: Optional[str] = N
     flags = walk_flags(minor)
 
     # -- check against the interpreter's own view of code objects --
-    want = {"co_filename": t["co_filename"], "co_name": t["co_name"],
-            "co_firstlineno": t["co_firstlineno"], "co_linetable": t["co_linetable"]}
+    want = {
+        "co_filename": t["co_filename"],
+        "co_name": t["co_name"],
+        "co_firstlineno": t["co_firstlineno"],
+        "co_linetable": t["co_linetable"],
+    }
     if t["co_qualname"] is not None:
         want["co_qualname"] = t["co_qualname"]
     for k, v in want.items():
         if k in members and members[k] != v:
-            raise UnsupportedPython(f"Python {'.'.join(map(str, version))}: {k} is at "
-                                    f"{members[k]}, the layout says {v}")
+            raise UnsupportedPython(
+                f"Python {'.'.join(map(str, version))}: {k} is at {members[k]}, the layout says {v}"
+            )
     if not {"co_filename", "co_firstlineno"} <= set(members):
         raise UnsupportedPython("PyCode_Type.tp_members lacks co_filename/co_firstlineno")
     basicsize = mem.u64(code_type + TP_BASICSIZE)
     if minor in (11, 12) and basicsize != t["co_code"]:
-        raise UnsupportedPython(f"PyCode_Type.tp_basicsize is {basicsize}, the layout says "
-                                f"bytecode starts at {t['co_code']}")
+        raise UnsupportedPython(
+            f"PyCode_Type.tp_basicsize is {basicsize}, the layout says bytecode starts at {t['co_code']}"
+        )
 
     machine = machine or platform.machine()
     fsbase = task_fsbase_offset() if machine in ("x86_64", "AMD64") else None
@@ -223,8 +240,10 @@ def compute_layout(interp: Interpreter, mem: ProcMem, machine: Optional[str] = N
     if fsbase is not None:
         flags |= C.PYC_MATCH_PTHREAD
     elif not t["ts_native_tid"]:
-        raise UnsupportedPython(f"Python {'.'.join(map(str, version))}: no way to match threads "
-                                "here (needs x86_64 with kernel BTF, or Python 3.11+)")
+        raise UnsupportedPython(
+            f"Python {'.'.join(map(str, version))}: no way to match threads "
+            "here (needs x86_64 with kernel BTF, or Python 3.11+)"
+        )
     else:
         try:
             st = os.stat(f"/proc/{interp.pid}/ns/pid")
@@ -242,22 +261,48 @@ def compute_layout(interp: Interpreter, mem: ProcMem, machine: Optional[str] = N
     if fr_size > 256 or co_size > 256 or t["ascii_size"] + 8 > 64:
         raise UnsupportedPython("layout exceeds the BPF walker's read sizes")
     cfg = C.PyConfig(
-        runtime=rt, code_type=code_type, pidns_dev=pidns_dev, pidns_ino=pidns_ino,
-        task_fsbase=fsbase or 0, version=hexv, flags=flags,
-        rt_interp_head=t["rt_interp_head"], interp_next=t["interp_next"],
-        interp_threads=t["interp_threads"], ts_next=t["ts_next"],
-        ts_thread_id=t["ts_thread_id"], ts_native_tid=t["ts_native_tid"],
-        ts_frame=t["ts_frame"], cframe_frame=t["cframe_frame"],
-        fr_previous=t["fr_previous"], fr_code=t["fr_code"], fr_instr=t["fr_instr"],
-        fr_owner=t["fr_owner"], fr_size=fr_size, owner_shim=OWNER_SHIM,
-        co_firstlineno=t["co_firstlineno"], co_name=co_off, co_code=t["co_code"],
-        co_size=co_size, str_length=t["str_length"], str_data=t["ascii_size"])
-    layout = Layout(version=version, version_hex=hexv, config=cfg,
-                    co_filename=t["co_filename"], co_name=co_off,
-                    co_firstlineno=t["co_firstlineno"], co_linetable=t["co_linetable"],
-                    co_code=t["co_code"], str_ascii_size=t["ascii_size"],
-                    str_compact_size=t["compact_size"], str_length=t["str_length"],
-                    interpreter=interp)
+        runtime=rt,
+        code_type=code_type,
+        pidns_dev=pidns_dev,
+        pidns_ino=pidns_ino,
+        task_fsbase=fsbase or 0,
+        version=hexv,
+        flags=flags,
+        rt_interp_head=t["rt_interp_head"],
+        interp_next=t["interp_next"],
+        interp_threads=t["interp_threads"],
+        ts_next=t["ts_next"],
+        ts_thread_id=t["ts_thread_id"],
+        ts_native_tid=t["ts_native_tid"],
+        ts_frame=t["ts_frame"],
+        cframe_frame=t["cframe_frame"],
+        fr_previous=t["fr_previous"],
+        fr_code=t["fr_code"],
+        fr_instr=t["fr_instr"],
+        fr_owner=t["fr_owner"],
+        fr_size=fr_size,
+        owner_shim=OWNER_SHIM,
+        co_firstlineno=t["co_firstlineno"],
+        co_name=co_off,
+        co_code=t["co_code"],
+        co_size=co_size,
+        str_length=t["str_length"],
+        str_data=t["ascii_size"],
+    )
+    layout = Layout(
+        version=version,
+        version_hex=hexv,
+        config=cfg,
+        co_filename=t["co_filename"],
+        co_name=co_off,
+        co_firstlineno=t["co_firstlineno"],
+        co_linetable=t["co_linetable"],
+        co_code=t["co_code"],
+        str_ascii_size=t["ascii_size"],
+        str_compact_size=t["compact_size"],
+        str_length=t["str_length"],
+        interpreter=interp,
+    )
     _check_live(layout, mem, t)
     return layout
 
@@ -273,8 +318,10 @@ def _check_live(layout: Layout, mem: ProcMem, t: dict) -> None:
     good_frames = 0
     while ts and nthreads < C.PY_MAX_THREADS:
         if mem.u64(ts + t["ts_interp"]) != interp:
-            raise UnsupportedPython(f"Python {layout.version_str}: a thread state does not "
-                                    "point back to its interpreter (thread layout differs)")
+            raise UnsupportedPython(
+                f"Python {layout.version_str}: a thread state does not "
+                "point back to its interpreter (thread layout differs)"
+            )
         nthreads += 1
         frame = mem.u64(ts + cfg.ts_frame)
         if frame and cfg.flags & C.PYC_CFRAME:
@@ -286,8 +333,9 @@ def _check_live(layout: Layout, mem: ProcMem, t: dict) -> None:
             if owner < cfg.owner_shim:
                 code = mem.u64(frame + cfg.fr_code) & ~7
                 if mem.u64(code + OB_TYPE) != cfg.code_type:
-                    raise UnsupportedPython(f"Python {layout.version_str}: a frame's code is "
-                                            "not a code object (frame layout differs)")
+                    raise UnsupportedPython(
+                        f"Python {layout.version_str}: a frame's code is not a code object (frame layout differs)"
+                    )
                 good_frames += 1
             frame = mem.u64(frame + cfg.fr_previous)
         ts = mem.u64(ts + cfg.ts_next)

@@ -41,8 +41,9 @@ def runs(py_frames: Sequence) -> list:
     return out
 
 
-def merge(native: Sequence, py_frames: Sequence, *, native_truncated: bool = False,
-          name_of: Callable = lambda f: f.function) -> list:
+def merge(
+    native: Sequence, py_frames: Sequence, *, native_truncated: bool = False, name_of: Callable = lambda f: f.function
+) -> list:
     """The merged stack, innermost first: native frames, with eval frames replaced."""
     if not py_frames:
         return list(native)

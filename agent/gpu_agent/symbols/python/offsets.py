@@ -21,12 +21,12 @@ MIN_VERSION = (3, 10)
 # PyTypeObject (default build, 3.10-3.14): tp_basicsize @32, tp_members @240.
 TP_BASICSIZE = 32
 TP_MEMBERS = 240
-MEMBERDEF_SIZE = 40      # struct PyMemberDef {name, type, offset, flags, doc}
+MEMBERDEF_SIZE = 40  # struct PyMemberDef {name, type, offset, flags, doc}
 MEMBERDEF_OFFSET = 16
 OB_TYPE = 8
-OB_SIZE = 16             # PyVarObject.ob_size
-BYTES_SVAL = 32          # PyBytesObject.ob_sval
-STR_STATE = 32           # PyASCIIObject.state
+OB_SIZE = 16  # PyVarObject.ob_size
+BYTES_SVAL = 32  # PyBytesObject.ob_sval
+STR_STATE = 32  # PyASCIIObject.state
 
 
 class UnsupportedPython(Exception):
@@ -39,21 +39,75 @@ class UnsupportedPython(Exception):
 # ---- 3.10-3.12: offsetof() against pyenv's 3.10.13, 3.11.7, 3.12.1 headers ----
 # (the tests recompile these against every installed version's headers)
 _TABLE = {
-    (3, 10): dict(rt_interp_head=32, interp_next=0, interp_threads=8, ts_next=8, ts_interp=16,
-                  ts_thread_id=176, ts_native_tid=0, ts_frame=24, cframe_frame=0,
-                  fr_previous=24, fr_code=32, fr_instr=96, fr_owner=0,
-                  co_filename=104, co_name=112, co_qualname=None, co_firstlineno=40,
-                  co_linetable=120, co_code=0, ascii_size=48, compact_size=72),
-    (3, 11): dict(rt_interp_head=40, interp_next=0, interp_threads=16, ts_next=8, ts_interp=16,
-                  ts_thread_id=152, ts_native_tid=160, ts_frame=56, cframe_frame=8,
-                  fr_previous=48, fr_code=32, fr_instr=56, fr_owner=68,  # is_entry
-                  co_filename=112, co_name=120, co_qualname=128, co_firstlineno=72,
-                  co_linetable=136, co_code=184, ascii_size=48, compact_size=72),
-    (3, 12): dict(rt_interp_head=40, interp_next=0, interp_threads=72, ts_next=8, ts_interp=16,
-                  ts_thread_id=136, ts_native_tid=144, ts_frame=56, cframe_frame=0,
-                  fr_previous=8, fr_code=0, fr_instr=56, fr_owner=70,
-                  co_filename=112, co_name=120, co_qualname=128, co_firstlineno=68,
-                  co_linetable=136, co_code=192, ascii_size=40, compact_size=56),
+    (3, 10): dict(
+        rt_interp_head=32,
+        interp_next=0,
+        interp_threads=8,
+        ts_next=8,
+        ts_interp=16,
+        ts_thread_id=176,
+        ts_native_tid=0,
+        ts_frame=24,
+        cframe_frame=0,
+        fr_previous=24,
+        fr_code=32,
+        fr_instr=96,
+        fr_owner=0,
+        co_filename=104,
+        co_name=112,
+        co_qualname=None,
+        co_firstlineno=40,
+        co_linetable=120,
+        co_code=0,
+        ascii_size=48,
+        compact_size=72,
+    ),
+    (3, 11): dict(
+        rt_interp_head=40,
+        interp_next=0,
+        interp_threads=16,
+        ts_next=8,
+        ts_interp=16,
+        ts_thread_id=152,
+        ts_native_tid=160,
+        ts_frame=56,
+        cframe_frame=8,
+        fr_previous=48,
+        fr_code=32,
+        fr_instr=56,
+        fr_owner=68,  # is_entry
+        co_filename=112,
+        co_name=120,
+        co_qualname=128,
+        co_firstlineno=72,
+        co_linetable=136,
+        co_code=184,
+        ascii_size=48,
+        compact_size=72,
+    ),
+    (3, 12): dict(
+        rt_interp_head=40,
+        interp_next=0,
+        interp_threads=72,
+        ts_next=8,
+        ts_interp=16,
+        ts_thread_id=136,
+        ts_native_tid=144,
+        ts_frame=56,
+        cframe_frame=0,
+        fr_previous=8,
+        fr_code=0,
+        fr_instr=56,
+        fr_owner=70,
+        co_filename=112,
+        co_name=120,
+        co_qualname=128,
+        co_firstlineno=68,
+        co_linetable=136,
+        co_code=192,
+        ascii_size=40,
+        compact_size=56,
+    ),
 }
 # First owner value that is not a Python frame: FRAME_OWNED_BY_CSTACK (3) on
 # 3.12/3.13; 3.14 inserted FRAME_OWNED_BY_INTERPRETER (3) before CSTACK (4).
@@ -62,16 +116,54 @@ OWNER_SHIM = 3
 # ---- _Py_DebugOffsets (3.13+): sections of u64 fields, in declaration order ----
 _DEBUG_313 = [
     ("runtime_state", ["size", "finalizing", "interpreters_head"]),
-    ("interpreter_state", ["size", "id", "next", "threads_head", "gc", "imports_modules",
-                           "sysdict", "builtins", "ceval_gil", "gil_runtime_state",
-                           "gil_runtime_state_enabled", "gil_runtime_state_locked",
-                           "gil_runtime_state_holder"]),
-    ("thread_state", ["size", "prev", "next", "interp", "current_frame", "thread_id",
-                      "native_thread_id", "datastack_chunk", "status"]),
-    ("interpreter_frame", ["size", "previous", "executable", "instr_ptr", "localsplus",
-                           "owner"]),
-    ("code_object", ["size", "filename", "name", "qualname", "linetable", "firstlineno",
-                     "argcount", "localsplusnames", "localspluskinds", "co_code_adaptive"]),
+    (
+        "interpreter_state",
+        [
+            "size",
+            "id",
+            "next",
+            "threads_head",
+            "gc",
+            "imports_modules",
+            "sysdict",
+            "builtins",
+            "ceval_gil",
+            "gil_runtime_state",
+            "gil_runtime_state_enabled",
+            "gil_runtime_state_locked",
+            "gil_runtime_state_holder",
+        ],
+    ),
+    (
+        "thread_state",
+        [
+            "size",
+            "prev",
+            "next",
+            "interp",
+            "current_frame",
+            "thread_id",
+            "native_thread_id",
+            "datastack_chunk",
+            "status",
+        ],
+    ),
+    ("interpreter_frame", ["size", "previous", "executable", "instr_ptr", "localsplus", "owner"]),
+    (
+        "code_object",
+        [
+            "size",
+            "filename",
+            "name",
+            "qualname",
+            "linetable",
+            "firstlineno",
+            "argcount",
+            "localsplusnames",
+            "localspluskinds",
+            "co_code_adaptive",
+        ],
+    ),
     ("pyobject", ["size", "ob_type"]),
     ("type_object", ["size", "tp_name", "tp_repr", "tp_flags"]),
     ("tuple_object", ["size", "ob_item", "ob_size"]),
@@ -85,18 +177,61 @@ _DEBUG_313 = [
 ]
 _DEBUG_314 = [
     ("runtime_state", ["size", "finalizing", "interpreters_head"]),
-    ("interpreter_state", ["size", "id", "next", "threads_head", "threads_main", "gc",
-                           "imports_modules", "sysdict", "builtins", "ceval_gil",
-                           "gil_runtime_state", "gil_runtime_state_enabled",
-                           "gil_runtime_state_locked", "gil_runtime_state_holder",
-                           "code_object_generation", "tlbc_generation"]),
-    ("thread_state", ["size", "prev", "next", "interp", "current_frame", "thread_id",
-                      "native_thread_id", "datastack_chunk", "status"]),
-    ("interpreter_frame", ["size", "previous", "executable", "instr_ptr", "localsplus",
-                           "owner", "stackpointer", "tlbc_index"]),
-    ("code_object", ["size", "filename", "name", "qualname", "linetable", "firstlineno",
-                     "argcount", "localsplusnames", "localspluskinds", "co_code_adaptive",
-                     "co_tlbc"]),
+    (
+        "interpreter_state",
+        [
+            "size",
+            "id",
+            "next",
+            "threads_head",
+            "threads_main",
+            "gc",
+            "imports_modules",
+            "sysdict",
+            "builtins",
+            "ceval_gil",
+            "gil_runtime_state",
+            "gil_runtime_state_enabled",
+            "gil_runtime_state_locked",
+            "gil_runtime_state_holder",
+            "code_object_generation",
+            "tlbc_generation",
+        ],
+    ),
+    (
+        "thread_state",
+        [
+            "size",
+            "prev",
+            "next",
+            "interp",
+            "current_frame",
+            "thread_id",
+            "native_thread_id",
+            "datastack_chunk",
+            "status",
+        ],
+    ),
+    (
+        "interpreter_frame",
+        ["size", "previous", "executable", "instr_ptr", "localsplus", "owner", "stackpointer", "tlbc_index"],
+    ),
+    (
+        "code_object",
+        [
+            "size",
+            "filename",
+            "name",
+            "qualname",
+            "linetable",
+            "firstlineno",
+            "argcount",
+            "localsplusnames",
+            "localspluskinds",
+            "co_code_adaptive",
+            "co_tlbc",
+        ],
+    ),
     ("pyobject", ["size", "ob_type"]),
     ("type_object", ["size", "tp_name", "tp_repr", "tp_flags"]),
     ("tuple_object", ["size", "ob_item", "ob_size"]),
@@ -115,12 +250,14 @@ DEBUG_COOKIE = b"xdebugpy"
 # went during 3.14's development): every combination is tried, and only a
 # parse whose anchors and code-object fields agree with the live interpreter
 # is used (a misaligned parse shifts every later section, anchors included).
-_OPTIONAL_314 = [("interpreter_state", "threads_main"),
-                 ("interpreter_state", "code_object_generation"),
-                 ("interpreter_state", "tlbc_generation"),
-                 ("interpreter_frame", "stackpointer"),
-                 ("interpreter_frame", "tlbc_index"),
-                 ("code_object", "co_tlbc")]
+_OPTIONAL_314 = [
+    ("interpreter_state", "threads_main"),
+    ("interpreter_state", "code_object_generation"),
+    ("interpreter_state", "tlbc_generation"),
+    ("interpreter_frame", "stackpointer"),
+    ("interpreter_frame", "tlbc_index"),
+    ("code_object", "co_tlbc"),
+]
 
 
 def debug_layout(minor: int) -> list:
@@ -137,8 +274,11 @@ def debug_candidates(minor: int) -> list:
     for mask in range(1 << n):
         drop = {_OPTIONAL_314[i] for i in range(n) if mask >> i & 1}
         for with_set in (True, False):
-            lay = [(sec, [f for f in fields if (sec, f) not in drop])
-                   for sec, fields in _DEBUG_314 if with_set or sec != "set_object"]
+            lay = [
+                (sec, [f for f in fields if (sec, f) not in drop])
+                for sec, fields in _DEBUG_314
+                if with_set or sec != "set_object"
+            ]
             out.append(lay)
     return out
 
@@ -147,10 +287,9 @@ def parse_debug_offsets(raw: bytes, minor: int, lay: list = None) -> dict:
     """_Py_DebugOffsets bytes -> {"section.field": value, "version": .., "free_threaded": ..}."""
     if raw[:8] != DEBUG_COOKIE:
         raise UnsupportedPython("_PyRuntime does not start with the _Py_DebugOffsets cookie")
-    out = {"version": struct.unpack_from("<Q", raw, 8)[0],
-           "free_threaded": struct.unpack_from("<Q", raw, 16)[0]}
+    out = {"version": struct.unpack_from("<Q", raw, 8)[0], "free_threaded": struct.unpack_from("<Q", raw, 16)[0]}
     pos = 24
-    for section, fields in (lay or debug_layout(minor)):
+    for section, fields in lay or debug_layout(minor):
         for f in fields:
             if pos + 8 > len(raw):
                 raise UnsupportedPython("_Py_DebugOffsets shorter than expected")
@@ -165,29 +304,37 @@ def debug_offsets_size(minor: int) -> int:
 
 def _plausible(d: dict, members: dict) -> bool:
     """A parse of _Py_DebugOffsets that the live interpreter agrees with."""
-    if (d.get("pyobject.ob_type"), d.get("pyobject.size"), d.get("type_object.tp_name"),
-            d.get("unicode_object.length")) != (OB_TYPE, 16, 24, 16):
+    if (
+        d.get("pyobject.ob_type"),
+        d.get("pyobject.size"),
+        d.get("type_object.tp_name"),
+        d.get("unicode_object.length"),
+    ) != (OB_TYPE, 16, 24, 16):
         return False
     if d.get("unicode_object.asciiobject_size") not in (40, 48):
         return False
     # Anchors inside the sections before the code object: PyThreadState starts
     # {prev, next, interp}; a 3.12+ _PyInterpreterFrame {f_executable, previous}.
-    if (d.get("thread_state.prev"), d.get("thread_state.next"),
-            d.get("thread_state.interp")) != (0, 8, 16):
+    if (d.get("thread_state.prev"), d.get("thread_state.next"), d.get("thread_state.interp")) != (0, 8, 16):
         return False
     if (d.get("interpreter_frame.executable"), d.get("interpreter_frame.previous")) != (0, 8):
         return False
     if not 100 <= d.get("code_object.size", 0) <= 1024:
         return False
-    for member, key in (("co_filename", "filename"), ("co_name", "name"),
-                        ("co_qualname", "qualname"), ("co_firstlineno", "firstlineno"),
-                        ("co_linetable", "linetable")):
+    for member, key in (
+        ("co_filename", "filename"),
+        ("co_name", "name"),
+        ("co_qualname", "qualname"),
+        ("co_firstlineno", "firstlineno"),
+        ("co_linetable", "linetable"),
+    ):
         if member in members and members[member] != d.get(f"code_object.{key}"):
             return False
     return True
 
 
 # ---- one dict of offsets, whichever the source ----------------------------------
+
 
 def _vstr(version: tuple) -> str:
     return ".".join(map(str, version))
@@ -196,8 +343,7 @@ def _vstr(version: tuple) -> str:
 def check_version(version: tuple) -> None:
     """Refuse what neither source covers: another major version, 3.x before MIN_VERSION."""
     if version[0] != 3 or version[:2] < MIN_VERSION:
-        raise UnsupportedPython(f"Python {_vstr(version)}: Python stacks need "
-                                "CPython 3.10 or later")
+        raise UnsupportedPython(f"Python {_vstr(version)}: Python stacks need CPython 3.10 or later")
 
 
 def offsets_from_table(version: tuple) -> dict:
@@ -221,33 +367,35 @@ def offsets_from_debug(raw: bytes, version: tuple, hexv: int, members: dict) -> 
             d = cand
             break
     if d is None:
-        raise UnsupportedPython(f"Python {_vstr(version)}: _Py_DebugOffsets "
-                                "layout not understood")
+        raise UnsupportedPython(f"Python {_vstr(version)}: _Py_DebugOffsets layout not understood")
     if d["free_threaded"]:
-        raise UnsupportedPython(f"Python {_vstr(version)} free-threaded build: "
-                                "not supported")
+        raise UnsupportedPython(f"Python {_vstr(version)} free-threaded build: not supported")
     if (d["version"] >> 16) != (hexv >> 16):
-        raise UnsupportedPython(f"_Py_DebugOffsets says version {d['version']:#x}, "
-                                f"Py_Version says {hexv:#x}")
-    return dict(rt_interp_head=d["runtime_state.interpreters_head"],
-                interp_next=d["interpreter_state.next"],
-                interp_threads=d["interpreter_state.threads_head"],
-                ts_next=d["thread_state.next"], ts_interp=d["thread_state.interp"],
-                ts_thread_id=d["thread_state.thread_id"],
-                ts_native_tid=d["thread_state.native_thread_id"],
-                ts_frame=d["thread_state.current_frame"], cframe_frame=0,
-                fr_previous=d["interpreter_frame.previous"],
-                fr_code=d["interpreter_frame.executable"],
-                fr_instr=d["interpreter_frame.instr_ptr"],
-                fr_owner=d["interpreter_frame.owner"],
-                co_filename=d["code_object.filename"], co_name=d["code_object.name"],
-                co_qualname=d["code_object.qualname"],
-                co_firstlineno=d["code_object.firstlineno"],
-                co_linetable=d["code_object.linetable"],
-                co_code=d["code_object.co_code_adaptive"],
-                ascii_size=d["unicode_object.asciiobject_size"],
-                compact_size=d["unicode_object.asciiobject_size"] + 16,
-                str_length=d["unicode_object.length"])
+        raise UnsupportedPython(f"_Py_DebugOffsets says version {d['version']:#x}, Py_Version says {hexv:#x}")
+    return dict(
+        rt_interp_head=d["runtime_state.interpreters_head"],
+        interp_next=d["interpreter_state.next"],
+        interp_threads=d["interpreter_state.threads_head"],
+        ts_next=d["thread_state.next"],
+        ts_interp=d["thread_state.interp"],
+        ts_thread_id=d["thread_state.thread_id"],
+        ts_native_tid=d["thread_state.native_thread_id"],
+        ts_frame=d["thread_state.current_frame"],
+        cframe_frame=0,
+        fr_previous=d["interpreter_frame.previous"],
+        fr_code=d["interpreter_frame.executable"],
+        fr_instr=d["interpreter_frame.instr_ptr"],
+        fr_owner=d["interpreter_frame.owner"],
+        co_filename=d["code_object.filename"],
+        co_name=d["code_object.name"],
+        co_qualname=d["code_object.qualname"],
+        co_firstlineno=d["code_object.firstlineno"],
+        co_linetable=d["code_object.linetable"],
+        co_code=d["code_object.co_code_adaptive"],
+        ascii_size=d["unicode_object.asciiobject_size"],
+        compact_size=d["unicode_object.asciiobject_size"] + 16,
+        str_length=d["unicode_object.length"],
+    )
 
 
 def walk_flags(minor: int) -> int:

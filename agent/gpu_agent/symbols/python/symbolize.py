@@ -26,7 +26,7 @@ from .layout import Layout
 from .offsets import BYTES_SVAL, OB_SIZE, OB_TYPE, STR_STATE
 from ...system.procmem import ProcMem, ProcMemError
 
-MAX_STR = 4096          # characters of a name or file name
+MAX_STR = 4096  # characters of a name or file name
 MAX_LINETABLE = 1 << 20
 UNKNOWN_FILE = "<unknown>"
 
@@ -38,8 +38,8 @@ class PyFrameInfo:
     function: str
     filename: str
     line: int
-    entry: bool = False      # outermost frame of one eval-loop call
-    known: bool = True       # False: the code object could not be named
+    entry: bool = False  # outermost frame of one eval-loop call
+    known: bool = True  # False: the code object could not be named
 
 
 class _Code:
@@ -50,7 +50,7 @@ class _Code:
         self.name = name
         self.filename = filename
         self.firstlineno = firstlineno
-        self.ranges = ranges          # [(start_byte, end_byte, line or None)], sorted
+        self.ranges = ranges  # [(start_byte, end_byte, line or None)], sorted
         self.lines: dict = {}
 
     def line(self, instr: int) -> int:
@@ -78,6 +78,7 @@ def line_for(ranges: list, instr: int) -> Optional[int]:
 
 
 # ---- line tables ----------------------------------------------------------------
+
 
 def linetable_310(table: bytes, firstlineno: int) -> list:
     """3.10 co_linetable (PEP 626): (bytecode delta u8, line delta s8) pairs; -128 = no line."""
@@ -129,16 +130,16 @@ def linetable_311(table: bytes, firstlineno: int) -> list:
         code = (first >> 3) & 15
         length = ((first & 7) + 1) * 2
         cur: Optional[int]
-        if code == 15:            # no location
+        if code == 15:  # no location
             cur = None
-        elif code == 14:          # long form
+        elif code == 14:  # long form
             d, pos = _svarint(table, pos)
             line += d
             cur = line
-            _, pos = _varint(table, pos)   # end line delta
-            _, pos = _varint(table, pos)   # column + 1
-            _, pos = _varint(table, pos)   # end column + 1
-        elif code == 13:          # no column
+            _, pos = _varint(table, pos)  # end line delta
+            _, pos = _varint(table, pos)  # column + 1
+            _, pos = _varint(table, pos)  # end column + 1
+        elif code == 13:  # no column
             d, pos = _svarint(table, pos)
             line += d
             cur = line
@@ -146,7 +147,7 @@ def linetable_311(table: bytes, firstlineno: int) -> list:
             line += code - 10
             cur = line
             pos += 2
-        else:                     # short form, same line, one column byte
+        else:  # short form, same line, one column byte
             cur = line
             pos += 1
         out.append((addr, addr + length, cur))
@@ -156,11 +157,11 @@ def linetable_311(table: bytes, firstlineno: int) -> list:
 
 # ---- the symbolizer -------------------------------------------------------------
 
+
 class PySymbolizer:
     """Names the Python frames of one process (one Layout)."""
 
-    def __init__(self, pid: int, layout: Layout, mem: Optional[ProcMem] = None,
-                 max_codes: int = 65536):
+    def __init__(self, pid: int, layout: Layout, mem: Optional[ProcMem] = None, max_codes: int = 65536):
         self.pid = pid
         self.layout = layout
         self._mem = mem
@@ -207,9 +208,14 @@ class PySymbolizer:
                 # Gone since the sample (freed, maybe reused): never borrow a name.
                 self.stats["stale"] += 1
                 if self.stats["stale"] <= 5:
-                    log.debug("pid %d code %#x: %s", self.pid, code,
-                              "unreadable or not a code object" if c is None else
-                              f"stamp {c.stamp:#x} in memory, {stamp:#x} at the sample ({c.name})")
+                    log.debug(
+                        "pid %d code %#x: %s",
+                        self.pid,
+                        code,
+                        "unreadable or not a code object"
+                        if c is None
+                        else f"stamp {c.stamp:#x} in memory, {stamp:#x} at the sample ({c.name})",
+                    )
                 return PyFrameInfo(f"<python code {code:#x}>", UNKNOWN_FILE, 0, entry, False)
         return PyFrameInfo(c.name, c.filename, c.line(instr), entry)
 

@@ -34,6 +34,7 @@ def read(path) -> Nanotrace:
     """A .nanotrace file of version 1 or 4 (NanotraceError: what is wrong). Under
     sudo only a regular file the invoking user may read (system/safe_open.py)."""
     from ...system.safe_open import open_for_invoker
+
     path = Path(path)
     try:
         fd, _ = open_for_invoker(str(path))
@@ -52,5 +53,3 @@ def parse(data: bytes, what: str = ".nanotrace") -> Nanotrace:
     if data.startswith(V1_MAGIC):
         return parse_v1(data, what)
     raise NanotraceError(f"{what}: not a .nanotrace file (no nanotrace or NTRACE4 magic)")
-
-

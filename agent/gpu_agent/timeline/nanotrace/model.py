@@ -1,21 +1,20 @@
 """What a .nanotrace holds once read (either version), its bounds, and the
 bounds-checked reads every version's reader uses."""
 
-
 from __future__ import annotations
 
 import struct
 import zlib
 from dataclasses import dataclass, field
 
-MAX_FILE = 256 << 20       # bytes of a file we read at all
-MAX_BODY = 1 << 30         # bytes its compressed body may inflate to
-MAX_STRING = 1 << 16       # bytes of one string
-MAX_EVENTS = 5_000_000     # events of one file (each is a Python object here)
+MAX_FILE = 256 << 20  # bytes of a file we read at all
+MAX_BODY = 1 << 30  # bytes its compressed body may inflate to
+MAX_STRING = 1 << 16  # bytes of one string
+MAX_EVENTS = 5_000_000  # events of one file (each is a Python object here)
 MAX_TRACKS = 1_000_000
 MAX_ARGS = 10_000_000
-MAX_DEPTH = 64             # track nesting (GPU > stream > kernel > SM > block > warp > lane is 7)
-MAX_CLOCK_HOPS = 16        # snapshot edges followed from a clock to the reference clock
+MAX_DEPTH = 64  # track nesting (GPU > stream > kernel > SM > block > warp > lane is 7)
+MAX_CLOCK_HOPS = 16  # snapshot edges followed from a clock to the reference clock
 
 V1_MAGIC, V4_MAGIC = b"nanotrace\0", b"NTRACE4\0"
 # version 4's track kinds (docs/nanotrace.md), and the ones version 1's tracks become
@@ -31,24 +30,24 @@ class NanotraceError(ValueError):
 @dataclass
 class Track:
     id: int
-    parent: int          # 0: none
+    parent: int  # 0: none
     clock: int
     name: str
     kind: int
-    source_id: int = 0   # a block's linear id, a lane's id, a stream's id...
+    source_id: int = 0  # a block's linear id, a lane's id, a stream's id...
     order: int = 0
 
 
 @dataclass
 class Event:
     track: int
-    start: int           # in its track's clock
+    start: int  # in its track's clock
     duration: int
     name: str
     kind: int = SLICE
-    parent: int = 0      # event id (1-based), 0: none
+    parent: int = 0  # event id (1-based), 0: none
     correlation: int = 0
-    args: list = field(default_factory=list)   # [(name, value)]
+    args: list = field(default_factory=list)  # [(name, value)]
 
 
 @dataclass
@@ -56,9 +55,9 @@ class Nanotrace:
     version: int
     session: str = ""
     reference_clock: int = 0
-    clocks: dict = field(default_factory=dict)      # id -> (kind, name, device, frequency Hz)
-    snapshots: list = field(default_factory=list)   # (source, reference, source ts, reference ts, uncertainty)
-    tracks: dict = field(default_factory=dict)      # id -> Track
+    clocks: dict = field(default_factory=dict)  # id -> (kind, name, device, frequency Hz)
+    snapshots: list = field(default_factory=list)  # (source, reference, source ts, reference ts, uncertainty)
+    tracks: dict = field(default_factory=dict)  # id -> Track
     events: list = field(default_factory=list)
     # version 1: the one kernel the file holds (its times are offsets from its start)
     kernel: str = ""
@@ -92,7 +91,7 @@ class Reader:
 
     def bytes(self, n: int) -> bytes:
         p = self.need(n)
-        return bytes(self.data[p:p + n])
+        return bytes(self.data[p : p + n])
 
     def text(self, n: int) -> str:
         if n > MAX_STRING:
@@ -133,5 +132,3 @@ def inflate(body: bytes, limit: int, what: str) -> bytes:
     if not d.eof or d.unused_data:
         raise NanotraceError(f"{what}: its zlib stream is truncated or followed by other bytes")
     return out
-
-

@@ -4,8 +4,21 @@ reads it so). Read only."""
 
 from __future__ import annotations
 
-from .model import (KERNEL, MAX_BODY, MAX_EVENTS, MAX_TRACKS, THREAD_BLOCK, V1_MAGIC, WARP, Event, Nanotrace,
-                    NanotraceError, Track, inflate, Reader)
+from .model import (
+    KERNEL,
+    MAX_BODY,
+    MAX_EVENTS,
+    MAX_TRACKS,
+    THREAD_BLOCK,
+    V1_MAGIC,
+    WARP,
+    Event,
+    Nanotrace,
+    NanotraceError,
+    Track,
+    inflate,
+    Reader,
+)
 
 
 def parse_v1(data: bytes, what: str) -> Nanotrace:
@@ -14,7 +27,7 @@ def parse_v1(data: bytes, what: str) -> Nanotrace:
     version, compressed = r.unpack("<BB")
     if version != 1:
         raise NanotraceError(f"{what}: version {version} after the version 1 magic")
-    body = data[r.pos:]
+    body = data[r.pos :]
     if compressed:
         body = inflate(body, MAX_BODY, what)
     r = Reader(body, what)
@@ -42,22 +55,25 @@ def parse_v1(data: bytes, what: str) -> Nanotrace:
         bi, fmt_id = r.unpack("<IH")
         lane = r.unpack("<I")[0]
         if bi >= len(blocks) or fmt_id >= len(formats):
-            raise NanotraceError(f"{what}: track {i} names block {bi} and format {fmt_id} "
-                                 f"(the file has {len(blocks)} and {len(formats)})")
+            raise NanotraceError(
+                f"{what}: track {i} names block {bi} and format {fmt_id} "
+                f"(the file has {len(blocks)} and {len(formats)})"
+            )
         r.need(4 * formats[fmt_id][1])  # the track's format parameters
         block_id = blocks[bi][0]
         if bi not in block_track:
             block_track[bi] = len(t.tracks) + 1
             t.tracks[block_track[bi]] = Track(block_track[bi], 1, 0, f"CTA {block_id}", THREAD_BLOCK, block_id)
         tid = len(t.tracks) + 1
-        label = formats[fmt_id][0] or "lane"   # a template: "Warp {lane}"
+        label = formats[fmt_id][0] or "lane"  # a template: "Warp {lane}"
         name = label.replace("{lane}", str(lane)) if "{lane}" in label else f"{label} {lane}"
         t.tracks[tid] = Track(tid, block_track[bi], 0, name, WARP, lane)
         for _ in range(r.unpack("<I")[0]):
             start, dur, ev_fmt = r.unpack("<IIH")
             if ev_fmt >= len(formats):
-                raise NanotraceError(f"{what}: an event of track {i} names format {ev_fmt} (the file has "
-                                     f"{len(formats)})")
+                raise NanotraceError(
+                    f"{what}: an event of track {i} names format {ev_fmt} (the file has {len(formats)})"
+                )
             params = r.unpack(f"<{formats[ev_fmt][1]}I")
             if len(t.events) >= MAX_EVENTS:
                 raise NanotraceError(f"{what}: more than {MAX_EVENTS} events")
@@ -66,5 +82,3 @@ def parse_v1(data: bytes, what: str) -> Nanotrace:
     if len(t.events) != n_events:
         raise NanotraceError(f"{what}: {len(t.events)} events where its header says {n_events}")
     return t
-
-

@@ -7,21 +7,44 @@ import struct
 import zlib
 from pathlib import Path
 
-from .model import (CH_ARGS, CH_CLOCKS, CH_EVENTS, CH_FORMATS, CH_SESSION, CH_SNAPSHOTS, CH_STRINGS, CH_TRACKS,
-                    MAX_ARGS, MAX_BODY, MAX_DEPTH, MAX_EVENTS, MAX_TRACKS, V4_MAGIC, Event, Nanotrace,
-                    NanotraceError, Track, inflate, Reader)
+from .model import (
+    CH_ARGS,
+    CH_CLOCKS,
+    CH_EVENTS,
+    CH_FORMATS,
+    CH_SESSION,
+    CH_SNAPSHOTS,
+    CH_STRINGS,
+    CH_TRACKS,
+    MAX_ARGS,
+    MAX_BODY,
+    MAX_DEPTH,
+    MAX_EVENTS,
+    MAX_TRACKS,
+    V4_MAGIC,
+    Event,
+    Nanotrace,
+    NanotraceError,
+    Track,
+    inflate,
+    Reader,
+)
 
 
 def parse_v4(data: bytes, what: str) -> Nanotrace:
     r = Reader(data, what)
     _, major, minor, endian, flags, _, usize, ssize = r.unpack("<8sHHBBHQQ")
     if major != 4 or endian != 1 or flags & ~1:
-        raise NanotraceError(f"{what}: version {major}.{minor}, endianness {endian}, flags {flags:#x}: "
-                             "only 4.x little-endian with flag bit 0 is read")
+        raise NanotraceError(
+            f"{what}: version {major}.{minor}, endianness {endian}, flags {flags:#x}: "
+            "only 4.x little-endian with flag bit 0 is read"
+        )
     if ssize != r.left() or usize > MAX_BODY:
-        raise NanotraceError(f"{what}: its header says {ssize} stored and {usize} inflated bytes; the file holds "
-                             f"{r.left()} (inflated at most {MAX_BODY})")
-    body = inflate(data[r.pos:], usize, what) if flags & 1 else data[r.pos:]
+        raise NanotraceError(
+            f"{what}: its header says {ssize} stored and {usize} inflated bytes; the file holds "
+            f"{r.left()} (inflated at most {MAX_BODY})"
+        )
+    body = inflate(data[r.pos :], usize, what) if flags & 1 else data[r.pos :]
     if len(body) != usize:
         raise NanotraceError(f"{what}: its body is {len(body)} bytes, its header says {usize}")
     t = Nanotrace(version=4)
@@ -118,19 +141,23 @@ def _resolve(t: Nanotrace, strings: list, raw_tracks: list, raw_events: list, ar
         depth, p = 0, tr.parent
         while p:
             if p not in t.tracks or depth >= MAX_DEPTH:
-                raise NanotraceError(f"{what}: track {tr.id}'s parents name a missing track, loop, or pass "
-                                     f"{MAX_DEPTH} levels")
+                raise NanotraceError(
+                    f"{what}: track {tr.id}'s parents name a missing track, loop, or pass {MAX_DEPTH} levels"
+                )
             p, depth = t.tracks[p].parent, depth + 1
     for i, (track, start, dur, name, kind, parent, corr, first, n_args) in enumerate(raw_events, 1):
         if track not in t.tracks or parent > len(raw_events) or first + n_args > len(args):
-            raise NanotraceError(f"{what}: event {i} names track {track}, parent {parent} or arguments "
-                                 f"{first}+{n_args} that the file lacks")
-        ev_args = [(s(n), s(v) if k == 3 else v) for n, k, v in args[first:first + n_args]]
+            raise NanotraceError(
+                f"{what}: event {i} names track {track}, parent {parent} or arguments "
+                f"{first}+{n_args} that the file lacks"
+            )
+        ev_args = [(s(n), s(v) if k == 3 else v) for n, k, v in args[first : first + n_args]]
         t.events.append(Event(track, start, dur, s(name), kind, parent, corr, ev_args))
     return t
 
 
 # ---- writing version 4 ----
+
 
 def _varuint(v: int) -> bytes:
     out = bytearray()
@@ -160,12 +187,29 @@ def encode_v4(t: Nanotrace) -> bytes:
 
     name = t.session.encode()
     parts = [chunk(CH_SESSION, struct.pack("<I", len(name)) + name + struct.pack("<II", t.reference_clock, 0), 1)]
-    parts.append(chunk(CH_CLOCKS, b"".join(struct.pack("<IBBHIIQ", cid, kind, 0, 0, nm, dev, freq)
-                                           for cid, (kind, nm, dev, freq) in t.clocks.items()), len(t.clocks)))
+    parts.append(
+        chunk(
+            CH_CLOCKS,
+            b"".join(
+                struct.pack("<IBBHIIQ", cid, kind, 0, 0, nm, dev, freq)
+                for cid, (kind, nm, dev, freq) in t.clocks.items()
+            ),
+            len(t.clocks),
+        )
+    )
     parts.append(chunk(CH_SNAPSHOTS, b"".join(struct.pack("<IIQQQ", *s) for s in t.snapshots), len(t.snapshots)))
-    parts.append(chunk(CH_TRACKS, b"".join(struct.pack("<QQIIBBHiIQ", tr.id, tr.parent, tr.clock, sid(tr.name),
-                                                       tr.kind, 0, 0, tr.order, 0, tr.source_id)
-                                           for tr in t.tracks.values()), len(t.tracks)))
+    parts.append(
+        chunk(
+            CH_TRACKS,
+            b"".join(
+                struct.pack(
+                    "<QQIIBBHiIQ", tr.id, tr.parent, tr.clock, sid(tr.name), tr.kind, 0, 0, tr.order, 0, tr.source_id
+                )
+                for tr in t.tracks.values()
+            ),
+            len(t.tracks),
+        )
+    )
     events, args, last = bytearray(_varuint(len(t.events))), bytearray(), {}
     n_args = 0
     for e in t.events:
