@@ -4,11 +4,13 @@
 - no code cites a history document: docs/benchmarks-history.md is a record for
   people, and code states its reasons itself;
 - the Python passes ruff (`make lint`);
-- the agent is layers that import only downward (docs/architecture.md, "The layers")."""
+- the agent is layers that import only downward (docs/architecture.md, "The layers");
+- the shim's units call one another in layers too: no circle of calls among them."""
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -55,14 +57,15 @@ def test_no_code_cites_a_history_document():
 
 def test_the_python_passes_ruff():
     """`make lint`'s Python half (pyproject.toml's [tool.ruff]), so the suite keeps it clean."""
-    p = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--no-cache", "agent", "tests", "bench"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-1000:]
+    for check in (["check", "--no-cache"], ["format", "--check", "--no-cache"]):
+        p = subprocess.run(
+            [sys.executable, "-m", "ruff", *check, "agent", "tests", "bench"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-1000:]
 
 
 # docs/architecture.md's layers, bottom up; proto/ (generated) is usable from any layer.
@@ -130,3 +133,45 @@ def test_every_module_sits_in_a_layer_and_imports_only_downward():
             if layer(target) > layer(me):
                 upward.append(f"{me} -> {target}")
     assert not upward, upward
+
+
+def shim_calls() -> dict[str, set[str]]:
+    """shim/src's units (bench/ too) and the units each calls: a ga_* function
+    defined in one unit and called in another (comments left out)."""
+    src, defined_in = {}, {}
+    for f in sorted((REPO / "shim" / "src").rglob("*.cpp")):
+        text = re.sub(r"/\*.*?\*/", "", f.read_text(), flags=re.S)
+        text = re.sub(r"//[^\n]*", "", text)
+        unit = str(f.relative_to(REPO / "shim" / "src"))
+        src[unit] = text
+        for m in re.finditer(r"^[A-Za-z_][\w\s*&:<>,]*?\b(ga_\w+)\s*\([^;{]*\)\s*(?:noexcept)?\s*\{", text, re.M):
+            defined_in.setdefault(m.group(1), unit)
+    calls = {u: set() for u in src}
+    for unit, text in src.items():
+        called = set(re.findall(r"\b(ga_\w+)\s*\(", text))
+        calls[unit] = {defined_in[n] for n in called if n in defined_in and defined_in[n] != unit}
+    return calls
+
+
+def test_the_shims_units_call_in_layers_without_a_circle():
+    """A unit that calls back up into one that calls it (directly or around a
+    circle) ties the two into one: the layers docs/architecture.md names would not
+    hold. Each unit's level is one more than the highest it calls."""
+    calls = shim_calls()
+    assert {"gate.cpp", "held.cpp", "window.cpp", "collection.cpp", "shim.cpp"} <= calls.keys()
+    level: dict[str, int] = {}
+
+    def walk(unit: str, path: tuple) -> int:
+        if unit in path:
+            circle = " -> ".join(path[path.index(unit) :] + (unit,))
+            raise AssertionError(f"a circle of calls among the shim's units: {circle}")
+        if unit not in level:
+            level[unit] = 1 + max((walk(u, path + (unit,)) for u in calls[unit]), default=-1)
+        return level[unit]
+
+    for unit in calls:
+        walk(unit, ())
+    # the layers the data path names, bottom to top
+    order = ["gate.cpp", "window.cpp", "activity.cpp", "callbacks.cpp", "collection.cpp", "session.cpp", "shim.cpp"]
+    assert [level[u] for u in order] == sorted(level[u] for u in order), level
+    assert level["held.cpp"] < level["weights.cpp"] < level["window.cpp"], level

@@ -27,7 +27,6 @@ std::atomic<uint64_t> ga_stat_records;
 std::atomic<uint64_t> ga_stat_dropped;
 std::atomic<uint64_t> ga_stat_null_buffers;
 
-static std::atomic<uint64_t> pending_dropped;
 
 /* ---- buffer pool ---- */
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -119,27 +118,13 @@ void ga_unseen_kernels(char *buf, size_t size) noexcept {
 
 /* ---- completed buffers ---- */
 
-void ga_activity_fire_batch(const struct ga_kernel_record *recs, uint32_t n) noexcept {
-    uint32_t dropped = 0;
-    uint64_t d = pending_dropped.exchange(0, std::memory_order_acq_rel);
-    if (d > GA_MAX_BATCH_DROPS) { /* the rest goes with the next batches */
-        pending_dropped.fetch_add(d - GA_MAX_BATCH_DROPS, std::memory_order_relaxed);
-        d = GA_MAX_BATCH_DROPS;
-    }
-    dropped = (uint32_t)d;
-    uint32_t rs = (uint32_t)sizeof(struct ga_kernel_record);
-    ga_fire_kernel_batch(recs, n, rs, dropped);
-    ga_stat_batches.fetch_add(1, std::memory_order_relaxed);
-    ga_stat_records.fetch_add(n, std::memory_order_relaxed);
-}
-
 static struct ga_kernel_record empty_batch[1];
 
 static void read_dropped(CUcontext ctx, uint32_t stream_id) {
     if (!ga_cupti.ActivityGetNumDroppedRecords) return;
     size_t dropped = 0;
     if (ga_cupti.ActivityGetNumDroppedRecords(ctx, stream_id, &dropped) == CUPTI_SUCCESS && dropped) {
-        pending_dropped.fetch_add(dropped, std::memory_order_relaxed);
+        ga_batch_dropped(dropped);
         ga_stat_dropped.fetch_add(dropped, std::memory_order_relaxed);
     }
 }
@@ -163,7 +148,7 @@ uint64_t ga_activity_taken_back(void) noexcept { return g_stat_taken_back.load(s
 
 void ga_report_drops(void) noexcept {
     read_dropped(nullptr, 0);
-    if (pending_dropped.load(std::memory_order_relaxed)) ga_activity_fire_batch(empty_batch, 0);
+    if (ga_batch_dropped_pending()) ga_fire_batch(empty_batch, 0);
 }
 
 /* Records of launches outside windows: at their edges, or any while activity
@@ -266,7 +251,7 @@ static void buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
                         ga_stat_left_out_records.fetch_add(1, std::memory_order_relaxed);
                         continue;
                     }
-                } else if (GA_UNLIKELY(o->flags & GA_REC_GRAPH) && ga_window_weight_of(period) &&
+                } else if (GA_UNLIKELY(o->flags & GA_REC_GRAPH) && ga_weight_of(period) &&
                            ga_window_late_last_replay(period, o->correlation_id)) {
                     /* Its period was weighed without it, and it is no older than
                      * the replays left out then: the window's real last one. */
@@ -286,7 +271,7 @@ static void buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
         }
         if (n) fired |= ga_activity_emit(out, periods, n, windows);
     }
-    if (!fired && pending_dropped.load(std::memory_order_relaxed)) ga_activity_fire_batch(empty_batch, 0);
+    if (!fired && ga_batch_dropped_pending()) ga_fire_batch(empty_batch, 0);
     if (buffer) {
         if (size >= GA_BUF_SIZE) buffer_release(buffer);
         /* a buffer we did not hand out is not ours to free */

@@ -82,6 +82,10 @@ static double ewma(double old, double x) { return old < 0 ? x : old + ALPHA * (x
 
 bool ga_budget_on(void) noexcept { return !ga_cfg.fixed_schedule && ga_cfg.duty_cycle > 1; }
 
+static bool g_tails; /* windows are torn down, each followed by its tail (collection.cpp says) */
+
+void ga_budget_set_tails(bool on) noexcept { g_tails = on; }
+
 void ga_budget_note_stall(uint64_t ns, bool teardown) noexcept {
     if (!teardown) {
         g_switch_ns.fetch_add(ns, std::memory_order_relaxed);
@@ -169,7 +173,7 @@ void ga_budget_plan(bool first, uint32_t *slots, uint64_t *slot_ns) noexcept {
     w = (w + MS / 2) / MS * MS; /* whole ms */
     /* a window costs fixed + W x slow, its tail (tail.cpp) about W/2 x slow, and
      * its count phase (one slot) W x cb_frac */
-    double on = ga_collect_teardowns() ? 1.5 : 1.0;
+    double on = g_tails ? 1.5 : 1.0;
     double cost = fixed + (double)w * (on * slow + g_cb_frac);
     double p = cost / ((double)ga_cfg.budget_bp / 10000.0);
     uint32_t n = (uint32_t)(p / (double)w + 0.999);

@@ -107,6 +107,7 @@ static CUptiResult set_collection(bool on, const char **what) {
     if (on) {
         ga_window_opened(ga_cupti_timestamp());
         ga_sampler_new_window();
+        ga_pcs_window_opened(g_stat_windows.load(std::memory_order_relaxed) + 1);
         ga_window_on.store(GA_WIN_OPEN, std::memory_order_release);
         g_stat_windows.fetch_add(1, std::memory_order_relaxed);
         if (ga_cfg.duty_cycle >= 100 || ga_budget_on()) /* rare windows: say when (bench/gpu sticky check) */
@@ -143,6 +144,7 @@ static bool g_held;             /* the last re-subscription failed for another c
 static void stop_teardowns(void) {
     if (!g_teardowns) return;
     g_teardowns = false;
+    ga_budget_set_tails(false);
     ga_debug("CUDA graphs in pid %d: CUPTI stays subscribed between windows from now on", (int)getpid());
 }
 
@@ -332,6 +334,7 @@ void ga_collect_module_callbacks(void) noexcept {
 CUptiResult ga_collect_begin(uint64_t now, const char **what) noexcept {
     g_teardowns = may_tear_down() && ga_cfg.duty_cycle > 1 && !ga_audit_on() && !GA_EXP(hold_activity) &&
                   !GA_EXP(cb_windowed) && !GA_EXP(cb_runtime) && !ga_pcs_on.load(std::memory_order_relaxed);
+    ga_budget_set_tails(g_teardowns);
     ga_window_extrapolate = g_teardowns;
     g_tail_until = 0;
     ga_tail_reset();

@@ -132,6 +132,28 @@ GA_HIDDEN extern void *ga_cupti_handle;
 GA_HIDDEN bool ga_cupti_load(const char **why, char *path_out, size_t path_len) noexcept;
 GA_HIDDEN const char *ga_cupti_err(CUptiResult r) noexcept;
 
+/* ---- the CUPTI gate, CUPTI's clock, and what reaches the poller (gate.cpp) ---- */
+/* A callback's CUPTI call: only when enter says yes, then leave. */
+GA_HIDDEN bool ga_cupti_gate_enter(void) noexcept;
+GA_HIDDEN void ga_cupti_gate_leave(void) noexcept;
+GA_HIDDEN void ga_cupti_buffer_enter(void) noexcept; /* a buffer callback; leave as above */
+GA_HIDDEN uint32_t ga_cupti_gate_close(void) noexcept;  /* teardown: closed; returns callers inside */
+GA_HIDDEN uint32_t ga_cupti_gate_inside(void) noexcept; /* callers inside now */
+GA_HIDDEN void ga_cupti_gate_open(void) noexcept;
+GA_HIDDEN void ga_cupti_gate_atfork_child(bool open) noexcept;
+GA_HIDDEN uint64_t ga_cupti_gate_skipped(void) noexcept; /* calls refused while closed */
+/* cuptiGetTimestamp through the gate; 0 when CUPTI lacks it or a teardown runs. */
+GA_HIDDEN uint64_t ga_cupti_timestamp(void) noexcept;
+/* A CUPTI error in a callback, kept (the first) for the poller, which takes it. */
+GA_HIDDEN void ga_report_cupti_error(const char *what, CUptiResult r) noexcept;
+GA_HIDDEN int ga_take_cupti_error(void) noexcept; /* 0: none */
+/* The poller's sleep: until wait_ns(now) has passed or a wake; false once stopped. */
+GA_HIDDEN void ga_poller_sync_init(void) noexcept; /* at load and in a fork's child */
+GA_HIDDEN bool ga_poller_sleep(uint64_t (*wait_ns)(uint64_t now_ns) noexcept) noexcept;
+GA_HIDDEN void ga_poller_wake(void) noexcept; /* the poller polls now */
+GA_HIDDEN void ga_poller_stop(void) noexcept;
+GA_HIDDEN uint64_t ga_trace_until_ns(void) noexcept; /* gpu-agent trace's deadline, CLOCK_MONOTONIC; 0: none */
+
 /* ---- launch callback and sampling (callbacks.cpp) ---- */
 GA_HIDDEN void CUPTIAPI ga_api_callback(void *userdata, CUpti_CallbackDomain domain,
                                         CUpti_CallbackId cbid, const void *cbdata) noexcept;
@@ -183,149 +205,13 @@ GA_HIDDEN void ga_compute_skip_ranges(void) noexcept; /* once CUPTI is loaded */
  * (GA_MAX_FRAMES); returns the count and sets *stack_id (never 0). */
 GA_HIDDEN uint32_t ga_unwind(uint64_t *frames, uint64_t *stack_id) noexcept;
 
-/* A state switched on and off (the launch callbacks, window.cpp; a window's tail,
- * tail.cpp), and its time on since the last take: a period's share. Poller only. */
-struct ga_span {
-    uint64_t ns, t0; /* time on before t0; on since t0 (0: off) */
-    void on(uint64_t now) noexcept {
-        if (!t0) t0 = now ? now : 1;
-    }
-    void off(uint64_t now) noexcept {
-        if (t0) ns += now > t0 ? now - t0 : 0;
-        t0 = 0;
-    }
-    uint64_t take(uint64_t now) noexcept {
-        uint64_t t = ns + (t0 && now > t0 ? now - t0 : 0);
-        if (t0) t0 = now;
-        ns = 0;
-        return t;
-    }
-};
-
-/* ---- collection windows (window.cpp: schedule; weights.cpp: record weights) ---- */
-/* Launches now are collected (GA_WIN_OPEN), or not: GA_WIN_OFF, or GA_WIN_EDGE
- * while kernel activity goes on before a window opens or off after it closes. An
- * edge's launches are traced but not the window's: the launch callback notes them
- * as outside (ga_window_note_outside), and their records are dropped, not weighed. */
-enum { GA_WIN_OFF = 0, GA_WIN_OPEN = 1, GA_WIN_EDGE = 2 };
-GA_HIDDEN extern std::atomic<int> ga_window_on;
-GA_HIDDEN void ga_window_begin(uint64_t now_ns) noexcept;  /* at attach (ga_now_ns) */
-GA_HIDDEN uint64_t ga_window_attached_at(void) noexcept;   /* that attach time */
-GA_HIDDEN uint32_t ga_window_slots(void) noexcept;         /* slots of the current period (N) */
-GA_HIDDEN uint64_t ga_window_period_ns(void) noexcept;     /* the current period's length */
-/* budget.cpp: the windows' schedule under GPU_AGENT_OVERHEAD_BUDGET, from what
- * they cost this process (stalls: teardown, re-subscription, activity switches). */
-GA_HIDDEN bool ga_budget_on(void) noexcept;
-GA_HIDDEN void ga_budget_note_stall(uint64_t ns, bool teardown) noexcept;
-GA_HIDDEN void ga_budget_note_window(uint64_t win_ns, uint64_t win_launches, double base_rate,
-                                     uint64_t count_launches, uint64_t count_ns) noexcept;
-GA_HIDDEN void ga_budget_plan(bool first, uint32_t *slots, uint64_t *slot_ns) noexcept;
-GA_HIDDEN uint64_t ga_budget_stat_over(void) noexcept;
-GA_HIDDEN double ga_budget_count_bias(double count_rate) noexcept; /* launches per ns */
-GA_HIDDEN double ga_budget_callback_ns(double count_rate) noexcept;
-GA_HIDDEN void ga_budget_note_tail(double cb_ns) noexcept;
-/* tail.cpp: after each window (with teardowns), kernel activity alone for half a
- * window: its launches, counted by their records, measure the callbacks' cost. */
-GA_HIDDEN extern std::atomic<uint64_t> ga_sample_ns; /* time in stack samples (callbacks.cpp) */
-GA_HIDDEN void ga_tail_reset(void) noexcept;
-GA_HIDDEN void ga_tail_begin(uint64_t now_ns, uint64_t win_ns, uint64_t win_launches) noexcept;
-GA_HIDDEN void ga_tail_end(uint64_t now_ns) noexcept;
-GA_HIDDEN void ga_tail_window_opened(void) noexcept;
-GA_HIDDEN bool ga_tail_record(void) noexcept; /* a windowed, non-graph record: the tail's? */
-GA_HIDDEN void ga_tail_fold(void) noexcept;
-GA_HIDDEN uint64_t ga_tail_period_ns(uint64_t now_ns) noexcept;
-GA_HIDDEN void ga_tail_stats(uint64_t *tails, uint64_t *launches) noexcept;
-GA_HIDDEN void ga_budget_log_exit(void) noexcept;
-/* Whether collection should be on at now_ns; *next_edge_ns: when that may change. */
-GA_HIDDEN bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) noexcept;
-GA_HIDDEN void ga_window_opened(uint64_t cupti_ts) noexcept; /* CUPTI clock (0: none), at each opening */
-/* With teardowns between windows (set at attach): OFF (no launch callbacks),
- * COUNT (launch callbacks only, just before a window: the launch rate) or ON. */
-enum { GA_PHASE_OFF = 0, GA_PHASE_COUNT, GA_PHASE_ON, GA_PHASE_PIECE /* GPU_AGENT_EXP_COUNT=cycle */ };
-GA_HIDDEN extern bool ga_window_extrapolate;
-GA_HIDDEN int ga_window_phase(uint64_t now_ns, uint64_t *next_edge_ns) noexcept;
-GA_HIDDEN void ga_window_count_started(uint64_t now_ns) noexcept; /* launch callbacks on */
-GA_HIDDEN void ga_window_count_rates(double *count, double *extra) noexcept; /* launches/s, exit line */
-GA_HIDDEN void ga_window_note_teardown(uint64_t ns) noexcept; /* a teardown's stall (any thread) */
-/* A period's launches with teardowns (window.cpp; counts of weights.cpp). */
-GA_HIDDEN uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept;
-/* weights.cpp, from the schedule: a period ends (first: none did, at attach), a
- * window opened at this CUPTI time. */
-GA_HIDDEN void ga_weights_period_edge(bool first) noexcept;
-GA_HIDDEN void ga_weights_period_opened(uint64_t cupti_ts) noexcept;
-GA_HIDDEN void ga_window_closed(void) noexcept;      /* at each closing */
-GA_HIDDEN void ga_window_last(uint64_t *ns, uint64_t *launches) noexcept;
-GA_HIDDEN void ga_window_callbacks(bool on, uint64_t now_ns) noexcept; /* launch callbacks on or off */
-GA_HIDDEN uint64_t ga_window_time_ns(void) noexcept; /* time inside windows since attach */
-/* Every launch the callbacks see while attached, in windows or not. */
-GA_HIDDEN extern std::atomic<uint64_t> ga_launch_seq;
-/* ga_kernel_record.join_max_lag_us for a record that started at start_ns (CUPTI
- * clock): the time since the last window opened before it, so that only launches
- * of that window can join it. */
-GA_HIDDEN uint32_t ga_window_join_max_lag_us(uint64_t start_ns) noexcept;
-/* A windowed record whose times cannot be true: it ends before it starts, or it
- * started before the window of its launch's period opened (GA_REC_IMPOSSIBLE). */
-GA_HIDDEN bool ga_window_record_impossible(uint32_t period, uint64_t start_ns, uint64_t end_ns) noexcept;
-/* Set when a period ends (in ga_window_should_be_on): the poller then flushes
- * CUPTI and calls ga_window_release_records(true), which fires the held records
- * whose period's weight is now published (the period before the one that just
- * ended: launches / windowed launches, window-less periods after it included).
- * At detach and exit (after the final flush) ga_window_release_records(false)
- * ends the partial period the same way and fires everything held. */
-GA_HIDDEN extern bool ga_window_period_ended;
-GA_HIDDEN void ga_window_release_records(bool period_end) noexcept;
-/* Launches no record stands for: before the first window with launches, at a
- * detach or exit. Records fired before their period's end (hold full).
- * Windowed records whose launch no callback saw (activity.cpp). And launches of
- * window-less periods weighed with the period before them (window.cpp). */
-GA_HIDDEN extern std::atomic<uint64_t> ga_stat_unweighted, ga_stat_held_overflow, ga_stat_unseen,
-    ga_stat_joined;
-/* Launch callback, in a window: note the launch's period by correlation id.
- * Conversion: a record's period (its launch's; the current one, and *unseen set,
- * if no launch callback noted it), and that period's weight x 1024 once the
- * period has ended (0 before). */
-GA_HIDDEN void ga_window_note_launch(uint32_t correlation_id) noexcept;
-GA_HIDDEN void ga_window_note_outside(uint32_t correlation_id) noexcept; /* at a window's edge */
-/* Graph replays CUPTI mis-times (window.cpp): the last traced replay of each
- * graph node in a window is left out. activity.cpp, at the period's weighing
- * (poller): marks the held records of `period` that are the newest of their
- * graph node, returns their distinct launches and sets *newest to the newest
- * correlation id among them. A record is dropped when ga_window_left_out says
- * so, or when it arrives after its period was weighed and is no older than the
- * replays left out then (ga_window_late_last_replay). */
-GA_HIDDEN uint64_t ga_activity_leave_out_last_replays(uint32_t period, uint32_t *newest) noexcept;
-/* activity.cpp: the newest correlation id among the held records of `period` (0: none). */
-GA_HIDDEN uint32_t ga_activity_newest_held(uint32_t period) noexcept;
-GA_HIDDEN bool ga_window_left_out(uint32_t correlation_id) noexcept;
-GA_HIDDEN void ga_window_leave_out(uint32_t correlation_id) noexcept;
-GA_HIDDEN bool ga_window_late_last_replay(uint32_t period, uint32_t correlation_id) noexcept;
-GA_HIDDEN extern std::atomic<uint64_t> ga_stat_left_out_launches, ga_stat_left_out_records,
-    ga_stat_left_out_late;
-/* *outside: a launch callback saw it at a window's edge (GA_WIN_EDGE); *unseen
- * is set then too. */
-GA_HIDDEN uint32_t ga_window_period_of(uint32_t correlation_id, bool *unseen, bool *outside) noexcept;
-GA_HIDDEN uint32_t ga_window_weight_of(uint32_t period) noexcept;
-/* activity.cpp: while windows are on, converted records whose period has not
- * ended wait; this fires those whose weight is now known, and with `all` the
- * rest too, at fallback_q (x 1024; 0: N). */
-GA_HIDDEN void ga_activity_fire_held(bool all, uint32_t fallback_q) noexcept;
-/* activity.cpp fires a batch of converted records (with the CUPTI drops pending);
- * held.cpp fires them now or holds them for their period's weight (true if any went). */
-GA_HIDDEN void ga_activity_fire_batch(const struct ga_kernel_record *recs, uint32_t n) noexcept;
-GA_HIDDEN bool ga_activity_emit(struct ga_kernel_record *recs, uint32_t *periods, uint32_t n, bool windows) noexcept;
-GA_HIDDEN void ga_held_atfork_child(void) noexcept;
-GA_HIDDEN uint32_t ga_window_round_weight(uint32_t weight_q, uint64_t *rng) noexcept;
-#include "bench/hooks.h" /* the benchmark build's hooks: the one seam (shim/src/bench/) */
-GA_HIDDEN const char *ga_name_of(uint64_t kernel_id) noexcept; /* names.cpp; NULL if unknown */
-/* activity.cpp: "name (n), ..." of the first kernels whose windowed records had no
- * launch callback (ga_window_period_of), for the exit line; "" if none. */
-GA_HIDDEN void ga_unseen_kernels(char *buf, size_t size) noexcept;
-GA_HIDDEN void ga_sampler_new_window(void) noexcept;        /* callbacks.cpp */
+#include "ga_windows.h" /* the collection windows */
 
 /* ---- PC sampling, opt-in (pcsampling.cpp) ---- */
 GA_HIDDEN extern std::atomic<int> ga_pcs_on;        /* launches call ga_pcs_launch */
 /* Launch callback: note the context; start, stop or drain its sampling (window_on). */
 GA_HIDDEN void ga_pcs_launch(CUcontext c, bool window_on) noexcept;
+GA_HIDDEN void ga_pcs_window_opened(uint64_t n) noexcept; /* collection.cpp: the n-th window opens */
 GA_HIDDEN bool ga_pcs_wanted(void) noexcept;        /* GPU_AGENT_PC_SAMPLING */
 GA_HIDDEN void ga_pcs_attach(void) noexcept;        /* at attach: on if wanted and possible */
 GA_HIDDEN void ga_pcs_poll(void) noexcept;          /* poller: set up noted contexts */
@@ -341,7 +227,6 @@ GA_HIDDEN void ga_pcs_replay_cubins(void) noexcept;
 GA_HIDDEN uint64_t ga_pcs_cubin_stat(int which) noexcept;
 /* ---- devices and on-demand captures (devices.cpp, shim.cpp) ---- */
 GA_HIDDEN bool ga_announce_devices(void) noexcept;  /* a gpu_device probe per device; false: retry */
-GA_HIDDEN uint64_t ga_trace_until_ns(void) noexcept; /* CLOCK_MONOTONIC; 0: no capture */
 GA_HIDDEN extern bool ga_in_injection_init;         /* inside cuInit: no driver calls */
 
 /* ---- what CUPTI collects now (collection.cpp), for the state machine ---- */
@@ -367,7 +252,6 @@ GA_HIDDEN uint64_t ga_session_next_edge_ns(void) noexcept; /* the poller wakes t
 GA_HIDDEN uint64_t ga_session_stat(int which) noexcept;  /* GA_SC_ATTACHES/DETACHES/FLUSHES/WINDOWS */
 GA_HIDDEN void ga_session_atfork_child(void) noexcept;
 GA_HIDDEN void ga_session_at_exit(void) noexcept;        /* the poller stopped: flush, log */
-GA_HIDDEN void ga_poller_wake(void) noexcept;            /* shim.cpp: the poller polls now */
 
 /* ---- CUPTI's teardown (teardown.cpp) ----
  * LIVE: subscribed. REQUESTED: the poller asked, the next driver API exit on an
@@ -376,12 +260,6 @@ GA_HIDDEN void ga_poller_wake(void) noexcept;            /* shim.cpp: the poller
  * process that was tearing down. */
 enum { GA_TD_DOWN = 0, GA_TD_LIVE, GA_TD_REQUESTED, GA_TD_TEARING, GA_TD_EXITING, GA_TD_GONE };
 GA_HIDDEN extern std::atomic<int> ga_td_state;
-/* A callback's CUPTI call: only when enter says yes, then leave. */
-GA_HIDDEN bool ga_cupti_gate_enter(void) noexcept;
-GA_HIDDEN void ga_cupti_gate_leave(void) noexcept;
-GA_HIDDEN void ga_cupti_buffer_enter(void) noexcept; /* a buffer callback; leave as above */
-/* cuptiGetTimestamp through the gate; 0 when CUPTI lacks it or a teardown runs. */
-GA_HIDDEN uint64_t ga_cupti_timestamp(void) noexcept;
 GA_HIDDEN void ga_teardown_request(CUpti_SubscriberHandle sub) noexcept; /* poller, after a forced flush */
 GA_HIDDEN void ga_teardown_live(void) noexcept;      /* poller, subscribed again */
 GA_HIDDEN bool ga_teardown_cancel(int to_state) noexcept; /* REQUESTED -> to_state */
@@ -390,8 +268,5 @@ GA_HIDDEN bool ga_teardown_wait(unsigned ms) noexcept; /* while TEARING, at most
 GA_HIDDEN void ga_teardown_atfork_child(void) noexcept;
 GA_HIDDEN uint64_t ga_teardown_stat(int which) noexcept; /* GA_SC_TEARDOWNS..GATE_SKIPPED */
 GA_HIDDEN void ga_teardown_log_exit(void) noexcept;
-
-/* ---- errors raised inside CUPTI callbacks, handled by the poller ---- */
-GA_HIDDEN void ga_report_cupti_error(const char *what, CUptiResult r) noexcept;
 
 #endif

@@ -1,12 +1,86 @@
-/* held.cpp: kernel records held for their period's weight (collection windows),
- * fired by activity.cpp's buffers or held here until the poller releases them. */
+/* held.cpp: kernel records on their way out. Each goes out in a batch (the
+ * kernel_batch probe, with the drops counted since the last one), at once or,
+ * in collection windows, once its period's weight is published: the published
+ * weights (weights.cpp computes them) and the records waiting for them live here.
+ * activity.cpp hands the records over; the poller releases the waiting ones. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ga_internal.h"
+#include "ga_probes.h"
 
 static thread_local uint64_t t_weight_rng = 0x2545f4914f6cdd1dULL; /* weight rounding */
+
+/* ---- batches out ---- */
+static std::atomic<uint64_t> g_pending_dropped; /* records CUPTI dropped, not yet said */
+
+void ga_batch_dropped(uint64_t n) noexcept { g_pending_dropped.fetch_add(n, std::memory_order_relaxed); }
+
+bool ga_batch_dropped_pending(void) noexcept { return g_pending_dropped.load(std::memory_order_relaxed) != 0; }
+
+void ga_fire_batch(const struct ga_kernel_record *recs, uint32_t n) noexcept {
+    uint64_t d = g_pending_dropped.exchange(0, std::memory_order_acq_rel);
+    if (d > GA_MAX_BATCH_DROPS) { /* the rest goes with the next batches */
+        g_pending_dropped.fetch_add(d - GA_MAX_BATCH_DROPS, std::memory_order_relaxed);
+        d = GA_MAX_BATCH_DROPS;
+    }
+    ga_fire_kernel_batch(recs, n, (uint32_t)sizeof(struct ga_kernel_record), (uint32_t)d);
+    ga_stat_batches.fetch_add(1, std::memory_order_relaxed);
+    ga_stat_records.fetch_add(n, std::memory_order_relaxed);
+}
+
+/* ---- the published weights (weights.cpp publishes them) ----
+ * Fixed point, x GA_WQ, per period number; a record's weight is rounded per record
+ * without bias (round_weight). */
+std::atomic<uint32_t> ga_period_seq;                /* the current period; 0: none */
+static std::atomic<uint64_t> g_period_q[GA_QRING];  /* period << 32 | weight x GA_WQ */
+static std::atomic<uint32_t> g_default_q{GA_WQ};    /* N x GA_WQ: the current period's N */
+
+void ga_weight_set_default(uint32_t q) noexcept { g_default_q.store(q, std::memory_order_relaxed); }
+
+void ga_weight_publish(uint32_t period, uint32_t q) noexcept {
+    g_period_q[period % GA_QRING].store((uint64_t)period << 32 | q, std::memory_order_release);
+}
+
+static uint32_t published_q(uint32_t period) {
+    uint64_t v = g_period_q[period % GA_QRING].load(std::memory_order_acquire);
+    return period && (uint32_t)(v >> 32) == period ? (uint32_t)v : 0;
+}
+
+uint32_t ga_weight_of(uint32_t period) noexcept {
+    uint32_t cur = ga_period_seq.load(std::memory_order_relaxed);
+    /* A period long gone (a stale correlation-id entry) would wait forever: it
+     * takes the last published weight (cur - 1's is usually still pending; N if
+     * none). */
+    if (cur - period >= GA_QRING / 2) {
+        uint32_t q = published_q(cur - 1);
+        if (!q) q = published_q(cur - 2);
+        return q ? q : g_default_q.load(std::memory_order_relaxed);
+    }
+    return published_q(period);
+}
+
+/* Integer record weight from a fixed-point one, rounded up with probability equal
+ * to the fraction: unbiased, and ga_kernel_record.weight stays an integer. */
+static uint32_t round_weight(uint32_t weight_q, uint64_t *rng) {
+    uint32_t w = weight_q / GA_WQ, frac = weight_q % GA_WQ;
+    if (frac && (uint32_t)(ga_splitmix64(rng) % GA_WQ) < frac) w++;
+    return w;
+}
+
+/* Launches whose records are left out (weights.cpp: graph replays CUPTI mis-times). */
+#define LEFT_OUT_TAB 8192u
+static std::atomic<uint32_t> g_left_out[LEFT_OUT_TAB]; /* correlation ids, direct-mapped */
+
+static void leave_out(uint32_t correlation_id) {
+    g_left_out[correlation_id & (LEFT_OUT_TAB - 1)].store(correlation_id, std::memory_order_relaxed);
+}
+
+static bool left_out(uint32_t correlation_id) {
+    return correlation_id &&
+           g_left_out[correlation_id & (LEFT_OUT_TAB - 1)].load(std::memory_order_relaxed) == correlation_id;
+}
 
 /* ---- records held for their period's weight (collection windows) ----
  * window.cpp weighs a record by its launch's period's counts, known only when
@@ -30,15 +104,15 @@ std::atomic<uint64_t> ga_stat_held_overflow;
  * them) are dropped here and counted; *n shrinks by their number. */
 static uint32_t weigh_known(struct ga_kernel_record *recs, uint32_t *periods, uint32_t *n, bool all,
                             uint32_t fallback_q) {
-    if (!fallback_q) fallback_q = ga_window_slots() * 1024u;
+    if (!fallback_q) fallback_q = g_default_q.load(std::memory_order_relaxed);
     uint32_t k = 0, i = 0, m = *n;
     while (i < m) { /* [0,k) weighed, [k,i) waiting, [i,m) not looked at */
-        uint32_t q = ga_window_weight_of(periods[i]);
+        uint32_t q = ga_weight_of(periods[i]);
         if (!q && !all) {
             i++;
             continue;
         }
-        if (GA_UNLIKELY(ga_window_left_out(recs[i].correlation_id))) {
+        if (GA_UNLIKELY(left_out(recs[i].correlation_id))) {
             ga_stat_left_out_records.fetch_add(1, std::memory_order_relaxed);
             --m;
             recs[i] = recs[m], periods[i] = periods[m];
@@ -46,7 +120,7 @@ static uint32_t weigh_known(struct ga_kernel_record *recs, uint32_t *periods, ui
         }
         struct ga_kernel_record r = recs[i];
         uint32_t period = periods[i];
-        r.weight = ga_window_round_weight(q ? q : fallback_q, &t_weight_rng);
+        r.weight = round_weight(q ? q : fallback_q, &t_weight_rng);
         recs[i] = recs[k], periods[i] = periods[k];
         recs[k] = r, periods[k] = period;
         i++, k++;
@@ -57,7 +131,7 @@ static uint32_t weigh_known(struct ga_kernel_record *recs, uint32_t *periods, ui
 
 static void fire_all(struct ga_kernel_record *recs, uint32_t n) {
     for (uint32_t i = 0; i < n; i += GA_BATCH_MAX)
-        ga_activity_fire_batch(recs + i, n - i < GA_BATCH_MAX ? n - i : GA_BATCH_MAX);
+        ga_fire_batch(recs + i, n - i < GA_BATCH_MAX ? n - i : GA_BATCH_MAX);
 }
 
 /* Append (held_mu held). When full, the held records go at the last weight. */
@@ -149,8 +223,8 @@ uint64_t ga_activity_leave_out_last_replays(uint32_t period, uint32_t *newest) n
     if (m && !tab) return 0; /* no memory: nothing left out (the agent's checks remain) */
     uint64_t launches = 0;
     for (uint32_t j = 0; tab && j < cap; j++) {
-        if (!tab[j].node || ga_window_left_out(tab[j].corr)) continue;
-        ga_window_leave_out(tab[j].corr);
+        if (!tab[j].node || left_out(tab[j].corr)) continue;
+        leave_out(tab[j].corr);
         launches++;
         if (tab[j].corr > *newest) *newest = tab[j].corr;
     }
@@ -162,7 +236,7 @@ uint64_t ga_activity_leave_out_last_replays(uint32_t period, uint32_t *newest) n
  * or holds them; true if any were fired. In windows periods[i] is recs[i]'s. */
 bool ga_activity_emit(struct ga_kernel_record *recs, uint32_t *periods, uint32_t n, bool windows) noexcept {
     if (!windows) {
-        ga_activity_fire_batch(recs, n);
+        ga_fire_batch(recs, n);
         return true;
     }
     uint32_t k = weigh_known(recs, periods, &n, false, 0);
@@ -171,7 +245,7 @@ bool ga_activity_emit(struct ga_kernel_record *recs, uint32_t *periods, uint32_t
         hold(recs + k, periods + k, n - k);
         pthread_mutex_unlock(&held_mu);
     }
-    if (k) ga_activity_fire_batch(recs, k);
+    if (k) ga_fire_batch(recs, k);
     return k != 0;
 }
 

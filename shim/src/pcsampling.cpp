@@ -17,8 +17,7 @@
  * the modules' cubins (kept here, read by the agent from /proc/PID/mem) are
  * announced too, and again when an agent asks.
  * In continuous mode every sample of a range carries one correlation id (seen on
- * the H100), so samples join launches by kernel (function name), not by launch.
- */
+ * the H100), so samples join launches by kernel (function name), not by launch. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -290,9 +289,14 @@ static void set_started(pcs_ctx *p, bool on) {
 
 /* A launch (its callback, on the launching thread): note a new context; in a
  * ready one, start sampling in a window, stop it after, drain while it runs. */
+/* collection.cpp, as the n-th window opens: one in GPU_AGENT_PC_SAMPLING_EVERY samples. */
+static std::atomic<bool> g_sampled_window{true};
+void ga_pcs_window_opened(uint64_t n) noexcept {
+    g_sampled_window.store(ga_cfg.pc_every <= 1 || n % ga_cfg.pc_every == 1, std::memory_order_relaxed);
+}
+
 void ga_pcs_launch(CUcontext c, bool window_on) noexcept {
-    /* one window in GPU_AGENT_PC_SAMPLING_EVERY samples */
-    if (window_on && ga_cfg.pc_every > 1) window_on = ga_session_stat(GA_SC_WINDOWS) % ga_cfg.pc_every == 1;
+    window_on = window_on && g_sampled_window.load(std::memory_order_relaxed);
     uintptr_t v = (uintptr_t)c;
     pcs_ctx *p = nullptr;
     for (unsigned i = 0; v && i < PCS_MAX_CTX && !p; i++) {

@@ -23,7 +23,6 @@ enum { ST_DISABLED = GA_ST_DISABLED, ST_IDLE = GA_ST_IDLE, ST_ATTACHED = GA_ST_A
 
 static std::atomic<int> g_state{ST_IDLE};
 static std::atomic<int> g_busy{0};
-static std::atomic<int> g_pending_error{0};     /* CUptiResult from a callback */
 static std::atomic<uint64_t> g_stat_attaches, g_stat_detaches;
 static bool g_block_until_drop;                 /* after OOM: wait for the next attach */
 static uint64_t g_retry_at_ns;                  /* another CUPTI subscriber: retry later */
@@ -91,7 +90,7 @@ static void do_attach(void) {
         ga_collect_module_callbacks();
         ga_pcs_replay(); /* what an earlier attachment set up */
     }
-    g_pending_error.store(0, std::memory_order_relaxed);
+    ga_take_cupti_error(); /* one from before this attach is not its */
     ga_audit_init();
     uint64_t now = ga_now_ns();
     r = ga_collect_begin(now, &what);
@@ -137,7 +136,7 @@ void ga_session_poll(void) noexcept {
         /* GPU_AGENT_EXP_TOGGLE_MS (benchmark build): the OFF part of each ON + OFF
          * cycle (CLOCK_MONOTONIC, so processes toggle in step) counts as no agent. */
         if (sem && ga_exp_toggled_off(ga_now_ns())) sem = 0;
-        int perr = g_pending_error.exchange(0, std::memory_order_acq_rel);
+        int perr = ga_take_cupti_error();
         if (st == ST_ATTACHED && perr) {
             do_detach("CUPTI error in a callback");
             handle_failure("CUPTI activity processing", (CUptiResult)perr);
@@ -184,12 +183,6 @@ void ga_session_poll(void) noexcept {
         }
     }
     release_busy();
-}
-
-void ga_report_cupti_error(const char *what, CUptiResult r) noexcept {
-    int z = 0;
-    if (g_pending_error.compare_exchange_strong(z, (int)r))
-        ga_debug("%s: %s (%d)", what, ga_cupti_err(r), (int)r);
 }
 
 int ga_session_state(void) noexcept { return g_state.load(std::memory_order_acquire); }

@@ -38,13 +38,6 @@
  * file before it attaches, and refuses another version with one clear line. */
 extern "C" GA_EXPORT const uint32_t gpu_agent_contract_version = GA_CONTRACT_VERSION;
 
-/* gpu-agent trace --pid: the agent writes a CLOCK_MONOTONIC deadline here, into
- * this one process (process_vm_writev); until then collection is continuous
- * (window.cpp), then the defaults return. 0: no capture. */
-extern "C" {
-GA_EXPORT volatile uint64_t gpu_agent_trace_until_ns = 0;
-}
-uint64_t ga_trace_until_ns(void) noexcept { return gpu_agent_trace_until_ns; }
 bool ga_in_injection_init; /* InitializeInjection's own poll: inside cuInit */
 
 static std::atomic<int> g_common_once{0};
@@ -52,9 +45,6 @@ static std::atomic<int> g_inject_once{0};
 static pid_t g_init_pid;
 
 /* poller */
-static pthread_mutex_t g_poll_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t g_poll_cv;
-static bool g_poll_stop;
 static std::atomic<int> g_poller_running{0};
 static std::atomic<int> g_had_poller{0};
 
@@ -66,50 +56,24 @@ static void common_init(void) {
 /* ------------------------------------------------------------------ */
 /* poller thread                                                       */
 
+static bool g_first_poll;
+
+/* How long the poller sleeps from now_ns: its interval, or to the next window edge. */
+static uint64_t poll_wait_ns(uint64_t now_ns) noexcept {
+    uint64_t wait = (uint64_t)(g_first_poll && ga_cfg.poll_ms > 10 ? 10 : ga_cfg.poll_ms) * 1000000ull;
+    g_first_poll = false; /* soon after cuInit: a short job's devices are announced in time */
+    uint64_t edge = ga_session_next_edge_ns();
+    if (edge > now_ns && edge - now_ns < wait) wait = edge - now_ns;
+    else if (edge <= now_ns) wait = 0;
+    return wait;
+}
+
 static void *poller_main(void *) {
     pthread_setname_np(pthread_self(), "ga-shim-poll");
-    bool first = true; /* soon after cuInit: a short job's devices are announced in time */
-    for (;;) {
-        pthread_mutex_lock(&g_poll_mu);
-        if (!g_poll_stop) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            uint64_t wait = (uint64_t)(first && ga_cfg.poll_ms > 10 ? 10 : ga_cfg.poll_ms) * 1000000ull;
-            first = false;
-            /* wake at the next window edge if that comes first */
-            uint64_t t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-            uint64_t edge = ga_session_next_edge_ns();
-            if (edge > t && edge - t < wait) wait = edge - t;
-            else if (edge <= t) wait = 0;
-            uint64_t ns = (uint64_t)ts.tv_nsec + wait;
-            ts.tv_sec += (time_t)(ns / 1000000000ull);
-            ts.tv_nsec = (long)(ns % 1000000000ull);
-            pthread_cond_timedwait(&g_poll_cv, &g_poll_mu, &ts);
-        }
-        bool stop = g_poll_stop;
-        pthread_mutex_unlock(&g_poll_mu);
-        if (stop) break;
-        ga_session_poll();
-    }
+    g_first_poll = true;
+    while (ga_poller_sleep(poll_wait_ns)) ga_session_poll();
     g_poller_running.store(0, std::memory_order_release);
     return nullptr;
-}
-
-/* Wakes the poller now (a teardown is done: it subscribes again). */
-void ga_poller_wake(void) noexcept {
-    pthread_mutex_lock(&g_poll_mu);
-    pthread_cond_signal(&g_poll_cv);
-    pthread_mutex_unlock(&g_poll_mu);
-}
-
-static void init_poll_sync(void) {
-    pthread_mutex_init(&g_poll_mu, nullptr);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&g_poll_cv, &ca);
-    pthread_condattr_destroy(&ca);
-    g_poll_stop = false;
 }
 
 static void start_poller(void) {
@@ -138,10 +102,7 @@ static void start_poller(void) {
 
 /* Stop the poller, waiting at most ~timeout_ms for it to leave. */
 static void stop_poller(unsigned timeout_ms) {
-    pthread_mutex_lock(&g_poll_mu);
-    g_poll_stop = true;
-    pthread_cond_broadcast(&g_poll_cv);
-    pthread_mutex_unlock(&g_poll_mu);
+    ga_poller_stop();
     for (unsigned i = 0; i < timeout_ms && g_poller_running.load(std::memory_order_acquire); i++) {
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, nullptr);
@@ -160,7 +121,7 @@ static void at_exit_handler(void) {
 static void atfork_child(void) {
     /* The child has only the forking thread: the poller is gone and any lock
      * may have been held by a thread that no longer exists. */
-    init_poll_sync();
+    ga_poller_sync_init();
     ga_session_atfork_child();
     g_poller_running.store(0);
     ga_activity_atfork_child();
@@ -193,7 +154,7 @@ extern "C" GA_EXPORT int InitializeInjection(void) {
     common_init();
     static std::atomic<int> hooks_once{0};
     if (!hooks_once.exchange(1)) {
-        init_poll_sync();
+        ga_poller_sync_init();
         atexit(at_exit_handler);
         pthread_atfork(nullptr, nullptr, atfork_child);
     }

@@ -13,7 +13,7 @@
  * CUPTI: the poller makes no CUPTI call from its request until the teardown is
  * done (ga_teardown_state), and the CUPTI calls made from callbacks on other
  * application threads (cuptiGetTimestamp, cuptiGetGraphNodeId, PC sampling) and
- * the buffer callbacks pass a gate (ga_cupti_gate_enter) that the finalizing
+ * the buffer callbacks pass a gate (gate.cpp) that the finalizing
  * thread closes and waits to drain first. The poller subscribes again for the
  * next window (ga_teardown_live). A thread that never launches again leaves the
  * request pending: its process pays nothing while it makes no launch.
@@ -25,34 +25,7 @@
 
 std::atomic<int> ga_td_state{GA_TD_DOWN};
 static std::atomic<CUpti_SubscriberHandle> g_td_sub{nullptr};
-/* The gate: bit 31 closed; the low bits count callers inside CUPTI. */
-static std::atomic<uint32_t> g_gate{0};
-static const uint32_t GATE_CLOSED = 1u << 31;
-static std::atomic<uint64_t> g_stat_teardowns, g_stat_fin_ns, g_stat_fin_max_ns, g_stat_gate_waits,
-    g_stat_skipped_calls, g_stat_failed;
-
-
-bool ga_cupti_gate_enter(void) noexcept {
-    uint32_t g = g_gate.fetch_add(1, std::memory_order_acq_rel);
-    if (GA_LIKELY(!(g & GATE_CLOSED))) return true;
-    g_gate.fetch_sub(1, std::memory_order_acq_rel);
-    g_stat_skipped_calls.fetch_add(1, std::memory_order_relaxed);
-    return false;
-}
-
-void ga_cupti_gate_leave(void) noexcept { g_gate.fetch_sub(1, std::memory_order_acq_rel); }
-
-uint64_t ga_cupti_timestamp(void) noexcept {
-    uint64_t ts = 0;
-    if (!ga_cupti.GetTimestamp || !ga_cupti_gate_enter()) return 0;
-    if (ga_cupti.GetTimestamp(&ts) != CUPTI_SUCCESS) ts = 0;
-    ga_cupti_gate_leave();
-    return ts;
-}
-
-/* Buffer callbacks run whether the gate is closed or not (their records must be
- * read), but the finalizing thread waits for those already running. */
-void ga_cupti_buffer_enter(void) noexcept { g_gate.fetch_add(1, std::memory_order_acq_rel); }
+static std::atomic<uint64_t> g_stat_teardowns, g_stat_fin_ns, g_stat_fin_max_ns, g_stat_gate_waits, g_stat_failed;
 
 void ga_teardown_request(CUpti_SubscriberHandle sub) noexcept {
     g_td_sub.store(sub, std::memory_order_relaxed);
@@ -60,7 +33,7 @@ void ga_teardown_request(CUpti_SubscriberHandle sub) noexcept {
 }
 
 void ga_teardown_live(void) noexcept {
-    g_gate.fetch_and(~GATE_CLOSED, std::memory_order_acq_rel);
+    ga_cupti_gate_open();
     ga_td_state.store(GA_TD_LIVE, std::memory_order_release);
 }
 
@@ -74,13 +47,13 @@ void ga_teardown_at_api_exit_slow(void) noexcept {
     int want = GA_TD_REQUESTED;
     if (!ga_td_state.compare_exchange_strong(want, GA_TD_TEARING, std::memory_order_acq_rel)) return;
     uint64_t t0 = ga_now_ns();
-    /* Close the gate, then wait (bounded) for the callers inside CUPTI to leave. */
-    uint32_t g = g_gate.fetch_or(GATE_CLOSED, std::memory_order_acq_rel);
-    for (int spins = 0; (g & ~GATE_CLOSED) != 0; spins++) {
+    /* Close the gate (gate.cpp), then wait (bounded) for the callers inside CUPTI to leave. */
+    uint32_t inside = ga_cupti_gate_close();
+    for (int spins = 0; inside != 0; spins++) {
         if (spins == 0) g_stat_gate_waits.fetch_add(1, std::memory_order_relaxed);
         if (ga_now_ns() - t0 > 20000000ull) {
             /* 20 ms: a caller stuck inside CUPTI. The next API exit tries again. */
-            g_gate.fetch_and(~GATE_CLOSED, std::memory_order_acq_rel);
+            ga_cupti_gate_open();
             g_stat_failed.fetch_add(1, std::memory_order_relaxed);
             ga_td_state.store(GA_TD_REQUESTED, std::memory_order_release);
             return;
@@ -89,7 +62,7 @@ void ga_teardown_at_api_exit_slow(void) noexcept {
             struct timespec ts = {0, 2000};
             nanosleep(&ts, nullptr);
         }
-        g = g_gate.load(std::memory_order_acquire);
+        inside = ga_cupti_gate_inside();
     }
     CUpti_SubscriberHandle sub = g_td_sub.exchange(nullptr, std::memory_order_relaxed);
     if (sub) ga_cupti.Unsubscribe(sub);
@@ -121,14 +94,14 @@ void ga_teardown_atfork_child(void) noexcept {
     /* The finalizing thread does not exist in the child: CUPTI is left as it was
      * there, half torn down; the child never touches it again. */
     if (ga_td_state.load() == GA_TD_TEARING) ga_td_state.store(GA_TD_GONE);
-    g_gate.store(ga_td_state.load() == GA_TD_LIVE ? 0 : GATE_CLOSED);
+    ga_cupti_gate_atfork_child(ga_td_state.load() == GA_TD_LIVE);
 }
 
 uint64_t ga_teardown_stat(int which) noexcept {
     switch (which) {
     case GA_SC_TEARDOWNS: return g_stat_teardowns.load();
     case GA_SC_TEARDOWNS_FAILED: return g_stat_failed.load();
-    case GA_SC_GATE_SKIPPED: return g_stat_skipped_calls.load();
+    case GA_SC_GATE_SKIPPED: return ga_cupti_gate_skipped();
     }
     return 0;
 }
@@ -141,7 +114,7 @@ void ga_teardown_log_exit(void) noexcept {
              "%llu buffer requests refused",
              (int)getpid(), (unsigned long long)n, (double)g_stat_fin_ns.load() / (double)n / 1e6,
              (double)g_stat_fin_max_ns.load() / 1e6, (unsigned long long)g_stat_gate_waits.load(),
-             (unsigned long long)g_stat_skipped_calls.load(), (unsigned long long)g_stat_failed.load(),
+             (unsigned long long)ga_cupti_gate_skipped(), (unsigned long long)g_stat_failed.load(),
              (unsigned long long)ga_activity_taken_back(),
              (unsigned long long)ga_activity_stat(GA_SC_NULL_BUFFERS));
 }

@@ -36,8 +36,8 @@ bool ga_window_period_ended; /* set at a period's end; the poller releases its r
  * window saw no launch gives its launches to the period before it (or, before
  * any window launch, to the next one that has some): they would be lost
  * otherwise (end_period). The weight is fixed point, x WQ, rounded per record
- * without bias (ga_window_round_weight). */
-#define WQ 1024u
+ * without bias (held.cpp). */
+#define WQ GA_WQ
 std::atomic<uint64_t> ga_launch_seq;
 /* Poller thread only (and at detach/exit): the counts at the current period's
  * start, the launches carried from periods whose window saw none, the last
@@ -45,6 +45,8 @@ std::atomic<uint64_t> ga_launch_seq;
  * held at a detach or exit). */
 static uint64_t g_snap_all, g_snap_in, g_carry_all;
 static uint32_t g_last_q;
+static uint32_t g_slots = 1;               /* N of the current period (the schedule's) */
+static ga_extrapolate_fn g_extrapolate;    /* its launches from the counted ones (the schedule's) */
 /* The last ended period with windowed launches, not yet published: a period's
  * weight is published one period late, so that the launches of a following
  * period whose window saw none can still join it. Above all at an exit or a
@@ -72,7 +74,7 @@ static void period_counts(uint64_t *all, uint64_t *in, bool final) {
     uint64_t in_now = ga_stat_launches.load(std::memory_order_relaxed);
     *all = all_now - g_snap_all, *in = in_now - g_snap_in;
     g_snap_all = all_now, g_snap_in = in_now;
-    *all = ga_window_extrapolated(*in, *all, final); /* with teardowns between windows */
+    if (g_extrapolate) *all = g_extrapolate(*in, *all, final); /* with teardowns between windows */
 }
 
 /* Period numbers. A launch in a window notes its period by correlation id, so
@@ -82,10 +84,8 @@ static void period_counts(uint64_t *all, uint64_t *in, bool final) {
  * H200 torch graph replay read +729 %: that next window caught a sync gap, so
  * its own launches were few and the weight huge). */
 #define CORR_TAB (1u << 16)
-#define QRING 256u
-static std::atomic<uint32_t> g_period_seq;            /* the current period; 0: none */
+#define QRING GA_QRING /* the period rings, as held.cpp's (ga_period_seq: the current period, 0: none) */
 static std::atomic<uint64_t> g_corr_period[CORR_TAB];  /* corr << 32 | period */
-static std::atomic<uint64_t> g_period_q[QRING];        /* period << 32 | weight x WQ */
 
 /* The CUPTI time each recent period's window opened, for the sanity check of
  * its records: a kernel launched in a window cannot start before it opened. */
@@ -93,7 +93,7 @@ static std::atomic<uint64_t> g_period_open_ts[QRING];
 static std::atomic<uint32_t> g_period_open_seq[QRING];
 
 void ga_weights_period_opened(uint64_t cupti_ts) noexcept {
-    uint32_t seq = g_period_seq.load(std::memory_order_relaxed);
+    uint32_t seq = ga_period_seq.load(std::memory_order_relaxed);
     g_period_open_seq[seq % QRING].store(0, std::memory_order_relaxed);
     g_period_open_ts[seq % QRING].store(cupti_ts, std::memory_order_relaxed);
     g_period_open_seq[seq % QRING].store(seq, std::memory_order_release);
@@ -111,7 +111,7 @@ bool ga_window_record_impossible(uint32_t period, uint64_t start_ns, uint64_t en
 static std::atomic<uint64_t> g_period_last_launch[QRING];
 
 void ga_window_note_launch(uint32_t correlation_id) noexcept {
-    uint32_t seq = g_period_seq.load(std::memory_order_relaxed);
+    uint32_t seq = ga_period_seq.load(std::memory_order_relaxed);
     g_corr_period[correlation_id & (CORR_TAB - 1)].store((uint64_t)correlation_id << 32 | seq,
                                                          std::memory_order_relaxed);
     g_period_last_launch[seq % QRING].store((uint64_t)seq << 32 | correlation_id,
@@ -130,7 +130,7 @@ uint32_t ga_window_period_of(uint32_t correlation_id, bool *unseen, bool *outsid
     uint64_t v = g_corr_period[correlation_id & (CORR_TAB - 1)].load(std::memory_order_relaxed);
     if ((uint32_t)(v >> 32) == correlation_id && (uint32_t)v == OUTSIDE) {
         *unseen = *outside = true;
-        return g_period_seq.load(std::memory_order_relaxed);
+        return ga_period_seq.load(std::memory_order_relaxed);
     }
     if ((uint32_t)(v >> 32) == correlation_id && (uint32_t)v) return (uint32_t)v;
     /* Not noted: no launch callback saw this launch (a launch path CUPTI reports
@@ -138,29 +138,7 @@ uint32_t ga_window_period_of(uint32_t correlation_id, bool *unseen, bool *outsid
      * likeliest. The caller counts it: the weights assume the launches the
      * callbacks miss are the same share in and out of the windows. */
     *unseen = true;
-    return g_period_seq.load(std::memory_order_relaxed);
-}
-
-static uint32_t published_q(uint32_t period) {
-    uint64_t v = g_period_q[period % QRING].load(std::memory_order_acquire);
-    return period && (uint32_t)(v >> 32) == period ? (uint32_t)v : 0;
-}
-
-uint32_t ga_window_weight_of(uint32_t period) noexcept {
-    uint32_t cur = g_period_seq.load(std::memory_order_relaxed);
-    /* A period long gone (a stale correlation-id entry) would wait forever: it
-     * takes the last published weight (cur - 1's is usually still pending; N if
-     * none). */
-    if (cur - period >= QRING / 2) {
-        uint32_t q = published_q(cur - 1);
-        if (!q) q = published_q(cur - 2);
-        return q ? q : ga_window_slots() * WQ;
-    }
-    return published_q(period);
-}
-
-static void publish(uint32_t seq, uint32_t q) {
-    g_period_q[seq % QRING].store((uint64_t)seq << 32 | q, std::memory_order_release);
+    return ga_period_seq.load(std::memory_order_relaxed);
 }
 
 /* ---- graph replays CUPTI mis-times ----
@@ -186,18 +164,6 @@ static unsigned g_due_n;
 static std::atomic<uint64_t> g_period_last_corr[QRING]; /* period << 32 | newest corr left out */
 std::atomic<uint64_t> ga_stat_left_out_launches, ga_stat_left_out_records, ga_stat_left_out_late;
 
-#define LEFT_OUT_TAB 8192u
-static std::atomic<uint32_t> g_left_out[LEFT_OUT_TAB]; /* correlation ids, direct-mapped */
-
-void ga_window_leave_out(uint32_t correlation_id) noexcept {
-    g_left_out[correlation_id & (LEFT_OUT_TAB - 1)].store(correlation_id, std::memory_order_relaxed);
-}
-
-bool ga_window_left_out(uint32_t correlation_id) noexcept {
-    return correlation_id &&
-           g_left_out[correlation_id & (LEFT_OUT_TAB - 1)].load(std::memory_order_relaxed) == correlation_id;
-}
-
 static void publish_now(uint32_t seq, uint64_t all, uint64_t in) {
     uint32_t newest = 0;
     uint64_t left = ga_activity_leave_out_last_replays(seq, &newest);
@@ -209,9 +175,9 @@ static void publish_now(uint32_t seq, uint64_t all, uint64_t in) {
         /* Every windowed launch was left out: no record stands for the period's
          * launches, which go to the next period with windowed launches. */
         g_carry_all += all;
-        if (!g_last_q) g_last_q = ga_window_slots() * WQ;
+        if (!g_last_q) g_last_q = g_slots * WQ;
     }
-    publish(seq, g_last_q);
+    ga_weight_publish(seq, g_last_q);
 }
 
 /* A GPU-bound job runs its window's kernels long after their launches, and the
@@ -222,7 +188,7 @@ static void publish_now(uint32_t seq, uint64_t all, uint64_t in) {
 #define DUE_WAIT 4u
 static void publish_due(bool all = true) {
     unsigned keep = 0;
-    uint32_t cur = g_period_seq.load(std::memory_order_relaxed);
+    uint32_t cur = ga_period_seq.load(std::memory_order_relaxed);
     for (unsigned i = 0; i < g_due_n; i++) {
         const due_period d = g_due[i];
         uint64_t last = g_period_last_launch[d.seq % QRING].load(std::memory_order_relaxed);
@@ -255,13 +221,13 @@ bool ga_window_late_last_replay(uint32_t period, uint32_t correlation_id) noexce
  * next period with windowed launches (g_carry_all). `final` (detach, exit):
  * everything pending is published now. */
 static void end_period(bool first = false, bool final = false) {
-    uint32_t seq = g_period_seq.load(std::memory_order_relaxed);
+    uint32_t seq = ga_period_seq.load(std::memory_order_relaxed);
     if (!first && seq) {
         uint64_t all, in;
         period_counts(&all, &in, final);
         if (GA_EXP(cb_windowed)) { /* no counts outside windows */
-            g_last_q = ga_window_slots() * WQ;
-            publish(seq, g_last_q);
+            g_last_q = g_slots * WQ;
+            ga_weight_publish(seq, g_last_q);
         } else if (!in) {
             if (g_pend_seq) {
                 g_pend_all += all;
@@ -273,7 +239,7 @@ static void end_period(bool first = false, bool final = false) {
              * (idle) ends the wait, and so does a pending period grown old. */
             if (!all || seq - g_pend_seq >= QRING / 4) publish_pending();
             /* for stragglers only (records of launches no callback saw) */
-            publish(seq, g_last_q ? g_last_q : ga_window_slots() * WQ);
+            ga_weight_publish(seq, g_last_q ? g_last_q : g_slots * WQ);
         } else {
             publish_pending();
             g_pend_seq = seq, g_pend_all = all + g_carry_all, g_pend_in = in;
@@ -281,10 +247,13 @@ static void end_period(bool first = false, bool final = false) {
         }
     }
     if (final) publish_pending();
-    g_period_seq.store(seq + 1 ? seq + 1 : 1, std::memory_order_relaxed);
+    ga_period_seq.store(seq + 1 ? seq + 1 : 1, std::memory_order_relaxed);
 }
 
-void ga_weights_period_edge(bool first) noexcept {
+void ga_weights_period_edge(bool first, uint32_t slots, ga_extrapolate_fn extrapolate) noexcept {
+    g_extrapolate = extrapolate;
+    g_slots = slots; /* the new period's, as the schedule has it now */
+    ga_weight_set_default(slots * WQ);
     if (first) {
         uint64_t all, in;
         period_counts(&all, &in, false); /* the snapshots start here */
@@ -303,8 +272,8 @@ void ga_weights_period_edge(bool first) noexcept {
 
 std::atomic<uint64_t> ga_stat_unweighted;
 
-void ga_window_release_records(bool period_end) noexcept {
-    if (ga_cfg.duty_cycle <= 1) return;
+uint32_t ga_weights_release(bool period_end) noexcept {
+    if (ga_cfg.duty_cycle <= 1) return 0;
     /* A detach or exit: the partial period ends here, and its launches join the
      * pending period's if its window saw none. */
     if (!period_end) end_period(false, true);
@@ -317,14 +286,5 @@ void ga_window_release_records(bool period_end) noexcept {
         g_carry_all = 0;
     }
     ga_window_period_ended = false;
-    /* At a detach or exit everything held goes, at the last weight if need be. */
-    ga_activity_fire_held(!period_end, g_last_q);
-}
-
-/* Integer record weight from a fixed-point one, rounded up with probability equal
- * to the fraction: unbiased, and ga_kernel_record.weight stays an integer. */
-uint32_t ga_window_round_weight(uint32_t weight_q, uint64_t *rng) noexcept {
-    uint32_t w = weight_q / WQ, frac = weight_q % WQ;
-    if (frac && (uint32_t)(ga_splitmix64(rng) % WQ) < frac) w++;
-    return w;
+    return g_last_q;
 }

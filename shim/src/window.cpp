@@ -84,7 +84,7 @@ static void new_period(uint64_t start, bool first) {
     draw_next(false);
     g_jitter_ns = ga_window_extrapolate && slot_ns() ? ga_splitmix64(&g_rng) % slot_ns() : 0;
     ga_exp_piece_plan(start, period_ns(), slot_ns(), start + g_on_slot * slot_ns(), &g_rng);
-    ga_weights_period_edge(first);
+    ga_weights_period_edge(first, ga_window_slots(), ga_window_extrapolated);
 }
 
 void ga_window_begin(uint64_t now_ns) noexcept {
@@ -324,4 +324,12 @@ void ga_window_last(uint64_t *ns, uint64_t *launches) noexcept { *ns = g_last_wi
 uint64_t ga_window_time_ns(void) noexcept {
     uint64_t open = g_win_open_ns.load(std::memory_order_relaxed), now = ga_now_ns();
     return g_win_closed_ns.load(std::memory_order_relaxed) + (open && now > open ? now - open : 0);
+}
+
+/* The poller after a flush (period_end: a period ended) or at a detach or exit:
+ * the weights due are published (weights.cpp), and the held records whose weight
+ * is known go (held.cpp); at a detach or exit all of them, at the last weight. */
+void ga_window_release_records(bool period_end) noexcept {
+    if (ga_cfg.duty_cycle <= 1) return;
+    ga_activity_fire_held(!period_end, ga_weights_release(period_end));
 }
