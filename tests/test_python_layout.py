@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from gpu_agent.probes import contract as C
-from gpu_agent.symbols.python import layout, merge as M, offsets, symbolize as S
+from gpu_agent.symbols.python import debug_offsets, layout, merge as M, offsets, symbolize as S
 from gpu_agent.symbols.python.btf import task_fsbase_offset
 from support.interpreters import SUPPORTED, TOO_OLD
 
@@ -184,14 +184,14 @@ def test_debug_offsets_field_order_matches_headers(header_offsets):
             continue
         fields = {}
         pos = 24
-        for sec, names in offsets.debug_layout(ver[1]):
+        for sec, names in debug_offsets.debug_layout(ver[1]):
             for n in names:
                 fields[f"{sec}.{n}"] = pos
                 pos += 8
         for k, v in h.items():
             if k.startswith("debug.") and k != "debug.size":
                 assert fields[k[6:]] == v, (ver, k)
-        assert offsets.debug_offsets_size(ver[1]) <= h["debug.size"]
+        assert debug_offsets.debug_offsets_size(ver[1]) <= h["debug.size"]
         checked += 1
     if not checked:
         pytest.skip("no 3.13+ headers installed")
@@ -416,7 +416,7 @@ def test_debug_offsets_314_variants_are_told_apart():
                 }
             ],
         )
-        for sec, fields in offsets._DEBUG_314
+        for sec, fields in debug_offsets._DEBUG_314
     ]
     vals = {
         "pyobject.size": 16,
@@ -440,7 +440,7 @@ def test_debug_offsets_314_variants_are_told_apart():
         "interpreter_frame.executable": 0,
         "interpreter_frame.previous": 8,
     }
-    raw = bytearray(offsets.DEBUG_COOKIE + st.pack("<QQ", 0x030E00F0, 0))
+    raw = bytearray(debug_offsets.DEBUG_COOKIE + st.pack("<QQ", 0x030E00F0, 0))
     n = 1000
     for sec, fields in truth:
         for f in fields:
@@ -448,8 +448,8 @@ def test_debug_offsets_314_variants_are_told_apart():
             raw += st.pack("<Q", vals.get(f"{sec}.{f}", n))
     raw += bytes(8 * 16)  # whatever follows in _PyRuntime
     members = {"co_filename": 112, "co_name": 120, "co_qualname": 128, "co_firstlineno": 68, "co_linetable": 136}
-    got = [offsets.parse_debug_offsets(bytes(raw), 14, lay) for lay in offsets.debug_candidates(14)]
-    ok = [d for d in got if offsets._plausible(d, members)]
+    got = [debug_offsets.parse_debug_offsets(bytes(raw), 14, lay) for lay in debug_offsets.debug_candidates(14)]
+    ok = [d for d in got if debug_offsets._plausible(d, members)]
     assert ok
     for d in ok:  # every accepted parse agrees on what the walker uses
         assert d["thread_state.current_frame"] == 72
@@ -457,4 +457,4 @@ def test_debug_offsets_314_variants_are_told_apart():
         assert d["interpreter_frame.owner"] == 74
         assert d["code_object.co_code_adaptive"] == 208
     # The declared layout itself is refused for this blob (it is misaligned).
-    assert not offsets._plausible(offsets.parse_debug_offsets(bytes(raw), 14), members)
+    assert not debug_offsets._plausible(debug_offsets.parse_debug_offsets(bytes(raw), 14), members)

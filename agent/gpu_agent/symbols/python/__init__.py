@@ -1,8 +1,9 @@
 """Python frames in GPU stacks: which line of the model launched each kernel.
 
 The pieces (the BPF half is bpf/python_stack.h):
-  offsets.py    where each CPython version keeps what is read (per-version table,
-                _Py_DebugOffsets), no process involved
+  offsets.py    where each CPython version keeps what is read (the 3.10-3.12 table,
+                how the walker links frames), no process involved
+  debug_offsets.py  3.13+: _Py_DebugOffsets' layout and its bytes parsed
   layout.py     find a process's CPython and compute/check its ga_py_config
   symbolize.py  name (code object, instruction) pairs from the process's memory
   merge.py      splice the Python frames into the native stack

@@ -30,6 +30,7 @@ from ...probes import contract as C
 from ...system import elf as elffile
 from ...system import procfs
 from .btf import task_fsbase_offset
+from .debug_offsets import debug_offsets_size, offsets_from_debug
 from .offsets import (
     MEMBERDEF_OFFSET,
     MEMBERDEF_SIZE,
@@ -39,8 +40,6 @@ from .offsets import (
     TP_MEMBERS,
     UnsupportedPython,
     check_version,
-    debug_offsets_size,
-    offsets_from_debug,
     offsets_from_table,
     walk_flags,
 )
