@@ -1,7 +1,7 @@
 """Layer 6, the kernel timeline (`record --trace/--events/--store`, `trace`): every
 kernel of a capture, once. The model (model.Timeline), its collection from BPF's
 kernel events beside a Collector (collect), the deadline written into a traced
-process (target), and the writers: a Perfetto trace (perfetto_trace), a Chrome
+process (target), and the writers: a Perfetto trace (perfetto_trace, its interning in perfetto_intern), a Chrome
 JSON trace (chrome_trace) and NDJSON kernel events (events_ndjson), which share
 kernel_fields; and `.nanotrace` files of in-kernel events, read (versions 1 and
 4) and written (version 4) by the nanotrace package. docs/timeline.md describes

@@ -27,14 +27,14 @@ the traces are concatenated, and two hosts' never collide."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 from typing import BinaryIO
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from perfetto.trace_builder.proto_builder import StreamingTraceProtoBuilder
 
 from ..system.atomic import private_output
-from .model import Frame, InKernel, KernelEvent, Timeline
+from .model import InKernel, KernelEvent, Timeline
+from .perfetto_intern import Interner, uid
 from .kernel_fields import (
     INKERNEL,
     assign_lanes,
@@ -56,95 +56,12 @@ _SEQUENCE_ID = 0x6A5
 _CLOCK = pb.BUILTIN_CLOCK_REALTIME
 _CATEGORY = "cuda"
 
-_FRAME_KIND = {
-    "python": pb.Frame.KIND_INTERPRETED,
-    "native": pb.Frame.KIND_NATIVE,
-}
-
-
-def _uid(*parts) -> int:
-    """A stable 63-bit id for a track or a flow (63: some readers sign it)."""
-    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & ((1 << 63) - 1) or 1
-
-
-class _Interner:
-    """Perfetto's interning: each string or message gets an iid on first use and
-    is sent in the InternedData of the packet that first refers to it."""
-
-    def __init__(self):
-        self._tables: dict[str, dict] = {}
-        self._pending: pb.InternedData | None = None
-
-    def _iid(self, table: str, key) -> tuple[int, bool]:
-        ids = self._tables.setdefault(table, {})
-        iid = ids.get(key)
-        if iid is not None:
-            return iid, False
-        iid = ids[key] = len(ids) + 1  # iid 0 means "unset"
-        return iid, True
-
-    def _new(self) -> pb.InternedData:
-        if self._pending is None:
-            self._pending = pb.InternedData()
-        return self._pending
-
-    def string(self, table: str, s: str) -> int:
-        """InternedData tables whose entries have a `name` (EventName,
-        EventCategory, DebugAnnotationName) or a `str` (InternedString)."""
-        iid, new = self._iid(table, s)
-        if new:
-            entry = getattr(self._new(), table).add()
-            entry.iid = iid
-            if table in ("event_names", "event_categories", "debug_annotation_names"):
-                entry.name = s
-            else:
-                entry.str = s.encode()
-        return iid
-
-    def frame(self, f: Frame) -> int:
-        iid, new = self._iid("frames", f)
-        if new:
-            # trace_processor interns a frame by (mapping, rel_pc, name); a frame's
-            # own iid as its rel_pc keeps two lines of one function apart.
-            path = f.file or f"[{f.kind}]"
-            mapping, new_mapping = self._iid("mappings", path)
-            if new_mapping:
-                m = self._new().mappings.add()
-                m.iid = mapping
-                m.path_string_ids.append(self.string("mapping_paths", path))
-            e = self._new().frames.add()
-            e.iid = iid
-            e.function_name_id = self.string("function_names", f.name)
-            e.mapping_id = mapping
-            e.rel_pc = iid
-            if f.file:
-                e.source_path_iid = self.string("source_paths", f.file)
-            if f.line:
-                e.line_number = f.line
-            e.kind = _FRAME_KIND.get(f.kind, pb.Frame.KIND_UNKNOWN)
-        return iid
-
-    def callstack(self, stack_id: int, frames: list[Frame]) -> int:
-        iid, new = self._iid("callstacks", stack_id)
-        if new:
-            frame_ids = [self.frame(f) for f in reversed(frames)]  # outermost first
-            e = self._new().callstacks.add()
-            e.iid = iid
-            e.frame_ids.extend(frame_ids)
-        return iid
-
-    def flush_into(self, packet: pb.TracePacket) -> None:
-        if self._pending is not None:
-            packet.interned_data.CopyFrom(self._pending)
-            self._pending = None
-
 
 class _PerfettoWriter:
     def __init__(self, tl: Timeline, out: BinaryIO):
         self.tl = tl
         self.builder = StreamingTraceProtoBuilder(out)
-        self.interner = _Interner()
+        self.interner = Interner()
         self.tracks: set[int] = set()
         self.fragments: dict[tuple[str, int], bytes] = {}
         self.stream_tracks: dict[tuple, int] = {}
@@ -210,7 +127,7 @@ class _PerfettoWriter:
                 d.process.process_name = comm
             d.child_ordering = pb.TrackDescriptor.EXPLICIT
 
-        return self._descriptor(_uid(self.tl.host, "process", pid), fill)
+        return self._descriptor(uid(self.tl.host, "process", pid), fill)
 
     def thread_track(self, pid: int, tid: int) -> int:
         self.process_track(pid)
@@ -222,7 +139,7 @@ class _PerfettoWriter:
             if name:
                 d.thread.thread_name = name
 
-        return self._descriptor(_uid(self.tl.host, "thread", pid, tid), fill)
+        return self._descriptor(uid(self.tl.host, "thread", pid, tid), fill)
 
     def device_track(self, pid: int, ordinal: int) -> int:
         parent = self.process_track(pid)
@@ -236,7 +153,7 @@ class _PerfettoWriter:
             d.child_ordering = pb.TrackDescriptor.EXPLICIT
             d.sibling_order_rank = ordinal
 
-        return self._descriptor(_uid(self.tl.host, "gpu", pid, ordinal), fill)
+        return self._descriptor(uid(self.tl.host, "gpu", pid, ordinal), fill)
 
     def stream_track(self, k: KernelEvent, lane: int) -> int:
         key = (k.pid, k.device, k.stream, lane)
@@ -254,7 +171,7 @@ class _PerfettoWriter:
             # Streams in the order CUDA numbers them (the default stream first).
             d.sibling_order_rank = min(k.stream, 1 << 30) * 8 + min(lane, 7)
 
-        return self._descriptor(_uid(self.tl.host, "stream", k.pid, k.device, k.stream, lane), fill)
+        return self._descriptor(uid(self.tl.host, "stream", k.pid, k.device, k.stream, lane), fill)
 
     # -- events --------------------------------------------------------------
 
@@ -328,7 +245,7 @@ class _PerfettoWriter:
                 d.description = f"{INKERNEL} {ik.source}"
                 d.sibling_order_rank = t.id
 
-            uuids[t.id] = self._descriptor(_uid(self.tl.host, "inkernel", n, t.id), fill)
+            uuids[t.id] = self._descriptor(uid(self.tl.host, "inkernel", n, t.id), fill)
         for e in ik.events:
             begin = self._event(e.start_ns, uuids[e.track], pb.TrackEvent.TYPE_SLICE_BEGIN, e.name or "event")
             for key, value in e.args:
@@ -367,7 +284,7 @@ class _PerfettoWriter:
                 d.counter.unit = pb.CounterDescriptor.UNIT_COUNT
                 d.sibling_order_rank = -1  # above the GPUs
 
-            track = self._descriptor(_uid(self.tl.host, "drops", pid, what), fill)
+            track = self._descriptor(uid(self.tl.host, "drops", pid, what), fill)
             for ts, value in ((self.tl.started_ns, 0), (max(end, self.tl.started_ns), count)):
                 p = self._event(ts, track, pb.TrackEvent.TYPE_COUNTER)
                 p.track_event.counter_value = value
@@ -392,7 +309,7 @@ def write_perfetto(timeline: Timeline, path, *copies) -> None:
     tl = timeline
     # Flow ids hashed, not counted: traces concatenated by the UI stay apart.
     flows, launches = sampled_launches(
-        tl, lambda k, n: _uid(tl.host, "flow", k.pid, k.correlation_id, k.launch_ns, k.graph_node_id, k.start_ns)
+        tl, lambda k, n: uid(tl.host, "flow", k.pid, k.correlation_id, k.launch_ns, k.graph_node_id, k.start_ns)
     )
     lanes = assign_lanes(tl.kernels)
     with contextlib.ExitStack() as stack:
