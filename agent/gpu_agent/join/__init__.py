@@ -1,4 +1,4 @@
 """Layer 5, the join: one interval's drain checked (invariants), estimated and split
 across its sampled stacks (estimator), with PC samples (pc_samples), turned into
-profiles by the Collector, which owns the BPF session and names every kernel and
+profiles by the Collector (each row a sample: samples), which owns the BPF session and names every kernel and
 frame. Imports the layers below."""

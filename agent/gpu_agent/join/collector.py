@@ -19,8 +19,7 @@ from . import estimator, invariants
 from ..probes.bpf_session import BpfSession
 from ..probes.devices import device_from_event
 from ..probes.drain import Drain
-from ..probes.parcagpu import SOURCE_LABEL as PARCAGPU_SOURCE
-from . import pc_samples
+from . import pc_samples, samples
 from .stacks import StackNames
 from ..profile.pprof import FrameSpec, Numbering, ProfileBuilder
 from ..system.procfs import read_comm
@@ -31,12 +30,8 @@ from ..profile.vocabulary import (
     DROPPED_CUPTI,
     DUTY_COMMENT,
     DUTY_LABEL,
-    GRAPH_BEFORE_ATTACH,
-    GRAPH_REPLAY,
-    GRAPH_REPLAY_LABEL,
     PARCAGPU_COMMENT,
     QUIET_COMMENT,
-    UNSAMPLED,
 )
 
 log = logging.getLogger(__name__)
@@ -328,7 +323,7 @@ class Collector:
                 stats.impossible_records += 1
                 self._impossible += 1
                 continue
-            tgid, device_id, stream_id, graph_id, kernel_id, capture_id, gflags, start = row.key
+            tgid, device_id, _, _, kernel_id, _, _, start = row.key
             pids.add(tgid)
             info = self._see(tgid)
             if kernel_id == C.KERNEL_DROPPED:
@@ -343,37 +338,14 @@ class Collector:
                 )
                 stats.dropped_launches += row.launches
                 continue
-            name, mangled = self.kernel_name_or_unknown(kernel_id)
-            if mangled == "":
+            name = self.kernel_name_or_unknown(kernel_id)
+            if name[1] == "":
                 stats.unnamed_kernels += 1
-            leaf = FrameSpec.kernel(mangled or name, name)
-            if row.stack_id is None:
-                stack = [FrameSpec.marker(UNSAMPLED)]
-            else:
-                stack = self.stacks.specs(tgid, row.stack_id, start)
-            labels = {"pid": str(tgid), "comm": info.comm, "cuda_device": str(device_id), "cuda_stream": str(stream_id)}
             gpu = self.devices.get((tgid, device_id))
-            if gpu is not None:  # DCGM's identity of the device, so dashboards can join
-                labels.update({k: v for k, v in (("gpu_uuid", gpu.uuid), ("gpu_model", gpu.model)) if v})
-            if graph_id:
-                labels["cuda_graph"] = str(graph_id)
-            if tgid in duty:
-                labels[DUTY_LABEL] = "true"
-            if gflags & C.AGG_PARCAGPU:
-                labels["source"] = PARCAGPU_SOURCE
-            if gflags & C.AGG_CAPTURED:
-                # Exact: every record of this node has this capture stack. The
-                # replay site (estimated over sampled graph launches) is a label.
-                labels[GRAPH_REPLAY_LABEL] = (
-                    UNSAMPLED if row.stack_id is None else self.stacks.replay_site(tgid, row.stack_id, start)
-                )
-                stack = [FrameSpec.marker(GRAPH_REPLAY)] + self.stacks.specs(tgid, capture_id, start)
-            elif gflags & C.AGG_NODE_UNKNOWN:
-                stack = [FrameSpec.marker(GRAPH_BEFORE_ATTACH)] + stack
-            labels.update(info.pod)
-            add(tgid, info, [leaf] + stack, row.gpu_ns, row.launches, labels)
+            frames, labels = samples.kernel_sample(row, info, name, self.stacks, gpu, tgid in duty)
+            add(tgid, info, frames, row.gpu_ns, row.launches, labels)
             kernel_stacks.setdefault((tgid, start, kernel_id), []).append(
-                ([leaf] + stack, {k: v for k, v in labels.items() if k != DUTY_LABEL}, row.gpu_ns)
+                (frames, {k: v for k, v in labels.items() if k != DUTY_LABEL}, row.gpu_ns)
             )
             stats.gpu_ns += row.gpu_ns
             stats.kernels += row.launches

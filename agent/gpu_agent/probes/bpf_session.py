@@ -42,6 +42,7 @@ from .events import handle_event
 from .cold_names import ColdNames
 from .names import KernelNames
 from .parcagpu import ParcagpuFiles
+from .py_maps import PythonMaps
 from .shim_attach import DATA_PROBES, BpfError, ShimAttachments, ShimFile, data_sites, read_shim
 
 __all__ = ["BpfError", "BpfSession", "ShimFile"]
@@ -49,7 +50,7 @@ __all__ = ["BpfError", "BpfSession", "ShimFile"]
 FALLBACK_GRACE_S = 0.010  # grace period if the synchronize_rcu() barrier is refused
 
 
-class BpfSession:
+class BpfSession(PythonMaps):
     """One loaded copy of the BPF program, attached to one shim file.
 
     Public API: open(), poll(timeout_ms) -> int, drain() -> Drain, counters() -> dict[str, int],
@@ -376,27 +377,3 @@ class BpfSession:
         key, mode = ct.c_uint32(0), ct.c_uint32(1 if every_process else 2 if pids else 0)
         if self._lib.bpf_update_elem(self._maps["trace_mode"].map_fd, ct.byref(key), ct.byref(mode), 0) != 0:
             raise BpfError(f"cannot set the trace mode: {os.strerror(ct.get_errno())}")
-
-    def set_py_config(self, tgid: int, cfg: C.PyConfig) -> None:
-        """Turn on Python stacks for tgid (its interpreter's layout, see python/layout.py)."""
-        if self._bpf is None:
-            raise BpfError("session is not open")
-        key = ct.c_uint32(tgid)
-        if self._lib.bpf_update_elem(self._maps["py_procs"].map_fd, ct.byref(key), ct.byref(cfg), 0) != 0:
-            raise BpfError(f"py_procs update for {tgid} failed: {os.strerror(ct.get_errno())}")
-
-    def del_py_config(self, tgid: int) -> None:
-        if self._bpf is None:
-            return
-        key = ct.c_uint32(tgid)
-        self._lib.bpf_delete_elem(self._maps["py_procs"].map_fd, ct.byref(key))
-
-    def get_py_stack(self, tgid: int, stack_id: int, start: int) -> Optional[C.PyStack]:
-        """Python frames stored with a stack (innermost first); None if it has none."""
-        if self._bpf is None:
-            raise BpfError("session is not open")
-        key = C.StackKey(tgid=tgid, start=start, stack_id=stack_id)
-        val = C.PyStack()
-        if self._lib.bpf_lookup_elem(self._maps["py_stacks"].map_fd, ct.byref(key), ct.byref(val)) != 0:
-            return None
-        return val
