@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from .common import output_error
-from .timeline_out import EVENTS_MODES, TRACE_FORMATS, merge_nanotrace, write_trace
+from .timeline_out import TRACE_FORMATS, add_events_mode, merge_nanotrace, write_trace
 
 
 def add_parser(sub) -> None:
@@ -36,12 +36,7 @@ def add_parser(sub) -> None:
         metavar="OUT.ndjson",
         help="the merged timeline as NDJSON events, in-kernel events included",
     )
-    m.add_argument(
-        "--events-mode",
-        choices=EVENTS_MODES,
-        default="dedup",
-        help="dedup: each stack once, kernels refer to it; full: stacks inline; nostack: no stacks",
-    )
+    add_events_mode(m)
     m.add_argument(
         "--trace-format",
         choices=TRACE_FORMATS,

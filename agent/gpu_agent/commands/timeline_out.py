@@ -17,6 +17,16 @@ RINGBUF_MIB = 128
 EVENTS_MODES = ("dedup", "full", "nostack")
 
 
+def add_events_mode(p) -> None:
+    """--events-mode, for every command that writes NDJSON events."""
+    p.add_argument(
+        "--events-mode",
+        choices=EVENTS_MODES,
+        default="dedup",
+        help="dedup: each stack once, kernels refer to it; full: stacks inline; nostack: no stacks",
+    )
+
+
 def add_arguments(p, trace_flag: str = "--trace") -> None:
     p.add_argument(
         trace_flag,
@@ -41,12 +51,7 @@ def add_arguments(p, trace_flag: str = "--trace") -> None:
         metavar="FILE.ndjson",
         help="write one JSON line per kernel, stacks once each (docs/events.schema.json)",
     )
-    p.add_argument(
-        "--events-mode",
-        choices=EVENTS_MODES,
-        default="dedup",
-        help="dedup: each stack once, kernels refer to it; full: stacks inline; nostack: no stacks",
-    )
+    add_events_mode(p)
     p.add_argument(
         "--store",
         type=Path,
