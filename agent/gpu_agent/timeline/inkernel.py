@@ -85,6 +85,7 @@ class _Index:
         self.nt = nt
         self.children: dict[int, list] = {}
         self.events: dict[int, list] = {}
+        self.extents: dict[int, tuple[float, float]] = {}  # _extent's, once per kernel
         for t in nt.tracks.values():
             self.children.setdefault(t.parent, []).append(t)
         for e in nt.events:
@@ -225,14 +226,19 @@ def _origin(ix: _Index, root: int) -> float:
 
 def _extent(ix: _Index, root: int) -> tuple[float, float]:
     """A version 4 kernel's start and end on the reference clock: its own slice,
-    else its earliest event's start and latest event's end."""
-    evs = ix.events.get(root) or [e for t in _subtree(ix, root) for e in ix.events.get(t.id, ())]
-    if not evs:
-        return 0, 0
-    return (
-        min(_ref(ix.nt, e.track, e.start) for e in evs),
-        max(_ref(ix.nt, e.track, e.start + e.duration) for e in evs),
-    )
+    else its earliest event's start and latest event's end (each kernel's once:
+    placement asks for it in both passes)."""
+    if root not in ix.extents:
+        evs = ix.events.get(root) or [e for t in _subtree(ix, root) for e in ix.events.get(t.id, ())]
+        ix.extents[root] = (
+            (
+                min(_ref(ix.nt, e.track, e.start) for e in evs),
+                max(_ref(ix.nt, e.track, e.start + e.duration) for e in evs),
+            )
+            if evs
+            else (0, 0)
+        )
+    return ix.extents[root]
 
 
 class _Kernels:
