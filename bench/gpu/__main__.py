@@ -1,4 +1,4 @@
-"""The GPU benchmark: python -m bench.gpu overhead|fidelity|smoke|fault|table [options].
+"""The GPU benchmark: python -m bench.gpu overhead|fidelity|intervals|smoke|fault|table [options].
 
 Run as root on a GPU node, from the repository root, with the shim built
 (`make shim`) and the agent's Python dependencies importable (docs/benchmarks.md
@@ -9,6 +9,9 @@ package registry).
             processes, steady state (bench/gpu/overhead.py)
   fidelity  the agent's GPU time, launches and stack shares against truth
             (bench/gpu/fidelity.py)
+  intervals every interval's profile of `gpu-agent run` against the job's own step
+            log: per-interval error, per kernel and stack; phased, bursty, short
+            and stop/start jobs (bench/gpu/intervals.py)
   smoke     one `gpu-agent record` of a short eager + graph run (it starts at once
             and ends within seconds: the agent must read its Python frames while it
             runs); fails when the profile has no kernel GPU time, or less than 99 %
@@ -31,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.gpu import fault_run, fidelity, globaltimer, inprocess, overhead
+from bench.gpu import fault_run, fidelity, globaltimer, inprocess, intervals, overhead
 from bench.gpu.cases import STEPS, WORKLOADS
 from bench.gpu.harness import case_command, clean_env, profile_kernels, profile_stacks, python_share
 
@@ -194,6 +197,15 @@ def main(argv=None) -> None:
         metavar="K=V,K=V",
         help="windowed runs: shim settings (an experiment's GPU_AGENT_EXP_* takes the benchmark build)",
     )
+    iv = sub.add_parser("intervals", help=intervals.__doc__.split("\n")[0])
+    iv.add_argument("--workloads", default="eager,mlp", help=f"jobs, from: {', '.join(intervals.JOBS)}")
+    iv.add_argument("--seconds", type=float, default=70.0, help="each case's loop (s); the sum ends there")
+    iv.add_argument("--interval", type=float, default=10.0, help="the agent's --interval (s)")
+    iv.add_argument("--skip", type=float, default=10.0, help="judge intervals from this second of the process on")
+    iv.add_argument("--exact-seconds", type=float, default=5.0, help="the continuous run's loop (s)")
+    iv.add_argument("--floor", action="store_true", help="each job again with GPU_AGENT_DUTY_CYCLE=1")
+    iv.add_argument("--metrics", action="store_true", help="the agent serves /metrics too: scraped every 5 s")
+    iv.add_argument("--keep", default="", metavar="DIR", help="work in DIR, keeping profiles and step logs")
     s = sub.add_parser("smoke", help="one short `gpu-agent record` per case")
     s.add_argument("--workloads", default="eager,graph,driver-graph")
     s.add_argument(
@@ -214,12 +226,13 @@ def main(argv=None) -> None:
         help="the second half of the launches this long after the first (the clocks' drift)",
     )
     t = sub.add_parser("table", help="print the overhead table of --jsonl")
-    for p in (o, f, g, t):
+    for p in (o, f, g, t, iv):
         p.add_argument("--jsonl", default="bench-gpu.jsonl", help="results, appended")
     a = ap.parse_args(argv)
+    known = intervals.JOBS if a.cmd == "intervals" else WORKLOADS
     for w in filter(None, getattr(a, "workloads", "").split(",")):
-        if w not in WORKLOADS:
-            ap.error(f"unknown workload {w!r}; known: {', '.join(WORKLOADS)}")
+        if w not in known:
+            ap.error(f"unknown workload {w!r}; known: {', '.join(known)}")
     if a.cmd == "overhead" and a.method == "inprocess":
         inprocess.inprocess(a)
     elif a.cmd == "overhead" and a.method == "timeline":
@@ -233,6 +246,8 @@ def main(argv=None) -> None:
         overhead.print_table(a.jsonl)
     elif a.cmd == "fidelity":
         fidelity.run(a)
+    elif a.cmd == "intervals":
+        intervals.run(a)
     elif a.cmd == "smoke":
         smoke(a)
     elif a.cmd == "fault":

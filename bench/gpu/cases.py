@@ -30,6 +30,14 @@ Workloads (launch-bound on purpose: the shim's cost is per launch):
 --trace SECONDS times blocks of --steps steps for that long instead, and reports
 each block with the shim's state at its end (attached, teardowns so far): the
 in-process method of python -m bench.gpu overhead --method inprocess.
+
+--step-log FILE runs steps for --seconds S (else --steps N steps) after --wait and
+appends, about every 0.25 s, a line `CLOCK_REALTIME_ns steps_done` (the build's
+step counted; steps whose launches were issued); it prints the counts at the end.
+For python -m bench.gpu intervals (bench/gpu/intervals.py), with two more jobs:
+  phased    eager and mlp in one process, switching every --phase S seconds; its
+            log lines carry one count per case: `ns steps_eager steps_mlp`
+  --bursts B,I  busy B seconds, then idle I seconds (lines go on), repeating
 """
 
 from __future__ import annotations
@@ -157,6 +165,40 @@ def make_step(workload: str):
     return g.replay
 
 
+def logged_steps(steps: list, log_path: str, seconds: float, n: int, wait: float, phase: float, bursts: str) -> list:
+    """--step-log: steps (one function per case, switched every `phase` s) for
+    `seconds` (else `n` steps), after `wait` s; a log line about every 0.25 s."""
+    import torch
+
+    counts = [1] * len(steps)  # each was called once when built
+    busy, idle = map(float, bursts.split(",")) if bursts else (0.0, 0.0)
+    with open(log_path, "a") as log:
+
+        def line():
+            log.write(f"{time.time_ns()} {' '.join(map(str, counts))}\n")
+            log.flush()
+
+        line()
+        time.sleep(wait)
+        line()
+        t0 = time.monotonic()
+        due = t0 + 0.25
+        while time.monotonic() - t0 < seconds if seconds else sum(counts) - len(steps) < n:
+            now = time.monotonic()
+            if busy and (now - t0) % (busy + idle) >= busy:
+                time.sleep(0.01)
+            else:
+                i = int((now - t0) // phase) % len(steps) if phase else 0
+                steps[i]()
+                counts[i] += 1
+            if now >= due:
+                line()
+                due = now + 0.25
+        torch.cuda.synchronize()
+        line()
+    return counts
+
+
 def thread_cpu_s() -> dict:
     """CPU seconds of this process's threads so far, summed by thread name (the
     shim's poller is "ga-shim-poll"). schedstat counts ns; stat's ticks are too
@@ -245,7 +287,7 @@ def trace_blocks(step, steps: int, seconds: float) -> list[list]:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("workload", choices=[w for w in WORKLOADS if w not in ("driver-graph", "launch")])
+    ap.add_argument("workload", choices=[w for w in WORKLOADS if w not in ("driver-graph", "launch")] + ["phased"])
     ap.add_argument("--steps", type=int, default=0, help="steps per block (default: the table)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--wait", type=float, default=3.0, help="seconds between building the workload and timing it")
@@ -259,13 +301,24 @@ def main(argv=None) -> None:
         metavar="SECONDS",
         help="time blocks of --steps steps for SECONDS, each with the shim's state",
     )
+    ap.add_argument("--step-log", default="", metavar="FILE", help="log steps done to FILE (see above)")
+    ap.add_argument("--seconds", type=float, default=0, help="--step-log: run for this long instead of --steps")
+    ap.add_argument("--phase", type=float, default=30.0, help="phased: seconds of each case in turn")
+    ap.add_argument("--bursts", default="", metavar="BUSY,IDLE", help="--step-log: busy, then idle, seconds")
     a = ap.parse_args(argv)
+    if a.workload == "phased" and not a.step_log:
+        ap.error("phased runs with --step-log only")
     import torch
 
     with torch.no_grad():
-        step = make_step(a.workload)
-        step()
+        steps = [make_step(w) for w in (["eager", "mlp"] if a.workload == "phased" else [a.workload])]
+        for step in steps:
+            step()
         torch.cuda.synchronize()
+        if a.step_log:
+            counts = logged_steps(steps, a.step_log, a.seconds, a.steps, a.wait, a.phase, a.bursts)
+            print(json.dumps({"workload": a.workload, "steps": counts}), flush=True)
+            return
         if a.trace:
             print(json.dumps({"workload": a.workload, "steps": a.steps, "ready": time.monotonic()}), flush=True)
             trace = trace_blocks(step, a.steps or max(1, STEPS[a.workload] // 40), a.trace)

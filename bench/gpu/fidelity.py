@@ -25,7 +25,6 @@ Every case prints its rows and appends one JSON line per comparison to --jsonl.
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 import shlex
@@ -44,6 +43,7 @@ from bench.gpu.harness import (
     case_command,
     clean_env,
     driver_graph_binary,
+    load_profile,
     merge_kernels,
     needs_bench_shim,
     profile_kernels,
@@ -212,8 +212,13 @@ _RAW_FRAME = re.compile(r"^0x[0-9a-f]+ \[")
 def stack_shares(path: Path) -> dict[tuple, float]:
     """GPU time per whole stack (kernel and symbolized frames), as a share of the
     profile's, in points."""
+    return shares_of(profile_stacks(path))
+
+
+def shares_of(samples) -> dict[tuple, float]:
+    """stack_shares of profile_stacks' (frames, values) pairs."""
     got: dict[tuple, float] = {}
-    for frames, values in profile_stacks(path):
+    for frames, values in samples:
         key = tuple(f for f in frames if not _RAW_FRAME.match(f))
         got[key] = got.get(key, 0) + values[0]
     total = sum(got.values()) or 1
@@ -340,8 +345,6 @@ def shares(a, t: Path) -> list[dict]:
 
 
 def intervals(a, t: Path, interval: float = 5.0) -> list[dict]:
-    from gpu_agent.proto import profile_pb2
-
     d = t / "intervals"
     d.mkdir()
     agent = Agent(str(d), "--interval", f"{interval}s")
@@ -357,8 +360,7 @@ def intervals(a, t: Path, interval: float = 5.0) -> list[dict]:
         agent.stop()  # SIGTERM: the agent writes its last interval and exits
     rates = []
     for f in sorted(d.glob("*.pb.gz")):
-        p = profile_pb2.Profile()
-        p.ParseFromString(gzip.decompress(f.read_bytes()))
+        p = load_profile(f)
         secs = p.duration_nanos / 1e9
         rates.append((sum(v[0] for v in profile_kernels(f).values()) / secs, secs))
     # The first and last intervals hold the case's start and end: partial.

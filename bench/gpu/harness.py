@@ -171,17 +171,33 @@ class Agent:
         return "".join(self.log_tail)
 
 
-def profile_kernels(path: Path) -> dict[str, list[int]]:
-    """mangled kernel name -> [gpu_ns, launches] over a profile's CUDA_KERNEL leaves."""
+def load_profile(path: Path):
+    """A gzip pprof file as gpu_agent.proto's Profile (time_nanos, duration_nanos: its
+    span on CLOCK_REALTIME)."""
     from gpu_agent.proto import profile_pb2  # the real profile.proto
 
     p = profile_pb2.Profile()
     p.ParseFromString(gzip.decompress(Path(path).read_bytes()))
+    return p
+
+
+def samples_of(p, pid: int | None = None) -> list:
+    """A profile's samples, or with pid only those of that process (label "pid")."""
+    if pid is None:
+        return list(p.sample)
+    s, want = p.string_table, str(pid)
+    return [smp for smp in p.sample if any(s[lb.key] == "pid" and s[lb.str] == want for lb in smp.label)]
+
+
+def profile_kernels(path: Path, pid: int | None = None) -> dict[str, list[int]]:
+    """mangled kernel name -> [gpu_ns, launches] over a profile's CUDA_KERNEL leaves
+    (with pid: that process's)."""
+    p = load_profile(path)
     s = p.string_table
     funcs = {f.id: f for f in p.function}
     locs = {loc.id: loc for loc in p.location}
     out: dict[str, list[int]] = {}
-    for smp in p.sample:
+    for smp in samples_of(p, pid):
         f = funcs[locs[smp.location_id[0]].line[0].function_id]
         if s[f.filename] != "CUDA_KERNEL":
             continue
@@ -191,24 +207,19 @@ def profile_kernels(path: Path) -> dict[str, list[int]]:
     return out
 
 
-def profile_stacks(path: Path) -> list[tuple[list[str], list[int]]]:
-    """Every sample of a profile: (function names from the leaf up, values)."""
-    from gpu_agent.proto import profile_pb2
-
-    p = profile_pb2.Profile()
-    p.ParseFromString(gzip.decompress(Path(path).read_bytes()))
+def profile_stacks(path: Path, pid: int | None = None) -> list[tuple[list[str], list[int]]]:
+    """Every sample of a profile (with pid: of that process): (function names from the
+    leaf up, values)."""
+    p = load_profile(path)
     s = p.string_table
     names = {f.id: s[f.name] for f in p.function}
     locs = {loc.id: [names[ln.function_id] for ln in loc.line] for loc in p.location}  # line[0]: innermost
-    return [([fn for lid in smp.location_id for fn in locs[lid]], list(smp.value)) for smp in p.sample]
+    return [([fn for lid in smp.location_id for fn in locs[lid]], list(smp.value)) for smp in samples_of(p, pid)]
 
 
 def python_share(path: Path) -> float:
     """The share of a profile's GPU time whose stack has a Python frame (a .py file)."""
-    from gpu_agent.proto import profile_pb2
-
-    p = profile_pb2.Profile()
-    p.ParseFromString(gzip.decompress(Path(path).read_bytes()))
+    p = load_profile(path)
     s = p.string_table
     py_funcs = {f.id for f in p.function if s[f.filename].endswith(".py")}
     py_locs = {loc.id for loc in p.location if any(ln.function_id in py_funcs for ln in loc.line)}
