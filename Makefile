@@ -147,7 +147,7 @@ $(PPROF):
 test: deps-check
 	$(MAKE) all $(PPROF)
 	$(MAKE) test-viewers
-	$(VPY) -m pytest -q -rs tests
+	$(VPY) -m pytest -q -rs --durations=15 tests
 
 unit: all $(PPROF)
 	$(VPY) -m pytest -q -rs -m unit tests
