@@ -188,7 +188,9 @@ def test_queue_drop_oldest_is_bounded_and_counts_every_drop():
     for i in range(50):
         q.put(b"%d" % i)
         assert q.snapshot().depth <= 3 + 1  # waiting + in flight
-    time.sleep(0.2)
+    end = time.monotonic() + 5  # two failed sends (it was a 0.2 s sleep: a loaded host's thread can miss it)
+    while q.snapshot().failures.get("UNAVAILABLE", 0) < 2 and time.monotonic() < end:
+        time.sleep(0.01)
     send.fail_with = None
     end = time.monotonic() + 5
     while q.snapshot().depth and time.monotonic() < end:
@@ -217,7 +219,9 @@ def test_queue_backpressure_reports_full_without_dropping():
     send.fail_with = "UNAVAILABLE"
     q = SendQueue("t", send, max_items=2, policy="backpressure", backoff_initial=0.01, backoff_max=0.02)
     q.put(b"a")
-    time.sleep(0.05)  # "a" in flight, retried
+    end = time.monotonic() + 5  # "a" in flight, retried (a 50 ms sleep was not always enough for the sender)
+    while not send.calls and time.monotonic() < end:
+        time.sleep(0.01)
     q.put(b"b")
     q.put(b"c")
     assert not q.has_room()
