@@ -2,6 +2,7 @@
 #   make            build the shim, the mock CUDA stack and the Python venv
 #   make test       build, then run the test suite (needs root, bcc, Go pprof)
 #   make unit       the tests that need neither eBPF nor a GPU (about a minute)
+#   make changed    the tests that cover what changed since the merge base with main (BASE=REV overrides)
 #   make lint       ruff on the Python; the shim and the mock with -Werror
 #   make run        build, then start `gpu-agent run` system-wide into ./profiles/
 #   make bench      CPU-cost benchmark on the mock stack (figures, not a test)
@@ -35,7 +36,7 @@ MOCK_LIBS := $(MOCK)/libcuda.so.1 $(MOCK)/libcudart.so.13 $(MOCK)/libcupti.so.13
 MOCK_APP  := $(MOCK)/mock_workload
 MOCK_GRAPH_APP := $(MOCK)/graph_workload
 
-.PHONY: all shim shim-bench mock venv test unit lint run bench clean check-cuda-headers proto deps deps-check install demo
+.PHONY: all shim shim-bench mock venv test unit changed lint run bench clean check-cuda-headers proto deps deps-check install demo
 
 all: shim shim-bench mock venv
 
@@ -151,6 +152,14 @@ test: deps-check
 
 unit: all $(PPROF)
 	$(VPY) -m pytest -q -rs -m unit tests
+
+# The test modules that cover what changed since BASE (committed, uncommitted and
+# untracked), as tests/support/changed.py's table says; it prints what it picked and why.
+BASE ?= $(shell git merge-base HEAD origin/main 2>/dev/null || git merge-base HEAD main)
+changed: deps-check
+	$(MAKE) all $(PPROF)
+	$(MAKE) test-viewers
+	$(VPY) tests/support/changed.py --base '$(BASE)' -- -q -rs
 
 # ruff (pyproject.toml's [tool.ruff]) on every Python file; the shim (with the benchmark
 # build's sources) against the CUDA 13 and, where installed, CUDA 12 headers, and the

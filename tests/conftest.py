@@ -32,6 +32,7 @@ UNIT_MODULES = {
     "test_nanotrace",
     "test_pprof",
     "test_python_layout",
+    "test_selection",
     "test_shim_unit",
     "test_symbolize",
     "test_trace_writers",
