@@ -3,6 +3,7 @@
 #   make test       build, then run the test suite (needs root, bcc, Go pprof)
 #   make unit       the tests that need neither eBPF nor a GPU (about a minute)
 #   make changed    the tests that cover what changed since the merge base with main (BASE=REV overrides)
+#   make flaky      the timing-sensitive tests, many runs each beside two CPU burners (an hour at most)
 #   make lint       ruff on the Python; the shim and the mock with -Werror
 #   make run        build, then start `gpu-agent run` system-wide into ./profiles/
 #   make bench      CPU-cost benchmark on the mock stack (figures, not a test)
@@ -36,7 +37,7 @@ MOCK_LIBS := $(MOCK)/libcuda.so.1 $(MOCK)/libcudart.so.13 $(MOCK)/libcupti.so.13
 MOCK_APP  := $(MOCK)/mock_workload
 MOCK_GRAPH_APP := $(MOCK)/graph_workload
 
-.PHONY: all shim shim-bench mock venv test unit changed lint run bench clean check-cuda-headers proto deps deps-check install demo
+.PHONY: all shim shim-bench mock venv test unit changed flaky lint run bench clean check-cuda-headers proto deps deps-check install demo
 
 all: shim shim-bench mock venv
 
@@ -160,6 +161,16 @@ changed: deps-check
 	$(MAKE) all $(PPROF)
 	$(MAKE) test-viewers
 	$(VPY) tests/support/changed.py --base '$(BASE)' -- -q -rs
+
+# tests/support/flaky.py's list (FLAKY_TESTS: node ids instead), FLAKY_RUNS runs of each,
+# round by round beside two `sh -c 'while :; do :; done'`, stopped after an hour; each
+# test's failures per runs at the end, failed runs' output in build/flaky/.
+FLAKY_RUNS ?= 20
+FLAKY_TESTS ?=
+flaky: deps-check
+	$(MAKE) all $(PPROF)
+	$(MAKE) test-viewers
+	$(VPY) tests/support/flaky.py --runs $(FLAKY_RUNS) $(FLAKY_TESTS)
 
 # ruff (pyproject.toml's [tool.ruff]) on every Python file; the shim (with the benchmark
 # build's sources) against the CUDA 13 and, where installed, CUDA 12 headers, and the

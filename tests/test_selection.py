@@ -1,17 +1,19 @@
-"""What `make changed` picks (tests/support/changed.py), read from the tree (no root,
-no eBPF):
+"""What `make changed` and `make flaky` pick (tests/support/changed.py, flaky.py), read
+from the tree (no root, no eBPF):
 - every test module is named by a rule, for the files it covers;
 - every test module that imports gpu_agent.X (itself, through tests/support/ or a
   conftest.py) is among the tests of X's file;
 - a file no rule knows runs the whole suite; a changed test module runs itself, a
   helper the modules that import it; the docs run nothing;
-- every test the table names exists."""
+- every test the tables name exists, and so does every test on the flaky list."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 
 from support import changed as C
+from support import flaky as F
 from support.env import REPO
 
 
@@ -82,3 +84,15 @@ def test_tests_helpers_and_docs_pick_what_they_cover():
     sel = C.Selection(["shim/src/window.cpp"])
     assert {"tests/test_windows.py", "tests/test_shim_unit.py", "tests/test_end_to_end.py"} <= set(sel.tests)
     assert "tests/test_ui.py" not in sel.tests
+
+
+def test_the_flaky_list_names_tests_that_exist_once_each():
+    ids = [t for t, _ in F.FLAKY]
+    assert len(ids) == len(set(ids)), ids
+    for nodeid, why in F.FLAKY:
+        assert why and "\n" not in why, nodeid
+        path, _, name = nodeid.partition("::")
+        name = name.split("[")[0]
+        tree = ast.parse((REPO / path).read_text())
+        assert name in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}, nodeid
+        assert name in F.__doc__, f"{nodeid} is not in flaky.py's inventory"

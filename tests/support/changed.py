@@ -231,6 +231,7 @@ RULES: tuple[tuple[str, tuple[str, ...] | str, str], ...] = (
     ("tests/conftest.py", ALL, "the suite's shared fixtures"),
     ("tests/support/*.py", IMPORTERS, "a helper: the tests that import it"),
     ("tests/support/changed.py", ("tests/test_selection.py",), "this table"),
+    ("tests/support/flaky.py", ("tests/test_selection.py",), "the flaky list"),
     ("tests/faults/[!t]*", ("tests/faults",), "the fault suite's attacker, node and workloads"),
     ("tests/probe_firer/*", FIRER, "the probe firer"),
     ("tests/shim_unit/*", ("tests/test_shim_unit.py",), "the shim's unit harness"),
