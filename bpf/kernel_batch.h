@@ -37,6 +37,12 @@ static __always_inline int batch_one(u32 i, struct batch_ctx *bc)
     k.capture_stack_id = 0;
     k.graph_flags = 0;
     k.start = bc->start;
+    /* The time its weight stands for: rows of different periods stay apart, and
+     * the agent spreads each over its intervals. An impossible span (end before
+     * start) is placed where it arrives, as one without a span. */
+    u64 span_ok = r.span_end_ns >= r.span_start_ns;
+    k.span_start_ns = r.span_start_ns & -span_ok;
+    k.span_end_ns = r.span_end_ns & -span_ok;
     /* A graph kernel: the stack that created its node, if it was seen.
      * Branch-free (like log2_u64): the loop body's branches multiply the
      * states the verifier walks. A miss (or no node: id 0 is never stored)

@@ -1,5 +1,5 @@
 /* procs.h: a process's life as the agent hears of it: attach (GA_EV_PROC_ATTACH),
- * the replay probe, and exit (GA_EV_PROC_EXIT, and its BPF state dropped). */
+ * the replay probe, how far its shim has published (GA_EV_PUBLISHED), and exit (GA_EV_PROC_EXIT, and its BPF state dropped). */
 #ifndef GA_BPF_PROCS_H
 #define GA_BPF_PROCS_H
 
@@ -33,6 +33,30 @@ int ga_attach(struct pt_regs *ctx)
  * the names); the shim fires it once it has replayed them. Nothing to do. */
 int ga_replay(struct pt_regs *ctx)
 {
+    return 0;
+}
+
+/* ---- published(u64 until_ns, u32 final): the shim has fired the records of
+ * every launch before until_ns; the agent closes its intervals by it. ---- */
+int ga_published(struct pt_regs *ctx)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    u64 until_ns = 0;
+    u32 final = 0;
+    bpf_usdt_readarg(1, ctx, &until_ns);
+    bpf_usdt_readarg(2, ctx, &final);
+    u32 start = see_proc(tgid);
+    struct ga_ev_published *ev = events.ringbuf_reserve(sizeof(*ev));
+    if (!ev) {
+        count(GA_DROP_RINGBUF_FULL, 1);
+        return 0;
+    }
+    ev->hdr.type = GA_EV_PUBLISHED;
+    ev->hdr.tgid = tgid;
+    ev->until_ns = until_ns;
+    ev->final = final != 0;
+    ev->start = start;
+    events.ringbuf_submit(ev, 0);
     return 0;
 }
 

@@ -92,6 +92,18 @@
  *   pc_sample_batch, pc_stall_reason, cubin_loaded: PC sampling (opt-in), in
  *                     gpu_agent_pcsampling.h with their records.
  *
+ *   published         (u64 until_ns, u32 final)
+ *                     Fired by the poller while the shim collects in windows
+ *                     (duty cycle > 1): at the attach, after every period's
+ *                     release of records and at a detach or exit. Every launch
+ *                     made before until_ns (CLOCK_MONOTONIC) has been published:
+ *                     its period's weighted records went out in kernel_batch
+ *                     before this probe (a record CUPTI hands over later still
+ *                     goes, late). final: the shim published everything it held
+ *                     (a detach, an exit). The agent holds an interval's profile
+ *                     until every attached shim has published past its end
+ *                     (or a bound: docs/estimator.md).
+ *
  *   graph_node_destroyed  (u64 node_id)
  *                     A node was destroyed (GRAPHNODE_DESTROY_STARTING, or one
  *                     per exec node the shim recorded for an exec graph at
@@ -122,7 +134,7 @@ typedef uint64_t ga_u64;
  * attaches, and refuses a shim of another version with one clear line instead
  * of misreading its probes. Bump it whenever a probe's arguments, a shared
  * struct, an enum or a constant below changes meaning. */
-#define GA_CONTRACT_VERSION 5u
+#define GA_CONTRACT_VERSION 6u
 #define GA_CONTRACT_VERSION_SYMBOL "gpu_agent_contract_version"
 
 /* Limits shared by both sides. */
@@ -161,7 +173,8 @@ typedef uint64_t ga_u64;
     P(pc_sample_batch, 3, (const struct ga_pc_record *, records), (ga_u32, nrecords), \
       (ga_u32, dropped)) \
     P(pc_stall_reason, 2, (ga_u32, index), (const char *, name)) \
-    P(cubin_loaded, 3, (ga_u64, cubin_crc), (const void *, cubin), (ga_u64, cubin_size))
+    P(cubin_loaded, 3, (ga_u64, cubin_crc), (const void *, cubin), (ga_u64, cubin_size)) \
+    P(published, 2, (ga_u64, until_ns), (ga_u32, final))
 #define GA_PROBE_TABLE(P) GA_SEMAPHORE_PROBE_TABLE(P) GA_DATA_PROBE_TABLE(P)
 
 /* GA_MAP(n, f, a1, ..., an) is "f a1, ..., f an": with f(type, arg), it turns a
@@ -180,7 +193,7 @@ typedef uint64_t ga_u64;
 #define GA_ARG_NAME(type, arg) arg
 
 /* One kernel execution, converted by the shim from CUPTI's
- * CUpti_ActivityKernelN (CONCURRENT_KERNEL). 88 bytes, no padding holes. */
+ * CUpti_ActivityKernelN (CONCURRENT_KERNEL). 104 bytes, no padding holes. */
 struct ga_kernel_record {
     ga_u64 start_ns;        /* GPU start, CUPTI timestamp clock */
     ga_u64 end_ns;          /* GPU end */
@@ -211,6 +224,12 @@ struct ga_kernel_record {
                              * so only that window's launches can join it. */
     ga_u32 grid_x, grid_y, grid_z;    /* the launch's grid and block (timelines) */
     ga_u32 block_x, block_y, block_z;
+    /* The stretch of time whose launches this record's weight stands for (its
+     * period, with any window-less periods joined to it), CLOCK_MONOTONIC: the
+     * agent spreads the record over its intervals by overlap. 0, 0: place it
+     * where it arrives (continuous collection). */
+    ga_u64 span_start_ns;
+    ga_u64 span_end_ns;
 };
 #define GA_REC_GRAPH 0x1u
 /* The shim found the record's times impossible (it started before the window
@@ -294,6 +313,8 @@ struct ga_agg_key {
                              * (node_stacks); else 0. In both maps. */
     ga_u32 graph_flags;     /* GA_AGG_* (graph kernels only; 0 otherwise) */
     ga_u32 start;           /* the process's start tag: a reused pid's rows stay apart */
+    ga_u64 span_start_ns;   /* the record's span (ga_kernel_record): rows of */
+    ga_u64 span_end_ns;     /* different periods stay apart. In both maps. */
 };
 /* ga_agg_key.graph_flags: what BPF knew about a graph kernel's node. */
 #define GA_AGG_CAPTURED 0x1u   /* node_stacks had the node: capture_stack_id is set */
@@ -396,6 +417,7 @@ enum ga_event_type {
     GA_EV_PG_PC = 10,          /* one PC of a parcagpu pc_sample_batch (gpu_agent_parcagpu.h) */
     GA_EV_PG_ERROR = 11,       /* a parcagpu error probe */
     GA_EV_PG_NAME = 12,        /* a parcagpu name BPF could not read (gpu_agent_parcagpu.h) */
+    GA_EV_PUBLISHED = 13,      /* a published probe */
 };
 struct ga_event_hdr {
     ga_u32 type;
@@ -421,6 +443,12 @@ struct ga_ev_proc_exit {
 };
 struct ga_ev_proc_attach {
     struct ga_event_hdr hdr;
+};
+struct ga_ev_published {
+    struct ga_event_hdr hdr;
+    ga_u64 until_ns;         /* published's arguments */
+    ga_u32 final;
+    ga_u32 start;            /* the process's start tag */
 };
 /* Timelines: while the `trace` config map says so (every process, or the tgids
  * in `traced`), kernel_batch also sends each valid record of a traced process,

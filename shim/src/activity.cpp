@@ -216,6 +216,7 @@ static void buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
              * CUPTI timestamps, half a window. */
             o->weight = 1;
             o->join_max_lag_us = 0;
+            o->span_start_ns = o->span_end_ns = 0; /* windows: set when weighed (held.cpp) */
             if (GA_UNLIKELY(audit)) {
                 /* The full trace is tallied (before anything below drops a record);
                  * only windowed launches go on. */

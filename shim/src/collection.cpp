@@ -65,6 +65,7 @@ void ga_collect_down(bool activity, bool subscribed) noexcept {
         ga_report_drops();
     }
     if (activity && ga_sub.records_held) ga_window_release_records(false);
+    else if (ga_cfg.duty_cycle > 1) ga_published(ga_now_ns(), true); /* nothing held: done */
     ga_sub.activity_used = ga_sub.records_held = false;
     /* Only now: the records flushed above of launches outside windows (kernel
      * activity was held on for PC sampling) were still to be dropped, not weighed. */

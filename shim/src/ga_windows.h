@@ -76,7 +76,11 @@ GA_HIDDEN uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final
  * with the new period's N and how its launches are extrapolated from the counted
  * ones (window.cpp's); a window opened at this CUPTI time. */
 typedef uint64_t (*ga_extrapolate_fn)(uint64_t in, uint64_t seen, bool final) noexcept;
-GA_HIDDEN void ga_weights_period_edge(bool first, uint32_t slots, ga_extrapolate_fn extrapolate) noexcept;
+GA_HIDDEN void ga_weights_period_edge(bool first, uint32_t slots, ga_extrapolate_fn extrapolate,
+                                      uint64_t start_ns) noexcept; /* the new period's start (ga_now_ns) */
+/* Every launch before this (ga_now_ns's clock) has had its records published
+ * (the `published` probe's until_ns). */
+GA_HIDDEN uint64_t ga_weights_published_until(void) noexcept;
 GA_HIDDEN void ga_weights_period_opened(uint64_t cupti_ts) noexcept;
 GA_HIDDEN void ga_window_closed(void) noexcept;      /* at each closing */
 GA_HIDDEN void ga_window_last(uint64_t *ns, uint64_t *launches) noexcept;
@@ -137,6 +141,7 @@ GA_HIDDEN void ga_activity_fire_held(bool all, uint32_t fallback_q) noexcept;
  * period's weight (true if any went). */
 GA_HIDDEN void ga_fire_batch(const struct ga_kernel_record *recs, uint32_t n) noexcept;
 GA_HIDDEN void ga_batch_dropped(uint64_t n) noexcept;
+GA_HIDDEN void ga_published(uint64_t until_ns, bool final) noexcept; /* the `published` probe */
 GA_HIDDEN bool ga_batch_dropped_pending(void) noexcept;
 GA_HIDDEN bool ga_activity_emit(struct ga_kernel_record *recs, uint32_t *periods, uint32_t n, bool windows) noexcept;
 GA_HIDDEN void ga_held_atfork_child(void) noexcept;
@@ -146,7 +151,8 @@ GA_HIDDEN void ga_held_atfork_child(void) noexcept;
 #define GA_WQ 1024u
 #define GA_QRING 256u
 GA_HIDDEN extern std::atomic<uint32_t> ga_period_seq;
-GA_HIDDEN void ga_weight_publish(uint32_t period, uint32_t q) noexcept;
+/* q and the span its records stand for (ga_kernel_record.span_*) */
+GA_HIDDEN void ga_weight_publish(uint32_t period, uint32_t q, uint64_t span_start, uint64_t span_end) noexcept;
 GA_HIDDEN void ga_weight_set_default(uint32_t q) noexcept;
 GA_HIDDEN uint32_t ga_weight_of(uint32_t period) noexcept;
 #include "bench/hooks.h" /* the benchmark build's hooks: the one seam (shim/src/bench/) */

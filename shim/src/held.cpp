@@ -30,17 +30,37 @@ void ga_fire_batch(const struct ga_kernel_record *recs, uint32_t n) noexcept {
     ga_stat_records.fetch_add(n, std::memory_order_relaxed);
 }
 
+/* Every launch before until_ns (CLOCK_MONOTONIC) has had its records fired
+ * (final: all of them; the `published` probe). */
+void ga_published(uint64_t until_ns, bool final) noexcept { ga_fire_published(until_ns, final ? 1u : 0u); }
+
 /* ---- the published weights (weights.cpp publishes them) ----
  * Fixed point, x GA_WQ, per period number; a record's weight is rounded per record
  * without bias (round_weight). */
 std::atomic<uint32_t> ga_period_seq;                /* the current period; 0: none */
 static std::atomic<uint64_t> g_period_q[GA_QRING];  /* period << 32 | weight x GA_WQ */
 static std::atomic<uint32_t> g_default_q{GA_WQ};    /* N x GA_WQ: the current period's N */
+/* The span each period's records stand for, written before its weight. */
+static std::atomic<uint64_t> g_span_start[GA_QRING], g_span_end[GA_QRING];
 
 void ga_weight_set_default(uint32_t q) noexcept { g_default_q.store(q, std::memory_order_relaxed); }
 
-void ga_weight_publish(uint32_t period, uint32_t q) noexcept {
+void ga_weight_publish(uint32_t period, uint32_t q, uint64_t span_start, uint64_t span_end) noexcept {
+    g_span_start[period % GA_QRING].store(span_start, std::memory_order_relaxed);
+    g_span_end[period % GA_QRING].store(span_end, std::memory_order_relaxed);
     g_period_q[period % GA_QRING].store((uint64_t)period << 32 | q, std::memory_order_release);
+}
+
+/* The published span of `period` into r (0, 0 when it is not, or no longer, in
+ * the ring: the agent places such a record where it arrives). */
+static void set_span(struct ga_kernel_record *r, uint32_t period) {
+    uint64_t v = g_period_q[period % GA_QRING].load(std::memory_order_acquire);
+    r->span_start_ns = r->span_end_ns = 0;
+    if (!period || (uint32_t)(v >> 32) != period) return;
+    uint64_t s = g_span_start[period % GA_QRING].load(std::memory_order_relaxed);
+    uint64_t e = g_span_end[period % GA_QRING].load(std::memory_order_relaxed);
+    if (g_period_q[period % GA_QRING].load(std::memory_order_acquire) != v || e < s) return;
+    r->span_start_ns = s, r->span_end_ns = e;
 }
 
 static uint32_t published_q(uint32_t period) {
@@ -121,6 +141,7 @@ static uint32_t weigh_known(struct ga_kernel_record *recs, uint32_t *periods, ui
         struct ga_kernel_record r = recs[i];
         uint32_t period = periods[i];
         r.weight = round_weight(q ? q : fallback_q, &t_weight_rng);
+        set_span(&r, period);
         recs[i] = recs[k], periods[i] = periods[k];
         recs[k] = r, periods[k] = period;
         i++, k++;

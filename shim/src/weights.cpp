@@ -44,6 +44,12 @@ std::atomic<uint64_t> ga_launch_seq;
  * published weight (for a period with no windowed launch, and for what is still
  * held at a detach or exit). */
 static uint64_t g_snap_all, g_snap_in, g_carry_all;
+/* Spans (CLOCK_MONOTONIC): the current period's start, and where the carried
+ * launches began. Each published weight says which stretch of time its records
+ * stand for (ga_kernel_record.span_*): the agent spreads them over its intervals
+ * by overlap, so that an interval holds the launches made in it, not whole
+ * periods published one or two periods late. */
+static uint64_t g_cur_start, g_carry_start;
 static uint32_t g_last_q;
 static uint32_t g_slots = 1;               /* N of the current period (the schedule's) */
 static ga_extrapolate_fn g_extrapolate;    /* its launches from the counted ones (the schedule's) */
@@ -55,7 +61,7 @@ static ga_extrapolate_fn g_extrapolate;    /* its launches from the counted ones
  * for them; on an H200 that lost 3.1 % of a 4 s eager run's launches.
  * Seq 0: none. */
 static uint32_t g_pend_seq;
-static uint64_t g_pend_all, g_pend_in;
+static uint64_t g_pend_all, g_pend_in, g_pend_start, g_pend_end;
 std::atomic<uint64_t> ga_stat_joined; /* launches given to the pending period (counter 28) */
 
 static uint32_t to_q(double w) {
@@ -157,14 +163,19 @@ uint32_t ga_window_period_of(uint32_t correlation_id, bool *unseen, bool *outsid
  * see where in a launch CUPTI's switch took effect. So a period's weight is
  * computed after the flush that follows its publication is due (the records
  * are in by then): publish_pending queues it, ga_window_release_records does it. */
-struct due_period { uint32_t seq; uint64_t all, in; };
+struct due_period { uint32_t seq; uint64_t all, in, start, end; };
 #define DUE_MAX 8u
 static due_period g_due[DUE_MAX];
 static unsigned g_due_n;
 static std::atomic<uint64_t> g_period_last_corr[QRING]; /* period << 32 | newest corr left out */
 std::atomic<uint64_t> ga_stat_left_out_launches, ga_stat_left_out_records, ga_stat_left_out_late;
 
-static void publish_now(uint32_t seq, uint64_t all, uint64_t in) {
+static void carry(uint64_t launches, uint64_t since) {
+    if (!g_carry_all) g_carry_start = since;
+    g_carry_all += launches;
+}
+
+static void publish_now(uint32_t seq, uint64_t all, uint64_t in, uint64_t start, uint64_t end) {
     uint32_t newest = 0;
     uint64_t left = ga_activity_leave_out_last_replays(seq, &newest);
     g_period_last_corr[seq % QRING].store((uint64_t)seq << 32 | newest, std::memory_order_relaxed);
@@ -174,10 +185,10 @@ static void publish_now(uint32_t seq, uint64_t all, uint64_t in) {
     } else {
         /* Every windowed launch was left out: no record stands for the period's
          * launches, which go to the next period with windowed launches. */
-        g_carry_all += all;
+        carry(all, start);
         if (!g_last_q) g_last_q = g_slots * WQ;
     }
-    ga_weight_publish(seq, g_last_q);
+    ga_weight_publish(seq, g_last_q, start, end);
 }
 
 /* A GPU-bound job runs its window's kernels long after their launches, and the
@@ -195,7 +206,7 @@ static void publish_due(bool all = true) {
         bool waiting = !all && cur - d.seq <= DUE_WAIT && (uint32_t)(last >> 32) == d.seq &&
                        ga_activity_newest_held(d.seq) < (uint32_t)last;
         if (waiting) g_due[keep++] = d;
-        else publish_now(d.seq, d.all, d.in);
+        else publish_now(d.seq, d.all, d.in, d.start, d.end);
     }
     g_due_n = keep;
 }
@@ -203,7 +214,7 @@ static void publish_due(bool all = true) {
 static void publish_pending(void) {
     if (!g_pend_seq) return;
     if (g_due_n == DUE_MAX) publish_due(); /* too many waiting: no more waiting */
-    g_due[g_due_n++] = {g_pend_seq, g_pend_all, g_pend_in};
+    g_due[g_due_n++] = {g_pend_seq, g_pend_all, g_pend_in, g_pend_start, g_pend_end};
     g_pend_seq = 0;
 }
 
@@ -220,29 +231,33 @@ bool ga_window_late_last_replay(uint32_t period, uint32_t correlation_id) noexce
  * is one (consecutive ones too, until an idle period or 64 periods), else the
  * next period with windowed launches (g_carry_all). `final` (detach, exit):
  * everything pending is published now. */
-static void end_period(bool first = false, bool final = false) {
+static void end_period(uint64_t edge_ns, bool first = false, bool final = false) {
     uint32_t seq = ga_period_seq.load(std::memory_order_relaxed);
+    uint64_t start = g_cur_start;
+    g_cur_start = edge_ns;
     if (!first && seq) {
         uint64_t all, in;
         period_counts(&all, &in, final);
         if (GA_EXP(cb_windowed)) { /* no counts outside windows */
             g_last_q = g_slots * WQ;
-            ga_weight_publish(seq, g_last_q);
+            ga_weight_publish(seq, g_last_q, start, edge_ns);
         } else if (!in) {
             if (g_pend_seq) {
                 g_pend_all += all;
+                g_pend_end = edge_ns; /* the pending records stand for this period too */
                 ga_stat_joined.fetch_add(all, std::memory_order_relaxed);
             } else {
-                g_carry_all += all;
+                carry(all, start);
             }
             /* Held records should not wait long: a period with no launch at all
              * (idle) ends the wait, and so does a pending period grown old. */
             if (!all || seq - g_pend_seq >= QRING / 4) publish_pending();
             /* for stragglers only (records of launches no callback saw) */
-            ga_weight_publish(seq, g_last_q ? g_last_q : g_slots * WQ);
+            ga_weight_publish(seq, g_last_q ? g_last_q : g_slots * WQ, start, edge_ns);
         } else {
             publish_pending();
             g_pend_seq = seq, g_pend_all = all + g_carry_all, g_pend_in = in;
+            g_pend_start = g_carry_all ? g_carry_start : start, g_pend_end = edge_ns;
             g_carry_all = 0;
         }
     }
@@ -250,7 +265,7 @@ static void end_period(bool first = false, bool final = false) {
     ga_period_seq.store(seq + 1 ? seq + 1 : 1, std::memory_order_relaxed);
 }
 
-void ga_weights_period_edge(bool first, uint32_t slots, ga_extrapolate_fn extrapolate) noexcept {
+void ga_weights_period_edge(bool first, uint32_t slots, ga_extrapolate_fn extrapolate, uint64_t start_ns) noexcept {
     g_extrapolate = extrapolate;
     g_slots = slots; /* the new period's, as the schedule has it now */
     ga_weight_set_default(slots * WQ);
@@ -262,11 +277,11 @@ void ga_weights_period_edge(bool first, uint32_t slots, ga_extrapolate_fn extrap
         g_last_q = 0;
         g_pend_seq = 0;
         ga_window_period_ended = false;
-        end_period(true);
+        end_period(start_ns, true);
         return;
     }
     /* Counted at the edge itself; held records are released a moment later. */
-    end_period();
+    end_period(start_ns);
     ga_window_period_ended = true;
 }
 
@@ -276,7 +291,7 @@ uint32_t ga_weights_release(bool period_end) noexcept {
     if (ga_cfg.duty_cycle <= 1) return 0;
     /* A detach or exit: the partial period ends here, and its launches join the
      * pending period's if its window saw none. */
-    if (!period_end) end_period(false, true);
+    if (!period_end) end_period(ga_now_ns(), false, true);
     publish_due(!period_end); /* after the flush; at a detach or exit, all of them */
     if (!period_end && g_carry_all) {
         /* Only launches with no window launch before them at all (or whose
@@ -287,4 +302,15 @@ uint32_t ga_weights_release(bool period_end) noexcept {
     }
     ga_window_period_ended = false;
     return g_last_q;
+}
+
+uint64_t ga_weights_published_until(void) noexcept {
+    /* The oldest launch whose records have not gone yet: of the periods due or
+     * pending, of the carried launches, else the current period's. */
+    uint64_t until = g_cur_start;
+    for (unsigned i = 0; i < g_due_n; i++)
+        if (g_due[i].start < until) until = g_due[i].start;
+    if (g_pend_seq && g_pend_start < until) until = g_pend_start;
+    if (g_carry_all && g_carry_start < until) until = g_carry_start;
+    return until;
 }

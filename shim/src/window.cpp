@@ -65,6 +65,11 @@ static void draw_next(bool first) {
 }
 static uint64_t g_count_t0, g_count_seq0; /* the count phase's start (0: none) */
 static double g_rate = -1;                 /* launches per ns of the last count phase; < 0: none */
+/* The count phase's rate before the last one: a count phase that saw no launch
+ * while its window saw some (its callbacks did not fire: CUPTI fires a callback
+ * after its first three enables since a finalize only, and a teardown can be
+ * skipped) reads 0 for a busy job: the rate before it stands then. */
+static double g_prev_rate = -1;
 /* For the budget's measure of a window's slowdown: the launch counter and time at
  * the last window's opening and closing, the undisturbed rate and count phase then. */
 static uint64_t g_open_seq, g_closed_seq, g_closed_ns, g_count_n, g_count_ns;
@@ -84,11 +89,11 @@ static void new_period(uint64_t start, bool first) {
     draw_next(false);
     g_jitter_ns = ga_window_extrapolate && slot_ns() ? ga_splitmix64(&g_rng) % slot_ns() : 0;
     ga_exp_piece_plan(start, period_ns(), slot_ns(), start + g_on_slot * slot_ns(), &g_rng);
-    ga_weights_period_edge(first, ga_window_slots(), ga_window_extrapolated);
+    ga_weights_period_edge(first, ga_window_slots(), ga_window_extrapolated, start);
 }
 
 void ga_window_begin(uint64_t now_ns) noexcept {
-    g_rate = -1, g_count_t0 = 0, g_period_win_ns = 0, g_period_had_window = false;
+    g_rate = g_prev_rate = -1, g_count_t0 = 0, g_period_win_ns = 0, g_period_had_window = false;
     g_closed_ns = 0, g_callbacks = {};
     g_attach_ns.store(now_ns, std::memory_order_relaxed);
     g_win_closed_ns.store(0, std::memory_order_relaxed);
@@ -99,6 +104,8 @@ void ga_window_begin(uint64_t now_ns) noexcept {
         g_rng = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40);
     }
     new_period(now_ns, true);
+    /* The agent holds its intervals from here on for this process's periods. */
+    if (ga_cfg.duty_cycle > 1) ga_published(now_ns, false);
 }
 
 bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
@@ -205,7 +212,8 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
         ga_exp_piece_take(&piece_n, &piece_ns);
         if (piece_ns >= 1000000 && g_count_ns)
             g_rate = (double)(g_count_n + piece_n) / (double)(g_count_ns + piece_ns);
-        double rate = g_rate >= 0 ? g_rate / (1.0 - ga_budget_count_bias(g_rate)) : win_rate;
+        double count = g_rate == 0 && in ? (g_prev_rate > 0 ? g_prev_rate : win_rate) : g_rate;
+        double rate = count >= 0 ? count / (1.0 - ga_budget_count_bias(count)) : win_rate;
         /* the window's time per launch (less its samples') without the callbacks' */
         double tail_rate = rate;
         if (g_last_win_n && win_rate > 0) {
@@ -260,6 +268,7 @@ void ga_window_opened(uint64_t cupti_ts) noexcept {
     g_base_rate = -1, g_count_n = g_count_ns = 0;
     if (g_count_t0 && now - g_count_t0 >= 1000000) { /* at least 1 ms counted */
         g_count_n = seq - g_count_seq0, g_count_ns = now - g_count_t0;
+        if (g_rate > 0) g_prev_rate = g_rate;
         g_rate = g_base_rate = (double)g_count_n / (double)g_count_ns;
         g_counted_n += g_count_n, g_counted_ns += g_count_ns;
     } else if (!ga_window_extrapolate && g_closed_ns && now - g_closed_ns >= 1000000) {
@@ -332,4 +341,6 @@ uint64_t ga_window_time_ns(void) noexcept {
 void ga_window_release_records(bool period_end) noexcept {
     if (ga_cfg.duty_cycle <= 1) return;
     ga_activity_fire_held(!period_end, ga_weights_release(period_end));
+    /* After the records: the agent may close its intervals before this time. */
+    ga_published(period_end ? ga_weights_published_until() : ga_now_ns(), !period_end);
 }

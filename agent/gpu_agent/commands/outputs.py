@@ -5,7 +5,8 @@ run's loop:
 
   outputs = Outputs(args, collector)   # flags -> backends, metrics server
   outputs.tick()                       # every loop turn: 1 s drains for /metrics
-  outputs.window_due()                 # at each interval: close the window, ship it
+  outputs.window_due()                 # at each interval: close it, ship those ready
+  outputs.ship_ready()                 # between: ship held intervals once their shims published
   outputs.close()                      # last window, flush queues, stop the server
 """
 
@@ -254,7 +255,10 @@ class Outputs:
                 kernel_name=kernel_name,
                 device_info=lambda pid, dev: collector.devices.get((pid, dev)),
             )
-            collector.drain_listeners.append(self.metrics.on_drain)
+            # counters from the intervals given out (each period's estimate where its
+            # launches were); launch latencies from every drain
+            collector.interval_listeners.append(self.metrics.on_drain)
+            collector.drain_listeners.append(lambda d: self.metrics.on_latency(d.latency) if d.latency else None)
             collector.exit_listeners.append(self.metrics.on_exit)
             for b in self.backends:
                 self.metrics.add_exporter(b)
@@ -329,21 +333,32 @@ class Outputs:
         )
 
     def window_due(self, final: bool = False):
-        """Close the window and ship it: (stats, local path or None), or None when
-        backpressure keeps the window open (the final window is always closed)."""
+        """Close the interval, and ship every interval that is ready (its shims have
+        published past its end: join/placement.py): [(stats, local path or None)];
+        None when backpressure keeps the interval open (the final one is always
+        closed, and every held one shipped)."""
         if not final and self.blocked():
             self._unshipped["deferred"] += 1
             self._health()
             return None
-        w = self.collector.build_profiles(per_pid=any(b.per_process for b in self.backends))
-        path = None
-        if w.stats.kernels or w.stats.lost_said:
-            for b in self.backends:
-                path = b.submit(w) or path  # the local file, for the status line
-        else:
-            self._unshipped["empty"] += 1
+        self.collector.close_interval()
+        return self.ship_ready(final)
+
+    def ship_ready(self, final: bool = False) -> list:
+        """Ship the closed intervals that are ready: [(stats, local path or None)]."""
+        out = []
+        if not final and self.blocked():
+            return out
+        for w in self.collector.ready_profiles(per_pid=any(b.per_process for b in self.backends), final=final):
+            path = None
+            if w.stats.kernels or w.stats.lost_said:
+                for b in self.backends:
+                    path = b.submit(w) or path  # the local file, for the status line
+            else:
+                self._unshipped["empty"] += 1
+            out.append((w.stats, path))
         self._health()
-        return w.stats, path
+        return out
 
     def dropped_profiles(self) -> int:
         """Profiles refused so far: the local store's failed writes, and the requests

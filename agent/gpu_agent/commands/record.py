@@ -113,6 +113,7 @@ def main(args) -> int:
         str(shim),
         pid_filter=lambda pid: descends_from(root["pid"])(pid),
         ringbuf_mib=timeline_out.RINGBUF_MIB if timeline_out.wanted(args) else 0,
+        whole=True,
     )
     collector.open()  # probes are live before the command maps the shim
     timeline = None

@@ -26,6 +26,10 @@ from .common import byte_size, duration, status_line
 from .outputs import Outputs, add_arguments as add_output_arguments
 
 
+# How often held intervals are checked for their shims' publications (`published`).
+SHIP_CHECK_S = 0.5
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("run", help="profile every process on this node that loads the shim")
     p.add_argument(
@@ -96,17 +100,23 @@ def discover(collector: Collector) -> None:
 
 
 def write_window(collector: Collector, outputs: Outputs, quiet: bool = False, final: bool = False) -> Path | None:
-    """Close the window and ship it (local file, backends); None if nothing was written
-    locally, or if backpressure keeps the window open."""
-    done = outputs.window_due(final=final)
-    if done is None:
-        return None
-    stats, path = done
-    if not quiet:
-        line = (
-            status_line(stats, collector.counters()) + f" shims={collector.session.attached_files()}" + outputs.status()
-        )
-        print(f"gpu-agent: {line}" + (f" -> {path}" if path else ""), flush=True)
+    """Close the interval and ship the ones that are ready (local file, backends); the
+    last local path, or None if nothing was written locally or backpressure keeps
+    the interval open."""
+    return said(collector, outputs, outputs.window_due(final=final), quiet)
+
+
+def said(collector: Collector, outputs: Outputs, shipped, quiet: bool = False) -> Path | None:
+    """One status line per interval shipped."""
+    path = None
+    for stats, path in shipped or []:
+        if not quiet:
+            line = (
+                status_line(stats, collector.counters())
+                + f" shims={collector.session.attached_files()}"
+                + outputs.status()
+            )
+            print(f"gpu-agent: {line}" + (f" -> {path}" if path else ""), flush=True)
     return path
 
 
@@ -158,6 +168,7 @@ def main(args) -> int:
     beats = health.Beats(args.interval)
     next_window = started + args.interval
     next_discover = started + args.discover_interval
+    next_ship = started
     try:
         while not stop["now"]:
             now = time.monotonic()
@@ -172,8 +183,22 @@ def main(args) -> int:
                 write_window(collector, outputs)
                 beats.window(outputs.dropped_profiles())
                 next_window += args.interval
-        # Last partial window: nothing aggregated so far is lost on shutdown.
-        collector.poll(0)
+            elif collector.holding() and time.monotonic() >= next_ship:
+                # intervals waiting for their shims' periods: ship each once they are in
+                collector.drain()
+                said(collector, outputs, outputs.ship_ready())
+                next_ship = time.monotonic() + SHIP_CHECK_S
+        # A stop: every shim publishes what it holds, then the last partial interval
+        # and every held one go; nothing aggregated so far is lost.
+        left = collector.let_go()
+        if left:
+            print(
+                f"gpu-agent: {left} process(es) did not publish their last period before the stop "
+                "(another agent keeps them attached): their launches since their last published period "
+                "are not in these profiles",
+                file=sys.stderr,
+                flush=True,
+            )
         write_window(collector, outputs, final=True)
     finally:
         if ui_server is not None:

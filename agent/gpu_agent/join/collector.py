@@ -20,6 +20,7 @@ from ..probes.bpf_session import BpfSession
 from ..probes.devices import device_from_event
 from ..probes.drain import Drain
 from . import pc_samples, samples
+from .placement import Placement
 from .stacks import StackNames
 from ..profile.pprof import FrameSpec, Numbering, ProfileBuilder
 from ..system.procfs import read_comm
@@ -54,7 +55,10 @@ class Collector:
         pid_filter: Optional[Callable[[int], bool]] = None,
         python_stacks: bool = True,
         ringbuf_mib: int = 0,
+        whole: bool = False,
     ):
+        # whole: one profile of everything, wherever its spans lie (`record`); else
+        # rows are spread over the intervals their spans overlap (join/placement.py)
         # ringbuf_mib: a larger BPF ring buffer (a power of two), for timelines' events
         cflags = [f"-DGA_RINGBUF_PAGES={ringbuf_mib * 256}"] if ringbuf_mib else None
         self.session = BpfSession(
@@ -62,6 +66,9 @@ class Collector:
         )
         self.session.on_proc_attach = self._on_proc_attach
         self.session.on_device = self.note_device
+        self.session.on_published = self._on_published
+        self._marks: list[tuple[int, int, bool]] = []  # `published` probes not yet applied
+        self._stopped_at: Optional[tuple[int, int]] = None  # let_go()'s (realtime, monotonic) ns
         self.pcs = pc_samples.PcSamples()  # opt-in PC sampling's samples, names and cubins
         s = self.session
         s.on_pc_batch, s.on_stall_reason, s.on_cubin = self.pcs.on_batch, self.pcs.on_stall_reason, self.pcs.on_cubin
@@ -75,10 +82,13 @@ class Collector:
         self.pid_filter = pid_filter
         self.procs: dict[int, ProcInfo] = {}
         self._included: dict[int, bool] = {}
-        self.interval = Interval(start_ns=time.time_ns())
-        # Called with every Drain, before it is merged into the interval (metrics
-        # count from the very same data the profiles are built from).
+        self.placement = Placement(time.time_ns(), time.monotonic_ns(), whole=whole)
+        # Called with every Drain, before it is placed (the launch latencies of
+        # /metrics), and with every interval given out, before its profile is built
+        # (/metrics counts from the very same data the profiles are built from).
         self.drain_listeners: list[Callable[[Drain], None]] = []
+        self.interval_listeners: list[Callable[[Interval], None]] = []
+        self._exited_at: dict[int, int] = {}  # pid -> CLOCK_MONOTONIC ns of its exit
         self.exit_listeners: list[Callable[[int], None]] = []
         self._impossible = 0  # records invariants.py kept out, in all
         self._attached: set[int] = set()  # attached processes, until forgotten after their exit
@@ -90,6 +100,11 @@ class Collector:
         # Every interval's profiles number frames alike (pprof.Numbering): a reader of
         # many intervals resolves each frame once.
         self._numbering = Numbering()
+
+    @property
+    def interval(self) -> Interval:
+        """The open interval (the one new rows without a span go to)."""
+        return self.placement.current
 
     # -- lifecycle ---------------------------------------------------------
     def open(self) -> None:
@@ -116,6 +131,8 @@ class Collector:
         last records may be in the next drain, and need its name, maps and pod."""
         self._apply_late_exits()
         self.session.poll(0)
+        # Published marks heard before the maps are read: their records are in this drain.
+        marks, self._marks = self._marks, []
         d = self.session.drain()
         self.session.names.drained({k.kernel_id for k in d.totals})
         self._after_drain = True
@@ -125,11 +142,49 @@ class Collector:
             self._after_drain = False
         for fn in self.drain_listeners:
             fn(d)
-        self.interval.merge(d)
+        self.placement.place(d.totals, d.sampled)
+        self.placement.note_published(marks)
+
+    def _on_published(self, ev) -> None:
+        self._marks.append((ev.hdr.tgid, ev.until_ns, bool(ev.final)))
+
+    def let_go(self, timeout_s: float = 3.0) -> int:
+        """A stop: the attach semaphore drops, and every shim that no other agent
+        holds publishes what it holds (its last partial period at its last rate);
+        waits for them, at most timeout_s. Returns how many did not say they were
+        done (another agent keeps them attached, or they hung)."""
+        self._stopped_at = (time.time_ns(), time.monotonic_ns())  # the last interval ends here
+        self.placement.stop(self._stopped_at[1])
+        self.session.let_go()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.poll(50)
+            self.drain()
+            if not self.placement.published or time.monotonic() >= deadline:
+                return len(self.placement.published)
+
+    def close_interval(self) -> None:
+        """The open interval ends now (its profile goes once ready_profiles says so)."""
+        self.drain()
+        self.placement.close(*(self._stopped_at or (time.time_ns(), time.monotonic_ns())))
+        self._stopped_at = None
+
+    def holding(self) -> bool:
+        """Closed intervals wait for their shims."""
+        return len(self.placement.held) > 1
+
+    def ready_profiles(self, per_pid: bool = False, final: bool = False) -> list[IntervalProfiles]:
+        """The profiles of the closed intervals whose shims have all published past
+        their end (or waited placement.MAX_HOLD_S; `final`: all), oldest first."""
+        return [self._profiles_of(iv, per_pid) for iv in self.placement.ready(time.monotonic_ns(), final)]
 
     def counters(self) -> dict:
         c = self.session.counters()
         c["drop_impossible"] = c.get("drop_impossible", 0) + self._impossible
+        # launches estimated for intervals already given out (added to a later one),
+        # and for time before this agent started (not ours)
+        c["agent_late_launches"] = self.placement.counts["late_launches"]
+        c["agent_before_start_launches"] = self.placement.counts["before_start_launches"]
         c.update(self.pcs.counts)
         return c
 
@@ -160,6 +215,8 @@ class Collector:
             # stacks apart by start tag; the dead one's rows take the new labels.)
             self._forget_caches({tgid})
         self._see(tgid)
+        self._exited_at.pop(tgid, None)
+        self.placement.gone.discard(tgid)
         if self.included(tgid):
             self._attached.add(tgid)
             self._attached_now.add(tgid)
@@ -190,6 +247,8 @@ class Collector:
         info = self.procs.get(tgid)
         if info is not None:
             info.exited = True
+        self._exited_at[tgid] = time.monotonic_ns()
+        self.placement.forget(tgid)
         self.stacks.python.on_exit(tgid)
         for fn in self.exit_listeners:
             fn(tgid)
@@ -229,12 +288,25 @@ class Collector:
         return w.profile, w.stats
 
     def build_profiles(self, per_pid: bool = False) -> IntervalProfiles:
-        """Close the current interval; with per_pid, also one profile per process
-        (what a backend wants as one series per process)."""
-        self.drain()
-        win, now = self.interval, time.time_ns()
-        self.interval = Interval(start_ns=now)
-        stats = IntervalStats()
+        """Everything not given out yet, in one profile, now (`record`, tests); with
+        per_pid, also one profile per process (one series per process)."""
+        self.close_interval()
+        held = self.placement.ready(time.monotonic_ns(), final=True)
+        win = held[0]
+        for iv in held[1:]:
+            for dst, src in ((win.totals, iv.totals), (win.sampled, iv.sampled)):
+                for k, v in src.items():
+                    old = dst.get(k)
+                    dst[k] = v if old is None else type(v)(*(a + b for a, b in zip(old, v)))
+            win.end_ns = iv.end_ns
+        return self._profiles_of(win, per_pid)
+
+    def _profiles_of(self, win: Interval, per_pid: bool) -> IntervalProfiles:
+        """A closed interval's profiles (with per_pid, one per process too)."""
+        for fn in self.interval_listeners:
+            fn(win)
+        now = win.end_ns
+        stats = IntervalStats(waited_ns=win.waited_ns)
 
         # Processes whose shim collects in windows (one in N; shim/src/window.cpp): their
         # numbers are estimates, so their samples say so.
@@ -364,8 +436,10 @@ class Collector:
         return out
 
     def _forget_exited(self) -> None:
-        """Exited processes have been reported once more; drop their caches so memory stays flat."""
-        gone = {pid for pid, info in self.procs.items() if info.exited}
+        """Exited processes have been reported once more; drop their caches so memory
+        stays flat (once no interval still held began before the exit)."""
+        oldest = self.placement.held[0].mono_start
+        gone = {pid for pid, info in self.procs.items() if info.exited and self._exited_at.get(pid, 0) < oldest}
         if gone:
             self._forget_caches(gone)
             self._claims.forget(gone)
@@ -375,6 +449,8 @@ class Collector:
         with self.stacks.lock:
             for pid in pids:
                 self.procs.pop(pid, None)
+                self._exited_at.pop(pid, None)
+                self.placement.gone.discard(pid)
                 self._attached.discard(pid)
                 self._included.pop(pid, None)
                 self.pcs.forget({pid})

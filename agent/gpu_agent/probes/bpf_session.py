@@ -73,8 +73,10 @@ class BpfSession(PythonMaps):
         self.on_proc_exit = on_proc_exit
         self.on_proc_attach: Optional[Callable[[int], None]] = None
         # Fixed-size events (_FIXED_EVENTS): on_kernel(C.EvKernel) while tracing
-        # (set_trace), on_device(C.EvDevice); PC sampling's (pc_samples.py), parcagpu's too
+        # (set_trace), on_device(C.EvDevice), on_published(C.EvPublished); PC sampling's
+        # (pc_samples.py), parcagpu's too
         self.on_kernel = self.on_device = self.on_pc_batch = self.on_stall_reason = self.on_cubin = None
+        self.on_published = None
         self.on_pg_pc = self.on_pg_error = None
         self.extra_cflags = list(cflags or [])
         self._agent_counts = {"ev_corrupt": 0, "ev_unknown": 0, "callback_errors": 0, "barrier_fallbacks": 0}
@@ -171,6 +173,12 @@ class BpfSession(PythonMaps):
                 key, val = ct.c_uint32(i), ct.c_uint32(self._bpf[name.encode()].map_fd)
                 if self._lib.bpf_update_elem(ofd, ct.byref(key), ct.byref(val), 0) != 0:
                     raise BpfError(f"cannot set {outer}[{i}] = {name}: {os.strerror(ct.get_errno())}")
+
+    def let_go(self) -> None:
+        """The stop's first step: the semaphore drops (ShimAttachments.let_go), the
+        data probes stay until close()."""
+        if self._bpf is not None and self.attachments is not None:
+            self.attachments.let_go()
 
     def close(self) -> None:
         """Detach `attach` first (semaphore drops, the shim stops CUPTI), then the rest."""

@@ -25,6 +25,11 @@ class AggKey(NamedTuple):
     graph_flags: int = 0
     # The process's start tag (contract: ga_agg_key): a reused pid's rows stay apart.
     start: int = 0
+    # The stretch of time (CLOCK_MONOTONIC ns) the row's weighted sums stand for
+    # (contract: ga_kernel_record.span_*): its period's. 0, 0: where it was drained.
+    # join/placement.py spreads a row over the intervals it overlaps.
+    span_start_ns: int = 0
+    span_end_ns: int = 0
 
 
 class AggVal(NamedTuple):
@@ -73,6 +78,8 @@ def read_totals(lib, fd: int) -> dict[AggKey, AggVal]:
             key.capture_stack_id,
             key.graph_flags,
             key.start,
+            key.span_start_ns,
+            key.span_end_ns,
         )
         v = AggVal(*vals)
         old = out.get(k)

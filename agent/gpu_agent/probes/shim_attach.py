@@ -52,6 +52,7 @@ DATA_PROBES = {  # contract probe -> BPF function
     "pc_sample_batch": "ga_pc_sample_batch",
     "pc_stall_reason": "ga_pc_stall_reason",
     "cubin_loaded": "ga_cubin_loaded",
+    "published": "ga_published",
 }
 ATTACH_FN = "ga_attach"
 REPLAY_FN = "ga_replay"
@@ -177,6 +178,16 @@ class ShimAttachments:
         self.files_ = []
         self.known_ids = set()
         sweep_uprobe_events(mine=True)
+
+    def let_go(self) -> None:
+        """Detach only `attach`: the semaphore drops, and each shim that no other agent
+        holds publishes what it holds (final `published`) while the data probes
+        still listen. close() detaches the rest."""
+        marker = f"_{ATTACH_FN}_".encode()
+        mine = [h for h in self.uprobes if marker in h[0]]
+        for h in mine:
+            self.uprobes.remove(h)
+        self._detach_together(mine)
 
     def ask_replay(self, path: str, probes: dict) -> None:
         """Raise the `replay` semaphore of this shim file for REPLAY_HOLD_S: shims

@@ -5,6 +5,7 @@ window is the shim's; an interval is the agent's period between two profiles.)""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 from .pprof import ProfileBuilder
 
@@ -28,17 +29,18 @@ class ProcInfo:
 
 @dataclass
 class Interval:
-    """Aggregates drained from BPF over one profile interval (merged over drains)."""
+    """Aggregates drained from BPF over one profile interval: the rows placed in it
+    (join/placement.py)."""
 
-    start_ns: int
+    start_ns: int  # CLOCK_REALTIME (the profile's time)
     totals: dict = field(default_factory=dict)
     sampled: dict = field(default_factory=dict)
-
-    def merge(self, drain) -> None:
-        for dst, src in ((self.totals, drain.totals), (self.sampled, drain.sampled)):
-            for k, v in src.items():
-                old = dst.get(k)
-                dst[k] = v if old is None else type(v)(*(a + b for a, b in zip(old, v)))
+    # Its bounds on CLOCK_MONOTONIC (the shim's spans' clock), its end on
+    # CLOCK_REALTIME, once closed (join/placement.py); how long it waited past its end.
+    mono_start: int = 0
+    mono_end: Optional[int] = None
+    end_ns: Optional[int] = None
+    waited_ns: int = 0
 
 
 @dataclass
@@ -68,3 +70,5 @@ class IntervalStats:
     # The profile says data was lost or refused (drop counters, implausible claims):
     # shipped even when it holds no kernel, so that every drop is said.
     lost_said: bool = False
+    # How long the interval waited past its end for its shims to publish (join/placement.py).
+    waited_ns: int = 0

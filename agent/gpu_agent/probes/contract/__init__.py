@@ -35,6 +35,7 @@ STRUCTS: dict[str, type[ct.Structure]] = {
     "ga_ev_new_stack": EvNewStack,
     "ga_ev_proc_exit": EvProcExit,
     "ga_ev_proc_attach": EvProcAttach,
+    "ga_ev_published": EvPublished,
     "ga_ev_kernel": EvKernel,
     "ga_ev_device": EvDevice,
     "ga_pc_record": PcRecord,

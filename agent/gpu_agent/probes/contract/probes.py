@@ -13,7 +13,7 @@ SEMAPHORE_SYMBOL = "gpu_agent_attach_semaphore"
 REPLAY_SEMAPHORE_SYMBOL = "gpu_agent_replay_semaphore"
 # The contract version the shim exports (GA_CONTRACT_VERSION): a shim of another
 # version is refused before any probe of it is read (shim_attach.read_shim).
-CONTRACT_VERSION = 5
+CONTRACT_VERSION = 6
 CONTRACT_VERSION_SYMBOL = "gpu_agent_contract_version"
 
 MAX_FRAMES = 64
@@ -60,6 +60,7 @@ PROBES: dict[str, tuple[tuple[str, str], ...]] = {
     "pc_sample_batch": (("records", "ptr"), ("nrecords", "u32"), ("dropped", "u32")),
     "pc_stall_reason": (("index", "u32"), ("name", "ptr")),
     "cubin_loaded": (("cubin_crc", "u64"), ("cubin", "ptr"), ("cubin_size", "u64")),
+    "published": (("until_ns", "u64"), ("final", "u32")),
 }
 # The agent's presence flag for the shim; and its request for a replay of names.
 SEMAPHORE_PROBE = "attach"
@@ -88,6 +89,8 @@ class KernelRecord(ct.Structure):
         ("block_x", u32),
         ("block_y", u32),
         ("block_z", u32),
+        ("span_start_ns", u64),
+        ("span_end_ns", u64),
     ]
 
 
@@ -134,6 +137,8 @@ class AggKeyC(ct.Structure):
         ("capture_stack_id", u64),
         ("graph_flags", u32),
         ("start", u32),
+        ("span_start_ns", u64),
+        ("span_end_ns", u64),
     ]
 
 
@@ -218,6 +223,7 @@ class EventType(IntEnum):
     GA_EV_PG_PC = 10
     GA_EV_PG_ERROR = 11
     GA_EV_PG_NAME = 12
+    GA_EV_PUBLISHED = 13
 
 
 class EventHdr(ct.Structure):
@@ -246,6 +252,10 @@ class EvProcExit(ct.Structure):
 
 class EvProcAttach(ct.Structure):
     _fields_ = [("hdr", EventHdr)]
+
+
+class EvPublished(ct.Structure):
+    _fields_ = [("hdr", EventHdr), ("until_ns", u64), ("final", u32), ("start", u32)]
 
 
 class EvKernel(ct.Structure):
