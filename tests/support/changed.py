@@ -57,6 +57,7 @@ SHIM = E2E + (
     "tests/test_periods.py",
     "tests/test_teardown.py",
     "tests/test_budget.py",
+    "tests/test_intervals.py",
     "tests/test_graphs.py",
     "tests/test_build_shim.py",
     "tests/test_run.py",
@@ -99,8 +100,20 @@ EXPORT = ("tests/test_export.py", "tests/test_streaming.py")
 METRICS = ("tests/test_metrics.py", "tests/test_streaming.py", "tests/test_k8s_e2e.py", "tests/faults/test_http.py")
 K8S = ("tests/test_k8s.py", "tests/test_k8s_e2e.py")
 CLI = E2E + ("tests/test_cli_errors.py", "tests/test_config.py", "tests/test_deploy.py")
-WINDOWS = ("tests/test_windows.py", "tests/test_periods.py", "tests/test_teardown.py", "tests/test_budget.py")
-AGENT_RUN = ("tests/test_run.py", "tests/test_discover.py", "tests/test_config.py", "tests/faults/test_environment.py")
+WINDOWS = (
+    "tests/test_windows.py",
+    "tests/test_periods.py",
+    "tests/test_teardown.py",
+    "tests/test_budget.py",
+    "tests/test_intervals.py",
+)
+AGENT_RUN = (
+    "tests/test_run.py",
+    "tests/test_discover.py",
+    "tests/test_config.py",
+    "tests/faults/test_environment.py",
+    "tests/test_intervals.py",
+)
 
 # (glob, tests, why). A path takes the union of every rule it matches.
 RULES: tuple[tuple[str, tuple[str, ...] | str, str], ...] = (
@@ -133,7 +146,7 @@ RULES: tuple[tuple[str, tuple[str, ...] | str, str], ...] = (
     ("bpf/graph_nodes.h", ("tests/test_graphs.py",), "graph nodes"),
     ("bpf/timeline.h", TIMELINE, "timelines"),
     ("bpf/kernel_names.h", ("tests/faults/test_two_agents.py", "tests/faults/test_cold_names.py"), "names"),
-    ("bpf/procs.h", ("tests/test_run.py",), "processes coming and going"),
+    ("bpf/procs.h", ("tests/test_run.py", "tests/test_intervals.py"), "processes coming and going, published"),
     ("bpf/aggregate.h", ("tests/test_windows.py", "tests/faults/test_flood.py"), "weights and drops"),
     ("bpf/correlation.h", ("tests/test_windows.py", "tests/test_graphs.py"), "the launch-record join"),
     ("bpf/kernel_batch.h", ("tests/test_windows.py", "tests/faults/test_flood.py"), "records and drops"),
@@ -197,7 +210,7 @@ RULES: tuple[tuple[str, tuple[str, ...] | str, str], ...] = (
         "agent/gpu_agent/join/*",
         ("tests/test_estimator.py", "tests/test_drain_races.py", "tests/test_interval_names.py")
         + ("tests/test_invariants.py", "tests/test_pid_reuse.py", "tests/test_graphs.py", "tests/test_pcsampling.py")
-        + ("tests/test_python_stacks.py", "tests/test_windows.py", "tests/test_parcagpu.py")
+        + ("tests/test_python_stacks.py", "tests/test_windows.py", "tests/test_parcagpu.py", "tests/test_intervals.py")
         + ("tests/faults/test_two_agents.py", "tests/faults/test_uprobe_events.py", "tests/faults/test_flood.py"),
         "the join: the estimator and the Collector",
     ),
