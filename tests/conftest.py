@@ -30,6 +30,7 @@ UNIT_MODULES = {
     "test_mock_cuda",
     "test_names",
     "test_nanotrace",
+    "test_placement",
     "test_pprof",
     "test_python_layout",
     "test_selection",

@@ -14,7 +14,7 @@
  *             phase's own slowdown on top;
  *   count     the count phase's callbacks: its time x their slowdown (their
  *             cost per launch as the windows' tails measure it, tail.cpp;
- *             K_CB's share, or CB_NS a launch, until one has);
+ *             CB_NS a launch, until one has);
  *   tail      half a window at about the window's slowdown.
  * and plans each period from the running means (EWMA):
  *   window W = 10 x fixed, within [100 ms, 1 s]: fixed costs near a tenth of it;
@@ -51,16 +51,18 @@
  * `python -m bench.gpu overhead --method timeline`, before the teardown). Used
  * until a window has measured its slowdown. */
 #define CB_NS 300.0
-/* What the count phase's launch callbacks cost a launch, until a window's tail
- * has measured it (tail.cpp): taken as this share of what kernel activity costs
- * (both CPU on the launching thread, inside the launch call). The count phase then
- * runs slower than the process undisturbed by that share of its launches' time,
- * and a window slower still by activity's: with s the window's slowdown against
- * the count phase, the count phase's own is K_CB x s / (1 - s). On an H100: an
- * empty launch callback cost 0.1-0.4 us a launch and kernel activity 1.0-1.4 us
- * (docs/estimator.md). */
-#define K_CB 0.12
-#define BIAS_MAX 0.5
+/* The count phase's slowdown, as its callbacks' measured cost per launch times its
+ * launch rate, is at most BIAS_MAX: a callback that costs a fifth of a launch's time
+ * is no CUPTI dispatch (0.1-0.4 us a launch on an H100, against 2-10 us launches).
+ * Until CB_MIN tails have measured it, their median is taken up to CB_NS a launch,
+ * and before any tail none: the count phase then reads low by the callbacks' cost
+ * (1-4 % of an eager loop's launches on an H100). A share of the window's slowdown
+ * stood in before (K_CB = 0.12 x s / (1 - s), up to 0.5): the first windows pay for
+ * the first launches' forced samples and the first instrumentation, so s was large
+ * and the share read the first periods far too high: a 2 s mock loop's first
+ * periods +36 % (its run +5.3 %), short eager processes on an H200 +20 %
+ * (docs/benchmarks.md). */
+#define BIAS_MAX 0.2
 #define ALPHA 0.3 /* weight of the newest window in the running means */
 
 static std::atomic<uint64_t> g_switch_ns, g_td_ns, g_td_n, g_stat_over;
@@ -70,7 +72,7 @@ static uint32_t g_windows_seen; /* windows whose costs were noted */
 static double g_switch_mean = -1, g_td_mean = -1, g_slow = -1, g_cb_frac = 0;
 /* the launch callbacks' cost per launch, ns, as g_cb_n tails measured it */
 #define CB_RING 15
-#define CB_MIN 3 /* tails before their median stands: one tail of a job whose rate wanders can read anything */
+#define CB_MIN 3 /* tails before their median stands whole: one tail of a job whose rate wanders can read anything */
 static double g_cb_ns, g_cb_ring[CB_RING];
 static uint32_t g_cb_n;
 static double g_fixed_ns = -1;
@@ -115,8 +117,8 @@ void ga_budget_note_window(uint64_t win_ns, uint64_t win_launches, double base_r
         g_slow = ewma(g_slow, s < 0 ? 0 : s > 0.9 ? 0.9 : s);
     }
     double rate = count_ns ? (double)count_launches / (double)count_ns : 0;
-    if (g_slow >= 0 || g_cb_n >= CB_MIN) g_cb_frac = ga_budget_count_bias(rate);
-    else if (count_ns) g_cb_frac = ewma(g_cb_frac, CB_NS * rate);
+    if (g_cb_n) g_cb_frac = ga_budget_count_bias(rate);
+    else if (count_ns) g_cb_frac = ewma(g_cb_frac, CB_NS * rate); /* the plan's guess until a tail */
 }
 
 /* A tail's measure of the callbacks' cost per launch (ns; noisy, may be < 0):
@@ -135,21 +137,17 @@ void ga_budget_note_tail(double cb_ns) noexcept {
 }
 
 /* The count phase's slowdown against the process undisturbed, a fraction of its
- * time, at its launch rate (per ns): c x rate with c as the tails measured it;
- * until one has, K_CB's share of the window's slowdown (0 until a window measured
- * that). */
+ * time, at its launch rate (per ns): c x rate with c as the tails measured it
+ * (up to CB_NS until CB_MIN tails have; 0 before any: BIAS_MAX above). */
 double ga_budget_count_bias(double count_rate) noexcept {
-    double b;
-    if (g_cb_n >= CB_MIN) b = g_cb_ns * count_rate;
-    else if (g_slow > 0) b = K_CB * g_slow / (1.0 - g_slow);
-    else return 0;
-    return b < 0 ? 0 : b > BIAS_MAX ? BIAS_MAX : b;
+    double b = ga_budget_callback_ns(count_rate) * count_rate;
+    return b > BIAS_MAX ? BIAS_MAX : b;
 }
 
-/* What the callbacks cost a launch (ns) at this count rate: measured, or K_CB's. */
+/* What the callbacks cost a launch (ns), as the tails measured it. */
 double ga_budget_callback_ns(double count_rate) noexcept {
-    if (g_cb_n >= CB_MIN) return g_cb_ns > 0 ? g_cb_ns : 0;
-    return count_rate > 0 ? ga_budget_count_bias(count_rate) / count_rate : 0;
+    if (!g_cb_n || g_cb_ns <= 0) return 0;
+    return g_cb_n >= CB_MIN || g_cb_ns < CB_NS ? g_cb_ns : CB_NS;
 }
 
 /* The next period: *slots slots of *slot_ns each. */

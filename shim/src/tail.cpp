@@ -4,7 +4,7 @@
  * Why: with CUPTI torn down between windows, the launches there are extrapolated
  * from the count phase's rate (window.cpp). The count phase's own callbacks slow a
  * launch-bound thread by their cost per launch, c, so its rate reads low. A fixed
- * share of the window's slowdown (budget.cpp's K_CB) took that as 1.0 % for eager
+ * share of the window's slowdown (budget.cpp's K_CB, gone) took that as 1.0 % for eager
  * PyTorch on an H100 where the job's own step times read 1.8 % (in one process,
  * `bench/gpu/inprocess.py`'s count phases), and as 5.2 % for an MLP that read no
  * slower at all: its windows slow it on the GPU, where no callback is. So c is

@@ -208,7 +208,12 @@ RULES: tuple[tuple[str, tuple[str, ...] | str, str], ...] = (
     ),
     (
         "agent/gpu_agent/join/*",
-        ("tests/test_estimator.py", "tests/test_drain_races.py", "tests/test_interval_names.py")
+        (
+            "tests/test_estimator.py",
+            "tests/test_placement.py",
+            "tests/test_drain_races.py",
+            "tests/test_interval_names.py",
+        )
         + ("tests/test_invariants.py", "tests/test_pid_reuse.py", "tests/test_graphs.py", "tests/test_pcsampling.py")
         + ("tests/test_python_stacks.py", "tests/test_windows.py", "tests/test_parcagpu.py", "tests/test_intervals.py")
         + ("tests/faults/test_two_agents.py", "tests/faults/test_uprobe_events.py", "tests/faults/test_flood.py"),

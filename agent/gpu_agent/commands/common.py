@@ -73,6 +73,10 @@ def status_line(stats, counters: dict) -> str:
         + (f" dropped_launches={stats.dropped_launches}" if stats.dropped_launches else "")
         # parcagpu's error probes (each kind logged once): why its PC samples may be missing.
         + (f" pg_errors={counters['pg_errors']}" if counters.get("pg_errors") else "")
+        # How long the interval waited past its end for its processes' periods
+        # (join/placement.py), and launches estimated for intervals already out.
+        + (f" waited={stats.waited_ns / 1e9:.1f}s" if getattr(stats, "waited_ns", 0) >= 1e9 else "")
+        + (f" late_launches={counters['agent_late_launches']}" if counters.get("agent_late_launches") else "")
     )
 
 

@@ -76,10 +76,11 @@ class Placement:
         for which in ("totals", "sampled"):
             for k, v in (totals if which == "totals" else sampled).items():
                 s, e = k.span_start_ns, k.span_end_ns
+                # an interval's rows are keyed without their spans: one row a kernel and stack
+                key = k._replace(span_start_ns=0, span_end_ns=0) if s or e else k
                 if self.whole or not (s or e):
-                    self._add(self.current, which, k, v)
+                    self._add(self.current, which, key, v)
                     continue
-                key = k._replace(span_start_ns=0, span_end_ns=0)
                 parts = self._overlaps(s, e)
                 for (iv, _, tag), part in zip(parts, split(v, [f for _, f, _ in parts])):
                     if tag:

@@ -41,7 +41,11 @@ class LocalStore:
 
     def submit(self, window) -> Optional[Path]:
         """Write one window; returns its path, or None when it was dropped."""
-        path = self.dir / file_name(time.time_ns(), PROFILE_SUFFIX)
+        # named by the interval's end, not the write: an interval waits for its shims'
+        # periods (join/placement.py), and the UI's ranges go by these names
+        b = window.profile
+        end = b.time_nanos + b.duration_ns if b.time_nanos else time.time_ns()
+        path = self.dir / file_name(end, PROFILE_SUFFIX)
         try:
             window.profile.write(path)
         except OSError as e:
