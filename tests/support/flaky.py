@@ -128,7 +128,7 @@ FLAKY: tuple[tuple[str, str], ...] = (
     ),
     (
         "tests/test_intervals.py::test_a_stop_loses_nothing",
-        "the profiles' sum up to a SIGTERM against the loop's log; 1 % bound (the shim hears of the stop within a poll)",
+        "the profiles' sum up to a SIGTERM against the loop's log; 1 % bound (the shim hears of it within a poll)",
     ),
     (
         "tests/test_intervals.py::test_a_short_process_is_counted_whole",
