@@ -180,6 +180,7 @@ RULES: tuple[tuple[str, tuple[str, ...] | str, str], ...] = (
             "tests/test_windows.py",
             "tests/test_discover.py",
             "tests/test_parcagpu.py",
+            "tests/test_placement.py",
             "tests/faults",  # the attacker fires the contract's probes; its conftest imports it
         ),
         "probes: the contract, uprobes, the BPF session, names",

@@ -255,10 +255,10 @@ class Outputs:
                 kernel_name=kernel_name,
                 device_info=lambda pid, dev: collector.devices.get((pid, dev)),
             )
-            # counters from the intervals given out (each period's estimate where its
-            # launches were); launch latencies from every drain
-            collector.interval_listeners.append(self.metrics.on_drain)
-            collector.drain_listeners.append(lambda d: self.metrics.on_latency(d.latency) if d.latency else None)
+            # A drain holds a windowed process's rows only once their period is
+            # published (after it ended): a counter counts each process's launches up
+            # to its last published period, with no interval's wait (README).
+            collector.drain_listeners.append(self.metrics.on_drain)
             collector.exit_listeners.append(self.metrics.on_exit)
             for b in self.backends:
                 self.metrics.add_exporter(b)

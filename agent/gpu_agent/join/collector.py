@@ -83,11 +83,9 @@ class Collector:
         self.procs: dict[int, ProcInfo] = {}
         self._included: dict[int, bool] = {}
         self.placement = Placement(time.time_ns(), time.monotonic_ns(), whole=whole)
-        # Called with every Drain, before it is placed (the launch latencies of
-        # /metrics), and with every interval given out, before its profile is built
-        # (/metrics counts from the very same data the profiles are built from).
+        # Called with every Drain, before it is placed (/metrics counts from the very
+        # same data the profiles are built from).
         self.drain_listeners: list[Callable[[Drain], None]] = []
-        self.interval_listeners: list[Callable[[Interval], None]] = []
         self._exited_at: dict[int, int] = {}  # pid -> CLOCK_MONOTONIC ns of its exit
         self.exit_listeners: list[Callable[[int], None]] = []
         self._impossible = 0  # records invariants.py kept out, in all
@@ -303,8 +301,6 @@ class Collector:
 
     def _profiles_of(self, win: Interval, per_pid: bool) -> IntervalProfiles:
         """A closed interval's profiles (with per_pid, one per process too)."""
-        for fn in self.interval_listeners:
-            fn(win)
         now = win.end_ns
         stats = IntervalStats(waited_ns=win.waited_ns)
 
