@@ -28,8 +28,10 @@ from support.pprof_tool import pprof, raw
 
 RATE = 20000
 LOOP_S = 17  # the loop's life; the agent stops 4 s before its end
-# test_a_short_process_is_counted_whole: its runs on this 2-core VM read +0.9 to +2.5 %
-SHORT_BOUND = 0.05
+# test_a_short_process_is_counted_whole: 9 runs on this 2-core VM, 6 of them beside a
+# CPU-burning process, read -1.5 to +3.6 % (mean +2.2 %, sd 1.6 points): 8 % is about
+# 3.6 sd above the mean. The defects it guards read +33 % and -11 %.
+SHORT_BOUND = 0.08
 TIME = re.compile(r"^Time: (\S+ \S+) ", re.M)
 
 
@@ -127,8 +129,9 @@ def test_each_interval_holds_the_launches_made_in_it(paced_run):
     full = [r for r in rows[:-1] if r[0] >= trace[0][0] + 1.0]  # past the attach's short periods
     assert len(full) >= 3, (rows, err)
     errors = [n / truth - 1 for _, _, n, truth in full]
-    # Placed by their spans, each interval reads its periods' counts prorated: 15 full
-    # intervals of 3 runs read within 0.04 %; whole periods read -20 % or +20 %.
+    # Placed by their spans, each interval reads its periods' counts prorated: 40 full
+    # intervals of 8 runs (5 beside a CPU burner) read within 0.04 %; whole periods
+    # read -20 % or +20 %. The pacing's sleeps set the spread: 1 % leaves 25 times it.
     assert max(map(abs, errors)) < 0.01, (errors, rows)
 
 
@@ -138,7 +141,8 @@ def test_a_stop_loses_nothing(paced_run):
     seen = sum(n for _, _, n, _ in rows)
     assert "did not publish" not in err
     # The launches after the stop (the shim hears of it within its poll) are not the
-    # last interval's. 3 runs: ; before: -3.8 % (5 s intervals).
+    # last interval's. 8 runs (5 beside a CPU burner): -0.16 to +0.33 %; before:
+    # -3.8 % (5 s intervals).
     assert abs(seen / made - 1) < 0.01, (seen, made, rows)
 
 
@@ -149,7 +153,7 @@ def test_a_short_process_is_counted_whole(tmp_path, built):
     windows' slowdown stood in, and those windows pay for the first instrumentation
     and forced samples: the first periods read +36 %, the run +33 % (short eager
     processes on an H200: +20 %). And a record's rows of two periods once collapsed
-    into one (the first period lost: -11 %). 12 runs: see SHORT_BOUND."""
+    into one (the first period lost: -11 %). Its bound: SHORT_BOUND."""
     need_ebpf()
     gt, out = tmp_path / "truth.tsv", tmp_path / "short.pb.gz"
     env = mock_env(gt, MOCK_CUPTI_ACTIVITY_LAUNCH_NS="8000", MOCK_CUPTI_CALLBACK_NS="150")
