@@ -14,7 +14,6 @@ launches the loop made until the stop (before: -3.8 % at 5 s intervals).
 
 from __future__ import annotations
 
-import bisect
 import os
 import re
 import signal
@@ -25,6 +24,7 @@ import pytest
 
 from support.env import MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf, private_shim
 from support.pprof_tool import pprof, raw
+from support.windows import launches_at
 
 RATE = 20000
 LOOP_S = 17  # the loop's life; the agent stops 4 s before its end
@@ -50,17 +50,6 @@ def profile_duration_s(path) -> float:
     text = re.search(r"^Duration: ([^,]+),", pprof("-top", str(path)), re.M)[1]
     unit = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
     return sum(float(v) * unit[u] for v, u in re.findall(r"([\d.]+)(h|ms|us|µs|ns|m|s)", text))
-
-
-def launches_at(trace: list[tuple[float, int]], t: float) -> float:
-    ts = [x for x, _ in trace]
-    i = bisect.bisect_left(ts, t)
-    if i == 0:
-        return 0.0
-    if i == len(ts):
-        return float(trace[-1][1])
-    (t0, n0), (t1, n1) = trace[i - 1], trace[i]
-    return n0 + (n1 - n0) * (t - t0) / (t1 - t0)
 
 
 @pytest.fixture(scope="module")

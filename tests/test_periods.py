@@ -19,35 +19,18 @@ long as a steady period.
 
 from __future__ import annotations
 
-import bisect
 import re
 import statistics
 import subprocess
 
 from support.env import BENCH_SHIM, MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf
-from support.windows import KERNEL, kernel_totals, shim_exit_stats
+from support.windows import KERNEL, kernel_totals, launches_between, shim_exit_stats
 
 PERIOD = re.compile(
     r"period \(pid \d+\): ended at ([\d.]+) s \(CLOCK_MONOTONIC\) after ([\d.]+) ms; .*; "
     r"(\d+) launches$",
     re.M,
 )
-
-
-def launches_between(trace: list[tuple[float, int]], lo: float, hi: float) -> float:
-    """The loop's launches in [lo, hi], interpolated in its trace (one line per 1 000)."""
-    ts = [t for t, _ in trace]
-
-    def at(t: float) -> float:
-        i = bisect.bisect_left(ts, t)
-        if i == 0:
-            return 0.0
-        if i == len(ts):
-            return float(trace[-1][1])
-        (t0, n0), (t1, n1) = trace[i - 1], trace[i]
-        return n0 + (n1 - n0) * (t - t0) / (t1 - t0)
-
-    return at(hi) - at(lo)
 
 
 def run_loop(tmp_path, *record_args: str, **env: str):

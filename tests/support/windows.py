@@ -3,6 +3,7 @@ per-kernel totals and the shim's exit line."""
 
 from __future__ import annotations
 
+import bisect
 import re
 
 from support.pprof_tool import raw
@@ -34,3 +35,21 @@ def shim_exit_stats(stderr: str) -> dict[str, int]:
     )
     assert m, stderr[-2000:]
     return dict(zip(("launches", "records", "windows", "unseen"), map(int, m.groups())))
+
+
+def launches_at(trace: list[tuple[float, int]], t: float) -> float:
+    """A mock loop's launches by time t, interpolated in its MOCK_LAUNCH_TRACE (one
+    line "seconds launches" per 1 000 launches)."""
+    ts = [x for x, _ in trace]
+    i = bisect.bisect_left(ts, t)
+    if i == 0:
+        return 0.0
+    if i == len(ts):
+        return float(trace[-1][1])
+    (t0, n0), (t1, n1) = trace[i - 1], trace[i]
+    return n0 + (n1 - n0) * (t - t0) / (t1 - t0)
+
+
+def launches_between(trace: list[tuple[float, int]], lo: float, hi: float) -> float:
+    """The loop's launches in [lo, hi]."""
+    return launches_at(trace, hi) - launches_at(trace, lo)
