@@ -74,3 +74,28 @@ def v4_kernel(kernel: str, start_raw: int, span_ns: int, ctas: int = 2, warps: i
                 )
             tid += 1
     return t
+
+
+def v4_arg_bomb(events: int, args: int) -> bytes:
+    """A version 4 file of one track whose `events` events all name the same `args`
+    arguments (issue 44: 510 bytes of 5 000 x 100 000 asked for about 37 GB)."""
+    from gpu_agent.timeline.nanotrace import v4
+
+    t = nt.Nanotrace(version=4, session="bomb", reference_clock=1)
+    t.clocks = {1: (0, 0, 0, 1_000_000_000)}
+    t.tracks[1] = nt.Track(1, 0, 1, "k", KERNEL)  # string 1
+    t.events.append(nt.Event(1, 0, 10, "k", args=[("a", 0)] * args))
+    raw = v4.encode_v4(t)
+    head = struct.calcsize("<8sHHBBHQQ")
+    body, out, at = zlib.decompress(raw[head:]), b"", 0
+    while at < len(body):
+        ctype, _, size, count = struct.unpack_from("<IIQQ", body, at)
+        payload = body[at + 24 : at + 24 + size]
+        if ctype == 6:  # the events: each names arguments 0..args-1
+            one = v4._varuint(1) + v4._zigzag(0) + v4._varuint(10) + v4._varuint(1) + bytes([16])
+            payload = v4._varuint(events) + (one + v4._varuint(0) + v4._varuint(args)) * events
+            count = events
+        out += struct.pack("<IIQQ", ctype, 0, len(payload), count) + payload
+        at += 24 + size
+    packed = zlib.compress(out, 9)
+    return struct.pack("<8sHHBBHQQ", b"NTRACE4\0", 4, 0, 1, 1, 0, len(out), len(packed)) + packed

@@ -7,6 +7,7 @@ from __future__ import annotations
 from .model import (
     KERNEL,
     MAX_BODY,
+    MAX_ARGS,
     MAX_EVENTS,
     MAX_TRACKS,
     THREAD_BLOCK,
@@ -19,6 +20,8 @@ from .model import (
     inflate,
     Reader,
 )
+
+KEYS = tuple(str(k) for k in range(256))  # a parameter's name is its place (at most 255 of an event)
 
 
 def parse_v1(data: bytes, what: str) -> Nanotrace:
@@ -51,6 +54,7 @@ def parse_v1(data: bytes, what: str) -> Nanotrace:
     root = Track(1, 0, 0, t.kernel, KERNEL)
     t.tracks[1] = root
     block_track: dict[int, int] = {}
+    n_args = 0
     for i in range(n_tracks):
         bi, fmt_id = r.unpack("<IH")
         lane = r.unpack("<I")[0]
@@ -77,7 +81,10 @@ def parse_v1(data: bytes, what: str) -> Nanotrace:
             params = r.unpack(f"<{formats[ev_fmt][1]}I")
             if len(t.events) >= MAX_EVENTS:
                 raise NanotraceError(f"{what}: more than {MAX_EVENTS} events")
-            ev_args = [(str(k), v) for k, v in enumerate(params)]
+            n_args += len(params)
+            if n_args > MAX_ARGS:
+                raise NanotraceError(f"{what}: more than {MAX_ARGS} event parameters")
+            ev_args = list(zip(KEYS, params))
             t.events.append(Event(tid, start, dur, formats[ev_fmt][0], args=ev_args))
     if len(t.events) != n_events:
         raise NanotraceError(f"{what}: {len(t.events)} events where its header says {n_events}")
