@@ -388,3 +388,20 @@ def test_the_timeline_as_a_version_4_file_reads_back(tmp_path):
         ours = [e for e in back.events if e.track in under]
         assert len(ours) == len(ik.events) == 8
         assert all(k.start_ns <= e.start + T0 - RAW0 <= e.start + e.duration + T0 - RAW0 <= k.end_ns for e in ours)
+
+
+def test_an_events_file_past_its_byte_bound_is_one_error(tmp_path, monkeypatch):
+    """Issue 44: lines and their count were bounded, not their product (20 M lines of
+    1 MiB). The whole file is bounded too (MAX_BYTES, 4 GiB; 600 bytes here)."""
+    from gpu_agent.timeline import events_ndjson
+
+    tl = Timeline(host="h", started_ns=1, ended_ns=10**9)
+    for i in range(20):
+        tl.kernels.append(KernelEvent(7, 1000 * i, 1000 * i + 500, "k", "k", 0, 1, 1, i + 1))
+    path = tmp_path / "e.ndjson"
+    write_events(tl, path)
+    assert len(read_events(path).kernels) == 20
+    monkeypatch.setattr(events_ndjson, "MAX_BYTES", 600)
+    assert path.stat().st_size > 600
+    with pytest.raises(EventsError, match="more than 600 bytes"):
+        read_events(path)

@@ -167,6 +167,10 @@ class EventsError(ValueError):
 
 MAX_LINE = 1 << 20  # bytes of one line
 MAX_LINES = 20_000_000
+# bytes of the whole file: lines of 1 MiB each would be 20 TB (issue 44); a full
+# default capture ring (250 000 kernels, their stacks and in-kernel events) is
+# well under 1 GiB
+MAX_BYTES = 4 << 30
 
 
 def read_events(path) -> Timeline:
@@ -185,10 +189,15 @@ def read_events(path) -> Timeline:
         raise EventsError(str(e) if not e.strerror else f"{path}: {e.strerror}") from None
     f = os.fdopen(fd, "rb")
     with f:
+        read = 0
         for n, raw in enumerate(iter(lambda: f.readline(MAX_LINE + 1), b""), 1):
             where = f"{path}:{n}"
-            if len(raw) > MAX_LINE or n > MAX_LINES:
-                raise EventsError(f"{where}: a line longer than {MAX_LINE} bytes, or more than {MAX_LINES} lines")
+            read += len(raw)
+            if len(raw) > MAX_LINE or n > MAX_LINES or read > MAX_BYTES:
+                raise EventsError(
+                    f"{where}: a line longer than {MAX_LINE} bytes, more than {MAX_LINES} lines, "
+                    f"or more than {MAX_BYTES} bytes"
+                )
             try:
                 line = json.loads(raw)
                 kind = line["type"]
