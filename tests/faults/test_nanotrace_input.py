@@ -170,3 +170,62 @@ def test_an_argument_bomb_is_one_line_at_once(world_dir, tmp_path):
     assert len(said) == 1 and "name 10000000 arguments in all, the file holds 100000" in said[0], err
     assert said[0].endswith("not merged") and p.returncode == 1, err  # nothing new placed
     assert peak < 100 and seconds < 10, (peak, seconds)  # seconds: the Python start; the read itself 0.1 s
+
+
+def test_outputs_under_sudo_are_created_as_the_invoker_would(world_dir, tmp_path):
+    """Issue 44, item 2: under sudo, `timeline merge -o D/victim.conf` replaced a
+    root-only file in a root-only directory and handed it to nobody (with -o
+    /etc/ld.so.preload that user would own a file root trusts). Every output is now
+    created only where the invoker may, checked on the opened directory, without
+    following a link, and fchown'ed on the open file. Refused: a root-only directory,
+    and root's file in a sticky world-writable one; allowed: nobody's own directory,
+    twice over the same output."""
+    from gpu_agent.timeline import write_events
+    from gpu_agent.timeline.model import KernelEvent, Timeline
+
+    tl = Timeline(host="h", started_ns=1, ended_ns=10**9)
+    tl.kernels.append(KernelEvent(7, 1000, 9000, "k", "k", 0, 1, 1, 5, grid=(1, 1, 1), block=(1, 1, 1)))
+    mine = world_dir / "sudo-out"
+    mine.mkdir()
+    os.chown(mine, NOBODY, NOBODY)
+    events, nt_file = mine / "e.ndjson", mine / "k.nanotrace"
+    write_events(tl, events)
+    nt_file.write_bytes(v1_file(kernel="k", grid=(1, 1, 1)))
+    for f in (events, nt_file):
+        os.chown(f, NOBODY, NOBODY)
+    root_only = tmp_path / "root-only"  # 0700, root's
+    root_only.mkdir(mode=0o700)
+    victim = root_only / "victim.conf"
+    victim.write_text("root's\n")
+    victim.chmod(0o600)
+    sticky = world_dir / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    roots = sticky / "roots.ndjson"
+    roots.write_text("root's\n")
+
+    def merge(*outs: str):
+        return subprocess.run(
+            agent_cmd("timeline", "merge", events, nt_file, *outs),
+            env=mock_env(SUDO_UID=str(NOBODY), SUDO_GID=str(NOBODY)),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+
+    for outs in (("-o", str(victim)), ("--events", str(root_only / "new.ndjson")), ("--events", str(roots))):
+        p = merge(*outs)
+        errs = [ln for ln in p.stderr.splitlines() if ln.startswith("gpu-agent: ")]
+        assert p.returncode == 2 and len(errs) == 1 and "who ran this through sudo, may not write there" in errs[0], (
+            outs,
+            p.stderr,
+        )
+    assert victim.read_text() == "root's\n" and victim.stat().st_uid == 0
+    assert roots.read_text() == "root's\n" and roots.stat().st_uid == 0
+    assert not (root_only / "new.ndjson").exists()
+    for _ in range(2):  # over its own earlier output too
+        p = merge("--events", str(mine / "out.ndjson"), "-o", str(mine / "out.perfetto-trace"))
+        assert p.returncode in (0, 1), p.stderr
+        for f in (mine / "out.ndjson", mine / "out.perfetto-trace"):
+            st = f.stat()
+            assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (NOBODY, NOBODY, 0o600), f

@@ -108,5 +108,7 @@ def output_error(path: Path) -> str | None:
     Its directory must exist: the agent runs as root and creates none for a typo."""
     if path.is_dir():
         return f"{path} is a directory"
-    why = _unwritable(path.parent, create=False)
+    from ..system.atomic import invoker_may_not_write
+
+    why = _unwritable(path.parent, create=False) or invoker_may_not_write(path)
     return f"cannot write {path}: {why}" if why else None

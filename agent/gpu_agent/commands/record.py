@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from ..probes import preflight
-from ..system.atomic import hand_to_invoker
+from ..system.atomic import outputs_for_invoker
 from ..join.collector import Collector
 from ..probes.paths import shim_path
 from . import timeline_out
@@ -96,6 +96,7 @@ def main(args) -> int:
         )
         return 2
     # Before the command runs: a profile that cannot be written loses the whole run.
+    outputs_for_invoker()  # under sudo, outputs are created as the invoker would create them
     why = output_error(Path(args.output)) or timeline_out.unwritable(args)
     if why:
         print(f"gpu-agent: error: {why}; nothing was run", file=sys.stderr)
@@ -161,7 +162,6 @@ def main(args) -> int:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         builder.write(args.output)
         written = timeline_out.write(args, tl) if tl is not None else []
-        hand_to_invoker([args.output, *written])
         for path in written:
             if not args.quiet:
                 print(f"gpu-agent: {timeline_out.summary(tl)} -> {path}", file=sys.stderr)

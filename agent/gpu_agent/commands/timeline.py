@@ -47,9 +47,10 @@ def add_parser(sub) -> None:
 
 
 def main(args) -> int:
-    from ..system.atomic import hand_to_invoker
+    from ..system.atomic import outputs_for_invoker
     from ..timeline.events_ndjson import EventsError, read_events, write_events
 
+    outputs_for_invoker()  # under sudo, the user's files, created as they would create them
     outs = [p for p in (args.output, args.events_out) if p is not None]
     why = next(filter(None, map(output_error, outs)), "") if outs else "give -o FILE, --events OUT.ndjson, or both"
     if why:
@@ -66,7 +67,6 @@ def main(args) -> int:
         write_trace(tl, args.output, args.trace_format)
     if args.events_out:
         write_events(tl, args.events_out, args.events_mode)
-    hand_to_invoker(outs)  # under sudo, the user's files, as record's are
     placed = sum(len(ik.events) for ik in tl.inkernel)
     print(
         f"gpu-agent: {len(tl.kernels)} kernels, {placed} in-kernel events of {len(tl.inkernel)} kernel(s) "

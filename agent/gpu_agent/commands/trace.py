@@ -20,7 +20,7 @@ import time
 from ..system import k8s
 from ..probes import preflight
 from ..system import procfs
-from ..system.atomic import hand_to_invoker
+from ..system.atomic import outputs_for_invoker
 from ..join.collector import Collector
 from ..timeline.target import NOT_MAPPED, TraceTarget
 from . import kube, timeline_out
@@ -51,6 +51,7 @@ def main(args) -> int:
     preflight.check()
     if not timeline_out.wanted(args):
         return _error("trace needs -o FILE, --events FILE or --store DIR")
+    outputs_for_invoker()  # under sudo, outputs are created as the invoker would create them
     why = timeline_out.unwritable(args)
     if why:
         return _error(f"{why}; nothing was traced")
@@ -108,7 +109,6 @@ def main(args) -> int:
         tl.kernels = [k for k in tl.kernels if started <= k.start_ns <= until]
         tl.ended_ns = until
         written = timeline_out.write(args, tl)
-        hand_to_invoker(written)
         for path in written:
             print(
                 f"gpu-agent: {timeline_out.summary(tl)} of {len(tl.processes)} process(es) -> {path}", file=sys.stderr

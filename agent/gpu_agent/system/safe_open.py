@@ -52,7 +52,7 @@ def invoker() -> Optional[tuple[int, set[int]]]:
         return None
 
 
-def _may(st: os.stat_result, who: tuple[int, set[int]], bits: tuple[int, int, int]) -> bool:
+def may(st: os.stat_result, who: tuple[int, set[int]], bits: tuple[int, int, int]) -> bool:
     uid, gids = who
     if st.st_uid == uid:
         return bool(st.st_mode & bits[0])
@@ -78,11 +78,11 @@ def open_for_invoker(path: str) -> tuple[int, os.stat_result]:
     if who is None:
         return fd, st
     real = os.readlink(f"/proc/self/fd/{fd}")
-    ok = _may(st, who, (stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH))
+    ok = may(st, who, (stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH))
     d = os.path.dirname(real)
     while ok and d and d != "/":
         try:
-            ok = _may(os.stat(d), who, (stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH))
+            ok = may(os.stat(d), who, (stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH))
         except OSError:
             ok = False
         d = os.path.dirname(d)
