@@ -135,26 +135,34 @@ def test_timeline_merge_reads_only_what_the_invoker_may(world_dir, tmp_path):
     assert out.stat().st_uid == NOBODY and out.stat().st_mode & 0o777 == 0o600  # the invoker's, as record's
 
 
+def nobodys_merge_inputs(d, nanotrace: bytes):
+    """A directory of nobody's with an events file of one kernel `k` and a .nanotrace:
+    (events, nanotrace)."""
+    from gpu_agent.timeline import write_events
+    from gpu_agent.timeline.model import KernelEvent, Timeline
+
+    tl = Timeline(host="h", started_ns=1, ended_ns=10**9, monotonic_raw_pair=(1, 1))
+    tl.kernels.append(KernelEvent(7, 1000, 9000, "k", "k", 0, 1, 1, 5, grid=(1, 1, 1), block=(1, 1, 1)))
+    d.mkdir()
+    os.chown(d, NOBODY, NOBODY)
+    events, nt_file = d / "e.ndjson", d / "k.nanotrace"
+    write_events(tl, events)
+    nt_file.write_bytes(nanotrace)
+    for f in (events, nt_file):
+        os.chown(f, NOBODY, NOBODY)
+    return events, nt_file
+
+
 def test_an_argument_bomb_is_one_line_at_once(world_dir, tmp_path):
     """Issue 44, item 1: a version 4 file whose 100 events all name the same 100 000
     arguments (459 bytes) took `timeline merge` to 711 MB in 2.2 s here (5 000 events:
     about 37 GB). Each argument may be named once in all: one line, within a second,
     under 100 MB (the command's baseline is about 33 MB), as nobody under sudo."""
-    from gpu_agent.timeline import write_events
-    from gpu_agent.timeline.model import KernelEvent, Timeline
     from support.nanotrace_files import v4_arg_bomb
     from support.peak import peak_mib_until_exit
 
-    tl = Timeline(host="h", started_ns=1, ended_ns=10**9, monotonic_raw_pair=(1, 1))
-    tl.kernels.append(KernelEvent(7, 1000, 9000, "k", "k", 0, 1, 1, 5, grid=(1, 1, 1), block=(1, 1, 1)))
     d = world_dir / "bomb"
-    d.mkdir()
-    os.chown(d, NOBODY, NOBODY)
-    events, bomb = d / "e.ndjson", d / "bomb.nanotrace"
-    write_events(tl, events)
-    bomb.write_bytes(v4_arg_bomb(100, 100_000))
-    for f in (events, bomb):
-        os.chown(f, NOBODY, NOBODY)
+    events, bomb = nobodys_merge_inputs(d, v4_arg_bomb(100, 100_000))
     started = time.monotonic()
     p = subprocess.Popen(
         agent_cmd("timeline", "merge", events, bomb, "--events", d / "out.ndjson"),
@@ -180,19 +188,8 @@ def test_outputs_under_sudo_are_created_as_the_invoker_would(world_dir, tmp_path
     following a link, and fchown'ed on the open file. Refused: a root-only directory,
     and root's file in a sticky world-writable one; allowed: nobody's own directory,
     twice over the same output."""
-    from gpu_agent.timeline import write_events
-    from gpu_agent.timeline.model import KernelEvent, Timeline
-
-    tl = Timeline(host="h", started_ns=1, ended_ns=10**9)
-    tl.kernels.append(KernelEvent(7, 1000, 9000, "k", "k", 0, 1, 1, 5, grid=(1, 1, 1), block=(1, 1, 1)))
     mine = world_dir / "sudo-out"
-    mine.mkdir()
-    os.chown(mine, NOBODY, NOBODY)
-    events, nt_file = mine / "e.ndjson", mine / "k.nanotrace"
-    write_events(tl, events)
-    nt_file.write_bytes(v1_file(kernel="k", grid=(1, 1, 1)))
-    for f in (events, nt_file):
-        os.chown(f, NOBODY, NOBODY)
+    events, nt_file = nobodys_merge_inputs(mine, v1_file(kernel="k", grid=(1, 1, 1)))
     root_only = tmp_path / "root-only"  # 0700, root's
     root_only.mkdir(mode=0o700)
     victim = root_only / "victim.conf"
