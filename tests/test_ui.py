@@ -10,6 +10,7 @@ nothing runs, so each phase's files are known exactly):
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -449,8 +450,23 @@ def test_token_protected_listener(store, tmp_path, page):
         agent_cmd("ui", "--profiles", out, "--listen", "0.0.0.0:0"), capture_output=True, text=True, timeout=60
     )
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--ui-token-file" in p.stderr, p.stderr
+    # Issue 44: the token file is root's or the UI's user's, no one else's, and a regular
+    # file (a FIFO there stalled every request): otherwise one line before it serves.
+    loose, fifo = tmp_path / "loose", tmp_path / "fifo"
+    loose.write_text("s3cret-token\n")
+    loose.chmod(0o644)
+    os.mkfifo(fifo, 0o600)
+    for bad, why in ((loose, "no one else's (chmod 600"), (fifo, "is not a regular file")):
+        p = subprocess.run(
+            agent_cmd("ui", "--profiles", out, "--listen", "0.0.0.0:0", "--ui-token-file", bad),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert p.returncode == 2 and p.stderr.count("\n") == 1 and why in p.stderr, p.stderr
     token = tmp_path / "token"
     token.write_text("s3cret-token\n")
+    token.chmod(0o600)
     guarded = Ui(out, "--ui-token-file", str(token), listen="0.0.0.0:0")
     try:
         assert not any("warning" in line for line in guarded.lines)

@@ -22,6 +22,8 @@ import hmac
 import json
 import logging
 import os
+import re
+import stat
 import threading
 import time
 import urllib.parse
@@ -49,6 +51,8 @@ ASSETS = {
     "/static/vendor/THIRD_PARTY_LICENSES.txt": ("vendor/THIRD_PARTY_LICENSES.txt", "text/plain; charset=utf-8"),
 }
 COOKIE = "gpu_agent_ui_token"
+MAX_TOKEN = 4096  # bytes of a token file read
+TOKEN_IN_QUERY = re.compile(r"([?&]token=)[^&\s]*")
 LOOPBACK_NAMES = ("localhost",)
 log = logging.getLogger("gpu_agent.ui")
 
@@ -81,12 +85,29 @@ class TokenFile:
             st = os.stat(self.path)
             stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
             if stamp != self._stamp:
-                with open(self.path, "rb") as f:
-                    token = f.read().strip()
+                token = self._read()
                 if not token:
                     raise ValueError(f"{self.path} is empty")
                 self._token, self._stamp = token, stamp
             return self._token
+
+    def _read(self) -> bytes:
+        """The token, only from a regular file of root's or this user's that no one
+        else may read or write (issue 44: a 0644 token was taken), opened without
+        blocking (a FIFO there stalled every request under the lock)."""
+        fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ValueError(f"{self.path} is not a regular file")
+            if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o077:
+                raise ValueError(
+                    f"{self.path} must be root's or this user's and no one else's (chmod 600; "
+                    "a Kubernetes secret: defaultMode 0400)"
+                )
+            return os.read(fd, MAX_TOKEN + 1)[:MAX_TOKEN].strip()
+        finally:
+            os.close(fd)
 
     def matches(self, offered: str) -> bool:
         try:
@@ -133,6 +154,8 @@ class Handler(BaseHTTPRequestHandler):
     sys_version = ""
 
     def log_message(self, fmt, *args):  # the agent's log, not stderr lines per request
+        # a browser's first request carries the token in its query (/?token=…): not logged
+        args = tuple(TOKEN_IN_QUERY.sub(r"\1<redacted>", a) if isinstance(a, str) else a for a in args)
         log.debug("%s " + fmt, self.address_string(), *args)
 
     def do_HEAD(self):
@@ -269,6 +292,8 @@ def serve(
             token = TokenFile(token_file)
         except OSError as e:
             raise ValueError(f"--ui-token-file: cannot read {token_file}: {e.strerror or e}") from None
+        except ValueError as e:
+            raise ValueError(f"--ui-token-file: {e}") from None
     api = Api(Store(store_dir), health=health)
     server = UiServer((host, port), api, token)
     threading.Thread(target=server.serve_forever, name="gpu-agent-ui", daemon=True).start()
