@@ -28,10 +28,11 @@ from support.windows import launches_at
 
 RATE = 20000
 LOOP_S = 17  # the loop's life; the agent stops 4 s before its end
-# test_a_short_process_is_counted_whole: 9 runs on this 2-core VM, 6 of them beside a
-# CPU-burning process, read -1.5 to +3.6 % (mean +2.2 %, sd 1.6 points): 8 % is about
-# 3.6 sd above the mean. The defects it guards read +33 % and -11 %.
-SHORT_BOUND = 0.08
+# The shim's period lines (GPU_AGENT_DEBUG=2): the rest's rate, the count phase's, the estimate
+PERIOD_LINE = re.compile(
+    r"period \(pid \d+\): .*; rest [\d.]+ ms at (\d+)/s \(count phase (-?\d+)/s\); (\d+) launches$", re.M
+)
+JOINED = re.compile(r"(\d+) launches joined to the window before them")
 TIME = re.compile(r"^Time: (\S+ \S+) ", re.M)
 
 
@@ -137,26 +138,38 @@ def test_a_stop_loses_nothing(paced_run):
 
 def test_a_short_process_is_counted_whole(tmp_path, built):
     """A 2 s closed loop whose windows slow its launches (as kernel activity does on a
-    GPU), under `record --budget 2`: its launches land whole. Until the windows'
-    tails had measured what the count phase's callbacks cost, a share of the first
-    windows' slowdown stood in, and those windows pay for the first instrumentation
-    and forced samples: the first periods read +36 %, the run +33 % (short eager
-    processes on an H200: +20 %). And a record's rows of two periods once collapsed
-    into one (the first period lost: -11 %). Its bound: SHORT_BOUND."""
+    GPU), under `record --budget 2`. Checked against the shim's own arithmetic (its
+    period lines, GPU_AGENT_DEBUG=2), which the host's load cannot move:
+    - the profile holds every period's estimate: a record's rows of two periods once
+      collapsed into one and the first period was lost (-11 % of the run);
+    - before any tail has measured the count phase's callbacks, its rate is not
+      corrected: a share of the first windows' slowdown stood in, and those windows
+      pay for the first instrumentation and forced samples (first periods +36 %, the
+      run +33 %; short eager processes on an H200 +20 %).
+    How close the estimate lands on the truth depends on the load: 9 runs read -1.5 to
+    +3.6 %, one beside two CPU burners on this 2-core VM -21.6 % (bench/gpu judges
+    that on a GPU)."""
     need_ebpf()
     gt, out = tmp_path / "truth.tsv", tmp_path / "short.pb.gz"
-    env = mock_env(gt, MOCK_CUPTI_ACTIVITY_LAUNCH_NS="8000", MOCK_CUPTI_CALLBACK_NS="150")
+    env = mock_env(gt, MOCK_CUPTI_ACTIVITY_LAUNCH_NS="8000", MOCK_CUPTI_CALLBACK_NS="150", GPU_AGENT_DEBUG="2")
     env.pop("GPU_AGENT_DUTY_CYCLE")
-    launches = 500000
     p = subprocess.run(
         agent_cmd("record", "--budget", "2", "-o", out, "--", MOCK_APP, "--paths", "cuLaunchKernel")
-        + ["--bench", str(launches), "--rate", "0", "--spin-ns", "4000"],
+        + ["--bench", "500000", "--rate", "0", "--spin-ns", "4000"],
         env=env,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert p.returncode == 0, p.stderr[-3000:]
+    periods = [m.groups() for m in PERIOD_LINE.finditer(p.stderr)]
+    joined = sum(int(n) for n in JOINED.findall(p.stderr))
+    assert periods, p.stderr[-3000:]
+    shim = sum(int(est) for _, _, est in periods) + joined
     seen = sum(s.values[1] for s in raw(out) if s.files and s.files[0] == "CUDA_KERNEL")
+    # records' weights are rounded one by one without bias: about 0.02 % here
+    assert abs(seen / shim - 1) < 0.005, (seen, shim, periods, joined)
+    rest, count, _ = periods[0]
+    assert abs(int(rest) - int(count)) <= 1, periods[0]  # no tail yet: no correction
     made = sum(n for n, _ in ground_truth(gt).values())
-    assert abs(seen / made - 1) < SHORT_BOUND, (seen, made, p.stderr[-1500:])
+    assert 0.5 < seen / made < 1.5, (seen, made)  # the order of magnitude, whatever the load
