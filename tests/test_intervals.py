@@ -142,10 +142,11 @@ def test_a_short_process_is_counted_whole(tmp_path, built):
     period lines, GPU_AGENT_DEBUG=2), which the host's load cannot move:
     - the profile holds every period's estimate: a record's rows of two periods once
       collapsed into one and the first period was lost (-11 % of the run);
-    - before any tail has measured the count phase's callbacks, its rate is not
-      corrected: a share of the first windows' slowdown stood in, and those windows
-      pay for the first instrumentation and forced samples (first periods +36 %, the
-      run +33 %; short eager processes on an H200 +20 %).
+    - until the tails have measured the count phase's callbacks, its rate is
+      corrected by at most 300 ns a launch: a share of the first windows' slowdown
+      stood in, and those windows pay for the first instrumentation and forced
+      samples (first periods +36 %, the run +33 %; short eager processes on an H200
+      +20 %).
     How close the estimate lands on the truth depends on the load: 9 runs read -1.5 to
     +3.6 %, one beside two CPU burners on this 2-core VM -21.6 % (bench/gpu judges
     that on a GPU)."""
@@ -169,7 +170,10 @@ def test_a_short_process_is_counted_whole(tmp_path, built):
     seen = sum(s.values[1] for s in raw(out) if s.files and s.files[0] == "CUDA_KERNEL")
     # records' weights are rounded one by one without bias: about 0.02 % here
     assert abs(seen / shim - 1) < 0.005, (seen, shim, periods, joined)
-    rest, count, _ = periods[0]
-    assert abs(int(rest) - int(count)) <= 1, periods[0]  # no tail yet: no correction
+    # Until three tails have measured the callbacks' cost, at most 300 ns a launch is
+    # taken out of the first period's count phase (none before its first tail, which
+    # may or may not have ended by then); K_CB's guess took out 1 280 ns here.
+    rest, count, _ = (int(x) for x in periods[0])
+    assert count > 0 and 1e9 / count - 1e9 / rest <= 301, periods[0]
     made = sum(n for n, _ in ground_truth(gt).values())
     assert 0.5 < seen / made < 1.5, (seen, made)  # the order of magnitude, whatever the load
