@@ -1,5 +1,6 @@
 /* procs.h: a process's life as the agent hears of it: attach (GA_EV_PROC_ATTACH),
- * the replay probe, how far its shim has published (GA_EV_PUBLISHED), and exit (GA_EV_PROC_EXIT, and its BPF state dropped). */
+ * the replay probe, how far its shim has published (GA_EV_PUBLISHED), and exit
+ * (GA_EV_PROC_EXIT, and its BPF state dropped). */
 #ifndef GA_BPF_PROCS_H
 #define GA_BPF_PROCS_H
 

@@ -94,3 +94,14 @@ def test_rows_without_a_span_go_where_they_are_drained_and_record_takes_everythi
     whole.place({key(1 * S, 2 * S): AggVal(10, 1, 10, 1), key(2 * S, 3 * S): AggVal(10, 1, 10, 2)}, {})
     # two periods' rows of one kernel are one row (they once overwrote each other)
     assert whole.current.totals == {key(): AggVal(20, 2, 20, 3)}
+
+
+def test_intervals_merged_sum_their_rows_and_end_at_the_last():
+    p = Placement(start_ns=100 * S, mono_ns=10 * S)
+    p.place({key(12 * S, 14 * S): AggVal(0, 0, 0, 10)}, {})
+    p.close(110 * S, 20 * S)
+    p.place({key(): AggVal(0, 0, 0, 5)}, {})
+    p.close(120 * S, 30 * S)
+    win = Placement.merged(p.ready(31 * S, final=True))
+    assert (win.start_ns, win.end_ns, win.mono_end) == (100 * S, 120 * S, 30 * S)
+    assert win.totals == {key(): AggVal(0, 0, 0, 15)}

@@ -289,15 +289,7 @@ class Collector:
         """Everything not given out yet, in one profile, now (`record`, tests); with
         per_pid, also one profile per process (one series per process)."""
         self.close_interval()
-        held = self.placement.ready(time.monotonic_ns(), final=True)
-        win = held[0]
-        for iv in held[1:]:
-            for dst, src in ((win.totals, iv.totals), (win.sampled, iv.sampled)):
-                for k, v in src.items():
-                    old = dst.get(k)
-                    dst[k] = v if old is None else type(v)(*(a + b for a, b in zip(old, v)))
-            win.end_ns = iv.end_ns
-        return self._profiles_of(win, per_pid)
+        return self._profiles_of(self.placement.merged(self.placement.ready(time.monotonic_ns(), final=True)), per_pid)
 
     def _profiles_of(self, win: Interval, per_pid: bool) -> IntervalProfiles:
         """A closed interval's profiles (with per_pid, one per process too)."""

@@ -120,7 +120,19 @@ class Placement:
                 out.append((iv, o / span, ""))
         return out
 
-    def _add(self, iv: Interval, which: str, key, v: AggVal) -> None:
+    @staticmethod
+    def merged(intervals: list[Interval]) -> Interval:
+        """Consecutive intervals as one (the first, their rows summed, the last's end)."""
+        win = intervals[0]
+        for iv in intervals[1:]:
+            for which in ("totals", "sampled"):
+                for k, v in getattr(iv, which).items():
+                    Placement._add(win, which, k, v)
+            win.end_ns, win.mono_end = iv.end_ns, iv.mono_end
+        return win
+
+    @staticmethod
+    def _add(iv: Interval, which: str, key, v: AggVal) -> None:
         dst = iv.totals if which == "totals" else iv.sampled
         old = dst.get(key)
         dst[key] = v if old is None else AggVal(*(a + b for a, b in zip(old, v)))
