@@ -21,6 +21,8 @@ package registry).
             10 times (bench/gpu/fault_run.py)
   globaltimer  %globaltimer against CUPTI's kernel times, and a .nanotrace merged
             into a real capture (bench/gpu/globaltimer.py)
+  rateproxy what tracks a job's launch rate between count phases: its thread's CPU
+            time, instructions, cycles (bench/gpu/rate_proxy.py)
   table     the overhead table of a JSONL file written before
 Results go, as JSON lines, to --jsonl (appended).
 """
@@ -34,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.gpu import fault_run, fidelity, globaltimer, inprocess, intervals, overhead
+from bench.gpu import fault_run, fidelity, globaltimer, inprocess, intervals, overhead, rate_proxy
 from bench.gpu.cases import STEPS, WORKLOADS
 from bench.gpu.harness import case_command, clean_env, profile_kernels, profile_stacks, python_share
 
@@ -205,6 +207,9 @@ def main(argv=None) -> None:
     iv.add_argument("--exact-seconds", type=float, default=5.0, help="the continuous run's loop (s)")
     iv.add_argument("--floor", action="store_true", help="each job again with GPU_AGENT_DUTY_CYCLE=1")
     iv.add_argument("--metrics", action="store_true", help="the agent serves /metrics too: scraped every 5 s")
+    iv.add_argument(
+        "--periods", action="store_true", help="the shim's period lines against the step log, and pooled rates"
+    )
     iv.add_argument("--keep", default="", metavar="DIR", help="work in DIR, keeping profiles and step logs")
     s = sub.add_parser("smoke", help="one short `gpu-agent record` per case")
     s.add_argument("--workloads", default="eager,graph,driver-graph")
@@ -225,8 +230,12 @@ def main(argv=None) -> None:
         default=0,
         help="the second half of the launches this long after the first (the clocks' drift)",
     )
+    rp = sub.add_parser("rateproxy", help=rate_proxy.__doc__.split("\n")[0])
+    rp.add_argument("--workloads", default="eager,mlp,llama")
+    rp.add_argument("--seconds", type=float, default=45.0, help="each process's loop")
+    rp.add_argument("--agent", action="store_true", help="each again with the shim, under `gpu-agent run`")
     t = sub.add_parser("table", help="print the overhead table of --jsonl")
-    for p in (o, f, g, t, iv):
+    for p in (o, f, g, t, iv, rp):
         p.add_argument("--jsonl", default="bench-gpu.jsonl", help="results, appended")
     a = ap.parse_args(argv)
     known = intervals.JOBS if a.cmd == "intervals" else WORKLOADS
@@ -252,6 +261,8 @@ def main(argv=None) -> None:
         smoke(a)
     elif a.cmd == "fault":
         sys.exit(fault_run.main([a.out, str(a.cycles)]))
+    elif a.cmd == "rateproxy":
+        rate_proxy.bench(a)
     elif a.cmd == "globaltimer":
         globaltimer.run(a)
     else:

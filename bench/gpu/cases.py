@@ -32,7 +32,7 @@ each block with the shim's state at its end (attached, teardowns so far): the
 in-process method of python -m bench.gpu overhead --method inprocess.
 
 --step-log FILE runs steps for --seconds S (else --steps N steps) after --wait and
-appends, about every 0.25 s, a line `CLOCK_REALTIME_ns steps_done` (the build's
+appends, about every 0.25 s (--log-every), a line `CLOCK_REALTIME_ns steps_done` (the build's
 step counted; steps whose launches were issued); it prints the counts at the end.
 For python -m bench.gpu intervals (bench/gpu/intervals.py), with two more jobs:
   phased    eager and mlp in one process, switching every --phase S seconds; its
@@ -165,9 +165,11 @@ def make_step(workload: str):
     return g.replay
 
 
-def logged_steps(steps: list, log_path: str, seconds: float, n: int, wait: float, phase: float, bursts: str) -> list:
+def logged_steps(
+    steps: list, log_path: str, seconds: float, n: int, wait: float, phase: float, bursts: str, every: float = 0.25
+) -> list:
     """--step-log: steps (one function per case, switched every `phase` s) for
-    `seconds` (else `n` steps), after `wait` s; a log line about every 0.25 s."""
+    `seconds` (else `n` steps), after `wait` s; a log line about every `every` s."""
     import torch
 
     counts = [1] * len(steps)  # each was called once when built
@@ -182,7 +184,7 @@ def logged_steps(steps: list, log_path: str, seconds: float, n: int, wait: float
         time.sleep(wait)
         line()
         t0 = time.monotonic()
-        due = t0 + 0.25
+        due = t0 + every
         while time.monotonic() - t0 < seconds if seconds else sum(counts) - len(steps) < n:
             now = time.monotonic()
             if busy and (now - t0) % (busy + idle) >= busy:
@@ -193,7 +195,7 @@ def logged_steps(steps: list, log_path: str, seconds: float, n: int, wait: float
                 counts[i] += 1
             if now >= due:
                 line()
-                due = now + 0.25
+                due = now + every
         torch.cuda.synchronize()
         line()
     return counts
@@ -304,6 +306,7 @@ def main(argv=None) -> None:
     ap.add_argument("--step-log", default="", metavar="FILE", help="log steps done to FILE (see above)")
     ap.add_argument("--seconds", type=float, default=0, help="--step-log: run for this long instead of --steps")
     ap.add_argument("--phase", type=float, default=30.0, help="phased: seconds of each case in turn")
+    ap.add_argument("--log-every", type=float, default=0.25, metavar="S", help="--step-log: a line every S s")
     ap.add_argument("--bursts", default="", metavar="BUSY,IDLE", help="--step-log: busy, then idle, seconds")
     a = ap.parse_args(argv)
     if a.workload == "phased" and not a.step_log:
@@ -316,7 +319,7 @@ def main(argv=None) -> None:
             step()
         torch.cuda.synchronize()
         if a.step_log:
-            counts = logged_steps(steps, a.step_log, a.seconds, a.steps, a.wait, a.phase, a.bursts)
+            counts = logged_steps(steps, a.step_log, a.seconds, a.steps, a.wait, a.phase, a.bursts, a.log_every)
             print(json.dumps({"workload": a.workload, "steps": counts}), flush=True)
             return
         if a.trace:

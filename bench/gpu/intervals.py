@@ -22,6 +22,9 @@ Method:
      --seconds'th second (edge intervals prorated).
 --floor runs each job again with GPU_AGENT_DUTY_CYCLE=1 in the case's environment
 (always collecting): what is left is the method's own error, reported beside.
+--periods: the case runs with GPU_AGENT_DEBUG=2 and logs its steps every 0.05 s; each of
+the shim's period lines is set against the steps in it, and the judged intervals are
+made again from those lines with pooled rates (bench/gpu/periods.py alternatives).
 --metrics: the agent also serves /metrics (it then drains every second), scraped
 every 5 s (raw text kept beside --jsonl); its launch counter's increase over each
 full minute against the truth in that minute.
@@ -58,6 +61,7 @@ from typing import NamedTuple
 
 from bench.gpu.fidelity import shares_of
 from bench.gpu.harness import Agent, case_command, clean_env, load_profile, profile_kernels, profile_stacks, shim_env
+from bench.gpu import periods as period_lines
 from bench.gpu.periods import overlap
 from gpu_agent.profile.store import PROFILE_GLOB
 
@@ -272,7 +276,11 @@ class Run:
     def __init__(self, b: Bench, case: str, opts: tuple, seconds: float, floor: bool, wait: float = 0.0):
         b.runs += 1
         self.case, self.log_path = case, b.t / f"{case}-{b.runs}.log"
-        cmd, env = logged(case, self.log_path, seconds, wait, opts), shim_env(**FLOOR if floor else {})
+        debug = {"GPU_AGENT_DEBUG": "2"} if b.a.periods else {}  # one line a period
+        every = ("--log-every", "0.05") if b.a.periods else ()
+        cmd = logged(case, self.log_path, seconds, wait, (*opts, *every))
+        env = shim_env(**FLOOR if floor else {}, **debug)
+        self.real_minus_mono = time.time_ns() - time.monotonic_ns()  # the period lines' clock to the log's
         self.start = time.time_ns()
         self.p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.pid, self.timeout = self.p.pid, seconds + wait + 300
@@ -280,7 +288,7 @@ class Run:
 
     def finish(self) -> Run:
         out, errs = self.p.communicate(timeout=self.timeout)
-        self.end = time.time_ns()
+        self.end, self.stderr = time.time_ns(), errs
         if self.p.returncode != 0:
             raise SystemExit(f"{self.case} (pid {self.pid}) failed: {errs[-2000:]}")
         self.steps = last_json(out)["steps"]
@@ -365,7 +373,48 @@ def steady(b: Bench, case: str, opts: tuple, floor: bool):
     out["metrics_minutes"] = (
         b.scraper.minutes(run.pid, run.log, per, lo, run.start) if b.scraper else "TODO: not checked (--metrics)"
     )
+    if b.a.periods:
+        out["periods"] = period_check(run, per, lo, end, [iv for iv, _ in rows])
     out["line"] = cols(out["intervals"], out, f"{s['launches_err_pct']:+8.2f} {s['gpu_ns_err_pct']:+7.2f}")
+    return out
+
+
+def period_check(run: Run, per: list[dict], lo: int, end: int, ivs: list[Interval]) -> dict:
+    """--periods: each of the shim's period lines (GPU_AGENT_DEBUG=2) against the launches
+    the job made in it, and the judged intervals again as period_lines.alternatives would
+    make them (each period's launches spread evenly over its span, as placement does):
+    is an interval's error its periods' own, and would pooling their rates help?"""
+    rows = period_lines.parse(run.stderr)
+    if not rows:
+        print("    no period lines (GPU_AGENT_DEBUG=2)", flush=True)
+        return {}
+    for r in rows:
+        r["hi"] = r["end"] * S + run.real_minus_mono
+        r["lo"] = r["hi"] - r["len_ms"] * 1e6
+        r["true"] = total(truth(run.log.between(r["lo"], r["hi"]), per))[1]
+    alts = period_lines.alternatives(rows)
+    judged = [i for i, r in enumerate(rows) if r["lo"] >= lo and r["hi"] <= end and r["true"] > 0]
+    out: dict = {"n": len(judged), "per_period": {}, "per_interval": {}}
+    for name, est in alts.items():
+        out["per_period"][name] = spread([err(est[i], rows[i]["true"]) for i in judged])
+        errs = []
+        for iv in ivs:
+            got = sum(
+                e * overlap(iv.t0, iv.t1, r["lo"], r["hi"]) / max(1.0, r["hi"] - r["lo"]) for e, r in zip(est, rows)
+            )
+            errs.append(err(got, total(truth(run.log.between(iv.t0, iv.t1), per))[1]))
+        out["per_interval"][name] = spread(errs)
+        print(
+            f"    periods, {name:8s}: {len(judged)} periods {fmt(out['per_period'][name])}; "
+            f"intervals {fmt(out['per_interval'][name])}",
+            flush=True,
+        )
+    keep = ("len_ms", "on_ms", "seen", "in", "win_ms", "td_ms", "tail_ms", "tail_rate", "rest_ms", "rate")
+    out["rows"] = [
+        [round((r["lo"] - run.start) / S, 4), *(r[k] for k in keep), r["count_rate"], r["est"], round(r["true"], 1)]
+        for r in rows
+    ]
+    out["row_keys"] = ["from_s", *keep, "count_rate", "est", "true"]
     return out
 
 

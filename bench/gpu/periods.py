@@ -17,18 +17,21 @@ import statistics
 
 PERIOD = re.compile(
     r"period \(pid \d+\): ended at ([\d.]+) s \(CLOCK_MONOTONIC\) after ([\d.]+) ms; "
-    r"callbacks on ([\d.]+) ms, (\d+) launches seen .*?; rest ([\d.]+) ms at (\d+)/s "
+    r"callbacks on ([\d.]+) ms, (\d+) launches seen \((\d+) in the window of ([\d.]+) ms\); "
+    r"teardown ([\d.]+) ms; tail ([\d.]+) ms at (\d+)/s; rest ([\d.]+) ms at (\d+)/s "
     r"\(count phase (-?\d+)/s\); (\d+) launches$"
 )
+KEYS = ("end", "len_ms", "on_ms", "seen", "in", "win_ms", "td_ms", "tail_ms", "tail_rate", "rest_ms", "rate")
+KEYS += ("count_rate", "est")
 JOINED = re.compile(r"(\d+) launches joined to the window before them")
 
 
 def parse(stderr: str) -> list[dict]:
-    """Every period line: end (s), len_ms, on_ms (callbacks on), seen, rest_ms, rate
-    (per s, what the rest went at), count_rate, est (launches)."""
-    keys = ("end", "len_ms", "on_ms", "seen", "rest_ms", "rate", "count_rate", "est")
+    """Every period line: end (s), len_ms, on_ms (callbacks on), seen, in (the window's),
+    win_ms, td_ms (teardown stalls), tail_ms, tail_rate, rest_ms, rate (per s, what the
+    rest went at), count_rate, est (launches)."""
     return [
-        dict(zip(keys, (float(g) if "." in g else int(g) for g in m.groups())))
+        dict(zip(KEYS, (float(g) if "." in g else int(g) for g in m.groups())))
         for m in map(PERIOD.search, stderr.splitlines())
         if m
     ]
@@ -140,3 +143,34 @@ def report(name: str, res: dict, launches: int) -> None:
             f"{e['true']:.0f}",
             flush=True,
         )
+
+
+def launches_at(p: dict, rate: float) -> float:
+    """A period's launches were its rest to go at `rate` (per s): what its callbacks saw,
+    the rest at that rate, the tails at theirs (window.cpp's ga_window_extrapolated)."""
+    return p["seen"] + rate * p["rest_ms"] / 1e3 + p["tail_rate"] * p["tail_ms"] / 1e3
+
+
+NEAR = 0.25  # a neighbour's rate within 25 % of a period's own is the same job's
+
+
+def alternatives(rows: list[dict]) -> dict[str, list[float]]:
+    """Each period's launches (rows in time order) by ways of setting its rest's rate:
+    shipped  its own count phase's, corrected (the line's estimate)
+    near3    the mean of its own and its two neighbours' rates, those within NEAR of its own
+    near5    the same over two neighbours each side
+    run      the mean rate of all periods: how far pooling could go on a steady job"""
+    rates = [p["rate"] for p in rows]
+
+    def near(i: int, k: int) -> float:
+        own = rates[i]
+        got = [r for r in rates[max(0, i - k) : i + k + 1] if own and abs(r / own - 1) <= NEAR]
+        return sum(got) / len(got) if got else own
+
+    mean = sum(rates) / len(rates) if rates else 0.0
+    return {
+        "shipped": [float(p["est"]) for p in rows],
+        "near3": [launches_at(p, near(i, 1)) for i, p in enumerate(rows)],
+        "near5": [launches_at(p, near(i, 2)) for i, p in enumerate(rows)],
+        "run": [launches_at(p, mean) for p in rows],
+    }
