@@ -454,6 +454,21 @@ def short(b: Bench, case: str, opts: tuple, floor: bool):
             f"{est[1]:.0f} ({rows[-1]['launches_err_pct']:+.2f} %), GPU ns {rows[-1]['gpu_ns_err_pct']:+.2f} %",
             flush=True,
         )
+    if b.a.periods:  # where each process's launches went: its periods against its steps
+        for r, row in zip(runs, rows):
+            got = period_lines.parse(r.stderr)
+            for q in got:
+                hi = q["end"] * S + r.real_minus_mono
+                q["true"] = total(truth(r.log.between(hi - q["len_ms"] * 1e6, hi), per))[1]
+                q["from_s"] = (hi - q["len_ms"] * 1e6 - r.start) / S
+            row["periods"] = [[round(q["from_s"], 3), q["len_ms"], q["seen"], q["est"], round(q["true"])] for q in got]
+            row["exit_lines"] = [ln for ln in r.stderr.splitlines() if "exit (pid" in ln or "joined" in ln][-3:]
+            print(f"    pid {r.pid}: periods (from s, ms, seen, estimate, true): {row['periods']}", flush=True)
+            print(
+                f"      log from {(r.log.loop - r.start) / S:.2f} s to {(r.log.end - r.start) / S:.2f} s; "
+                f"the process ended at {(r.end - r.start) / S:.2f} s",
+                flush=True,
+            )
     out = {"processes": rows, "launches": spread([r["launches_err_pct"] for r in rows])}
     out["gpu_ns"] = spread([r["gpu_ns_err_pct"] for r in rows])
     out["total_launches_err_pct"] = err(sum(r["launches"] for r in rows), sum(r["true_launches"] for r in rows))

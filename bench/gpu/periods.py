@@ -18,7 +18,8 @@ import statistics
 PERIOD = re.compile(
     r"period \(pid \d+\): ended at ([\d.]+) s \(CLOCK_MONOTONIC\) after ([\d.]+) ms; "
     r"callbacks on ([\d.]+) ms, (\d+) launches seen \((\d+) in the window of ([\d.]+) ms\); "
-    r"teardown ([\d.]+) ms; tail ([\d.]+) ms at (\d+)/s; rest ([\d.]+) ms at (\d+)/s "
+    r"teardown ([\d.]+) ms; tail ([\d.]+) ms at (\d+)/s; (?:busy [\d.]+ ms of [\d.]+ ms[^;]*; )?"
+    r"rest ([\d.]+) ms at (\d+)/s "
     r"\(count phase (-?\d+)/s\); (\d+) launches$"
 )
 KEYS = ("end", "len_ms", "on_ms", "seen", "in", "win_ms", "td_ms", "tail_ms", "tail_rate", "rest_ms", "rate")

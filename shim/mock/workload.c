@@ -9,6 +9,7 @@
  *                 [--duration S] [--threads T] [--list-paths]
  *   mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel|cuGraphLaunch] [--rate R]
  *                 [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E] [--block B] [--spin-ns S]
+ *                 [--work-ns S] [--idle-first-ms M]
  *   --cupti-client AT_MS:HOLD_MS  (--bench) another CUPTI client in the process, as
  *                 torch.profiler is: from AT_MS on it tries cuptiSubscribe_v2 every ms
  *                 until CUPTI is free, holds it HOLD_MS, and unsubscribes
@@ -460,7 +461,11 @@ static double thread_cpu_s(void)
 static double g_gap_ms, g_gap_every_ms;
 static long g_block = 1000; /* --block: launches between two pacing sleeps */
 static long g_spin_ns;      /* --spin-ns: CPU work after each launch (a closed loop: a slower
-                             * launch delays all later ones) */
+                             * launch delays all later ones), timed by the wall clock */
+static long g_idle_first_ms; /* --idle-first-ms: no launch for this long after the warm-up's (a job
+                              * idle when the agent attaches: a server, one that loads data) */
+static long g_work_ns;      /* --work-ns: the same, timed by the thread's CPU time: a loop whose
+                             * launches cost CPU, not time, as a real job's do when preempted */
 
 static long g_client_at_ms = -1, g_client_hold_ms; /* --cupti-client (below) */
 static void cupti_client_tick(double t0);
@@ -480,6 +485,10 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
     if (graph) capture_cuGraphLaunch(&t); /* each launch: a replay of its 3 nodes */
     CUfunction f = g_fn[K_cuLaunchKernel];
     ck_rt(cudaLaunchKernel((const void *)stub_cudaLaunchKernel, GRID, BLOCK, t.args, 0, (cudaStream_t)t.s), "warmup");
+    if (g_idle_first_ms > 0) {
+        struct timespec ts = {(time_t)(g_idle_first_ms / 1000), (g_idle_first_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     double t0 = now_s(), c0 = thread_cpu_s();
     double gaps_s = 0, next_gap_s = g_gap_every_ms / 1e3;
     const char *trace_path = getenv("MOCK_LAUNCH_TRACE");
@@ -494,6 +503,11 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
         else
             ck_cu(cuLaunchKernel(f, 4, 1, 1, 128, 1, 1, 0, t.s, t.args, NULL), "cuLaunchKernel");
         if (g_client_at_ms >= 0 && i % 64 == 0) cupti_client_tick(t0);
+        if (g_work_ns > 0) {
+            double until = thread_cpu_s() + (double)g_work_ns * 1e-9;
+            while (thread_cpu_s() < until) {
+            }
+        }
         if (g_spin_ns > 0) {
             double until = now_s() + (double)g_spin_ns * 1e-9;
             while (now_s() < until) {
@@ -579,6 +593,7 @@ static void usage(void)
                     "                     [--threads T] [--list-paths]\n"
                     "       mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel|cuGraphLaunch] [--rate R]\n"
                     "                     [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E] [--block B] [--spin-ns S]\n"
+                    "                     [--work-ns S] [--idle-first-ms M]\n"
                     "                     [--cupti-client AT_MS:HOLD_MS]\n");
     exit(1);
 }
@@ -610,6 +625,8 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--gap-every-ms")) g_gap_every_ms = atof(v);
         else if (!strcmp(a, "--block")) g_block = atol(v);
         else if (!strcmp(a, "--spin-ns")) g_spin_ns = atol(v);
+        else if (!strcmp(a, "--work-ns")) g_work_ns = atol(v);
+        else if (!strcmp(a, "--idle-first-ms")) g_idle_first_ms = atol(v);
         else if (!strcmp(a, "--cupti-client")) {
             if (sscanf(v, "%ld:%ld", &g_client_at_ms, &g_client_hold_ms) != 2 || g_client_at_ms < 0) usage();
         } else usage();

@@ -102,6 +102,7 @@ struct tls_state {
     int64_t graph_countdown;
     uint32_t rt_epoch; /* != 0: inside a runtime launch of this attach epoch */
     uint32_t inited;
+    uint32_t busy_round; /* noted as a launching thread in this round (busy.cpp) */
 };
 static __thread tls_state t_state;
 
@@ -271,6 +272,8 @@ void CUPTIAPI ga_api_callback(void *, CUpti_CallbackDomain domain, CUpti_Callbac
     ga_stat_launches.fetch_add(1, std::memory_order_relaxed);
     if (ga_cfg.duty_cycle > 1) ga_window_note_launch(cd->correlationId);
     if (GA_UNLIKELY(!t->inited)) tls_init(t);
+    /* its CPU time is the busy clock (busy.cpp); in windows only, where t is at hand */
+    if (GA_UNLIKELY(t->busy_round != ga_busy_gen.load(std::memory_order_relaxed))) ga_busy_note(&t->busy_round);
 
     uint32_t weight = 0;
     if (seen_first(launch_key(domain, cbid, cd->functionParams))) {

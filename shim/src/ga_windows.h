@@ -51,12 +51,23 @@ GA_HIDDEN void ga_budget_note_tail(double cb_ns) noexcept;
  * window: its launches, counted by their records, measure the callbacks' cost. */
 GA_HIDDEN extern std::atomic<uint64_t> ga_sample_ns; /* time in stack samples (callbacks.cpp) */
 GA_HIDDEN void ga_tail_reset(void) noexcept;
-GA_HIDDEN void ga_tail_begin(uint64_t now_ns, uint64_t win_ns, uint64_t win_launches) noexcept;
+GA_HIDDEN void ga_tail_begin(uint64_t now_ns, uint64_t win_ns, uint64_t win_launches,
+                             uint64_t win_busy) noexcept; /* win_busy: its busy-clock ns, 0: none */
 GA_HIDDEN void ga_tail_end(uint64_t now_ns) noexcept;
 GA_HIDDEN void ga_tail_window_opened(void) noexcept;
 GA_HIDDEN bool ga_tail_record(void) noexcept; /* a windowed, non-graph record: the tail's? */
 GA_HIDDEN void ga_tail_fold(void) noexcept;
 GA_HIDDEN uint64_t ga_tail_period_ns(uint64_t now_ns) noexcept;
+GA_HIDDEN uint64_t ga_tail_period_busy(void) noexcept; /* its busy-clock time (busy.cpp) */
+/* busy.cpp: the busy clock, CPU ns of the threads that launch (why: there). */
+/* The launch callback, in a window: this thread launches (once a round, a period:
+ * the caller keeps the round it was noted in, ga_busy_gen, in its thread's state). */
+GA_HIDDEN extern std::atomic<uint32_t> ga_busy_gen;
+GA_HIDDEN void ga_busy_note(uint32_t *round) noexcept;
+GA_HIDDEN uint64_t ga_busy_now(void) noexcept;     /* the clock (poller) */
+GA_HIDDEN bool ga_busy_usable(void) noexcept;      /* it has threads, and not too many */
+GA_HIDDEN void ga_busy_period_edge(void) noexcept; /* the threads noted join; stale ones leave */
+GA_HIDDEN void ga_busy_reset(void) noexcept;       /* at attach */
 GA_HIDDEN void ga_tail_stats(uint64_t *tails, uint64_t *launches) noexcept;
 GA_HIDDEN void ga_budget_log_exit(void) noexcept;
 /* Whether collection should be on at now_ns; *next_edge_ns: when that may change. */
@@ -76,6 +87,7 @@ GA_HIDDEN uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final
  * with the new period's N and how its launches are extrapolated from the counted
  * ones (window.cpp's); a window opened at this CUPTI time. */
 typedef uint64_t (*ga_extrapolate_fn)(uint64_t in, uint64_t seen, bool final) noexcept;
+GA_HIDDEN bool ga_weights_add_to_pending(uint64_t launches) noexcept; /* window.cpp's busy carry */
 GA_HIDDEN void ga_weights_period_edge(bool first, uint32_t slots, ga_extrapolate_fn extrapolate,
                                       uint64_t start_ns) noexcept; /* the new period's start (ga_now_ns) */
 /* Every launch before this (ga_now_ns's clock) has had its records published
@@ -84,6 +96,7 @@ GA_HIDDEN uint64_t ga_weights_published_until(void) noexcept;
 GA_HIDDEN void ga_weights_period_opened(uint64_t cupti_ts) noexcept;
 GA_HIDDEN void ga_window_closed(void) noexcept;      /* at each closing */
 GA_HIDDEN void ga_window_last(uint64_t *ns, uint64_t *launches) noexcept;
+GA_HIDDEN uint64_t ga_window_last_busy(void) noexcept; /* its busy-clock ns (0: none) */
 GA_HIDDEN void ga_window_callbacks(bool on, uint64_t now_ns) noexcept; /* launch callbacks on or off */
 GA_HIDDEN uint64_t ga_window_time_ns(void) noexcept; /* time inside windows since attach */
 /* Every launch the callbacks see while attached, in windows or not. */

@@ -16,7 +16,8 @@
  * With 1/r the time per launch,
  *     1/r_window = 1/r0 + a + c,   1/r_tail = 1/r0 + a
  * so c = 1/r_window - 1/r_tail, whatever the activity costs (a) and wherever it
- * lands (CPU or GPU), and the undisturbed rate is 1/r0 = 1/r_count - c. A
+ * lands (CPU or GPU), and the undisturbed rate is 1/r0 = 1/r_count - c. Times per
+ * launch are on the busy clock where it stands (the launching threads' CPU time). A
  * GPU-bound process launches as fast in all three: c = 0, no correction. The
  * window's time leaves out what its stack samples took (a count phase takes none).
  * The tail's records are dropped (no callback sampled a stack in it), not
@@ -36,14 +37,20 @@ static std::atomic<int> g_counting; /* a tail's records are being counted, until
 static std::atomic<uint64_t> g_tail_records;
 static uint64_t g_t0, g_ns;                  /* the tail's start and length (0: running) */
 static double g_win_ns_per_launch;           /* the window's, just before the tail */
+/* The same on the busy clock (busy.cpp), where it stands: a thread that idled in the
+ * window or the tail (a job between requests) would read a callback cost of its idle
+ * time, and preemption on a loaded host the same. */
+static double g_win_busy_per_launch;
+static uint64_t g_busy_t0, g_busy_ns;
 static ga_span g_period_tail;                 /* tail time in the current period */
+static ga_span g_period_tail_busy;            /* and on the busy clock (busy.cpp) */
 static uint64_t g_folded, g_folded_launches; /* tails measured, and their launches (exit line) */
 
 void ga_tail_reset(void) noexcept {
     g_counting.store(0, std::memory_order_relaxed);
     g_keep.store(UINT64_MAX, std::memory_order_relaxed);
     g_t0 = g_ns = 0;
-    g_period_tail = {};
+    g_period_tail = g_period_tail_busy = {};
 }
 
 void ga_tail_window_opened(void) noexcept {
@@ -52,11 +59,14 @@ void ga_tail_window_opened(void) noexcept {
     g_cycle_records.store(0, std::memory_order_relaxed);
 }
 
-void ga_tail_begin(uint64_t now_ns, uint64_t win_ns, uint64_t win_launches) noexcept {
+void ga_tail_begin(uint64_t now_ns, uint64_t win_ns, uint64_t win_launches, uint64_t win_busy) noexcept {
     g_tail_records.store(0, std::memory_order_relaxed);
     g_win_ns_per_launch = win_launches >= MIN_LAUNCHES ? (double)win_ns / (double)win_launches : -1;
+    g_win_busy_per_launch = win_launches >= MIN_LAUNCHES && win_busy ? (double)win_busy / (double)win_launches : -1;
+    g_busy_t0 = ga_busy_now(), g_busy_ns = 0;
     g_t0 = now_ns, g_ns = 0;
     g_period_tail.on(now_ns);
+    g_period_tail_busy.on(ga_busy_now());
     g_counting.store(1, std::memory_order_relaxed);
     g_keep.store(win_launches, std::memory_order_release);
 }
@@ -65,6 +75,8 @@ void ga_tail_end(uint64_t now_ns) noexcept {
     if (!g_t0 || g_ns) return;
     g_ns = now_ns - g_t0;
     g_period_tail.off(now_ns);
+    g_busy_ns = ga_busy_now() - g_busy_t0;
+    g_period_tail_busy.off(ga_busy_now());
 }
 
 bool ga_tail_record(void) noexcept {
@@ -79,7 +91,10 @@ void ga_tail_fold(void) noexcept {
     if (!g_counting.load(std::memory_order_relaxed) || !g_ns) return;
     g_counting.store(0, std::memory_order_release);
     uint64_t n = g_tail_records.load(std::memory_order_relaxed);
-    if (n >= MIN_LAUNCHES && g_win_ns_per_launch > 0) {
+    if (n >= MIN_LAUNCHES && g_win_busy_per_launch > 0 && g_busy_ns) {
+        ga_budget_note_tail(g_win_busy_per_launch - (double)g_busy_ns / (double)n);
+        g_folded++, g_folded_launches += n;
+    } else if (n >= MIN_LAUNCHES && g_win_ns_per_launch > 0) {
         ga_budget_note_tail(g_win_ns_per_launch - (double)g_ns / (double)n);
         g_folded++, g_folded_launches += n;
     }
@@ -88,6 +103,7 @@ void ga_tail_fold(void) noexcept {
 
 /* Tail time since the last call, for the period that ends now. */
 uint64_t ga_tail_period_ns(uint64_t now_ns) noexcept { return g_period_tail.take(now_ns); }
+uint64_t ga_tail_period_busy(void) noexcept { return g_period_tail_busy.take(ga_busy_now()); }
 
 void ga_tail_stats(uint64_t *tails, uint64_t *launches) noexcept {
     *tails = g_folded, *launches = g_folded_launches;

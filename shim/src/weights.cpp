@@ -304,6 +304,16 @@ uint32_t ga_weights_release(bool period_end) noexcept {
     return g_last_q;
 }
 
+/* Launches of window-less periods joined to the pending period, counted only now (at
+ * the next period's rate, window.cpp's busy carry): they join it too, before it goes
+ * out (its span covers them). False when nothing is pending. */
+bool ga_weights_add_to_pending(uint64_t launches) noexcept {
+    if (!g_pend_seq) return false;
+    g_pend_all += launches;
+    ga_stat_joined.fetch_add(launches, std::memory_order_relaxed);
+    return true;
+}
+
 uint64_t ga_weights_published_until(void) noexcept {
     /* The oldest launch whose records have not gone yet: of the periods due or
      * pending, of the carried launches, else the current period's. */

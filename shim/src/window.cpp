@@ -79,6 +79,21 @@ static uint64_t g_last_win_ns, g_last_win_n; /* the last window's length (less i
 static uint64_t g_open_sample_ns;            /* ga_sample_ns at its opening */
 static ga_span g_callbacks;                 /* the launch callbacks on, this period */
 static bool g_period_had_window;
+/* The busy clock (busy.cpp: the launching threads' CPU ns): at the period's start,
+ * over the callbacks' spans, at the count phase's start; the launches per busy ns of
+ * the last count phase whose threads were busy (and the one before); the edges so
+ * far (its threads change only there); whether it stands for the current period. */
+static uint64_t g_busy_p0, g_count_busy0, g_edges, g_count_edge;
+static ga_span g_callbacks_busy;
+static double g_lpb = -1, g_prev_lpb = -1;
+static uint64_t g_win_busy0, g_last_win_busy; /* at the window's opening; the last one's, less its samples' */
+/* Busy time of periods whose window never opened, outside their callbacks: CUPTI
+ * was still down (its teardown waits for an API call: a job that idled over a window
+ * and then starts) or held by another client. Nothing counted their launches; the
+ * next period's rate per busy ns does, and they join the pending period whose span
+ * covers them (weights.cpp), or this one's where none is pending. */
+static double g_carry_busy;
+static bool g_busy_on;
 
 static void new_period(uint64_t start, bool first) {
     g_period_len_ns = first ? 0 : start - g_period_start_ns;
@@ -90,11 +105,17 @@ static void new_period(uint64_t start, bool first) {
     g_jitter_ns = ga_window_extrapolate && slot_ns() ? ga_splitmix64(&g_rng) % slot_ns() : 0;
     ga_exp_piece_plan(start, period_ns(), slot_ns(), start + g_on_slot * slot_ns(), &g_rng);
     ga_weights_period_edge(first, ga_window_slots(), ga_window_extrapolated, start);
+    ga_busy_period_edge(); /* the threads seen launching in the ended period sum from here */
+    g_edges++;
+    g_busy_p0 = ga_busy_now();
+    g_busy_on = ga_busy_usable();
 }
 
 void ga_window_begin(uint64_t now_ns) noexcept {
     g_rate = g_prev_rate = -1, g_count_t0 = 0, g_period_win_ns = 0, g_period_had_window = false;
-    g_closed_ns = 0, g_callbacks = {};
+    g_closed_ns = 0, g_callbacks = g_callbacks_busy = {};
+    g_lpb = g_prev_lpb = -1, g_count_busy0 = g_last_win_busy = 0, g_busy_on = false, g_carry_busy = 0;
+    ga_busy_reset();
     g_attach_ns.store(now_ns, std::memory_order_relaxed);
     g_win_closed_ns.store(0, std::memory_order_relaxed);
     g_win_open_ns.store(0, std::memory_order_relaxed);
@@ -180,8 +201,9 @@ int ga_window_phase(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
 
 
 void ga_window_callbacks(bool on, uint64_t now_ns) noexcept {
-    if (on) g_callbacks.on(now_ns);
-    else g_callbacks.off(now_ns);
+    uint64_t busy = ga_busy_now();
+    if (on) g_callbacks.on(now_ns), g_callbacks_busy.on(busy);
+    else g_callbacks.off(now_ns), g_callbacks_busy.off(busy);
 }
 
 /* The period's launches with teardowns between windows (weights.cpp's counts:
@@ -221,19 +243,53 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
                          ga_budget_callback_ns(g_rate >= 0 ? g_rate : win_rate);
             tail_rate = per > 0 && 1.0 / per < rate ? 1.0 / per : rate;
         }
+        /* On the busy clock where it stands: the rest goes at the count phase's
+         * launches per busy ns (corrected as above) times the launching threads' CPU
+         * time in it, so that a part of the period where they idled adds nothing; the
+         * tails at the last window's launches per busy ns without the callbacks'. */
+        uint64_t b = ga_busy_now();
+        double busy_len = (double)(b - g_busy_p0), busy_on = (double)g_callbacks_busy.take(b);
+        double busy_tail = (double)ga_tail_period_busy();
+        double busy_rest = busy_len - busy_on - busy_tail - (double)held;
+        double lpb = g_lpb == 0 && in ? g_prev_lpb : g_lpb;
+        /* before any count phase caught the threads busy, the last window's (slowed
+         * by its activity, as win_rate is) */
+        if (lpb < 0 && g_last_win_n && g_last_win_busy * 10 >= g_last_win_ns)
+            lpb = (double)g_last_win_n / (double)g_last_win_busy;
+        bool busy = g_busy_on && lpb >= 0;
+        if (busy_rest < 0) busy_rest = 0;
+        double tail_n = tail_rate * tail, rest_n = rate * rest;
+        if (busy) {
+            lpb /= 1.0 - ga_budget_count_bias(lpb);
+            rest_n = lpb * busy_rest;
+            /* the window-less periods before: to the pending period they joined */
+            double carried = g_period_had_window || final ? lpb * g_carry_busy : 0;
+            if (carried >= 0.5 && !ga_weights_add_to_pending((uint64_t)(carried + 0.5))) rest_n += carried;
+            double per = g_last_win_n && g_last_win_busy
+                             ? (double)g_last_win_busy / (double)g_last_win_n - ga_budget_callback_ns(lpb)
+                             : 0;
+            tail_n = (per > 0 && 1.0 / per < lpb ? 1.0 / per : lpb) * busy_tail;
+            if (rest > 0) rate = rest_n / rest; /* per second of the rest, as it went */
+        }
         if (g_period_had_window) {
-            all = seen + (uint64_t)(rate * rest + tail_rate * tail + 0.5);
+            all = seen + (uint64_t)(rest_n + tail_n + 0.5);
             g_extra_n += all - seen, g_extra_ns += rest + tail;
             if (ga_debug_on >= 2) /* bench/gpu/inprocess.py sets these beside the job's own steps */
                 ga_debug("period (pid %d): ended at %.6f s (CLOCK_MONOTONIC) after %.3f ms; callbacks on %.3f ms, "
                          "%llu launches seen (%llu in the window of %.3f ms); teardown %.3f ms; tail %.3f ms at "
-                         "%.0f/s; rest %.3f ms at %.0f/s (count phase %.0f/s); %llu launches",
+                         "%.0f/s; busy %.3f ms of %.3f ms%s; rest %.3f ms at %.0f/s (count phase %.0f/s); "
+                         "%llu launches",
                          (int)getpid(), (double)now / 1e9, (double)len / 1e6, (double)counted / 1e6,
                          (unsigned long long)seen, (unsigned long long)in, (double)g_period_win_ns / 1e6,
-                         (double)held / 1e6, tail / 1e6, tail_rate * 1e9, rest / 1e6, rate * 1e9,
+                         (double)held / 1e6, tail / 1e6, tail > 0 ? tail_n / tail * 1e9 : 0.0, busy_rest / 1e6,
+                         busy_len / 1e6,
+                         busy ? "" : " (not used)", rest / 1e6, rate * 1e9,
                          g_rate >= 0 ? g_rate * 1e9 : -1.0, (unsigned long long)all);
         }
+        else if (final && busy) all = seen + (uint64_t)(rest_n + 0.5);
         else if (final && g_rate >= 0) all = (uint64_t)(rate * (double)len + 0.5);
+        if (!g_period_had_window && !final && g_busy_on) g_carry_busy += busy_rest;
+        else g_carry_busy = 0;
     }
     g_period_win_ns = 0;
     g_period_had_window = false;
@@ -252,6 +308,7 @@ static std::atomic<uint32_t> g_open_n;
 
 
 void ga_window_count_started(uint64_t now_ns) noexcept {
+    g_count_busy0 = ga_busy_now(), g_count_edge = g_edges;
     g_count_t0 = now_ns;
     g_count_seq0 = ga_launch_seq.load(std::memory_order_relaxed);
 }
@@ -271,6 +328,14 @@ void ga_window_opened(uint64_t cupti_ts) noexcept {
         if (g_rate > 0) g_prev_rate = g_rate;
         g_rate = g_base_rate = (double)g_count_n / (double)g_count_ns;
         g_counted_n += g_count_n, g_counted_ns += g_count_ns;
+        /* Per busy ns, where the same threads were summed all through and were busy
+         * for a tenth of it at least: a count phase that caught them idle says
+         * nothing of their busy time, and the last one's stands. */
+        uint64_t busy = ga_busy_now() - g_count_busy0;
+        if (g_count_edge == g_edges && g_busy_on && busy * 10 >= g_count_ns) {
+            if (g_lpb > 0) g_prev_lpb = g_lpb;
+            g_lpb = (double)g_count_n / (double)busy;
+        }
     } else if (!ga_window_extrapolate && g_closed_ns && now - g_closed_ns >= 1000000) {
         /* the callbacks counted every launch since the last window */
         g_base_rate = (double)(seq - g_closed_seq) / (double)(now - g_closed_ns);
@@ -278,6 +343,7 @@ void ga_window_opened(uint64_t cupti_ts) noexcept {
     g_open_seq = seq;
     ga_tail_window_opened(); /* the records of this cycle count from here */
     g_open_sample_ns = ga_sample_ns.load(std::memory_order_relaxed);
+    g_win_busy0 = ga_busy_now();
     g_count_t0 = 0;
     g_period_had_window = true;
     uint32_t n = g_open_n.load(std::memory_order_relaxed);
@@ -323,12 +389,15 @@ void ga_window_closed(void) noexcept {
         /* less the time its stack samples took, which a count phase does not pay */
         uint64_t sampled = ga_sample_ns.load(std::memory_order_relaxed) - g_open_sample_ns;
         g_last_win_ns = dt > sampled ? dt - sampled : 0, g_last_win_n = seq - g_open_seq;
+        uint64_t busy = ga_busy_now() - g_win_busy0;
+        g_last_win_busy = busy > sampled ? busy - sampled : 0;
     }
 }
 
 /* The last window's length less its stack samples' time, and its launches (its
  * tail's measure, tail.cpp). */
 void ga_window_last(uint64_t *ns, uint64_t *launches) noexcept { *ns = g_last_win_ns, *launches = g_last_win_n; }
+uint64_t ga_window_last_busy(void) noexcept { return g_busy_on ? g_last_win_busy : 0; }
 
 uint64_t ga_window_time_ns(void) noexcept {
     uint64_t open = g_win_open_ns.load(std::memory_order_relaxed), now = ga_now_ns();
