@@ -87,6 +87,7 @@ static uint64_t g_busy_p0, g_count_busy0, g_edges, g_count_edge;
 static ga_span g_callbacks_busy;
 static double g_lpb = -1, g_prev_lpb = -1;
 static uint64_t g_win_busy0, g_last_win_busy; /* at the window's opening; the last one's, less its samples' */
+static double g_win_lpb = -1; /* launches per busy ns of the last window whose threads were busy */
 /* Busy time of periods whose window never opened, outside their callbacks: CUPTI
  * was still down (its teardown waits for an API call: a job that idled over a window
  * and then starts) or held by another client. Nothing counted their launches; the
@@ -114,7 +115,7 @@ static void new_period(uint64_t start, bool first) {
 void ga_window_begin(uint64_t now_ns) noexcept {
     g_rate = g_prev_rate = -1, g_count_t0 = 0, g_period_win_ns = 0, g_period_had_window = false;
     g_closed_ns = 0, g_callbacks = g_callbacks_busy = {};
-    g_lpb = g_prev_lpb = -1, g_count_busy0 = g_last_win_busy = 0, g_busy_on = false, g_carry_busy = 0;
+    g_lpb = g_prev_lpb = g_win_lpb = -1, g_count_busy0 = g_last_win_busy = 0, g_busy_on = false, g_carry_busy = 0;
     ga_busy_reset();
     g_attach_ns.store(now_ns, std::memory_order_relaxed);
     g_win_closed_ns.store(0, std::memory_order_relaxed);
@@ -252,10 +253,9 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
         double busy_tail = (double)ga_tail_period_busy();
         double busy_rest = busy_len - busy_on - busy_tail - (double)held;
         double lpb = g_lpb == 0 && in ? g_prev_lpb : g_lpb;
-        /* before any count phase caught the threads busy, the last window's (slowed
-         * by its activity, as win_rate is) */
-        if (lpb < 0 && g_last_win_n && g_last_win_busy * 10 >= g_last_win_ns)
-            lpb = (double)g_last_win_n / (double)g_last_win_busy;
+        /* before any count phase caught the threads busy, the last busy window's
+         * (slowed by its activity, as win_rate is) */
+        if (lpb < 0) lpb = g_win_lpb;
         bool busy = g_busy_on && lpb >= 0;
         if (busy_rest < 0) busy_rest = 0;
         double tail_n = tail_rate * tail, rest_n = rate * rest;
@@ -391,6 +391,8 @@ void ga_window_closed(void) noexcept {
         g_last_win_ns = dt > sampled ? dt - sampled : 0, g_last_win_n = seq - g_open_seq;
         uint64_t busy = ga_busy_now() - g_win_busy0;
         g_last_win_busy = busy > sampled ? busy - sampled : 0;
+        if (g_busy_on && g_last_win_n && g_last_win_busy * 10 >= g_last_win_ns)
+            g_win_lpb = (double)g_last_win_n / (double)g_last_win_busy;
     }
 }
 
