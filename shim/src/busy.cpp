@@ -9,7 +9,8 @@
  * busy 1.5 s then idle 1.5 s read its periods from -100 % to +100 %. A launching
  * thread that idles takes no CPU time, so the rest of a period goes at the count
  * phase's launches per CPU second of the launching threads, times their CPU time
- * there. For a thread that is always busy the two clocks agree. What it does not
+ * there (for launch-bound threads: window.cpp keeps the wall clock for one that
+ * mostly waits). For a thread that is always busy the two clocks agree. What it does not
  * follow: a CPU whose speed changes under a busy thread (the H200 VMs' rate
  * regimes, docs/benchmarks.md), and CPU work of a launching thread that launches
  * nothing (what the count phase saw of it stands, as with wall time).
