@@ -6,7 +6,7 @@
  * input) launched nothing in that part, yet a rate per second of wall time counts it
  * in full: a count phase in the busy part read the idle part as busy, one in the
  * idle part read the busy part as idle. On the mock (tests/test_intervals.py) a loop
- * busy 1.5 s then idle 1.5 s read its periods from -100 % to +100 %. A launching
+ * busy and idle 0.35 s in turn read its periods from -100 % to +237 %. A launching
  * thread that idles takes no CPU time, so the rest of a period goes at the count
  * phase's launches per CPU second of the launching threads, times their CPU time
  * there (for launch-bound threads: window.cpp keeps the wall clock for one that
@@ -61,7 +61,6 @@ void ga_busy_note(uint32_t *round) noexcept {
         pid_t cur = g_noted[i].load(std::memory_order_relaxed);
         if (cur == t_tid) return;
         if (!cur && g_noted[i].compare_exchange_strong(cur, t_tid, std::memory_order_relaxed)) return;
-        if (cur == t_tid) return;
     }
     g_noted_over.store(1, std::memory_order_relaxed);
 }
