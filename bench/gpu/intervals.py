@@ -379,19 +379,26 @@ def steady(b: Bench, case: str, opts: tuple, floor: bool):
     return out
 
 
+def periods_of(run: Run, per: list[dict]) -> list[dict]:
+    """The run's period lines (GPU_AGENT_DEBUG=2), each with its span on the log's clock
+    (lo, hi: CLOCK_REALTIME ns) and the launches the job made in it (true)."""
+    rows = period_lines.parse(run.stderr)
+    for r in rows:
+        r["hi"] = r["end"] * S + run.real_minus_mono
+        r["lo"] = r["hi"] - r["len_ms"] * 1e6
+        r["true"] = total(truth(run.log.between(r["lo"], r["hi"]), per))[1]
+    return rows
+
+
 def period_check(run: Run, per: list[dict], lo: int, end: int, ivs: list[Interval]) -> dict:
     """--periods: each of the shim's period lines (GPU_AGENT_DEBUG=2) against the launches
     the job made in it, and the judged intervals again as period_lines.alternatives would
     make them (each period's launches spread evenly over its span, as placement does):
     is an interval's error its periods' own, and would pooling their rates help?"""
-    rows = period_lines.parse(run.stderr)
+    rows = periods_of(run, per)
     if not rows:
         print("    no period lines (GPU_AGENT_DEBUG=2)", flush=True)
         return {}
-    for r in rows:
-        r["hi"] = r["end"] * S + run.real_minus_mono
-        r["lo"] = r["hi"] - r["len_ms"] * 1e6
-        r["true"] = total(truth(run.log.between(r["lo"], r["hi"]), per))[1]
     alts = period_lines.alternatives(rows)
     judged = [i for i, r in enumerate(rows) if r["lo"] >= lo and r["hi"] <= end and r["true"] > 0]
     out: dict = {"n": len(judged), "per_period": {}, "per_interval": {}}
@@ -456,12 +463,10 @@ def short(b: Bench, case: str, opts: tuple, floor: bool):
         )
     if b.a.periods:  # where each process's launches went: its periods against its steps
         for r, row in zip(runs, rows):
-            got = period_lines.parse(r.stderr)
-            for q in got:
-                hi = q["end"] * S + r.real_minus_mono
-                q["true"] = total(truth(r.log.between(hi - q["len_ms"] * 1e6, hi), per))[1]
-                q["from_s"] = (hi - q["len_ms"] * 1e6 - r.start) / S
-            row["periods"] = [[round(q["from_s"], 3), q["len_ms"], q["seen"], q["est"], round(q["true"])] for q in got]
+            got = periods_of(r, per)
+            row["periods"] = [
+                [round((q["lo"] - r.start) / S, 3), q["len_ms"], q["seen"], q["est"], round(q["true"])] for q in got
+            ]
             row["exit_lines"] = [ln for ln in r.stderr.splitlines() if "exit (pid" in ln or "joined" in ln][-3:]
             print(f"    pid {r.pid}: periods (from s, ms, seen, estimate, true): {row['periods']}", flush=True)
             print(
