@@ -30,7 +30,8 @@ RATE = 20000
 LOOP_S = 17  # the loop's life; the agent stops 4 s before its end
 # The shim's period lines (GPU_AGENT_DEBUG=2): the rest's rate, the count phase's, the estimate
 PERIOD_LINE = re.compile(
-    r"period \(pid \d+\): .*; rest [\d.]+ ms at (\d+)/s \(count phase (-?\d+)/s\); (\d+) launches$", re.M
+    r"period \(pid \d+\): .*; rest [\d.]+ ms at (\d+)/s \(count phase (-?\d+)/s\); (\d+) launches(?: \(clocks \d+\))?$",
+    re.M,
 )
 JOINED = re.compile(r"(\d+) launches joined to the window before them")
 TIME = re.compile(r"^Time: (\S+ \S+) ", re.M)
@@ -181,7 +182,8 @@ def test_a_short_process_is_counted_whole(tmp_path, built):
 
 FULL_PERIOD = re.compile(
     r"period \(pid \d+\): ended at ([\d.]+) s \(CLOCK_MONOTONIC\) after ([\d.]+) ms; .*?; "
-    r"busy [\d.]+ ms of [\d.]+ ms( \(not used\))?; rest .*; (\d+) launches$",
+    r"busy [\d.]+ ms of [\d.]+ ms( \(not used\))?; hook [\d.]+ hits at -?[\d.]+( \(not used\))?; rest .*; "
+    r"(\d+) launches(?: \(clocks \d+\))?$",
     re.M,
 )
 

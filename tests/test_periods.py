@@ -28,7 +28,7 @@ from support.windows import KERNEL, kernel_totals, launches_between, shim_exit_s
 
 PERIOD = re.compile(
     r"period \(pid \d+\): ended at ([\d.]+) s \(CLOCK_MONOTONIC\) after ([\d.]+) ms; .*; "
-    r"(\d+) launches$",
+    r"(\d+) launches(?: \(clocks \d+\))?$",
     re.M,
 )
 

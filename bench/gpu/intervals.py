@@ -399,6 +399,9 @@ def period_check(run: Run, per: list[dict], lo: int, end: int, ivs: list[Interva
     if not rows:
         print("    no period lines (GPU_AGENT_DEBUG=2)", flush=True)
         return {}
+    for ln in run.stderr.splitlines():
+        if "launch counter (pid" in ln:  # what the shim's launch counter covered
+            print("    " + ln.split(": ", 1)[1][:600], flush=True)
     alts = period_lines.alternatives(rows)
     judged = [i for i, r in enumerate(rows) if r["lo"] >= lo and r["hi"] <= end and r["true"] > 0]
     out: dict = {"n": len(judged), "per_period": {}, "per_interval": {}}
@@ -467,8 +470,13 @@ def short(b: Bench, case: str, opts: tuple, floor: bool):
             row["periods"] = [
                 [round((q["lo"] - r.start) / S, 3), q["len_ms"], q["seen"], q["est"], round(q["true"])] for q in got
             ]
-            row["exit_lines"] = [ln for ln in r.stderr.splitlines() if "exit (pid" in ln or "joined" in ln][-3:]
+            row["exit_lines"] = [
+                ln for ln in r.stderr.splitlines() if "exit (pid" in ln or "joined" in ln or "launch counter" in ln
+            ][-4:]
             print(f"    pid {r.pid}: periods (from s, ms, seen, estimate, true): {row['periods']}", flush=True)
+            for ln in row["exit_lines"]:
+                if "launch counter" in ln:
+                    print("      " + ln.split(": ", 1)[1][:300], flush=True)
             print(
                 f"      log from {(r.log.loop - r.start) / S:.2f} s to {(r.log.end - r.start) / S:.2f} s; "
                 f"the process ended at {(r.end - r.start) / S:.2f} s",

@@ -19,11 +19,13 @@ PERIOD = re.compile(
     r"period \(pid \d+\): ended at ([\d.]+) s \(CLOCK_MONOTONIC\) after ([\d.]+) ms; "
     r"callbacks on ([\d.]+) ms, (\d+) launches seen \((\d+) in the window of ([\d.]+) ms\); "
     r"teardown ([\d.]+) ms; tail ([\d.]+) ms at (\d+)/s; (?:busy [\d.]+ ms of [\d.]+ ms[^;]*; )?"
+    r"(?:hook (\d+) hits at (-?[\d.]+)[^;]*; )?"
     r"rest ([\d.]+) ms at (\d+)/s "
-    r"\(count phase (-?\d+)/s\); (\d+) launches$"
+    r"\(count phase (-?\d+)/s\); (\d+) launches(?: \(clocks (\d+)\))?$"
 )
-KEYS = ("end", "len_ms", "on_ms", "seen", "in", "win_ms", "td_ms", "tail_ms", "tail_rate", "rest_ms", "rate")
-KEYS += ("count_rate", "est")
+KEYS = ("end", "len_ms", "on_ms", "seen", "in", "win_ms", "td_ms", "tail_ms", "tail_rate", "hook_hits", "hook_ratio")
+KEYS += ("rest_ms", "rate")
+KEYS += ("count_rate", "est", "clocks")
 JOINED = re.compile(r"(\d+) launches joined to the window before them")
 
 
@@ -32,7 +34,7 @@ def parse(stderr: str) -> list[dict]:
     win_ms, td_ms (teardown stalls), tail_ms, tail_rate, rest_ms, rate (per s, what the
     rest went at), count_rate, est (launches)."""
     return [
-        dict(zip(KEYS, (float(g) if "." in g else int(g) for g in m.groups())))
+        dict(zip(KEYS, (None if g is None else float(g) if "." in g else int(g) for g in m.groups())))
         for m in map(PERIOD.search, stderr.splitlines())
         if m
     ]
@@ -157,7 +159,9 @@ NEAR = 0.25  # a neighbour's rate within 25 % of a period's own is the same job'
 
 def alternatives(rows: list[dict]) -> dict[str, list[float]]:
     """Each period's launches (rows in time order) by ways of setting its rest's rate:
-    shipped  its own count phase's, corrected (the line's estimate)
+    shipped  the line's estimate (the launch counter's where it stands)
+    clocks   the count phase's rate alone, on the busy or the wall clock (the line's
+             "clocks": the estimate without the launch counter, GPU_AGENT_LAUNCH_COUNTER=0)
     near3    the mean of its own and its two neighbours' rates, those within NEAR of its own
     near5    the same over two neighbours each side
     run      the mean rate of all periods: how far pooling could go on a steady job"""
@@ -171,6 +175,7 @@ def alternatives(rows: list[dict]) -> dict[str, list[float]]:
     mean = sum(rates) / len(rates) if rates else 0.0
     return {
         "shipped": [float(p["est"]) for p in rows],
+        "clocks": [float(p["clocks"] if p.get("clocks") is not None else p["est"]) for p in rows],
         "near3": [launches_at(p, near(i, 1)) for i, p in enumerate(rows)],
         "near5": [launches_at(p, near(i, 2)) for i, p in enumerate(rows)],
         "run": [launches_at(p, mean) for p in rows],

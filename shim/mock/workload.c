@@ -9,7 +9,7 @@
  *                 [--duration S] [--threads T] [--list-paths]
  *   mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel|cuGraphLaunch] [--rate R]
  *                 [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E] [--block B] [--spin-ns S]
- *                 [--work-ns S] [--idle-first-ms M]
+ *                 [--work-ns S] [--idle-first-ms M] [--regimes MS:NS] [--end-ms M]
  *   --cupti-client AT_MS:HOLD_MS  (--bench) another CUPTI client in the process, as
  *                 torch.profiler is: from AT_MS on it tries cuptiSubscribe_v2 every ms
  *                 until CUPTI is free, holds it HOLD_MS, and unsubscribes
@@ -466,6 +466,11 @@ static long g_idle_first_ms; /* --idle-first-ms: no launch for this long after t
                               * idle when the agent attaches: a server, one that loads data) */
 static long g_work_ns;      /* --work-ns: the same, timed by the thread's CPU time: a loop whose
                              * launches cost CPU, not time, as a real job's do when preempted */
+static long g_regime_ms, g_regime_ns; /* --regimes MS:NS: in every other MS ms, each launch spins NS
+                             * ns more (wall and CPU time alike): a CPU whose speed changes under
+                             * a busy thread, in regimes of seconds on the H200 VMs */
+static long g_end_ms;       /* --end-ms: CPU work with no launch after the loop, timed by the
+                             * wall clock (a Python process's finalization) */
 
 static long g_client_at_ms = -1, g_client_hold_ms; /* --cupti-client (below) */
 static void cupti_client_tick(double t0);
@@ -508,8 +513,10 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
             while (thread_cpu_s() < until) {
             }
         }
-        if (g_spin_ns > 0) {
-            double until = now_s() + (double)g_spin_ns * 1e-9;
+        long spin = g_spin_ns;
+        if (g_regime_ms > 0 && (long)((now_s() - t0) * 1e3 / (double)g_regime_ms) % 2) spin += g_regime_ns;
+        if (spin > 0) {
+            double until = now_s() + (double)spin * 1e-9;
             while (now_s() < until) {
             }
         }
@@ -540,6 +547,8 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
         fclose(trace);
     }
     ck_cu(cuStreamSynchronize(t.s), "cuStreamSynchronize");
+    for (double end = now_s() + (double)g_end_ms / 1e3; now_s() < end;) {
+    }
     printf("ns_per_launch=%.2f cpu_ns_per_launch=%.2f launches_per_s=%.0f\n", n ? dt * 1e9 / (double)n : 0.0,
            n ? dc * 1e9 / (double)n : 0.0, dt > 0 ? (double)n / dt : 0.0);
     return 0;
@@ -593,7 +602,7 @@ static void usage(void)
                     "                     [--threads T] [--list-paths]\n"
                     "       mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel|cuGraphLaunch] [--rate R]\n"
                     "                     [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E] [--block B] [--spin-ns S]\n"
-                    "                     [--work-ns S] [--idle-first-ms M]\n"
+                    "                     [--work-ns S] [--idle-first-ms M] [--regimes MS:NS] [--end-ms M]\n"
                     "                     [--cupti-client AT_MS:HOLD_MS]\n");
     exit(1);
 }
@@ -627,6 +636,10 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--spin-ns")) g_spin_ns = atol(v);
         else if (!strcmp(a, "--work-ns")) g_work_ns = atol(v);
         else if (!strcmp(a, "--idle-first-ms")) g_idle_first_ms = atol(v);
+        else if (!strcmp(a, "--end-ms")) g_end_ms = atol(v);
+        else if (!strcmp(a, "--regimes")) {
+            if (sscanf(v, "%ld:%ld", &g_regime_ms, &g_regime_ns) != 2 || g_regime_ms <= 0 || g_regime_ns < 0) usage();
+        }
         else if (!strcmp(a, "--cupti-client")) {
             if (sscanf(v, "%ld:%ld", &g_client_at_ms, &g_client_hold_ms) != 2 || g_client_at_ms < 0) usage();
         } else usage();

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "ga_internal.h"
+#include "launch_hook.h"
 #include "subscription.h"
 
 static std::atomic<uint64_t> g_stat_flushes, g_stat_windows, g_stat_windows_skipped;
@@ -391,4 +392,11 @@ void ga_collect_log_exit(void) noexcept {
                  (double)(ga_now_ns() - attached_at) / 1e9, 100.0 / ga_cfg.duty_cycle,
                  e.enable_mean_us, e.enable_max_us, e.disable_mean_us, e.disable_max_us, (unsigned long long)g_stat_windows_skipped.load(), counted, extra,
                  (unsigned long long)tails, (unsigned long long)tail_n, ga_budget_callback_ns(counted / 1e9));
+    ga_hook_stats h = ga_hook_stats_now();
+    if (attached_at && ga_cfg.duty_cycle > 1 && ga_cfg.launch_counter) {
+        char what[512];
+        ga_hook_describe(what, sizeof(what));
+        ga_debug("launch counter (pid %d): %u slots in %u objects, %u left alone; %llu hits%s%s", (int)getpid(), h.slots,
+                 h.objects, h.refused, (unsigned long long)ga_hook_hits(), *what ? ": " : "", what);
+    }
 }

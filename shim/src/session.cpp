@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "ga_internal.h"
+#include "launch_hook.h"
 #include "launch_cbids.h"
 
 enum { ST_DISABLED = GA_ST_DISABLED, ST_IDLE = GA_ST_IDLE, ST_ATTACHED = GA_ST_ATTACHED };
@@ -96,6 +97,7 @@ static void do_attach(void) {
     r = ga_collect_begin(now, &what);
     if (r != CUPTI_SUCCESS) {
         ga_collect_down(true, true);
+        ga_hook_restore();
         return handle_failure(what, r);
     }
     g_state.store(ST_ATTACHED, std::memory_order_release);
@@ -116,6 +118,7 @@ static void do_attach(void) {
 
 static void do_detach(const char *why) {
     ga_collect_down(true, true);
+    ga_hook_restore(); /* the launch counter's slots as they were */
     g_state.store(ST_IDLE, std::memory_order_release);
     g_stat_detaches.fetch_add(1, std::memory_order_relaxed);
     ga_debug("detached (pid %d): %s", (int)getpid(), why);

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "ga_internal.h"
+#include "launch_hook.h"
 
 std::atomic<int> ga_window_on;
 
@@ -95,6 +96,12 @@ static double g_win_lpb = -1; /* launches per busy ns of the last window whose t
  * covers them (weights.cpp), or this one's where none is pending. */
 static double g_carry_busy;
 static bool g_busy_on;
+/* The launch counter (launch_hook.cpp): its hits at the period's start and over the
+ * callbacks' spans, at the count phase's start; launches per hit of the last count
+ * phase that calibrated it (< 0: none, or the two disagreed: the clocks stand). */
+static uint64_t g_hook_p0, g_count_hook0;
+static ga_span g_callbacks_hook;
+static double g_hook_ratio = -1;
 
 static void new_period(uint64_t start, bool first) {
     g_period_len_ns = first ? 0 : start - g_period_start_ns;
@@ -110,12 +117,15 @@ static void new_period(uint64_t start, bool first) {
     g_edges++;
     g_busy_p0 = ga_busy_now();
     g_busy_on = ga_busy_usable();
+    if (ga_cfg.launch_counter && ga_window_extrapolate) ga_hook_scan(); /* objects loaded and slots resolved since */
+    g_hook_p0 = ga_hook_hits();
 }
 
 void ga_window_begin(uint64_t now_ns) noexcept {
     g_rate = g_prev_rate = -1, g_count_t0 = 0, g_period_win_ns = 0, g_period_had_window = false;
     g_closed_ns = 0, g_callbacks = g_callbacks_busy = {};
     g_lpb = g_prev_lpb = g_win_lpb = -1, g_count_busy0 = g_last_win_busy = 0, g_busy_on = false, g_carry_busy = 0;
+    g_hook_ratio = -1, g_callbacks_hook = {};
     ga_busy_reset();
     g_attach_ns.store(now_ns, std::memory_order_relaxed);
     g_win_closed_ns.store(0, std::memory_order_relaxed);
@@ -202,9 +212,9 @@ int ga_window_phase(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
 
 
 void ga_window_callbacks(bool on, uint64_t now_ns) noexcept {
-    uint64_t busy = ga_busy_now();
-    if (on) g_callbacks.on(now_ns), g_callbacks_busy.on(busy);
-    else g_callbacks.off(now_ns), g_callbacks_busy.off(busy);
+    uint64_t busy = ga_busy_now(), hits = ga_hook_hits() + 1; /* + 1: a span at 0 is off */
+    if (on) g_callbacks.on(now_ns), g_callbacks_busy.on(busy), g_callbacks_hook.on(hits);
+    else g_callbacks.off(now_ns), g_callbacks_busy.off(busy), g_callbacks_hook.off(hits);
 }
 
 /* The period's launches with teardowns between windows (weights.cpp's counts:
@@ -263,12 +273,20 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
         if (lpb < 0) lpb = g_win_lpb;
         bool busy = g_busy_on && lpb >= 0;
         if (busy_rest < 0) busy_rest = 0;
+        /* The launch counter, where a count phase calibrated it: the launches made
+         * while the callbacks were off are its hits there times the launches per hit
+         * (the tails' among them), whatever the rate did, and a part where nothing
+         * launched adds nothing. */
+        uint64_t hits = ga_hook_hits() + 1;
+        double hook_rest = (double)(hits - 1 - g_hook_p0) - (double)g_callbacks_hook.take(hits);
+        bool hooked = g_hook_ratio > 0;
+        if (hook_rest < 0) hook_rest = 0;
         double tail_n = tail_rate * tail, rest_n = rate * rest;
         if (busy) {
             lpb /= 1.0 - ga_budget_count_bias(lpb);
             rest_n = lpb * busy_rest;
             /* the window-less periods before: to the pending period they joined */
-            double carried = g_period_had_window || final ? lpb * g_carry_busy : 0;
+            double carried = (g_period_had_window || final) && !hooked ? lpb * g_carry_busy : 0;
             if (carried >= 0.5 && !ga_weights_add_to_pending((uint64_t)(carried + 0.5))) rest_n += carried;
             double tail_lpb = lpb;
             if (g_last_win_n && g_last_win_busy)
@@ -277,24 +295,33 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
             tail_n = tail_lpb * busy_tail;
             if (rest > 0) rate = rest_n / rest; /* per second of the rest, as it went */
         }
+        double clocks_n = rest_n + tail_n; /* what the clocks alone say (the period line) */
+        if (hooked) {
+            rest_n = g_hook_ratio * hook_rest, tail_n = 0;
+            if (rest + tail > 0) rate = rest_n / (rest + tail);
+        }
         if (g_period_had_window) {
             all = seen + (uint64_t)(rest_n + tail_n + 0.5);
             g_extra_n += all - seen, g_extra_ns += rest + tail;
             if (ga_debug_on >= 2) /* bench/gpu/inprocess.py sets these beside the job's own steps */
                 ga_debug("period (pid %d): ended at %.6f s (CLOCK_MONOTONIC) after %.3f ms; callbacks on %.3f ms, "
                          "%llu launches seen (%llu in the window of %.3f ms); teardown %.3f ms; tail %.3f ms at "
-                         "%.0f/s; busy %.3f ms of %.3f ms%s; rest %.3f ms at %.0f/s (count phase %.0f/s); "
-                         "%llu launches",
+                         "%.0f/s; busy %.3f ms of %.3f ms%s; hook %.0f hits at %.4f%s; rest %.3f ms at %.0f/s "
+                         "(count phase %.0f/s); %llu launches (clocks %llu)",
                          (int)getpid(), (double)now / 1e9, (double)len / 1e6, (double)counted / 1e6,
                          (unsigned long long)seen, (unsigned long long)in, (double)g_period_win_ns / 1e6,
-                         (double)held / 1e6, tail / 1e6, tail > 0 ? tail_n / tail * 1e9 : 0.0, busy_rest / 1e6,
+                         (double)held / 1e6, tail / 1e6, tail > 0 && !hooked ? tail_n / tail * 1e9 : 0.0, busy_rest / 1e6,
                          busy_len / 1e6,
-                         busy ? "" : " (not used)", rest / 1e6, rate * 1e9,
-                         g_rate >= 0 ? g_rate * 1e9 : -1.0, (unsigned long long)all);
+                         busy && !hooked ? "" : " (not used)", hook_rest, g_hook_ratio,
+                         hooked ? "" : " (not used)", rest / 1e6, rate * 1e9,
+                         g_rate >= 0 ? g_rate * 1e9 : -1.0, (unsigned long long)all,
+                         (unsigned long long)(seen + (uint64_t)(clocks_n + 0.5)));
         }
-        else if (final && busy) all = seen + (uint64_t)(rest_n + 0.5);
+        /* a period whose window never opened: its launches join the pending period
+         * before it (weights.cpp), counted where the counter is calibrated */
+        else if (hooked || (final && busy)) all = seen + (uint64_t)(rest_n + 0.5);
         else if (final && g_rate >= 0) all = (uint64_t)(rate * (double)len + 0.5);
-        if (!g_period_had_window && !final && g_busy_on) g_carry_busy += busy_rest;
+        if (!g_period_had_window && !final && g_busy_on && !hooked) g_carry_busy += busy_rest;
         else g_carry_busy = 0;
     }
     g_period_win_ns = 0;
@@ -314,7 +341,7 @@ static std::atomic<uint32_t> g_open_n;
 
 
 void ga_window_count_started(uint64_t now_ns) noexcept {
-    g_count_busy0 = ga_busy_now(), g_count_edge = g_edges;
+    g_count_busy0 = ga_busy_now(), g_count_edge = g_edges, g_count_hook0 = ga_hook_hits();
     g_count_t0 = now_ns;
     g_count_seq0 = ga_launch_seq.load(std::memory_order_relaxed);
 }
@@ -324,6 +351,19 @@ void ga_window_count_started(uint64_t now_ns) noexcept {
 void ga_window_count_rates(double *count, double *extra) noexcept {
     *count = g_counted_ns ? (double)g_counted_n * 1e9 / (double)g_counted_ns : 0;
     *extra = g_extra_ns > 0 ? g_extra_n * 1e9 / g_extra_ns : 0;
+}
+
+/* The launch counter against the count phase's callbacks: launches per hit, used
+ * where the counter saw half of them at least (a launcher it does not see, such as
+ * Triton's or cuBLAS's, is scaled in as long as the mix holds) and not more than the
+ * callbacks (give or take the edges'). A count phase whose callbacks saw nothing
+ * (CUPTI fires them after three enables since a finalize only) or too few to tell
+ * leaves the last one standing. */
+#define HOOK_MIN_LAUNCHES 64
+static void calibrate_hook(uint64_t launches, uint64_t hits) {
+    if (!launches || (launches < HOOK_MIN_LAUNCHES && hits < HOOK_MIN_LAUNCHES && hits != launches)) return;
+    double q = hits ? (double)launches / (double)hits : 0;
+    g_hook_ratio = q >= 0.95 && q <= 2.0 ? q : -1;
 }
 
 void ga_window_opened(uint64_t cupti_ts) noexcept {
@@ -340,6 +380,7 @@ void ga_window_opened(uint64_t cupti_ts) noexcept {
          * thread that mostly waits (a loop paced by a timer, or by the GPU) keeps the
          * wall clock, where its CPU time per launch moves with what CUPTI does (on
          * the mock, a paced loop whose activity switches stalled read -44 %). */
+        calibrate_hook(g_count_n, ga_hook_hits() - g_count_hook0);
         uint64_t busy = ga_busy_now() - g_count_busy0;
         if (g_count_edge == g_edges && g_busy_on && busy * 2 >= g_count_ns) {
             if (g_lpb > 0) g_prev_lpb = g_lpb;

@@ -1,0 +1,330 @@
+/* launch_hook.cpp: a launch counter that costs a few ns a launch, not CUPTI's.
+ *
+ * Why: with CUPTI torn down between windows, the launches between windows were
+ * extrapolated from one count phase a period (window.cpp). A job's launch rate
+ * moves in regimes of seconds (±30 % on H200 VMs with no shim loaded at all, a
+ * CPU whose speed changes under the thread: docs/benchmarks.md), so one count
+ * phase read its period at a median error of 4-8 % and a 90th percentile of
+ * 15-32 %, and a 10 s interval carried that; CPU time does not follow such a
+ * change, the VMs have no PMU, and CUPTI's launch callbacks cost a launch-bound
+ * job about 4 % while on, so counting longer costs what the budget cannot pay.
+ *
+ * What: every loaded object's import slots (R_X86_64_JUMP_SLOT) of the CUDA launch
+ * functions point, while an agent is attached, at a trampoline of ours that adds 1
+ * to a counter and jumps on to the function the slot held: a locked add and an
+ * indirect jump, nothing else (no register is touched, so any signature passes).
+ * PyTorch's own kernels reach cudart through such slots; a launcher that takes a
+ * pointer from dlsym or cuGetProcAddress (Triton's, cudart's own calls into the
+ * driver) does not, so the counter is a proxy: window.cpp calibrates it against the
+ * launch callbacks in each count phase and uses it only where the two agree.
+ * CUDA's own libraries are left alone (cudart's calls into the driver would count
+ * a launch twice), as is the shim. The slots go back at a detach.
+ *
+ * Safety: a slot is written only inside a loaded object's own segments, with a
+ * relocation of the object naming the function, by one 8-byte atomic store; a slot
+ * in the RELRO segment is made writable for the store and read-only again. A slot
+ * still unresolved (lazy binding: it points into its own object) is retried at the
+ * next scan. At a restore a slot is written back only while it still holds our
+ * trampoline, in an object still loaded. x86-64 only: elsewhere nothing is counted
+ * and window.cpp keeps its clocks. */
+#include "launch_hook.h"
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define HOOK_TRAMPS 64     /* distinct functions behind the slots */
+#define HOOK_SLOTS 4096    /* slots counted at once */
+#define HOOK_OBJECTS 2048  /* objects scanned (their load address) */
+#define HOOK_PENDING 256   /* unresolved slots retried */
+#define TRAMP_BYTES 32
+
+static const char *const k_names[] = {
+    /* runtime API (CUDA 13 routes `kernel<<<...>>>` through the __cuda ones) */
+    "cudaLaunchKernel", "cudaLaunchKernel_ptsz", "cudaLaunchKernelExC", "cudaLaunchKernelExC_ptsz",
+    "cudaLaunchCooperativeKernel", "cudaLaunchCooperativeKernel_ptsz", "__cudaLaunchKernel",
+    "__cudaLaunchKernel_ptsz", "cudaGraphLaunch", "cudaGraphLaunch_ptsz",
+    /* driver API */
+    "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz", "cuLaunchCooperativeKernel",
+    "cuLaunchCooperativeKernel_ptsz", "cuGraphLaunch", "cuGraphLaunch_ptsz", "cuLaunch", "cuLaunchGrid",
+    "cuLaunchGridAsync",
+};
+#define N_NAMES (sizeof(k_names) / sizeof(k_names[0]))
+
+extern "C" {
+/* Read by the trampolines (RIP-relative: hidden, so no GOT of our own between). */
+GA_HIDDEN uint64_t ga_hook_hit[HOOK_TRAMPS * 8]; /* one 64-byte line per trampoline */
+GA_HIDDEN void *ga_hook_real[HOOK_TRAMPS];
+GA_HIDDEN extern const char ga_hook_tramps[];
+}
+
+#if defined(__x86_64__)
+#define HOOK_ON 1
+/* Trampoline i: hit[8 i] += 1 (locked: launching threads share it), then jump to
+ * real[i] with every argument register and the stack as the caller left them. */
+__asm__(".text\n"
+        ".p2align 5\n"
+        ".globl ga_hook_tramps\n"
+        ".hidden ga_hook_tramps\n"
+        "ga_hook_tramps:\n"
+        ".altmacro\n"
+        ".macro ga_tramp i\n"
+        "  .p2align 5\n"
+        "  endbr64\n"
+        "  lock incq ga_hook_hit+64*\\i(%rip)\n"
+        "  jmp *ga_hook_real+8*\\i(%rip)\n"
+        ".endm\n"
+        ".set ga_ti, 0\n"
+        ".rept 64\n"
+        "  ga_tramp %ga_ti\n"
+        "  .set ga_ti, ga_ti+1\n"
+        ".endr\n"
+        ".noaltmacro\n"
+        ".p2align 5\n");
+#else
+#define HOOK_ON 0
+const char ga_hook_tramps[1] = {0};
+#endif
+
+static_assert(HOOK_TRAMPS == 64, "the .rept above");
+
+struct slot {
+    uintptr_t addr, orig, base; /* the slot, what it held, its object's load address */
+    uint32_t tramp;
+};
+static slot g_slots[HOOK_SLOTS];
+static uint32_t g_n_slots, g_n_tramps, g_refused;
+static uintptr_t g_objects[HOOK_OBJECTS];
+static uint32_t g_n_objects;
+struct pending {
+    uintptr_t addr, base, lo, hi; /* the slot; its object's extent, where an unresolved slot points */
+    uint32_t name;
+};
+static pending g_pending[HOOK_PENDING];
+static uint32_t g_n_pending;
+static uint32_t g_tramp_name[HOOK_TRAMPS];
+
+static uintptr_t tramp_addr(uint32_t i) { return (uintptr_t)ga_hook_tramps + (uintptr_t)i * TRAMP_BYTES; }
+static bool is_tramp(uintptr_t v) {
+    return HOOK_ON && v >= (uintptr_t)ga_hook_tramps && v < tramp_addr(HOOK_TRAMPS);
+}
+
+static int name_index(const char *s) {
+    if (!((s[0] == 'c' && s[1] == 'u') || (s[0] == '_' && s[1] == '_' && s[2] == 'c'))) return -1;
+    for (unsigned i = 0; i < N_NAMES; i++)
+        if (!strcmp(s, k_names[i])) return (int)i;
+    return -1;
+}
+
+/* CUDA's own libraries and the shim: never counted (see above). */
+static bool skip_object(const char *path, uintptr_t base) {
+    Dl_info self;
+    if (dladdr((void *)&ga_hook_scan, &self) && (uintptr_t)self.dli_fbase == base) return true;
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    static const char *const skip[] = {"linux-vdso", "libcuda.so", "libcudart.so", "libcupti.so", "libnvidia-",
+                                       "libgpu_agent_shim"};
+    for (const char *p : skip)
+        if (!strncmp(b, p, strlen(p))) return true;
+    return false;
+}
+
+/* Write v into the slot: an atomic store, the page made writable for it if needed. */
+static bool write_slot(uintptr_t addr, uintptr_t v, bool relro) {
+    long pg = sysconf(_SC_PAGESIZE);
+    void *page = (void *)(addr & ~(uintptr_t)(pg - 1));
+    if (relro && mprotect(page, (size_t)pg, PROT_READ | PROT_WRITE) != 0) return false;
+    __atomic_store_n((uintptr_t *)addr, v, __ATOMIC_RELEASE);
+    if (relro) mprotect(page, (size_t)pg, PROT_READ);
+    return true;
+}
+
+static int tramp_for(uintptr_t real, uint32_t name) {
+    for (uint32_t i = 0; i < g_n_tramps; i++)
+        if ((uintptr_t)__atomic_load_n(&ga_hook_real[i], __ATOMIC_RELAXED) == real) return (int)i;
+    if (g_n_tramps >= HOOK_TRAMPS) return -1;
+    __atomic_store_n(&ga_hook_real[g_n_tramps], (void *)real, __ATOMIC_RELEASE);
+    g_tramp_name[g_n_tramps] = name;
+    return (int)g_n_tramps++;
+}
+
+/* Extent of an object: its segments, and which of them are writable or RELRO. */
+struct extent {
+    const dl_phdr_info *info;
+    bool contains(uintptr_t a, size_t len) const {
+        for (int i = 0; i < info->dlpi_phnum; i++) {
+            const ElfW(Phdr) &p = info->dlpi_phdr[i];
+            uintptr_t lo = info->dlpi_addr + p.p_vaddr;
+            if (p.p_type == PT_LOAD && a >= lo && a + len <= lo + p.p_memsz) return true;
+        }
+        return false;
+    }
+    bool in(uintptr_t a, uint32_t type, bool writable) const {
+        for (int i = 0; i < info->dlpi_phnum; i++) {
+            const ElfW(Phdr) &p = info->dlpi_phdr[i];
+            uintptr_t lo = info->dlpi_addr + p.p_vaddr;
+            if (p.p_type == type && (!writable || (p.p_flags & PF_W)) && a >= lo && a + 8 <= lo + p.p_memsz)
+                return true;
+        }
+        return false;
+    }
+    void bounds(uintptr_t *lo, uintptr_t *hi) const {
+        *lo = UINTPTR_MAX, *hi = 0;
+        for (int i = 0; i < info->dlpi_phnum; i++) {
+            const ElfW(Phdr) &p = info->dlpi_phdr[i];
+            if (p.p_type != PT_LOAD) continue;
+            uintptr_t a = info->dlpi_addr + p.p_vaddr;
+            if (a < *lo) *lo = a;
+            if (a + p.p_memsz > *hi) *hi = a + p.p_memsz;
+        }
+    }
+};
+
+/* Count one slot whose value is resolved (outside its own object). */
+static bool count_slot(const extent &x, uintptr_t addr, uint32_t name) {
+    uintptr_t v = __atomic_load_n((uintptr_t *)addr, __ATOMIC_ACQUIRE);
+    if (is_tramp(v)) return false;
+    bool relro = x.in(addr, PT_GNU_RELRO, false);
+    if (!relro && !x.in(addr, PT_LOAD, true)) return g_refused++, false;
+    int t = g_n_slots < HOOK_SLOTS ? tramp_for(v, name) : -1;
+    if (t < 0 || !write_slot(addr, tramp_addr((uint32_t)t), relro)) return g_refused++, false;
+    g_slots[g_n_slots++] = {addr, v, x.info->dlpi_addr, (uint32_t)t};
+    return true;
+}
+
+struct scan_ctx {
+    unsigned added;
+};
+
+static int scan_object(struct dl_phdr_info *info, size_t, void *data) {
+    scan_ctx *c = (scan_ctx *)data;
+    uintptr_t base = info->dlpi_addr;
+    const char *path = info->dlpi_name ? info->dlpi_name : "";
+    extent x{info};
+    /* slots left unresolved before: retried while their object is loaded */
+    for (uint32_t i = 0; i < g_n_pending;) {
+        pending &p = g_pending[i];
+        if (p.base != base) {
+            i++;
+            continue;
+        }
+        uintptr_t v = __atomic_load_n((uintptr_t *)p.addr, __ATOMIC_ACQUIRE);
+        if (v >= p.lo && v < p.hi) {
+            i++;
+            continue;
+        }
+        c->added += count_slot(x, p.addr, p.name);
+        g_pending[i] = g_pending[--g_n_pending];
+    }
+    for (uint32_t i = 0; i < g_n_objects; i++)
+        if (g_objects[i] == base) return 0;
+    if (g_n_objects >= HOOK_OBJECTS) return 0;
+    g_objects[g_n_objects++] = base;
+    if (skip_object(path, base)) return 0;
+    const ElfW(Dyn) *dyn = nullptr;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC) dyn = (const ElfW(Dyn) *)(base + info->dlpi_phdr[i].p_vaddr);
+    if (!dyn) return 0;
+    uintptr_t symtab = 0, strtab = 0, jmprel = 0;
+    size_t strsz = 0, pltrelsz = 0;
+    long pltrel = 0;
+    for (const ElfW(Dyn) *d = dyn; d->d_tag != DT_NULL; d++) {
+        switch (d->d_tag) {
+        case DT_SYMTAB: symtab = d->d_un.d_ptr; break;
+        case DT_STRTAB: strtab = d->d_un.d_ptr; break;
+        case DT_STRSZ: strsz = d->d_un.d_val; break;
+        case DT_JMPREL: jmprel = d->d_un.d_ptr; break;
+        case DT_PLTRELSZ: pltrelsz = d->d_un.d_val; break;
+        case DT_PLTREL: pltrel = (long)d->d_un.d_val; break;
+        }
+    }
+    /* the loader relocated these in place, except where the section is read-only */
+    if (symtab && symtab < base) symtab += base;
+    if (strtab && strtab < base) strtab += base;
+    if (jmprel && jmprel < base) jmprel += base;
+    if (!symtab || !strtab || !jmprel || pltrel != DT_RELA || !x.contains(jmprel, pltrelsz) ||
+        !x.contains(strtab, strsz))
+        return 0;
+    const ElfW(Rela) *r = (const ElfW(Rela) *)jmprel;
+    const ElfW(Sym) *syms = (const ElfW(Sym) *)symtab;
+    uintptr_t lo, hi;
+    x.bounds(&lo, &hi);
+    for (size_t i = 0; i < pltrelsz / sizeof(ElfW(Rela)); i++) {
+        if (ELF64_R_TYPE(r[i].r_info) != R_X86_64_JUMP_SLOT) continue;
+        size_t si = ELF64_R_SYM(r[i].r_info);
+        if (!x.contains((uintptr_t)&syms[si], sizeof(ElfW(Sym)))) continue;
+        uint32_t off = syms[si].st_name;
+        if (off >= strsz) continue;
+        int n = name_index((const char *)strtab + off);
+        if (n < 0) continue;
+        uintptr_t addr = base + r[i].r_offset;
+        if (!x.contains(addr, 8)) continue;
+        uintptr_t v = __atomic_load_n((uintptr_t *)addr, __ATOMIC_ACQUIRE);
+        if (v >= lo && v < hi) { /* lazy binding: not resolved yet */
+            if (g_n_pending < HOOK_PENDING) g_pending[g_n_pending++] = {addr, base, lo, hi, (uint32_t)n};
+            else g_refused++;
+            continue;
+        }
+        c->added += count_slot(x, addr, (uint32_t)n);
+    }
+    return 0;
+}
+
+unsigned ga_hook_scan(void) noexcept {
+    if (!HOOK_ON) return 0;
+    scan_ctx c{0};
+    dl_iterate_phdr(scan_object, &c);
+    return c.added;
+}
+
+struct restore_ctx {
+    uint32_t done;
+};
+
+static int restore_object(struct dl_phdr_info *info, size_t, void *data) {
+    restore_ctx *c = (restore_ctx *)data;
+    extent x{info};
+    for (uint32_t i = 0; i < g_n_slots; i++) {
+        slot &s = g_slots[i];
+        if (s.base != info->dlpi_addr || !s.addr || !x.contains(s.addr, 8)) continue;
+        if (__atomic_load_n((uintptr_t *)s.addr, __ATOMIC_ACQUIRE) == tramp_addr(s.tramp))
+            write_slot(s.addr, s.orig, x.in(s.addr, PT_GNU_RELRO, false));
+        s.addr = 0, c->done++;
+    }
+    return 0;
+}
+
+void ga_hook_restore(void) noexcept {
+    if (!HOOK_ON || !g_n_slots) return;
+    restore_ctx c{0};
+    dl_iterate_phdr(restore_object, &c);
+    /* slots of objects unloaded since are gone with them */
+    g_n_slots = 0, g_n_objects = 0, g_n_pending = 0, g_refused = 0;
+}
+
+uint64_t ga_hook_hits(void) noexcept {
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < HOOK_TRAMPS; i++) n += __atomic_load_n(&ga_hook_hit[i * 8], __ATOMIC_RELAXED);
+    return n;
+}
+
+ga_hook_stats ga_hook_stats_now(void) noexcept {
+    return {g_n_objects, g_n_slots, g_n_tramps, g_refused + g_n_pending};
+}
+
+void ga_hook_describe(char *buf, unsigned size) noexcept {
+    unsigned len = 0;
+    buf[0] = 0;
+    for (uint32_t i = 0; i < g_n_tramps && len + 1 < size; i++) {
+        Dl_info d;
+        const char *lib = dladdr(ga_hook_real[i], &d) && d.dli_fname ? d.dli_fname : "?";
+        int w = snprintf(buf + len, size - len, "%s%s in %s: %llu", len ? "; " : "", k_names[g_tramp_name[i]], lib,
+                         (unsigned long long)__atomic_load_n(&ga_hook_hit[i * 8], __ATOMIC_RELAXED));
+        if (w < 0) break;
+        len += (unsigned)w;
+    }
+}

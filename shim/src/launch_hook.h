@@ -1,0 +1,32 @@
+/* launch_hook.h: the launch counter that costs nothing a launch (launch_hook.cpp).
+ * Compiles on its own: the shim and bench/gpu/launch_hook_probe.cpp both use it. */
+#ifndef GA_LAUNCH_HOOK_H
+#define GA_LAUNCH_HOOK_H
+
+#include <stdint.h>
+
+#ifndef GA_HIDDEN
+#define GA_HIDDEN __attribute__((visibility("hidden")))
+#endif
+
+/* What the counter covers so far. */
+struct ga_hook_stats {
+    uint32_t objects;   /* loaded objects looked at */
+    uint32_t slots;     /* their import slots now counted */
+    uint32_t targets;   /* distinct functions behind them */
+    uint32_t refused;   /* slots left alone (no room, unwritable, unresolved) */
+};
+
+/* Count the launches through every loaded object's imports of the CUDA launch
+ * functions (PLT slots), objects loaded since the last call included. The poller's
+ * thread only. Returns the number of slots newly counted. */
+GA_HIDDEN unsigned ga_hook_scan(void) noexcept;
+/* Put every counted slot back as it was (a detach: nothing lingers). */
+GA_HIDDEN void ga_hook_restore(void) noexcept;
+/* Calls through the counted slots since the process started: any thread. */
+GA_HIDDEN uint64_t ga_hook_hits(void) noexcept;
+GA_HIDDEN ga_hook_stats ga_hook_stats_now(void) noexcept;
+/* The counted functions' names and hits, one per line, into buf (the probe's report). */
+GA_HIDDEN void ga_hook_describe(char *buf, unsigned size) noexcept;
+
+#endif
