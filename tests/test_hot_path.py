@@ -140,3 +140,17 @@ def test_attached_launch_callback_stays_cheap(tmp_path, built, forced_shim):
     assert between > 10 and inside > between, (between, inside)
     assert between <= BETWEEN_WINDOWS_MAX, f"{between:.1f} instructions per launch between windows"
     assert inside <= IN_WINDOW_MAX, f"{inside:.1f} instructions per launch in a window"
+
+
+def test_the_launch_counter_costs_three_instructions_a_launch(tmp_path, built, forced_shim):
+    """Between windows the launch counter's trampoline (shim/src/launch_hook.cpp) runs
+    at each launch: endbr64, a locked add and a jump to the launch function, which
+    callgrind counts on as the trampoline's (a tail jump), so the launch alone is
+    taken off. With GPU_AGENT_LAUNCH_COUNTER=0 no trampoline runs."""
+    env = dict(CUDA_INJECTION64_PATH=str(forced_shim), GPU_AGENT_DUTY_CYCLE="100000", GPU_AGENT_WINDOW_MS="1")
+    through = _callgrind(tmp_path, "counter", "ga_hook_tramps", **env)
+    launch = _callgrind(tmp_path, "counter-launch", "cuLaunchKernel", **env)
+    off = _callgrind(tmp_path, "counter-off", "ga_hook_tramps", GPU_AGENT_LAUNCH_COUNTER="0", **env)
+    assert launch > 100 and off == 0, (launch, off)
+    # 3.09 measured: 3 a launch, and the warm-up's cudaLaunchKernel through its own slot
+    assert 2.5 <= through - launch <= 3.5, (through, launch)

@@ -188,17 +188,21 @@ FULL_PERIOD = re.compile(
 )
 
 
-def test_idle_parts_of_a_period_add_nothing(tmp_path, built):
+@pytest.mark.parametrize("counter", ["1", "0"], ids=["launch-counter", "busy-clock"])
+def test_idle_parts_of_a_period_add_nothing(tmp_path, built, counter):
     """A loop busy 0.35 s, then idle 0.35 s, in periods of about 0.5 s (5 slots of 100 ms,
     torn down between windows): most periods are partly idle. Each period's estimate
     (the shim's period lines) against the launches the loop made in its span
     (MOCK_LAUNCH_TRACE). Extrapolated at the count phase's launches per second, a
     count phase in the busy part read the idle part as busy and one in the idle part
-    the busy part as idle: periods from -100 % to +100 %. On the busy clock (the
-    launching thread's CPU time, shim/src/busy.cpp) the idle part adds nothing."""
+    the busy part as idle: periods from -100 % to +100 %. The launch counter
+    (shim/src/launch_hook.cpp) counts no launch in the idle part; where it does not
+    cover the launches (GPU_AGENT_LAUNCH_COUNTER=0 here) the busy clock (the launching
+    thread's CPU time, shim/src/busy.cpp) adds nothing for it either."""
     need_ebpf()
     trace_file, out = tmp_path / "launches.txt", tmp_path / "idle.pb.gz"
     env = mock_env(
+        GPU_AGENT_LAUNCH_COUNTER=counter,
         GPU_AGENT_DEBUG="2",
         GPU_AGENT_DUTY_CYCLE="5",
         GPU_AGENT_WINDOW_MS="100",
@@ -217,7 +221,7 @@ def test_idle_parts_of_a_period_add_nothing(tmp_path, built):
     trace = [(float(t), int(n)) for t, n in (ln.split() for ln in trace_file.read_text().splitlines())]
     rows = []
     for m in FULL_PERIOD.finditer(p.stderr):
-        end, length, unused, est = float(m[1]), float(m[2]) / 1e3, m[3], int(m[4])
+        end, length, unused, est = float(m[1]), float(m[2]) / 1e3, m[4 if counter == "1" else 3], int(m[5])
         # a period after a window-less one may hold that one's launches too (with no
         # period pending to take them): its line's span does not say so, it is left out
         # (a line's end is the poller's time, a poll late at most: half a period is a gap)
@@ -239,7 +243,12 @@ def test_idle_parts_of_a_period_add_nothing(tmp_path, built):
     # percentile under 4 %, worst 8.2 % (and 20.5 % once, a period that held the
     # window-less one's launches before it: now left out); the count phases' rate per
     # second read the same loop from -100 to +237 %.
-    assert errors[len(errors) // 2] < 0.05 and errors[int(0.9 * len(errors))] < 0.1, (errors, rows)
+    median, p90 = errors[len(errors) // 2], errors[int(0.9 * len(errors))]
+    if counter == "1":
+        # counted: 3 runs, median 0.01-0.05 %, 90th percentile 0.08-0.1 %, worst 0.2 %
+        # (the loop's trace is a line every 1 000 launches); the bound is ten times that
+        assert median < 0.01 and p90 < 0.02, (errors, rows)
+    assert median < 0.05 and p90 < 0.1, (errors, rows)
 
 
 def test_a_process_idle_at_the_attach_is_counted_whole(tmp_path, built):

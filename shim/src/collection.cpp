@@ -271,6 +271,8 @@ static CUptiResult up_again(uint64_t now, const char **what) {
  * at each edge the window's end (with its teardown), the period's records, and
  * the next phase. */
 static CUptiResult step_windows(uint64_t now, const char **what) {
+    /* the launch counter: objects loaded and slots resolved since the last poll */
+    if (ga_cfg.launch_counter && ga_window_extrapolate) ga_hook_scan();
     CUptiResult r = GA_EXP(late_subscribe) ? CUPTI_SUCCESS : up_again(now, what);
     /* An on-demand capture (gpu-agent trace) starts at once, not at the next edge. */
     bool capture = ga_trace_until_ns() > now && ga_window_on.load(std::memory_order_relaxed) != GA_WIN_OPEN;

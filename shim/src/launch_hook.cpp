@@ -30,6 +30,7 @@
 #include "launch_hook.h"
 
 #include <dlfcn.h>
+#include <stddef.h>
 #include <elf.h>
 #include <link.h>
 #include <stdio.h>
@@ -70,6 +71,7 @@ __asm__(".text\n"
         ".p2align 5\n"
         ".globl ga_hook_tramps\n"
         ".hidden ga_hook_tramps\n"
+        ".type ga_hook_tramps, @function\n"
         "ga_hook_tramps:\n"
         ".altmacro\n"
         ".macro ga_tramp i\n"
@@ -84,6 +86,7 @@ __asm__(".text\n"
         "  .set ga_ti, ga_ti+1\n"
         ".endr\n"
         ".noaltmacro\n"
+        ".size ga_hook_tramps, .-ga_hook_tramps\n"
         ".p2align 5\n");
 #else
 #define HOOK_ON 0
@@ -184,13 +187,13 @@ struct extent {
     }
 };
 
-/* Count one slot whose value is resolved (outside its own object). */
-static bool count_slot(const extent &x, uintptr_t addr, uint32_t name) {
+/* Count one slot, whose calls go to `real`. */
+static bool count_slot(const extent &x, uintptr_t addr, uint32_t name, uintptr_t real) {
     uintptr_t v = __atomic_load_n((uintptr_t *)addr, __ATOMIC_ACQUIRE);
     if (is_tramp(v)) return false;
     bool relro = x.in(addr, PT_GNU_RELRO, false);
     if (!relro && !x.in(addr, PT_LOAD, true)) return g_refused++, false;
-    int t = g_n_slots < HOOK_SLOTS ? tramp_for(v, name) : -1;
+    int t = g_n_slots < HOOK_SLOTS ? tramp_for(real, name) : -1;
     if (t < 0 || !write_slot(addr, tramp_addr((uint32_t)t), relro)) return g_refused++, false;
     g_slots[g_n_slots++] = {addr, v, x.info->dlpi_addr, (uint32_t)t};
     return true;
@@ -217,7 +220,7 @@ static int scan_object(struct dl_phdr_info *info, size_t, void *data) {
             i++;
             continue;
         }
-        c->added += count_slot(x, p.addr, p.name);
+        c->added += count_slot(x, p.addr, p.name, v);
         g_pending[i] = g_pending[--g_n_pending];
     }
     for (uint32_t i = 0; i < g_n_objects; i++)
@@ -264,18 +267,36 @@ static int scan_object(struct dl_phdr_info *info, size_t, void *data) {
         uintptr_t addr = base + r[i].r_offset;
         if (!x.contains(addr, 8)) continue;
         uintptr_t v = __atomic_load_n((uintptr_t *)addr, __ATOMIC_ACQUIRE);
-        if (v >= lo && v < hi) { /* lazy binding: not resolved yet */
+        if (v >= lo && v < hi) {
+            /* lazy binding, not resolved yet: to what the loader would bind it, the
+             * global scope's definition, where there is one; else retried */
+            void *def = dlsym(RTLD_DEFAULT, k_names[n]);
+            if (def) {
+                c->added += count_slot(x, addr, (uint32_t)n, (uintptr_t)def);
+                continue;
+            }
             if (g_n_pending < HOOK_PENDING) g_pending[g_n_pending++] = {addr, base, lo, hi, (uint32_t)n};
             else g_refused++;
             continue;
         }
-        c->added += count_slot(x, addr, (uint32_t)n);
+        c->added += count_slot(x, addr, (uint32_t)n, v);
     }
     return 0;
 }
 
+static unsigned long long g_adds; /* objects loaded by the last scan (dl_iterate_phdr's count) */
+static int loaded_count(struct dl_phdr_info *info, size_t size, void *data) {
+    if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof(info->dlpi_adds))
+        *(unsigned long long *)data = info->dlpi_adds;
+    return 1;
+}
+
 unsigned ga_hook_scan(void) noexcept {
     if (!HOOK_ON) return 0;
+    unsigned long long adds = 0;
+    dl_iterate_phdr(loaded_count, &adds);
+    if (adds && adds == g_adds && !g_n_pending) return 0; /* nothing new */
+    g_adds = adds;
     scan_ctx c{0};
     dl_iterate_phdr(scan_object, &c);
     return c.added;
@@ -291,19 +312,20 @@ static int restore_object(struct dl_phdr_info *info, size_t, void *data) {
     for (uint32_t i = 0; i < g_n_slots; i++) {
         slot &s = g_slots[i];
         if (s.base != info->dlpi_addr || !s.addr || !x.contains(s.addr, 8)) continue;
-        if (__atomic_load_n((uintptr_t *)s.addr, __ATOMIC_ACQUIRE) == tramp_addr(s.tramp))
-            write_slot(s.addr, s.orig, x.in(s.addr, PT_GNU_RELRO, false));
-        s.addr = 0, c->done++;
+        if (__atomic_load_n((uintptr_t *)s.addr, __ATOMIC_ACQUIRE) == tramp_addr(s.tramp) &&
+            write_slot(s.addr, s.orig, x.in(s.addr, PT_GNU_RELRO, false)))
+            c->done++;
+        s.addr = 0;
     }
     return 0;
 }
 
-void ga_hook_restore(void) noexcept {
-    if (!HOOK_ON || !g_n_slots) return;
+unsigned ga_hook_restore(void) noexcept {
     restore_ctx c{0};
-    dl_iterate_phdr(restore_object, &c);
+    if (HOOK_ON && g_n_slots) dl_iterate_phdr(restore_object, &c);
     /* slots of objects unloaded since are gone with them */
-    g_n_slots = 0, g_n_objects = 0, g_n_pending = 0, g_refused = 0;
+    g_n_slots = 0, g_n_objects = 0, g_n_pending = 0, g_refused = 0, g_adds = 0;
+    return c.done;
 }
 
 uint64_t ga_hook_hits(void) noexcept {

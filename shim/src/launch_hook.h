@@ -21,8 +21,8 @@ struct ga_hook_stats {
  * functions (PLT slots), objects loaded since the last call included. The poller's
  * thread only. Returns the number of slots newly counted. */
 GA_HIDDEN unsigned ga_hook_scan(void) noexcept;
-/* Put every counted slot back as it was (a detach: nothing lingers). */
-GA_HIDDEN void ga_hook_restore(void) noexcept;
+/* Put every counted slot back as it was (a detach: nothing lingers); how many. */
+GA_HIDDEN unsigned ga_hook_restore(void) noexcept;
 /* Calls through the counted slots since the process started: any thread. */
 GA_HIDDEN uint64_t ga_hook_hits(void) noexcept;
 GA_HIDDEN ga_hook_stats ga_hook_stats_now(void) noexcept;

@@ -118,10 +118,10 @@ static void do_attach(void) {
 
 static void do_detach(const char *why) {
     ga_collect_down(true, true);
-    ga_hook_restore(); /* the launch counter's slots as they were */
+    unsigned back = ga_hook_restore(); /* the launch counter's slots as they were */
     g_state.store(ST_IDLE, std::memory_order_release);
     g_stat_detaches.fetch_add(1, std::memory_order_relaxed);
-    ga_debug("detached (pid %d): %s", (int)getpid(), why);
+    ga_debug("detached (pid %d): %s; %u launch counter slots put back", (int)getpid(), why, back);
 }
 
 static bool try_busy(void) {

@@ -94,14 +94,18 @@ static double g_win_lpb = -1; /* launches per busy ns of the last window whose t
  * and then starts) or held by another client. Nothing counted their launches; the
  * next period's rate per busy ns does, and they join the pending period whose span
  * covers them (weights.cpp), or this one's where none is pending. */
-static double g_carry_busy;
+static double g_carry_busy, g_carry_hits; /* and the launch counter's hits there, before it was calibrated */
+static double g_carry_clocks;              /* periods waiting for the counter's calibration: the clocks' estimate */
+static unsigned g_carry_periods;
 static bool g_busy_on;
 /* The launch counter (launch_hook.cpp): its hits at the period's start and over the
- * callbacks' spans, at the count phase's start; launches per hit of the last count
- * phase that calibrated it (< 0: none, or the two disagreed: the clocks stand). */
-static uint64_t g_hook_p0, g_count_hook0;
+ * callbacks' spans; launches per hit of the last period that calibrated it (-1: it
+ * sees too few of the launches, the clocks stand; HOOK_UNDECIDED: none yet). */
+static uint64_t g_hook_p0;
 static ga_span g_callbacks_hook;
-static double g_hook_ratio = -1;
+#define HOOK_UNDECIDED -2.0 /* no period has told yet */
+#define HOOK_WAIT_PERIODS 4
+static double g_hook_ratio = HOOK_UNDECIDED;
 
 static void new_period(uint64_t start, bool first) {
     g_period_len_ns = first ? 0 : start - g_period_start_ns;
@@ -124,8 +128,8 @@ static void new_period(uint64_t start, bool first) {
 void ga_window_begin(uint64_t now_ns) noexcept {
     g_rate = g_prev_rate = -1, g_count_t0 = 0, g_period_win_ns = 0, g_period_had_window = false;
     g_closed_ns = 0, g_callbacks = g_callbacks_busy = {};
-    g_lpb = g_prev_lpb = g_win_lpb = -1, g_count_busy0 = g_last_win_busy = 0, g_busy_on = false, g_carry_busy = 0;
-    g_hook_ratio = -1, g_callbacks_hook = {};
+    g_lpb = g_prev_lpb = g_win_lpb = -1, g_count_busy0 = g_last_win_busy = 0, g_busy_on = false, g_carry_busy = g_carry_hits = 0;
+    g_hook_ratio = HOOK_UNDECIDED, g_callbacks_hook = {}, g_carry_clocks = 0, g_carry_periods = 0;
     ga_busy_reset();
     g_attach_ns.store(now_ns, std::memory_order_relaxed);
     g_win_closed_ns.store(0, std::memory_order_relaxed);
@@ -235,6 +239,21 @@ static double without_callbacks(double ns_per_launch, double cb_ns, double cap) 
     return per > 0 && 1.0 / per < cap ? 1.0 / per : cap;
 }
 
+/* The launch counter against the callbacks, over the period's spans where they were on
+ * (its count phase, its window, the launches before its teardown): launches per hit, used
+ * where the counter saw a quarter of them at least (a launcher it does not see, such
+ * as cuBLAS's, is scaled in as long as the mix holds: an MLP of Linear + GELU reads
+ * 2.0 on an H200); under a quarter (Triton's launches, torch.compile: it sees none)
+ * the clocks stand. Callbacks that saw fewer launches than the counter (CUPTI fires
+ * them after three enables since a finalize only), or too few to tell, leave the last
+ * ratio standing. A ratio, not a rate: the window's slower launches read the same. */
+#define HOOK_MIN_LAUNCHES 64
+static void calibrate_hook(uint64_t launches, uint64_t hits) {
+    if (!launches || (launches < HOOK_MIN_LAUNCHES && hits < HOOK_MIN_LAUNCHES && hits != launches)) return;
+    double q = hits ? (double)launches / (double)hits : 1e9;
+    if (q >= 0.95) g_hook_ratio = q <= 4.0 ? q : -1;
+}
+
 uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept {
     uint64_t all = seen;
     if (ga_window_extrapolate) {
@@ -273,12 +292,13 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
         if (lpb < 0) lpb = g_win_lpb;
         bool busy = g_busy_on && lpb >= 0;
         if (busy_rest < 0) busy_rest = 0;
-        /* The launch counter, where a count phase calibrated it: the launches made
-         * while the callbacks were off are its hits there times the launches per hit
-         * (the tails' among them), whatever the rate did, and a part where nothing
+        /* The launch counter, where it is calibrated: the launches made while the
+         * callbacks were off are its hits there times the launches per hit (the
+         * tails' among them), whatever the rate did, and a part where nothing
          * launched adds nothing. */
-        uint64_t hits = ga_hook_hits() + 1;
-        double hook_rest = (double)(hits - 1 - g_hook_p0) - (double)g_callbacks_hook.take(hits);
+        uint64_t hits = ga_hook_hits() + 1, hits_on = g_callbacks_hook.take(hits);
+        calibrate_hook(seen, hits_on);
+        double hook_rest = (double)(hits - 1 - g_hook_p0) - (double)hits_on;
         bool hooked = g_hook_ratio > 0;
         if (hook_rest < 0) hook_rest = 0;
         double tail_n = tail_rate * tail, rest_n = rate * rest;
@@ -296,10 +316,25 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
             if (rest > 0) rate = rest_n / rest; /* per second of the rest, as it went */
         }
         double clocks_n = rest_n + tail_n; /* what the clocks alone say (the period line) */
+        /* Before the counter's first calibration (a job idle at the attach starts
+         * after the callbacks of its period were off) its hits wait for one, at most
+         * HOOK_WAIT_PERIODS periods, and the clocks' estimate of them with them, for
+         * where it never comes. */
+        bool wait = g_hook_ratio == HOOK_UNDECIDED && ga_cfg.launch_counter && g_period_had_window && !final &&
+                    (hook_rest >= 1 || g_carry_hits >= 1) && ++g_carry_periods <= HOOK_WAIT_PERIODS;
+        double carried = 0;
         if (hooked) {
             rest_n = g_hook_ratio * hook_rest, tail_n = 0;
             if (rest + tail > 0) rate = rest_n / (rest + tail);
+            /* window-less and waiting periods before: as the busy clock's carry above */
+            if (g_period_had_window || final) carried = g_hook_ratio * g_carry_hits;
+        } else if (wait) {
+            g_carry_hits += hook_rest, g_carry_clocks += rest_n + tail_n;
+            rest_n = tail_n = 0;
+        } else if (g_period_had_window || final) {
+            carried = g_carry_clocks;
         }
+        if (carried >= 0.5 && !ga_weights_add_to_pending((uint64_t)(carried + 0.5))) rest_n += carried;
         if (g_period_had_window) {
             all = seen + (uint64_t)(rest_n + tail_n + 0.5);
             g_extra_n += all - seen, g_extra_ns += rest + tail;
@@ -321,8 +356,13 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
          * before it (weights.cpp), counted where the counter is calibrated */
         else if (hooked || (final && busy)) all = seen + (uint64_t)(rest_n + 0.5);
         else if (final && g_rate >= 0) all = (uint64_t)(rate * (double)len + 0.5);
-        if (!g_period_had_window && !final && g_busy_on && !hooked) g_carry_busy += busy_rest;
-        else g_carry_busy = 0;
+        if (wait) {
+        } else if (!g_period_had_window && !final && !hooked) {
+            if (g_busy_on) g_carry_busy += busy_rest;
+            g_carry_hits += hook_rest;
+        } else {
+            g_carry_busy = g_carry_hits = g_carry_clocks = 0, g_carry_periods = 0;
+        }
     }
     g_period_win_ns = 0;
     g_period_had_window = false;
@@ -341,7 +381,7 @@ static std::atomic<uint32_t> g_open_n;
 
 
 void ga_window_count_started(uint64_t now_ns) noexcept {
-    g_count_busy0 = ga_busy_now(), g_count_edge = g_edges, g_count_hook0 = ga_hook_hits();
+    g_count_busy0 = ga_busy_now(), g_count_edge = g_edges;
     g_count_t0 = now_ns;
     g_count_seq0 = ga_launch_seq.load(std::memory_order_relaxed);
 }
@@ -351,19 +391,6 @@ void ga_window_count_started(uint64_t now_ns) noexcept {
 void ga_window_count_rates(double *count, double *extra) noexcept {
     *count = g_counted_ns ? (double)g_counted_n * 1e9 / (double)g_counted_ns : 0;
     *extra = g_extra_ns > 0 ? g_extra_n * 1e9 / g_extra_ns : 0;
-}
-
-/* The launch counter against the count phase's callbacks: launches per hit, used
- * where the counter saw half of them at least (a launcher it does not see, such as
- * Triton's or cuBLAS's, is scaled in as long as the mix holds) and not more than the
- * callbacks (give or take the edges'). A count phase whose callbacks saw nothing
- * (CUPTI fires them after three enables since a finalize only) or too few to tell
- * leaves the last one standing. */
-#define HOOK_MIN_LAUNCHES 64
-static void calibrate_hook(uint64_t launches, uint64_t hits) {
-    if (!launches || (launches < HOOK_MIN_LAUNCHES && hits < HOOK_MIN_LAUNCHES && hits != launches)) return;
-    double q = hits ? (double)launches / (double)hits : 0;
-    g_hook_ratio = q >= 0.95 && q <= 2.0 ? q : -1;
 }
 
 void ga_window_opened(uint64_t cupti_ts) noexcept {
@@ -380,7 +407,6 @@ void ga_window_opened(uint64_t cupti_ts) noexcept {
          * thread that mostly waits (a loop paced by a timer, or by the GPU) keeps the
          * wall clock, where its CPU time per launch moves with what CUPTI does (on
          * the mock, a paced loop whose activity switches stalled read -44 %). */
-        calibrate_hook(g_count_n, ga_hook_hits() - g_count_hook0);
         uint64_t busy = ga_busy_now() - g_count_busy0;
         if (g_count_edge == g_edges && g_busy_on && busy * 2 >= g_count_ns) {
             if (g_lpb > 0) g_prev_lpb = g_lpb;

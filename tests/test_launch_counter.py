@@ -1,0 +1,120 @@
+"""The launch counter (shim/src/launch_hook.cpp): between windows the launch
+functions' import slots count every launch, calibrated by each count phase.
+
+On H200 VMs a job's launch rate moved in regimes of seconds, ±30 % apart, with no
+shim loaded (a CPU whose speed changes under a busy thread), so one count phase a
+period read its period at a median error of 4-8 % and a 90th percentile of
+15-32 %; and a process's end (Python's finalization, CPU with no launch) went at the
+last rate, +11 % on eight short processes. The mock shows both: `--regimes MS:NS`
+slows every other MS ms of the loop by NS ns a launch, on the wall clock and the
+CPU clock alike, and `--end-ms` spins after the last launch. Each period's estimate
+(the shim's period lines, GPU_AGENT_DEBUG=2) is checked against the launches the
+loop made in its span (MOCK_LAUNCH_TRACE), under the real shim, real eBPF and Go
+pprof.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+from support.env import BENCH_SHIM, MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf
+from support.pprof_tool import raw
+from support.windows import KERNEL, launches_at
+
+PERIOD = re.compile(
+    r"period \(pid \d+\): ended at ([\d.]+) s \(CLOCK_MONOTONIC\) after ([\d.]+) ms; .*; "
+    r"hook [\d.]+ hits at -?[\d.]+( \(not used\))?; rest .*; (\d+) launches \(clocks (\d+)\)$",
+    re.M,
+)
+
+
+def record_loop(tmp_path, *loop_args: str, **env: str):
+    """The mock's closed loop under `gpu-agent record` in periods of 5 slots of 100 ms:
+    the stderr, each period wholly inside the loop (start, end, counter used, estimate,
+    the clocks' estimate, the loop's launches), and the profile's and the loop's launches."""
+    gt, out, trace_file = tmp_path / "truth.tsv", tmp_path / "c.pb.gz", tmp_path / "launches.txt"
+    e = mock_env(
+        gt,
+        GPU_AGENT_DEBUG="2",
+        GPU_AGENT_DUTY_CYCLE="5",
+        GPU_AGENT_WINDOW_MS="100",
+        MOCK_LAUNCH_TRACE=str(trace_file),
+        **env,
+    )
+    p = subprocess.run(
+        agent_cmd("record", "-o", out, "--", MOCK_APP, "--paths", "cuLaunchKernel", "--rate", "0", *loop_args),
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    trace = [(float(t), int(n)) for t, n in (ln.split() for ln in trace_file.read_text().splitlines())]
+    rows = []
+    for m in PERIOD.finditer(p.stderr):
+        end, length = float(m[1]), float(m[2]) / 1e3
+        if trace[0][0] <= end - length and end <= trace[-1][0]:
+            true = launches_at(trace, end) - launches_at(trace, end - length)
+            rows.append((end - length, end, not m[3], int(m[4]), int(m[5]), true))
+    seen = sum(s.values[1] for s in raw(out) if s.files and s.files[0] == "CUDA_KERNEL")
+    return p.stderr, rows, seen, ground_truth(gt)[KERNEL][0]
+
+
+def test_a_rate_that_moves_between_count_phases_is_counted(tmp_path, built):
+    """A loop whose launches take 3 µs and 9 µs in turns of 0.7 s, in periods of about
+    0.5 s: most count phases see another rate than the rest of their period. The
+    clocks (the count phase's rate, per CPU ns) read those periods from -36 to +61 %
+    (median 25 %); counted, 4 runs read every period within 0.15 %."""
+    need_ebpf()
+    err, rows, _, _ = record_loop(tmp_path, "--bench", "1000000", "--spin-ns", "3000", "--regimes", "700:6000")
+    assert len(rows) >= 5, err[-3000:]
+    # Calibrated from the first count phase on: every period of the loop is counted.
+    assert all(used for _, _, used, *_ in rows), rows
+    errors = sorted(abs(est / true - 1) for *_, est, _, true in rows)
+    # the loop's trace has a line every 1 000 launches; a period holds 25 000 or more
+    assert errors[len(errors) // 2] < 0.005 and errors[-1] < 0.02, (errors, rows)
+
+
+def test_a_process_end_adds_nothing(tmp_path, built):
+    """A 2 s loop that sleeps 0.3 s after warming up (the shim attaches in it), then
+    spins 0.5 s after its last launch, as Python finalizes (0.5 s on an H200): the
+    partial period at its exit holds its hits, not the last rate times its length.
+    Whole: 4 runs within 0.05 %."""
+    need_ebpf()
+    err, _, seen, made = record_loop(
+        tmp_path, "--bench", "400000", "--spin-ns", "3000", "--idle-first-ms", "300", "--end-ms", "500"
+    )
+    assert abs(seen / made - 1) < 0.005, (seen, made, err[-3000:])
+
+
+def test_a_detach_puts_the_slots_back(tmp_path, built):
+    """The benchmark build attaches for 200 ms and detaches for 400 ms, over and over
+    (GPU_AGENT_EXP_TOGGLE_MS), under one agent: each detach puts the loop's slot back,
+    so the counter's hits are the launches made while attached (about a third), not
+    all of them. (The detached shim's launch path costs no instruction more than no
+    shim: tests/test_hot_path.py.)"""
+    need_ebpf()
+    gt = tmp_path / "truth.tsv"
+    e = mock_env(
+        gt,
+        GPU_AGENT_DEBUG="2",
+        GPU_AGENT_WINDOW_MS="20",
+        GPU_AGENT_EXP_TOGGLE_MS="200:400",
+        GPU_AGENT_POLL_MS="10",
+    )
+    p = subprocess.run(
+        agent_cmd("record", "--duty-cycle", "5", "--shim", BENCH_SHIM, "-o", tmp_path / "d.pb.gz", "--")
+        + [MOCK_APP, "--paths", "cuLaunchKernel", "--bench", "400000", "--rate", "200000"],
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    back = [int(n) for n in re.findall(r"detached \(pid \d+\): agent gone; (\d+) launch counter slots", p.stderr)]
+    assert len(back) >= 3 and all(n >= 1 for n in back), p.stderr[-3000:]
+    hits = re.search(r"launch counter \(pid \d+\): .*?; (\d+) hits", p.stderr)
+    made = ground_truth(gt)[KERNEL][0]
+    # 200 of every 600 ms attached, give or take a poll at each edge
+    assert hits and 0.15 < int(hits[1]) / made < 0.6, (hits and hits[0], made, back)
