@@ -18,8 +18,7 @@ Method:
      log does (not the last, partial one).
   4. Per job: the judged intervals' median / 90th percentile / worst |error| of
      launches and GPU ns; each top-5 kernel's median error; the top stacks' share
-     error in points against the exact run's; the sum over the process's --skip'th to
-     --seconds'th second (edge intervals prorated).
+     error in points against the exact run's; the sum of the judged intervals.
 --floor runs each job again with GPU_AGENT_DUTY_CYCLE=1 in the case's environment
 (always collecting): what is left is the method's own error, reported beside.
 --periods: the case runs with GPU_AGENT_DEBUG=2 and logs its steps every 0.05 s; each of
@@ -365,11 +364,15 @@ def steady(b: Bench, case: str, opts: tuple, floor: bool):
     out = judge(rows, run.start)
     if case not in COLUMNS and rows:
         out["stacks"] = stack_errors(b.exact(case)[1], [iv.stacks for iv, _ in rows])
-    est, true = prorated(ivs, lo, hi), total(truth(run.log.between(lo, hi), per))
-    s = out["sum"] = {"to_s": (hi - run.start) / S, "launches_err_pct": err(est[1], true[1])}
-    s["gpu_ns_err_pct"] = err(est[0], true[0])
+    # The sum of the whole intervals from the --skip'th second on, as a user sums a
+    # range of profiles (edge intervals prorated evenly read a job whose rate ramps up
+    # in its first seconds -1.4 % where every interval was within 0.7 %)
+    est = [sum(total(iv.kernels)[i] for iv, _ in rows) for i in (0, 1)]
+    true = [sum(total(tr)[i] for _, tr in rows) for i in (0, 1)]
+    s = out["sum"] = {"to_s": (max((iv.t1 for iv, _ in rows), default=lo) - run.start) / S}
+    s.update(launches_err_pct=err(est[1], true[1]), gpu_ns_err_pct=err(est[0], true[0]))
     sums = f"launches {s['launches_err_pct']:+.2f} %, GPU ns {s['gpu_ns_err_pct']:+.2f} %"
-    print(f"    sum {b.a.skip:g}-{s['to_s']:.0f} s: {sums}")
+    print(f"    sum of the judged intervals, {b.a.skip:g}-{s['to_s']:.0f} s: {sums}")
     out["metrics_minutes"] = (
         b.scraper.minutes(run.pid, run.log, per, lo, run.start) if b.scraper else "TODO: not checked (--metrics)"
     )
@@ -567,7 +570,7 @@ def run(a) -> None:
         b.stop_agent()
         if not a.keep:
             shutil.rmtree(t, ignore_errors=True)
-    print(f"\n{'':16s}     launches |error| %      GPU ns |error| %       sum {a.skip:g}-{a.seconds:g} s, %")
+    print(f"\n{'':16s}     launches |error| %      GPU ns |error| %       sum of those, %")
     print(f"{'job':16s}   n  median    p90  worst    median    p90  worst   launches  GPU ns")
     for r in results:
         print(f"{r['workload'] + (' floor' if r['floor'] else ''):16s} {r['line']}")
