@@ -111,7 +111,8 @@ static void do_attach(void) {
         snprintf(windows, sizeof(windows), "windows under a %.2f %% budget", ga_cfg.budget_bp / 100.0);
     else
         snprintf(windows, sizeof(windows), "one %u ms window in %u", ga_cfg.window_ms, ga_cfg.duty_cycle);
-    ga_debug("attached (pid %d, sample period %u, graph period %u, %s%s%s)", (int)getpid(), ga_cfg.sample_period,
+    ga_debug("attached (pid %d at %.6f s CLOCK_MONOTONIC, sample period %u, graph period %u, %s%s%s)", (int)getpid(),
+             (double)now / 1e9, ga_cfg.sample_period,
              ga_cfg.graph_sample_period, windows, ga_audit_on() ? ", audit" : "",
              ga_collect_teardowns() ? ", teardown after each" : "");
 }
