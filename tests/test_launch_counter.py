@@ -73,7 +73,7 @@ def test_a_rate_that_moves_between_count_phases_is_counted(tmp_path, built):
     assert all(used for _, _, used, *_ in rows), rows
     errors = sorted(abs(est / true - 1) for *_, est, _, true in rows)
     # the loop's trace has a line every 1 000 launches; a period holds 25 000 or more
-    assert errors[len(errors) // 2] < 0.005 and errors[-1] < 0.02, (errors, rows)
+    assert errors[len(errors) // 2] < 0.005 and errors[-1] < 0.05, (errors, rows)
 
 
 def test_a_process_end_adds_nothing(tmp_path, built):
