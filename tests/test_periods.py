@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import re
 import statistics
-import subprocess
 
 from support.env import BENCH_SHIM, MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf
-from support.windows import KERNEL, kernel_totals, launches_between, shim_exit_stats
+from support.windows import KERNEL, kernel_totals, launches_between, run_traced, shim_exit_stats
 
 PERIOD = re.compile(
     r"period \(pid \d+\): ended at ([\d.]+) s \(CLOCK_MONOTONIC\) after ([\d.]+) ms; .*; "
@@ -40,7 +39,7 @@ def run_loop(tmp_path, *record_args: str, **env: str):
     run's true and estimated launches."""
     gt, out, trace_file = tmp_path / "truth.tsv", tmp_path / "p.pb.gz", tmp_path / "launches.txt"
     e = mock_env(gt, GPU_AGENT_DEBUG="2", MOCK_CUPTI_CALLBACK_NS="150", MOCK_LAUNCH_TRACE=str(trace_file), **env)
-    p = subprocess.run(
+    stderr, trace = run_traced(
         agent_cmd(
             "record",
             "--budget",
@@ -59,18 +58,14 @@ def run_loop(tmp_path, *record_args: str, **env: str):
             "--spin-ns",
             "4000",
         ),
-        env=e,
-        capture_output=True,
-        text=True,
-        timeout=180,
+        e,
+        trace_file,
     )
-    assert p.returncode == 0, p.stderr[-3000:]
-    trace = [(float(t), int(n)) for t, n in (ln.split() for ln in trace_file.read_text().splitlines())]
-    periods = [(float(a) - float(b) / 1e3, float(a), int(c)) for a, b, c in PERIOD.findall(p.stderr)]
+    periods = [(float(a) - float(b) / 1e3, float(a), int(c)) for a, b, c in PERIOD.findall(stderr)]
     errors = [
         est / launches_between(trace, lo, hi) - 1 for lo, hi, est in periods if lo >= trace[0][0] and hi <= trace[-1][0]
     ]
-    return p.stderr, trace, periods, errors, ground_truth(gt)[KERNEL][0], kernel_totals(out)[KERNEL][1]
+    return stderr, trace, periods, errors, ground_truth(gt)[KERNEL][0], kernel_totals(out)[KERNEL][1]
 
 
 def test_every_period_estimates_its_own_launches(tmp_path, built):

@@ -525,6 +525,17 @@ def stopstart(b: Bench, case: str, opts: tuple, floor: bool):
         seg = {"from_s": (lo - run.start) / S, "to_s": (hi - run.start) / S, "launches": est[1], "true": true[1]}
         out["segments"].append(dict(seg, err_pct=err(est[1], true[1])))
         print(f"    agent from {seg['from_s']:.1f} to {seg['to_s']:.1f} s: launches {err(est[1], true[1]):+.2f} %")
+    if b.a.periods:  # each period against the job's launches, around the stop and the start
+        for ln in run.stderr.splitlines():
+            if "attached (pid" in ln or "joined" in ln:
+                print("      " + ln[:300], flush=True)
+        for q in periods_of(run, per):
+            print(
+                f"      period from {(q['lo'] - run.start) / S:7.2f} s, {q['len_ms']:7.1f} ms: seen {q['seen']}, "
+                f"counter {q['hook_hits']} hits at {q['hook_ratio']}, estimate {q['est']} (clocks {q['clocks']}), "
+                f"made {q['true']:.0f}",
+                flush=True,
+            )
     est, true = (sum(s[k] for s in out["segments"]) for k in ("launches", "true"))
     out["launches_err_pct"] = err(est, true)
     out["line"] = cols(2, out, f"while attached: launches {out['launches_err_pct']:+.2f} (gap {out['gap_s']:.1f} s)")

@@ -131,6 +131,10 @@ void ga_window_begin(uint64_t now_ns) noexcept {
     g_lpb = g_prev_lpb = g_win_lpb = -1, g_count_busy0 = g_last_win_busy = 0, g_busy_on = false, g_carry_busy = g_carry_hits = 0;
     g_hook_ratio = HOOK_UNDECIDED, g_callbacks_hook = {}, g_carry_clocks = 0, g_carry_periods = 0;
     ga_busy_reset();
+    /* The attach's first edge takes the snapshots (weights.cpp's period_counts, which
+     * runs ga_window_extrapolated): from here, not from the last attachment's last
+     * period (whose launches a stop and a start on an H200 counted twice: +14 %). */
+    g_hook_p0 = ga_hook_hits(), g_busy_p0 = ga_busy_now();
     g_attach_ns.store(now_ns, std::memory_order_relaxed);
     g_win_closed_ns.store(0, std::memory_order_relaxed);
     g_win_open_ns.store(0, std::memory_order_relaxed);
@@ -140,6 +144,7 @@ void ga_window_begin(uint64_t now_ns) noexcept {
         g_rng = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40);
     }
     new_period(now_ns, true);
+    g_carry_busy = g_carry_hits = g_carry_clocks = 0, g_carry_periods = 0, g_hook_ratio = HOOK_UNDECIDED; /* the snapshots' */
     /* The agent holds its intervals from here on for this process's periods. */
     if (ga_cfg.duty_cycle > 1) ga_published(now_ns, false);
 }

@@ -58,6 +58,7 @@ SHIM = E2E + (
     "tests/test_teardown.py",
     "tests/test_budget.py",
     "tests/test_intervals.py",
+    "tests/test_launch_counter.py",
     "tests/test_graphs.py",
     "tests/test_build_shim.py",
     "tests/test_run.py",
@@ -106,6 +107,7 @@ WINDOWS = (
     "tests/test_teardown.py",
     "tests/test_budget.py",
     "tests/test_intervals.py",
+    "tests/test_launch_counter.py",
 )
 AGENT_RUN = (
     "tests/test_run.py",
@@ -128,6 +130,7 @@ RULES: tuple[tuple[str, tuple[str, ...] | str, str], ...] = (
     ("shim/src/attach_probe.cpp", AGENT_RUN + ("tests/faults/test_two_agents.py",), "attach and replay"),
     ("shim/src/session.cpp", AGENT_RUN + ("tests/faults/test_two_agents.py",), "attach and detach"),
     ("shim/src/tail.cpp", WINDOWS, "the windows' tails"),
+    ("shim/src/launch_hook.*", WINDOWS + ("tests/test_hot_path.py",), "the launch counter"),
     ("shim/include/*", SHIM + FIRER + ("tests/test_python_layout.py",), "the probe contract's header"),
     ("shim/include/gpu_agent_parcagpu.h", PARCAGPU, "parcagpu's probes"),
     ("shim/include/gpu_agent_pcsampling.h", PCSAMPLING, "PC sampling's probes"),

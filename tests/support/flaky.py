@@ -40,8 +40,9 @@ test_teardown; 3 to 12 % in test_windows; 10 % per period in test_periods):
   whole against its own log, on the busy clock (the loop's CPU time per launch is
   fixed, --work-ns, so a busy host moves only where its periods fall; 7 runs beside
   two burners, worst period 8.2 %); with the launch counter each period within 0.2 %.
-- test_launch_counter: its three tests set counted launches against a loop's trace or
-  its launches made; the attach (and the toggled detaches) fall where the host's
+- test_launch_counter: test_a_rate_that_moves_between_count_phases_is_counted,
+  test_a_process_end_adds_nothing and test_a_detach_puts_the_slots_back set counted
+  launches against a loop's trace or its launches made; the attach (and the toggled detaches) fall where the host's
   scheduling puts them, and the trace's lines every 1 000 launches bound a period's
   truth. Deterministic: the mock's loop could write a line at each of the shim's
   period edges (the shim's own span), so that truth and estimate share their edges.

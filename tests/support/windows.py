@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import re
+import subprocess
 
 from support.pprof_tool import raw
 
@@ -53,3 +54,12 @@ def launches_at(trace: list[tuple[float, int]], t: float) -> float:
 def launches_between(trace: list[tuple[float, int]], lo: float, hi: float) -> float:
     """The loop's launches in [lo, hi]."""
     return launches_at(trace, hi) - launches_at(trace, lo)
+
+
+def run_traced(cmd: list, env: dict, trace_file, timeout: float = 180) -> tuple[str, list[tuple[float, int]]]:
+    """Run a mock loop that writes its launches over time (MOCK_LAUNCH_TRACE=trace_file
+    in env; under `gpu-agent record`): its stderr, and the trace's (seconds, launches)."""
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, p.stderr[-3000:]
+    trace = [(float(t), int(n)) for t, n in (ln.split() for ln in trace_file.read_text().splitlines())]
+    return p.stderr, trace
