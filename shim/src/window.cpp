@@ -121,15 +121,15 @@ static void new_period(uint64_t start, bool first) {
     g_edges++;
     g_busy_p0 = ga_busy_now();
     g_busy_on = ga_busy_usable();
-    if (ga_cfg.launch_counter && ga_window_extrapolate) ga_hook_scan(); /* objects loaded and slots resolved since */
+    if (first && ga_cfg.launch_counter && ga_window_extrapolate) ga_hook_scan(); /* then at each poll */
     g_hook_p0 = ga_hook_hits();
 }
 
 void ga_window_begin(uint64_t now_ns) noexcept {
     g_rate = g_prev_rate = -1, g_count_t0 = 0, g_period_win_ns = 0, g_period_had_window = false;
     g_closed_ns = 0, g_callbacks = g_callbacks_busy = {};
-    g_lpb = g_prev_lpb = g_win_lpb = -1, g_count_busy0 = g_last_win_busy = 0, g_busy_on = false, g_carry_busy = g_carry_hits = 0;
-    g_hook_ratio = HOOK_UNDECIDED, g_callbacks_hook = {}, g_carry_clocks = 0, g_carry_periods = 0;
+    g_lpb = g_prev_lpb = g_win_lpb = -1, g_count_busy0 = g_last_win_busy = 0, g_busy_on = false;
+    g_callbacks_hook = {};
     ga_busy_reset();
     /* The attach's first edge takes the snapshots (weights.cpp's period_counts, which
      * runs ga_window_extrapolated): from here, not from the last attachment's last
@@ -144,7 +144,8 @@ void ga_window_begin(uint64_t now_ns) noexcept {
         g_rng = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40);
     }
     new_period(now_ns, true);
-    g_carry_busy = g_carry_hits = g_carry_clocks = 0, g_carry_periods = 0, g_hook_ratio = HOOK_UNDECIDED; /* the snapshots' */
+    /* what the snapshots left */
+    g_carry_busy = g_carry_hits = g_carry_clocks = 0, g_carry_periods = 0, g_hook_ratio = HOOK_UNDECIDED;
     /* The agent holds its intervals from here on for this process's periods. */
     if (ga_cfg.duty_cycle > 1) ga_published(now_ns, false);
 }
