@@ -452,5 +452,7 @@ def test_exp_toggle_alternates_attached_and_detached(tmp_path, built):
     # 3 s of 600 ms cycles: about 5 of each (the first attach waits for CUDA to start).
     assert 3 <= attaches <= 7 and attaches - 1 <= detaches <= attaches, err[-2000:]
     m = re.search(r"(\d+) launches seen while attached", err)
-    # Attached about a third of the time, so about a third of the launches are seen.
-    assert m and LAUNCHES * 0.15 < int(m.group(1)) < LAUNCHES * 0.55, err[-2000:]
+    # Attached a third of the time, less each attach's start: 9 runs saw 14.5 % (in a
+    # full suite) to 20 % of the launches (8 of them beside two CPU burners). Never
+    # detached, it would see them all: the upper bound is what this checks.
+    assert m and LAUNCHES * 0.05 < int(m.group(1)) < LAUNCHES * 0.55, err[-2000:]
