@@ -22,11 +22,15 @@
  *
  * Safety: a slot is written only inside a loaded object's own segments, with a
  * relocation of the object naming the function, by one 8-byte atomic store; a slot
- * in the RELRO segment is made writable for the store and read-only again. A slot
- * still unresolved (lazy binding: it points into its own object) is retried at the
- * next scan. At a restore a slot is written back only while it still holds our
- * trampoline, in an object still loaded. x86-64 only: elsewhere nothing is counted
- * and window.cpp keeps its clocks. */
+ * in the RELRO segment is made writable for the store and read-only again. Every
+ * write happens inside dl_iterate_phdr, whose lock keeps the object from being
+ * unloaded meanwhile, and nothing in there takes the loader's other lock (dlsym,
+ * dladdr: a thread in dlopen holds that one and waits for ours): the names are
+ * looked up and the shim's own base found before. A slot still unresolved (lazy
+ * binding: it points into its own object) goes to the global scope's definition where
+ * there is one, else is retried at the next scan. At a restore a slot is written back
+ * only while it still holds our trampoline, in an object still loaded. x86-64 only:
+ * elsewhere nothing is counted and window.cpp keeps its clocks. */
 #include "launch_hook.h"
 
 #include <dlfcn.h>
@@ -123,10 +127,9 @@ static int name_index(const char *s) {
     return -1;
 }
 
-/* CUDA's own libraries and the shim: never counted (see above). */
-static bool skip_object(const char *path, uintptr_t base) {
-    Dl_info self;
-    if (dladdr((void *)&ga_hook_scan, &self) && (uintptr_t)self.dli_fbase == base) return true;
+/* CUDA's own libraries and the shim (its load address: self_base): never counted. */
+static bool skip_object(const char *path, uintptr_t base, uintptr_t self_base) {
+    if (base == self_base) return true;
     const char *b = strrchr(path, '/');
     b = b ? b + 1 : path;
     static const char *const skip[] = {"linux-vdso", "libcuda.so", "libcudart.so", "libcupti.so", "libnvidia-",
@@ -201,6 +204,8 @@ static bool count_slot(const extent &x, uintptr_t addr, uint32_t name, uintptr_t
 
 struct scan_ctx {
     unsigned added;
+    uintptr_t self_base;     /* the shim's load address */
+    uintptr_t defs[N_NAMES]; /* each name's global definition (0: none) */
 };
 
 static int scan_object(struct dl_phdr_info *info, size_t, void *data) {
@@ -216,7 +221,8 @@ static int scan_object(struct dl_phdr_info *info, size_t, void *data) {
             continue;
         }
         uintptr_t v = __atomic_load_n((uintptr_t *)p.addr, __ATOMIC_ACQUIRE);
-        if (v >= p.lo && v < p.hi) {
+        if (v >= p.lo && v < p.hi) v = c->defs[p.name]; /* still unresolved: the global definition, if any now */
+        if (!v) {
             i++;
             continue;
         }
@@ -227,7 +233,7 @@ static int scan_object(struct dl_phdr_info *info, size_t, void *data) {
         if (g_objects[i] == base) return 0;
     if (g_n_objects >= HOOK_OBJECTS) return 0;
     g_objects[g_n_objects++] = base;
-    if (skip_object(path, base)) return 0;
+    if (skip_object(path, base, c->self_base)) return 0;
     const ElfW(Dyn) *dyn = nullptr;
     for (int i = 0; i < info->dlpi_phnum; i++)
         if (info->dlpi_phdr[i].p_type == PT_DYNAMIC) dyn = (const ElfW(Dyn) *)(base + info->dlpi_phdr[i].p_vaddr);
@@ -270,9 +276,8 @@ static int scan_object(struct dl_phdr_info *info, size_t, void *data) {
         if (v >= lo && v < hi) {
             /* lazy binding, not resolved yet: to what the loader would bind it, the
              * global scope's definition, where there is one; else retried */
-            void *def = dlsym(RTLD_DEFAULT, k_names[n]);
-            if (def) {
-                c->added += count_slot(x, addr, (uint32_t)n, (uintptr_t)def);
+            if (c->defs[n]) {
+                c->added += count_slot(x, addr, (uint32_t)n, c->defs[n]);
                 continue;
             }
             if (g_n_pending < HOOK_PENDING) g_pending[g_n_pending++] = {addr, base, lo, hi, (uint32_t)n};
@@ -297,7 +302,10 @@ unsigned ga_hook_scan(void) noexcept {
     dl_iterate_phdr(loaded_count, &adds);
     if (adds && adds == g_adds && !g_n_pending) return 0; /* nothing new */
     g_adds = adds;
-    scan_ctx c{0};
+    scan_ctx c{};
+    Dl_info self;
+    if (dladdr((void *)&ga_hook_scan, &self)) c.self_base = (uintptr_t)self.dli_fbase;
+    for (unsigned i = 0; i < N_NAMES; i++) c.defs[i] = (uintptr_t)dlsym(RTLD_DEFAULT, k_names[i]);
     dl_iterate_phdr(scan_object, &c);
     return c.added;
 }
