@@ -1,5 +1,6 @@
 /* procs.h: a process's life as the agent hears of it: attach (GA_EV_PROC_ATTACH),
- * the replay probe, how far its shim has published (GA_EV_PUBLISHED), and exit
+ * the replay probe, how far its shim has published (GA_EV_PUBLISHED), its spans'
+ * shapes (GA_EV_SHAPE), and exit
  * (GA_EV_PROC_EXIT, and its BPF state dropped). */
 #ifndef GA_BPF_PROCS_H
 #define GA_BPF_PROCS_H
@@ -57,6 +58,43 @@ int ga_published(struct pt_regs *ctx)
     ev->until_ns = until_ns;
     ev->final = final != 0;
     ev->start = start;
+    events.ringbuf_submit(ev, 0);
+    return 0;
+}
+
+/* ---- period_shape(u64 span_start_ns, u64 span_end_ns, const u16 *shares, u32
+ * nshares): how a published span's launches spread over it. Passed on whole; the
+ * agent checks the shares (they are the process's own word about its own rows). */
+int ga_period_shape(struct pt_regs *ctx)
+{
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    u64 span_start_ns = 0, span_end_ns = 0, shares = 0;
+    u32 nshares = 0;
+    bpf_usdt_readarg(1, ctx, &span_start_ns);
+    bpf_usdt_readarg(2, ctx, &span_end_ns);
+    bpf_usdt_readarg(3, ctx, &shares);
+    bpf_usdt_readarg(4, ctx, &nshares);
+    if (nshares != GA_SHAPE_KNOTS) {
+        count(GA_DROP_SHAPE_READ, 1);
+        return 0;
+    }
+    u32 start = see_proc(tgid);
+    struct ga_ev_shape *ev = events.ringbuf_reserve(sizeof(*ev));
+    if (!ev) {
+        count(GA_DROP_RINGBUF_FULL, 1);
+        return 0;
+    }
+    if (bpf_probe_read_user(ev->shares, sizeof(ev->shares), (const void *)shares) != 0) {
+        events.ringbuf_discard(ev, 0);
+        count(GA_DROP_SHAPE_READ, 1);
+        return 0;
+    }
+    ev->hdr.type = GA_EV_SHAPE;
+    ev->hdr.tgid = tgid;
+    ev->start = start;
+    ev->pad = 0;
+    ev->span_start_ns = span_start_ns;
+    ev->span_end_ns = span_end_ns;
     events.ringbuf_submit(ev, 0);
     return 0;
 }

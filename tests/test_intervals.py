@@ -3,11 +3,14 @@
 In collection windows a window's records stand for their whole period and go out
 one period after it ends. Placed where they were drained, an interval held whole
 periods' estimates, one or two periods late; and a stop of the agent dropped what
-the shims still held. Here a paced loop on the mock (20 000 launches a second, its
-own launches logged over time: MOCK_LAUNCH_TRACE) runs under `gpu-agent run` with
-2 s intervals and periods of 0.8 s (8 slots of 100 ms): each interval's profile,
-read by Go pprof, is set against the launches the loop made between its bounds.
-With whole periods placed, every interval read 2 or 3 periods: -20 % or +20 %.
+the shims still held. Here a paced loop on the mock (20 000 launches a second in
+blocks of 50, idle for 300 ms after every 700 ms, its own launches logged over
+time: MOCK_LAUNCH_TRACE) runs under `gpu-agent run` with 2 s intervals and periods
+of 0.8 s (8 slots of 100 ms): each interval's profile, read by Go pprof, is set
+against the launches the loop made between its bounds. With whole periods placed,
+every interval read 2 or 3 periods: -20 % or +20 %. Spread over their spans by
+time, the idle parts put launches in the wrong interval: -11 % to +7 %. Split by
+each span's shape (the period_shape probe, shim/src/shape.cpp), within 0.22 %.
 Then the agent is stopped while the loop runs: the profiles' sum against the
 launches the loop made until the stop (before: -3.8 % at 5 s intervals).
 """
@@ -81,10 +84,14 @@ def paced_run(tmp_path_factory, built):
         # The launch callbacks count every launch (no count phase to extrapolate
         # from): each period's estimate is exact, and what is left is where it lands.
         GPU_AGENT_TEARDOWN="0",
+        # Its count noted every 10 ms (every 100 ms at the defaults, against 10 s
+        # intervals): the loop's gaps start and end between two notes.
+        GPU_AGENT_POLL_MS="10",
         MOCK_LAUNCH_TRACE=str(trace_file),
     )
     loop = subprocess.Popen(
-        [MOCK_APP, "--paths", "cuLaunchKernel", "--bench", str(RATE * LOOP_S), "--rate", str(RATE)],
+        [MOCK_APP, "--paths", "cuLaunchKernel", "--bench", str(RATE * LOOP_S * 7 // 10), "--rate", str(RATE)]
+        + ["--gap-ms", "300", "--gap-every-ms", "700", "--block", "50"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

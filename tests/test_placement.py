@@ -105,3 +105,47 @@ def test_intervals_merged_sum_their_rows_and_end_at_the_last():
     win = Placement.merged(p.ready(31 * S, final=True))
     assert (win.start_ns, win.end_ns, win.mono_end) == (100 * S, 120 * S, 30 * S)
     assert win.totals == {key(): AggVal(0, 0, 0, 15)}
+
+
+def test_a_shaped_span_is_split_by_its_launches_not_its_time():
+    """A period [16, 24] whose launches went three in four in its first half (its window
+    slowed the second): split by its shape, not by time."""
+    p = Placement(start_ns=100 * S, mono_ns=10 * S)
+    p.close(110 * S, 20 * S)
+    # 32 knots: 3/4 of the launches by the half, evenly in each half
+    shares = [round(65535 * (0.75 * (j + 1) / 16 if j < 16 else 0.75 + 0.25 * (j - 15) / 16)) for j in range(32)]
+    p.note_shape(7, 3, 16 * S, 24 * S, shares)
+    p.place({key(16 * S, 24 * S): AggVal(8000, 1000, 64000, 8000)}, {})
+    first, cur = p.held
+    assert (launches(first), launches(cur)) == (6000, 2000)
+    # another process's, or another start tag's, span of the same times is its own
+    p.place({key(16 * S, 24 * S)._replace(tgid=8): AggVal(8000, 1000, 64000, 8000)}, {})
+    p.place({key(16 * S, 24 * S)._replace(start=4): AggVal(8000, 1000, 64000, 8000)}, {})
+    assert (launches(first), launches(cur)) == (14000, 10000)
+    assert p.shape_counts == {"shaped_spans": 1, "shapes_refused": 0}
+
+
+def test_a_shape_that_makes_no_sense_moves_only_its_own_rows_and_keeps_them_whole():
+    p = Placement(start_ns=100 * S, mono_ns=10 * S)
+    p.close(110 * S, 20 * S)
+    p.note_shape(7, 3, 24 * S, 16 * S, [0] * 32)  # ends before it starts: refused
+    # shares that go down and past one: the running maximum, at most one
+    p.note_shape(7, 3, 16 * S, 24 * S, [65535 * 4 if j == 3 else 0 for j in range(32)])
+    p.place({key(16 * S, 24 * S): AggVal(8001, 1000, 64001, 8001)}, {})
+    first, cur = p.held
+    assert (launches(first), launches(cur)) == (8001, 0)
+    assert p.shape_counts == {"shaped_spans": 1, "shapes_refused": 1}
+    # a flood of spans: the newest SHAPES_PER_PROCESS kept
+    for i in range(1000):
+        p.note_shape(7, 3, i * S, (i + 1) * S, [65535] * 32)
+    assert len(p.shapes[7]) == 64 and (3, 999 * S, 1000 * S) in p.shapes[7]
+
+
+def test_an_exited_process_s_shapes_go_two_closes_after_its_exit():
+    p = Placement(start_ns=100 * S, mono_ns=10 * S)
+    p.note_shape(7, 3, 11 * S, 12 * S, [65535] * 32)
+    p.forget(7)
+    p.close(110 * S, 20 * S)
+    assert 7 in p.shapes  # its last rows may come in the next drain
+    p.close(120 * S, 30 * S)
+    assert 7 not in p.shapes

@@ -168,7 +168,7 @@ def contract_probes() -> dict[str, list[str]]:
     return {name: [kind for _, kind in args] for name, args in C.PROBES.items()}
 
 
-def test_contract_lists_the_thirteen_probes():
+def test_contract_lists_the_fourteen_probes():
     assert set(contract_probes()) == {
         "attach",
         "replay",
@@ -183,6 +183,7 @@ def test_contract_lists_the_thirteen_probes():
         "pc_stall_reason",
         "cubin_loaded",
         "published",
+        "period_shape",
     }
 
 

@@ -104,6 +104,20 @@
  *                     until every attached shim has published past its end
  *                     (or a bound: docs/estimator.md).
  *
+ *   period_shape      (u64 span_start_ns, u64 span_end_ns, const u16 *shares,
+ *                      u32 nshares)
+ *                     How a published span's launches spread over it, fired
+ *                     just before the span's first records can go (with its
+ *                     weight): shares[j] of 65535 of them were made before
+ *                     span_start_ns + (j + 1) / GA_SHAPE_KNOTS of the span;
+ *                     nshares is GA_SHAPE_KNOTS. The agent splits the span's
+ *                     rows over its intervals by these shares, not by time
+ *                     alone (a period of 10 s whose window slowed the job, or
+ *                     that idled in part). Fired only where the shim counts
+ *                     launches all through the span (the launch callbacks with
+ *                     no teardowns, or the calibrated launch counter); a span
+ *                     with no shape is spread by time.
+ *
  *   graph_node_destroyed  (u64 node_id)
  *                     A node was destroyed (GRAPHNODE_DESTROY_STARTING, or one
  *                     per exec node the shim recorded for an exec graph at
@@ -117,11 +131,13 @@
 
 #ifdef GA_BPF
 typedef __u8 ga_u8;
+typedef __u16 ga_u16;
 typedef __u32 ga_u32;
 typedef __u64 ga_u64;
 #else
 #include <stdint.h>
 typedef uint8_t ga_u8;
+typedef uint16_t ga_u16;
 typedef uint32_t ga_u32;
 typedef uint64_t ga_u64;
 #endif
@@ -134,7 +150,7 @@ typedef uint64_t ga_u64;
  * attaches, and refuses a shim of another version with one clear line instead
  * of misreading its probes. Bump it whenever a probe's arguments, a shared
  * struct, an enum or a constant below changes meaning. */
-#define GA_CONTRACT_VERSION 6u
+#define GA_CONTRACT_VERSION 7u
 #define GA_CONTRACT_VERSION_SYMBOL "gpu_agent_contract_version"
 
 /* Limits shared by both sides. */
@@ -174,7 +190,9 @@ typedef uint64_t ga_u64;
       (ga_u32, dropped)) \
     P(pc_stall_reason, 2, (ga_u32, index), (const char *, name)) \
     P(cubin_loaded, 3, (ga_u64, cubin_crc), (const void *, cubin), (ga_u64, cubin_size)) \
-    P(published, 2, (ga_u64, until_ns), (ga_u32, final))
+    P(published, 2, (ga_u64, until_ns), (ga_u32, final)) \
+    P(period_shape, 4, (ga_u64, span_start_ns), (ga_u64, span_end_ns), (const ga_u16 *, shares), \
+      (ga_u32, nshares))
 #define GA_PROBE_TABLE(P) GA_SEMAPHORE_PROBE_TABLE(P) GA_DATA_PROBE_TABLE(P)
 
 /* GA_MAP(n, f, a1, ..., an) is "f a1, ..., f an": with f(type, arg), it turns a
@@ -399,6 +417,8 @@ enum ga_counter {
                                 * budget (as many a second). One per claim, so no process
                                 * can inflate it; the records each process claimed are
                                 * in the drop_implausible map, and its profile says so */
+    GA_DROP_SHAPE_READ,        /* a period_shape out of contract or unreadable: its span
+                                * is spread by time */
     GA_COUNTER_MAX
 };
 
@@ -418,6 +438,7 @@ enum ga_event_type {
     GA_EV_PG_ERROR = 11,       /* a parcagpu error probe */
     GA_EV_PG_NAME = 12,        /* a parcagpu name BPF could not read (gpu_agent_parcagpu.h) */
     GA_EV_PUBLISHED = 13,      /* a published probe */
+    GA_EV_SHAPE = 14,          /* a period_shape probe */
 };
 struct ga_event_hdr {
     ga_u32 type;
@@ -449,6 +470,17 @@ struct ga_ev_published {
     ga_u64 until_ns;         /* published's arguments */
     ga_u32 final;
     ga_u32 start;            /* the process's start tag */
+};
+/* period_shape: the shares at each of the span's GA_SHAPE_KNOTS knots. */
+#define GA_SHAPE_KNOTS 32
+#define GA_SHAPE_ONE 65535u
+struct ga_ev_shape {
+    struct ga_event_hdr hdr;
+    ga_u32 start;            /* the process's start tag */
+    ga_u32 pad;
+    ga_u64 span_start_ns;    /* period_shape's arguments */
+    ga_u64 span_end_ns;
+    ga_u16 shares[GA_SHAPE_KNOTS];
 };
 /* Timelines: while the `trace` config map says so (every process, or the tgids
  * in `traced`), kernel_batch also sends each valid record of a traced process,

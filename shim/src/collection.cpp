@@ -273,6 +273,7 @@ static CUptiResult up_again(uint64_t now, const char **what) {
 static CUptiResult step_windows(uint64_t now, const char **what) {
     /* the launch counter: objects loaded and slots resolved since the last poll */
     if (ga_cfg.launch_counter && ga_window_extrapolate) ga_hook_scan();
+    ga_shape_sample(now); /* the launches so far, for the spans' shapes (shape.cpp) */
     CUptiResult r = GA_EXP(late_subscribe) ? CUPTI_SUCCESS : up_again(now, what);
     /* An on-demand capture (gpu-agent trace) starts at once, not at the next edge. */
     bool capture = ga_trace_until_ns() > now && ga_window_on.load(std::memory_order_relaxed) != GA_WIN_OPEN;
@@ -343,6 +344,7 @@ CUptiResult ga_collect_begin(uint64_t now, const char **what) noexcept {
     g_tail_until = 0;
     ga_tail_reset();
     ga_window_begin(now);
+    ga_shape_reset(now);
     uint64_t edge = UINT64_MAX;
     g_phase = ga_window_phase(now, &edge);
     CUptiResult r = apply_phase(now, what);

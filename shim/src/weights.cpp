@@ -188,6 +188,7 @@ static void publish_now(uint32_t seq, uint64_t all, uint64_t in, uint64_t start,
         carry(all, start);
         if (!g_last_q) g_last_q = g_slots * WQ;
     }
+    ga_shape_publish(start, end); /* before the span's records go (held.cpp) */
     ga_weight_publish(seq, g_last_q, start, end);
 }
 

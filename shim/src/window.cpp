@@ -254,6 +254,8 @@ static double without_callbacks(double ns_per_launch, double cb_ns, double cap) 
  * them after three enables since a finalize only), or too few to tell, leave the last
  * ratio standing. A ratio, not a rate: the window's slower launches read the same. */
 #define HOOK_MIN_LAUNCHES 64
+bool ga_window_hooked(void) noexcept { return g_hook_ratio > 0; }
+
 static void calibrate_hook(uint64_t launches, uint64_t hits) {
     if (!launches || (launches < HOOK_MIN_LAUNCHES && hits < HOOK_MIN_LAUNCHES && hits != launches)) return;
     double q = hits ? (double)launches / (double)hits : 1e9;

@@ -67,6 +67,9 @@ class Collector:
         self.session.on_proc_attach = self._on_proc_attach
         self.session.on_device = self.note_device
         self.session.on_published = self._on_published
+        self.session.on_shape = lambda ev: self.placement.note_shape(
+            ev.hdr.tgid, ev.start, ev.span_start_ns, ev.span_end_ns, ev.shares
+        )
         self._marks: list[tuple[int, int, bool]] = []  # `published` probes not yet applied
         self._stopped_at: Optional[tuple[int, int]] = None  # let_go()'s (realtime, monotonic) ns
         self.pcs = pc_samples.PcSamples()  # opt-in PC sampling's samples, names and cubins
@@ -183,6 +186,8 @@ class Collector:
         # and for time before this agent started (not ours)
         c["agent_late_launches"] = self.placement.counts["late_launches"]
         c["agent_before_start_launches"] = self.placement.counts["before_start_launches"]
+        # spans split by their shapes (the rest by time), and shapes that made no sense
+        c.update({f"agent_{k}": v for k, v in self.placement.shape_counts.items()})
         c.update(self.pcs.counts)
         return c
 

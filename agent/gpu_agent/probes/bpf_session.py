@@ -73,10 +73,10 @@ class BpfSession(PythonMaps):
         self.on_proc_exit = on_proc_exit
         self.on_proc_attach: Optional[Callable[[int], None]] = None
         # Fixed-size events (_FIXED_EVENTS): on_kernel(C.EvKernel) while tracing
-        # (set_trace), on_device(C.EvDevice), on_published(C.EvPublished); PC sampling's
-        # (pc_samples.py), parcagpu's too
+        # (set_trace), on_device(C.EvDevice), on_published(C.EvPublished),
+        # on_shape(C.EvShape); PC sampling's (pc_samples.py), parcagpu's too
         self.on_kernel = self.on_device = self.on_pc_batch = self.on_stall_reason = self.on_cubin = None
-        self.on_published = None
+        self.on_published = self.on_shape = None
         self.on_pg_pc = self.on_pg_error = None
         self.extra_cflags = list(cflags or [])
         self._agent_counts = {"ev_corrupt": 0, "ev_unknown": 0, "callback_errors": 0, "barrier_fallbacks": 0}

@@ -14,6 +14,7 @@ _FIXED_EVENTS = {
     C.EventType.GA_EV_KERNEL: (C.EvKernel, "on_kernel"),
     C.EventType.GA_EV_DEVICE: (C.EvDevice, "on_device"),
     C.EventType.GA_EV_PUBLISHED: (C.EvPublished, "on_published"),
+    C.EventType.GA_EV_SHAPE: (C.EvShape, "on_shape"),
     C.EventType.GA_EV_PC_BATCH: (C.EvPcBatch, "on_pc_batch"),
     C.EventType.GA_EV_STALL_REASON: (C.EvStallReason, "on_stall_reason"),
     C.EventType.GA_EV_CUBIN: (C.EvCubin, "on_cubin"),

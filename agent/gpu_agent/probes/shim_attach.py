@@ -53,6 +53,7 @@ DATA_PROBES = {  # contract probe -> BPF function
     "pc_stall_reason": "ga_pc_stall_reason",
     "cubin_loaded": "ga_cubin_loaded",
     "published": "ga_published",
+    "period_shape": "ga_period_shape",
 }
 ATTACH_FN = "ga_attach"
 REPLAY_FN = "ga_replay"

@@ -36,6 +36,7 @@ STRUCTS: dict[str, type[ct.Structure]] = {
     "ga_ev_proc_exit": EvProcExit,
     "ga_ev_proc_attach": EvProcAttach,
     "ga_ev_published": EvPublished,
+    "ga_ev_shape": EvShape,
     "ga_ev_kernel": EvKernel,
     "ga_ev_device": EvDevice,
     "ga_pc_record": PcRecord,
@@ -59,6 +60,8 @@ ENUMS: dict[str, type[IntEnum]] = {"ga_counter": Counter, "ga_event_type": Event
 CONSTANTS: dict[str, int] = {
     "GA_CONTRACT_VERSION": CONTRACT_VERSION,
     "GA_MAX_FRAMES": MAX_FRAMES,
+    "GA_SHAPE_KNOTS": SHAPE_KNOTS,
+    "GA_SHAPE_ONE": SHAPE_ONE,
     "GA_BATCH_MAX": BATCH_MAX,
     "GA_NAME_CHUNK": NAME_CHUNK,
     "GA_MAX_NAME_LEN": MAX_NAME_LEN,

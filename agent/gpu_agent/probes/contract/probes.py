@@ -13,7 +13,7 @@ SEMAPHORE_SYMBOL = "gpu_agent_attach_semaphore"
 REPLAY_SEMAPHORE_SYMBOL = "gpu_agent_replay_semaphore"
 # The contract version the shim exports (GA_CONTRACT_VERSION): a shim of another
 # version is refused before any probe of it is read (shim_attach.read_shim).
-CONTRACT_VERSION = 6
+CONTRACT_VERSION = 7
 CONTRACT_VERSION_SYMBOL = "gpu_agent_contract_version"
 
 MAX_FRAMES = 64
@@ -61,6 +61,7 @@ PROBES: dict[str, tuple[tuple[str, str], ...]] = {
     "pc_stall_reason": (("index", "u32"), ("name", "ptr")),
     "cubin_loaded": (("cubin_crc", "u64"), ("cubin", "ptr"), ("cubin_size", "u64")),
     "published": (("until_ns", "u64"), ("final", "u32")),
+    "period_shape": (("span_start_ns", "u64"), ("span_end_ns", "u64"), ("shares", "ptr"), ("nshares", "u32")),
 }
 # The agent's presence flag for the shim; and its request for a replay of names.
 SEMAPHORE_PROBE = "attach"
@@ -189,7 +190,8 @@ class Counter(IntEnum):
     GA_DROP_PC_SAMPLES = 34
     GA_CNT_PG_ERRORS = 35
     GA_DROP_IMPLAUSIBLE = 36
-    GA_COUNTER_MAX = 37
+    GA_DROP_SHAPE_READ = 37
+    GA_COUNTER_MAX = 38
 
 
 COUNTER_MAX = int(Counter.GA_COUNTER_MAX)
@@ -224,6 +226,7 @@ class EventType(IntEnum):
     GA_EV_PG_ERROR = 11
     GA_EV_PG_NAME = 12
     GA_EV_PUBLISHED = 13
+    GA_EV_SHAPE = 14
 
 
 class EventHdr(ct.Structure):
@@ -256,6 +259,22 @@ class EvProcAttach(ct.Structure):
 
 class EvPublished(ct.Structure):
     _fields_ = [("hdr", EventHdr), ("until_ns", u64), ("final", u32), ("start", u32)]
+
+
+# period_shape: a span's shares (of SHAPE_ONE) at each of its SHAPE_KNOTS knots
+SHAPE_KNOTS = 32
+SHAPE_ONE = 65535
+
+
+class EvShape(ct.Structure):
+    _fields_ = [
+        ("hdr", EventHdr),
+        ("start", u32),
+        ("pad", u32),
+        ("span_start_ns", u64),
+        ("span_end_ns", u64),
+        ("shares", ct.c_uint16 * SHAPE_KNOTS),
+    ]
 
 
 class EvKernel(ct.Structure):

@@ -1,0 +1,89 @@
+/* shape.cpp: how a published span's launches spread over it (the period_shape
+ * probe, shim/include/gpu_agent_probes.h).
+ *
+ * Why: a span's weighted records stand for every launch in it, and the agent
+ * splits them over its intervals (join/placement.py). Split by time alone, a
+ * span whose launches did not go evenly lands in the wrong interval: Llama decode
+ * on an H200 ran periods of 8-11 s against 10 s intervals, and its window and
+ * count phase slowed the job in a part of each, so its intervals read a 90th
+ * percentile of 6.5 % while whole periods were right. The shim knows how its
+ * launches went: at every poll (GPU_AGENT_POLL_MS and every window edge) it notes
+ * a cumulative count with the time, and when a span's weight is published it
+ * sends the count's share at GA_SHAPE_KNOTS even steps of the span.
+ *
+ * The count is the one the period's estimate stands on: the launch callbacks where
+ * they stay on between windows (no teardowns: they see every launch), the launch
+ * counter where it is calibrated (launch_hook.cpp; its ratio to the launches is the
+ * period's, so its shares are theirs). Else (the clocks: Triton's launches, which
+ * the counter does not see) no shape goes, and the agent spreads the span by time.
+ * Poller thread only, and at a detach or exit (the poller stopped). */
+#include "ga_internal.h"
+#include "ga_probes.h"
+#include "launch_hook.h"
+
+namespace {
+struct sample {
+    uint64_t t, seq, hits;
+};
+/* 4096 polls: 6.8 minutes at one poll per 100 ms, and more than any span's length
+ * (periods are at most 15 s; window-less ones join them for 64 periods at most) at
+ * the edges' polls too. An older span goes without a shape. */
+constexpr uint32_t RING = 4096;
+sample g_ring[RING];
+uint32_t g_n; /* samples taken */
+
+const sample &nth(uint32_t i) { return g_ring[i % RING]; }
+
+/* The count at t, interpolated between the samples around it: false if t is
+ * outside them. */
+bool count_at(uint64_t t, bool hits, double *v) {
+    uint32_t lo = g_n > RING ? g_n - RING : 0, hi = g_n;
+    if (hi - lo < 2 || t < nth(lo).t || t > nth(hi - 1).t) return false;
+    while (hi - lo > 1) { /* nth(lo).t <= t < nth(hi).t, or t is the last sample's */
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (nth(mid).t <= t) lo = mid;
+        else hi = mid;
+    }
+    const sample &a = nth(lo);
+    double va = (double)(hits ? a.hits : a.seq);
+    if (hi == g_n || t == a.t) {
+        *v = va;
+        return true;
+    }
+    const sample &b = nth(hi);
+    double vb = (double)(hits ? b.hits : b.seq);
+    *v = va + (vb - va) * (double)(t - a.t) / (double)(b.t - a.t);
+    return true;
+}
+} // namespace
+
+void ga_shape_sample(uint64_t now_ns) noexcept {
+    if (g_n && nth(g_n - 1).t >= now_ns) return;
+    g_ring[g_n % RING] = {now_ns, ga_launch_seq.load(std::memory_order_relaxed), ga_hook_hits()};
+    g_n++;
+}
+
+void ga_shape_reset(uint64_t now_ns) noexcept {
+    g_n = 0;
+    ga_shape_sample(now_ns);
+}
+
+void ga_shape_publish(uint64_t start_ns, uint64_t end_ns) noexcept {
+    if (ga_cfg.duty_cycle <= 1 || end_ns <= start_ns) return;
+    bool hits = ga_window_extrapolate;
+    if (hits && !ga_window_hooked()) return; /* the clocks: spread by time */
+    ga_shape_sample(ga_now_ns()); /* a detach's or an exit's span ends now */
+    double a0, a1, v;
+    if (!count_at(start_ns, hits, &a0) || !count_at(end_ns, hits, &a1) || a1 - a0 < 1) return;
+    uint16_t shares[GA_SHAPE_KNOTS];
+    double span = (double)(end_ns - start_ns), prev = 0;
+    for (unsigned j = 0; j + 1 < GA_SHAPE_KNOTS; j++) {
+        uint64_t t = start_ns + (uint64_t)(span * (double)(j + 1) / GA_SHAPE_KNOTS);
+        if (!count_at(t, hits, &v)) return;
+        double f = (v - a0) / (a1 - a0);
+        prev = f < prev ? prev : f > 1 ? 1 : f;
+        shares[j] = (uint16_t)(prev * GA_SHAPE_ONE + 0.5);
+    }
+    shares[GA_SHAPE_KNOTS - 1] = GA_SHAPE_ONE;
+    ga_fire_period_shape(start_ns, end_ns, shares, GA_SHAPE_KNOTS);
+}
