@@ -77,6 +77,9 @@ def status_line(stats, counters: dict) -> str:
         # (join/placement.py), and launches estimated for intervals already out.
         + (f" waited={stats.waited_ns / 1e9:.1f}s" if getattr(stats, "waited_ns", 0) >= 1e9 else "")
         + (f" late_launches={counters['agent_late_launches']}" if counters.get("agent_late_launches") else "")
+        # Periods whose launches were split over the intervals by their shapes (the
+        # rest by time): so far, in all.
+        + (f" shaped_spans={counters['agent_shaped_spans']}" if counters.get("agent_shaped_spans") else "")
     )
 
 
