@@ -69,6 +69,25 @@ def test_a_rate_that_moves_between_count_phases_is_counted(tmp_path, built):
     assert errors[len(errors) // 2] < 0.005 and errors[-1] < 0.05, (errors, rows)
 
 
+def test_a_launcher_that_holds_the_driver_s_pointer_is_counted(tmp_path, built):
+    """The same loop launching through a cuLaunchKernel pointer that dlsym gave and a
+    writable variable holds (Triton's launchers, and ATen's NVRTC table that
+    torch.compile's static launcher calls through: no import slot of theirs). The
+    counter finds the pointer in the loop's writable data and counts through it: every
+    period counted, each within 5 % (before: no hit, every period at the clocks)."""
+    need_ebpf()
+    err, rows, _, made = record_loop(
+        tmp_path, "--api", "cuLaunchKernel-table", "--bench", "1000000", "--spin-ns", "3000", "--regimes", "700:6000"
+    )
+    assert len(rows) >= 5, err[-3000:]
+    assert all(used for _, _, used, *_ in rows), rows
+    errors = sorted(abs(est / true - 1) for *_, est, _, true in rows)
+    assert errors[len(errors) // 2] < 0.005 and errors[-1] < 0.05, (errors, rows)
+    # the attach is at the loop's start: every launch but the warm-up's went through it
+    hits = re.search(r"launch counter \(pid \d+\): .*?; (\d+) hits", err)
+    assert hits and int(hits[1]) > 0.95 * made, (hits and hits[0], made)
+
+
 def test_a_process_end_adds_nothing(tmp_path, built):
     """A 2 s loop that sleeps 0.3 s after warming up (the shim attaches in it), then
     spins 0.5 s after its last launch, as Python finalizes (0.5 s on an H200): the

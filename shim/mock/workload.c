@@ -7,7 +7,7 @@
  *
  *   mock_workload [--paths all|p1,p2,...] [--iters N] [--sleep-ms M]
  *                 [--duration S] [--threads T] [--list-paths]
- *   mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel|cuGraphLaunch] [--rate R]
+ *   mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel|cuGraphLaunch|cuLaunchKernel-table] [--rate R]
  *                 [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E] [--block B] [--spin-ns S]
  *                 [--work-ns S] [--idle-first-ms M] [--regimes MS:NS] [--end-ms M]
  *   --cupti-client AT_MS:HOLD_MS  (--bench) another CUPTI client in the process, as
@@ -475,6 +475,13 @@ static long g_end_ms;       /* --end-ms: CPU work with no launch after the loop,
 static long g_client_at_ms = -1, g_client_hold_ms; /* --cupti-client (below) */
 static void cupti_client_tick(double t0);
 
+/* --api cuLaunchKernel-table: the driver's cuLaunchKernel called through a pointer
+ * that dlsym gave and a writable variable holds, as Triton's launchers and ATen's
+ * NVRTC table (torch.compile's static launcher) do: no import slot of the caller's. */
+typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                              CUstream, void **, void **);
+static launch_fn g_table_launch;
+
 static int bench(long n, const char *api, double rate, long warm, double warm_rate)
 {
     struct tctx t;
@@ -483,9 +490,19 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
     t.args[0] = &t.buf;
     t.args[1] = &t.n;
     int rt = !strcmp(api, "cudaLaunchKernel"), graph = !strcmp(api, "cuGraphLaunch");
-    if (!rt && !graph && strcmp(api, "cuLaunchKernel")) {
-        fprintf(stderr, "mock_workload: --api must be cuLaunchKernel, cudaLaunchKernel or cuGraphLaunch\n");
+    int table = !strcmp(api, "cuLaunchKernel-table");
+    if (!rt && !graph && !table && strcmp(api, "cuLaunchKernel")) {
+        fprintf(stderr, "mock_workload: --api must be cuLaunchKernel, cudaLaunchKernel, cuGraphLaunch or "
+                        "cuLaunchKernel-table\n");
         return 1;
+    }
+    if (table) {
+        void *h = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
+        *(void **)&g_table_launch = h ? dlsym(h, "cuLaunchKernel") : NULL;
+        if (!g_table_launch) {
+            fprintf(stderr, "mock_workload: no cuLaunchKernel in libcuda.so.1\n");
+            return 1;
+        }
     }
     if (graph) capture_cuGraphLaunch(&t); /* each launch: a replay of its 3 nodes */
     CUfunction f = g_fn[K_cuLaunchKernel];
@@ -505,6 +522,8 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
                   "cudaLaunchKernel");
         else if (graph)
             launch_cuGraphLaunch(&t);
+        else if (table)
+            ck_cu(g_table_launch(f, 4, 1, 1, 128, 1, 1, 0, t.s, t.args, NULL), "cuLaunchKernel (table)");
         else
             ck_cu(cuLaunchKernel(f, 4, 1, 1, 128, 1, 1, 0, t.s, t.args, NULL), "cuLaunchKernel");
         if (g_client_at_ms >= 0 && i % 64 == 0) cupti_client_tick(t0);
@@ -600,7 +619,8 @@ static void usage(void)
 {
     fprintf(stderr, "usage: mock_workload [--paths all|p1,p2,...] [--iters N] [--sleep-ms M] [--duration S]\n"
                     "                     [--threads T] [--list-paths]\n"
-                    "       mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel|cuGraphLaunch] [--rate R]\n"
+                    "       mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel|cuGraphLaunch|\n"
+                    "                     cuLaunchKernel-table] [--rate R]\n"
                     "                     [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E] [--block B] [--spin-ns S]\n"
                     "                     [--work-ns S] [--idle-first-ms M] [--regimes MS:NS] [--end-ms M]\n"
                     "                     [--cupti-client AT_MS:HOLD_MS]\n");

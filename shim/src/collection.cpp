@@ -400,7 +400,9 @@ void ga_collect_log_exit(void) noexcept {
     if (attached_at && ga_cfg.duty_cycle > 1 && ga_cfg.launch_counter) {
         char what[512];
         ga_hook_describe(what, sizeof(what));
-        ga_debug("launch counter (pid %d): %u slots in %u objects, %u left alone; %llu hits%s%s", (int)getpid(), h.slots,
-                 h.objects, h.refused, (unsigned long long)ga_hook_hits(), *what ? ": " : "", what);
+        ga_debug("launch counter (pid %d): %u slots in %u objects, %u left alone, %.1f MB of data searched, scans %.1f ms; "
+                 "%llu hits%s%s",
+                 (int)getpid(), h.slots, h.objects, h.refused, (double)h.data_bytes / 1e6, (double)h.scan_ns / 1e6,
+                 (unsigned long long)ga_hook_hits(), *what ? ": " : "", what);
     }
 }

@@ -14,11 +14,20 @@
  * to a counter and jumps on to the function the slot held: a locked add and an
  * indirect jump, nothing else (no register is touched, so any signature passes).
  * PyTorch's own kernels reach cudart through such slots; a launcher that takes a
- * pointer from dlsym or cuGetProcAddress (Triton's, cudart's own calls into the
- * driver) does not, so the counter is a proxy: window.cpp calibrates it against the
- * launch callbacks in each count phase and uses it only where the two agree.
- * CUDA's own libraries are left alone (cudart's calls into the driver would count
- * a launch twice), as is the shim. The slots go back at a detach.
+ * pointer from dlsym or cuGetProcAddress does not: Triton's launchers keep it in a
+ * static variable, torch.compile's static launcher calls through ATen's NVRTC table
+ * (a struct of driver pointers that each take dlsym's address at first use), and
+ * cuBLAS's static cudart keeps its own table. So the writable data of every object
+ * (not its RELRO part) is searched too, for 8-byte words that hold the address of a
+ * driver launch function (dlsym's, in libcuda.so.1): each such word is a slot like
+ * an import slot. A table filled after the search (a lazy stub's first call) is
+ * found by the next: at the attach, and again after 2, 4, 8, ... scans (polls), up to
+ * 4096. The words are read with process_vm_readv on ourselves, so that a page the
+ * program made unreadable ends the read of its chunk, not the program. What the
+ * counter still misses is calibrated away: window.cpp compares it with the launch
+ * callbacks in each count phase and uses it only where the two agree. CUDA's own
+ * libraries are left alone (cudart's calls into the driver would count a launch
+ * twice), as is the shim. The slots go back at a detach.
  *
  * Safety: a slot is written only inside a loaded object's own segments, with a
  * relocation of the object naming the function, by one 8-byte atomic store; a slot
@@ -40,6 +49,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #define HOOK_TRAMPS 64     /* distinct functions behind the slots */
@@ -106,6 +117,8 @@ struct slot {
 static slot g_slots[HOOK_SLOTS];
 static uint32_t g_n_slots, g_n_tramps, g_refused;
 static uintptr_t g_objects[HOOK_OBJECTS];
+static uint32_t g_object_scan[HOOK_OBJECTS]; /* the scan that first saw it (g_scans) */
+static uint32_t g_scans; /* since the attach: the data is searched again at each power of two */
 static uint32_t g_n_objects;
 struct pending {
     uintptr_t addr, base, lo, hi; /* the slot; its object's extent, where an unresolved slot points */
@@ -114,6 +127,12 @@ struct pending {
 static pending g_pending[HOOK_PENDING];
 static uint32_t g_n_pending;
 static uint32_t g_tramp_name[HOOK_TRAMPS];
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static uintptr_t tramp_addr(uint32_t i) { return (uintptr_t)ga_hook_tramps + (uintptr_t)i * TRAMP_BYTES; }
 static bool is_tramp(uintptr_t v) {
@@ -206,7 +225,49 @@ struct scan_ctx {
     unsigned added;
     uintptr_t self_base;     /* the shim's load address */
     uintptr_t defs[N_NAMES]; /* each name's global definition (0: none) */
+    uintptr_t drv[N_NAMES];  /* a driver name's address in libcuda.so.1 (0: none, or a runtime name) */
+    uintptr_t drv_lo, drv_hi; /* their range */
+    bool data;               /* search every object's writable data this time */
 };
+
+/* Searched writable data: bytes, and the time it took (the exit line). */
+static uint64_t g_data_bytes, g_data_ns;
+#define DATA_CHUNK 65536
+#define DATA_MAX (256ull << 20) /* a writable segment larger than this is not searched */
+
+/* Every 8-byte word of the object's writable segments, less RELRO, that holds a driver
+ * launch function's address: counted as a slot. */
+static void scan_data(const extent &x, scan_ctx *c) {
+    const dl_phdr_info *info = x.info;
+    uintptr_t rlo = 0, rhi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_GNU_RELRO)
+            rlo = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr, rhi = rlo + info->dlpi_phdr[i].p_memsz;
+    static uintptr_t buf[DATA_CHUNK / 8];
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) &p = info->dlpi_phdr[i];
+        if (p.p_type != PT_LOAD || !(p.p_flags & PF_W) || p.p_memsz > DATA_MAX) continue;
+        uintptr_t lo = (info->dlpi_addr + p.p_vaddr + 7) & ~(uintptr_t)7, hi = info->dlpi_addr + p.p_vaddr + p.p_memsz;
+        if (lo < rhi && hi > rlo) lo = lo >= rlo ? (rhi + 7) & ~(uintptr_t)7 : lo; /* RELRO leads the segment */
+        for (uintptr_t a = lo; a + 8 <= hi; a += DATA_CHUNK) {
+            size_t len = hi - a < DATA_CHUNK ? (hi - a) & ~(size_t)7 : DATA_CHUNK;
+            if (a < rhi && a + len > rlo) len = rlo > a ? (rlo - a) & ~(size_t)7 : 0;
+            struct iovec local = {buf, len}, remote = {(void *)a, len};
+            ssize_t got = len ? process_vm_readv(getpid(), &local, 1, &remote, 1, 0) : 0;
+            if (got <= 0) continue;
+            g_data_bytes += (uint64_t)got;
+            for (size_t w = 0; w < (size_t)got / 8; w++) {
+                uintptr_t v = buf[w];
+                if (v < c->drv_lo || v > c->drv_hi) continue;
+                for (uint32_t n = 0; n < N_NAMES; n++)
+                    if (c->drv[n] == v) {
+                        c->added += count_slot(x, a + w * 8, n, v);
+                        break;
+                    }
+            }
+        }
+    }
+}
 
 static int scan_object(struct dl_phdr_info *info, size_t, void *data) {
     scan_ctx *c = (scan_ctx *)data;
@@ -229,11 +290,17 @@ static int scan_object(struct dl_phdr_info *info, size_t, void *data) {
         c->added += count_slot(x, p.addr, p.name, v);
         g_pending[i] = g_pending[--g_n_pending];
     }
-    for (uint32_t i = 0; i < g_n_objects; i++)
-        if (g_objects[i] == base) return 0;
-    if (g_n_objects >= HOOK_OBJECTS) return 0;
-    g_objects[g_n_objects++] = base;
+    uint32_t age = 0; /* scans since this object was first seen; 0: new */
+    bool known = false;
+    for (uint32_t i = 0; i < g_n_objects && !known; i++)
+        if (g_objects[i] == base) known = true, age = g_scans - g_object_scan[i];
+    if (!known && g_n_objects >= HOOK_OBJECTS) return 0;
+    if (!known) g_objects[g_n_objects] = base, g_object_scan[g_n_objects++] = g_scans;
     if (skip_object(path, base, c->self_base)) return 0;
+    /* its data: when first seen, after 1, 2, 4, ... 64 scans more (a launcher's
+     * pointer is set at its first launch, after its load), and with every object's */
+    if (c->drv_hi && (c->data || (age <= 64 && !(age & (age - 1))))) scan_data(x, c);
+    if (known) return 0;
     const ElfW(Dyn) *dyn = nullptr;
     for (int i = 0; i < info->dlpi_phnum; i++)
         if (info->dlpi_phdr[i].p_type == PT_DYNAMIC) dyn = (const ElfW(Dyn) *)(base + info->dlpi_phdr[i].p_vaddr);
@@ -300,13 +367,30 @@ unsigned ga_hook_scan(void) noexcept {
     if (!HOOK_ON) return 0;
     unsigned long long adds = 0;
     dl_iterate_phdr(loaded_count, &adds);
-    if (adds && adds == g_adds && !g_n_pending) return 0; /* nothing new */
+    g_scans++;
+    bool data = g_scans <= 4096 && !(g_scans & (g_scans - 1));
+    bool young = false; /* an object first seen 64 scans ago or less */
+    for (uint32_t i = 0; i < g_n_objects && !young; i++) young = g_scans - g_object_scan[i] <= 64;
+    if (adds && adds == g_adds && !g_n_pending && !data && !young) return 0; /* nothing new */
     g_adds = adds;
     scan_ctx c{};
+    c.data = data;
     Dl_info self;
     if (dladdr((void *)&ga_hook_scan, &self)) c.self_base = (uintptr_t)self.dli_fbase;
     for (unsigned i = 0; i < N_NAMES; i++) c.defs[i] = (uintptr_t)dlsym(RTLD_DEFAULT, k_names[i]);
+    /* the driver's own launch functions, for the pointers programs keep */
+    void *cu = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
+    c.drv_lo = UINTPTR_MAX;
+    for (unsigned i = 0; cu && i < N_NAMES; i++) {
+        if (k_names[i][0] != 'c' || k_names[i][1] != 'u') continue;
+        c.drv[i] = (uintptr_t)dlsym(cu, k_names[i]);
+        if (c.drv[i] && c.drv[i] < c.drv_lo) c.drv_lo = c.drv[i];
+        if (c.drv[i] > c.drv_hi) c.drv_hi = c.drv[i];
+    }
+    if (cu) dlclose(cu);
+    uint64_t t0 = now_ns();
     dl_iterate_phdr(scan_object, &c);
+    g_data_ns += now_ns() - t0;
     return c.added;
 }
 
@@ -332,7 +416,7 @@ unsigned ga_hook_restore(void) noexcept {
     restore_ctx c{0};
     if (HOOK_ON && g_n_slots) dl_iterate_phdr(restore_object, &c);
     /* slots of objects unloaded since are gone with them */
-    g_n_slots = 0, g_n_objects = 0, g_n_pending = 0, g_refused = 0, g_adds = 0;
+    g_n_slots = 0, g_n_objects = 0, g_n_pending = 0, g_refused = 0, g_adds = 0, g_scans = 0;
     return c.done;
 }
 
@@ -343,7 +427,7 @@ uint64_t ga_hook_hits(void) noexcept {
 }
 
 ga_hook_stats ga_hook_stats_now(void) noexcept {
-    return {g_n_objects, g_n_slots, g_n_tramps, g_refused + g_n_pending};
+    return {g_n_objects, g_n_slots, g_n_tramps, g_refused + g_n_pending, g_data_bytes, g_data_ns};
 }
 
 void ga_hook_describe(char *buf, unsigned size) noexcept {
