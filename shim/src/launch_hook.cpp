@@ -21,8 +21,8 @@
  * (not its RELRO part) is searched too, for 8-byte words that hold the address of a
  * driver launch function (dlsym's, in libcuda.so.1): each such word is a slot like
  * an import slot. A table filled after the search (a lazy stub's first call) is
- * found by the next: at the attach, and again after 2, 4, 8, ... scans (polls), up to
- * 4096. The words are read with process_vm_readv on ourselves, so that a page the
+ * found by a later one (the data pass, scan_data). The words are read with
+ * process_vm_readv on ourselves, so that a page the
  * program made unreadable ends the read of its chunk, not the program. What the
  * counter still misses is calibrated away: window.cpp compares it with the launch
  * callbacks in each count phase and uses it only where the two agree. CUDA's own
@@ -227,23 +227,58 @@ struct scan_ctx {
     uintptr_t defs[N_NAMES]; /* each name's global definition (0: none) */
     uintptr_t drv[N_NAMES];  /* a driver name's address in libcuda.so.1 (0: none, or a runtime name) */
     uintptr_t drv_lo, drv_hi; /* their range */
-    bool data;               /* search every object's writable data this time */
+    uint32_t idx;            /* the walk's object number */
+    uint64_t budget;         /* bytes the data pass may still search in this scan */
 };
 
-/* Searched writable data: bytes, and the time it took (the exit line). */
+/* Searched writable data: bytes, and the time the scans took (the exit line). */
 static uint64_t g_data_bytes, g_data_ns;
 #define DATA_CHUNK 65536
 #define DATA_MAX (256ull << 20) /* a writable segment larger than this is not searched */
+/* The data pass: every object's writable data, DATA_BUDGET bytes a scan (a poll) so
+ * that the poller stalls a few ms at most (a PyTorch process holds 300-350 MB of it,
+ * about 90 ms to search); from the walk's object g_pass_obj, at its byte g_pass_pos. A
+ * pass starts at the attach and at scans 32, 128, 512 and 2048 (3 s, 13 s, 51 s and
+ * 3.4 min at the default poll), for the tables filled at a first call later. An object
+ * with at most SMALL_DATA bytes of it (Triton's launchers, a program's own) is searched
+ * whole when first seen and again 1, 2, 4, ... 64 scans later: its pointer is set at
+ * its first launch, after its load. */
+#define DATA_BUDGET (16ull << 20)
+#define SMALL_DATA (1ull << 20)
+static bool g_pass_on;
+static uint32_t g_pass_obj;
+static uint64_t g_pass_pos;
 
-/* Every 8-byte word of the object's writable segments, less RELRO, that holds a driver
- * launch function's address: counted as a slot. */
-static void scan_data(const extent &x, scan_ctx *c) {
+/* The bytes of an object's writable segments that scan_data searches (less RELRO). */
+static uint64_t data_size(const extent &x) {
+    const dl_phdr_info *info = x.info;
+    uint64_t rlo = 0, rhi = 0, n = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_GNU_RELRO)
+            rlo = info->dlpi_phdr[i].p_vaddr, rhi = rlo + info->dlpi_phdr[i].p_memsz;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) &p = info->dlpi_phdr[i];
+        if (p.p_type != PT_LOAD || !(p.p_flags & PF_W) || p.p_memsz > DATA_MAX) continue;
+        uint64_t lo = p.p_vaddr, hi = p.p_vaddr + p.p_memsz;
+        uint64_t cut = lo < rhi && hi > rlo ? (hi < rhi ? hi : rhi) - (lo > rlo ? lo : rlo) : 0;
+        n += hi - lo - cut;
+    }
+    return n;
+}
+
+/* The 8-byte words of the object's writable segments, less RELRO, from byte `from` of
+ * them (at most *budget bytes; UINT64_MAX: no limit), that hold a driver launch
+ * function's address: counted as slots. Returns where it stopped, or UINT64_MAX at
+ * the end; *size: the object's searchable bytes. */
+static uint64_t scan_data(const extent &x, scan_ctx *c, uint64_t from, uint64_t *budget, uint64_t *size) {
     const dl_phdr_info *info = x.info;
     uintptr_t rlo = 0, rhi = 0;
     for (int i = 0; i < info->dlpi_phnum; i++)
         if (info->dlpi_phdr[i].p_type == PT_GNU_RELRO)
             rlo = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr, rhi = rlo + info->dlpi_phdr[i].p_memsz;
     static uintptr_t buf[DATA_CHUNK / 8];
+    uint64_t pos = 0; /* bytes of the object's searchable data before the chunk */
+    *size = 0;
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) &p = info->dlpi_phdr[i];
         if (p.p_type != PT_LOAD || !(p.p_flags & PF_W) || p.p_memsz > DATA_MAX) continue;
@@ -252,9 +287,15 @@ static void scan_data(const extent &x, scan_ctx *c) {
         for (uintptr_t a = lo; a + 8 <= hi; a += DATA_CHUNK) {
             size_t len = hi - a < DATA_CHUNK ? (hi - a) & ~(size_t)7 : DATA_CHUNK;
             if (a < rhi && a + len > rlo) len = rlo > a ? (rlo - a) & ~(size_t)7 : 0;
+            pos += len, *size += len;
+            if (pos - len < from || !len) continue;
+            if (*budget != UINT64_MAX) {
+                if (*budget < len) return pos - len; /* the next scan goes on here */
+                *budget -= len;
+            }
             struct iovec local = {buf, len}, remote = {(void *)a, len};
-            ssize_t got = len ? process_vm_readv(getpid(), &local, 1, &remote, 1, 0) : 0;
-            if (got <= 0) continue;
+            ssize_t got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+            if (got <= 0) continue; /* unreadable: the program's own page protections */
             g_data_bytes += (uint64_t)got;
             for (size_t w = 0; w < (size_t)got / 8; w++) {
                 uintptr_t v = buf[w];
@@ -267,6 +308,7 @@ static void scan_data(const extent &x, scan_ctx *c) {
             }
         }
     }
+    return UINT64_MAX;
 }
 
 static int scan_object(struct dl_phdr_info *info, size_t, void *data) {
@@ -290,17 +332,23 @@ static int scan_object(struct dl_phdr_info *info, size_t, void *data) {
         c->added += count_slot(x, p.addr, p.name, v);
         g_pending[i] = g_pending[--g_n_pending];
     }
-    uint32_t age = 0; /* scans since this object was first seen; 0: new */
+    uint32_t idx = c->idx++, age = 0, first = g_scans; /* age: scans since first seen (0: new) */
     bool known = false;
     for (uint32_t i = 0; i < g_n_objects && !known; i++)
-        if (g_objects[i] == base) known = true, age = g_scans - g_object_scan[i];
+        if (g_objects[i] == base) known = true, first = g_object_scan[i], age = g_scans - first;
     if (!known && g_n_objects >= HOOK_OBJECTS) return 0;
     if (!known) g_objects[g_n_objects] = base, g_object_scan[g_n_objects++] = g_scans;
-    if (skip_object(path, base, c->self_base)) return 0;
-    /* its data: when first seen, after 1, 2, 4, ... 64 scans more (a launcher's
-     * pointer is set at its first launch, after its load), and with every object's */
-    if (c->drv_hi && (c->data || (age <= 64 && !(age & (age - 1))))) scan_data(x, c);
-    if (known) return 0;
+    bool skip = skip_object(path, base, c->self_base);
+    uint64_t size = 0, all = UINT64_MAX;
+    if (g_pass_on && idx == g_pass_obj) { /* the data pass's turn */
+        g_pass_pos = skip || !c->drv_hi ? UINT64_MAX : scan_data(x, c, g_pass_pos, &c->budget, &size);
+        if (g_pass_pos == UINT64_MAX) g_pass_obj++, g_pass_pos = 0;
+    } else if (!skip && c->drv_hi && age && age <= 64 && !(age & (age - 1)) && data_size(x) <= SMALL_DATA) {
+        scan_data(x, c, 0, &all, &size); /* small: again, 1, 2, 4, ... scans after first seen */
+    } else if (!skip && c->drv_hi && !age && first > 1 && data_size(x) <= SMALL_DATA) {
+        scan_data(x, c, 0, &all, &size); /* loaded since the attach: when first seen */
+    }
+    if (skip || known) return 0;
     const ElfW(Dyn) *dyn = nullptr;
     for (int i = 0; i < info->dlpi_phnum; i++)
         if (info->dlpi_phdr[i].p_type == PT_DYNAMIC) dyn = (const ElfW(Dyn) *)(base + info->dlpi_phdr[i].p_vaddr);
@@ -368,13 +416,14 @@ unsigned ga_hook_scan(void) noexcept {
     unsigned long long adds = 0;
     dl_iterate_phdr(loaded_count, &adds);
     g_scans++;
-    bool data = g_scans <= 4096 && !(g_scans & (g_scans - 1));
+    if (!g_pass_on && (g_scans == 1 || g_scans == 32 || g_scans == 128 || g_scans == 512 || g_scans == 2048))
+        g_pass_on = true, g_pass_obj = 0, g_pass_pos = 0;
     bool young = false; /* an object first seen 64 scans ago or less */
     for (uint32_t i = 0; i < g_n_objects && !young; i++) young = g_scans - g_object_scan[i] <= 64;
-    if (adds && adds == g_adds && !g_n_pending && !data && !young) return 0; /* nothing new */
+    if (adds && adds == g_adds && !g_n_pending && !g_pass_on && !young) return 0; /* nothing new */
     g_adds = adds;
     scan_ctx c{};
-    c.data = data;
+    c.budget = DATA_BUDGET;
     Dl_info self;
     if (dladdr((void *)&ga_hook_scan, &self)) c.self_base = (uintptr_t)self.dli_fbase;
     for (unsigned i = 0; i < N_NAMES; i++) c.defs[i] = (uintptr_t)dlsym(RTLD_DEFAULT, k_names[i]);
@@ -391,6 +440,7 @@ unsigned ga_hook_scan(void) noexcept {
     uint64_t t0 = now_ns();
     dl_iterate_phdr(scan_object, &c);
     g_data_ns += now_ns() - t0;
+    if (g_pass_obj >= c.idx) g_pass_on = false; /* every object searched */
     return c.added;
 }
 
@@ -417,6 +467,7 @@ unsigned ga_hook_restore(void) noexcept {
     if (HOOK_ON && g_n_slots) dl_iterate_phdr(restore_object, &c);
     /* slots of objects unloaded since are gone with them */
     g_n_slots = 0, g_n_objects = 0, g_n_pending = 0, g_refused = 0, g_adds = 0, g_scans = 0;
+    g_pass_on = false;
     return c.done;
 }
 
