@@ -9,7 +9,7 @@
  *                 [--duration S] [--threads T] [--list-paths]
  *   mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel|cuGraphLaunch|cuLaunchKernel-table] [--rate R]
  *                 [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E] [--block B] [--spin-ns S]
- *                 [--work-ns S] [--idle-first-ms M] [--regimes MS:NS] [--end-ms M]
+ *                 [--work-ns S] [--idle-first-ms M] [--regimes MS:NS] [--end-ms M] [--table-after-ms M]
  *   --cupti-client AT_MS:HOLD_MS  (--bench) another CUPTI client in the process, as
  *                 torch.profiler is: from AT_MS on it tries cuptiSubscribe_v2 every ms
  *                 until CUPTI is free, holds it HOLD_MS, and unsubscribes
@@ -481,6 +481,20 @@ static void cupti_client_tick(double t0);
 typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                               CUstream, void **, void **);
 static launch_fn g_table_launch;
+/* --table-after-ms M: the table holds a lazy stub of ours for the loop's first M ms,
+ * which launches through its own copy of the pointer, on the heap (where the counter
+ * does not look), then the driver's pointer (ATen's LazyNVRTC puts it in its table at
+ * the first call). */
+static long g_table_after_ms;
+static launch_fn *g_table_real;
+static double g_table_t0;
+static CUresult table_stub(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                           unsigned bz, unsigned sh, CUstream s, void **args, void **extra)
+{
+    if ((now_s() - g_table_t0) * 1e3 >= (double)g_table_after_ms)
+        __atomic_store_n(&g_table_launch, *g_table_real, __ATOMIC_RELEASE);
+    return (*g_table_real)(f, gx, gy, gz, bx, by, bz, sh, s, args, extra);
+}
 
 static int bench(long n, const char *api, double rate, long warm, double warm_rate)
 {
@@ -498,11 +512,14 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
     }
     if (table) {
         void *h = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
-        *(void **)&g_table_launch = h ? dlsym(h, "cuLaunchKernel") : NULL;
-        if (!g_table_launch) {
+        g_table_real = malloc(sizeof *g_table_real);
+        *(void **)g_table_real = h ? dlsym(h, "cuLaunchKernel") : NULL;
+        if (!*g_table_real) {
             fprintf(stderr, "mock_workload: no cuLaunchKernel in libcuda.so.1\n");
             return 1;
         }
+        g_table_launch = g_table_after_ms > 0 ? table_stub : *g_table_real;
+        g_table_t0 = now_s();
     }
     if (graph) capture_cuGraphLaunch(&t); /* each launch: a replay of its 3 nodes */
     CUfunction f = g_fn[K_cuLaunchKernel];
@@ -623,6 +640,7 @@ static void usage(void)
                     "                     cuLaunchKernel-table] [--rate R]\n"
                     "                     [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E] [--block B] [--spin-ns S]\n"
                     "                     [--work-ns S] [--idle-first-ms M] [--regimes MS:NS] [--end-ms M]\n"
+                    "                     [--table-after-ms M]\n"
                     "                     [--cupti-client AT_MS:HOLD_MS]\n");
     exit(1);
 }
@@ -657,6 +675,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--work-ns")) g_work_ns = atol(v);
         else if (!strcmp(a, "--idle-first-ms")) g_idle_first_ms = atol(v);
         else if (!strcmp(a, "--end-ms")) g_end_ms = atol(v);
+        else if (!strcmp(a, "--table-after-ms")) g_table_after_ms = atol(v);
         else if (!strcmp(a, "--regimes")) {
             if (sscanf(v, "%ld:%ld", &g_regime_ms, &g_regime_ns) != 2 || g_regime_ms <= 0 || g_regime_ns < 0) usage();
         }

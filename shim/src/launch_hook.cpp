@@ -246,6 +246,7 @@ static uint64_t g_data_bytes, g_data_ns;
 #define DATA_BUDGET (16ull << 20)
 #define SMALL_DATA (1ull << 20)
 static bool g_pass_on;
+static uint64_t g_epoch; /* scans that counted more slots (ga_hook_epoch) */
 static uint32_t g_pass_obj;
 static uint64_t g_pass_pos;
 
@@ -441,6 +442,7 @@ unsigned ga_hook_scan(void) noexcept {
     dl_iterate_phdr(scan_object, &c);
     g_data_ns += now_ns() - t0;
     if (g_pass_obj >= c.idx) g_pass_on = false; /* every object searched */
+    if (c.added) g_epoch++;
     return c.added;
 }
 
@@ -470,6 +472,8 @@ unsigned ga_hook_restore(void) noexcept {
     g_pass_on = false;
     return c.done;
 }
+
+uint64_t ga_hook_epoch(void) noexcept { return g_epoch; }
 
 uint64_t ga_hook_hits(void) noexcept {
     uint64_t n = 0;

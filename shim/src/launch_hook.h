@@ -25,6 +25,9 @@ struct ga_hook_stats {
 GA_HIDDEN unsigned ga_hook_scan(void) noexcept;
 /* Put every counted slot back as it was (a detach: nothing lingers); how many. */
 GA_HIDDEN unsigned ga_hook_restore(void) noexcept;
+/* Changes whenever a scan counts more slots: hits on either side of a change are
+ * not the same share of the launches (window.cpp calibrates again). Poller only. */
+GA_HIDDEN uint64_t ga_hook_epoch(void) noexcept;
 /* Calls through the counted slots since the process started: any thread. */
 GA_HIDDEN uint64_t ga_hook_hits(void) noexcept;
 GA_HIDDEN ga_hook_stats ga_hook_stats_now(void) noexcept;

@@ -14,8 +14,8 @@
  * The count is the one the period's estimate stands on: the launch callbacks where
  * they stay on between windows (no teardowns: they see every launch), the launch
  * counter where it is calibrated (launch_hook.cpp; its ratio to the launches is the
- * period's, so its shares are theirs). Else (the clocks: Triton's launches, which
- * the counter does not see) no shape goes, and the agent spreads the span by time.
+ * period's, so its shares are theirs, unless it counted more slots inside the span).
+ * Else (the clocks) no shape goes, and the agent spreads the span by time.
  * Poller thread only, and at a detach or exit (the poller stopped). */
 #include "ga_internal.h"
 #include "ga_probes.h"
@@ -23,7 +23,7 @@
 
 namespace {
 struct sample {
-    uint64_t t, seq, hits;
+    uint64_t t, seq, hits, epoch; /* epoch: the counter's coverage (ga_hook_epoch) */
 };
 /* 4096 polls: 6.8 minutes at one poll per 100 ms, and more than any span's length
  * (periods are at most 15 s; window-less ones join them for 64 periods at most) at
@@ -35,8 +35,8 @@ uint32_t g_n; /* samples taken */
 const sample &nth(uint32_t i) { return g_ring[i % RING]; }
 
 /* The count at t, interpolated between the samples around it: false if t is
- * outside them. */
-bool count_at(uint64_t t, bool hits, double *v) {
+ * outside them. *epoch: the counter's coverage at the sample after t. */
+bool count_at(uint64_t t, bool hits, double *v, uint64_t *epoch = nullptr) {
     uint32_t lo = g_n > RING ? g_n - RING : 0, hi = g_n;
     if (hi - lo < 2 || t < nth(lo).t || t > nth(hi - 1).t) return false;
     while (hi - lo > 1) { /* nth(lo).t <= t < nth(hi).t, or t is the last sample's */
@@ -46,6 +46,7 @@ bool count_at(uint64_t t, bool hits, double *v) {
     }
     const sample &a = nth(lo);
     double va = (double)(hits ? a.hits : a.seq);
+    if (epoch) *epoch = hi == g_n ? a.epoch : nth(hi).epoch;
     if (hi == g_n || t == a.t) {
         *v = va;
         return true;
@@ -59,7 +60,7 @@ bool count_at(uint64_t t, bool hits, double *v) {
 
 void ga_shape_sample(uint64_t now_ns) noexcept {
     if (g_n && nth(g_n - 1).t >= now_ns) return;
-    g_ring[g_n % RING] = {now_ns, ga_launch_seq.load(std::memory_order_relaxed), ga_hook_hits()};
+    g_ring[g_n % RING] = {now_ns, ga_launch_seq.load(std::memory_order_relaxed), ga_hook_hits(), ga_hook_epoch()};
     g_n++;
 }
 
@@ -74,7 +75,10 @@ void ga_shape_publish(uint64_t start_ns, uint64_t end_ns) noexcept {
     if (hits && !ga_window_hooked()) return; /* the clocks: spread by time */
     ga_shape_sample(ga_now_ns()); /* a detach's or an exit's span ends now */
     double a0, a1, v;
-    if (!count_at(start_ns, hits, &a0) || !count_at(end_ns, hits, &a1) || a1 - a0 < 1) return;
+    uint64_t e0 = 0, e1 = 0;
+    if (!count_at(start_ns, hits, &a0, &e0) || !count_at(end_ns, hits, &a1, &e1) || a1 - a0 < 1) return;
+    /* the counter counted more slots inside the span: its hits are no shape of it */
+    if (hits && e0 != e1) return;
     uint16_t shares[GA_SHAPE_KNOTS];
     double span = (double)(end_ns - start_ns), prev = 0;
     for (unsigned j = 0; j + 1 < GA_SHAPE_KNOTS; j++) {
