@@ -1,11 +1,15 @@
-"""Forged periods (issue 42's surface): spans on kernel records and `published`
-marks, fired by uid 65534 through the real shim's probe sites while an honest
-workload runs. A span only moves its own process's rows between intervals, never
-beyond their weight; a mark that never moves holds the node's intervals only while
-its process lives (at most join/placement.py's MAX_HOLD_S); the honest workload
-stays exact, and its intervals come once the attacker is gone."""
+"""Forged periods (issue 42's surface): spans on kernel records, `published` marks
+and `period_shape` shapes, fired by uid 65534 through the real shim's probe sites
+while an honest workload runs. A span only moves its own process's rows between
+intervals, never beyond their weight, whatever shape it is given; a flood of shapes
+keeps at most join/placement.py's SHAPES_PER_PROCESS of them; a mark that never
+moves holds the node's intervals only while its process lives (at most
+MAX_HOLD_S); the honest workload stays exact, and its intervals come once the
+attacker is gone."""
 
 from __future__ import annotations
+
+import struct
 
 from gpu_agent.probes import contract as C
 
@@ -29,6 +33,13 @@ def test_forged_spans_and_marks_stay_the_attacker_s_own(node, honest, attacker, 
     kid = C.kernel_id(b"_Z5spansv")
     s = A.Script(SHIM).full_name(kid, b"_Z5spansv")
     s.fire("published", 0, 0)  # "nothing of mine published yet": every interval waits for it
+    # shapes: shares that fall, pass one, or are all zero, for its own spans and the
+    # honest process's times; then a flood of distinct spans
+    bad = s.blob(struct.pack("<32H", *([65535, 0] * 16)))
+    for span in ((0, (1 << 64) - 1), (5, 1), (1, 2), (0, 1 << 62)):
+        s.fire("period_shape", *span, bad, C.SHAPE_KNOTS)
+    for i in range(2000):
+        s.fire("period_shape", i * 1000, i * 1000 + 999, bad, C.SHAPE_KNOTS)
     s.batch(
         [
             rec(kid, 1, (0, (1 << 64) - 1)),  # all of time
