@@ -189,7 +189,8 @@ def test_a_short_process_is_counted_whole(tmp_path, built):
 
 FULL_PERIOD = re.compile(
     r"period \(pid \d+\): ended at ([\d.]+) s \(CLOCK_MONOTONIC\) after ([\d.]+) ms; .*?; "
-    r"busy [\d.]+ ms of [\d.]+ ms( \(not used\))?; hook [\d.]+ hits at -?[\d.]+( \(not used\))?(?: \(slots added\))?; rest .*; "
+    r"busy [\d.]+ ms of [\d.]+ ms( \(not used\))?; "
+    r"hook [\d.]+ hits at -?[\d.]+( \(not used\))?(?: \(slots added\))?; rest .*; "
     r"(\d+) launches(?: \(clocks \d+\))?$",
     re.M,
 )

@@ -10,17 +10,30 @@ import ctypes.util
 import os
 
 import torch
+import torch._inductor.config as ic
 
 SYM = b"_ZN2at4cuda6detail9lazyNVRTCE"
 NAMES = ["cuLaunchKernel", "cuLaunchKernelEx", "cuLaunchCooperativeKernel", "cuModuleGetFunction"]
 
 
 class DlInfo(ctypes.Structure):
-    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p), ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
+    _fields_ = [
+        ("fname", ctypes.c_char_p),
+        ("fbase", ctypes.c_void_p),
+        ("sname", ctypes.c_char_p),
+        ("saddr", ctypes.c_void_p),
+    ]
 
 
 class Elf64Sym(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_uint32), ("info", ctypes.c_ubyte), ("other", ctypes.c_ubyte), ("shndx", ctypes.c_uint16), ("value", ctypes.c_uint64), ("size", ctypes.c_uint64)]
+    _fields_ = [
+        ("name", ctypes.c_uint32),
+        ("info", ctypes.c_ubyte),
+        ("other", ctypes.c_ubyte),
+        ("shndx", ctypes.c_uint16),
+        ("value", ctypes.c_uint64),
+        ("size", ctypes.c_uint64),
+    ]
 
 
 libdl = ctypes.CDLL(None)
@@ -36,7 +49,12 @@ print("lazyNVRTC", hex(addr) if addr else None)
 size = 0
 if addr:
     info, sym = DlInfo(), ctypes.POINTER(Elf64Sym)()
-    libdl.dladdr1.argtypes = [ctypes.c_void_p, ctypes.POINTER(DlInfo), ctypes.POINTER(ctypes.POINTER(Elf64Sym)), ctypes.c_int]
+    libdl.dladdr1.argtypes = [
+        ctypes.c_void_p,
+        ctypes.POINTER(DlInfo),
+        ctypes.POINTER(ctypes.POINTER(Elf64Sym)),
+        ctypes.c_int,
+    ]
     ok = libdl.dladdr1(ctypes.c_void_p(addr), ctypes.byref(info), ctypes.byref(sym), 1)  # RTLD_DL_SYMENT
     size = sym.contents.size if ok and sym else 0
     print("size", size, "in", info.fname)
@@ -64,6 +82,4 @@ for _ in range(3):
     f(x)
 torch.cuda.synchronize()
 words("after compile")
-import torch._inductor.config as ic
-
 print("use_static_cuda_launcher", getattr(ic, "use_static_cuda_launcher", None))

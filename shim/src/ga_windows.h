@@ -118,11 +118,14 @@ GA_HIDDEN extern bool ga_window_period_ended;
 GA_HIDDEN void ga_window_release_records(bool period_end) noexcept; /* window.cpp */
 /* shape.cpp: a count of the launches noted at every poll (shape_sample), and a
  * published span's shape from it (the period_shape probe, fired before the span's
- * records go). ga_window_hooked: the launch counter stands for the launches. */
+ * records go). ga_shape_measure: which count stands for the launches now (window.cpp,
+ * at each period's end): the launch callbacks' (no teardowns), the launch counter's,
+ * or none (the clocks). */
+enum { GA_SHAPE_NONE = 0, GA_SHAPE_SEQ, GA_SHAPE_HITS };
 GA_HIDDEN void ga_shape_reset(uint64_t now_ns) noexcept; /* at attach */
 GA_HIDDEN void ga_shape_sample(uint64_t now_ns) noexcept;
+GA_HIDDEN void ga_shape_measure(int measure) noexcept;
 GA_HIDDEN void ga_shape_publish(uint64_t start_ns, uint64_t end_ns) noexcept;
-GA_HIDDEN bool ga_window_hooked(void) noexcept;
 /* weights.cpp's part of it: publishes what is due; the last weight (x GA_WQ) */
 GA_HIDDEN uint32_t ga_weights_release(bool period_end) noexcept;
 /* Launches no record stands for: before the first window with launches, at a

@@ -31,6 +31,7 @@ struct sample {
 constexpr uint32_t RING = 4096;
 sample g_ring[RING];
 uint32_t g_n; /* samples taken */
+int g_measure = GA_SHAPE_NONE; /* ga_shape_measure */
 
 const sample &nth(uint32_t i) { return g_ring[i % RING]; }
 
@@ -65,14 +66,15 @@ void ga_shape_sample(uint64_t now_ns) noexcept {
 }
 
 void ga_shape_reset(uint64_t now_ns) noexcept {
-    g_n = 0;
+    g_n = 0, g_measure = GA_SHAPE_NONE;
     ga_shape_sample(now_ns);
 }
 
+void ga_shape_measure(int measure) noexcept { g_measure = measure; }
+
 void ga_shape_publish(uint64_t start_ns, uint64_t end_ns) noexcept {
-    if (ga_cfg.duty_cycle <= 1 || end_ns <= start_ns) return;
-    bool hits = ga_window_extrapolate;
-    if (hits && !ga_window_hooked()) return; /* the clocks: spread by time */
+    if (ga_cfg.duty_cycle <= 1 || end_ns <= start_ns || g_measure == GA_SHAPE_NONE) return; /* the clocks: by time */
+    bool hits = g_measure == GA_SHAPE_HITS;
     ga_shape_sample(ga_now_ns()); /* a detach's or an exit's span ends now */
     double a0, a1, v;
     uint64_t e0 = 0, e1 = 0;

@@ -254,8 +254,6 @@ static double without_callbacks(double ns_per_launch, double cb_ns, double cap) 
  * them after three enables since a finalize only), or too few to tell, leave the last
  * ratio standing. A ratio, not a rate: the window's slower launches read the same. */
 #define HOOK_MIN_LAUNCHES 64
-bool ga_window_hooked(void) noexcept { return g_hook_ratio > 0; }
-
 static void calibrate_hook(uint64_t launches, uint64_t hits) {
     if (!launches || (launches < HOOK_MIN_LAUNCHES && hits < HOOK_MIN_LAUNCHES && hits != launches)) return;
     double q = hits ? (double)launches / (double)hits : 1e9;
@@ -264,6 +262,7 @@ static void calibrate_hook(uint64_t launches, uint64_t hits) {
 
 uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept {
     uint64_t all = seen;
+    ga_shape_measure(GA_SHAPE_SEQ); /* the callbacks saw every launch */
     if (ga_window_extrapolate) {
         uint64_t now = ga_now_ns(), len = final ? now - g_period_start_ns : g_period_len_ns;
         uint64_t counted = g_callbacks.take(now), held = g_period_td_ns.exchange(0, std::memory_order_relaxed);
@@ -312,6 +311,7 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
         if (!moved) calibrate_hook(seen, hits_on);
         double hook_rest = (double)(hits - 1 - g_hook_p0) - (double)hits_on;
         bool hooked = g_hook_ratio > 0 && !moved;
+        ga_shape_measure(hooked ? GA_SHAPE_HITS : GA_SHAPE_NONE);
         if (hook_rest < 0) hook_rest = 0;
         double tail_n = tail_rate * tail, rest_n = rate * rest;
         if (busy) {
