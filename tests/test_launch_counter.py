@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
+from pathlib import Path
 
 from support.env import BENCH_SHIM, MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf
 from support.pprof_tool import raw
@@ -29,7 +31,7 @@ PERIOD = re.compile(
 )
 
 
-def record_loop(tmp_path, *loop_args: str, **env: str):
+def record_loop(tmp_path, *loop_args: str, wrap: tuple = (), **env: str):
     """The mock's closed loop under `gpu-agent record` in periods of 5 slots of 100 ms:
     the stderr, each period wholly inside the loop (start, end, counter used, estimate,
     the clocks' estimate, the loop's launches, slots added in it), and the profile's and
@@ -43,7 +45,7 @@ def record_loop(tmp_path, *loop_args: str, **env: str):
         MOCK_LAUNCH_TRACE=str(trace_file),
         **env,
     )
-    cmd = agent_cmd("record", "-o", out, "--", MOCK_APP, "--paths", "cuLaunchKernel", "--rate", "0", *loop_args)
+    cmd = agent_cmd("record", "-o", out, "--", *wrap, MOCK_APP, "--paths", "cuLaunchKernel", "--rate", "0", *loop_args)
     stderr, trace = run_traced(cmd, e, trace_file)
     rows = []
     for m in PERIOD.finditer(stderr):
@@ -85,6 +87,16 @@ def test_a_launcher_that_holds_the_driver_s_pointer_is_counted(tmp_path, built):
     errors = sorted(abs(r[3] / r[5] - 1) for r in rows)
     assert errors[len(errors) // 2] < 0.005 and errors[-1] < 0.05, (errors, rows)
     # the attach is at the loop's start: every launch but the warm-up's went through it
+    hits = re.search(r"launch counter \(pid \d+\): .*?; (\d+) hits", err)
+    assert hits and int(hits[1]) > 0.95 * made, (hits and hits[0], made)
+
+
+def test_the_pointer_is_found_where_seccomp_refuses_process_vm_readv(tmp_path, built):
+    """Docker's default seccomp profile refuses process_vm_readv to a container without
+    CAP_SYS_PTRACE: the search reads /proc/self/mem instead, and counts as before."""
+    need_ebpf()
+    wrap = (sys.executable, str(Path(__file__).parent / "support" / "no_vm_readv.py"))
+    err, rows, _, made = record_loop(tmp_path, "--api", "cuLaunchKernel-table", "--bench", "400000", wrap=wrap)
     hits = re.search(r"launch counter \(pid \d+\): .*?; (\d+) hits", err)
     assert hits and int(hits[1]) > 0.95 * made, (hits and hits[0], made)
 

@@ -23,7 +23,8 @@
  * an import slot. A table filled after the search (a lazy stub's first call) is
  * found by a later one (the data pass, scan_data). The words are read with
  * process_vm_readv on ourselves, so that a page the
- * program made unreadable ends the read of its chunk, not the program. What the
+ * program made unreadable ends the read of its chunk, not the program (/proc/self/mem
+ * where a seccomp filter refuses process_vm_readv). What the
  * counter still misses is calibrated away: window.cpp compares it with the launch
  * callbacks in each count phase and uses it only where the two agree. CUDA's own
  * libraries are left alone (cudart's calls into the driver would count a launch
@@ -43,6 +44,8 @@
 #include "launch_hook.h"
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <elf.h>
 #include <link.h>
@@ -250,6 +253,22 @@ static uint64_t g_epoch; /* scans that counted more slots (ga_hook_epoch) */
 static uint32_t g_pass_obj;
 static uint64_t g_pass_pos;
 
+/* len bytes of our own memory at a into buf, never faulting: process_vm_readv, or
+ * where a seccomp filter refuses it (Docker's default profile does, without
+ * CAP_SYS_PTRACE) a pread of /proc/self/mem. A page the program made unreadable ends
+ * the read (-1 or short), not the program. */
+static int g_mem_fd = -1; /* /proc/self/mem, once process_vm_readv was refused */
+static ssize_t read_own(void *buf, uintptr_t a, size_t len) {
+    if (g_mem_fd < 0) {
+        struct iovec local = {buf, len}, remote = {(void *)a, len};
+        ssize_t got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+        if (got >= 0 || (errno != EPERM && errno != ENOSYS)) return got;
+        g_mem_fd = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
+        if (g_mem_fd < 0) return -1;
+    }
+    return pread(g_mem_fd, buf, len, (off_t)a);
+}
+
 /* The bytes of an object's writable segments that scan_data searches (less RELRO). */
 static uint64_t data_size(const extent &x) {
     const dl_phdr_info *info = x.info;
@@ -294,8 +313,7 @@ static uint64_t scan_data(const extent &x, scan_ctx *c, uint64_t from, uint64_t 
                 if (*budget < len) return pos - len; /* the next scan goes on here */
                 *budget -= len;
             }
-            struct iovec local = {buf, len}, remote = {(void *)a, len};
-            ssize_t got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+            ssize_t got = read_own(buf, a, len);
             if (got <= 0) continue; /* unreadable: the program's own page protections */
             g_data_bytes += (uint64_t)got;
             for (size_t w = 0; w < (size_t)got / 8; w++) {
