@@ -121,7 +121,7 @@ static slot g_slots[HOOK_SLOTS];
 static uint32_t g_n_slots, g_n_tramps, g_refused;
 static uintptr_t g_objects[HOOK_OBJECTS];
 static uint32_t g_object_scan[HOOK_OBJECTS]; /* the scan that first saw it (g_scans) */
-static uint32_t g_scans; /* since the attach: the data is searched again at each power of two */
+static uint32_t g_scans; /* since the attach (the data passes start at some of them) */
 static uint32_t g_n_objects;
 struct pending {
     uintptr_t addr, base, lo, hi; /* the slot; its object's extent, where an unresolved slot points */
@@ -269,17 +269,24 @@ static ssize_t read_own(void *buf, uintptr_t a, size_t len) {
     return pread(g_mem_fd, buf, len, (off_t)a);
 }
 
+/* The object's RELRO segment, loaded: [*lo, *hi) (0, 0: none). */
+static void relro_of(const dl_phdr_info *info, uintptr_t *lo, uintptr_t *hi) {
+    *lo = *hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_GNU_RELRO)
+            *lo = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr, *hi = *lo + info->dlpi_phdr[i].p_memsz;
+}
+
 /* The bytes of an object's writable segments that scan_data searches (less RELRO). */
 static uint64_t data_size(const extent &x) {
     const dl_phdr_info *info = x.info;
-    uint64_t rlo = 0, rhi = 0, n = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++)
-        if (info->dlpi_phdr[i].p_type == PT_GNU_RELRO)
-            rlo = info->dlpi_phdr[i].p_vaddr, rhi = rlo + info->dlpi_phdr[i].p_memsz;
+    uintptr_t rlo, rhi;
+    relro_of(info, &rlo, &rhi);
+    uint64_t n = 0;
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) &p = info->dlpi_phdr[i];
         if (p.p_type != PT_LOAD || !(p.p_flags & PF_W) || p.p_memsz > DATA_MAX) continue;
-        uint64_t lo = p.p_vaddr, hi = p.p_vaddr + p.p_memsz;
+        uint64_t lo = info->dlpi_addr + p.p_vaddr, hi = lo + p.p_memsz;
         uint64_t cut = lo < rhi && hi > rlo ? (hi < rhi ? hi : rhi) - (lo > rlo ? lo : rlo) : 0;
         n += hi - lo - cut;
     }
@@ -289,16 +296,13 @@ static uint64_t data_size(const extent &x) {
 /* The 8-byte words of the object's writable segments, less RELRO, from byte `from` of
  * them (at most *budget bytes; UINT64_MAX: no limit), that hold a driver launch
  * function's address: counted as slots. Returns where it stopped, or UINT64_MAX at
- * the end; *size: the object's searchable bytes. */
-static uint64_t scan_data(const extent &x, scan_ctx *c, uint64_t from, uint64_t *budget, uint64_t *size) {
+ * the end. */
+static uint64_t scan_data(const extent &x, scan_ctx *c, uint64_t from, uint64_t *budget) {
     const dl_phdr_info *info = x.info;
-    uintptr_t rlo = 0, rhi = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++)
-        if (info->dlpi_phdr[i].p_type == PT_GNU_RELRO)
-            rlo = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr, rhi = rlo + info->dlpi_phdr[i].p_memsz;
+    uintptr_t rlo, rhi;
+    relro_of(info, &rlo, &rhi);
     static uintptr_t buf[DATA_CHUNK / 8];
-    uint64_t pos = 0; /* bytes of the object's searchable data before the chunk */
-    *size = 0;
+    uint64_t pos = 0; /* bytes of the object's searchable data up to the chunk's end */
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) &p = info->dlpi_phdr[i];
         if (p.p_type != PT_LOAD || !(p.p_flags & PF_W) || p.p_memsz > DATA_MAX) continue;
@@ -307,7 +311,7 @@ static uint64_t scan_data(const extent &x, scan_ctx *c, uint64_t from, uint64_t 
         for (uintptr_t a = lo; a + 8 <= hi; a += DATA_CHUNK) {
             size_t len = hi - a < DATA_CHUNK ? (hi - a) & ~(size_t)7 : DATA_CHUNK;
             if (a < rhi && a + len > rlo) len = rlo > a ? (rlo - a) & ~(size_t)7 : 0;
-            pos += len, *size += len;
+            pos += len;
             if (pos - len < from || !len) continue;
             if (*budget != UINT64_MAX) {
                 if (*budget < len) return pos - len; /* the next scan goes on here */
@@ -358,14 +362,15 @@ static int scan_object(struct dl_phdr_info *info, size_t, void *data) {
     if (!known && g_n_objects >= HOOK_OBJECTS) return 0;
     if (!known) g_objects[g_n_objects] = base, g_object_scan[g_n_objects++] = g_scans;
     bool skip = skip_object(path, base, c->self_base);
-    uint64_t size = 0, all = UINT64_MAX;
+    /* a small object's turn: when first seen (if loaded since the attach; the pass has
+     * the others), and again 1, 2, 4, ... 64 scans later */
+    bool small_turn = age ? age <= 64 && !(age & (age - 1)) : first > 1;
+    uint64_t all = UINT64_MAX;
     if (g_pass_on && idx == g_pass_obj) { /* the data pass's turn */
-        g_pass_pos = skip || !c->drv_hi ? UINT64_MAX : scan_data(x, c, g_pass_pos, &c->budget, &size);
+        g_pass_pos = skip || !c->drv_hi ? UINT64_MAX : scan_data(x, c, g_pass_pos, &c->budget);
         if (g_pass_pos == UINT64_MAX) g_pass_obj++, g_pass_pos = 0;
-    } else if (!skip && c->drv_hi && age && age <= 64 && !(age & (age - 1)) && data_size(x) <= SMALL_DATA) {
-        scan_data(x, c, 0, &all, &size); /* small: again, 1, 2, 4, ... scans after first seen */
-    } else if (!skip && c->drv_hi && !age && first > 1 && data_size(x) <= SMALL_DATA) {
-        scan_data(x, c, 0, &all, &size); /* loaded since the attach: when first seen */
+    } else if (!skip && c->drv_hi && small_turn && data_size(x) <= SMALL_DATA) {
+        scan_data(x, c, 0, &all);
     }
     if (skip || known) return 0;
     const ElfW(Dyn) *dyn = nullptr;
