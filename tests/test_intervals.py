@@ -27,15 +27,10 @@ import pytest
 
 from support.env import MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf, private_shim
 from support.pprof_tool import pprof, raw
-from support.windows import launches_at
+from support.windows import launches_at, periods
 
 RATE = 20000
 LOOP_S = 17  # the loop's life; the agent stops 4 s before its end
-# The shim's period lines (GPU_AGENT_DEBUG=2): the rest's rate, the count phase's, the estimate
-PERIOD_LINE = re.compile(
-    r"period \(pid \d+\): .*; rest [\d.]+ ms at (\d+)/s \(count phase (-?\d+)/s\); (\d+) launches(?: \(clocks \d+\))?$",
-    re.M,
-)
 JOINED = re.compile(r"(\d+) launches joined to the window before them")
 TIME = re.compile(r"^Time: (\S+ \S+) ", re.M)
 
@@ -171,29 +166,20 @@ def test_a_short_process_is_counted_whole(tmp_path, built):
         timeout=120,
     )
     assert p.returncode == 0, p.stderr[-3000:]
-    periods = [m.groups() for m in PERIOD_LINE.finditer(p.stderr)]
+    lines = periods(p.stderr)
     joined = sum(int(n) for n in JOINED.findall(p.stderr))
-    assert periods, p.stderr[-3000:]
-    shim = sum(int(est) for _, _, est in periods) + joined
+    assert lines, p.stderr[-3000:]
+    shim = sum(x.est for x in lines) + joined
     seen = sum(s.values[1] for s in raw(out) if s.files and s.files[0] == "CUDA_KERNEL")
     # records' weights are rounded one by one without bias: about 0.02 % here
-    assert abs(seen / shim - 1) < 0.005, (seen, shim, periods, joined)
+    assert abs(seen / shim - 1) < 0.005, (seen, shim, lines, joined)
     # Until three tails have measured the callbacks' cost, at most 300 ns a launch is
     # taken out of the first period's count phase (none before its first tail, which
     # may or may not have ended by then); K_CB's guess took out 1 280 ns here.
-    rest, count, _ = (int(x) for x in periods[0])
-    assert count > 0 and 1e9 / count - 1e9 / rest <= 301, periods[0]
+    rest, count = lines[0].rest_rate, lines[0].count_rate
+    assert count > 0 and 1e9 / count - 1e9 / rest <= 301, lines[0]
     made = sum(n for n, _ in ground_truth(gt).values())
     assert 0.5 < seen / made < 1.5, (seen, made)  # the order of magnitude, whatever the load
-
-
-FULL_PERIOD = re.compile(
-    r"period \(pid \d+\): ended at ([\d.]+) s \(CLOCK_MONOTONIC\) after ([\d.]+) ms; .*?; "
-    r"busy [\d.]+ ms of [\d.]+ ms( \(not used\))?; "
-    r"hook [\d.]+ hits at -?[\d.]+( \(not used\))?(?: \(slots added\))?; rest .*; "
-    r"(\d+) launches(?: \(clocks \d+\))?$",
-    re.M,
-)
 
 
 @pytest.mark.parametrize("counter", ["1", "0"], ids=["launch-counter", "busy-clock"])
@@ -228,8 +214,8 @@ def test_idle_parts_of_a_period_add_nothing(tmp_path, built, counter):
     (tmp_path / "stderr.txt").write_text(p.stderr)
     trace = [(float(t), int(n)) for t, n in (ln.split() for ln in trace_file.read_text().splitlines())]
     rows = []
-    for m in FULL_PERIOD.finditer(p.stderr):
-        end, length, unused, est = float(m[1]), float(m[2]) / 1e3, m[4 if counter == "1" else 3], int(m[5])
+    for x in periods(p.stderr):
+        end, length, unused, est = x.end, x.end - x.start, not (x.hook_used if counter == "1" else x.busy_used), x.est
         # a period after a window-less one may hold that one's launches too (with no
         # period pending to take them): its line's span does not say so, it is left out
         # (a line's end is the poller's time, a poll late at most: half a period is a gap)

@@ -22,13 +22,7 @@ from pathlib import Path
 
 from support.env import BENCH_SHIM, MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf
 from support.pprof_tool import raw
-from support.windows import KERNEL, launches_at, run_traced
-
-PERIOD = re.compile(
-    r"period \(pid \d+\): ended at ([\d.]+) s \(CLOCK_MONOTONIC\) after ([\d.]+) ms; .*; "
-    r"hook [\d.]+ hits at -?[\d.]+( \(not used\))?( \(slots added\))?; rest .*; (\d+) launches \(clocks (\d+)\)$",
-    re.M,
-)
+from support.windows import KERNEL, launches_at, periods, run_traced
 
 
 def record_loop(tmp_path, *loop_args: str, wrap: tuple = (), **env: str):
@@ -47,12 +41,19 @@ def record_loop(tmp_path, *loop_args: str, wrap: tuple = (), **env: str):
     )
     cmd = agent_cmd("record", "-o", out, "--", *wrap, MOCK_APP, "--paths", "cuLaunchKernel", "--rate", "0", *loop_args)
     stderr, trace = run_traced(cmd, e, trace_file)
-    rows = []
-    for m in PERIOD.finditer(stderr):
-        end, length = float(m[1]), float(m[2]) / 1e3
-        if trace[0][0] <= end - length and end <= trace[-1][0]:
-            true = launches_at(trace, end) - launches_at(trace, end - length)
-            rows.append((end - length, end, not m[3], int(m[5]), int(m[6]), true, bool(m[4])))
+    rows = [
+        (
+            p.start,
+            p.end,
+            p.hook_used,
+            p.est,
+            p.clocks,
+            launches_at(trace, p.end) - launches_at(trace, p.start),
+            p.slots_added,
+        )
+        for p in periods(stderr)
+        if trace[0][0] <= p.start and p.end <= trace[-1][0]
+    ]
     seen = sum(s.values[1] for s in raw(out) if s.files and s.files[0] == "CUDA_KERNEL")
     return stderr, rows, seen, ground_truth(gt)[KERNEL][0]
 

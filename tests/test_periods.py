@@ -24,12 +24,7 @@ import statistics
 
 from support.env import BENCH_SHIM, MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf
 from support.windows import KERNEL, kernel_totals, launches_between, run_traced, shim_exit_stats
-
-PERIOD = re.compile(
-    r"period \(pid \d+\): ended at ([\d.]+) s \(CLOCK_MONOTONIC\) after ([\d.]+) ms; .*; "
-    r"(\d+) launches(?: \(clocks \d+\))?$",
-    re.M,
-)
+from support.windows import periods as period_lines
 
 
 def run_loop(tmp_path, *record_args: str, **env: str):
@@ -61,7 +56,7 @@ def run_loop(tmp_path, *record_args: str, **env: str):
         e,
         trace_file,
     )
-    periods = [(float(a) - float(b) / 1e3, float(a), int(c)) for a, b, c in PERIOD.findall(stderr)]
+    periods = [(p.start, p.end, p.est) for p in period_lines(stderr)]
     errors = [
         est / launches_between(trace, lo, hi) - 1 for lo, hi, est in periods if lo >= trace[0][0] and hi <= trace[-1][0]
     ]

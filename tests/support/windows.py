@@ -1,11 +1,12 @@
 """What the shim's collection windows leave for the tests to read: a profile's
-per-kernel totals and the shim's exit line."""
+per-kernel totals, the shim's exit line and its period lines."""
 
 from __future__ import annotations
 
 import bisect
 import re
 import subprocess
+from typing import NamedTuple
 
 from support.pprof_tool import raw
 
@@ -14,6 +15,36 @@ KERNEL = "_Z16k_cuLaunchKernelPfi"
 # windows): GPU_AGENT_TEARDOWN=0. By default CUPTI is torn down after every
 # window and the launches between windows are extrapolated from a count phase
 # (tests/test_teardown.py).
+
+
+# One period line of the shim (GPU_AGENT_DEBUG=2, shim/src/window.cpp's
+# ga_window_extrapolated), with teardowns between windows.
+PERIOD_LINE = re.compile(
+    r"period \(pid \d+\): ended at ([\d.]+) s \(CLOCK_MONOTONIC\) after ([\d.]+) ms; .*?; "
+    r"busy [\d.]+ ms of [\d.]+ ms( \(not used\))?; hook [\d.]+ hits at -?[\d.]+( \(not used\))?( \(slots added\))?; "
+    r"rest [\d.]+ ms at (\d+)/s \(count phase (-?\d+)/s\); (\d+) launches \(clocks (\d+)\)$",
+    re.M,
+)
+
+
+class Period(NamedTuple):
+    start: float  # CLOCK_MONOTONIC s
+    end: float
+    busy_used: bool  # the busy clock's estimate stood
+    hook_used: bool  # the launch counter's stood
+    slots_added: bool  # the counter gained slots in it (it goes at the clocks)
+    rest_rate: int  # launches/s the rest of the period went at
+    count_rate: int  # the count phase's launches/s (-1: none)
+    est: int  # the period's launches
+    clocks: int  # what the clocks alone said
+
+
+def periods(stderr: str) -> list[Period]:
+    """Every period line of the shim's stderr, in order."""
+    return [
+        Period(float(m[1]) - float(m[2]) / 1e3, float(m[1]), not m[3], not m[4], bool(m[5]), *map(int, m.groups()[5:]))
+        for m in PERIOD_LINE.finditer(stderr)
+    ]
 
 
 def kernel_totals(profile) -> dict[str, list[int]]:
