@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Iterable, Optional, Sequence
 
+from ..probes import contract as C
 from ..probes.drain import AggVal
 from ..profile.interval import Interval
 
@@ -49,7 +50,6 @@ MAX_HOLD_S = 40.0
 # The spans' shapes kept a process, newest first out: a span's rows come in the drain
 # after its shape, and late records of it a period or two later.
 SHAPES_PER_PROCESS = 64
-SHAPE_ONE = 65535
 
 
 def shape_of(shares: Sequence[int]) -> tuple[float, ...]:
@@ -57,7 +57,7 @@ def shape_of(shares: Sequence[int]) -> tuple[float, ...]:
     last: monotone (the running maximum), each at most 1, whatever was sent."""
     out, prev = [0.0], 0.0
     for x in list(shares)[:-1]:
-        prev = max(prev, min(x, SHAPE_ONE) / SHAPE_ONE)
+        prev = max(prev, min(x, C.SHAPE_ONE) / C.SHAPE_ONE)
         out.append(prev)
     out.append(1.0)
     return tuple(out)
