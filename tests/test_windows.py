@@ -5,8 +5,10 @@ The shim collects in one GPU_AGENT_WINDOW_MS slot of every GPU_AGENT_DUTY_CYCLE
 (about N): counted by launch callbacks that stay on (GPU_AGENT_TEARDOWN=0, the
 tests marked COUNTED), or, by default, extrapolated from the count phase before
 each window, CUPTI being torn down between windows. These tests run a
-paced mock workload under `gpu-agent record --duty-cycle N` through the real
-shim, real eBPF and Go pprof:
+paced mock workload through the real shim, real eBPF and Go pprof, under one
+`gpu-agent run` shared by the module (tests/support/shared_agent.py), each
+workload injected as `gpu-agent record --duty-cycle N` injects it and read back
+by its pid from the interval profiles (the tests of `record` itself run it):
 - in audit mode the shim also sees the full trace of the same run, which must
   equal the mock's ground truth, and the estimate must land on it;
 - without audit, kernel activity must really be off outside windows (about 1/N
@@ -18,14 +20,15 @@ shim, real eBPF and Go pprof:
 from __future__ import annotations
 
 import re
-import shlex
 import subprocess
 import sys
 
 import pytest
 
-from support.env import BENCH_SHIM, MOCK_APP, REPO, agent_cmd, ground_truth, mock_env, need_ebpf, shim_without_cbid
+from support.env import BENCH_SHIM, MOCK_APP, REPO, SHIM, agent_cmd, ground_truth, mock_env, need_ebpf
+from support.env import shim_without_cbid
 from support.pprof_tool import raw
+from support.shared_agent import shared_agents
 from support.windows import KERNEL, kernel_totals, shim_exit_stats
 
 from gpu_agent.probes.audit import audit_rows
@@ -37,38 +40,25 @@ N = 5
 LAUNCHES, RATE = 600_000, 200_000
 
 
-def record(tmp_path, *mock_args, shim=None, launches=LAUNCHES, rate=RATE, **env):
+@pytest.fixture(scope="module")
+def agents(tmp_path_factory, built):
+    yield from shared_agents(tmp_path_factory)
+
+
+def run_windowed(agents, tmp_path, *mock_args, shim=None, launches=LAUNCHES, rate=RATE, **env):
+    """The mock's bench loop in windows of one slot in N, under the module's agent of
+    `shim`: its kernel totals (its pid's samples, every interval), the truth, and its
+    stderr (the shim's lines, GPU_AGENT_DEBUG=1)."""
     gt = tmp_path / "truth.tsv"
-    out = tmp_path / "w.pb.gz"
-    e = mock_env(gt, GPU_AGENT_WINDOW_MS="20", GPU_AGENT_DEBUG="1", **env)
-    shim_args = ["--shim", shim] if shim else []
-    p = subprocess.run(
-        agent_cmd(
-            "record",
-            "--duty-cycle",
-            str(N),
-            *shim_args,
-            "-o",
-            out,
-            "--",
-            MOCK_APP,
-            "--bench",
-            str(launches),
-            "--rate",
-            str(rate),
-            *mock_args,
-        ),
-        env=e,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert p.returncode == 0, p.stderr
+    agent = agents(shim or SHIM)
+    e = agent.env(gt, duty_cycle=N, GPU_AGENT_WINDOW_MS="20", GPU_AGENT_DEBUG="1", **env)
+    w = agent.run([MOCK_APP, "--bench", launches, "--rate", rate, *mock_args], e, timeout=120)
+    assert w.returncode == 0, w.stderr
     # Every kernel sample says its numbers are estimates.
     assert all(
-        s.labels.get("gpu_time_estimated") == "true" for s in raw(out) if s.files and s.files[0] == "CUDA_KERNEL"
+        s.labels.get("gpu_time_estimated") == "true" for s in w.samples if s.files and s.files[0] == "CUDA_KERNEL"
     )
-    return kernel_totals(out), ground_truth(gt), p.stderr
+    return w.kernel_totals(), ground_truth(gt), w.stderr
 
 
 def exit_lines(err: str) -> str:
@@ -76,10 +66,10 @@ def exit_lines(err: str) -> str:
     return "\n".join(ln for ln in err.splitlines() if "exit (pid" in ln or "windows (pid" in ln)
 
 
-def test_audit_estimate_lands_on_the_full_trace_of_the_same_run(tmp_path, built):
+def test_audit_estimate_lands_on_the_full_trace_of_the_same_run(agents, tmp_path):
     need_ebpf()
     audit = tmp_path / "audit.tsv"
-    prof, truth, err = record(tmp_path, shim=str(BENCH_SHIM), GPU_AGENT_AUDIT_FILE=str(audit))
+    prof, truth, err = run_windowed(agents, tmp_path, shim=BENCH_SHIM, GPU_AGENT_AUDIT_FILE=str(audit))
     rows = audit_rows(audit)
     # The audit is the full trace of this run: it matches the mock driver exactly.
     assert {k: (v[0], v[1]) for k, v in rows.items()} == truth
@@ -97,7 +87,57 @@ def test_audit_estimate_lands_on_the_full_trace_of_the_same_run(tmp_path, built)
     assert 0.8 * N < est_launches / win_launches < 1.2 * N
 
 
-def test_outside_windows_nothing_is_collected_and_the_estimate_is_right(tmp_path, built):
+def test_exp_toggle_alternates_attached_and_detached(agents, tmp_path):
+    """GPU_AGENT_EXP_TOGGLE_MS=ON:OFF (the in-process A/B of earlier benchmarks): under
+    one agent the shim attaches for ON ms, then detaches for OFF ms, over and over,
+    and while detached it collects nothing (its records stop with its launches seen)."""
+    need_ebpf()
+    _, _, err = run_windowed(
+        agents, tmp_path, shim=BENCH_SHIM, GPU_AGENT_EXP_TOGGLE_MS="200:400", GPU_AGENT_POLL_MS="10", **COUNTED
+    )
+    attaches = len(re.findall(r"gpu-agent-shim: attached \(", err))
+    detaches = len(re.findall(r"gpu-agent-shim: detached \(pid \d+\): agent gone", err))
+    # 3 s of 600 ms cycles: about 5 of each (the first attach waits for CUDA to start).
+    assert 3 <= attaches <= 7 and attaches - 1 <= detaches <= attaches, err[-2000:]
+    m = re.search(r"(\d+) launches seen while attached", err)
+    # Attached a third of the time, less each attach's start: 9 runs saw 14.5 % (in a
+    # full suite) to 20 % of the launches (8 of them beside two CPU burners). Never
+    # detached, it would see them all: the upper bound is what this checks.
+    assert m and LAUNCHES * 0.05 < int(m.group(1)) < LAUNCHES * 0.55, err[-2000:]
+
+
+def test_launches_no_callback_sees_are_counted_and_weigh_n(agents, tmp_path):
+    """A launch path that fires no launch callback (here: a shim built without
+    cuLaunchKernel's, the mock bench's path) still has its kernels traced in
+    windows. The shim says how many such records it weighed (exit line, counter
+    27) and names their kernels, and with no launch counted at all the weights
+    fall back to N: the estimate is N x the windowed records, on the truth for
+    this steady loop."""
+    need_ebpf()
+    variant = shim_without_cbid(tmp_path / "libgpu_agent_shim.so", bench=True)
+    prof, truth, err = run_windowed(agents, tmp_path, shim=variant, GPU_AGENT_EXP_INTERNAL_LAUNCHES="1", **COUNTED)
+    st = shim_exit_stats(err)
+    # The bench-only count of CUPTI's INTERNAL_LAUNCH_API records (launches made
+    # outside any public API call) ran; the mock makes none: here the unseen
+    # launches are public ones whose callback was left out.
+    assert re.search(r"internal launches \(pid \d+\): 0 INTERNAL_LAUNCH_API records", err), err[-2000:]
+    assert st["launches"] == 0 and st["records"] > 0, st
+    assert st["unseen"] == st["records"], st
+    # ...and names the kernels whose launches it did not see: the bench's kernel,
+    # and the warm-up launch's if a window was open at the start.
+    named = dict(
+        (k, int(n))
+        for k, n in re.findall(
+            r"(\S+) \((\d+)\)", re.search(r"unseen launches \(pid \d+\), first kernels: (.*)", err).group(1)
+        )
+    )
+    assert set(named) <= {KERNEL, "_Z18k_cudaLaunchKernelPfi"} and sum(named.values()) == st["records"], named
+    est_launches = prof[KERNEL][1]
+    assert est_launches == N * named[KERNEL], (est_launches, named)
+    assert abs(est_launches / truth[KERNEL][0] - 1) < 0.15, (est_launches, truth[KERNEL])
+
+
+def test_outside_windows_nothing_is_collected_and_the_estimate_is_right(agents, tmp_path):
     need_ebpf()
     # Blocks of 250 launches: a 20 ms count phase met 3-5 of the default 5 ms blocks
     # of 1 000, and the estimate wandered by up to 9 % on this 2-core VM (with 250,
@@ -105,7 +145,7 @@ def test_outside_windows_nothing_is_collected_and_the_estimate_is_right(tmp_path
     # each teardown's stall on its thread (2 ms a period by default), which the
     # estimate counts as launch-free (docs/estimator.md): 8 runs read -0.8 to -2.1 %
     # with it, -1.2 to +0.6 % without.
-    prof, truth, err = record(tmp_path, "--block", "250", MOCK_CUPTI_FINALIZE_US="0")
+    prof, truth, err = run_windowed(agents, tmp_path, "--block", "250", MOCK_CUPTI_FINALIZE_US="0")
     st = shim_exit_stats(err)
     true_launches = truth[KERNEL][0]
     # Activity was off outside windows: about 1/N of the launches were collected.
@@ -125,7 +165,7 @@ def test_outside_windows_nothing_is_collected_and_the_estimate_is_right(tmp_path
     assert abs(est_ns / truth[KERNEL][1] - 1) < 0.05
 
 
-def test_graph_kernels_keep_their_gpu_time_under_windows(tmp_path, built):
+def test_graph_kernels_keep_their_gpu_time_under_windows(agents, tmp_path):
     """On an H200, CUPTI gives the nodes of a window's LAST replay of a graph exec
     the end times of later, untraced replays of that exec: 30-130x too much GPU
     time for graph kernels at the defaults, with launch counts right
@@ -134,7 +174,7 @@ def test_graph_kernels_keep_their_gpu_time_under_windows(tmp_path, built):
     exec's last windowed launch and its records, so both GPU ns and launches land
     on the truth. Without that rule this run reads about +1000 % GPU time."""
     need_ebpf()
-    prof, truth, err = record(tmp_path, "--api", "cuGraphLaunch", launches=150_000, rate=50_000)
+    prof, truth, err = run_windowed(agents, tmp_path, "--api", "cuGraphLaunch", launches=150_000, rate=50_000)
     nodes = [k for k in truth if "cuGraphLaunch_node" in k]
     assert len(nodes) == 3, truth
     left_out = re.search(r"(\d+) graph launches left out \((\d+) records, (\d+) of them late\)", err)
@@ -157,7 +197,7 @@ def test_graph_kernels_keep_their_gpu_time_under_windows(tmp_path, built):
 
 
 @pytest.mark.parametrize("callback_ns", [0, 3000])
-def test_windows_that_slow_launches_do_not_bias_the_estimate(tmp_path, built, callback_ns):
+def test_windows_that_slow_launches_do_not_bias_the_estimate(agents, tmp_path, callback_ns):
     """On an H200 a launch-bound loop launches more slowly inside windows, so
     weighting windowed records by N ran 7-17 % low. The mock models that
     (MOCK_CUPTI_ACTIVITY_LAUNCH_NS: CPU per launch while kernel activity is on) on
@@ -176,7 +216,8 @@ def test_windows_that_slow_launches_do_not_bias_the_estimate(tmp_path, built, ca
     free on this 2-core VM, where the agent's work after each window slows the
     loop between windows more than in the count phase before the next)."""
     need_ebpf()
-    prof, truth, err = record(
+    prof, truth, err = run_windowed(
+        agents,
         tmp_path,
         "--spin-ns",
         "4000",
@@ -197,38 +238,7 @@ def test_windows_that_slow_launches_do_not_bias_the_estimate(tmp_path, built, ca
     assert abs(est_launches / true_launches - 1) < (0.12 if callback_ns == 0 else 0.09), (est_launches, true_launches)
 
 
-def test_launches_no_callback_sees_are_counted_and_weigh_n(tmp_path, built):
-    """A launch path that fires no launch callback (here: a shim built without
-    cuLaunchKernel's, the mock bench's path) still has its kernels traced in
-    windows. The shim says how many such records it weighed (exit line, counter
-    27) and names their kernels, and with no launch counted at all the weights
-    fall back to N: the estimate is N x the windowed records, on the truth for
-    this steady loop."""
-    need_ebpf()
-    variant = shim_without_cbid(tmp_path / "libgpu_agent_shim.so", bench=True)
-    prof, truth, err = record(tmp_path, shim=str(variant), GPU_AGENT_EXP_INTERNAL_LAUNCHES="1", **COUNTED)
-    st = shim_exit_stats(err)
-    # The bench-only count of CUPTI's INTERNAL_LAUNCH_API records (launches made
-    # outside any public API call) ran; the mock makes none: here the unseen
-    # launches are public ones whose callback was left out.
-    assert re.search(r"internal launches \(pid \d+\): 0 INTERNAL_LAUNCH_API records", err), err[-2000:]
-    assert st["launches"] == 0 and st["records"] > 0, st
-    assert st["unseen"] == st["records"], st
-    # ...and names the kernels whose launches it did not see: the bench's kernel,
-    # and the warm-up launch's if a window was open at the start.
-    named = dict(
-        (k, int(n))
-        for k, n in re.findall(
-            r"(\S+) \((\d+)\)", re.search(r"unseen launches \(pid \d+\), first kernels: (.*)", err).group(1)
-        )
-    )
-    assert set(named) <= {KERNEL, "_Z18k_cudaLaunchKernelPfi"} and sum(named.values()) == st["records"], named
-    est_launches = prof[KERNEL][1]
-    assert est_launches == N * named[KERNEL], (est_launches, named)
-    assert abs(est_launches / truth[KERNEL][0] - 1) < 0.15, (est_launches, truth[KERNEL])
-
-
-def test_a_job_whose_launch_rate_changes_is_weighed_period_by_period(tmp_path, built):
+def test_a_job_whose_launch_rate_changes_is_weighed_period_by_period(agents, tmp_path):
     """A job changes pace: a slow start (40 000 launches at 20 000/s, which windows
     do not slow) and then a fast loop (200 000/s, which they do). Weights drawn
     from the counts so far carry the start's ratio into the fast loop: on this
@@ -236,8 +246,8 @@ def test_a_job_whose_launch_rate_changes_is_weighed_period_by_period(tmp_path, b
     +0.4 % (rates since attach). Each period's records weighed by that period's
     own launches / windowed launches land within a few hundredths of a percent."""
     need_ebpf()
-    prof, truth, err = record(
-        tmp_path, "--warm", "40000", "--warm-rate", "20000", MOCK_CUPTI_ACTIVITY_LAUNCH_NS="8000", **COUNTED
+    prof, truth, err = run_windowed(
+        agents, tmp_path, "--warm", "40000", "--warm-rate", "20000", MOCK_CUPTI_ACTIVITY_LAUNCH_NS="8000", **COUNTED
     )
     true_launches = truth[KERNEL][0]
     assert int(re.search(r"(\d+) after the last window", err).group(1)) == 0, err[-2000:]
@@ -245,7 +255,7 @@ def test_a_job_whose_launch_rate_changes_is_weighed_period_by_period(tmp_path, b
     assert abs(est_launches / true_launches - 1) < 0.005, (est_launches, true_launches, exit_lines(err))
 
 
-def test_records_completing_periods_after_their_launch_keep_their_periods_weight(tmp_path, built):
+def test_records_completing_periods_after_their_launch_keep_their_periods_weight(agents, tmp_path):
     """On a GPU-bound device a window's records complete tens of ms after its launches,
     often after its period ended (a torch graph replay on an H200). Each record must
     weigh its own launch's period: with gaps in the launching, a window that falls
@@ -255,8 +265,8 @@ def test_records_completing_periods_after_their_launch_keep_their_periods_weight
     without launches after every 60 ms. The per-period rule reads within 0.04 %;
     weighing each record by the period it completes in read -5 % to +21 %."""
     need_ebpf()
-    prof, truth, err = record(
-        tmp_path, "--gap-ms", "40", "--gap-every-ms", "60", MOCK_CUPTI_RECORD_LAG_MS="150", **COUNTED
+    prof, truth, err = run_windowed(
+        agents, tmp_path, "--gap-ms", "40", "--gap-every-ms", "60", MOCK_CUPTI_RECORD_LAG_MS="150", **COUNTED
     )
     assert int(re.search(r"(\d+) after the last window", err).group(1)) == 0, err[-2000:]
     est_launches = prof[KERNEL][1]
@@ -265,7 +275,7 @@ def test_records_completing_periods_after_their_launch_keep_their_periods_weight
 
 
 @pytest.mark.parametrize("counted", [True, False], ids=["counted", "torn-down"])
-def test_launches_at_a_window_edge_are_not_the_windows(tmp_path, built, counted):
+def test_launches_at_a_window_edge_are_not_the_windows(agents, tmp_path, counted):
     """Kernel activity goes on before a window opens and off after it closes; the
     launches in between are traced but are not the window's, and their period
     counted them already. A poller preempted at an edge on a loaded host let 103 of
@@ -275,8 +285,8 @@ def test_launches_at_a_window_edge_are_not_the_windows(tmp_path, built, counted)
     need_ebpf()
     env = dict(COUNTED) if counted else {}
     torn = {} if counted else {"MOCK_CUPTI_FINALIZE_US": "0"}  # as in the test above
-    prof, truth, err = record(
-        tmp_path, *(() if counted else ("--block", "250")), MOCK_CUPTI_SWITCH_US="5000", **torn, **env
+    prof, truth, err = run_windowed(
+        agents, tmp_path, *(() if counted else ("--block", "250")), MOCK_CUPTI_SWITCH_US="5000", **torn, **env
     )
     outside = int(re.search(r"(\d+) records of launches outside windows", err).group(1))
     st = shim_exit_stats(err)
@@ -293,30 +303,22 @@ def test_launches_at_a_window_edge_are_not_the_windows(tmp_path, built, counted)
     )
 
 
-def short_run(tmp_path, i: int, launches: int) -> tuple[int, int, int, int]:
+def short_run(agents, tmp_path, i: int, launches: int) -> tuple[int, int, int, int]:
     """One short paced run against 1 s periods (N = 50): true launches, estimated
     launches, launches after the last window and launches joined to the window
     before them (the shim's exit line)."""
     gt = tmp_path / f"truth{i}.tsv"
-    out = tmp_path / f"short{i}.pb.gz"
-    e = mock_env(gt, GPU_AGENT_WINDOW_MS="20", GPU_AGENT_DEBUG="1", **COUNTED)
-    p = subprocess.run(
-        agent_cmd(
-            "record", "--duty-cycle", "50", "-o", out, "--", MOCK_APP, "--bench", str(launches), "--rate", str(RATE)
-        ),
-        env=e,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert p.returncode == 0, p.stderr
-    m = re.search(r"(\d+) after the last window, .* (\d+) launches joined to the window before them", p.stderr)
-    assert m, p.stderr[-2000:]
-    est_launches = kernel_totals(out).get(KERNEL, [0, 0])[1]
+    agent = agents()
+    e = agent.env(gt, duty_cycle=50, GPU_AGENT_WINDOW_MS="20", GPU_AGENT_DEBUG="1", **COUNTED)
+    w = agent.run([MOCK_APP, "--bench", launches, "--rate", RATE], e, timeout=120)
+    assert w.returncode == 0, w.stderr
+    m = re.search(r"(\d+) after the last window, .* (\d+) launches joined to the window before them", w.stderr)
+    assert m, w.stderr[-2000:]
+    est_launches = w.kernel_totals().get(KERNEL, [0, 0])[1]
     return ground_truth(gt)[KERNEL][0], est_launches, int(m.group(1)), int(m.group(2))
 
 
-def test_the_last_periods_launches_join_the_window_before_them(tmp_path, built):
+def test_the_last_periods_launches_join_the_window_before_them(agents, tmp_path):
     """A process that exits (or an agent that leaves) before the window of its
     last period opens: that partial period's launches have no record of their
     own, and are weighed with the period before it (whose records wait one period
@@ -328,7 +330,7 @@ def test_the_last_periods_launches_join_the_window_before_them(tmp_path, built):
     need_ebpf()
     joined_runs = 0
     for i in range(6):
-        true_launches, est_launches, after_last, joined = short_run(tmp_path, i, 210_000)
+        true_launches, est_launches, after_last, joined = short_run(agents, tmp_path, i, 210_000)
         if after_last:  # the first window caught no launch: nothing to join (counted, next test)
             continue
         # One window's few blocks stand for a whole period here: a 1 % bound.
@@ -340,36 +342,31 @@ def test_the_last_periods_launches_join_the_window_before_them(tmp_path, built):
     assert joined_runs == 1
 
 
-def test_launches_before_any_window_are_counted(tmp_path, built):
+def test_launches_before_any_window_are_counted(agents, tmp_path):
     """A process that exits (or an agent that leaves) before its first window
     leaves its launches with no record to stand for them. The shim counts them
     (counter 25, and the exit line), so that estimate + that count is the truth.
     Runs of 0.15 s against 1 s periods (N = 50) end before their first window in
     about 85 % of runs."""
     need_ebpf()
-    # Four processes, one after another, under one `record` (one BPF compile).
+    # Four processes, one after another, under the shared agent.
     gts = [tmp_path / f"truth{i}.tsv" for i in range(4)]
-    out = tmp_path / "short.pb.gz"
-    one = shlex.join([str(MOCK_APP), "--bench", "30000", "--rate", str(RATE)])
-    script = "; ".join(f"MOCK_CUDA_GROUND_TRUTH={gt} {one} || exit 1" for gt in gts)
-    e = mock_env(GPU_AGENT_WINDOW_MS="20", GPU_AGENT_DEBUG="1", **COUNTED)
-    p = subprocess.run(
-        agent_cmd("record", "--duty-cycle", "50", "-o", out, "--", "sh", "-c", script),
-        env=e,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert p.returncode == 0, p.stderr
+    agent = agents()
+    runs = []
+    for gt in gts:
+        e = agent.env(gt, duty_cycle=50, GPU_AGENT_WINDOW_MS="20", GPU_AGENT_DEBUG="1", **COUNTED)
+        runs.append(agent.wait(agent.spawn([MOCK_APP, "--bench", "30000", "--rate", RATE], e)))
+        assert runs[-1].returncode == 0, runs[-1].stderr
+    agent.collect(*runs)
+    err = "".join(w.stderr for w in runs)
     after = {
-        m.group(1): int(m.group(2))
-        for m in re.finditer(r"exit \(pid (\d+)\):.* (\d+) after the last window, ", p.stderr)
+        m.group(1): int(m.group(2)) for m in re.finditer(r"exit \(pid (\d+)\):.* (\d+) after the last window, ", err)
     }
     est: dict[str, int] = {}
-    for s in raw(out):
+    for s in (s for w in runs for s in w.samples):
         if s.files and s.files[0] == "CUDA_KERNEL" and (s.system_names[0] or s.frames[0]) == KERNEL:
             est[s.labels["pid"]] = est.get(s.labels["pid"], 0) + s.values[1]
-    assert len(after) == 4, p.stderr[-2000:]
+    assert len(after) == 4, err[-2000:]
     truth = sorted(ground_truth(gt)[KERNEL][0] for gt in gts)
     assert truth == [30_000] * 4, truth
     for pid, after_last in after.items():
@@ -437,22 +434,3 @@ def test_reused_correlation_ids_do_not_join_stale_samples(tmp_path, built):
                 share[site] += s.values[0]
     total = sum(share.values())
     assert total and abs(share["site_a"] / total - 0.75) < 0.05, share
-
-
-def test_exp_toggle_alternates_attached_and_detached(tmp_path, built):
-    """GPU_AGENT_EXP_TOGGLE_MS=ON:OFF (the in-process A/B of earlier benchmarks): under
-    one agent the shim attaches for ON ms, then detaches for OFF ms, over and over,
-    and while detached it collects nothing (its records stop with its launches seen)."""
-    need_ebpf()
-    _, _, err = record(
-        tmp_path, shim=str(BENCH_SHIM), GPU_AGENT_EXP_TOGGLE_MS="200:400", GPU_AGENT_POLL_MS="10", **COUNTED
-    )
-    attaches = len(re.findall(r"gpu-agent-shim: attached \(", err))
-    detaches = len(re.findall(r"gpu-agent-shim: detached \(pid \d+\): agent gone", err))
-    # 3 s of 600 ms cycles: about 5 of each (the first attach waits for CUDA to start).
-    assert 3 <= attaches <= 7 and attaches - 1 <= detaches <= attaches, err[-2000:]
-    m = re.search(r"(\d+) launches seen while attached", err)
-    # Attached a third of the time, less each attach's start: 9 runs saw 14.5 % (in a
-    # full suite) to 20 % of the launches (8 of them beside two CPU burners). Never
-    # detached, it would see them all: the upper bound is what this checks.
-    assert m and LAUNCHES * 0.05 < int(m.group(1)) < LAUNCHES * 0.55, err[-2000:]

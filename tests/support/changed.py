@@ -109,13 +109,16 @@ WINDOWS = (
     "tests/test_intervals.py",
     "tests/test_launch_counter.py",
 )
+# Their workloads run under one `gpu-agent run` a module (support/shared_agent.py): its
+# placement, its shipping and its status lines are what says their profiles are complete.
+SHARED_RUN = ("tests/test_windows.py",)
 AGENT_RUN = (
     "tests/test_run.py",
     "tests/test_discover.py",
     "tests/test_config.py",
     "tests/faults/test_environment.py",
     "tests/test_intervals.py",
-)
+) + SHARED_RUN
 
 # (glob, tests, why). A path takes the union of every rule it matches.
 RULES: tuple[tuple[str, tuple[str, ...] | str, str], ...] = (
@@ -225,7 +228,8 @@ RULES: tuple[tuple[str, tuple[str, ...] | str, str], ...] = (
         )
         + ("tests/test_invariants.py", "tests/test_pid_reuse.py", "tests/test_graphs.py", "tests/test_pcsampling.py")
         + ("tests/test_python_stacks.py", "tests/test_windows.py", "tests/test_parcagpu.py", "tests/test_intervals.py")
-        + ("tests/faults/test_two_agents.py", "tests/faults/test_uprobe_events.py", "tests/faults/test_flood.py"),
+        + ("tests/faults/test_two_agents.py", "tests/faults/test_uprobe_events.py", "tests/faults/test_flood.py")
+        + SHARED_RUN,
         "the join: the estimator and the Collector",
     ),
     ("agent/gpu_agent/timeline/*", TIMELINE, "timelines and their writers"),
@@ -248,7 +252,11 @@ RULES: tuple[tuple[str, tuple[str, ...] | str, str], ...] = (
     ("agent/gpu_agent/commands/health.py", ("tests/test_run.py", "tests/faults/test_trace_flood.py"), "`health`"),
     ("agent/gpu_agent/commands/common.py", ("tests/test_invariants.py",), "the status line"),
     ("agent/gpu_agent/commands/kube.py", K8S, "pods"),
-    ("agent/gpu_agent/commands/outputs.py", EXPORT + ("tests/faults/test_outputs.py",), "the outputs of a command"),
+    (
+        "agent/gpu_agent/commands/outputs.py",
+        EXPORT + ("tests/faults/test_outputs.py",) + SHARED_RUN,
+        "the outputs of a command",
+    ),
     ("agent/gpu_agent/commands/t*.py", TIMELINE, "`trace` and `timeline`"),
     ("agent/gpu_agent/commands/ui.py", UI, "`ui`"),
     # -- the tests' own files

@@ -118,7 +118,10 @@ for two failed sends instead of 0.2 s. Read and left off: test_windows's
 test_the_last_periods_launches_join_the_window_before_them and
 test_launches_before_any_window_are_counted (a window's random place, but by their own
 figures they fail once in 2 000 runs or less), and the polls with deadlines
-(test_drain_races, test_two_agents, test_bpf_session), which wait for their event.
+(test_drain_races, test_two_agents, test_bpf_session; support/shared_agent.py's wait
+for a profile that holds its marker process, under test_windows), which wait for their
+event. test_windows's workloads run under one `gpu-agent run` a module now, not a
+`record` each: the same shim, windows and bounds.
 
     python tests/support/flaky.py [--runs N] [--seconds S] [--burners B] [NODEID...]
 
