@@ -26,30 +26,12 @@ import time
 import pytest
 
 from support.env import MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf, private_shim
-from support.pprof_tool import pprof, raw
+from support.pprof_tool import profile_duration_s, profile_start_ns, raw
 from support.windows import launches_at, periods
 
 RATE = 20000
 LOOP_S = 17  # the loop's life; the agent stops 4 s before its end
 JOINED = re.compile(r"(\d+) launches joined to the window before them")
-TIME = re.compile(r"^Time: (\S+ \S+) ", re.M)
-
-
-def profile_start_ns(path) -> int:
-    """The profile's time (CLOCK_REALTIME ns), as Go pprof prints it."""
-    from datetime import datetime, timezone
-
-    stamp = TIME.search(pprof("-raw", str(path))).group(1)
-    whole, frac = stamp.split(".")
-    t = datetime.strptime(whole, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
-    return int(t.timestamp()) * 1_000_000_000 + int(frac.ljust(9, "0"))
-
-
-def profile_duration_s(path) -> float:
-    """The profile's duration, as Go pprof's -top prints it (a Go duration: 1.99s, 987.73ms, 1m5s)."""
-    text = re.search(r"^Duration: ([^,]+),", pprof("-top", str(path)), re.M)[1]
-    unit = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
-    return sum(float(v) * unit[u] for v, u in re.findall(r"([\d.]+)(h|ms|us|µs|ns|m|s)", text))
 
 
 @pytest.fixture(scope="module")

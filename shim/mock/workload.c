@@ -10,6 +10,7 @@
  *   mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel|cuGraphLaunch|cuLaunchKernel-table] [--rate R]
  *                 [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E] [--block B] [--spin-ns S]
  *                 [--work-ns S] [--idle-first-ms M] [--regimes MS:NS] [--end-ms M] [--table-after-ms M]
+ *                 [--phases MS:API]
  *   --cupti-client AT_MS:HOLD_MS  (--bench) another CUPTI client in the process, as
  *                 torch.profiler is: from AT_MS on it tries cuptiSubscribe_v2 every ms
  *                 until CUPTI is free, holds it HOLD_MS, and unsubscribes
@@ -471,6 +472,9 @@ static long g_regime_ms, g_regime_ns; /* --regimes MS:NS: in every other MS ms, 
                              * a busy thread, in regimes of seconds on the H200 VMs */
 static long g_end_ms;       /* --end-ms: CPU work with no launch after the loop, timed by the
                              * wall clock (a Python process's finalization) */
+static long g_phase_ms;     /* --phases MS:API: in every other MS ms, launch through API (its own
+                             * kernel) instead of --api: a job that runs other code in turns */
+static const char *g_phase_api = "";
 
 static long g_client_at_ms = -1, g_client_hold_ms; /* --cupti-client (below) */
 static void cupti_client_tick(double t0);
@@ -505,6 +509,13 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
     t.args[1] = &t.n;
     int rt = !strcmp(api, "cudaLaunchKernel"), graph = !strcmp(api, "cuGraphLaunch");
     int table = !strcmp(api, "cuLaunchKernel-table");
+    /* --phases: the other turns' path (cudaLaunchKernel or cuLaunchKernel) */
+    int alt_rt = !strcmp(g_phase_api, "cudaLaunchKernel");
+    if (g_phase_ms > 0 && (graph || table || (!alt_rt && strcmp(g_phase_api, "cuLaunchKernel")))) {
+        fprintf(stderr, "mock_workload: --phases takes cudaLaunchKernel or cuLaunchKernel, beside --api "
+                        "cudaLaunchKernel or cuLaunchKernel\n");
+        return 1;
+    }
     if (!rt && !graph && !table && strcmp(api, "cuLaunchKernel")) {
         fprintf(stderr, "mock_workload: --api must be cuLaunchKernel, cudaLaunchKernel, cuGraphLaunch or "
                         "cuLaunchKernel-table\n");
@@ -533,12 +544,21 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
     const char *trace_path = getenv("MOCK_LAUNCH_TRACE");
     FILE *trace = trace_path ? fopen(trace_path, "w") : NULL;
     if (trace) fprintf(trace, "%.6f 0\n", t0);
+    long turn = 0; /* --phases: the turn the last launch was in (odd: the other path) */
     for (long i = 0; i < n; i++) {
-        if (rt)
+        int alt = 0;
+        if (g_phase_ms > 0) {
+            long now_turn = (long)((now_s() - t0) * 1e3 / (double)g_phase_ms);
+            if (now_turn != turn && trace) fprintf(trace, "%.6f %ld\n", now_s(), i); /* a line at each turn */
+            turn = now_turn, alt = (int)(turn % 2);
+        }
+        if (alt ? alt_rt : rt)
             ck_rt(cudaLaunchKernel((const void *)stub_cudaLaunchKernel, GRID, BLOCK, t.args, 0, (cudaStream_t)t.s),
                   "cudaLaunchKernel");
         else if (graph)
             launch_cuGraphLaunch(&t);
+        else if (alt)
+            ck_cu(cuLaunchKernel(f, 4, 1, 1, 128, 1, 1, 0, t.s, t.args, NULL), "cuLaunchKernel");
         else if (table)
             ck_cu(g_table_launch(f, 4, 1, 1, 128, 1, 1, 0, t.s, t.args, NULL), "cuLaunchKernel (table)");
         else
@@ -640,7 +660,7 @@ static void usage(void)
                     "                     cuLaunchKernel-table] [--rate R]\n"
                     "                     [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E] [--block B] [--spin-ns S]\n"
                     "                     [--work-ns S] [--idle-first-ms M] [--regimes MS:NS] [--end-ms M]\n"
-                    "                     [--table-after-ms M]\n"
+                    "                     [--table-after-ms M] [--phases MS:API]\n"
                     "                     [--cupti-client AT_MS:HOLD_MS]\n");
     exit(1);
 }
@@ -676,6 +696,12 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--idle-first-ms")) g_idle_first_ms = atol(v);
         else if (!strcmp(a, "--end-ms")) g_end_ms = atol(v);
         else if (!strcmp(a, "--table-after-ms")) g_table_after_ms = atol(v);
+        else if (!strcmp(a, "--phases")) {
+            g_phase_ms = atol(v);
+            const char *c = strchr(v, ':');
+            g_phase_api = c ? c + 1 : "";
+            if (g_phase_ms <= 0 || !c) usage();
+        }
         else if (!strcmp(a, "--regimes")) {
             if (sscanf(v, "%ld:%ld", &g_regime_ms, &g_regime_ns) != 2 || g_regime_ms <= 0 || g_regime_ns < 0) usage();
         }

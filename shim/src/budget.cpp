@@ -42,7 +42,7 @@
 #define MS 1000000ull
 #define W_MIN (100 * MS)
 #define W_MAX (1000 * MS)
-#define P_MAX (15000 * MS)
+#define P_MAX GA_PERIOD_MAX_NS
 #define N_MIN 10u
 #define FIRST_SLOTS 4u
 #define UNMEASURED_SLOTS 15u

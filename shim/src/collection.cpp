@@ -274,9 +274,19 @@ static CUptiResult step_windows(uint64_t now, const char **what) {
     /* the launch counter: objects loaded and slots resolved since the last poll */
     if (ga_cfg.launch_counter && ga_window_extrapolate) ga_hook_scan();
     ga_shape_sample(now); /* the launches so far, for the spans' shapes (shape.cpp) */
+    ga_mix_sample(now);   /* and per launch function, for the mix's changes (mix.cpp) */
     CUptiResult r = GA_EXP(late_subscribe) ? CUPTI_SUCCESS : up_again(now, what);
     /* An on-demand capture (gpu-agent trace) starts at once, not at the next edge. */
     bool capture = ga_trace_until_ns() > now && ga_window_on.load(std::memory_order_relaxed) != GA_WIN_OPEN;
+    /* Between windows, count phases and tails, where the job's launch mix changed: the
+     * period ends now (window.cpp's cut), and this poll is its edge. */
+    if (r == CUPTI_SUCCESS && !capture && g_phase == GA_PHASE_OFF && !g_tail_until &&
+        now < g_next_edge_ns.load(std::memory_order_relaxed) &&
+        ga_window_on.load(std::memory_order_relaxed) == GA_WIN_OFF) {
+        uint64_t since = 0, hits = 0;
+        if (ga_mix_changed(now, &since, &hits) && ga_window_cut(now, since, hits))
+            g_next_edge_ns.store(now, std::memory_order_relaxed);
+    }
     if (r == CUPTI_SUCCESS && (capture || now >= g_next_edge_ns.load(std::memory_order_relaxed))) {
         /* An open window's edge is its end: it closes before its period may end, so
          * that every launch made in it is its period's (the last replays left out
@@ -387,15 +397,19 @@ void ga_collect_log_exit(void) noexcept {
     uint64_t tails, tail_n;
     ga_tail_stats(&tails, &tail_n);
     ga_sub_edges e = ga_sub_edge_stats();
+    uint64_t cuts, cuts_paid, cuts_split;
+    ga_window_cut_stats(&cuts, &cuts_paid, &cuts_split);
     if (attached_at && ga_cfg.duty_cycle > 1)
         ga_debug("windows (pid %d): open %.3f %% of %.1f s attached (1/N = %.3f %%); activity "
                  "enable mean %.1f max %.1f us, disable mean %.1f max %.1f us; %llu skipped; "
                  "count phases %.0f launches/s, between windows extrapolated at %.0f; "
-                 "%llu tails (%llu launches), launch callbacks %.0f ns a launch",
+                 "%llu tails (%llu launches), launch callbacks %.0f ns a launch; "
+                 "%llu periods cut where the launch mix changed (%llu after their window, %llu split where it changed)",
                  (int)getpid(), 100.0 * (double)ga_window_time_ns() / (double)(ga_now_ns() - attached_at),
                  (double)(ga_now_ns() - attached_at) / 1e9, 100.0 / ga_cfg.duty_cycle,
                  e.enable_mean_us, e.enable_max_us, e.disable_mean_us, e.disable_max_us, (unsigned long long)g_stat_windows_skipped.load(), counted, extra,
-                 (unsigned long long)tails, (unsigned long long)tail_n, ga_budget_callback_ns(counted / 1e9));
+                 (unsigned long long)tails, (unsigned long long)tail_n, ga_budget_callback_ns(counted / 1e9),
+                 (unsigned long long)cuts, (unsigned long long)cuts_paid, (unsigned long long)cuts_split);
     ga_hook_stats h = ga_hook_stats_now();
     if (attached_at && ga_cfg.duty_cycle > 1 && ga_cfg.launch_counter) {
         char what[512];

@@ -12,7 +12,7 @@
 
 extern char **environ;
 
-ga_config ga_cfg = {64, 8, 100, 1000, 40, 100, 64, 0, 16, 256, 1, 1, 1, 200, 0};
+ga_config ga_cfg = {64, 8, 100, 1000, 40, 100, 64, 0, 16, 256, 1, 1, 1, 1, 200, 0};
 int ga_debug_on;
 
 /* ------------------------------------------------------------------ */
@@ -55,6 +55,7 @@ static const char *const k_known_env[] = {
     "GPU_AGENT_PC_SAMPLING",   "GPU_AGENT_PC_SAMPLING_PERIOD",  "GPU_AGENT_PC_CUBIN_MB",
     "GPU_AGENT_PC_SAMPLING_EVERY", "GPU_AGENT_TEARDOWN",      "GPU_AGENT_OVERHEAD_BUDGET",
     "GPU_AGENT_LAUNCH_COUNTER",
+    "GPU_AGENT_MIX_CUTS",
 #ifdef GA_BENCH_BUILD
     "GPU_AGENT_AUDIT_FILE",    "GPU_AGENT_EXP_HOLD",            "GPU_AGENT_EXP_TOGGLE_MS",
     "GPU_AGENT_EXP_CALLBACKS", "GPU_AGENT_EXP_INTERNAL_LAUNCHES", "GPU_AGENT_EXP_SUBSCRIBE",
@@ -123,6 +124,7 @@ void ga_read_config(void (*bench)(char *bad, size_t bad_size) noexcept) noexcept
     env_u32("GPU_AGENT_PC_SAMPLING_EVERY", &ga_cfg.pc_every, 1, 100000, bad, sizeof(bad));
     env_u32("GPU_AGENT_TEARDOWN", &ga_cfg.teardown, 0, 1, bad, sizeof(bad));
     env_u32("GPU_AGENT_LAUNCH_COUNTER", &ga_cfg.launch_counter, 0, 1, bad, sizeof(bad));
+    env_u32("GPU_AGENT_MIX_CUTS", &ga_cfg.mix_cuts, 0, 1, bad, sizeof(bad));
     env_bp("GPU_AGENT_OVERHEAD_BUDGET", &ga_cfg.budget_bp, 1, 10000, bad, sizeof(bad));
     /* expert overrides of the budget's schedule (budget.cpp) */
     const char *dc = getenv("GPU_AGENT_DUTY_CYCLE"), *wm = getenv("GPU_AGENT_WINDOW_MS");

@@ -45,6 +45,8 @@ struct ga_config {
     uint32_t launch_counter;      /* GPU_AGENT_LAUNCH_COUNTER, default 1: count launches between
                                    * windows through the launch functions' import slots
                                    * (launch_hook.cpp); 0: extrapolate on the clocks alone */
+    uint32_t mix_cuts;            /* GPU_AGENT_MIX_CUTS, default 1: a period ends where the
+                                   * launch counter's mix changes (mix.cpp); 0: never */
     uint32_t budget_bp;           /* GPU_AGENT_OVERHEAD_BUDGET (percent of the process's time)
                                    * in basis points, default 200 (2 %): budget.cpp */
     uint32_t fixed_schedule;      /* GPU_AGENT_DUTY_CYCLE or GPU_AGENT_WINDOW_MS given: the

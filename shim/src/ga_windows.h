@@ -116,6 +116,25 @@ GA_HIDDEN bool ga_window_record_impossible(uint32_t period, uint64_t start_ns, u
  * ends the partial period the same way and fires everything held. */
 GA_HIDDEN extern bool ga_window_period_ended;
 GA_HIDDEN void ga_window_release_records(bool period_end) noexcept; /* window.cpp */
+/* mix.cpp: the launch counter's hits per launch function, noted at every poll;
+ * ga_mix_changed: their shares over the last polls moved away from the period's
+ * before them (the job runs other code). window.cpp resets it at each period's start. */
+GA_HIDDEN void ga_mix_reset(uint64_t now_ns) noexcept;
+GA_HIDDEN void ga_mix_sample(uint64_t now_ns) noexcept;
+/* *since_ns: the start of the recent polls that differ, *hits_since: the counter's
+ * hits (ga_hook_hits) then. */
+GA_HIDDEN bool ga_mix_changed(uint64_t now_ns, uint64_t *since_ns, uint64_t *hits_since) noexcept;
+/* window.cpp: end the period now, where the mix changed (collection.cpp, at a poll
+ * with no window, count phase or tail under way), if the rule for cuts allows it;
+ * true if it did (the period ended: ga_window_period_ended). The exit line's counts:
+ * cuts, those after their period's window, and those split where it changed. */
+GA_HIDDEN bool ga_window_cut(uint64_t now_ns, uint64_t since_ns, uint64_t hits_since) noexcept;
+GA_HIDDEN void ga_window_cut_stats(uint64_t *cuts, uint64_t *after_window, uint64_t *split) noexcept;
+/* weights.cpp: the period that ends next gives its launches before at_ns (about
+ * `launches` of them) and that part of its span to the pending period. */
+GA_HIDDEN void ga_weights_split(uint64_t at_ns, double launches) noexcept;
+/* The longest period (budget.cpp's ceiling; a cut's lengthened period too). */
+#define GA_PERIOD_MAX_NS 15000000000ull
 /* shape.cpp: a count of the launches noted at every poll (shape_sample), and a
  * published span's shape from it (the period_shape probe, fired before the span's
  * records go). ga_shape_measure: which count stands for the launches now (window.cpp,

@@ -56,7 +56,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define HOOK_TRAMPS 64     /* distinct functions behind the slots */
+#define HOOK_TRAMPS GA_HOOK_TARGETS /* distinct functions behind the slots */
 #define HOOK_SLOTS 4096    /* slots counted at once */
 #define HOOK_OBJECTS 2048  /* objects scanned (their load address) */
 #define HOOK_PENDING 256   /* unresolved slots retried */
@@ -501,6 +501,12 @@ uint64_t ga_hook_epoch(void) noexcept { return g_epoch; }
 uint64_t ga_hook_hits(void) noexcept {
     uint64_t n = 0;
     for (uint32_t i = 0; i < HOOK_TRAMPS; i++) n += __atomic_load_n(&ga_hook_hit[i * 8], __ATOMIC_RELAXED);
+    return n;
+}
+
+uint32_t ga_hook_hits_each(uint64_t *out, uint32_t max) noexcept {
+    uint32_t n = g_n_tramps < max ? g_n_tramps : max;
+    for (uint32_t i = 0; i < n; i++) out[i] = __atomic_load_n(&ga_hook_hit[i * 8], __ATOMIC_RELAXED);
     return n;
 }
 

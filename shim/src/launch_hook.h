@@ -30,6 +30,9 @@ GA_HIDDEN unsigned ga_hook_restore(void) noexcept;
 GA_HIDDEN uint64_t ga_hook_epoch(void) noexcept;
 /* Calls through the counted slots since the process started: any thread. */
 GA_HIDDEN uint64_t ga_hook_hits(void) noexcept;
+/* The same, per counted function (GA_HOOK_TARGETS at most), into out; how many. */
+#define GA_HOOK_TARGETS 64
+GA_HIDDEN uint32_t ga_hook_hits_each(uint64_t *out, uint32_t max) noexcept;
 GA_HIDDEN ga_hook_stats ga_hook_stats_now(void) noexcept;
 /* The counted functions' names and hits, one per line, into buf (the probe's report). */
 GA_HIDDEN void ga_hook_describe(char *buf, unsigned size) noexcept;

@@ -62,6 +62,13 @@ static ga_extrapolate_fn g_extrapolate;    /* its launches from the counted ones
  * Seq 0: none. */
 static uint32_t g_pend_seq;
 static uint64_t g_pend_all, g_pend_in, g_pend_start, g_pend_end;
+/* ga_weights_split: the next period's end gives [its start, g_split_at) and about
+ * g_split_n launches to the pending period (0: none) */
+static uint64_t g_split_at, g_split_n;
+
+void ga_weights_split(uint64_t at_ns, double launches) noexcept {
+    g_split_at = at_ns, g_split_n = launches > 0 ? (uint64_t)(launches + 0.5) : 0;
+}
 std::atomic<uint64_t> ga_stat_joined; /* launches given to the pending period (counter 28) */
 
 static uint32_t to_q(double w) {
@@ -256,12 +263,20 @@ static void end_period(uint64_t edge_ns, bool first = false, bool final = false)
             /* for stragglers only (records of launches no callback saw) */
             ga_weight_publish(seq, g_last_q ? g_last_q : g_slots * WQ, start, edge_ns);
         } else {
+            /* a cut whose window saw the new side only (window.cpp): the part before
+             * the change is the pending period's, whose window saw the old side */
+            if (g_split_at > start && g_split_at < edge_ns && g_pend_seq && all > in) {
+                uint64_t x = g_split_n < all - in ? g_split_n : all - in;
+                g_pend_all += x, g_pend_end = g_split_at;
+                all -= x, start = g_split_at;
+            }
             publish_pending();
             g_pend_seq = seq, g_pend_all = all + g_carry_all, g_pend_in = in;
             g_pend_start = g_carry_all ? g_carry_start : start, g_pend_end = edge_ns;
             g_carry_all = 0;
         }
     }
+    g_split_at = 0;
     if (final) publish_pending();
     ga_period_seq.store(seq + 1 ? seq + 1 : 1, std::memory_order_relaxed);
 }

@@ -107,6 +107,31 @@ static ga_span g_callbacks_hook;
 #define HOOK_WAIT_PERIODS 4
 static double g_hook_ratio = HOOK_UNDECIDED;
 
+/* ---- cuts: a period that ends where the launchers' mix changed (mix.cpp) ----
+ * A period's one window stands for its kernel mix, so a job that runs other code
+ * from some point of a period on gets the window's side of it for all of the
+ * period. Ending the period there gives each side a period of its own. The rule:
+ *  - a cut before its period's window costs nothing: that part, window-less,
+ *    joins the pending period before it (weights.cpp), whose window saw the mix
+ *    before the change. At most FREE_CUTS of them in a row, with no window
+ *    between: cuts never keep a job out of windows (the coverage floor holds);
+ *  - a cut after it ends a period whose window stood for less time than the budget
+ *    planned: the rest of the period (g_cut_debt_ns) is added to the next period as
+ *    whole slots, its window drawn over all of them, up to GA_PERIOD_MAX_NS, so
+ *    that windows come no more often than the budget's plan (a debt is never more
+ *    than one period's rest: it moves on whole, and cutting again moves what is left);
+ *  - a period whose window opened after the recent polls that differ began saw the
+ *    new side: its part before them is the old side's, and joins the pending
+ *    period (its launches: the counter's hits there, where it is calibrated);
+ *    otherwise that part went under the new side's kernels, up to a whole period;
+ *  - the new period's window never takes its first slot, so that a count phase
+ *    comes before it, in the same period (as after the attach). */
+#define FREE_CUTS 4
+static bool g_cutting;
+static unsigned g_free_cuts; /* cuts before their window since the last window closed */
+static uint64_t g_cut_debt_ns, g_cuts, g_cuts_paid, g_cuts_split;
+static uint64_t g_period_opened_ns; /* when the period's window opened (ga_now_ns; 0: not yet) */
+
 static void new_period(uint64_t start, bool first) {
     g_period_len_ns = first ? 0 : start - g_period_start_ns;
     g_period_start_ns = start;
@@ -123,6 +148,7 @@ static void new_period(uint64_t start, bool first) {
     g_busy_on = ga_busy_usable();
     if (first && ga_cfg.launch_counter && ga_window_extrapolate) ga_hook_scan(); /* then at each poll */
     g_hook_p0 = ga_hook_hits(), g_hook_epoch0 = ga_hook_epoch();
+    ga_mix_reset(start);
 }
 
 void ga_window_begin(uint64_t now_ns) noexcept {
@@ -130,6 +156,7 @@ void ga_window_begin(uint64_t now_ns) noexcept {
     g_closed_ns = 0, g_callbacks = g_callbacks_busy = {};
     g_lpb = g_prev_lpb = g_win_lpb = -1, g_count_busy0 = g_last_win_busy = 0, g_busy_on = false;
     g_callbacks_hook = {};
+    g_free_cuts = 0, g_cut_debt_ns = 0;
     ga_busy_reset();
     /* The attach's first edge takes the snapshots (weights.cpp's period_counts, which
      * runs ga_window_extrapolated): from here, not from the last attachment's last
@@ -182,6 +209,39 @@ bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
     }
     *next_edge_ns = g_period_start_ns + period; /* the next period may start on */
     return false;
+}
+
+bool ga_window_cut(uint64_t now_ns, uint64_t since_ns, uint64_t hits_since) noexcept {
+    if (ga_cfg.duty_cycle <= 1 || !ga_window_extrapolate) return false;
+    uint64_t end = g_period_start_ns + period_ns();
+    if (now_ns >= end || now_ns <= g_period_start_ns || (!g_period_had_window && g_free_cuts >= FREE_CUTS)) return false;
+    if (g_period_had_window) g_cut_debt_ns += end - now_ns, g_cuts_paid++;
+    else g_free_cuts++;
+    if (g_period_had_window && g_period_opened_ns >= since_ns && since_ns > g_period_start_ns && g_hook_ratio > 0 &&
+        ga_hook_epoch() == g_hook_epoch0 && hits_since > g_hook_p0) {
+        ga_weights_split(since_ns, g_hook_ratio * (double)(hits_since - g_hook_p0));
+        g_cuts_split++;
+    }
+    if (g_cut_debt_ns && g_next_slot_ns) {
+        uint64_t room = GA_PERIOD_MAX_NS / g_next_slot_ns, add = g_cut_debt_ns / g_next_slot_ns;
+        if (g_next_slots + add > room) { /* at the ceiling: the rest is let go */
+            add = room > g_next_slots ? room - g_next_slots : 0;
+            g_cut_debt_ns = 0;
+        } else {
+            g_cut_debt_ns -= add * g_next_slot_ns;
+        }
+        g_next_slots += (uint32_t)add;
+    }
+    g_next_on_slot = g_next_slots > 1 ? 1 + (unsigned)(ga_splitmix64(&g_rng) % (g_next_slots - 1)) : 0;
+    g_cutting = true;
+    new_period(now_ns, false);
+    g_cutting = false;
+    g_cuts++;
+    return true;
+}
+
+void ga_window_cut_stats(uint64_t *cuts, uint64_t *after_window, uint64_t *split) noexcept {
+    *cuts = g_cuts, *after_window = g_cuts_paid, *split = g_cuts_split;
 }
 
 /* ---- the count phase (teardowns between windows) ----
@@ -353,14 +413,14 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
             if (ga_debug_on >= 2) /* bench/gpu/inprocess.py sets these beside the job's own steps */
                 ga_debug("period (pid %d): ended at %.6f s (CLOCK_MONOTONIC) after %.3f ms; callbacks on %.3f ms, "
                          "%llu launches seen (%llu in the window of %.3f ms); teardown %.3f ms; tail %.3f ms at "
-                         "%.0f/s; busy %.3f ms of %.3f ms%s; hook %.0f hits at %.4f%s%s; rest %.3f ms at %.0f/s "
+                         "%.0f/s; busy %.3f ms of %.3f ms%s; hook %.0f hits at %.4f%s%s%s; rest %.3f ms at %.0f/s "
                          "(count phase %.0f/s); %llu launches (clocks %llu)",
                          (int)getpid(), (double)now / 1e9, (double)len / 1e6, (double)counted / 1e6,
                          (unsigned long long)seen, (unsigned long long)in, (double)g_period_win_ns / 1e6,
                          (double)held / 1e6, tail / 1e6, tail > 0 && !hooked ? tail_n / tail * 1e9 : 0.0, busy_rest / 1e6,
                          busy_len / 1e6,
                          busy && !hooked ? "" : " (not used)", hook_rest, g_hook_ratio,
-                         hooked ? "" : " (not used)", moved ? " (slots added)" : "", rest / 1e6, rate * 1e9,
+                         hooked ? "" : " (not used)", moved ? " (slots added)" : "", g_cutting ? " (cut)" : "", rest / 1e6, rate * 1e9,
                          g_rate >= 0 ? g_rate * 1e9 : -1.0, (unsigned long long)all,
                          (unsigned long long)(seen + (uint64_t)(clocks_n + 0.5)));
         }
@@ -377,7 +437,7 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
         }
     }
     g_period_win_ns = 0;
-    g_period_had_window = false;
+    g_period_had_window = false, g_period_opened_ns = 0;
     return all;
 }
 
@@ -434,6 +494,7 @@ void ga_window_opened(uint64_t cupti_ts) noexcept {
     g_win_busy0 = ga_busy_now();
     g_count_t0 = 0;
     g_period_had_window = true;
+    if (!g_period_opened_ns) g_period_opened_ns = now;
     uint32_t n = g_open_n.load(std::memory_order_relaxed);
     g_open_ts[n % OPEN_RING].store(cupti_ts, std::memory_order_relaxed);
     g_open_n.store(n + 1, std::memory_order_release);
@@ -467,6 +528,7 @@ uint64_t ga_window_attached_at(void) noexcept {
 void ga_window_closed(void) noexcept {
     uint64_t open = g_win_open_ns.exchange(0, std::memory_order_relaxed);
     if (open) {
+        g_free_cuts = 0;
         uint64_t now = ga_now_ns(), seq = ga_launch_seq.load(std::memory_order_relaxed);
         uint64_t dt = now - open;
         g_win_closed_ns.fetch_add(dt, std::memory_order_relaxed);

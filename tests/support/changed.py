@@ -59,6 +59,7 @@ SHIM = E2E + (
     "tests/test_budget.py",
     "tests/test_intervals.py",
     "tests/test_launch_counter.py",
+    "tests/test_mix_cuts.py",
     "tests/test_graphs.py",
     "tests/test_build_shim.py",
     "tests/test_run.py",
@@ -108,6 +109,7 @@ WINDOWS = (
     "tests/test_budget.py",
     "tests/test_intervals.py",
     "tests/test_launch_counter.py",
+    "tests/test_mix_cuts.py",
 )
 # Their workloads run under one `gpu-agent run` a module (support/shared_agent.py): its
 # placement, its shipping and its status lines are what says their profiles are complete.
@@ -135,6 +137,7 @@ RULES: tuple[tuple[str, tuple[str, ...] | str, str], ...] = (
     ("shim/src/tail.cpp", WINDOWS, "the windows' tails"),
     ("shim/src/launch_hook.*", WINDOWS + ("tests/test_hot_path.py",), "the launch counter"),
     ("shim/src/shape.cpp", ("tests/test_intervals.py", "tests/test_placement.py"), "the spans' shapes"),
+    ("shim/src/mix.cpp", ("tests/test_mix_cuts.py",), "cuts where the launch mix changes"),
     ("shim/include/*", SHIM + FIRER + ("tests/test_python_layout.py",), "the probe contract's header"),
     ("shim/include/gpu_agent_parcagpu.h", PARCAGPU, "parcagpu's probes"),
     ("shim/include/gpu_agent_pcsampling.h", PCSAMPLING, "PC sampling's probes"),

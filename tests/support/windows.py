@@ -21,7 +21,8 @@ KERNEL = "_Z16k_cuLaunchKernelPfi"
 # ga_window_extrapolated), with teardowns between windows.
 PERIOD_LINE = re.compile(
     r"period \(pid \d+\): ended at ([\d.]+) s \(CLOCK_MONOTONIC\) after ([\d.]+) ms; .*?; "
-    r"busy [\d.]+ ms of [\d.]+ ms( \(not used\))?; hook [\d.]+ hits at -?[\d.]+( \(not used\))?( \(slots added\))?; "
+    r"busy [\d.]+ ms of [\d.]+ ms( \(not used\))?; "
+    r"hook [\d.]+ hits at -?[\d.]+( \(not used\))?( \(slots added\))?( \(cut\))?; "
     r"rest [\d.]+ ms at (\d+)/s \(count phase (-?\d+)/s\); (\d+) launches \(clocks (\d+)\)$",
     re.M,
 )
@@ -33,6 +34,7 @@ class Period(NamedTuple):
     busy_used: bool  # the busy clock's estimate stood
     hook_used: bool  # the launch counter's stood
     slots_added: bool  # the counter gained slots in it (it goes at the clocks)
+    cut: bool  # it ended where the launch mix changed (shim/src/mix.cpp), not at its planned end
     rest_rate: int  # launches/s the rest of the period went at
     count_rate: int  # the count phase's launches/s (-1: none)
     est: int  # the period's launches
@@ -42,7 +44,15 @@ class Period(NamedTuple):
 def periods(stderr: str) -> list[Period]:
     """Every period line of the shim's stderr, in order."""
     return [
-        Period(float(m[1]) - float(m[2]) / 1e3, float(m[1]), not m[3], not m[4], bool(m[5]), *map(int, m.groups()[5:]))
+        Period(
+            float(m[1]) - float(m[2]) / 1e3,
+            float(m[1]),
+            not m[3],
+            not m[4],
+            bool(m[5]),
+            bool(m[6]),
+            *map(int, m.groups()[6:]),
+        )
         for m in PERIOD_LINE.finditer(stderr)
     ]
 

@@ -1,0 +1,157 @@
+"""A period ends where the job's launch mix changes (shim/src/mix.cpp, window.cpp's cut).
+
+A period's one window stands for the kernel mix of its whole period. A job that runs
+other code from some point of a period on (on an H200: eager and MLP code in turns
+of 30 s) got the window's side for all of it: its launches were counted right, but
+its MLP kernels read +8.5 and +11.1 % per interval. Here a paced mock loop launches
+through `cudaLaunchKernel` (its kernel k_cudaLaunchKernel) and `cuLaunchKernel`
+(k_cuLaunchKernel) in turns of TURN_S, in periods of about 1 s (10 slots of 100 ms,
+torn down between windows), under one `gpu-agent run --interval 1s`; two copies run
+at once, one with GPU_AGENT_MIX_CUTS=0. Each interval's profile, read by Go pprof, is
+set against the launches each path made between its bounds (MOCK_LAUNCH_TRACE: a
+line every 50 launches and at each turn): the share of the judged launches that an
+interval put under the wrong kernel.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from support.env import MOCK_APP, agent_cmd, mock_env, need_ebpf, private_shim
+from support.pprof_tool import profile_duration_s, profile_start_ns, raw
+from support.windows import periods
+
+RATE = 20000
+TURN_S = 2.0
+LOOP_S = 13
+KERNELS = ("k_cudaLaunchKernel", "k_cuLaunchKernel")  # turn 0 (--api), turn 1 (--phases)
+
+
+def per_kernel(trace: list[tuple[float, int]], lo: float, hi: float) -> list[float]:
+    """The loop's launches of each kernel in [lo, hi]: each trace segment lies in one
+    turn (the mock writes a line at each turn), linear inside it."""
+    out, t0 = [0.0, 0.0], trace[0][0]
+    for (ta, na), (tb, nb) in zip(trace, trace[1:]):
+        if tb <= lo or ta >= hi or tb <= ta:
+            continue
+        turn = int(((ta + tb) / 2 - t0) / TURN_S) % 2
+        out[turn] += (nb - na) * (min(tb, hi) - max(ta, lo)) / (tb - ta)
+    return out
+
+
+@pytest.fixture(scope="module")
+def turns(tmp_path_factory, built):
+    """{cuts: (rows, stderr)}: rows [(interval start, end, [launches per kernel in its
+    profile], [the loop's])] on CLOCK_MONOTONIC, for the loop with cuts ("1") and
+    without ("0")."""
+    need_ebpf()
+    tmp_path = tmp_path_factory.mktemp("turns")
+    shim = private_shim(tmp_path / "shim")
+    out = tmp_path / "profiles"
+    agent = subprocess.Popen(
+        agent_cmd("run", "--shim", shim, "--output-dir", out, "--interval", "1s", "--discover-interval", "0"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    for line in agent.stderr:
+        if "watching every process" in line:
+            break
+    else:
+        pytest.fail("the agent did not start")
+    loops = {}
+    try:
+        for cuts in ("1", "0"):
+            env = mock_env(
+                CUDA_INJECTION64_PATH=str(shim),
+                GPU_AGENT_DUTY_CYCLE="10",
+                GPU_AGENT_WINDOW_MS="100",
+                GPU_AGENT_POLL_MS="20",
+                GPU_AGENT_DEBUG="2",
+                GPU_AGENT_MIX_CUTS=cuts,
+                MOCK_LAUNCH_TRACE=str(tmp_path / f"launches-{cuts}.txt"),
+            )
+            loops[cuts] = subprocess.Popen(
+                [MOCK_APP, "--paths", "cuLaunchKernel", "--bench", str(RATE * LOOP_S), "--rate", str(RATE)]
+                + ["--block", "50", "--api", "cudaLaunchKernel", "--phases", f"{int(TURN_S * 1000)}:cuLaunchKernel"],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        errs = {c: p.communicate(timeout=LOOP_S * 4)[1] for c, p in loops.items()}
+        assert all(p.returncode == 0 for p in loops.values()), errs
+        agent.send_signal(signal.SIGTERM)
+        _, err = agent.communicate(timeout=60)
+        assert agent.returncode == 0, err
+    finally:
+        for p in (*loops.values(), agent):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    offset = time.time_ns() - time.monotonic_ns()
+    files = sorted(out.glob("*.pb.gz"), key=profile_start_ns)
+    starts = [(profile_start_ns(f) - offset) / 1e9 for f in files]
+    ends = starts[1:] + [starts[-1] + profile_duration_s(files[-1])]
+    result = {}
+    for cuts, loop in loops.items():
+        text = (tmp_path / f"launches-{cuts}.txt").read_text()
+        trace = [(float(t), int(n)) for t, n in (ln.split() for ln in text.splitlines())]
+        rows = []
+        for f, lo, hi in zip(files, starts, ends):
+            got = [0, 0]
+            for s in raw(f):
+                if s.labels.get("pid") == str(loop.pid) and s.files and s.files[0] == "CUDA_KERNEL":
+                    name = s.system_names[0] or s.frames[0]
+                    got[1 if KERNELS[1] in name else 0] += s.values[1]
+            rows.append((lo, hi, got, per_kernel(trace, lo, hi)))
+        result[cuts] = rows, errs[cuts], trace
+    if os.environ.get("DBG"):
+        for cuts, (rows, _, trace) in result.items():
+            print(f"SHARE cuts={cuts} {wrong_share(rows, trace)}")
+            for lo, hi, got, true in rows:
+                print(f"CUTS={cuts} {lo:.3f}-{hi:.3f} got {got} true {[round(x) for x in true]}")
+    return result
+
+
+def wrong_share(rows, trace) -> tuple[float, list]:
+    """Of the launches in the intervals wholly inside the loop (past its first second),
+    the share put under the wrong kernel, and each interval's."""
+    judged = [r for r in rows if r[0] >= trace[0][0] + 1.0 and r[1] <= trace[-1][0]]
+    assert len(judged) >= 8, rows
+    wrong = [sum(abs(g - t) for g, t in zip(got, true)) / 2 for _, _, got, true in judged]
+    made = sum(sum(true) for *_, true in judged)
+    return sum(wrong) / made, [round(w / sum(t), 3) for w, (*_, t) in zip(wrong, judged)]
+
+
+def test_each_side_of_a_change_gets_its_own_kernels(turns):
+    rows, err, trace = turns["1"]
+    share, each = wrong_share(rows, trace)
+    # A cut a turn, within half a second after it (a poll after 60 ms of the new side
+    # at least), and none elsewhere: a steady mix cuts nothing.
+    t0, cuts = trace[0][0], [p.end for p in periods(err) if p.cut]
+    late = [round((t - t0) % TURN_S, 3) for t in cuts if (t - t0) % TURN_S > 0.5]
+    assert len(cuts) >= 5 and not late, (cuts, late, err[-3000:])
+    assert re.search(r"[1-9]\d* periods cut where the launch mix changed", err), err[-3000:]
+    # 6 runs: 2.7-3.7 % of the launches under the wrong kernel in all, each interval
+    # with a turn about 6 % (the poll that sees the change comes 60-80 ms after it).
+    # Without the split of a period whose window came after the change: 3.8-8.6 %,
+    # single intervals up to 44 %.
+    assert share < 0.08 and max(each) < 0.2, (share, each, rows)
+
+
+def test_without_cuts_a_period_takes_one_side(turns):
+    """What the cuts change, in the same run: the copy with GPU_AGENT_MIX_CUTS=0 cuts
+    nothing, and a period across a turn gives all of its launches the kernels of
+    the side its window saw."""
+    rows, err, trace = turns["0"]
+    assert not [p for p in periods(err) if p.cut], err[-3000:]
+    share, each = wrong_share(rows, trace)
+    # 6 runs: 20-26 % in all, single intervals up to 89 %
+    assert share > 0.08, (share, each)
