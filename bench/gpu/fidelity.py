@@ -215,12 +215,18 @@ def stack_shares(path: Path) -> dict[tuple, float]:
     return shares_of(profile_stacks(path))
 
 
-def shares_of(samples) -> dict[tuple, float]:
-    """stack_shares of profile_stacks' (frames, values) pairs."""
+def stack_ns(samples) -> dict[tuple, float]:
+    """GPU ns per whole stack (kernel and symbolized frames) of profile_stacks' pairs."""
     got: dict[tuple, float] = {}
     for frames, values in samples:
         key = tuple(f for f in frames if not _RAW_FRAME.match(f))
         got[key] = got.get(key, 0) + values[0]
+    return got
+
+
+def shares_of(samples=None, ns: dict | None = None) -> dict[tuple, float]:
+    """stack_shares of profile_stacks' (frames, values) pairs (or of stack_ns' dict)."""
+    got = stack_ns(samples) if ns is None else ns
     total = sum(got.values()) or 1
     return {k: 100 * v / total for k, v in got.items()}
 
