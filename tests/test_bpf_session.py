@@ -19,7 +19,8 @@ import pytest
 from support.env import need_ebpf
 from gpu_agent.probes import contract as C
 from gpu_agent.probes import stapsdt
-from gpu_agent.probes.bpf_session import BpfSession
+from gpu_agent.probes.bpf_session import READ_USER_UNCHECKED, BpfSession, compile_flags
+from gpu_agent.probes.shim_attach import DATA_PROBES
 from gpu_agent.probes.drain import AggKey, AggVal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "probe_firer"))
@@ -521,7 +522,6 @@ def test_every_bpf_header_compiles_on_its_own(built):
 
     preflight.import_bcc()
     from bcc import BPF, USDT
-    from gpu_agent.probes.bpf_session import DATA_PROBES
     from support.env import SHIM
 
     usdt = USDT(path=str(SHIM))
@@ -532,5 +532,72 @@ def test_every_bpf_header_compiles_on_its_own(built):
     assert len(headers) >= 12, headers
     for h in headers:
         text = usdt.get_text() + paths.bpf_source(bpf_dir, h)
-        b = BPF(text=text.encode(), cflags=["-DGA_BPF", f"-I{inc}", f"-I{bpf_dir}", "-Wno-comment"])
+        b = BPF(text=text.encode(), cflags=compile_flags(bpf_dir, inc))
         b.cleanup()
+
+
+def _program_text() -> str:
+    """What BpfSession.open() compiles: bcc's USDT argument readers for the shim, then the
+    pasted bpf/gpu_agent.bpf.c."""
+    from gpu_agent.probes import paths
+    from bcc import USDT
+    from support.env import SHIM
+
+    usdt = USDT(path=str(SHIM))
+    for probe, fn in DATA_PROBES.items():
+        usdt.enable_probe(f"{C.PROVIDER}:{probe}", fn)
+    return usdt.get_text() + paths.bpf_source(paths.bpf_dir())
+
+
+def _instructions(b) -> dict[str, list[tuple]]:
+    """Every function's BPF instructions, each map's fd (ld_imm64 of a map fd or map
+    value) replaced by the map's name: two loads of one program differ only in fds."""
+    import ctypes as ct
+    import struct
+
+    from bcc.libbcc import lib
+
+    lib.bpf_num_tables.restype, lib.bpf_num_tables.argtypes = ct.c_ulonglong, [ct.c_void_p]
+    lib.bpf_table_name.restype, lib.bpf_table_name.argtypes = ct.c_char_p, [ct.c_void_p, ct.c_ulonglong]
+    lib.bpf_table_fd_id.restype, lib.bpf_table_fd_id.argtypes = ct.c_int, [ct.c_void_p, ct.c_ulonglong]
+    m = b.module
+    map_of_fd = {lib.bpf_table_fd_id(m, i): lib.bpf_table_name(m, i).decode() for i in range(lib.bpf_num_tables(m))}
+    out = {}
+    for i in range(lib.bpf_num_functions(m)):
+        name = lib.bpf_function_name(m, i)
+        raw = b.dump_func(name)
+        ins = []
+        for off in range(0, len(raw), 8):
+            op, regs, o, imm = struct.unpack_from("<BBhi", raw, off)
+            if op == 0x18 and regs >> 4 in (1, 2):  # BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE
+                imm = map_of_fd[imm]
+            ins.append((op, regs, o, imm))
+        out[name.decode()] = ins
+    return out
+
+
+def test_unchecked_read_user_compiles_to_the_same_program(built):
+    """compile_flags() renames bpf_probe_read_user(_str) so that bcc does not look the
+    helper up in /proc/kallsyms at every call (READ_USER_UNCHECKED): the program it
+    compiles is the one bcc's own names give, instruction for instruction."""
+    need_ebpf()
+    from gpu_agent.probes import paths, preflight
+
+    preflight.import_bcc()
+    from bcc import BPF
+
+    text = _program_text().encode()
+    assert text.count(b"bpf_probe_read_user") >= 20  # the rename has calls to act on
+    flags = compile_flags(paths.bpf_dir(), paths.include_dir())
+    if preflight.tracepoint_has_field("sched", "sched_process_exit", "group_dead"):
+        flags.append("-DGA_HAVE_GROUP_DEAD")  # as BpfSession.open() compiles it here
+    programs = []
+    for cflags in ([f for f in flags if f not in READ_USER_UNCHECKED], flags):
+        b = BPF(text=text, cflags=cflags)
+        try:
+            programs.append(_instructions(b))
+        finally:
+            b.cleanup()
+    plain, renamed = programs
+    assert set(DATA_PROBES.values()) <= set(plain) and sum(map(len, plain.values())) > 1000, sorted(plain)
+    assert renamed == plain

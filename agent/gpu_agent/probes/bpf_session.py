@@ -45,9 +45,28 @@ from .parcagpu import ParcagpuFiles
 from .py_maps import PythonMaps
 from .shim_attach import DATA_PROBES, BpfError, ShimAttachments, ShimFile, data_sites, read_shim
 
-__all__ = ["BpfError", "BpfSession", "ShimFile"]
+__all__ = ["BpfError", "BpfSession", "ShimFile", "compile_flags"]
 
 FALLBACK_GRACE_S = 0.010  # grace period if the synchronize_rcu() barrier is refused
+
+# bcc checks every call it sees of bpf_probe_read_user() or bpf_probe_read_user_str()
+# against the kernel's symbols, to fall back to bpf_probe_read() on kernels before 5.5
+# that lack the helper; each check scans ~120,000 symbols (libbcc's KSyms::resolve_name),
+# about 50 ms, and the program has 33 such calls: 1.7 s of a 2.8 s compile
+# (docs/benchmarks.md, "Agent start"). The agent needs Linux >= 5.8 (its ring buffer),
+# which always has the helper, so the program calls it under a name bcc does not check:
+# helpers.h's own declaration, renamed by the preprocessor, is the same helper
+# (BPF_FUNC_probe_read_user), and the program compiles to the same instructions
+# (tests/test_bpf_session.py compares them).
+READ_USER_UNCHECKED = [
+    "-Dbpf_probe_read_user=ga_probe_read_user",
+    "-Dbpf_probe_read_user_str=ga_probe_read_user_str",
+]
+
+
+def compile_flags(bpf_dir, inc_dir) -> list[str]:
+    """bcc's cflags for bpf/gpu_agent.bpf.c or one of its headers (without the tunables)."""
+    return ["-DGA_BPF", f"-I{inc_dir}", f"-I{bpf_dir}", "-Wno-comment", *READ_USER_UNCHECKED]
 
 
 class BpfSession(PythonMaps):
@@ -113,7 +132,7 @@ class BpfSession(PythonMaps):
 
         bpf_dir, inc_dir = paths.bpf_dir(), paths.include_dir()
         src = paths.bpf_source(bpf_dir)
-        cflags = ["-DGA_BPF", f"-I{inc_dir}", f"-I{bpf_dir}", "-Wno-comment"]
+        cflags = compile_flags(bpf_dir, inc_dir)
         if preflight.tracepoint_has_field("sched", "sched_process_exit", "group_dead"):
             cflags.append("-DGA_HAVE_GROUP_DEAD")
         cflags += self.extra_cflags
