@@ -69,6 +69,7 @@ CONFIGS = {
     "agent-pcs-idle": (True, {"shim": "1", "GPU_AGENT_PC_SAMPLING": "1", "GPU_AGENT_PC_SAMPLING_EVERY": "100000"}, ()),
     # diagnostics (their estimates are wrong or absent; they only break the cost down)
     "agent-idle": (True, {"shim": "1", "GPU_AGENT_DUTY_CYCLE": "100000"}, ()),
+    "agent-nocounter": (True, {"shim": "1", "GPU_AGENT_LAUNCH_COUNTER": "0"}, ()),
     "agent-nostacks": (True, {"shim": "1", "GPU_AGENT_SAMPLE_PERIOD": "1000000000"}, ()),
     "agent-cbwindowed": (True, {"shim": "1", "GPU_AGENT_EXP_CALLBACKS": "windowed"}, ()),
     "agent-continuous": (True, {"shim": "1", "GPU_AGENT_DUTY_CYCLE": "1"}, ()),
