@@ -233,6 +233,9 @@ bool ga_window_cut(uint64_t now_ns, uint64_t since_ns, uint64_t hits_since) noex
         g_next_slots += (uint32_t)add;
     }
     g_next_on_slot = g_next_slots > 1 ? 1 + (unsigned)(ga_splitmix64(&g_rng) % (g_next_slots - 1)) : 0;
+    if (ga_debug_on >= 2) /* a window-less period has no period line: its cut says so here */
+        ga_debug("cut (pid %d): at %.6f s (CLOCK_MONOTONIC), %s its window", (int)getpid(), (double)now_ns / 1e9,
+                 g_period_had_window ? "after" : "before");
     g_cutting = true;
     new_period(now_ns, false);
     g_cutting = false;
