@@ -5,6 +5,8 @@ must end in one NanotraceError line, never another exception or a hang."""
 
 import random
 import struct
+import subprocess
+import sys
 import zlib
 
 import pytest
@@ -112,9 +114,9 @@ def test_version_1_reads_as_ctas_with_warps_inside(compressed):
     assert sorted(e.start for e in t.events if t.tracks[e.track].source_id == 32) == [32, 32, 132, 132]
 
 
-def one_line_error(data: bytes) -> str:
+def one_line_error(data: bytes, **kw) -> str:
     with pytest.raises(nt.NanotraceError) as e:
-        nt.parse(data, "f.nanotrace")
+        nt.parse(data, "f.nanotrace", **kw)
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith("f.nanotrace")
     return msg
@@ -191,3 +193,40 @@ def test_read_bounds_the_file(tmp_path):
     assert len(nt.read(f).events) == len(sample_trace().events)
     with pytest.raises(nt.NanotraceError, match="No such file"):
         nt.read(tmp_path / "missing.nanotrace")
+
+
+def test_a_file_costs_at_most_its_budget(tmp_path):
+    """Issue 44: a file may cost 128 x its inflated bytes (at least 16 MiB) and at most
+    --nanotrace-memory. Files of the smallest records (5-6 byte events, 3-byte
+    arguments) read whole under the default; a smaller cap refuses them in one line,
+    on the command line too."""
+    t = nt.Nanotrace(version=4, session="s", reference_clock=1)
+    t.clocks = {1: (0, 0, 0, 10**9)}
+    t.tracks[1] = nt.Track(1, 0, 1, "k", KERNEL)
+    for w in range(2, 66):
+        t.tracks[w] = nt.Track(w, 1, 1, f"warp {w}", WARP, w)
+    for i in range(50_000):
+        t.events.append(nt.Event(2 + i % 64, 10**12 + i * 37, 20, "mma", args=[("k", i % 7)] * (i % 3)))
+    data = nt.encode_v4(t)
+    assert nt.parse(data).events == t.events
+    with pytest.raises(nt.NanotraceError, match=r"past its memory budget: .*\(--nanotrace-memory 8 MiB\)$"):
+        nt.parse(data, "f", memory=8 << 20)
+    v1 = v1_file(events_per_lane=12_500)
+    assert len(nt.parse(v1).events) == 50_000
+    assert "--nanotrace-memory 1 MiB" in one_line_error(v1, memory=1 << 20)
+    small = nt.encode_v4(sample_trace())
+    assert nt.parse(small).events == sample_trace().events  # the floor: 16 MiB
+    f = tmp_path / "t.nanotrace"
+    f.write_bytes(v1)
+    from gpu_agent.timeline import write_events
+    from gpu_agent.timeline.model import KernelEvent, Timeline
+
+    tl = Timeline(host="h", started_ns=1, ended_ns=10**9)
+    tl.kernels.append(KernelEvent(7, 1000, 9000, "my_kernel", "my_kernel", 0, 1, 1, 5, grid=(2, 1, 1)))
+    write_events(tl, tmp_path / "e.ndjson")
+    merge = [sys.executable, "-m", "gpu_agent", "timeline", "merge", str(tmp_path / "e.ndjson"), str(f)]
+    out = ["--events", str(tmp_path / "out.ndjson")]
+    p = subprocess.run([*merge, *out, "--nanotrace-memory", "1MiB"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "(--nanotrace-memory 1 MiB); not merged" in p.stderr, p.stderr
+    p = subprocess.run([*merge, *out], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "50000 events under my_kernel" in p.stderr, p.stderr

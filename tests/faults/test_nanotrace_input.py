@@ -6,8 +6,12 @@ stall the capture. Each is refused in one line; the capture still completes."""
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
+import threading
 import time
+
+import pytest
 
 from support.env import MOCK_APP, agent_cmd, mock_env, need_ebpf
 from support.nanotrace_files import v1_file
@@ -226,3 +230,67 @@ def test_outputs_under_sudo_are_created_as_the_invoker_would(world_dir, tmp_path
         for f in (mine / "out.ndjson", mine / "out.perfetto-trace"):
             st = f.stat()
             assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (NOBODY, NOBODY, 0o600), f
+
+
+def _bombs():
+    from support.nanotrace_files import v1_bomb, v4_arg_bomb, v4_name_bomb
+
+    return {
+        # 568 bytes: 5 000 events each name the same 100 000 arguments (about 37 GB)
+        "v4 ranges": (lambda: v4_arg_bomb(5000, 100_000), "name 500000000 arguments in all, the file holds 100000"),
+        # 3 440 bytes: 1 000 events and their 100 000 arguments all name one 64 KiB
+        # string (held once): 12.5 GB of NDJSON in 82 s
+        "v4 strings": (
+            lambda: v4_name_bomb(1000, arg_refs=100),
+            "the strings its events name would take it past its memory budget",
+        ),
+        # 455 KB: 212 000 events of 255 parameters each, 218 MB inflated (54 M
+        # parameters): 943 MB before the 10 000 000th was refused
+        "v1 parameters": (lambda: v1_bomb(events=212_000), "more than 10000000 event parameters"),
+        # 27 KB: a million lanes named from one 64 KiB label (64 GB of names): a
+        # MemoryError traceback under a 3 GB limit
+        "v1 names": (
+            lambda: v1_bomb(tracks=1_000_000, label_len=65535),
+            "its lanes' names would take it past its memory budget",
+        ),
+    }
+
+
+@pytest.mark.parametrize("bomb", ["v4 ranges", "v4 strings", "v1 parameters", "v1 names"])
+def test_a_products_bomb_is_one_line_at_once(world_dir, bomb):
+    """Issue 44, item 1: what a .nanotrace holds, and the strings it names, are
+    charged before they are built, against 128 x its inflated bytes (and the
+    --nanotrace-memory cap, default 8 GiB): every product of its records (events x
+    arguments, references x strings, lanes x their label) and a version 1 file past
+    MAX_ARGS parameters is refused in one line, from a first pass that builds
+    nothing. Measured here: each refused in 0.3-0.75 s (the read itself 0.07-0.18 s,
+    the rest Python's start) at 36-49 MB (the command's baseline about 33 MB)."""
+    from support.peak import peak_mib_until_exit
+
+    make, why = _bombs()[bomb]
+    d = world_dir / f"products-{bomb.replace(' ', '-')}"
+    events, nt_file = nobodys_merge_inputs(d, make())
+    started = time.monotonic()
+    p = subprocess.Popen(
+        agent_cmd("timeline", "merge", events, nt_file, "--events", d / "out.ndjson"),
+        env=mock_env(SUDO_UID=str(NOBODY), SUDO_GID=str(NOBODY)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # before the fix these took GBs (and one 12.5 GB of output): bounded here so that
+        # such a run fails rather than takes the machine
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)),
+    )
+    killer = threading.Timer(20, p.kill)
+    killer.start()
+    try:
+        peak = peak_mib_until_exit(p, every_s=0.01)
+        _, err = p.communicate(timeout=30)
+    finally:
+        killer.cancel()
+    seconds = time.monotonic() - started
+    said = [ln for ln in err.splitlines() if ln.startswith("gpu-agent: nanotrace: ")]
+    assert len(said) == 1 and why in said[0] and "Traceback" not in err, err[-2000:]
+    assert said[0].endswith("not merged") and p.returncode == 1, err[-2000:]  # nothing placed
+    assert not (d / "out.ndjson").exists() or (d / "out.ndjson").stat().st_size < 1 << 20
+    assert peak < 100 and seconds < 10, (peak, seconds)  # 10 s: Python's start under a loaded suite

@@ -99,3 +99,63 @@ def v4_arg_bomb(events: int, args: int) -> bytes:
         at += 24 + size
     packed = zlib.compress(out, 9)
     return struct.pack("<8sHHBBHQQ", b"NTRACE4\0", 4, 0, 1, 1, 0, len(out), len(packed)) + packed
+
+
+def _v4_chunk(ctype: int, payload: bytes, count: int) -> bytes:
+    return struct.pack("<IIQQ", ctype, 0, len(payload), count) + payload
+
+
+def _v4_file(body: bytes) -> bytes:
+    packed = zlib.compress(body, 9)
+    return struct.pack("<8sHHBBHQQ", b"NTRACE4\0", 4, 0, 1, 1, 0, len(body), len(packed)) + packed
+
+
+def v4_name_bomb(events: int, name_len: int = 1 << 16, arg_refs: int = 0) -> bytes:
+    """A version 4 file whose kernel `k` holds one warp of `events` events that all
+    name one string of `name_len` bytes, each with `arg_refs` arguments whose name
+    and value are that string too (issue 44: strings x references). The reader holds
+    the string once; everything downstream (the placed events, their NDJSON, Perfetto
+    or Chrome lines) spells it out at each reference."""
+    from gpu_agent.timeline.nanotrace import v4
+
+    big = b"x" * name_len
+    strings = b"".join(struct.pack("<I", len(s)) + s for s in (b"", b"k", big))
+    tracks = struct.pack("<QQIIBBHiIQ", 1, 0, 1, 1, KERNEL, 0, 0, 0, 0, 0)
+    tracks += struct.pack("<QQIIBBHiIQ", 2, 1, 1, 0, WARP, 0, 0, 0, 0, 0)
+    one = v4._varuint(2) + v4._zigzag(1) + v4._varuint(1) + v4._varuint(2)
+    ev = bytearray(v4._varuint(events))
+    for i in range(events):
+        ev += one + (bytes([16]) + v4._varuint(i * arg_refs) + v4._varuint(arg_refs) if arg_refs else bytes([0]))
+    args = (v4._varuint(2) + bytes([3]) + v4._varuint(2)) * (events * arg_refs)
+    body = _v4_chunk(1, struct.pack("<I", 4) + b"bomb" + struct.pack("<II", 1, 0), 1)
+    body += _v4_chunk(2, strings, 3) + _v4_chunk(3, struct.pack("<IBBHIIQ", 1, 0, 0, 0, 0, 0, 10**9), 1)
+    body += _v4_chunk(5, tracks, 2) + _v4_chunk(6, bytes(ev), events) + _v4_chunk(7, args, events * arg_refs)
+    return _v4_file(body)
+
+
+def v1_bomb(events: int = 0, params: int = 255, tracks: int = 1, label_len: int = 4, kernel: str = "k") -> bytes:
+    """A compressed version 1 file of one kernel (grid 1x1x1): `tracks` lanes of one
+    CTA, the first with `events` events of `params` parameters each (a version 1
+    event holds up to 255), every lane named from one format label of `label_len`
+    bytes (issue 44: a 213 KB file of 255-parameter events took the reader to 3.57 GB;
+    a long label is spelt out again in each lane's name)."""
+    label = b"w" * label_len
+
+    def s(text: bytes) -> bytes:
+        return struct.pack("<H", len(text)) + text
+
+    body = s(kernel.encode()) + struct.pack("<3I3I", 1, 1, 1, 1, 1, 1)
+    body += struct.pack("<IIIQ", 2, 1, tracks, events)
+    body += s(label) + s(b"") + bytes([0]) + s(b"e") + s(b"") + bytes([params])
+    body += struct.pack("<IIHH", 0, 0, 0, 0)
+    one = struct.pack("<IIH", 0, 1, 1) + bytes(4 * params)
+    z = zlib.compressobj(9)
+    out = [z.compress(body + struct.pack("<IHI", 0, 0, 0) + struct.pack("<I", events))]
+    step = max(1, (1 << 20) // len(one))
+    for at in range(0, events, step):
+        out.append(z.compress(one * min(step, events - at)))
+    lane = struct.pack("<IHI", 0, 0, 1) + struct.pack("<I", 0)
+    for at in range(1, tracks, 1 << 16):
+        out.append(z.compress(lane * min(1 << 16, tracks - at)))
+    out.append(z.flush())
+    return b"nanotrace\0" + bytes([1, 1]) + b"".join(out)

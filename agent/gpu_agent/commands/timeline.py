@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from .common import output_error
-from .timeline_out import TRACE_FORMATS, add_events_mode, merge_nanotrace, write_trace
+from .timeline_out import TRACE_FORMATS, add_events_mode, add_nanotrace_memory, merge_nanotrace, write_trace
 
 
 def add_parser(sub) -> None:
@@ -37,6 +37,7 @@ def add_parser(sub) -> None:
         help="the merged timeline as NDJSON events, in-kernel events included",
     )
     add_events_mode(m)
+    add_nanotrace_memory(m)
     m.add_argument(
         "--trace-format",
         choices=TRACE_FORMATS,
@@ -62,7 +63,7 @@ def main(args) -> int:
         print(f"gpu-agent: error: {e}", file=sys.stderr)
         return 2
     before = len(tl.inkernel)  # an events file merged before brings its own
-    merge_nanotrace(tl, args.nanotrace)
+    merge_nanotrace(tl, args.nanotrace, args.nanotrace_memory)
     if args.output:
         write_trace(tl, args.output, args.trace_format)
     if args.events_out:

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from ..timeline.collect import DEFAULT_RING, RETENTIONS
-from .common import output_error, positive_int
+from .common import byte_size, output_error, positive_int
 
 TRACE_FORMATS = ("perfetto", "chrome", "nanotrace")
 # The BPF ring buffer while a timeline is captured: on an H100, a CUDA-graph replay
@@ -69,6 +69,7 @@ def add_arguments(p, trace_flag: str = "--trace") -> None:
         "version 4) under the kernel that ran them in the --trace timeline; @N: the N-th "
         "launch of its kernel (repeatable)",
     )
+    add_nanotrace_memory(p)
     p.add_argument(
         "--ring",
         type=positive_int,
@@ -123,11 +124,27 @@ def summary(timeline) -> str:
     return text
 
 
-def merge_nanotrace(timeline, files: list[str]) -> None:
-    """Place each .nanotrace file under its kernel; one line each, on stderr."""
-    from ..timeline.inkernel import parse_spec, place_all
+def add_nanotrace_memory(p) -> None:
+    # (the reader's constants, timeline/nanotrace/model.py, spelt out: not imported at each start)
+    p.add_argument(
+        "--nanotrace-memory",
+        type=byte_size,
+        default=None,
+        metavar="SIZE",
+        help="the most one .nanotrace file may cost, read and placed (default 8GiB, and never past 128 x "
+        "its inflated bytes); a file past it is refused in one line",
+    )
 
-    for line in place_all(timeline, [parse_spec(f) for f in files]):
+
+def merge_nanotrace(timeline, files: list[str], memory: int | None = None) -> None:
+    """Place each .nanotrace file under its kernel; one line each, on stderr."""
+    from functools import partial
+
+    from ..timeline.inkernel import parse_spec, place_all
+    from ..timeline.nanotrace import read
+
+    reader = partial(read, memory=memory) if memory else read
+    for line in place_all(timeline, [parse_spec(f) for f in files], reader):
         print(f"gpu-agent: nanotrace: {line}", file=sys.stderr)
 
 
@@ -150,7 +167,7 @@ def write_trace(timeline, path: Path, fmt: str) -> None:
 def write(args, timeline) -> list[Path]:
     written = []
     if getattr(args, "nanotrace", None):
-        merge_nanotrace(timeline, args.nanotrace)
+        merge_nanotrace(timeline, args.nanotrace, getattr(args, "nanotrace_memory", None))
     store, stored = None, False  # root's file in root's store: not handed to the invoker
     if args.store is not None:
         from ..profile.store import TRACE_SUFFIX, file_name

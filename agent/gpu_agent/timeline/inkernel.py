@@ -146,10 +146,13 @@ def _to_realtime(tl: Timeline, nt: Nanotrace) -> Optional[int]:
 
 
 def _subtree(ix: _Index, root: int) -> list:
-    """The tracks under `root` (not itself), parents before children, siblings in order."""
+    """The tracks under `root` (not itself), parents before children, siblings in order.
+    A kernel track under it is a kernel of its own, placed on its own: each event is
+    placed once (64 kernels nested would place the innermost's events 64 times)."""
 
     def below(tid):
-        return sorted(ix.children.get(tid, []), key=lambda t: (t.order, t.source_id, t.id), reverse=True)
+        kids = (t for t in ix.children.get(tid, []) if t.kind != KERNEL)
+        return sorted(kids, key=lambda t: (t.order, t.source_id, t.id), reverse=True)
 
     out, seen, todo = [], {root}, below(root)
     while todo:

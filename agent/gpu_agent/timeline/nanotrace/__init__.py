@@ -23,15 +23,16 @@ import os
 from pathlib import Path
 
 from .clocks import to_reference
-from .model import MAX_FILE, V1_MAGIC, V4_MAGIC, Event, Nanotrace, NanotraceError, Track
+from .model import DEFAULT_MEMORY, MAX_FILE, V1_MAGIC, V4_MAGIC, Event, Nanotrace, NanotraceError, Track
 from .v1 import parse_v1
 from .v4 import encode_v4, parse_v4, write_v4
 
 __all__ = ["Event", "Nanotrace", "NanotraceError", "Track", "encode_v4", "parse", "read", "to_reference", "write_v4"]
 
 
-def read(path) -> Nanotrace:
-    """A .nanotrace file of version 1 or 4 (NanotraceError: what is wrong). Under
+def read(path, memory: int = DEFAULT_MEMORY) -> Nanotrace:
+    """A .nanotrace file of version 1 or 4 (NanotraceError: what is wrong), costing at
+    most `memory` bytes and MEMORY_PER_BYTE x its inflated bytes (model.py). Under
     sudo only a regular file the invoking user may read (system/safe_open.py)."""
     from ...system.safe_open import open_for_invoker
 
@@ -44,12 +45,12 @@ def read(path) -> Nanotrace:
         raise NanotraceError(str(e) if not e.strerror else f"{path}: {e.strerror}") from None
     if len(data) > MAX_FILE:
         raise NanotraceError(f"{path}: larger than {MAX_FILE >> 20} MiB")
-    return parse(data, str(path))
+    return parse(data, str(path), memory)
 
 
-def parse(data: bytes, what: str = ".nanotrace") -> Nanotrace:
+def parse(data: bytes, what: str = ".nanotrace", memory: int = DEFAULT_MEMORY) -> Nanotrace:
     if data.startswith(V4_MAGIC):
-        return parse_v4(data, what)
+        return parse_v4(data, what, memory)
     if data.startswith(V1_MAGIC):
-        return parse_v1(data, what)
+        return parse_v1(data, what, memory)
     raise NanotraceError(f"{what}: not a .nanotrace file (no nanotrace or NTRACE4 magic)")

@@ -16,6 +16,22 @@ MAX_ARGS = 10_000_000
 MAX_DEPTH = 64  # track nesting (GPU > stream > kernel > SM > block > warp > lane is 7)
 MAX_CLOCK_HOPS = 16  # snapshot edges followed from a clock to the reference clock
 
+# What one file may cost (issue 44): its inflated body, the objects it becomes once read
+# and placed, and the strings its records name (held once, spelt out at each reference
+# by every trace and NDJSON written from it), at most MEMORY_PER_BYTE times its inflated
+# bytes (at least MEMORY_FLOOR) and at most the cap (`--nanotrace-memory`, default
+# DEFAULT_MEMORY). Each record is charged before it is built, at about what it was
+# measured to take (Python 3.11, tracemalloc, read and placed): an event 460 bytes, an
+# argument 130, so a file of the smallest records (5-byte events, 3-byte arguments:
+# 102 and 53 bytes a byte, charged) still fits.
+MEMORY_PER_BYTE = 128
+MEMORY_FLOOR = 16 << 20  # a small file's few long names: 16 MiB whatever its size
+DEFAULT_MEMORY = 8 << 30
+COST_EVENT = 512  # its tuple as read, its Event, its args list, its placed InKernelEvent
+COST_ARG = 160  # its tuple as read, its (name, value) and the placed copy's slot
+COST_TRACK = 320
+COST_RECORD = 128  # a string's slot, a clock, a snapshot, a format, a version 1 block
+
 V1_MAGIC, V4_MAGIC = b"nanotrace\0", b"NTRACE4\0"
 # version 4's track kinds (docs/nanotrace.md), and the ones version 1's tracks become
 KERNEL, THREAD_BLOCK, WARP = 4, 6, 7
@@ -89,6 +105,10 @@ class Reader:
         p = self.need(struct.calcsize(fmt))
         return struct.unpack_from(fmt, self.data, p)
 
+    def view(self, n: int) -> memoryview:
+        p = self.need(n)
+        return self.data[p : p + n]
+
     def bytes(self, n: int) -> bytes:
         p = self.need(n)
         return bytes(self.data[p : p + n])
@@ -132,3 +152,87 @@ def inflate(body: bytes, limit: int, what: str) -> bytes:
     if not d.eof or d.unused_data:
         raise NanotraceError(f"{what}: its zlib stream is truncated or followed by other bytes")
     return out
+
+
+class Budget:
+    """What a file's read has cost so far (bytes, estimated as above), against
+    MEMORY_PER_BYTE x its inflated bytes (at least MEMORY_FLOOR; once known) and the cap."""
+
+    def __init__(self, what: str, cap: int = DEFAULT_MEMORY):
+        self.what, self.cap, self.limit, self.used, self.size = what, cap, cap, 0, None
+
+    def inflated(self, n: int) -> None:
+        """The body's size, once known: it counts too, and sets the limit."""
+        self.size, self.limit = n, min(self.cap, max(MEMORY_PER_BYTE * n, MEMORY_FLOOR))
+        self.charge(n, "its inflated body")
+
+    def charge(self, n: int, for_what: str) -> None:
+        self.used += n
+        if self.used > self.limit:
+            if self.limit == self.cap:
+                why = f"--nanotrace-memory {self.cap / 2**20:g} MiB"
+            elif self.limit == MEMORY_FLOOR:
+                why = "a small file's floor"
+            else:
+                why = f"{MEMORY_PER_BYTE} x its {self.size} inflated bytes"
+            raise NanotraceError(
+                f"{self.what}: {for_what} would take it past its memory budget: about {self.used / 2**20:.1f} MiB, "
+                f"at most {self.limit / 2**20:.1f} MiB ({why})"
+            )
+
+
+class Stream:
+    """Reads as Reader does, over a body inflated a piece at a time: a file's counts
+    and bounds can be checked before it is inflated whole. Holds a piece and what is
+    left of the one before it."""
+
+    PIECE = 1 << 20
+
+    def __init__(self, data, compressed: bool, limit: int, what: str):
+        self.what, self.limit, self.base, self.pos = what, limit, 0, 0
+        if compressed:
+            self.d, self.src, self.buf = zlib.decompressobj(), memoryview(data), b""
+        else:
+            self.d, self.src, self.buf = None, b"", memoryview(data)
+
+    def _more(self) -> bool:
+        while self.d is not None and not self.d.eof and len(self.src):
+            before = len(self.src)
+            try:
+                out = self.d.decompress(self.src, self.PIECE)
+            except zlib.error as e:
+                raise NanotraceError(f"{self.what}: its zlib stream is corrupt ({e})") from None
+            self.src = self.d.unconsumed_tail
+            if out:
+                self.base += self.pos
+                self.buf, self.pos = bytes(self.buf[self.pos :]) + out, 0
+                if self.base + len(self.buf) > self.limit:
+                    raise NanotraceError(f"{self.what}: inflates past {self.limit} bytes")
+                return True
+            if len(self.src) == before:
+                break
+        return False
+
+    def need(self, n: int) -> int:
+        while len(self.buf) - self.pos < n:
+            if not self._more():
+                raise NanotraceError(f"{self.what}: truncated at byte {self.base + self.pos} (wanted {n} more)")
+        p = self.pos
+        self.pos += n
+        return p
+
+    def unpack(self, fmt: struct.Struct) -> tuple:
+        p = self.need(fmt.size)  # (first: it may replace the buffer)
+        return fmt.unpack_from(self.buf, p)
+
+    def skip(self, n: int) -> None:
+        while n > self.PIECE:
+            self.need(self.PIECE)
+            n -= self.PIECE
+        self.need(n)
+
+    def size(self) -> int:
+        """The body's whole size (what is left inflated, a piece at a time, and dropped)."""
+        while self._more():
+            pass
+        return self.base + len(self.buf)
