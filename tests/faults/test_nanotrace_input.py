@@ -157,30 +157,43 @@ def nobodys_merge_inputs(d, nanotrace: bytes):
     return events, nt_file
 
 
+def merge_bomb_as_nobody(d, nanotrace: bytes) -> tuple[int, str, float, float]:
+    """`timeline merge` of a .nanotrace as nobody under sudo, in at most 3 GB and 20 s
+    (before the fixes these took GBs, one 12.5 GB of output: bounded so that such a run
+    fails rather than takes the machine): (exit code, stderr, peak MiB, seconds)."""
+    from support.peak import peak_mib_until_exit
+
+    events, nt_file = nobodys_merge_inputs(d, nanotrace)
+    started = time.monotonic()
+    p = subprocess.Popen(
+        agent_cmd("timeline", "merge", events, nt_file, "--events", d / "out.ndjson"),
+        env=mock_env(SUDO_UID=str(NOBODY), SUDO_GID=str(NOBODY)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)),
+    )
+    killer = threading.Timer(20, p.kill)
+    killer.start()
+    try:
+        peak = peak_mib_until_exit(p, every_s=0.01)
+        _, err = p.communicate(timeout=30)
+    finally:
+        killer.cancel()
+    return p.returncode, err, peak, time.monotonic() - started
+
+
 def test_an_argument_bomb_is_one_line_at_once(world_dir, tmp_path):
     """Issue 44, item 1: a version 4 file whose 100 events all name the same 100 000
     arguments (459 bytes) took `timeline merge` to 711 MB in 2.2 s here (5 000 events:
     about 37 GB). Each argument may be named once in all: one line, within a second,
     under 100 MB (the command's baseline is about 33 MB), as nobody under sudo."""
     from support.nanotrace_files import v4_arg_bomb
-    from support.peak import peak_mib_until_exit
 
-    d = world_dir / "bomb"
-    events, bomb = nobodys_merge_inputs(d, v4_arg_bomb(100, 100_000))
-    started = time.monotonic()
-    p = subprocess.Popen(
-        agent_cmd("timeline", "merge", events, bomb, "--events", d / "out.ndjson"),
-        env=mock_env(SUDO_UID=str(NOBODY), SUDO_GID=str(NOBODY)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    peak = peak_mib_until_exit(p, every_s=0.01)
-    _, err = p.communicate(timeout=30)
-    seconds = time.monotonic() - started
+    rc, err, peak, seconds = merge_bomb_as_nobody(world_dir / "bomb", v4_arg_bomb(100, 100_000))
     said = [ln for ln in err.splitlines() if ln.startswith("gpu-agent: nanotrace: ")]
     assert len(said) == 1 and "name 10000000 arguments in all, the file holds 100000" in said[0], err
-    assert said[0].endswith("not merged") and p.returncode == 1, err  # nothing new placed
+    assert said[0].endswith("not merged") and rc == 1, err  # nothing new placed
     assert peak < 100 and seconds < 10, (peak, seconds)  # seconds: the Python start; the read itself 0.1 s
 
 
@@ -265,32 +278,11 @@ def test_a_products_bomb_is_one_line_at_once(world_dir, bomb):
     MAX_ARGS parameters is refused in one line, from a first pass that builds
     nothing. Measured here: each refused in 0.3-0.75 s (the read itself 0.07-0.18 s,
     the rest Python's start) at 36-49 MB (the command's baseline about 33 MB)."""
-    from support.peak import peak_mib_until_exit
-
     make, why = _bombs()[bomb]
     d = world_dir / f"products-{bomb.replace(' ', '-')}"
-    events, nt_file = nobodys_merge_inputs(d, make())
-    started = time.monotonic()
-    p = subprocess.Popen(
-        agent_cmd("timeline", "merge", events, nt_file, "--events", d / "out.ndjson"),
-        env=mock_env(SUDO_UID=str(NOBODY), SUDO_GID=str(NOBODY)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        # before the fix these took GBs (and one 12.5 GB of output): bounded here so that
-        # such a run fails rather than takes the machine
-        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)),
-    )
-    killer = threading.Timer(20, p.kill)
-    killer.start()
-    try:
-        peak = peak_mib_until_exit(p, every_s=0.01)
-        _, err = p.communicate(timeout=30)
-    finally:
-        killer.cancel()
-    seconds = time.monotonic() - started
+    rc, err, peak, seconds = merge_bomb_as_nobody(d, make())
     said = [ln for ln in err.splitlines() if ln.startswith("gpu-agent: nanotrace: ")]
     assert len(said) == 1 and why in said[0] and "Traceback" not in err, err[-2000:]
-    assert said[0].endswith("not merged") and p.returncode == 1, err[-2000:]  # nothing placed
+    assert said[0].endswith("not merged") and rc == 1, err[-2000:]  # nothing placed
     assert not (d / "out.ndjson").exists() or (d / "out.ndjson").stat().st_size < 1 << 20
     assert peak < 100 and seconds < 10, (peak, seconds)  # 10 s: Python's start under a loaded suite
