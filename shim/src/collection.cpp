@@ -284,7 +284,7 @@ static CUptiResult step_windows(uint64_t now, const char **what) {
         now < g_next_edge_ns.load(std::memory_order_relaxed) &&
         ga_window_on.load(std::memory_order_relaxed) == GA_WIN_OFF) {
         uint64_t since = 0, hits = 0;
-        if (ga_mix_changed(now, &since, &hits) && ga_window_cut(now, since, hits))
+        if (ga_mix_changed(&since, &hits) && ga_window_cut(now, since, hits))
             g_next_edge_ns.store(now, std::memory_order_relaxed);
     }
     if (r == CUPTI_SUCCESS && (capture || now >= g_next_edge_ns.load(std::memory_order_relaxed))) {

@@ -121,9 +121,9 @@ GA_HIDDEN void ga_window_release_records(bool period_end) noexcept; /* window.cp
  * before them (the job runs other code). window.cpp resets it at each period's start. */
 GA_HIDDEN void ga_mix_reset(uint64_t now_ns) noexcept;
 GA_HIDDEN void ga_mix_sample(uint64_t now_ns) noexcept;
-/* *since_ns: the start of the recent polls that differ, *hits_since: the counter's
- * hits (ga_hook_hits) then. */
-GA_HIDDEN bool ga_mix_changed(uint64_t now_ns, uint64_t *since_ns, uint64_t *hits_since) noexcept;
+/* Of the polls noted so far; *since_ns: the start of the recent polls that differ,
+ * *hits_since: the counter's hits (ga_hook_hits) then. */
+GA_HIDDEN bool ga_mix_changed(uint64_t *since_ns, uint64_t *hits_since) noexcept;
 /* window.cpp: end the period now, where the mix changed (collection.cpp, at a poll
  * with no window, count phase or tail under way), if the rule for cuts allows it;
  * true if it did (the period ended: ga_window_period_ended). The exit line's counts:

@@ -80,15 +80,14 @@ void ga_mix_sample(uint64_t now_ns) noexcept {
     }
 }
 
-bool ga_mix_changed(uint64_t now_ns, uint64_t *since_ns, uint64_t *hits_since) noexcept {
+bool ga_mix_changed(uint64_t *since_ns, uint64_t *hits_since) noexcept {
     if (!ga_cfg.launch_counter || !ga_cfg.mix_cuts || !g_n) return false;
-    const snap &cur = g_ring[(g_n - 1) % RING];
-    now_ns = cur.t;
+    const snap &cur = g_ring[(g_n - 1) % RING]; /* the last poll's (ga_mix_sample) */
     /* the recent side: from the newest poll RECENT_NS before this one */
     const snap *mid = nullptr;
     for (uint32_t k = 1; k < g_n && k < RING; k++) {
         const snap &s = g_ring[(g_n - 1 - k) % RING];
-        if (now_ns - s.t >= RECENT_NS) {
+        if (cur.t - s.t >= RECENT_NS) {
             mid = &s;
             break;
         }
