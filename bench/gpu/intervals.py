@@ -437,7 +437,7 @@ def period_check(run: Run, per: list[dict], lo: int, end: int, ivs: list[Interva
         if "launch counter (pid" in ln:  # what the shim's launch counter covered
             print("    " + ln.split(": ", 1)[1][:600], flush=True)
         if "periods cut where" in ln:  # where the launch mix changed (shim/src/mix.cpp)
-            print("    cuts: " + ln.rsplit("; ", 1)[1], flush=True)
+            print("    cuts: " + ln[re.search(r"\d+ periods cut where", ln).start() :], flush=True)
     alts = period_lines.alternatives(rows)
     judged = [i for i, r in enumerate(rows) if r["lo"] >= lo and r["hi"] <= end and r["true"] > 0]
     out: dict = {"n": len(judged), "per_period": {}, "per_interval": {}}

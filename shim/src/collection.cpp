@@ -112,7 +112,8 @@ static CUptiResult set_collection(bool on, const char **what) {
         ga_pcs_window_opened(g_stat_windows.load(std::memory_order_relaxed) + 1);
         ga_window_on.store(GA_WIN_OPEN, std::memory_order_release);
         g_stat_windows.fetch_add(1, std::memory_order_relaxed);
-        if (ga_cfg.duty_cycle >= 100 || ga_budget_on()) /* rare windows: say when (bench/gpu sticky check) */
+        /* rare windows: say when (bench/gpu sticky check); every window at GPU_AGENT_DEBUG=2 */
+        if (ga_cfg.duty_cycle >= 100 || ga_budget_on() || ga_debug_on >= 2)
             ga_debug("window opened at %.3f s (CLOCK_MONOTONIC)", (double)ga_now_ns() / 1e9);
     } else {
         if (ga_window_on.load(std::memory_order_relaxed) == GA_WIN_OPEN) ga_window_closed();
@@ -283,8 +284,8 @@ static CUptiResult step_windows(uint64_t now, const char **what) {
     if (r == CUPTI_SUCCESS && !capture && g_phase == GA_PHASE_OFF && !g_tail_until &&
         now < g_next_edge_ns.load(std::memory_order_relaxed) &&
         ga_window_on.load(std::memory_order_relaxed) == GA_WIN_OFF) {
-        uint64_t since = 0, hits = 0;
-        if (ga_mix_changed(&since, &hits) && ga_window_cut(now, since, hits))
+        struct ga_mix_change c;
+        if (ga_mix_changed(&c) && ga_window_cut(now, &c))
             g_next_edge_ns.store(now, std::memory_order_relaxed);
     }
     if (r == CUPTI_SUCCESS && (capture || now >= g_next_edge_ns.load(std::memory_order_relaxed))) {
@@ -397,19 +398,21 @@ void ga_collect_log_exit(void) noexcept {
     uint64_t tails, tail_n;
     ga_tail_stats(&tails, &tail_n);
     ga_sub_edges e = ga_sub_edge_stats();
-    uint64_t cuts, cuts_paid, cuts_split;
-    ga_window_cut_stats(&cuts, &cuts_paid, &cuts_split);
+    uint64_t cuts, cuts_paid, cuts_split, cuts_handed;
+    ga_window_cut_stats(&cuts, &cuts_paid, &cuts_split, &cuts_handed);
     if (attached_at && ga_cfg.duty_cycle > 1)
         ga_debug("windows (pid %d): open %.3f %% of %.1f s attached (1/N = %.3f %%); activity "
                  "enable mean %.1f max %.1f us, disable mean %.1f max %.1f us; %llu skipped; "
                  "count phases %.0f launches/s, between windows extrapolated at %.0f; "
                  "%llu tails (%llu launches), launch callbacks %.0f ns a launch; "
-                 "%llu periods cut where the launch mix changed (%llu after their window, %llu split where it changed)",
+                 "%llu periods cut where the launch mix changed (%llu after their window); where it changed, %llu "
+                 "gave the part before to the period before, %llu the part after to the next",
                  (int)getpid(), 100.0 * (double)ga_window_time_ns() / (double)(ga_now_ns() - attached_at),
                  (double)(ga_now_ns() - attached_at) / 1e9, 100.0 / ga_cfg.duty_cycle,
                  e.enable_mean_us, e.enable_max_us, e.disable_mean_us, e.disable_max_us, (unsigned long long)g_stat_windows_skipped.load(), counted, extra,
                  (unsigned long long)tails, (unsigned long long)tail_n, ga_budget_callback_ns(counted / 1e9),
-                 (unsigned long long)cuts, (unsigned long long)cuts_paid, (unsigned long long)cuts_split);
+                 (unsigned long long)cuts, (unsigned long long)cuts_paid, (unsigned long long)cuts_split,
+                 (unsigned long long)cuts_handed);
     ga_hook_stats h = ga_hook_stats_now();
     if (attached_at && ga_cfg.duty_cycle > 1 && ga_cfg.launch_counter) {
         char what[512];

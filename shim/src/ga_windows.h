@@ -121,18 +121,39 @@ GA_HIDDEN void ga_window_release_records(bool period_end) noexcept; /* window.cp
  * before them (the job runs other code). window.cpp resets it at each period's start. */
 GA_HIDDEN void ga_mix_reset(uint64_t now_ns) noexcept;
 GA_HIDDEN void ga_mix_sample(uint64_t now_ns) noexcept;
-/* Of the polls noted so far; *since_ns: the start of the recent polls that differ,
- * *hits_since: the counter's hits (ga_hook_hits) then. */
-GA_HIDDEN bool ga_mix_changed(uint64_t *since_ns, uint64_t *hits_since) noexcept;
+/* Where a mix changed: the poll that parts the two sides (since_ns), and at it the
+ * counter's hits (ga_hook_hits), the windows' launches (ga_stat_launches) and the
+ * correlation id of the period's last window launch (0: its window had not opened). */
+struct ga_mix_change {
+    uint64_t since_ns, hits_since, in_since;
+    uint32_t corr_since;
+};
+/* Of the polls noted so far: the shares of the last RECENT_NS moved (a cut may come
+ * now); *c: where in them. */
+GA_HIDDEN bool ga_mix_changed(struct ga_mix_change *c) noexcept;
+/* At a period's planned end: a change at any poll of the ring, however recent (too
+ * recent for ga_mix_changed, which a cut needs; a split costs nothing). */
+GA_HIDDEN bool ga_mix_changed_lately(struct ga_mix_change *c) noexcept;
+/* weights.cpp: the windows' launches so far and the current period's last window
+ * launch's correlation id (0: none), for ga_mix_change. */
+GA_HIDDEN void ga_weights_marks(uint64_t *in, uint32_t *corr) noexcept;
 /* window.cpp: end the period now, where the mix changed (collection.cpp, at a poll
  * with no window, count phase or tail under way), if the rule for cuts allows it;
  * true if it did (the period ended: ga_window_period_ended). The exit line's counts:
  * cuts, those after their period's window, and those split where it changed. */
-GA_HIDDEN bool ga_window_cut(uint64_t now_ns, uint64_t since_ns, uint64_t hits_since) noexcept;
-GA_HIDDEN void ga_window_cut_stats(uint64_t *cuts, uint64_t *after_window, uint64_t *split) noexcept;
+GA_HIDDEN bool ga_window_cut(uint64_t now_ns, const struct ga_mix_change *c) noexcept;
+GA_HIDDEN void ga_window_cut_stats(uint64_t *cuts, uint64_t *after_window, uint64_t *split, uint64_t *handed) noexcept;
 /* weights.cpp: the period that ends next gives its launches before at_ns (about
- * `launches` of them) and that part of its span to the pending period. */
-GA_HIDDEN void ga_weights_split(uint64_t at_ns, double launches) noexcept;
+ * `launches` of them) and that part of its span to the pending period; its window's
+ * launches before then (its windows' launches counted up to in_at, the last one
+ * corr_at) leave its window's count, and their records are dropped (held.cpp). */
+GA_HIDDEN void ga_weights_split(uint64_t at_ns, double launches, uint64_t in_at, uint32_t corr_at) noexcept;
+/* weights.cpp: the period that ends next gives its launches after at_ns (about
+ * `launches` of them) and that part of its span to the period after it. */
+GA_HIDDEN void ga_weights_hand_on(uint64_t at_ns, double launches) noexcept;
+/* held.cpp: the records of `period` whose correlation id is corr or less are dropped
+ * (counted as left out), whenever they come. */
+GA_HIDDEN void ga_weight_drop_through(uint32_t period, uint32_t corr) noexcept;
 /* The longest period (budget.cpp's ceiling; a cut's lengthened period too). */
 #define GA_PERIOD_MAX_NS 15000000000ull
 /* shape.cpp: a count of the launches noted at every poll (shape_sample), and a

@@ -102,6 +102,20 @@ static bool left_out(uint32_t correlation_id) {
            g_left_out[correlation_id & (LEFT_OUT_TAB - 1)].load(std::memory_order_relaxed) == correlation_id;
 }
 
+/* Records of a window's launches before the mix changed in it (window.cpp's split):
+ * their period's weight stands for the launches after the change only. Per period,
+ * period << 32 | the last such launch's correlation id (CUPTI's ids grow). */
+static std::atomic<uint64_t> g_period_drop[GA_QRING];
+
+void ga_weight_drop_through(uint32_t period, uint32_t corr) noexcept {
+    g_period_drop[period % GA_QRING].store((uint64_t)period << 32 | corr, std::memory_order_relaxed);
+}
+
+static bool dropped(uint32_t period, uint32_t correlation_id) {
+    uint64_t v = g_period_drop[period % GA_QRING].load(std::memory_order_relaxed);
+    return period && (uint32_t)(v >> 32) == period && correlation_id <= (uint32_t)v;
+}
+
 /* ---- records held for their period's weight (collection windows) ----
  * window.cpp weighs a record by its launch's period's counts, known only when
  * that period ends. A record whose weight is known goes at once; the others
@@ -132,7 +146,7 @@ static uint32_t weigh_known(struct ga_kernel_record *recs, uint32_t *periods, ui
             i++;
             continue;
         }
-        if (GA_UNLIKELY(left_out(recs[i].correlation_id))) {
+        if (GA_UNLIKELY(left_out(recs[i].correlation_id) || dropped(periods[i], recs[i].correlation_id))) {
             ga_stat_left_out_records.fetch_add(1, std::memory_order_relaxed);
             --m;
             recs[i] = recs[m], periods[i] = periods[m];

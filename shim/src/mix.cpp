@@ -25,7 +25,13 @@
  * fidelity (the two parts are periods like any other); what bounds their cost is
  * window.cpp's rule for cuts (one window at least between two cuts, and a cut after
  * its period's window lengthens the next period by what it cut off).
- * Poller thread only. */
+ *
+ * Where the change lies is the poll that parts the period into the two most
+ * different sides (locate): window.cpp gives the part before it and the part after
+ * it each to a window that saw its side. A period that ends as planned is looked at
+ * too (ga_mix_changed_lately), with no RECENT_NS: a change too recent for a cut can
+ * still be placed, and placing it wrongly moves launches between two periods of the
+ * same mix, which costs nothing. Poller thread only. */
 #include "ga_internal.h"
 #include "launch_hook.h"
 
@@ -34,12 +40,19 @@ constexpr uint64_t RECENT_NS = 200000000ull;   /* the recent side: 200 ms at lea
 constexpr uint64_t MIN_BASE_NS = 300000000ull; /* the period's side before it */
 constexpr double MIN_HITS = 256;
 constexpr double CHANGED = 0.3; /* eager against an MLP of Linear + GELU: 0.5 */
-constexpr uint32_t RING = 16;   /* polls kept: RECENT_NS of them at the shortest poll */
+/* Polls kept: where a change lies is looked for among them. A cut waits for the
+ * window, its tail and the count phase to end (up to 250 ms more than RECENT_NS on
+ * the mock), and the polls come more often than the poll interval around windows:
+ * 16 of them missed a change 312 ms back (the mock's 20 ms polls) and put it 95 ms
+ * late. */
+constexpr uint32_t RING = 64;
 
 struct snap {
     uint64_t t, epoch;
     uint32_t n;
     uint64_t h[GA_HOOK_TARGETS];
+    uint64_t in;   /* the windows' launches so far (ga_stat_launches) */
+    uint32_t corr; /* the correlation id of the period's last window launch (0: none yet) */
 };
 snap g_base;      /* the period's start (or the counter's last new slots) */
 snap g_ring[RING]; /* the last polls */
@@ -48,6 +61,7 @@ uint32_t g_n;
 void take(snap *s, uint64_t now) {
     s->t = now, s->epoch = ga_hook_epoch();
     s->n = ga_hook_hits_each(s->h, GA_HOOK_TARGETS);
+    ga_weights_marks(&s->in, &s->corr);
 }
 
 /* b - a per function, into d; their sum */
@@ -80,29 +94,57 @@ void ga_mix_sample(uint64_t now_ns) noexcept {
     }
 }
 
-bool ga_mix_changed(uint64_t *since_ns, uint64_t *hits_since) noexcept {
+namespace {
+/* The total-variation distance between the shares of [a, b] and [b, c]; 0 where
+ * either side has under MIN_HITS hits. */
+double moved(const snap &a, const snap &b, const snap &c) {
+    double before[GA_HOOK_TARGETS], recent[GA_HOOK_TARGETS];
+    double nb = diff(a, b, before), nr = diff(b, c, recent);
+    if (nb < MIN_HITS || nr < MIN_HITS) return 0;
+    double tv = 0;
+    for (uint32_t i = 0; i < c.n; i++) {
+        double p = i < b.n ? before[i] / nb : 0, q = recent[i] / nr;
+        tv += p > q ? p - q : q - p;
+    }
+    return tv * 0.5;
+}
+
+/* Where the mix changed: of the polls from `from` (a ring index back from the newest)
+ * on, MIN_BASE_NS after the period's start at least, the one that splits the period
+ * into the most different sides (and CHANGED apart at least). */
+bool locate(uint32_t from, struct ga_mix_change *c) {
+    const snap &cur = g_ring[(g_n - 1) % RING];
+    const snap *best = nullptr;
+    double best_tv = CHANGED;
+    for (uint32_t k = from; k >= 1; k--) {
+        if (k >= g_n || k >= RING) continue;
+        const snap &s = g_ring[(g_n - 1 - k) % RING];
+        if (s.t < g_base.t + MIN_BASE_NS) continue;
+        double tv = moved(g_base, s, cur);
+        if (tv >= best_tv) best_tv = tv, best = &s;
+    }
+    if (!best) return false;
+    c->since_ns = best->t, c->hits_since = 0;
+    for (uint32_t i = 0; i < best->n; i++) c->hits_since += best->h[i];
+    c->in_since = best->in, c->corr_since = best->corr;
+    return true;
+}
+} // namespace
+
+bool ga_mix_changed(struct ga_mix_change *c) noexcept {
     if (!ga_cfg.launch_counter || !ga_cfg.mix_cuts || !g_n) return false;
     const snap &cur = g_ring[(g_n - 1) % RING]; /* the last poll's (ga_mix_sample) */
     /* the recent side: from the newest poll RECENT_NS before this one */
-    const snap *mid = nullptr;
-    for (uint32_t k = 1; k < g_n && k < RING; k++) {
-        const snap &s = g_ring[(g_n - 1 - k) % RING];
-        if (cur.t - s.t >= RECENT_NS) {
-            mid = &s;
-            break;
-        }
-    }
-    if (!mid || mid->t < g_base.t + MIN_BASE_NS) return false;
-    double before[GA_HOOK_TARGETS], recent[GA_HOOK_TARGETS];
-    double nb = diff(g_base, *mid, before), nr = diff(*mid, cur, recent);
-    if (nb < MIN_HITS || nr < MIN_HITS) return false;
-    double tv = 0;
-    for (uint32_t i = 0; i < cur.n; i++) {
-        double p = i < mid->n ? before[i] / nb : 0, q = recent[i] / nr;
-        tv += p > q ? p - q : q - p;
-    }
-    if (tv * 0.5 < CHANGED) return false;
-    *since_ns = mid->t, *hits_since = 0;
-    for (uint32_t i = 0; i < mid->n; i++) *hits_since += mid->h[i];
-    return true;
+    uint32_t k = 1;
+    while (k < g_n && k < RING && cur.t - g_ring[(g_n - 1 - k) % RING].t < RECENT_NS) k++;
+    if (k >= g_n || k >= RING) return false;
+    const snap &mid = g_ring[(g_n - 1 - k) % RING];
+    if (mid.t < g_base.t + MIN_BASE_NS || moved(g_base, mid, cur) < CHANGED) return false;
+    /* where it lies: in the recent side, or before it where the cut waited */
+    return locate(RING - 1, c);
+}
+
+bool ga_mix_changed_lately(struct ga_mix_change *c) noexcept {
+    if (!ga_cfg.launch_counter || !ga_cfg.mix_cuts || g_n < 2) return false;
+    return locate(RING - 1, c);
 }

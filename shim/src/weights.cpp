@@ -64,10 +64,19 @@ static uint32_t g_pend_seq;
 static uint64_t g_pend_all, g_pend_in, g_pend_start, g_pend_end;
 /* ga_weights_split: the next period's end gives [its start, g_split_at) and about
  * g_split_n launches to the pending period (0: none) */
-static uint64_t g_split_at, g_split_n;
+static uint64_t g_split_at, g_split_n, g_split_in;
+static uint32_t g_split_corr;
+/* ga_weights_hand_on: the next period's end gives [g_hand_at, its end) and about
+ * g_hand_n launches to the period after it (0: none) */
+static uint64_t g_hand_at, g_hand_n;
 
-void ga_weights_split(uint64_t at_ns, double launches) noexcept {
+void ga_weights_hand_on(uint64_t at_ns, double launches) noexcept {
+    g_hand_at = at_ns, g_hand_n = launches > 0 ? (uint64_t)(launches + 0.5) : 0;
+}
+
+void ga_weights_split(uint64_t at_ns, double launches, uint64_t in_at, uint32_t corr_at) noexcept {
     g_split_at = at_ns, g_split_n = launches > 0 ? (uint64_t)(launches + 0.5) : 0;
+    g_split_in = corr_at && in_at > g_snap_in ? in_at - g_snap_in : 0, g_split_corr = corr_at;
 }
 std::atomic<uint64_t> ga_stat_joined; /* launches given to the pending period (counter 28) */
 
@@ -122,6 +131,13 @@ bool ga_window_record_impossible(uint32_t period, uint64_t start_ns, uint64_t en
 
 /* period << 32 | the correlation id of (about: threads race) its window's last launch */
 static std::atomic<uint64_t> g_period_last_launch[QRING];
+
+void ga_weights_marks(uint64_t *in, uint32_t *corr) noexcept {
+    uint32_t seq = ga_period_seq.load(std::memory_order_relaxed);
+    uint64_t v = g_period_last_launch[seq % QRING].load(std::memory_order_relaxed);
+    *in = ga_stat_launches.load(std::memory_order_relaxed);
+    *corr = (uint32_t)(v >> 32) == seq ? (uint32_t)v : 0;
+}
 
 void ga_window_note_launch(uint32_t correlation_id) noexcept {
     uint32_t seq = ga_period_seq.load(std::memory_order_relaxed);
@@ -250,33 +266,58 @@ static void end_period(uint64_t edge_ns, bool first = false, bool final = false)
             g_last_q = g_slots * WQ;
             ga_weight_publish(seq, g_last_q, start, edge_ns);
         } else if (!in) {
+            /* its part after a change goes on to the next window (window.cpp's hand-on) */
+            uint64_t hand = g_hand_at > start && g_hand_at < edge_ns ? (g_hand_n < all ? g_hand_n : all) : 0;
+            all -= hand;
             if (g_pend_seq) {
                 g_pend_all += all;
-                g_pend_end = edge_ns; /* the pending records stand for this period too */
+                g_pend_end = hand ? g_hand_at : edge_ns; /* the pending records stand for this period too */
                 ga_stat_joined.fetch_add(all, std::memory_order_relaxed);
             } else {
                 carry(all, start);
             }
+            if (hand) carry(hand, g_hand_at);
             /* Held records should not wait long: a period with no launch at all
              * (idle) ends the wait, and so does a pending period grown old. */
-            if (!all || seq - g_pend_seq >= QRING / 4) publish_pending();
+            if (!all && !hand) publish_pending();
+            else if (seq - g_pend_seq >= QRING / 4) publish_pending();
             /* for stragglers only (records of launches no callback saw) */
             ga_weight_publish(seq, g_last_q ? g_last_q : g_slots * WQ, start, edge_ns);
         } else {
-            /* a cut whose window saw the new side only (window.cpp): the part before
-             * the change is the pending period's, whose window saw the old side */
-            if (g_split_at > start && g_split_at < edge_ns && g_pend_seq && all > in) {
+            /* a period whose window saw the new side (window.cpp's split): the part
+             * before the change is the pending period's, whose window saw the old
+             * side; the window's own launches before it, if it opened before the
+             * change, leave its count, and their records go (held.cpp) */
+            if (g_split_at > start && g_split_at < edge_ns && g_pend_seq && in > g_split_in &&
+                all > in - g_split_in) {
+                if (g_split_in) in -= g_split_in, ga_weight_drop_through(seq, g_split_corr);
                 uint64_t x = g_split_n < all - in ? g_split_n : all - in;
                 g_pend_all += x, g_pend_end = g_split_at;
                 all -= x, start = g_split_at;
             }
+            /* a period whose window saw the old side, where the mix changed after it
+             * (window.cpp's hand-on): its part after the change goes with the next
+             * period's window, on the new side */
+            uint64_t hand = 0, end = edge_ns;
+            if (g_hand_at > start && g_hand_at < edge_ns && all > in) {
+                hand = g_hand_n < all - in ? g_hand_n : all - in;
+                all -= hand, end = g_hand_at;
+            }
             publish_pending();
             g_pend_seq = seq, g_pend_all = all + g_carry_all, g_pend_in = in;
-            g_pend_start = g_carry_all ? g_carry_start : start, g_pend_end = edge_ns;
+            g_pend_start = g_carry_all ? g_carry_start : start, g_pend_end = end;
             g_carry_all = 0;
+            if (hand) carry(hand, end);
         }
     }
-    g_split_at = 0;
+    g_split_at = g_split_in = 0, g_split_corr = 0, g_hand_at = 0;
+    /* At a detach or exit, launches carried on to a window that never came join the
+     * pending period (its span covers them): in its kernels rather than unweighed. */
+    if (final && g_carry_all && g_pend_seq) {
+        g_pend_all += g_carry_all, g_pend_end = edge_ns;
+        ga_stat_joined.fetch_add(g_carry_all, std::memory_order_relaxed);
+        g_carry_all = 0;
+    }
     if (final) publish_pending();
     ga_period_seq.store(seq + 1 ? seq + 1 : 1, std::memory_order_relaxed);
 }

@@ -120,19 +120,39 @@ static double g_hook_ratio = HOOK_UNDECIDED;
  *    whole slots, its window drawn over all of them, up to GA_PERIOD_MAX_NS, so
  *    that windows come no more often than the budget's plan (a debt is never more
  *    than one period's rest: it moves on whole, and cutting again moves what is left);
- *  - a period whose window opened after the recent polls that differ began saw the
- *    new side: its part before them is the old side's, and joins the pending
- *    period (its launches: the counter's hits there, where it is calibrated);
- *    otherwise that part went under the new side's kernels, up to a whole period;
- *  - the new period's window never takes its first slot, so that a count phase
- *    comes before it, in the same period (as after the attach). */
+ *  - a period whose window opened after the change (the poll that parts the two
+ *    sides best, mix.cpp) saw the new side: its part before the change is the old
+ *    side's, and joins the pending period (its launches: the counter's hits there,
+ *    where it is calibrated); otherwise that part went under the new side's
+ *    kernels, up to a whole period. A window open across the change does the same
+ *    with its launches after the change only (those before leave its count, and
+ *    their records go): its records otherwise stood for both sides in the share
+ *    they held in the window, not in the period. And a period that ends as planned
+ *    looks for a change in its last polls too, too recent for a cut (whose rule is
+ *    RECENT_NS of the new side), which a split needs no more than one poll of: on
+ *    the mock, a window 15 ms after a change 130 ms before its period's end put
+ *    the period's other 0.9 s under the new side;
+ *  - the new period's window takes its second slot, the first being its count
+ *    phase: the side that starts at a cut gets its window at once. Drawn at random
+ *    over the period's slots (as planned periods' are), it came after the next
+ *    change or the process's exit often enough that the side between had no window
+ *    at all: its launches joined the pending period, whose window saw the side
+ *    before (the mock's loop that changes path every 2 s read single 1 s intervals
+ *    75-100 % wrong, one run in about 12). A side's mix is steady by the rule
+ *    that cuts it, so where in the side its window falls matters no more. */
 #define FREE_CUTS 4
 static bool g_cutting;
 static unsigned g_free_cuts; /* cuts before their window since the last window closed */
-static uint64_t g_cut_debt_ns, g_cuts, g_cuts_paid, g_cuts_split;
+static uint64_t g_cut_debt_ns, g_cuts, g_cuts_paid, g_cuts_split, g_cuts_handed;
 static uint64_t g_period_opened_ns; /* when the period's window opened (ga_now_ns; 0: not yet) */
 
+static bool split_at_change(const struct ga_mix_change &c);
+
 static void new_period(uint64_t start, bool first) {
+    /* A planned end: a change too recent for a cut may still have put the window on
+     * its new side (split_at_change). */
+    struct ga_mix_change c;
+    if (!first && !g_cutting && ga_window_extrapolate && ga_mix_changed_lately(&c)) split_at_change(c);
     g_period_len_ns = first ? 0 : start - g_period_start_ns;
     g_period_start_ns = start;
     if (first) draw_next(true);
@@ -211,17 +231,42 @@ bool ga_window_should_be_on(uint64_t now_ns, uint64_t *next_edge_ns) noexcept {
     return false;
 }
 
-bool ga_window_cut(uint64_t now_ns, uint64_t since_ns, uint64_t hits_since) noexcept {
+/* Where the mix changed at c inside the period that ends now, each side goes with a
+ * window that saw it. Its window saw the new side (it opened after the change, or
+ * was open across it: its launches before the change then leave its count, and
+ * their records go): the part before the change goes to the pending period, whose
+ * window saw the old side (a split). Its window closed before the change, or it had
+ * none: the part after the change goes on to the next period's window (a hand-on;
+ * before, that part went under the old side's kernels, 60-200 ms of the mock's turns:
+ * 6-8 % of each 1 s interval with a turn). */
+static bool split_at_change(const struct ga_mix_change &c) {
+    bool after = g_period_opened_ns >= c.since_ns;
+    bool across = !after && g_period_opened_ns && g_closed_ns > c.since_ns;
+    if (c.since_ns <= g_period_start_ns || g_hook_ratio <= 0 || ga_hook_epoch() != g_hook_epoch0 ||
+        c.hits_since <= g_hook_p0)
+        return false;
+    /* its window saw the old side, or it had none (its launches join the pending
+     * period, whose window did): the part after the change goes on to the next window */
+    if (!g_period_had_window || (!after && !across)) {
+        uint64_t hits = ga_hook_hits();
+        if (hits <= c.hits_since) return false;
+        ga_weights_hand_on(c.since_ns, g_hook_ratio * (double)(hits - c.hits_since));
+        g_cuts_handed++;
+        return true;
+    }
+    ga_weights_split(c.since_ns, g_hook_ratio * (double)(c.hits_since - g_hook_p0), across ? c.in_since : 0,
+                     across ? c.corr_since : 0);
+    g_cuts_split++;
+    return true;
+}
+
+bool ga_window_cut(uint64_t now_ns, const struct ga_mix_change *c) noexcept {
     if (ga_cfg.duty_cycle <= 1 || !ga_window_extrapolate) return false;
     uint64_t end = g_period_start_ns + period_ns();
     if (now_ns >= end || now_ns <= g_period_start_ns || (!g_period_had_window && g_free_cuts >= FREE_CUTS)) return false;
     if (g_period_had_window) g_cut_debt_ns += end - now_ns, g_cuts_paid++;
     else g_free_cuts++;
-    if (g_period_had_window && g_period_opened_ns >= since_ns && since_ns > g_period_start_ns && g_hook_ratio > 0 &&
-        ga_hook_epoch() == g_hook_epoch0 && hits_since > g_hook_p0) {
-        ga_weights_split(since_ns, g_hook_ratio * (double)(hits_since - g_hook_p0));
-        g_cuts_split++;
-    }
+    split_at_change(*c);
     if (g_cut_debt_ns && g_next_slot_ns) {
         uint64_t room = GA_PERIOD_MAX_NS / g_next_slot_ns, add = g_cut_debt_ns / g_next_slot_ns;
         if (g_next_slots + add > room) { /* at the ceiling: the rest is let go */
@@ -232,7 +277,7 @@ bool ga_window_cut(uint64_t now_ns, uint64_t since_ns, uint64_t hits_since) noex
         }
         g_next_slots += (uint32_t)add;
     }
-    g_next_on_slot = g_next_slots > 1 ? 1 + (unsigned)(ga_splitmix64(&g_rng) % (g_next_slots - 1)) : 0;
+    g_next_on_slot = g_next_slots > 1 ? 1 : 0;
     if (ga_debug_on >= 2) /* a window-less period has no period line: its cut says so here */
         ga_debug("cut (pid %d): at %.6f s (CLOCK_MONOTONIC), %s its window", (int)getpid(), (double)now_ns / 1e9,
                  g_period_had_window ? "after" : "before");
@@ -243,8 +288,8 @@ bool ga_window_cut(uint64_t now_ns, uint64_t since_ns, uint64_t hits_since) noex
     return true;
 }
 
-void ga_window_cut_stats(uint64_t *cuts, uint64_t *after_window, uint64_t *split) noexcept {
-    *cuts = g_cuts, *after_window = g_cuts_paid, *split = g_cuts_split;
+void ga_window_cut_stats(uint64_t *cuts, uint64_t *after_window, uint64_t *split, uint64_t *handed) noexcept {
+    *cuts = g_cuts, *after_window = g_cuts_paid, *split = g_cuts_split, *handed = g_cuts_handed;
 }
 
 /* ---- the count phase (teardowns between windows) ----
