@@ -97,9 +97,16 @@ UI = (
     "tests/test_readme.py",
     "tests/faults/test_ui_traces.py",
     "tests/faults/test_http.py",
+    "tests/faults/test_http_peers.py",
 )
 EXPORT = ("tests/test_export.py", "tests/test_streaming.py")
-METRICS = ("tests/test_metrics.py", "tests/test_streaming.py", "tests/test_k8s_e2e.py", "tests/faults/test_http.py")
+METRICS = (
+    "tests/test_metrics.py",
+    "tests/test_streaming.py",
+    "tests/test_k8s_e2e.py",
+    "tests/faults/test_http.py",
+    "tests/faults/test_http_peers.py",
+)
 K8S = ("tests/test_k8s.py", "tests/test_k8s_e2e.py")
 CLI = E2E + ("tests/test_cli_errors.py", "tests/test_config.py", "tests/test_deploy.py")
 WINDOWS = (

@@ -4,14 +4,19 @@
   PER_PEER_CONNECTIONS from one peer (a local uid, or a remote address); a
   connection beyond either is closed at once and counted. Each connection's socket
   times out after TIMEOUT_S idle, so slow clients cannot hold threads and fds.
-- Who is on the other end of a loopback connection: its uid, read from the
-  kernel's socket table (/proc/net/tcp, tcp6), so that a server can serve root
-  and its own user only, whatever local user connects.
+- Who is on the other end of a loopback connection: its uid, asked of the kernel
+  for that one connection (sock_diag's exact lookup by its address pair), so that a
+  server can serve root and its own user only, whatever local user connects. Read
+  off the whole socket table (/proc/net/tcp) instead, as before, a user who held
+  95 250 sockets made every connection cost a scan of the table: root's
+  /api/status took 4.2 s instead of 4 ms, and the agent 180 % CPU (issue 44).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import socket
+import struct
 import threading
 from collections import Counter
 from typing import Optional
@@ -21,11 +26,55 @@ PER_PEER_CONNECTIONS = 8
 TIMEOUT_S = 10.0
 
 
-def _hex_addr(ip, port: int) -> str:
-    """An address as /proc/net/tcp{,6} writes it (each 32-bit word little-endian)."""
-    packed = ip.packed
-    words = "".join(packed[i : i + 4][::-1].hex().upper() for i in range(0, len(packed), 4))
-    return f"{words}:{port:04X}"
+# sock_diag (linux/sock_diag.h, linux/inet_diag.h): one request, one reply. Written
+# here rather than through pyroute2, whose 0.9 sockets each run an asyncio loop: a
+# fixed request and reply of the kernel's ABI, checked field by field below.
+NETLINK_SOCK_DIAG = 4
+SOCK_DIAG_BY_FAMILY = 20
+NLM_F_REQUEST = 1
+INET_DIAG_NOCOOKIE = 0xFFFFFFFFFFFFFFFF
+_NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
+# inet_diag_req_v2: family, protocol, ext, pad, states; then the socket's id: sport,
+# dport (network order: htons), src, dst (network order), if, cookie
+_REQ = struct.Struct("=BBBxIHH16s16sIQ")
+# inet_diag_msg: family, state, timer, retrans; the socket's id as above; expires,
+# rqueue, wqueue, uid, inode
+_MSG = struct.Struct("=BBBBHH16s16sIQIIIII")
+DIAG_TIMEOUT_S = 1.0
+
+
+def _diag_uid(family: int, client, server) -> Optional[int]:
+    """The uid owning the TCP socket whose own end is `client` (ip, port) and whose
+    other end is `server`, by the kernel's exact lookup (one hash probe); None if
+    there is none."""
+    (cip, cport), (sip, sport) = client, server
+    req = _REQ.pack(
+        family,
+        socket.IPPROTO_TCP,
+        0,
+        0xFFFFFFFF,  # any state
+        socket.htons(cport),
+        socket.htons(sport),
+        cip.packed.ljust(16, b"\0"),
+        sip.packed.ljust(16, b"\0"),
+        0,
+        INET_DIAG_NOCOOKIE,
+    )
+    msg = _NLMSGHDR.pack(_NLMSGHDR.size + len(req), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST, 1, 0) + req
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, NETLINK_SOCK_DIAG) as nl:
+        nl.settimeout(DIAG_TIMEOUT_S)
+        nl.sendto(msg, (0, 0))
+        reply = nl.recv(8192)
+    if len(reply) < _NLMSGHDR.size:
+        return None
+    length, kind, _, seq, _ = _NLMSGHDR.unpack_from(reply)
+    if kind != SOCK_DIAG_BY_FAMILY or seq != 1 or length < _NLMSGHDR.size + _MSG.size or len(reply) < length:
+        return None  # NLMSG_ERROR: no such socket (ENOENT), or the kernel refused
+    fam, _, _, _, sp, dp, src, dst, _, _, _, _, _, uid, _ = _MSG.unpack_from(reply, _NLMSGHDR.size)
+    n = len(cip.packed)
+    if (fam, socket.ntohs(sp), socket.ntohs(dp), src[:n], dst[:n]) != (family, cport, sport, cip.packed, sip.packed):
+        return None
+    return uid
 
 
 def _ip(text: str):
@@ -40,16 +89,10 @@ def loopback_peer_uid(client: tuple, local: tuple) -> Optional[int]:
     if c.version == 6 and c.ipv4_mapped is not None:  # a v4 client of a dual-stack socket
         forms.append((c.ipv4_mapped, s.ipv4_mapped or ipaddress.ip_address("127.0.0.1")))
     for cip, sip in forms:
-        want = (_hex_addr(cip, client[1]), _hex_addr(sip, local[1]))
-        try:
-            with open("/proc/net/tcp6" if cip.version == 6 else "/proc/net/tcp") as f:
-                next(f, None)
-                for line in f:
-                    fields = line.split()
-                    if len(fields) >= 8 and (fields[1], fields[2]) == want:
-                        return int(fields[7])
-        except (OSError, ValueError):
-            continue
+        family = socket.AF_INET6 if cip.version == 6 else socket.AF_INET
+        uid = _diag_uid(family, (cip, client[1]), (sip, local[1]))
+        if uid is not None:
+            return uid
     return None
 
 
