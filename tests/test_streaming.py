@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections import defaultdict
@@ -287,7 +289,7 @@ def test_backend_down_then_back_queue_bounded_drops_counted(tmp_path, ebpf):
 # -- Prometheus ----------------------------------------------------------------------
 
 
-def _prometheus(tmp_path: Path, target: str):
+def _prometheus(tmp_path: Path, target: str, token_file: Path | None = None):
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.fail("prometheus not installed (Debian package prometheus; .ci/run installs it)")
@@ -296,7 +298,8 @@ def _prometheus(tmp_path: Path, target: str):
     cfg.write_text(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
         "scrape_configs:\n  - job_name: gpu-agent\n    scrape_interval: 1s\n    scrape_timeout: 900ms\n"
-        f"    static_configs:\n      - targets: ['{target}']\n"
+        + (f"    authorization:\n      credentials_file: {token_file}\n" if token_file else "")
+        + f"    static_configs:\n      - targets: ['{target}']\n"
     )
     proc = subprocess.Popen(
         [
@@ -332,12 +335,21 @@ def _query(base: str, q: str) -> list:
 
 
 def test_prometheus_scrapes_exact_kernel_totals(tmp_path, ebpf):
+    """As the README's block: /metrics behind a token file, Prometheus's
+    authorization.credentials_file the same file."""
     mport = free_port()
+    token = tmp_path / "metrics.token"
+    token.write_text(secrets.token_urlsafe(24) + "\n")
+    token.chmod(0o600)
     agent = Agent(
-        "--interval", "30s", "--metrics-addr", f"127.0.0.1:{mport}", "--output-dir", str(tmp_path / "profiles")
-    )
-    prom, base = _prometheus(tmp_path, f"127.0.0.1:{mport}")
+        "--interval", "30s", "--metrics-addr", f"127.0.0.1:{mport}", "--metrics-token-file", str(token),
+        "--output-dir", str(tmp_path / "profiles"),
+    )  # fmt: skip
+    prom, base = _prometheus(tmp_path, f"127.0.0.1:{mport}", token)
     try:
+        with pytest.raises(urllib.error.HTTPError) as no_token:
+            urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=10)
+        assert no_token.value.code == 401
         truth_file = tmp_path / "truth.tsv"
         app = workload(
             "--paths", "cuLaunchKernel,cudaLaunchKernel", "--duration", "3", "--sleep-ms", "2", truth=truth_file

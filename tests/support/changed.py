@@ -106,6 +106,7 @@ METRICS = (
     "tests/test_k8s_e2e.py",
     "tests/faults/test_http.py",
     "tests/faults/test_http_peers.py",
+    "tests/faults/test_metrics_token.py",
 )
 K8S = ("tests/test_k8s.py", "tests/test_k8s_e2e.py")
 CLI = E2E + ("tests/test_cli_errors.py", "tests/test_config.py", "tests/test_deploy.py")

@@ -127,6 +127,14 @@ def add_arguments(p) -> None:
         "HOST means 127.0.0.1; 0.0.0.0:9464 listens on every interface)",
     )
     m.add_argument(
+        "--metrics-token-file",
+        default=None,
+        metavar="FILE",
+        help="every scrape must carry this file's token (Authorization: Bearer; Prometheus's "
+        "authorization.credentials_file): root's or this user's, mode 0600 or 0400. Without it "
+        "/metrics is open, as exporters are: give it on a host other users share, or beyond loopback",
+    )
+    m.add_argument(
         "--metrics-top-kernels",
         default=50,
         type=positive_int,
@@ -241,6 +249,8 @@ class Outputs:
         # Windows that reached no backend; the backends count the ones they took.
         self._unshipped = {"empty": 0, "deferred": 0}
         self.last_health: Optional[dict] = None  # _health()'s last report
+        if getattr(args, "metrics_token_file", None) and not args.metrics_addr:
+            raise SystemExit("gpu-agent: --metrics-token-file needs --metrics-addr")
         if args.metrics_addr:
             from ..outputs import metrics as M
 
@@ -263,7 +273,9 @@ class Outputs:
             for b in self.backends:
                 self.metrics.add_exporter(b)
             try:
-                self._server, _t, (host, port) = M.serve(self.metrics, args.metrics_addr)
+                self._server, _t, (host, port) = M.serve(
+                    self.metrics, args.metrics_addr, getattr(args, "metrics_token_file", None)
+                )
             except (OSError, ValueError) as e:
                 raise SystemExit(f"gpu-agent: cannot serve /metrics on {args.metrics_addr}: {e}")
             self.metrics_url = f"http://{host}:{port}/metrics"

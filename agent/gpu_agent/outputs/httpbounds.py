@@ -4,6 +4,8 @@
   PER_PEER_CONNECTIONS from one peer (a local uid, or a remote address); a
   connection beyond either is closed at once and counted. Each connection's socket
   times out after TIMEOUT_S idle, so slow clients cannot hold threads and fds.
+- A bearer token, where one is asked for, from a file no other user may read
+  (TokenFile).
 - Who is on the other end of a loopback connection: its uid, asked of the kernel
   for that one connection (sock_diag's exact lookup by its address pair), so that a
   server can serve root and its own user only, whatever local user connects. Read
@@ -14,8 +16,11 @@
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
+import os
 import socket
+import stat
 import struct
 import threading
 from collections import Counter
@@ -24,6 +29,7 @@ from typing import Optional
 MAX_CONNECTIONS = 32
 PER_PEER_CONNECTIONS = 8
 TIMEOUT_S = 10.0
+MAX_TOKEN = 4096  # bytes of a token file read
 
 
 # sock_diag (linux/sock_diag.h, linux/inet_diag.h): one request, one reply. Written
@@ -177,3 +183,54 @@ class BoundedThreads:
 
 
 _current = threading.local()
+
+
+class TokenFile:
+    """A bearer token that every request must carry (the UI's --ui-token-file, /metrics'
+    --metrics-token-file), re-read when its file changes (rotated without a restart)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._stamp = None
+        self._token = b""
+        self._lock = threading.Lock()
+        self.current()  # an unreadable or empty file fails at start, not at the first request
+
+    def current(self) -> bytes:
+        with self._lock:
+            st = os.stat(self.path)
+            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+            if stamp != self._stamp:
+                token = self._read()
+                if not token:
+                    raise ValueError(f"{self.path} is empty")
+                self._token, self._stamp = token, stamp
+            return self._token
+
+    def _read(self) -> bytes:
+        """The token, only from a regular file of root's, this user's or the user's who
+        ran this through sudo, that no one else may read or write (issue 44: a 0644
+        token was taken), opened without blocking (a FIFO there stalled every request
+        under the lock)."""
+        fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ValueError(f"{self.path} is not a regular file")
+            sudo = os.environ.get("SUDO_UID", "")
+            owners = {0, os.geteuid()} | ({int(sudo)} if sudo.isdigit() else set())
+            if st.st_uid not in owners or st.st_mode & 0o077:
+                raise ValueError(
+                    f"{self.path} must be root's, this user's or sudo's invoker's, and no one else's "
+                    "(chmod 600; a Kubernetes secret: defaultMode 0400)"
+                )
+            return os.read(fd, MAX_TOKEN + 1)[:MAX_TOKEN].strip()
+        finally:
+            os.close(fd)
+
+    def matches(self, offered: str) -> bool:
+        try:
+            token = self.current()
+        except (OSError, ValueError):
+            return False  # a token file that went away lets nobody in
+        return bool(offered) and hmac.compare_digest(offered.encode(), token)

@@ -358,10 +358,14 @@ def parse_addr(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def serve(metrics: Metrics, addr: str):
+def serve(metrics: Metrics, addr: str, token_file: Optional[str] = None):
     """Start the /metrics HTTP server in a thread; returns (server, thread, (host, port)).
     prometheus_client's WSGI app, in a server with bounded threads and idle timeouts
-    (httpbounds.py): slow local clients cannot take the agent's threads and fds."""
+    (httpbounds.py): slow local clients cannot take the agent's threads and fds.
+    token_file: every request must carry its token (Authorization: Bearer, as
+    Prometheus's `authorization: {credentials_file: ...}` sends it), else 401; open
+    otherwise, as Prometheus's exporters are (docs/security.md says when to give one).
+    ValueError: a token file that is unreadable, empty, or readable by others."""
     import socket
     import threading
     from socketserver import ThreadingMixIn
@@ -369,7 +373,7 @@ def serve(metrics: Metrics, addr: str):
 
     from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
 
-    from .httpbounds import BoundedThreads
+    from .httpbounds import BoundedThreads, TokenFile
 
     class Quiet(WSGIRequestHandler):
         def log_message(self, *args) -> None:
@@ -383,7 +387,32 @@ def serve(metrics: Metrics, addr: str):
     registry = CollectorRegistry(auto_describe=False)
     registry.register(metrics)
     ProcessCollector(namespace="gpu_agent", registry=registry)  # its own CPU seconds and RSS
-    server = make_server(host, port, make_wsgi_app(registry), server_class=Server, handler_class=Quiet)
+    app = make_wsgi_app(registry)
+    if token_file:
+        try:
+            token = TokenFile(token_file)
+        except OSError as e:
+            raise ValueError(f"--metrics-token-file: cannot read {token_file}: {e.strerror or e}") from None
+        except ValueError as e:
+            raise ValueError(f"--metrics-token-file: {e}") from None
+        app = _bearer(app, token)
+    server = make_server(host, port, app, server_class=Server, handler_class=Quiet)
     thread = threading.Thread(target=server.serve_forever, name="gpu-agent-metrics", daemon=True)
     thread.start()
     return server, thread, (host, server.server_address[1])
+
+
+def _bearer(app, token):
+    """The WSGI app behind a bearer token: a request without it gets 401."""
+
+    def guarded(environ, start_response):
+        auth = environ.get("HTTP_AUTHORIZATION", "")
+        if auth[:7].lower() == "bearer " and token.matches(auth[7:].strip()):
+            return app(environ, start_response)
+        start_response(
+            "401 Unauthorized",
+            [("Content-Type", "text/plain"), ("WWW-Authenticate", 'Bearer realm="gpu-agent metrics"')],
+        )
+        return [b"a bearer token is required (--metrics-token-file)\n"]
+
+    return guarded

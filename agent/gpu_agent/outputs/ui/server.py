@@ -18,12 +18,10 @@ most 10 s (httpbounds.BoundedThreads).
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import os
 import re
-import stat
 import threading
 import time
 import urllib.parse
@@ -32,7 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..httpbounds import BoundedThreads
+from ..httpbounds import BoundedThreads, TokenFile
 from ..httpbounds import is_loopback as ip_is_loopback
 from .api import Api, BadRequest
 from ...profile.store import Store
@@ -51,7 +49,6 @@ ASSETS = {
     "/static/vendor/THIRD_PARTY_LICENSES.txt": ("vendor/THIRD_PARTY_LICENSES.txt", "text/plain; charset=utf-8"),
 }
 COOKIE = "gpu_agent_ui_token"
-MAX_TOKEN = 4096  # bytes of a token file read
 TOKEN_IN_QUERY = re.compile(r"([?&]token=)[^&\s]*")
 LOOPBACK_NAMES = ("localhost",)
 log = logging.getLogger("gpu_agent.ui")
@@ -68,53 +65,6 @@ def parse_listen(text: str) -> tuple[str, int]:
 def is_loopback(host: str) -> bool:
     """A loopback name or address (httpbounds.is_loopback: the addresses)."""
     return host in LOOPBACK_NAMES or ip_is_loopback(host)
-
-
-class TokenFile:
-    """The bearer token, re-read when its file changes (rotated without a restart)."""
-
-    def __init__(self, path: str):
-        self.path = path
-        self._stamp = None
-        self._token = b""
-        self._lock = threading.Lock()
-        self.current()  # an unreadable or empty file fails at start, not at the first request
-
-    def current(self) -> bytes:
-        with self._lock:
-            st = os.stat(self.path)
-            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
-            if stamp != self._stamp:
-                token = self._read()
-                if not token:
-                    raise ValueError(f"{self.path} is empty")
-                self._token, self._stamp = token, stamp
-            return self._token
-
-    def _read(self) -> bytes:
-        """The token, only from a regular file of root's or this user's that no one
-        else may read or write (issue 44: a 0644 token was taken), opened without
-        blocking (a FIFO there stalled every request under the lock)."""
-        fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise ValueError(f"{self.path} is not a regular file")
-            if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o077:
-                raise ValueError(
-                    f"{self.path} must be root's or this user's and no one else's (chmod 600; "
-                    "a Kubernetes secret: defaultMode 0400)"
-                )
-            return os.read(fd, MAX_TOKEN + 1)[:MAX_TOKEN].strip()
-        finally:
-            os.close(fd)
-
-    def matches(self, offered: str) -> bool:
-        try:
-            token = self.current()
-        except (OSError, ValueError):
-            return False  # a token file that went away lets nobody in
-        return bool(offered) and hmac.compare_digest(offered.encode(), token)
 
 
 def own_uids() -> frozenset:
