@@ -103,6 +103,7 @@ def test_the_loopback_ui_serves_root_not_another_local_user(tmp_path, built, hon
         assert during[0] - before[0] <= 2 * 8 + 2 and during[1] - before[1] <= 2 * 8 + 4, (before, during)
         assert root_get(url + "api/status") == 200
         assert root_get(node.metrics_url) == 200
+        slow.kill()  # its connections close with it: what they did is measured
         slow.wait(timeout=60)
     finally:
         node.stop()
