@@ -40,6 +40,10 @@ def agent(tmp_path, built):
 
 
 def test_running_late_concurrent_and_killed_processes(agent):
+    # The wait for the probes is said before it, at once (issue 45: `run &` printed
+    # nothing for 6 s, and a job started meanwhile was missed), then `watching`.
+    assert agent.start_lines[0].startswith("gpu-agent: loading the eBPF probes (a few seconds), then watching")
+    assert "watching every process" in agent.start_lines[-1], agent.start_lines
     # Started after the agent: covered by the path-based attach.
     a = workload("--paths", "cuLaunchKernel", "--duration", "2", "--sleep-ms", "2")
     b = workload("--paths", "cudaLaunchKernel", "--duration", "2", "--sleep-ms", "2")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import sys
 import tempfile
 from pathlib import Path
 
@@ -51,6 +52,14 @@ def duration(text: str) -> float:
     if secs <= 0:
         raise argparse.ArgumentTypeError(f"invalid duration {text!r} (examples: 10s, 500ms, 2m, 1h2m)")
     return secs
+
+
+def say_loading(then: str) -> None:
+    """The wait before the probes watch (their compile and attach, seconds: docs/
+    benchmarks.md's "Agent start"), said at once on stderr, on a terminal or a pipe
+    (issue 45: `run &` printed nothing for 6 s, and a workload started meanwhile was
+    missed)."""
+    print(f"gpu-agent: loading the eBPF probes (a few seconds), then {then}", file=sys.stderr, flush=True)
 
 
 def drops(counters: dict) -> int:

@@ -21,7 +21,7 @@ from ..system.atomic import outputs_for_invoker
 from ..join.collector import Collector
 from ..probes.paths import shim_path
 from . import timeline_out
-from .common import output_error, status_line
+from .common import output_error, say_loading, status_line
 
 DRAIN_EVERY_S = 1.0
 
@@ -106,8 +106,8 @@ def main(args) -> int:
     if not shutil.which(cmd[0]):
         print(f"gpu-agent: error: cannot run {cmd[0]}: no such command; nothing was run", file=sys.stderr)
         return 127
-    if sys.stderr.isatty() and not args.quiet:
-        print("gpu-agent: loading the eBPF probes (a few seconds)...", file=sys.stderr, flush=True)
+    if not args.quiet:
+        say_loading(f"running {cmd[0]}")
 
     root = {"pid": -1}
     collector = Collector(

@@ -22,7 +22,7 @@ from ..probes import preflight
 from ..join.collector import Collector
 from ..probes.paths import shim_path
 from . import health, kube, ui
-from .common import byte_size, duration, status_line
+from .common import byte_size, duration, say_loading, status_line
 from .outputs import Outputs, add_arguments as add_output_arguments
 
 
@@ -147,6 +147,7 @@ def main(args) -> int:
             outputs.close(flush_timeout=0)
             return 2
         ui_server = ui.start(store, args.ui, args.ui_token_file, health=lambda: outputs.last_health)
+    say_loading("watching (it says `watching` once it is: start the jobs to profile after that)")
     collector.open()
     if args.discover_interval:
         discover(collector)  # processes already running with their own copy

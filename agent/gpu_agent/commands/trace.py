@@ -24,7 +24,7 @@ from ..system.atomic import outputs_for_invoker
 from ..join.collector import Collector
 from ..timeline.target import NOT_MAPPED, TraceTarget
 from . import kube, timeline_out
-from .common import duration
+from .common import duration, say_loading
 
 # The node's one capture: a 0600 lock in a 0700 directory of root's, never in /tmp,
 # where any local user could hold it first and refuse every capture. (Not the
@@ -74,6 +74,7 @@ def main(args) -> int:
                 t.close()
         return _error(f"cannot trace {', '.join(bad)}")
     pids = set(targets)
+    say_loading(f"tracing pid {', '.join(map(str, sorted(pids)))} for {args.duration:g} s")
     collector = Collector(
         next(iter(shims.values())).reach, pid_filter=lambda p: p in pids, ringbuf_mib=timeline_out.RINGBUF_MIB
     )
