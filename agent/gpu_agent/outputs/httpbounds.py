@@ -196,6 +196,17 @@ class TokenFile:
         self._lock = threading.Lock()
         self.current()  # an unreadable or empty file fails at start, not at the first request
 
+    @classmethod
+    def for_option(cls, flag: str, path: str) -> "TokenFile":
+        """The token file a command-line flag names; ValueError naming the flag if it is
+        unreadable, empty, or another user's to read or swap."""
+        try:
+            return cls(path)
+        except OSError as e:
+            raise ValueError(f"{flag}: cannot read {path}: {e.strerror or e}") from None
+        except ValueError as e:
+            raise ValueError(f"{flag}: {e}") from None
+
     def current(self) -> bytes:
         with self._lock:
             st = os.stat(self.path)

@@ -389,13 +389,7 @@ def serve(metrics: Metrics, addr: str, token_file: Optional[str] = None):
     ProcessCollector(namespace="gpu_agent", registry=registry)  # its own CPU seconds and RSS
     app = make_wsgi_app(registry)
     if token_file:
-        try:
-            token = TokenFile(token_file)
-        except OSError as e:
-            raise ValueError(f"--metrics-token-file: cannot read {token_file}: {e.strerror or e}") from None
-        except ValueError as e:
-            raise ValueError(f"--metrics-token-file: {e}") from None
-        app = _bearer(app, token)
+        app = _bearer(app, TokenFile.for_option("--metrics-token-file", token_file))
     server = make_server(host, port, app, server_class=Server, handler_class=Quiet)
     thread = threading.Thread(target=server.serve_forever, name="gpu-agent-metrics", daemon=True)
     thread.start()

@@ -236,14 +236,7 @@ def serve(
     """Start the UI in a thread; returns the server (server.url, server.shutdown()).
     Raises ValueError (a bad address or token file) or OSError (the port)."""
     host, port = parse_listen(listen)
-    token = None
-    if token_file:
-        try:
-            token = TokenFile(token_file)
-        except OSError as e:
-            raise ValueError(f"--ui-token-file: cannot read {token_file}: {e.strerror or e}") from None
-        except ValueError as e:
-            raise ValueError(f"--ui-token-file: {e}") from None
+    token = TokenFile.for_option("--ui-token-file", token_file) if token_file else None
     api = Api(Store(store_dir), health=health)
     server = UiServer((host, port), api, token)
     threading.Thread(target=server.serve_forever, name="gpu-agent-ui", daemon=True).start()
