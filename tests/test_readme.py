@@ -1,7 +1,11 @@
 """The README's usage blocks, run as printed, on the mock CUDA stack.
 
-Covered: every line of the sh blocks under "## Try it without a GPU" and "## Use",
-in one bash session per block (so `export` and `$!` carry), as root:
+"## Try it without a GPU" is pasted whole into an interactive bash on a pty, as a
+person pastes it, with no waits of the test's own (paste()); its `make` line is
+tests/test_newcomer.py's. Its UI must serve the workload's intervals.
+
+"## Use": every line of its sh blocks, in one bash session (so `export` and `$!`
+carry), as root:
 - `sudo ` is dropped (CI and these machines run as root, without sudo);
 - `make …` lines are not run here: `make demo` is tests/test_newcomer.py, `make test`
   is CI itself, and `make run` would stay in the foreground;
@@ -20,22 +24,25 @@ tests/test_export.py and tests/test_metrics.py start on their own terms).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
+import time
+
+import pytest
 
 from support.env import MOCK_DIR, REPO, need_ebpf
 from support.pprof_tool import raw
-from support.ui import Ui, http_get
+from support.ui import http_get
 
 import py_workload
 
 SERVERS = [  # (pattern, how we know it is up: a ready line in its output, or a URL)
-    (re.compile(r"\bgpu-agent run\b(?!.*--duration)"), ("line", "gpu-agent: watching every process")),
+    (re.compile(r"\bgpu-agent run\b(?!.*--(duration|detach))"), ("line", "gpu-agent: watching every process")),
     (re.compile(r"\bgpu-agent ui\b"), ("url", "http://127.0.0.1:7071/api/range")),
     (re.compile(r"\bpprof -http :(\d+)"), ("url", "http://127.0.0.1:{0}/")),
 ]
@@ -140,31 +147,88 @@ def run_block(lines: list[str], cwd, logs, **env) -> subprocess.CompletedProcess
     return p
 
 
-def test_the_try_it_without_a_gpu_block_runs_as_printed(tmp_path):
+def paste(lines: list[str], cwd, env: dict, done, timeout: float = 240) -> str:
+    """The lines pasted whole into an interactive bash on a pty, as a person pastes
+    them: no waits of our own, each line read by bash when the one before has
+    finished. done(output so far) says when to stop; then Ctrl-C (a foreground server)
+    and `exit`. Returns what the terminal showed."""
+    import pty
+    import select
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: bash on the pty
+        os.chdir(cwd)
+        os.execvpe("bash", ["bash", "--norc", "--noprofile", "-i"], env)
+    out, end = b"", time.monotonic() + timeout
+    try:
+        os.write(fd, ("\n".join(lines) + "\n").encode())
+        while time.monotonic() < end and not done(out.decode(errors="replace")):
+            if select.select([fd], [], [], 0.2)[0]:
+                try:
+                    out += os.read(fd, 65536)
+                except OSError:  # bash is gone
+                    break
+        os.write(fd, b"\x03")  # Ctrl-C: the foreground server
+        time.sleep(0.5)
+        os.write(fd, b"exit\n")
+        while time.monotonic() < end + 30:
+            if select.select([fd], [], [], 0.2)[0]:
+                try:
+                    chunk = os.read(fd, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                out += chunk
+    finally:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+        os.waitpid(pid, 0)
+        os.close(fd)
+    return out.decode(errors="replace")
+
+
+def test_the_try_it_without_a_gpu_block_works_pasted(tmp_path):
+    """Issue 45: pasted as printed, `run &` returned at once and the workload on the
+    next line was over before the probes watched: every profile was empty. `run
+    --detach` returns once they watch."""
     need_ebpf()
     lines = readme_blocks((REPO / "README.md").read_text())["Try it without a GPU"]
+    lines = [_command(ln) for ln in lines if not re.match(r"(sudo )?make\b", _command(ln))]  # make demo: test_newcomer
+    if _port_busy(7071):
+        pytest.fail("port 7071 is busy: the README's UI needs it")
     shutil.rmtree(REPO / "demo-profiles", ignore_errors=True)
-    try:
-        p = run_block(lines, REPO, tmp_path)
-        assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-3000:])
-        assert [line for line in p.left_out if "make demo" not in line] == [], p.left_out
-        # run found the workload by itself; the UI served its intervals
-        # (in collection windows: which of its phases a window met varies)
-        kernels = {s.frames[0] for f in (REPO / "demo-profiles").glob("*.pb.gz") for s in raw(f)}
-        assert kernels and kernels <= set(py_workload.KERNELS), kernels
-        served = json.loads(next(tmp_path.glob("server*.log.body")).read_text())  # the block's UI came up
-        assert "tree" in served, served
-        # and that store in the UI (the block's UI may have answered before run wrote
-        # its last interval: the workload's windows come out when it exits)
-        ui = Ui(REPO / "demo-profiles")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPU_AGENT_", "MOCK_CUDA_"))}
+    env.pop("CUDA_INJECTION64_PATH", None)
+    env["PS1"] = "$ "
+
+    def served(_out: str) -> bool:  # the block's UI answers, with the workload's intervals
         try:
-            status, _, body = http_get(ui.port, "/api/range")
-        finally:
-            ui.stop()
-        assert status == 200 and any(k in body.decode() for k in kernels), body[:500]
+            status, _, body = http_get(7071, "/api/range")
+        except OSError:
+            return False
+        return status == 200 and any(k in body.decode() for k in py_workload.KERNELS)
+
+    shown = ""
+    try:
+        shown = paste(lines, REPO, env, served)
+        assert served(""), shown[-3000:]
+        # run found the workload by itself
+        kernels = {s.frames[0] for f in (REPO / "demo-profiles").glob("*.pb.gz") for s in raw(f)}
+        assert kernels and kernels <= set(py_workload.KERNELS), (kernels, shown[-3000:])
     finally:
+        agent = re.search(r"watching in the background as pid (\d+)", shown)
+        if agent:
+            os.kill(int(agent[1]), signal.SIGTERM)
+            for _ in range(120):
+                if not os.path.exists(f"/proc/{agent[1]}"):
+                    break
+                time.sleep(0.25)
         shutil.rmtree(REPO / "demo-profiles", ignore_errors=True)
         (REPO / "demo-truth.json").unlink(missing_ok=True)
+    assert agent, shown[-3000:]
 
 
 def test_the_use_block_runs_as_printed(tmp_path):

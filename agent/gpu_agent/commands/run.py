@@ -50,6 +50,12 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--duration", default=None, type=duration, help="stop after this long (default: run until SIGINT/SIGTERM)"
     )
+    p.add_argument(
+        "--detach",
+        action="store_true",
+        help="return once the agent watches, leaving it running in the background (it prints its "
+        "pid: `kill PID` stops it); a job started after this command is profiled",
+    )
     p.add_argument("--shim", default=None, help="shim library to attach to (default: the bundled one)")
     p.add_argument(
         "--discover-interval",
@@ -120,8 +126,76 @@ def said(collector: Collector, outputs: Outputs, shipped, quiet: bool = False) -
     return path
 
 
+# --detach: the agent in the background says on this descriptor that it watches.
+READY_FD_ENV = "GPU_AGENT_READY_FD"
+
+
+def detach(argv: list[str]) -> int:
+    """`run --detach`: the same command without --detach, in a session of its own, with
+    this terminal's stdout and stderr (its lines still show, as with `&`); this one
+    returns once it says it watches, or with its exit code if it ends first (its error
+    already said). A newcomer's `run &` returned at once, and a job started next was
+    over before the probes watched (issue 45)."""
+    import subprocess
+
+    r, w = os.pipe()
+    args = [a for a in argv if a != "--detach"]
+    child = subprocess.Popen(
+        [sys.executable, "-m", "gpu_agent", *args],
+        stdin=subprocess.DEVNULL,
+        pass_fds=(w,),
+        env={**os.environ, READY_FD_ENV: str(w)},
+        start_new_session=True,
+    )
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        ready = f.read(6) == b"ready\n"
+    if not ready:
+        return child.wait()
+    print(f"gpu-agent: watching in the background as pid {child.pid}; `kill {child.pid}` stops it", file=sys.stderr)
+    return 0
+
+
+class _Forgiving:
+    """A detached agent's stderr: the terminal it was started from may close (its
+    writes then fail with EIO), and the agent goes on without its lines."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError:
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError:
+            pass
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _say_ready() -> None:
+    """Tell `run --detach` that the probes watch (READY_FD_ENV), once; from here the
+    agent's lines go to a terminal that may close."""
+    fd = os.environ.pop(READY_FD_ENV, "")
+    if fd.isdigit():
+        try:
+            os.write(int(fd), b"ready\n")
+            os.close(int(fd))
+        except OSError:
+            pass
+        sys.stdout, sys.stderr = _Forgiving(sys.stdout), _Forgiving(sys.stderr)
+
+
 def main(args) -> int:
     preflight.check()
+    if args.detach:
+        return detach(sys.argv[1:])
     shim = Path(args.shim).resolve() if args.shim else shim_path()
     stop = {"now": False}
 
@@ -165,6 +239,7 @@ def main(args) -> int:
         file=sys.stderr,
         flush=True,
     )
+    _say_ready()
     started = time.monotonic()
     beats = health.Beats(args.interval)
     next_window = started + args.interval
