@@ -99,7 +99,7 @@ def page():
 
     with sync_playwright() as p:
         browser = launch_browser(p)
-        pg = browser.new_page(viewport={"width": 1400, "height": 900})
+        pg = browser.new_page(viewport={"width": 1400, "height": 900}, reduced_motion="reduce")
         errors = []
         pg.on("pageerror", lambda e: errors.append(str(e)))
         yield pg

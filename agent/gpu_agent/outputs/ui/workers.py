@@ -19,6 +19,7 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import multiprocessing.connection
+import signal
 import threading
 from array import array
 from pathlib import Path
@@ -35,6 +36,9 @@ WORKER_CATALOG_LIMIT = 500_000
 
 def _serve(conn, directory: str) -> None:
     """A worker: (reset, name) in, (name, reset, decoded or error, new definitions) out."""
+    # Ctrl-C is the UI's to handle (it stops, and these end with their pipe): a worker
+    # that took it too printed a KeyboardInterrupt traceback each.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     gc.disable()  # decoding makes no cycles; the collector only walks the catalog
     store = Store(Path(directory))
     catalog = Catalog()
