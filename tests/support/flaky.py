@@ -59,9 +59,10 @@ test_teardown; 3 to 12 % in test_windows; 10 % per period in test_periods):
   poll that sees a change comes when the host schedules the poller, and the windows
   fall at random slots). Deterministic: the loop's turns by launch count, and the
   judgement against the shim's own cut times.
-- tests/faults/test_http_peers: 200 loopback peer lookups timed with a full socket
+- tests/faults/test_http_peers: test_a_full_socket_table_costs_a_loopback_peer_nothing
+  (200 loopback peer lookups timed with a full socket
   table against the same before it, in the same run (the kernel's exact lookup costs
-  the same either way; the scan it replaced grew 27 x).
+  the same either way; the scan it replaced grew 27 x)).
 Random samples:
 - test_windows::test_reused_correlation_ids_do_not_join_stale_samples: the shim
   samples one launch in 64 at random (seeded from the clock and the thread,
