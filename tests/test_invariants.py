@@ -58,6 +58,7 @@ def test_impossible_records_are_dropped_counted_and_reported(firer, tmp_path):
     assert stats.impossible_records == len(mistimed)
     line = status_line(stats, counters)
     assert "drop_impossible=8" in line, line
+    assert " since start (" in line, line  # a running total, said so (issue 45)
     # The profile holds the honest stream, exactly, and says what it lost.
     kernels = {}
     for s in raw(out):

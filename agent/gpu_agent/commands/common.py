@@ -72,7 +72,8 @@ def status_line(stats, counters: dict) -> str:
     return (
         f"processes={stats.processes} kernels={stats.kernels} "
         f"gpu_time={stats.gpu_ns / 1e6:.3f}ms samples={stats.samples} "
-        f"drops={drops(counters)}{detail}"
+        # drops are counted from the agent's start (the rest of the line is the interval's)
+        f"drops={drops(counters)}{' since start' if dropped else ''}{detail}"
         # Not drops: a windowed record whose sampled launch was older than its
         # window (bpf join guard), counted as unsampled instead.
         + (f" stale_join={counters['stale_join']}" if counters.get("stale_join") else "")
