@@ -109,15 +109,14 @@ double moved(const snap &a, const snap &b, const snap &c) {
     return tv * 0.5;
 }
 
-/* Where the mix changed: of the polls from `from` (a ring index back from the newest)
- * on, MIN_BASE_NS after the period's start at least, the one that splits the period
- * into the most different sides (and CHANGED apart at least). */
-bool locate(uint32_t from, struct ga_mix_change *c) {
+/* Where the mix changed: of the polls kept, MIN_BASE_NS after the period's start at
+ * least, the one that splits the period into the most different sides (and CHANGED
+ * apart at least). */
+bool locate(struct ga_mix_change *c) {
     const snap &cur = g_ring[(g_n - 1) % RING];
     const snap *best = nullptr;
     double best_tv = CHANGED;
-    for (uint32_t k = from; k >= 1; k--) {
-        if (k >= g_n || k >= RING) continue;
+    for (uint32_t k = (g_n < RING ? g_n : RING) - 1; k >= 1; k--) {
         const snap &s = g_ring[(g_n - 1 - k) % RING];
         if (s.t < g_base.t + MIN_BASE_NS) continue;
         double tv = moved(g_base, s, cur);
@@ -141,10 +140,10 @@ bool ga_mix_changed(struct ga_mix_change *c) noexcept {
     const snap &mid = g_ring[(g_n - 1 - k) % RING];
     if (mid.t < g_base.t + MIN_BASE_NS || moved(g_base, mid, cur) < CHANGED) return false;
     /* where it lies: in the recent side, or before it where the cut waited */
-    return locate(RING - 1, c);
+    return locate(c);
 }
 
 bool ga_mix_changed_lately(struct ga_mix_change *c) noexcept {
     if (!ga_cfg.launch_counter || !ga_cfg.mix_cuts || g_n < 2) return false;
-    return locate(RING - 1, c);
+    return locate(c);
 }
