@@ -34,6 +34,7 @@ UNIT_MODULES = {
     "test_pprof",
     "test_python_layout",
     "test_selection",
+    "test_shim_estimator",
     "test_shim_unit",
     "test_symbolize",
     "test_trace_writers",

@@ -12,6 +12,15 @@ set against the launches each path made between its bounds (MOCK_LAUNCH_TRACE: a
 line every 1 000 launches and at each turn): the share of the judged launches that an
 interval put under the wrong kernel.
 
+A third copy (cuts on) moves the launch functions' shares by half, as an H200's
+eager code against its MLP code (an MLP's GEMMs go through cuBLAS's
+`cuLaunchKernelEx`, its GELU through cudart): in every other turn only every other
+launch takes `cuLaunchKernel`. A change then dilutes a period's side before it (the
+shares of a side that holds both moved less than CHANGED), so a change in the first
+300 ms of a period was never seen: on an H200 (eager and MLP every 3 s) one
+interval of 8 read its GPU ns 22.7 % high, its period's eager part weighed with the
+MLP window's kernels.
+
 Where the change lies in a period (the poll that parts it into the most different
 sides, shim/src/mix.cpp), each side goes with a window that saw it: the part before
 to the pending period if the period's window saw the new side (after the change, or
@@ -41,23 +50,34 @@ OPENED = re.compile(r"window opened at ([\d.]+) s")
 CUT = re.compile(r"cut \(pid \d+\): at ([\d.]+) s \(CLOCK_MONOTONIC\)")  # turn 0 (--api), turn 1 (--phases)
 
 
-def per_kernel(trace: list[tuple[float, int]], lo: float, hi: float) -> list[float]:
+LOOPS = {  # name: (GPU_AGENT_MIX_CUTS, the other turns' every EVERY-th launch through cuLaunchKernel)
+    "1": ("1", 1),
+    "0": ("0", 1),
+    "half": ("1", 2),
+}
+
+
+def per_kernel(trace: list[tuple[float, int]], lo: float, hi: float, every: int = 1) -> list[float]:
     """The loop's launches of each kernel in [lo, hi]: each trace segment lies in one
-    turn (the mock writes a line at each turn), linear inside it."""
+    turn (the mock writes a line at each turn), linear inside it; in the other turns
+    1/every of them are cuLaunchKernel's."""
     out, t0 = [0.0, 0.0], trace[0][0]
     for (ta, na), (tb, nb) in zip(trace, trace[1:]):
         if tb <= lo or ta >= hi or tb <= ta:
             continue
-        turn = int(((ta + tb) / 2 - t0) / TURN_S) % 2
-        out[turn] += (nb - na) * (min(tb, hi) - max(ta, lo)) / (tb - ta)
+        n = (nb - na) * (min(tb, hi) - max(ta, lo)) / (tb - ta)
+        if int(((ta + tb) / 2 - t0) / TURN_S) % 2:
+            out[1] += n / every
+            out[0] += n - n / every
+        else:
+            out[0] += n
     return out
 
 
 @pytest.fixture(scope="module")
 def turns(tmp_path_factory, built):
-    """{cuts: (rows, stderr)}: rows [(interval start, end, [launches per kernel in its
-    profile], [the loop's])] on CLOCK_MONOTONIC, for the loop with cuts ("1") and
-    without ("0")."""
+    """{loop: (rows, stderr, trace)}: rows [(interval start, end, [launches per kernel
+    in its profile], [the loop's])] on CLOCK_MONOTONIC, for each of LOOPS."""
     need_ebpf()
     tmp_path = tmp_path_factory.mktemp("turns")
     shim = private_shim(tmp_path / "shim")
@@ -65,7 +85,7 @@ def turns(tmp_path_factory, built):
     agent = Agent(out, "--shim", str(shim), "--discover-interval", "0")
     loops = {}
     try:
-        for cuts in ("1", "0"):
+        for name, (cuts, every) in LOOPS.items():
             env = mock_env(
                 CUDA_INJECTION64_PATH=str(shim),
                 GPU_AGENT_DUTY_CYCLE="10",
@@ -73,11 +93,12 @@ def turns(tmp_path_factory, built):
                 GPU_AGENT_POLL_MS="20",
                 GPU_AGENT_DEBUG="2",
                 GPU_AGENT_MIX_CUTS=cuts,
-                MOCK_LAUNCH_TRACE=str(tmp_path / f"launches-{cuts}.txt"),
+                MOCK_LAUNCH_TRACE=str(tmp_path / f"launches-{name}.txt"),
             )
-            loops[cuts] = subprocess.Popen(
+            loops[name] = subprocess.Popen(
                 [MOCK_APP, "--paths", "cuLaunchKernel", "--bench", str(RATE * LOOP_S), "--rate", str(RATE)]
-                + ["--block", "50", "--api", "cudaLaunchKernel", "--phases", f"{int(TURN_S * 1000)}:cuLaunchKernel"],
+                + ["--block", "50", "--api", "cudaLaunchKernel"]
+                + ["--phases", f"{int(TURN_S * 1000)}:cuLaunchKernel:{every}"],
                 env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
@@ -97,18 +118,18 @@ def turns(tmp_path_factory, built):
     starts = [(profile_start_ns(f) - offset) / 1e9 for f in files]
     ends = starts[1:] + [starts[-1] + profile_duration_s(files[-1])]
     result = {}
-    for cuts, loop in loops.items():
-        text = (tmp_path / f"launches-{cuts}.txt").read_text()
+    for name, loop in loops.items():
+        text = (tmp_path / f"launches-{name}.txt").read_text()
         trace = [(float(t), int(n)) for t, n in (ln.split() for ln in text.splitlines())]
         rows = []
         for f, lo, hi in zip(files, starts, ends):
             got = [0, 0]
             for s in raw(f):
                 if s.labels.get("pid") == str(loop.pid) and s.files and s.files[0] == "CUDA_KERNEL":
-                    name = s.system_names[0] or s.frames[0]
-                    got[1 if KERNELS[1] in name else 0] += s.values[1]
-            rows.append((lo, hi, got, per_kernel(trace, lo, hi)))
-        result[cuts] = rows, errs[cuts], trace
+                    kernel = s.system_names[0] or s.frames[0]
+                    got[1 if KERNELS[1] in kernel else 0] += s.values[1]
+            rows.append((lo, hi, got, per_kernel(trace, lo, hi, LOOPS[name][1])))
+        result[name] = rows, errs[name], trace
     if os.environ.get("DBG"):
         import shutil
 
@@ -134,8 +155,9 @@ def wrong_share(rows, trace) -> tuple[float, list]:
     return sum(wrong) / made, [round(w / sum(t), 3) for w, (*_, t) in zip(wrong, judged)]
 
 
-def test_each_side_of_a_change_gets_its_own_kernels(turns):
-    rows, err, trace = turns["1"]
+@pytest.mark.parametrize("loop", ["1", "half"])
+def test_each_side_of_a_change_gets_its_own_kernels(turns, loop):
+    rows, err, trace = turns[loop]
     share, each = wrong_share(rows, trace)
     # Every turn is followed within half a second by a period's end: a cut (a poll
     # after 60 ms of the new side at least, before or after its period's window), or

@@ -10,7 +10,7 @@
  *   mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel|cuGraphLaunch|cuLaunchKernel-table] [--rate R]
  *                 [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E] [--block B] [--spin-ns S]
  *                 [--work-ns S] [--idle-first-ms M] [--regimes MS:NS] [--end-ms M] [--table-after-ms M]
- *                 [--phases MS:API]
+ *                 [--phases MS:API[:EVERY]]
  *   --cupti-client AT_MS:HOLD_MS  (--bench) another CUPTI client in the process, as
  *                 torch.profiler is: from AT_MS on it tries cuptiSubscribe_v2 every ms
  *                 until CUPTI is free, holds it HOLD_MS, and unsubscribes
@@ -475,6 +475,9 @@ static long g_end_ms;       /* --end-ms: CPU work with no launch after the loop,
 static long g_phase_ms;     /* --phases MS:API: in every other MS ms, launch through API (its own
                              * kernel) instead of --api: a job that runs other code in turns */
 static const char *g_phase_api = "";
+static long g_phase_every = 1; /* --phases MS:API:EVERY: in those turns, only every EVERY-th launch
+                             * goes through API: with 2, the launch functions' shares move by half,
+                             * as eager code's against an MLP's (Linear + GELU) on an H200 */
 
 static long g_client_at_ms = -1, g_client_hold_ms; /* --cupti-client (below) */
 static void cupti_client_tick(double t0);
@@ -550,7 +553,7 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
         if (g_phase_ms > 0) {
             long now_turn = (long)((now_s() - t0) * 1e3 / (double)g_phase_ms);
             if (now_turn != turn && trace) fprintf(trace, "%.6f %ld\n", now_s(), i); /* a line at each turn */
-            turn = now_turn, alt = (int)(turn % 2);
+            turn = now_turn, alt = (int)(turn % 2) && i % g_phase_every == 0;
         }
         if (alt ? alt_rt : rt)
             ck_rt(cudaLaunchKernel((const void *)stub_cudaLaunchKernel, GRID, BLOCK, t.args, 0, (cudaStream_t)t.s),
@@ -660,7 +663,7 @@ static void usage(void)
                     "                     cuLaunchKernel-table] [--rate R]\n"
                     "                     [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E] [--block B] [--spin-ns S]\n"
                     "                     [--work-ns S] [--idle-first-ms M] [--regimes MS:NS] [--end-ms M]\n"
-                    "                     [--table-after-ms M] [--phases MS:API]\n"
+                    "                     [--table-after-ms M] [--phases MS:API[:EVERY]]\n"
                     "                     [--cupti-client AT_MS:HOLD_MS]\n");
     exit(1);
 }
@@ -699,8 +702,12 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--phases")) {
             g_phase_ms = atol(v);
             const char *c = strchr(v, ':');
-            g_phase_api = c ? c + 1 : "";
-            if (g_phase_ms <= 0 || !c) usage();
+            static char phase_api[32];
+            snprintf(phase_api, sizeof phase_api, "%s", c ? c + 1 : "");
+            char *every = strchr(phase_api, ':');
+            if (every) *every = 0, g_phase_every = atol(every + 1);
+            g_phase_api = phase_api;
+            if (g_phase_ms <= 0 || !c || g_phase_every < 1) usage();
         }
         else if (!strcmp(a, "--regimes")) {
             if (sscanf(v, "%ld:%ld", &g_regime_ms, &g_regime_ns) != 2 || g_regime_ms <= 0 || g_regime_ns < 0) usage();

@@ -21,7 +21,14 @@
  * alone, which moves no kernel's share (the span's shape places the launches).
  *
  * A job's mix wanders inside each step, so the recent side spans two polls, and a
- * period only starts to be compared after MIN_BASE_NS. Wrong cuts cost nothing in
+ * period only starts to be compared after MIN_BASE_NS. The recent side may start at
+ * any poll kept that leaves it RECENT_NS, not only the newest: a side before the
+ * change that holds some of the new side's launches moved less than CHANGED (on an
+ * H200, MLP code 200 ms into a period, then eager code at twice its launch rate: the
+ * 300 ms before the newest such poll held 0.75 of eager's function where MLP's half
+ * was 0.5, so the change was never seen, and the period's 1.25 s of eager launches
+ * took the MLP window's kernels: an interval's GPU ns +22.7 %;
+ * tests/test_shim_estimator.py). Wrong cuts cost nothing in
  * fidelity (the two parts are periods like any other); what bounds their cost is
  * window.cpp's rule for cuts (one window at least between two cuts, and a cut after
  * its period's window lengthens the next period by what it cut off).
@@ -37,7 +44,9 @@
 
 namespace {
 constexpr uint64_t RECENT_NS = 200000000ull;   /* the recent side: 200 ms at least */
-constexpr uint64_t MIN_BASE_NS = 300000000ull; /* the period's side before it */
+constexpr uint64_t MIN_BASE_NS = 100000000ull; /* the period's side before it: a slot (the count
+                                                * phase); 300 ms missed a change after a window
+                                                * in the period's second slot */
 constexpr double MIN_HITS = 256;
 constexpr double CHANGED = 0.3; /* eager against an MLP of Linear + GELU: 0.5 */
 /* Polls kept: where a change lies is looked for among them. A cut waits for the
@@ -133,14 +142,15 @@ bool locate(struct ga_mix_change *c) {
 bool ga_mix_changed(struct ga_mix_change *c) noexcept {
     if (!ga_cfg.launch_counter || !ga_cfg.mix_cuts || !g_n) return false;
     const snap &cur = g_ring[(g_n - 1) % RING]; /* the last poll's (ga_mix_sample) */
-    /* the recent side: from the newest poll RECENT_NS before this one */
-    uint32_t k = 1;
-    while (k < g_n && k < RING && cur.t - g_ring[(g_n - 1 - k) % RING].t < RECENT_NS) k++;
-    if (k >= g_n || k >= RING) return false;
-    const snap &mid = g_ring[(g_n - 1 - k) % RING];
-    if (mid.t < g_base.t + MIN_BASE_NS || moved(g_base, mid, cur) < CHANGED) return false;
-    /* where it lies: in the recent side, or before it where the cut waited */
-    return locate(c);
+    /* the recent side: from any poll kept RECENT_NS before this one or more, the
+     * period's MIN_BASE_NS before it */
+    for (uint32_t k = 1; k < g_n && k < RING; k++) {
+        const snap &mid = g_ring[(g_n - 1 - k) % RING];
+        if (mid.t < g_base.t + MIN_BASE_NS) break; /* and every older one */
+        if (cur.t - mid.t >= RECENT_NS && moved(g_base, mid, cur) >= CHANGED)
+            return locate(c); /* where it lies: the best split of all */
+    }
+    return false;
 }
 
 bool ga_mix_changed_lately(struct ga_mix_change *c) noexcept {
