@@ -58,7 +58,7 @@ def rss_mib(pid: int) -> float:
 
 def test_hostile_traces_in_a_served_store_cost_the_ui_nothing(world_dir):
     store = Path(tempfile.mkdtemp(dir=world_dir, prefix="ui-store-"))
-    os.chmod(store, 0o777)
+    os.chmod(store, 0o1777)  # sticky, as /tmp: a store others may write into (store.dir_error)
     w = subprocess.run(
         ["/usr/bin/python3", "-c", WRITE, str(store), *NAMES.values()],
         input=nested_slices(),

@@ -96,6 +96,7 @@ UI = (
     "tests/test_ui_timeline.py",
     "tests/test_readme.py",
     "tests/faults/test_ui_traces.py",
+    "tests/faults/test_ui_store.py",
     "tests/faults/test_http.py",
     "tests/faults/test_http_peers.py",
 )

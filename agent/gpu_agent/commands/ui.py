@@ -8,6 +8,7 @@ its status page then shows; standalone, the status page describes the store alon
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from pathlib import Path
@@ -50,7 +51,12 @@ def add_listen_arguments(p, flag: str, default) -> None:
 def start(store: Path, listen: str, token_file, health=None):
     """Start the server in a thread, or exit 2 with one line; says where it listens."""
     from ..outputs.ui import server
+    from ..profile.store import dir_error
 
+    refused = dir_error(Path(store).resolve())
+    if refused:  # whoever may write the store decides what the UI serves (issue 44)
+        print(f"gpu-agent: error: refusing the profile store: {refused}", file=sys.stderr)
+        raise SystemExit(2)
     try:
         refused = server.exposure_error(listen, token_file)
         if refused:
@@ -60,7 +66,10 @@ def start(store: Path, listen: str, token_file, health=None):
         print(f"gpu-agent: error: cannot serve the UI on {listen}: {e}", file=sys.stderr)
         raise SystemExit(2)
     profiles = srv.api.store.profiles()
-    if profiles and srv.api.store.read(profiles[-1].name) is None:
+    opened = srv.api.store.open(profiles[-1].name) if profiles else None
+    if opened is not None:
+        os.close(opened[0])
+    elif profiles:
         print(
             f"gpu-agent: warning: cannot read {profiles[-1].name} in {store} (the agent writes "
             "its profiles readable by root only): run the UI as root, or beside the agent "

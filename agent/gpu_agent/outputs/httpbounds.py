@@ -26,6 +26,8 @@ import threading
 from collections import Counter
 from typing import Optional
 
+from ..system.safe_open import trusted_uids
+
 MAX_CONNECTIONS = 32
 PER_PEER_CONNECTIONS = 8
 TIMEOUT_S = 10.0
@@ -228,9 +230,7 @@ class TokenFile:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise ValueError(f"{self.path} is not a regular file")
-            sudo = os.environ.get("SUDO_UID", "")
-            owners = {0, os.geteuid()} | ({int(sudo)} if sudo.isdigit() else set())
-            if st.st_uid not in owners or st.st_mode & 0o077:
+            if st.st_uid not in trusted_uids() or st.st_mode & 0o077:
                 raise ValueError(
                     f"{self.path} must be root's, this user's or sudo's invoker's, and no one else's "
                     "(chmod 600; a Kubernetes secret: defaultMode 0400)"

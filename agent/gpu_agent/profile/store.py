@@ -10,7 +10,11 @@ store of thousands of files never opens one. A Perfetto trace that `record` or
 
 Read-only and confined: names are matched against those two patterns (no slash, no
 "..", no other file), and files are opened without following a symlink, as regular
-files only, without blocking (safe_open.py).
+files only (checked on the open file), without blocking (safe_open.py), and read
+only up to a bound the caller gives. The directory itself must be root's, the
+reader's own or sudo's invoker's, and writable by no one else unless sticky
+(dir_error): whoever may write it decides what the UI serves (issue 44). Files in a
+sticky directory may still be another user's, so every read stays bounded.
 """
 
 from __future__ import annotations
@@ -18,13 +22,14 @@ from __future__ import annotations
 import calendar
 import os
 import re
+import stat
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..system.safe_open import open_regular
+from ..system.safe_open import open_regular, trusted_uids
 
 PROFILE_SUFFIX = ".pb.gz"
 TRACE_SUFFIX = ".perfetto-trace"
@@ -120,18 +125,25 @@ class Store:
         """Files whose window ended in (from_ns, to_ns]: adjacent ranges share none."""
         return [f for f in (self.traces() if traces else self.profiles()) if from_ns < f.end_ns <= to_ns]
 
-    def read(self, name: str, limit: int = -1) -> Optional[bytes]:
-        """The bytes of one store file (at most limit + 1 of them, limit >= 0), or None:
-        a name of another form, a symlink, a FIFO, a file that went away. The name
-        never leaves the directory."""
+    def open(self, name: str) -> Optional[tuple[int, os.stat_result]]:
+        """(fd, its fstat) of one store file, or None: a name of another form, a
+        symlink (O_NOFOLLOW), a FIFO or anything but a regular file (checked on the
+        open file), a file that went away. The name never leaves the directory. The
+        caller owns the fd."""
         if time_of(name) is None:
             return None
-        opened = open_regular(str(self.dir / name), follow_symlinks=False)
+        return open_regular(str(self.dir / name), follow_symlinks=False)
+
+    def read(self, name: str, limit: int) -> Optional[bytes]:
+        """The bytes of one store file, at most limit + 1 of them (more than limit: the
+        caller refuses it), or None as open() says. Never the whole of a file of
+        unknown size: the store may be written by others (a 2 GiB sparse file)."""
+        opened = self.open(name)
         if opened is None:
             return None
         fd, _st = opened
         with os.fdopen(fd, "rb") as f:
-            return f.read() if limit < 0 else f.read(limit + 1)
+            return f.read(limit + 1)
 
     def summary(self) -> dict:
         """What the status page says of the store itself."""
@@ -145,3 +157,34 @@ class Store:
             "first_ns": profiles[0].end_ns if profiles else None,
             "last_ns": profiles[-1].end_ns if profiles else None,
         }
+
+
+def dir_error(directory: Path) -> Optional[str]:
+    """Why the UI may not serve this store, or None (also for a store not made yet:
+    `run` makes it). Checked on the opened directory (no window between check and
+    use): it must be root's, this user's or sudo's invoker's (the owner decides what
+    it holds), and not writable by group or others unless sticky (as /tmp: others
+    may add files, never replace or remove the owner's). Owners as TokenFile's."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return f"cannot open {directory}: {e.strerror or e}"
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    owners = trusted_uids()
+    if st.st_uid not in owners:
+        return (
+            f"{directory} is uid {st.st_uid}'s: the UI serves a store of "
+            f"uid {', '.join(map(str, sorted(owners)))} only (its owner decides what it serves)"
+        )
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        who = "group and others" if st.st_mode & 0o022 == 0o022 else "others" if st.st_mode & 0o002 else "its group"
+        return (
+            f"{directory} is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o}), who could replace "
+            "its files: chmod go-w, or +t as /tmp"
+        )
+    return None

@@ -37,6 +37,14 @@ def open_regular(path: str, follow_symlinks: bool = True) -> Optional[tuple[int,
     return fd, st
 
 
+def trusted_uids() -> frozenset[int]:
+    """Whose files and directories a command takes as its own: root's, its own user's
+    (the effective uid) and, run through sudo, its invoker's (SUDO_UID). The UI's and
+    /metrics' token files and the UI's store must be theirs (issue 44)."""
+    sudo = os.environ.get("SUDO_UID", "")
+    return frozenset({0, os.geteuid()} | ({int(sudo)} if sudo.isdigit() else set()))
+
+
 def invoker() -> Optional[tuple[int, set[int]]]:
     """(uid, gids) of the user who ran this root process through sudo; None when
     not root or not run through sudo (then the process reads as itself)."""

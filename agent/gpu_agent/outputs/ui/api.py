@@ -11,10 +11,16 @@
   /download/profile.pb.gz          the merged range as one pprof (filters applied)
   /download/trace.perfetto-trace   the range's Perfetto traces, where the store has them
   /files/NAME      one store file as it is
+
+A download and /files send store files as they are, never holding one in memory
+(Stream); everything else reads a store file only up to a bound (profiles.py,
+timeline.py).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 import time
 from http import HTTPStatus
@@ -28,6 +34,65 @@ from .timeline import MAX_BYTES as MAX_TRACE_BYTES, TraceError, read_kernels
 
 MAX_BARS = 360  # the chart's bars; longer ranges sum neighbouring intervals
 WARM_PAUSE_S = 5.0  # how often the warmer looks for new windows
+log = logging.getLogger("gpu_agent.ui")
+
+
+class Stream:
+    """A response body of store files, sent from the files as they are (sendfile(2)),
+    one after another, never read into memory: /files of a 2 GiB sparse file took the
+    UI to 4.24 GB, and the trace download joined every trace of the range in memory
+    (issue 44). Each file is opened without following a link and checked a regular
+    file on the open fd (Store.open); its fstat gives its size, and exactly that many
+    bytes of it are sent (a file that grows is cut there). keep_open holds each file
+    open from here to the send (one file: /files); otherwise each is opened again
+    when its turn comes (a download of many traces holds one fd), and must be the
+    same file (device, inode) with at least that size, or the response stops short of
+    its Content-Length, which the client sees as a failed download."""
+
+    def __init__(self, store: Store, names: list[str], keep_open: bool):
+        self.store = store
+        self.parts: list[list] = []  # [name, size, (dev, ino), fd or None]
+        for name in names:
+            opened = store.open(name)
+            if opened is None:
+                continue  # rotated away or not a regular file: left out, as before
+            fd, st = opened
+            if not keep_open:
+                os.close(fd)
+                fd = None
+            self.parts.append([name, st.st_size, (st.st_dev, st.st_ino), fd])
+        self.length = sum(p[1] for p in self.parts)
+
+    def send(self, sock) -> bool:
+        """Every part to the socket; False if one could not be sent whole (the caller
+        closes the connection). Closes what it opened."""
+        try:
+            for part in self.parts:
+                name, size, ident, fd = part
+                part[3] = None
+                if fd is None:
+                    opened = self.store.open(name)
+                    if opened is None:
+                        log.warning("ui: %s went away during its download", name)
+                        return False
+                    fd, st = opened
+                    if (st.st_dev, st.st_ino) != ident or st.st_size < size:
+                        os.close(fd)
+                        log.warning("ui: %s was replaced during its download", name)
+                        return False
+                with os.fdopen(fd, "rb") as f:
+                    if size and sock.sendfile(f, 0, size) != size:  # count 0 would mean "to EOF"
+                        log.warning("ui: %s shrank while it was sent", name)
+                        return False
+            return True
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        for part in self.parts:
+            if part[3] is not None:
+                os.close(part[3])
+                part[3] = None
 
 
 class BadRequest(Exception):
@@ -158,7 +223,8 @@ class Api:
                 "cached_rows": self.cache.rows(),
                 "warmed_files": self.warmed,
                 "warm_seconds": (None if self.warm_done_at is None else round(self.warm_done_at - self.started_at, 2)),
-                "unreadable": dict(list(self.cache.unreadable.items())[-20:]),
+                "unreadable": self.cache.unreadable_latest(20),
+                "unreadable_files": self.cache.unreadable_total,
             },
             "now_ms": int(time.time() * 1000),
         }
@@ -338,29 +404,29 @@ class Api:
         )
 
     def download_trace(self, params: dict):
-        """The range's trace files, concatenated: a Perfetto trace is a stream of
-        TracePacket fields, so traces appended to one another are one valid trace."""
+        """The range's trace files, concatenated as they are sent (Stream): a Perfetto
+        trace is a stream of TracePacket fields, so traces appended to one another are
+        one valid trace."""
         from_ms, to_ms, _files = self._files(params)
         traces = self.store.in_range(from_ms * 1_000_000, to_ms * 1_000_000, traces=True)
-        parts = [self.store.read(f.name) for f in traces]
-        parts = [p for p in parts if p is not None]
-        if not parts:
+        body = Stream(self.store, [f.name for f in traces], keep_open=False)
+        if not body.parts:
             raise BadRequest("no Perfetto trace in this range", HTTPStatus.NOT_FOUND)
         name = range_name(_stamp(from_ms), _stamp(to_ms), TRACE_SUFFIX)
         return (
             HTTPStatus.OK,
-            b"".join(parts),
+            body,
             "application/octet-stream",
             {"Content-Disposition": f'attachment; filename="{name}"'},
         )
 
     def file(self, name: str):
-        data = self.store.read(name)  # None for any name that is not a store file's
-        if data is None:
+        body = Stream(self.store, [name], keep_open=True)  # nothing for a name that is not a store file's
+        if not body.parts:
             raise BadRequest("no such file in the store", HTTPStatus.NOT_FOUND)
         return (
             HTTPStatus.OK,
-            data,
+            body,
             "application/octet-stream",
             {"Content-Disposition": f'attachment; filename="{name}"'},
         )

@@ -27,6 +27,14 @@ from ...proto import profile_pb2
 from .catalog import Catalog, DecodedProfile, Numbered, labels_of, mapping_spec
 from .views import FlatLocations, FlatSamples, RawProfile
 
+# One sample's frames and labels (the agent's: at most 127 native frames and the Python
+# ones above them, about 10 labels): past either, profiles.decode refuses the file
+# before its stack or label set is built and kept (16 MiB of one sample's location
+# ids took 547 MiB). A chunk of location ids holds at most one id a byte: one within
+# MAX_STACK bytes is within the bound; a longer one goes to the general path, which counts.
+MAX_STACK = 4_096
+MAX_LABELS = 256
+
 # Joined after every sample: a label that no writer produces (0xff is no valid
 # protobuf tag). The joined labels then split on it into one group per sample.
 _END = b"\x1a\x01\xff"
@@ -59,6 +67,8 @@ def decode_numbered(data: bytes, catalog: Catalog) -> Optional[DecodedProfile]:
     groups = (b"\x00".join(flat.label[:]) + b"\x00").split(_GROUP_END)
     if len(chunks) != n or len(values) != 2 * n or len(groups) != n + 1:
         return None
+    if len(flat.label) > MAX_LABELS * n or any(len(c) > MAX_STACK for c in chunks):
+        return None  # perhaps past the bounds of a sample: the general path counts exactly
     out = DecodedProfile(
         p.time_nanos, p.duration_nanos, tuple(c for c in comments if not c.startswith(NUMBERING_COMMENT))
     )

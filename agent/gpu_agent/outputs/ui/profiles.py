@@ -12,14 +12,15 @@ re-filtered, re-ranged and diffed from memory.
 
 from __future__ import annotations
 
-import gzip
 import os
+import sys
 import threading
+import zlib
 from collections import OrderedDict
 from typing import Optional
 
 from .catalog import Catalog, DecodedProfile, labels_of, mapping_spec
-from .numbered import decode_numbered
+from .numbered import MAX_LABELS, MAX_STACK, decode_numbered
 from ...profile.store import Store, StoreFile
 from .views import ProfileView
 
@@ -30,14 +31,99 @@ DEFAULT_CATALOG_LIMIT = 500_000
 # A range asked for while the decoding processes start waits this long for them.
 POOL_START_WAIT_S = 3.0
 
+# One store file's bounds. The store may hold other users' files (a sticky directory,
+# store.dir_error): a 2 MB gzip that inflated to 2 GiB took `gpu-agent ui` to 2.6 GB
+# before any request (issue 44). The agent's own windows are far below them: the
+# benchmark's busy window (50 processes, 1 500 samples) is 46 KiB gzipped, about
+# 0.25 MiB inflated, and a window holds at most 16 384 aggregated and 32 768 sampled
+# rows (bpf/maps.h), about 8 MiB inflated at that size a row.
+MAX_PROFILE_BYTES = 16 << 20  # bytes read of one file, gzip or not
+MAX_INFLATED = 16 << 20  # bytes it may inflate to (read a piece at a time, stopped there)
+# protobuf's parse costs up to 30 bytes per byte of tiny messages (16 MiB of empty
+# samples: 384 MiB), so past SCAN_FROM bytes the top-level fields are counted
+# first (0.3-1.5 s for a million, in Python; files this large are rare) and a file
+# of more than MAX_FIELDS samples, locations, functions, mappings and strings in all is
+# refused before it is parsed. Within a field, parsing costs at most ~8 bytes a byte.
+SCAN_FROM = 1 << 20
+MAX_FIELDS = 1_000_000
+# Unreadable files named on stderr, one line each; the rest are only counted (the
+# status page lists the latest).
+MAX_WARNINGS = 10
+MAX_UNREADABLE_KEPT = 1_000
+
+
+def inflate(data: bytes, limit: int = MAX_INFLATED) -> bytes:
+    """A gzip file's contents (every member, as gzip.decompress), at most limit bytes:
+    ValueError past them, having inflated no more than limit + 1."""
+    out, size = [], 0
+    while data[:2] == b"\x1f\x8b":
+        z = zlib.decompressobj(wbits=31)
+        try:
+            part = z.decompress(data, limit + 1 - size)
+        except zlib.error as e:
+            raise ValueError(f"not a gzip file: {e}") from None
+        size += len(part)
+        if size > limit:
+            raise ValueError(f"inflates past {limit >> 20} MiB, more than the UI reads")
+        out.append(part)
+        if not z.eof:
+            raise ValueError("not a gzip file: cut short")
+        data = z.unused_data
+    return b"".join(out)
+
+
+def _count_fields(data: bytes, limit: int) -> int:
+    """The top-level fields of a protobuf message, counted up to limit + 1 (then it
+    stops): each one a Python step, no object."""
+    i, n, end = 0, 0, len(data)
+    while i < end and n <= limit:
+        tag, i = _varint(data, i)
+        kind = tag & 7
+        if kind == 2:
+            length, i = _varint(data, i)
+            i += length
+        elif kind == 0:
+            _, i = _varint(data, i)
+        elif kind in (1, 5):
+            i += 8 if kind == 1 else 4
+        else:
+            raise ValueError(f"not a pprof profile: wire type {kind} at byte {i}")
+        n += 1
+    if i > end:
+        raise ValueError("not a pprof profile: a field runs past the end")
+    return n
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    v = shift = 0
+    while i < len(data) and shift < 64:
+        b = data[i]
+        v |= (b & 0x7F) << shift
+        i += 1
+        if not b & 0x80:
+            return v, i
+        shift += 7
+    raise ValueError("not a pprof profile: a varint runs past the end")
+
+
+def read_profile(store: Store, name: str) -> Optional[bytes]:
+    """One store file's bytes, at most MAX_PROFILE_BYTES (ValueError past them), or
+    None if it cannot be opened (Store.open)."""
+    data = store.read(name, MAX_PROFILE_BYTES)
+    if data is not None and len(data) > MAX_PROFILE_BYTES:
+        raise ValueError(f"more than {MAX_PROFILE_BYTES >> 20} MiB, more than the UI reads")
+    return data
+
 
 def decode(data: bytes, catalog: Catalog) -> DecodedProfile:
-    """A pprof (gzip or not) as rows of catalog ids. Raises ValueError if it is none."""
+    """A pprof (gzip or not) as rows of catalog ids. Raises ValueError if it is none,
+    or if it is past the bounds above (nothing is parsed then)."""
     if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as e:
-            raise ValueError(f"not a gzip file: {e}") from None
+        data = inflate(data)
+    elif len(data) > MAX_INFLATED:
+        raise ValueError(f"more than {MAX_INFLATED >> 20} MiB, more than the UI reads")
+    if len(data) > SCAN_FROM and _count_fields(data, MAX_FIELDS) > MAX_FIELDS:
+        raise ValueError(f"more than {MAX_FIELDS:,} samples, locations, functions and strings, more than the UI reads")
     numbered = decode_numbered(data, catalog)
     if numbered is not None:
         return numbered
@@ -89,6 +175,10 @@ def decode(data: bytes, catalog: Catalog) -> DecodedProfile:
         stacks, labelsets, gpu, launches, pcs = out.stacks, out.labelsets, out.gpu_ns, out.launches, out.pc_samples
         two_values = gpu_i == 0 and launch_i == 1
         for sample in p.sample:
+            if len(sample.location_id) > MAX_STACK or len(sample.label) > MAX_LABELS:
+                raise ValueError(
+                    f"a sample of more than {MAX_STACK} frames or {MAX_LABELS} labels, more than the UI reads"
+                )
             try:
                 locs = tuple(map(to_location, sample.location_id[:]))
             except (KeyError, IndexError, TypeError):  # an id the file does not define: skip it
@@ -139,7 +229,32 @@ class ProfileCache:
         # (GPU ns, launches) of every file decoded so far, kept after its rows are
         # evicted: the interval chart of a long range needs only these.
         self._totals: dict[tuple, tuple[int, int, int]] = {}
-        self.unreadable: dict[str, str] = {}  # name -> why, for the status page
+        self.unreadable: OrderedDict[str, str] = OrderedDict()  # name -> why, the latest, for the status page
+        self.unreadable_total = 0  # files refused or unreadable, each counted once
+        self.warned = 0  # of them named on stderr
+
+    def _unreadable(self, name: str, why: str, say: bool = True) -> None:
+        """A file skipped: kept for the status page (the latest MAX_UNREADABLE_KEPT),
+        counted, and, the first MAX_WARNINGS times, one line on stderr."""
+        with self._lock:
+            if name in self.unreadable:
+                self.unreadable.move_to_end(name)
+                self.unreadable[name] = why
+                return
+            self.unreadable[name] = why
+            self.unreadable_total += 1
+            while len(self.unreadable) > MAX_UNREADABLE_KEPT:
+                self.unreadable.popitem(last=False)
+            if not say or self.warned > MAX_WARNINGS:
+                return
+            self.warned += 1
+            last = self.warned > MAX_WARNINGS
+        line = (
+            "gpu-agent: warning: ui: more files skipped: the status page counts them (unreadable)"
+            if last
+            else f"gpu-agent: warning: ui: skipped {name}: {why}"
+        )
+        print(line.replace("\n", " "), file=sys.stderr, flush=True)
 
     def get(self, f: StoreFile) -> Optional[DecodedProfile]:
         key = (f.name, f.size, f.mtime_ns)
@@ -154,17 +269,20 @@ class ProfileCache:
                 return hit
             if len(self.catalog.stacks) + len(self.catalog.labelsets) > self.catalog_limit:
                 self._restart()
-            data = self.store.read(f.name)
-            if data is None:
-                if os.path.lexists(self.store.dir / f.name):  # not rotated away: say why it is missing
-                    self.unreadable[f.name] = (
-                        "cannot open: not readable by this user (the agent writes mode 0600), or not a regular file"
-                    )
-                return None
             try:
+                data = read_profile(self.store, f.name)
+                if data is None:
+                    if os.path.lexists(self.store.dir / f.name):  # not rotated away: say why it is missing
+                        self._unreadable(
+                            f.name,
+                            "cannot open: not readable by this user (the agent writes mode 0600), "
+                            "or not a regular file",
+                            say=False,  # ui.start says it once for the store
+                        )
+                    return None
                 decoded = decode(data, self.catalog)
             except ValueError as e:
-                self.unreadable[f.name] = str(e)
+                self._unreadable(f.name, str(e))
                 return None
             self._insert(key, decoded)
         return decoded
@@ -228,9 +346,13 @@ class ProfileCache:
                 if decoded is not None:
                     self._insert(keys[f.name], decoded)
                 elif error != "unreadable":
-                    self.unreadable[f.name] = error  # "unreadable": get() says why
+                    self._unreadable(f.name, error)  # "unreadable": get() says why
 
             pool.decode(missing, self.catalog, on_file)
+
+    def unreadable_latest(self, n: int) -> dict[str, str]:
+        with self._lock:
+            return dict(list(self.unreadable.items())[-n:])
 
     def forget_gone(self, present: list[StoreFile]) -> None:
         """Drop the totals of files rotated out of the store (an agent's UI runs for months)."""

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import threading
 import time
@@ -31,8 +30,9 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..httpbounds import BoundedThreads, TokenFile
+from ...system.safe_open import trusted_uids
 from ..httpbounds import is_loopback as ip_is_loopback
-from .api import Api, BadRequest
+from .api import Api, BadRequest, Stream
 from ...profile.store import Store
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -70,11 +70,7 @@ def is_loopback(host: str) -> bool:
 def own_uids() -> frozenset:
     """Who a loopback UI without a token serves: root, its own user, and the user
     who ran it through sudo."""
-    uids = {0, os.geteuid()}
-    sudo = os.environ.get("SUDO_UID", "")
-    if sudo.isdigit():
-        uids.add(int(sudo))
-    return frozenset(uids)
+    return trusted_uids()
 
 
 class UiServer(BoundedThreads, ThreadingHTTPServer):
@@ -190,6 +186,8 @@ class Handler(BaseHTTPRequestHandler):
         except Exception:
             log.exception("ui: %s failed", self.path)
             return self._send(HTTPStatus.INTERNAL_SERVER_ERROR, b"internal error\n", "text/plain", head=head)
+        if isinstance(body, Stream):
+            return self._stream(status, body, ctype, head, extra)
         if isinstance(body, (dict, list)):
             body = json.dumps(body, separators=(",", ":")).encode()
             ctype = "application/json"
@@ -206,10 +204,27 @@ class Handler(BaseHTTPRequestHandler):
             )
         self._send(HTTPStatus.OK, body, ctype, head=head)
 
+    def _stream(self, status, body: Stream, ctype: str, head: bool, extra: Optional[dict]) -> None:
+        """Store files sent from their fds (api.Stream), never held in memory."""
+        try:
+            self._headers(status, ctype, body.length, extra)
+            if not head and not body.send(self.connection):
+                self.close_connection = True  # short of its Content-Length: the client sees it failed
+        except OSError as e:  # the client went away (a download cancelled)
+            log.debug("ui: %s: %s", self.path, e)
+            self.close_connection = True
+        finally:
+            body.close()
+
     def _send(self, status, body: bytes, ctype: str, head: bool = False, extra: Optional[dict] = None) -> None:
+        self._headers(status, ctype, len(body), extra)
+        if not head:
+            self.wfile.write(body)
+
+    def _headers(self, status, ctype: str, length: int, extra: Optional[dict]) -> None:
         self.send_response(status)
         self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(length))
         self.send_header("Cache-Control", "no-store")
         self.send_header("X-Content-Type-Options", "nosniff")
         self.send_header("X-Frame-Options", "DENY")
@@ -222,8 +237,6 @@ class Handler(BaseHTTPRequestHandler):
         for k, v in (extra or {}).items():
             self.send_header(k, v)
         self.end_headers()
-        if not head:
-            self.wfile.write(body)
 
 
 def serve(

@@ -9,8 +9,8 @@ sending back the rows and only what its catalog gained since its last answer
 (frames, stacks, label sets). The server's catalog interns those once and maps each
 worker's ids to its own, so a decoded file costs it a few array look-ups.
 
-Each worker reads the files itself, through Store.read (names matched, no symlink
-followed): a request carries a name, never bytes. Answers arrive on one pipe per
+Each worker reads the files itself, through profiles.read_profile (names matched, no
+symlink followed, bounded): a request carries a name, never bytes. Answers arrive on one pipe per
 worker, in the order it sent them, which is the order their definitions build on.
 """
 
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Optional
 
 from .catalog import Catalog, DecodedProfile
-from .profiles import decode
+from .profiles import decode, read_profile
 from ...profile.store import Store, StoreFile
 
 WORKERS = 2
@@ -53,11 +53,11 @@ def _serve(conn, directory: str) -> None:
         reset, name = msg
         if reset or len(catalog.stacks) + len(catalog.labelsets) > WORKER_CATALOG_LIMIT:
             catalog, sent, reset = Catalog(), [0, 0, 0], True
-        data = store.read(name)
-        if data is None:
-            conn.send((name, reset, None, "unreadable", None))
-            continue
         try:
+            data = read_profile(store, name)
+            if data is None:
+                conn.send((name, reset, None, "unreadable", None))
+                continue
             decoded = decode(data, catalog)
         except ValueError as e:
             conn.send((name, reset, None, str(e), None))

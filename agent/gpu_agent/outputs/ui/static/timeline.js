@@ -123,7 +123,8 @@ function drawTimeline() {
     (d.truncated ? ` (the first ${NUMBER.format(d.kernels.length)} of ${NUMBER.format(d.total)})` : "") +
     (d.inkernel.length ? `; ${NUMBER.format(d.inkernel.length)} in-kernel events` +
       (d.inkernel_total > d.inkernel.length ? ` of ${NUMBER.format(d.inkernel_total)}` : "") : "") +
-    (TL.highlight ? `; ${NUMBER.format(all)} of ${TL.highlight}` : "");
+    (TL.highlight ? `; ${NUMBER.format(all)} of ${TL.highlight}` : "") +
+    (d.ignored ? `; ${d.ignored}` : "");
   Object.assign(info.dataset, { kernels: d.kernels.length, rows, drawn, highlighted: all, lit,
     inkernel: d.inkernel.length, drawnInkernel: inner });
 }

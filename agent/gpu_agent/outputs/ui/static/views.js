@@ -111,7 +111,7 @@ function renderStatus(s) {
     ["first window", st.first_ns ? fmtTime(st.first_ns / 1e6) + " UTC" : "–"],
     ["last window", st.last_ns ? fmtTime(st.last_ns / 1e6) + " UTC" : "–"],
     ["decoded (cached)", `${s.ui.cached_files} profiles, ${s.ui.cached_rows} rows`],
-    ["unreadable files", Object.keys(s.ui.unreadable).length],
+    ["unreadable files", s.ui.unreadable_files ?? Object.keys(s.ui.unreadable).length],
   ])];
   parts.push(el("h3", {}, "Agent"));
   if (!s.agent_attached) {
