@@ -255,7 +255,9 @@ RULES: tuple[tuple[str, tuple[str, ...] | str, str], ...] = (
     ("agent/gpu_agent/outputs/metrics.py", METRICS, "/metrics"),
     (
         "agent/gpu_agent/proto/*",
-        EXPORT + ("tests/test_pprof.py", "tests/test_ui.py", "tests/test_run.py", "tests/test_cli_errors.py"),
+        EXPORT
+        + ("tests/test_pprof.py", "tests/test_ui.py", "tests/test_run.py", "tests/test_cli_errors.py")
+        + ("tests/faults/test_ui_store.py",),
         "the protos",
     ),
     ("agent/gpu_agent/commands/*", CLI + ("tests/test_install_shim.py",), "the commands"),
