@@ -121,7 +121,8 @@ def test_a_stop_loses_nothing(paced_run):
     assert abs(seen / made - 1) < 0.01, (seen, made, rows)
 
 
-def test_a_short_process_is_counted_whole(tmp_path, built):
+@pytest.mark.parametrize("counter", ["1", "0"], ids=["launch-counter", "clocks"])
+def test_a_short_process_is_counted_whole(tmp_path, built, counter):
     """A 2 s closed loop whose windows slow its launches (as kernel activity does on a
     GPU), under `record --budget 2`. Checked against the shim's own arithmetic (its
     period lines, GPU_AGENT_DEBUG=2), which the host's load cannot move:
@@ -137,7 +138,13 @@ def test_a_short_process_is_counted_whole(tmp_path, built):
     that on a GPU)."""
     need_ebpf()
     gt, out = tmp_path / "truth.tsv", tmp_path / "short.pb.gz"
-    env = mock_env(gt, MOCK_CUPTI_ACTIVITY_LAUNCH_NS="8000", MOCK_CUPTI_CALLBACK_NS="150", GPU_AGENT_DEBUG="2")
+    env = mock_env(
+        gt,
+        MOCK_CUPTI_ACTIVITY_LAUNCH_NS="8000",
+        MOCK_CUPTI_CALLBACK_NS="150",
+        GPU_AGENT_DEBUG="2",
+        GPU_AGENT_LAUNCH_COUNTER=counter,
+    )
     env.pop("GPU_AGENT_DUTY_CYCLE")
     p = subprocess.run(
         agent_cmd("record", "--budget", "2", "-o", out, "--", MOCK_APP, "--paths", "cuLaunchKernel")
@@ -158,8 +165,13 @@ def test_a_short_process_is_counted_whole(tmp_path, built):
     # Until three tails have measured the callbacks' cost, at most 300 ns a launch is
     # taken out of the first period's count phase (none before its first tail, which
     # may or may not have ended by then); K_CB's guess took out 1 280 ns here.
+    # Where the launch counter gave the period's rest (hook_used), its rate is measured,
+    # not the count phase's corrected: the two then differ by the load's swings (a
+    # parallel run of the suite: 151 518 against 192 692 a second). Without it
+    # (clocks), the rest is the count phase's rate, corrected.
     rest, count = lines[0].rest_rate, lines[0].count_rate
-    assert count > 0 and 1e9 / count - 1e9 / rest <= 301, lines[0]
+    assert counter == "1" or not lines[0].hook_used, lines[0]
+    assert count > 0 and (lines[0].hook_used or 1e9 / count - 1e9 / rest <= 301), lines[0]
     made = sum(n for n, _ in ground_truth(gt).values())
     assert 0.5 < seen / made < 1.5, (seen, made)  # the order of magnitude, whatever the load
 
