@@ -69,3 +69,48 @@ def test_impossible_records_are_dropped_counted_and_reported(firer, tmp_path):
     proto = builder.to_proto()
     comments = [proto.string_table[c] for c in proto.comment]
     assert any("drop_impossible=8" in c for c in comments), comments
+
+
+def test_lost_records_are_bounded_by_the_interval_and_the_process_s_gpus(tmp_path):
+    """Issue 44, item 5, without eBPF: a process's lost records stand for at most the
+    interval's length x its GPUs x MAX_RECORDS_PER_GPU_SECOND launches; past that they
+    are refused, the records kept in proportion to the launches (a window's weight
+    multiplies them); a record sent with the lost rows' kernel id is made one of them.
+    tests/faults/test_hostile_probes.py fires the same through the real shim."""
+    from gpu_agent.join import invariants as I
+    from gpu_agent.probes.devices import NODE_GPUS_UNKNOWN, node_gpus
+    from gpu_agent.probes.drain import AggKey, AggVal
+
+    R, D = I.MAX_RECORDS_PER_GPU_SECOND, C.KERNEL_DROPPED
+    assert I.drop_bound(2_000_000_000, 3) == 6 * R and I.drop_bound(500_000_000, 0) == R // 2
+    honest = AggKey(1, 0, 0, 0, D, 0)
+    forged = AggKey(2, 0, 0, 0, D, 0)
+    weighted = AggKey(3, 0, 0, 0, D, 0)
+    kernel = AggKey(2, 5, 7, 0, GOOD, 0)
+    totals = {
+        honest: AggVal(0, R, 0, R),  # within one GPU's second
+        forged: AggVal(0, 1 << 24, 0, 1 << 24),  # 8 seconds' worth
+        weighted: AggVal(0, 64, 0, 64 << 20),  # 64 records of 2^20 launches each
+        kernel: AggVal(100, 1, 100, 1),
+    }
+    out, res = I.bound_drops(totals, 1_000_000_000, {1: 1, 2: 2, 3: 1})
+    assert out[honest] == totals[honest] and out[kernel] == totals[kernel]
+    assert out[forged] == AggVal(0, 2 * R, 0, 2 * R)  # its two GPUs' worth
+    assert out[weighted] == AggVal(0, 2, 0, R)
+    assert res.kept == {1: R, 2: 2 * R, 3: 2} and res.kept_launches == {1: R, 2: 2 * R, 3: R}
+    assert res.refused == {2: (1 << 24) - 2 * R, 3: 62}
+
+    # A record with the lost rows' kernel id: no GPU time, no span, no stack, one row.
+    spanned = AggKey(4, 3, 9, 1, D, 0, 0, 0, 77, 10, 20)
+    t, s = I.sanitize_dropped(
+        {spanned: AggVal(5_000, 2, 50_000, 20), AggKey(4, 0, 0, 0, D, 0, 0, 0, 77): AggVal(0, 1, 0, 1)},
+        {spanned._replace(stack_id=8): AggVal(5_000, 2, 50_000, 20)},
+    )
+    assert t == {AggKey(4, 0, 0, 0, D, 0, 0, 0, 77): AggVal(0, 3, 0, 21)} and s == {}
+
+    # The node's GPUs: the driver's one /proc directory a GPU, else an HGX board's 8.
+    gpus = tmp_path / "gpus"
+    assert node_gpus(str(gpus)) == NODE_GPUS_UNKNOWN == 8
+    for bus in ("0000:18:00.0", "0000:2a:00.0"):
+        (gpus / bus).mkdir(parents=True)
+    assert node_gpus(str(gpus)) == 2

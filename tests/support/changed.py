@@ -231,7 +231,8 @@ RULES: tuple[tuple[str, tuple[str, ...] | str, str], ...] = (
         "agent/gpu_agent/profile/*",
         ("tests/test_pprof.py", "tests/test_export.py", "tests/test_ui.py", "tests/test_ui_pc_samples.py")
         + ("tests/test_ui_timeline.py", "tests/test_graphs.py", "tests/test_pcsampling.py")
-        + ("tests/faults/test_flood.py", "tests/faults/test_environment.py"),
+        + ("tests/faults/test_flood.py", "tests/faults/test_environment.py")
+        + ("tests/faults/test_hostile_probes.py", "tests/faults/test_trace_flood.py"),
         "profiles: vocabulary, pprof, the store",
     ),
     (
@@ -245,6 +246,7 @@ RULES: tuple[tuple[str, tuple[str, ...] | str, str], ...] = (
         + ("tests/test_invariants.py", "tests/test_pid_reuse.py", "tests/test_graphs.py", "tests/test_pcsampling.py")
         + ("tests/test_python_stacks.py", "tests/test_windows.py", "tests/test_parcagpu.py", "tests/test_intervals.py")
         + ("tests/faults/test_two_agents.py", "tests/faults/test_uprobe_events.py", "tests/faults/test_flood.py")
+        + ("tests/faults/test_hostile_probes.py", "tests/faults/test_trace_flood.py")  # lost records' bounds
         + SHARED_RUN,
         "the join: the estimator and the Collector",
     ),

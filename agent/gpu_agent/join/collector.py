@@ -17,7 +17,7 @@ from typing import Callable, Optional
 from ..probes import contract as C
 from . import estimator, invariants
 from ..probes.bpf_session import BpfSession
-from ..probes.devices import device_from_event
+from ..probes.devices import device_from_event, node_gpus
 from ..probes.drain import Drain
 from . import pc_samples, samples
 from .placement import Placement
@@ -29,6 +29,7 @@ from ..symbols.demangle import demangle_kernel
 from ..profile.vocabulary import (
     DROPPED_COMMENT,
     DROPPED_CUPTI,
+    DROPPED_REFUSED_LABEL,
     DUTY_COMMENT,
     DUTY_LABEL,
     PARCAGPU_COMMENT,
@@ -98,6 +99,14 @@ class Collector:
         self._late_exits: list[int] = []
         self._counters_at_interval: dict[str, int] = {}
         self._claims = invariants.DropClaims()
+        # Lost records of each interval within its bound (invariants.bound_drops): the
+        # node's drop_cupti sums what was kept; the claims past it, one each for the
+        # node's drop_implausible, and by tgid (cumulative, like BPF's drop_implausible
+        # map) for the profile's note.
+        self._drops_kept = 0
+        self._drops_refused_claims = 0
+        self._drops_refused: dict[int, int] = {}
+        self._node_gpus = node_gpus()  # the most GPUs a process is given credit for
         # Every interval's profiles number frames alike (pprof.Numbering): a reader of
         # many intervals resolves each frame once.
         self._numbering = Numbering()
@@ -135,14 +144,22 @@ class Collector:
         # Published marks heard before the maps are read: their records are in this drain.
         marks, self._marks = self._marks, []
         d = self.session.drain()
+        # Lost records: one row a process, placed where drained, no GPU time of their own.
+        d.totals, d.sampled = invariants.sanitize_dropped(d.totals, d.sampled)
         self.session.names.drained({k.kernel_id for k in d.totals})
         self._after_drain = True
         try:
             self.session.poll(0)
         finally:
             self._after_drain = False
-        for fn in self.drain_listeners:
-            fn(d)
+        if self.drain_listeners:
+            # Lost records go to the listeners (/metrics) once their interval has
+            # bounded them (_profiles_of); the rest as drained.
+            heard = Drain(
+                {k: v for k, v in d.totals.items() if not invariants.is_dropped(k)}, d.sampled, d.counters, d.latency
+            )
+            for fn in self.drain_listeners:
+                fn(heard)
         self.placement.place(d.totals, d.sampled)
         self.placement.note_published(marks)
 
@@ -182,6 +199,11 @@ class Collector:
     def counters(self) -> dict:
         c = self.session.counters()
         c["drop_impossible"] = c.get("drop_impossible", 0) + self._impossible
+        # Lost records as the profiles show them: each process's within its intervals'
+        # bounds (BPF's own drop_cupti counts them unbounded, as they come, and the
+        # timelines read that: session.counters()); the claims refused past them.
+        c["drop_cupti"] = self._drops_kept
+        c["drop_implausible"] = c.get("drop_implausible", 0) + self._drops_refused_claims
         # launches estimated for intervals already given out (added to a later one),
         # and for time before this agent started (not ours)
         c["agent_late_launches"] = self.placement.counts["late_launches"]
@@ -305,17 +327,26 @@ class Collector:
         # numbers are estimates, so their samples say so.
         duty = {k.tgid for k, v in win.totals.items() if v.weighted_launches != v.launches}
         comments = [DUTY_COMMENT] if duty else []
-        bad = invariants.impossible_streams(win.totals, duty, max(1, now - win.start_ns))
+        wall_ns = max(1, now - win.start_ns)
+        bad = invariants.impossible_streams(win.totals, duty, wall_ns)
         win_totals, stats.impossible_records = invariants.drop_streams(win.totals, bad)
         win_sampled, _ = invariants.drop_streams(win.sampled, bad)
         self._impossible += stats.impossible_records
+        # Each process's lost records within the interval's bound, whether the profile
+        # includes it or not (the node's counters count every process).
+        gpus = self._gpus(win_totals)
+        win_totals, drops = invariants.bound_drops(win_totals, wall_ns, gpus)
+        self._note_drops(win_totals, drops)
         counters = self.counters()
         lost = invariants.drops_comment(counters, self._counters_at_interval)
         self._counters_at_interval = counters
         if lost:
             comments.append(lost)
+        claimed = self.session.implausible_drops()
+        for p, n in self._drops_refused.items():
+            claimed[p] = claimed.get(p, 0) + n
         claims = invariants.DropClaims.comment(
-            {p: n for p, n in self._claims.new(self.session.implausible_drops()).items() if self.included(p)},
+            {p: n for p, n in self._claims.new(claimed).items() if self.included(p)},
             lambda p: self._see(p).comm,
         )
         if claims:
@@ -381,6 +412,9 @@ class Collector:
 
         kernel_stacks: dict = {}  # (tgid, start, kernel) -> its rows' stacks: PC samples go there
 
+        # The GPU time charted for a process's lost records: at most the interval on
+        # each of its GPUs (honest kernels' time is not bounded so: concurrent streams).
+        dropped_ns_left = {p: wall_ns * gpus.get(p, 1) for p in drops.kept}
         pids = set()
         for row in est.rows:
             if max(row.gpu_ns, row.launches) > INT64_MAX:
@@ -392,15 +426,12 @@ class Collector:
             pids.add(tgid)
             info = self._see(tgid)
             if kernel_id == C.KERNEL_DROPPED:
-                ns = round(row.launches * mean_ns.get(tgid, 0.0))
-                add(
-                    tgid,
-                    info,
-                    [FrameSpec.marker(DROPPED_CUPTI)],
-                    ns,
-                    row.launches,
-                    {"pid": str(tgid), "comm": info.comm, **info.pod},
-                )
+                ns = min(round(row.launches * mean_ns.get(tgid, 0.0)), dropped_ns_left.get(tgid, 0))
+                dropped_ns_left[tgid] = dropped_ns_left.get(tgid, 0) - ns
+                labels = {"pid": str(tgid), "comm": info.comm, **info.pod}
+                if tgid in drops.refused:  # claimed past the bound: kept to it, said here
+                    labels[DROPPED_REFUSED_LABEL] = str(drops.refused[tgid])
+                add(tgid, info, [FrameSpec.marker(DROPPED_CUPTI)], ns, row.launches, labels)
                 stats.dropped_launches += row.launches
                 continue
             name = self.kernel_name_or_unknown(kernel_id)
@@ -428,6 +459,29 @@ class Collector:
         self._forget_exited()
         return out
 
+    def _gpus(self, totals) -> dict[int, int]:
+        """Each process's GPUs in an interval: the devices of its records there and
+        those its shim announced (gpu_device), at least 1, at most the node's."""
+        devs: dict[int, set] = {}
+        for k in totals:
+            if not invariants.is_dropped(k):
+                devs.setdefault(k.tgid, set()).add(k.device_id)
+        for pid, ordinal in self.devices:
+            devs.setdefault(pid, set()).add(ordinal)
+        return {k.tgid: min(self._node_gpus, max(1, len(devs.get(k.tgid, ())))) for k in totals}
+
+    def _note_drops(self, totals, drops: invariants.BoundDrops) -> None:
+        """An interval's bounded lost records: into the node's counters, and to the
+        drain listeners (/metrics) as the rows they were kept as."""
+        self._drops_kept += sum(drops.kept.values())
+        self._drops_refused_claims += len(drops.refused)
+        for p, n in drops.refused.items():
+            self._drops_refused[p] = self._drops_refused.get(p, 0) + n
+        if self.drain_listeners and drops.kept:
+            rows = {k: v for k, v in totals.items() if invariants.is_dropped(k)}
+            for fn in self.drain_listeners:
+                fn(Drain(rows, {}, {}))
+
     def _forget_exited(self) -> None:
         """Exited processes have been reported once more; drop their caches so memory
         stays flat (once no interval still held began before the exit)."""
@@ -436,6 +490,8 @@ class Collector:
         if gone:
             self._forget_caches(gone)
             self._claims.forget(gone)
+            for pid in gone:
+                self._drops_refused.pop(pid, None)
             self.session.forget_pids(gone)  # their map entries: memory stays flat
 
     def _forget_caches(self, pids: set[int]) -> None:

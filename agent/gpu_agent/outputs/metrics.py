@@ -2,7 +2,9 @@
 
 Fed from the very drains the profiles are built from (Collector.drain_listeners),
 so a kernel's counter and the profiles agree exactly and nothing is counted
-twice. The agent drains every second while metrics are on.
+twice. The agent drains every second while metrics are on. A process's lost
+records (`[dropped: cupti]`) come once their interval has bounded them, as its
+profile is built (join/invariants.py's bound_drops).
 
 Kernel series: gpu_agent_kernel_gpu_seconds_total and
 gpu_agent_kernel_launches_total{pid, comm, cuda_device, gpu_uuid, gpu_model, kernel, pod,

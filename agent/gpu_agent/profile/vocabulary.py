@@ -28,6 +28,10 @@ DROPPED_COMMENT = (
     "buffer); their gpu_time is an estimate, the process's mean kernel time in the "
     "window times those launches"
 )
+# On a process's [dropped: cupti] sample: the lost records it claimed in the interval
+# past what it could have lost (join/invariants.py's bound_drops), refused: the sample
+# holds only those within the bound.
+DROPPED_REFUSED_LABEL = "implausible_drops"
 DUTY_COMMENT = (
     f"gpu_time and kernel_launches of samples labelled {DUTY_LABEL}=true are estimates: "
     "that process's shim collected in one time window of every N (planned under "

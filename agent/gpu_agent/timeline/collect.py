@@ -196,7 +196,9 @@ class TimelineCollector:
             ("ring_oldest", self.dropped_oldest),
             ("paused", self.not_kept),
             ("impossible", self.refused),
-            ("cupti", counters.get("drop_cupti", 0)),
+            # as BPF counted them (the profiles' drop_cupti counts them once each
+            # interval has bounded them; a trace builds no interval)
+            ("cupti", c.session.counters().get("drop_cupti", 0)),
         ):
             if n:
                 tl.drops.append(Drop(what, int(n)))
