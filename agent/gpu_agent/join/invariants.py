@@ -132,14 +132,14 @@ def is_dropped(key) -> bool:
     return key[4] == C.KERNEL_DROPPED
 
 
-def sanitize_dropped(totals: Mapping, sampled: Mapping) -> tuple[dict, dict]:
+def sanitize_dropped(totals: dict, sampled: dict) -> tuple[dict, dict]:
     """A drain's rows with every GA_KERNEL_DROPPED row as BPF makes it: one row a
     process (and start tag), placed where it is drained (no span), with no GPU time
     (a lost record has none; add_dropped() adds launches only) and no stack. A record
     the shim sent with that kernel id would otherwise chart GPU time of its own, or be
     spread over intervals already held, out of the interval's bound."""
     if not any(is_dropped(k) for k in totals) and not any(is_dropped(k) for k in sampled):
-        return dict(totals), dict(sampled)
+        return totals, sampled  # the usual drain: nothing to copy
     out: dict = {}
     for k, v in totals.items():
         if is_dropped(k):
