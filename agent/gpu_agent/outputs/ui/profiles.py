@@ -23,6 +23,7 @@ from .catalog import Catalog, DecodedProfile, labels_of, mapping_spec
 from .numbered import MAX_LABELS, MAX_STACK, decode_numbered
 from ...profile.store import Store, StoreFile
 from .views import ProfileView
+from .wire import varint
 
 DEFAULT_CACHE_ROWS = 4_000_000  # about 100 MiB of decoded rows
 # Stacks and label sets interned before the catalog starts again: every process that
@@ -95,15 +96,7 @@ def _count_fields(data: bytes, limit: int) -> int:
 
 
 def _varint(data: bytes, i: int) -> tuple[int, int]:
-    v = shift = 0
-    while i < len(data) and shift < 64:
-        b = data[i]
-        v |= (b & 0x7F) << shift
-        i += 1
-        if not b & 0x80:
-            return v, i
-        shift += 7
-    raise ValueError("not a pprof profile: a varint runs past the end")
+    return varint(data, i, ValueError, "not a pprof profile: a varint runs past the end")
 
 
 def read_profile(store: Store, name: str) -> Optional[bytes]:

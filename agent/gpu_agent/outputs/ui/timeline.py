@@ -19,6 +19,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from google.protobuf.message import DecodeError
 
 from ...timeline.kernel_fields import INKERNEL
+from .wire import varint
 
 MAX_BYTES = 64 << 20  # about 2 s of parsing here (37 MiB: 1.2 s)
 # Packets parsed: 1-2 us each however small (issue 44: 6.8 M track descriptors in
@@ -74,15 +75,7 @@ def _natural(text: str) -> list:
 
 
 def _varint(data: bytes, i: int) -> tuple[int, int]:
-    v = shift = 0
-    while i < len(data) and shift < 64:
-        b = data[i]
-        v |= (b & 0x7F) << shift
-        i += 1
-        if not b & 0x80:
-            return v, i
-        shift += 7
-    raise TraceError("not a Perfetto trace: a length runs past the end")
+    return varint(data, i, TraceError, "not a Perfetto trace: a length runs past the end")
 
 
 def _packets(data: bytes):
