@@ -92,6 +92,7 @@ TIMELINE = (
 )
 UI = (
     "tests/test_ui.py",
+    "tests/test_ui_views.py",
     "tests/test_ui_pc_samples.py",
     "tests/test_ui_timeline.py",
     "tests/test_readme.py",
@@ -230,7 +231,7 @@ RULES: tuple[tuple[str, tuple[str, ...] | str, str], ...] = (
     (
         "agent/gpu_agent/profile/*",
         ("tests/test_pprof.py", "tests/test_export.py", "tests/test_ui.py", "tests/test_ui_pc_samples.py")
-        + ("tests/test_ui_timeline.py", "tests/test_graphs.py", "tests/test_pcsampling.py")
+        + ("tests/test_ui_views.py", "tests/test_ui_timeline.py", "tests/test_graphs.py", "tests/test_pcsampling.py")
         + ("tests/faults/test_flood.py", "tests/faults/test_environment.py")
         + ("tests/faults/test_hostile_probes.py", "tests/faults/test_trace_flood.py"),
         "profiles: vocabulary, pprof, the store",

@@ -5,6 +5,7 @@
   /api/status      the store (files, span, bytes) and, under `run --ui`, the agent's health
   /api/intervals   GPU time and launches per interval (bucketed), for the range chart
   /api/range       the merged range: flame graph tree, top table, filter menus
+                   (lines=1: frames split by source line, as pprof's -lines)
   /api/diff        two ranges: the later one's tree coloured by the change, and the changes
   /api/traces      the Perfetto traces in the range (record/trace --store), for the Timeline tab
   /api/timeline    one trace's kernels by (process, GPU, stream), bounded (ui/timeline.py)
@@ -111,6 +112,10 @@ def _ms(params: dict, name: str, default: Optional[int] = None) -> int:
         return int(float(raw))
     except ValueError:
         raise BadRequest(f"{name}: expected milliseconds since the epoch, got {raw!r}") from None
+
+
+def _flag(params: dict, name: str) -> bool:
+    return (params.get(name) or ["0"])[-1] in ("1", "true", "on")
 
 
 def _value(params: dict) -> int:
@@ -331,8 +336,9 @@ class Api:
             "type": value,
             "total": merged.total(value),
             "filters": filters.describe(),
-            "tree": merged.tree(value, group),
-            "top": merged.top(value),
+            "lines": _flag(params, "lines"),
+            "tree": merged.tree(value, group, _flag(params, "lines")),
+            "top": merged.top(value, lines=_flag(params, "lines")),
             "group": group,
             "group_labels": labels,
             "labels": merged.label_values(value),
@@ -377,7 +383,7 @@ class Api:
         a_total, b_total = sum(a.values()), sum(b.values())
         # Ranges of different lengths or load: optionally compare shares, as pprof's
         # -normalize does, by scaling the earlier range to the later one's total.
-        normalize = (params.get("normalize") or ["0"])[-1] in ("1", "true", "on")
+        normalize = _flag(params, "normalize")
         if normalize and a_total:
             a = scaled(a, b_total / a_total)
         cat = after.catalog
@@ -387,7 +393,7 @@ class Api:
             "type": value,
             "normalized": normalize,
             "filters": filters.describe(),
-            "tree": tree_of(cat, [a, b]),
+            "tree": tree_of(cat, [a, b], _flag(params, "lines")),
             "changes": changes(cat, a, b),
         }
 

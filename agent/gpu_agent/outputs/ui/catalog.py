@@ -51,6 +51,10 @@ class Catalog:
         self._frame_ids: dict[FrameSpec, int] = {}
         self.names: list[tuple[str, str]] = []
         self._name_ids: dict[tuple[str, str], int] = {}
+        self.frame_line: list[int] = []
+        self.line_names: list[tuple[str, str, str, int]] = []  # (function, kind, file, line)
+        self.line_name_of: list[int] = []  # line name -> its name
+        self._line_ids: dict[tuple[str, str, str, int], int] = {}
         self._mapping_ids: dict[MappingSpec, int] = {}
         self.mappings: list[MappingSpec] = []
         self._location_ids: dict[tuple, int] = {}
@@ -68,7 +72,17 @@ class Catalog:
         if i is None:
             i = self._frame_ids[f] = len(self.frames)
             self.frames.append(f)
-            self.frame_name.append(self.name((f.function, frame_kind(f))))
+            kind = frame_kind(f)
+            name = self.name((f.function, kind))
+            self.frame_name.append(name)
+            source = (f.filename, f.line) if f.filename and kind in (PYTHON, NATIVE) else ("", 0)
+            key = (f.function, kind) + source
+            line = self._line_ids.get(key)
+            if line is None:
+                line = self._line_ids[key] = len(self.line_names)
+                self.line_names.append(key)
+                self.line_name_of.append(name)
+            self.frame_line.append(line)
         return i
 
     def name(self, key: tuple[str, str]) -> int:

@@ -153,12 +153,12 @@ class Merged:
             for k, vals in acc.items()
         }
 
-    def tree(self, value: int, group: str = "") -> dict:
+    def tree(self, value: int, group: str = "", lines: bool = False) -> dict:
         """The flame graph's tree; with `group`, one subtree per value of that label
         under the root (`label=value` frames, as pprof's -tagroot), samples without
-        the label under `label=(none)`."""
+        the label under `label=(none)`; with `lines`, frames split by source line."""
         if not group:
-            return tree_of(self.catalog, [self.by_stack(value)])
+            return tree_of(self.catalog, [self.by_stack(value)], lines)
         parts: dict[str, dict[int, int]] = {}
         key_of: dict[int, str] = {}  # label set -> its value of `group` (rows share label sets)
         for (sid, lid), v in self.rows.items():
@@ -169,7 +169,7 @@ class Merged:
             part[sid] = part.get(sid, 0) + v[value]
         children = []
         for key, by_stack in parts.items():
-            sub = tree_of(self.catalog, [by_stack])
+            sub = tree_of(self.catalog, [by_stack], lines)
             if sub["value"]:
                 sub.update(name=f"{group}={key}", kind="label")
                 children.append(sub)
@@ -184,36 +184,61 @@ class Merged:
         keys = {k for _sid, lid in self.rows for k, _v in self.catalog.labelsets[lid]}
         return sorted(keys - {DUTY_LABEL})
 
-    def top(self, value: int, limit: int = TOP_ROWS) -> list[dict]:
+    def top(self, value: int, limit: int = TOP_ROWS, lines: bool = False) -> list[dict]:
         """Kernels and functions by self and total: self counts the samples a name is
-        the leaf of, total those whose stack has it anywhere (once per sample)."""
+        the leaf of, total those whose stack has it anywhere (once per sample). With
+        `lines`, one row per function and source line (pprof's -lines); otherwise a
+        row says its heaviest line (by total) and how many lines of code it merges."""
         cat = self.catalog
+        key_of = cat.frame_line if lines else cat.frame_name
         self_v: dict[int, int] = {}
         total_v: dict[int, int] = {}
+        line_total: dict[int, int] = {}  # by name: each line's total, for its source
         for sid, v in self.by_stack(value).items():
-            names = [cat.frame_name[f] for f in cat.stacks[sid]]
-            if not names:
+            frames = cat.stacks[sid]
+            if not frames:
                 continue
-            self_v[names[0]] = self_v.get(names[0], 0) + v
-            for n in set(names):
+            keys = [key_of[f] for f in frames]
+            self_v[keys[0]] = self_v.get(keys[0], 0) + v
+            for n in set(keys):
                 total_v[n] = total_v.get(n, 0) + v
+            if not lines:
+                for ln in {cat.frame_line[f] for f in frames}:
+                    line_total[ln] = line_total.get(ln, 0) + v
+        sources: dict[int, list[int]] = {}  # name -> its lines with a source
+        for ln in line_total:
+            if cat.line_names[ln][2]:
+                sources.setdefault(cat.line_name_of[ln], []).append(ln)
+
+        def label(n: int) -> str:
+            return line_label(cat, n) if lines else cat.names[n][0]
+
+        def row(n: int) -> dict:
+            if lines:
+                fn, kind, _file, _line = cat.line_names[n]
+                out = {"name": label(n), "kind": kind, "fn": fn, **source_of(cat, n)}
+            else:
+                out = {"name": cat.names[n][0], "kind": cat.names[n][1]}
+                mine = sources.get(n)
+                if mine:
+                    out.update(source_of(cat, max(mine, key=lambda ln: (line_total[ln], -ln))))
+                    if len(mine) > 1:
+                        out["lines"] = len(mine)
+            out.update(
+                self=self_v.get(n, 0),
+                total=total_v[n],
+                self_share=self_v.get(n, 0) / grand,
+                total_share=total_v[n] / grand,
+            )
+            return out
+
         grand = self.total(value) or 1
         # The heaviest by self first (the kernels: where GPU time goes), then by total
         # (the code that launched them), each within the row limit.
-        by_self = sorted(self_v, key=lambda n: (-self_v[n], cat.names[n][0]))[: limit // 2]
-        by_total = sorted(total_v, key=lambda n: (-total_v[n], -self_v.get(n, 0), cat.names[n][0]))
+        by_self = sorted(self_v, key=lambda n: (-self_v[n], label(n)))[: limit // 2]
+        by_total = sorted(total_v, key=lambda n: (-total_v[n], -self_v.get(n, 0), label(n)))
         ranked = list(dict.fromkeys(by_self + by_total))[:limit]
-        return [
-            {
-                "name": cat.names[n][0],
-                "kind": cat.names[n][1],
-                "self": self_v.get(n, 0),
-                "total": total_v[n],
-                "self_share": self_v.get(n, 0) / grand,
-                "total_share": total_v[n] / grand,
-            }
-            for n in ranked
-        ]
+        return [row(n) for n in ranked]
 
     def pprof(self) -> bytes:
         """The merged range as one gzip pprof, written by the agent's own ProfileBuilder."""
@@ -227,15 +252,39 @@ class Merged:
         return b.to_bytes()
 
 
-def tree_of(catalog: Catalog, per_range: list[dict[int, int]]) -> dict:
+def source_of(catalog: Catalog, line: int) -> dict:
+    """A line name's source as the page shows it: {file, line} (what it has of them)."""
+    _fn, _kind, file, n = catalog.line_names[line]
+    out: dict = {}
+    if file:
+        out["file"] = file
+        if n:
+            out["line"] = n
+    return out
+
+
+def line_label(catalog: Catalog, line: int) -> str:
+    """A frame's name when frames are split by line: `backward mytrain.py:40` (the
+    file's base name; the hover and the top table give its path)."""
+    fn, _kind, file, n = catalog.line_names[line]
+    return f"{fn} {file.rsplit('/', 1)[-1]}:{n}" if file and n else fn
+
+
+def tree_of(catalog: Catalog, per_range: list[dict[int, int]], lines: bool = False) -> dict:
     """The flame graph of one range, or of a diff (two ranges: before, after).
 
     Nodes are grouped by name from the root (the outermost caller) to the kernel
-    leaf. One range: {name, kind, value}. Two: value is the later range (the width
-    drawn), before the earlier, delta = value - before (the colour)."""
+    leaf, or with `lines` by name and source line (pprof's -lines). One range:
+    {name, kind, value}. Two: value is the later range (the width drawn), before the
+    earlier, delta = value - before (the colour). A node with a source has its file
+    and line (grouped by name: its heaviest line's, and `lines`, how many lines of
+    code it merges, when more than one); grouped by line, `fn` is its function
+    (what focus, hide and the sandwich take)."""
     cat = catalog
     diff = len(per_range) == 2
-    root = [[0] * len(per_range), {}]  # [values per range, children by name id]
+    key_of = cat.frame_line if lines else cat.frame_name
+    line_of = cat.frame_line
+    root = [[0] * len(per_range), {}, None]  # [values per range, children by key, {line: value}]
     for r, by_stack in enumerate(per_range):
         for sid, v in by_stack.items():
             if not v:
@@ -243,19 +292,31 @@ def tree_of(catalog: Catalog, per_range: list[dict[int, int]]) -> dict:
             node = root
             node[0][r] += v
             for f in reversed(cat.stacks[sid]):
-                name = cat.frame_name[f]
-                child = node[1].get(name)
+                key = key_of[f]
+                child = node[1].get(key)
                 if child is None:
-                    child = node[1][name] = [[0] * len(per_range), {}]
+                    child = node[1][key] = [[0] * len(per_range), {}, {}]
                 child[0][r] += v
+                if not lines:
+                    src = child[2]
+                    ln = line_of[f]
+                    src[ln] = src.get(ln, 0) + v
                 node = child
 
-    def emit(name: Optional[int], node) -> dict:
+    def emit(key: Optional[int], node) -> dict:
         values = node[0]
-        out = {
-            "name": cat.names[name][0] if name is not None else "all",
-            "kind": cat.names[name][1] if name is not None else "root",
-        }
+        if key is None:
+            out = {"name": "all", "kind": "root"}
+        elif lines:
+            fn, kind, _file, _n = cat.line_names[key]
+            out = {"name": line_label(cat, key), "kind": kind, "fn": fn, **source_of(cat, key)}
+        else:
+            out = {"name": cat.names[key][0], "kind": cat.names[key][1]}
+            sources = [ln for ln in node[2] if cat.line_names[ln][2]]
+            if sources:
+                out.update(source_of(cat, max(sources, key=lambda ln: (node[2][ln], -ln))))
+                if len(sources) > 1:
+                    out["lines"] = len(sources)
         if diff:
             out["before"], out["value"] = values[0], values[1]
             out["delta"] = values[1] - values[0]

@@ -27,6 +27,7 @@ const state = {
   store: null,                   // /api/status's store
   selected: null,                // the clicked frame's name
   group: "", // a label whose values split the flame graph under its root ("" none)
+  lines: false, // frames split by source line (pprof -lines), not merged by function
   topRows: [], topSort: ["self", -1], // by self: kernels first, not clone3 (every thread's root)
 };
 let flameChart = null;
@@ -74,6 +75,19 @@ function plural(n, word) {
   return `${n} ${word}${n === 1 ? "" : "s"}`;
 }
 
+// Where a frame's code is: its file and line (a native frame's library), and how
+// many lines of code a frame merged by function stands for.
+function where(data) {
+  if (!data.file) return "";
+  const more = data.lines > 1 ? ` and ${plural(data.lines - 1, "more line")}` : "";
+  return data.file + (data.line ? `:${data.line}` : "") + more;
+}
+
+function named(data) {
+  const w = where(data);
+  return w ? `${data.name} (${w})` : data.name;
+}
+
 function pct(v, total) {
   return total ? `${((100 * v) / total).toFixed(2)} %` : "–";
 }
@@ -103,6 +117,7 @@ function filterParams(params) {
 function rangeParams() {
   const p = new URLSearchParams({ from: state.from, to: state.to, type: state.type });
   if (state.group) p.set("group", state.group);
+  if (state.lines) p.set("lines", "1");
   return filterParams(p);
 }
 
@@ -123,6 +138,7 @@ function loadHash() {
   for (const k of LABELS) if (p.get(k)) state.labels[k] = p.get(k);
   state.kernel = p.get("kernel") || "";
   state.group = p.get("group") || "";
+  state.lines = p.get("lines") === "1";
   state.focus = p.getAll("focus");
   state.ignore = p.getAll("ignore");
   state.orient = p.get("orient") || state.orient;
@@ -244,7 +260,7 @@ function newChart(container, tree, opts) {
     .transitionDuration(REDUCED_MOTION ? 0 : 300)
     .sort(false)
     .inverted(state.orient === "icicle")
-    .setLabelHandler(opts.label || ((d) => `${d.data.name}: ${exact(d.data.value)} (${pct(d.data.value, root)})`))
+    .setLabelHandler(opts.label || ((d) => `${named(d.data)}: ${exact(d.data.value)} (${pct(d.data.value, root)})`))
     .setColorMapper(opts.colour || colour)
     .setDetailsElement(opts.details);
   if (opts.onClick) chart.onClick(opts.onClick);
@@ -298,10 +314,12 @@ function selectFrame(d) {
     state.selected = null;
     return;
   }
-  state.selected = d.data.name;
+  state.selected = d.data.fn || d.data.name; // focus, hide and the sandwich take the function
   $("timeline-frame").hidden = d.data.kind !== "kernel";
   $("sel-name").textContent = d.data.name;
-  $("sel-value").textContent = `(${d.data.kind}, ${fmtValue(d.data.value)}, ${pct(d.data.value, state.data.total)})`;
+  const w = where(d.data);
+  $("sel-value").textContent = `(${w ? w + ", " : ""}${d.data.kind}, ${fmtValue(d.data.value)}, ` +
+    `${pct(d.data.value, state.data.total)})`;
   $("selected").hidden = false;
 }
 
@@ -352,6 +370,8 @@ function wire() {
   $("reset-zoom").onclick = () => { if (flameChart) flameChart.resetZoom(); };
   $("search").oninput = applySearch;
   $("group").onchange = () => { state.group = $("group").value; refresh(); };
+  $("by-line").checked = state.lines;
+  $("by-line").onchange = () => { state.lines = $("by-line").checked; refresh(); };
   $("focus-frame").onclick = () => { if (state.selected) { state.focus.push(state.selected); refresh(); } };
   $("hide-frame").onclick = () => { if (state.selected) { state.ignore.push(state.selected); refresh(); } };
   $("sandwich-frame").onclick = () => {
@@ -365,7 +385,7 @@ function wire() {
   for (const th of document.querySelectorAll("#top-table th")) {
     th.onclick = () => {
       const key = th.dataset.sort;
-      state.topSort = [key, state.topSort[0] === key ? -state.topSort[1] : (key === "name" || key === "kind" ? 1 : -1)];
+      state.topSort = [key, state.topSort[0] === key ? -state.topSort[1] : (["name", "kind", "source"].includes(key) ? 1 : -1)];
       renderTop();
     };
   }

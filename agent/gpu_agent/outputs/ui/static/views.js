@@ -6,12 +6,13 @@
 function renderTop() {
   const [key, dir] = state.topSort;
   const rows = [...state.topRows].sort((a, b) => {
-    const x = a[key], y = b[key];
+    const x = key === "source" ? where(a) : a[key], y = key === "source" ? where(b) : b[key];
     return (typeof x === "string" ? x.localeCompare(y) : x - y) * dir;
   });
   const body = $("top-table").tBodies[0];
   body.replaceChildren(...rows.map((r) => el("tr", { "data-name": r.name, "data-self": r.self, "data-total": r.total },
-    el("td", { class: "name", title: "focus on this frame", onclick: () => { state.focus.push(r.name); refresh(); } }, r.name),
+    el("td", { class: "name", title: "focus on this frame", onclick: () => { state.focus.push(r.fn || r.name); refresh(); } }, r.name),
+    el("td", { class: "source" }, where(r)),
     el("td", {}, el("span", { class: "kind " + r.kind }, r.kind)),
     el("td", { class: "num" }, fmtValue(r.self)), el("td", { class: "num" }, pct(r.self_share, 1)),
     el("td", { class: "num" }, fmtValue(r.total)), el("td", { class: "num" }, pct(r.total_share, 1)))));
@@ -35,6 +36,7 @@ async function compare() {
       b_from: parseTime($("b-from").value), b_to: parseTime($("b-to").value),
       type: state.type, normalize: $("normalize").checked ? "1" : "0",
     });
+    if (state.lines) p.set("lines", "1");
     const data = await getJSON("/api/diff", filterParams(p));
     renderDiff(data);
   } catch (e) {
@@ -46,7 +48,7 @@ function renderDiff(data) {
   const change = (d) => {
     const before = d.data.before, after = d.data.value, delta = d.data.delta;
     const rel = !before ? " (new)" : !after ? " (gone)" : ` (${delta >= 0 ? "+" : ""}${((100 * delta) / before).toFixed(1)} %)`;
-    return `${d.data.name}: before ${exact(before)}, after ${exact(after)}, change ${delta >= 0 ? "+" : ""}${exact(delta)}${rel}`;
+    return `${named(d.data)}: before ${exact(before)}, after ${exact(after)}, change ${delta >= 0 ? "+" : ""}${exact(delta)}${rel}`;
   };
   $("diff-info").textContent = `before: ${fmtValue(data.a.total)} in ${plural(data.a.files, "profile")}; ` +
     `after: ${fmtValue(data.b.total)} in ${plural(data.b.files, "profile")}` + (data.normalized ? " (normalized)" : "");
