@@ -13,7 +13,7 @@ import pytest
 
 from gpu_agent.profile.pprof import FrameSpec, ProfileBuilder
 from gpu_agent.profile.store import PROFILE_SUFFIX, file_name
-from support.ui import Ui, open_range, rerendered, root_total
+from support.ui import Ui, counter, open_range, rerendered, root_total, wait_counter
 
 TRAIN = "/srv/job/mytrain.py"
 WINDOW_S = 10
@@ -92,3 +92,79 @@ def test_python_frames_say_their_file_and_line_and_split_by_line(python_store, p
     assert f"{TRAIN}:57" in page.text_content("#sel-value")
     rerendered(page, lambda: page.click("#focus-frame"))
     assert "focus: backward" in page.text_content("#chips") and root_total(page) == 400
+
+
+# -- item 4: the Diff tab ---------------------------------------------------------------
+# Six windows 10 s apart. The first three: sgemm_fwd 500 ns and relu 100 ns a window,
+# launched from backward under a chain of callers; the last three: sgemm_fwd 200 ns,
+# relu 100 ns and a new kernel, attn_fwd, 700 ns, from the same code. Every caller's
+# total grew by 400 ns a window: the same change, six times over.
+CHAIN = [py("backward", 40), py("train_step", 80), py("main", 10)] + [
+    FrameSpec(fn, "", "/usr/lib/libpython3.12.so", 0, 0x1000 + i) for i, fn in enumerate(("_PyEval", "Py_RunMain"))
+]
+CALLERS = ["backward", "train_step", "main", "_PyEval", "Py_RunMain"]
+
+
+@pytest.fixture
+def diff_store(tmp_path):
+    store = tmp_path / "store"
+    store.mkdir()
+    first = int(time.time()) - 120
+    ends = [first + 10 * i for i in range(6)]
+    for end in ends[:3]:
+        write_window(
+            store, end, [([FrameSpec.kernel("sgemm_fwd")] + CHAIN, 500), ([FrameSpec.kernel("relu")] + CHAIN, 100)]
+        )
+    for end in ends[3:]:
+        write_window(
+            store,
+            end,
+            [
+                ([FrameSpec.kernel("sgemm_fwd")] + CHAIN, 200),
+                ([FrameSpec.kernel("relu")] + CHAIN, 100),
+                ([FrameSpec.kernel("attn_fwd")] + CHAIN, 700),
+            ],
+        )
+    ui = Ui(store)
+    yield ui, ends
+    ui.stop()
+
+
+def diff_fields(page) -> list[int]:
+    return [page.evaluate(f"parseTime($('{f}').value)") for f in ("a-from", "a-to", "b-from", "b-to")]
+
+
+def test_diff_defaults_ranking_and_controls_that_apply_at_once(diff_store, page):
+    """The Diff tab compares the chosen range (after) with the span as long just before
+    it; on "all", where nothing precedes the range, its two halves (not an empty
+    before that makes every frame new). Largest changes ranks by self: the new kernel,
+    then the one that shrank; the five callers whose total changed exactly as
+    backward's did are one row. Normalize applies when ticked, without Compare."""
+    ui, ends = diff_store
+    # The last three windows chosen: before is the 30 s before them, with the first three.
+    open_range(page, ui, (ends[3] - 5) * 1000, (ends[5] + 1) * 1000)
+    seen = counter(page, "diffs")
+    page.click("nav .tab[data-tab=diff]")
+    wait_counter(page, "diffs", seen)
+    assert diff_fields(page) == [(ends[0] - 1) * 1000, (ends[3] - 5) * 1000, (ends[3] - 5) * 1000, (ends[5] + 1) * 1000]
+    assert "before 1,500 ns, after 600 ns" in title(page, '#diff-flame g[name="sgemm_fwd"]')
+    # "all": the defaults follow the chosen range, here its two halves.
+    seen = counter(page, "diffs")
+    page.click('#presets button[data-span="all"]')
+    wait_counter(page, "diffs", seen)
+    a_from, a_to, b_from, b_to = diff_fields(page)
+    assert a_to == b_from and a_from < ends[0] * 1000 and ends[2] * 1000 < a_to < ends[3] * 1000 < ends[5] * 1000 < b_to
+    assert "before 1,500 ns, after 600 ns" in title(page, '#diff-flame g[name="sgemm_fwd"]')
+    rows = page.locator("#changes-table tbody tr")
+    names = [rows.nth(i).get_attribute("data-name") for i in range(rows.count())]
+    assert names == ["attn_fwd", "sgemm_fwd", "backward"], names
+    assert [int(rows.nth(i).get_attribute("data-self-delta")) for i in range(3)] == [2100, -900, 0]
+    folded = page.locator('#changes-table tr[data-name="backward"]')
+    assert int(folded.get_attribute("data-delta")) == 1200 and int(folded.get_attribute("data-folded")) == 4
+    assert "and 4 callers with the same change" in folded.text_content()
+    # Normalize: the earlier range scaled to the later one's total, at once.
+    seen = counter(page, "diffs")
+    page.check("#normalize")
+    wait_counter(page, "diffs", seen, timeout=10_000)
+    assert page.text_content("#diff-info").endswith("(normalized)")
+    assert "before 3,000 ns, after 3,000 ns" in title(page, '#diff-flame g[name="all"]')

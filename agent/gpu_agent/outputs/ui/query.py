@@ -375,33 +375,69 @@ def sandwich(catalog: Catalog, by_stack: dict[int, int], name: str) -> dict:
 
 
 def changes(catalog: Catalog, before: dict[int, int], after: dict[int, int], limit: int = CHANGE_ROWS) -> list[dict]:
-    """Kernels and functions whose total changed most between two ranges."""
+    """Kernels and functions whose value changed most between two ranges, ranked by
+    the change of their self value first (a kernel's own GPU time: where a change
+    happens), then the code whose total changed without a change of its own. Callers
+    whose total changed exactly as a row below them did (the chain of ancestors above
+    one change, or above all of them: clone3, Py_RunMain, libffi...) are folded into
+    the innermost of them: its row counts them (`folded`) and names the first few."""
+    cat = catalog
 
-    def totals(by_stack: dict[int, int]) -> dict[int, int]:
-        out: dict[int, int] = {}
+    def sums(by_stack: dict[int, int]):
+        self_v: dict[int, int] = {}
+        total_v: dict[int, int] = {}
+        depth: dict[int, int] = {}  # how close to a leaf a name ever is
         for sid, v in by_stack.items():
-            for n in {catalog.frame_name[f] for f in catalog.stacks[sid]}:
-                out[n] = out.get(n, 0) + v
-        return out
+            names = [cat.frame_name[f] for f in cat.stacks[sid]]  # leaf first
+            if not names:
+                continue
+            self_v[names[0]] = self_v.get(names[0], 0) + v
+            for i, n in enumerate(dict.fromkeys(names)):
+                total_v[n] = total_v.get(n, 0) + v
+                if i < depth.get(n, i + 1):
+                    depth[n] = i
+        return self_v, total_v, depth
 
-    a, b = totals(before), totals(after)
+    (sa, a, da), (sb, b, db) = sums(before), sums(after)
     rows = []
     for n in set(a) | set(b):
         old, new = a.get(n, 0), b.get(n, 0)
-        if old == new:
+        s_old, s_new = sa.get(n, 0), sb.get(n, 0)
+        if old == new and s_old == s_new:
             continue
         rows.append(
             {
-                "name": catalog.names[n][0],
-                "kind": catalog.names[n][1],
+                "name": cat.names[n][0],
+                "kind": cat.names[n][1],
                 "before": old,
                 "after": new,
                 "delta": new - old,
                 "ratio": (new / old) if old else None,
+                "self_before": s_old,
+                "self_after": s_new,
+                "self_delta": s_new - s_old,
+                "depth": min(da.get(n, 1 << 30), db.get(n, 1 << 30)),
             }
         )
-    rows.sort(key=lambda r: (-abs(r["delta"]), r["kind"] != KERNEL, r["name"]))  # kernels first on ties
-    return rows[:limit]
+    # innermost first, so that a chain folds into its deepest member
+    rows.sort(key=lambda r: (r["depth"], r["kind"] != KERNEL, r["name"]))
+    kept: dict[tuple[int, int], dict] = {}
+    out = []
+    for r in rows:
+        same = kept.get((r["before"], r["after"]))
+        if same is not None and not r["self_delta"]:
+            same["folded"] += 1
+            if len(same["folded_names"]) < 5:
+                same["folded_names"].append(r["name"])
+            continue
+        r.update(folded=0, folded_names=[])
+        kept.setdefault((r["before"], r["after"]), r)
+        out.append(r)
+    for r in out:
+        del r["depth"]
+    # kernels first on ties
+    out.sort(key=lambda r: (r["self_delta"] == 0, -abs(r["self_delta"] or r["delta"]), r["kind"] != KERNEL, r["name"]))
+    return out[:limit]
 
 
 def scaled(by_stack: dict[int, int], factor: float) -> dict[int, int]:

@@ -159,6 +159,7 @@ async function refresh(pending) {
     const [_, early] = await Promise.all([loadChart(), pending]);
     renderRange(early || await getJSON("/api/range", rangeParams()));
     if (state.tab === "sandwich") loadSandwich(); // the same range and filters
+    if (state.tab === "diff") { defaultDiffRanges(); compare(); } // the chosen range, the same filters
     if (state.tab === "timeline") loadTraces();   // the range's traces
   } catch (e) {
     showError(e.message);
@@ -328,7 +329,7 @@ function showTab(tab) {
   state.tab = tab;
   for (const b of document.querySelectorAll("nav .tab")) b.classList.toggle("active", b.dataset.tab === tab);
   for (const p of document.querySelectorAll(".panel")) p.hidden = p.id !== "tab-" + tab;
-  if (tab === "diff" && !$("b-from").value) { // opens on a diff: the range against the one before it
+  if (tab === "diff") { // opens on a diff: the range against the one before it (defaultDiffRanges)
     defaultDiffRanges();
     compare();
   }
@@ -390,12 +391,22 @@ function wire() {
     };
   }
   const useChosen = (prefix) => () => {
+    state.diffEdited = true;
     $(prefix + "-from").value = fmtTime(state.from);
     $(prefix + "-to").value = fmtTime(state.to);
+    state.diffRanges = { ...state.diffRanges, [prefix]: [state.from, state.to] };
+    compare();
   };
   $("a-set").onclick = useChosen("a");
   $("b-set").onclick = useChosen("b");
   $("compare").onclick = compare;
+  // The diff's controls apply at once: normalize, a range typed (Enter), the chosen
+  // range taken for one side. A typed range stays (the chosen range no longer moves it).
+  $("normalize").onchange = compare;
+  for (const id of ["a-from", "a-to", "b-from", "b-to"]) {
+    $(id).oninput = () => { state.diffEdited = true; };
+    $(id).onkeydown = (e) => { if (e.key === "Enter") compare(); };
+  }
 }
 
 async function main() {

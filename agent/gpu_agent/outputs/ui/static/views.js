@@ -19,26 +19,50 @@ function renderTop() {
 }
 
 // ---- the diff ----------------------------------------------------------------------
+// Until the user types a range of the diff (or takes the chosen one), its ranges follow
+// the chosen range: after = the chosen range, before = the span of the same length just
+// before it; where the store holds nothing before the chosen range (the "all" preset),
+// its two halves instead, so that the earlier one is not empty (every frame "new").
 function defaultDiffRanges() {
-  if ($("b-from").value) return;
+  if (state.diffEdited) return;
   const span = state.to - state.from;
-  $("a-from").value = fmtTime(state.from - span);
-  $("a-to").value = fmtTime(state.from);
-  $("b-from").value = fmtTime(state.from);
-  $("b-to").value = fmtTime(state.to);
+  const first = state.store && state.store.first_ns ? state.store.first_ns / 1e6 : null;
+  let a = [state.from - span, state.from], b = [state.from, state.to];
+  if (first !== null && first > state.from) {
+    const mid = state.from + Math.floor(span / 2);
+    a = [state.from, mid];
+    b = [mid, state.to];
+  }
+  $("a-from").value = fmtTime(a[0]);
+  $("a-to").value = fmtTime(a[1]);
+  $("b-from").value = fmtTime(b[0]);
+  $("b-to").value = fmtTime(b[1]);
+  // the fields hold whole seconds: the exact ranges go to the server
+  state.diffRanges = { a, b };
+}
+
+function diffRange(prefix) {
+  const typed = [parseTime($(prefix + "-from").value), parseTime($(prefix + "-to").value)];
+  const exactly = state.diffRanges && state.diffRanges[prefix];
+  // the defaults' milliseconds, while the fields still show them
+  if (exactly && typed[0] === Math.floor(exactly[0] / 1000) * 1000 && typed[1] === Math.floor(exactly[1] / 1000) * 1000) {
+    return exactly;
+  }
+  return typed;
 }
 
 async function compare() {
   showError("");
   try {
+    const [a, b] = [diffRange("a"), diffRange("b")];
     const p = new URLSearchParams({
-      a_from: parseTime($("a-from").value), a_to: parseTime($("a-to").value),
-      b_from: parseTime($("b-from").value), b_to: parseTime($("b-to").value),
+      a_from: a[0], a_to: a[1], b_from: b[0], b_to: b[1],
       type: state.type, normalize: $("normalize").checked ? "1" : "0",
     });
     if (state.lines) p.set("lines", "1");
+    const seq = state.diffSeq = (state.diffSeq || 0) + 1;
     const data = await getJSON("/api/diff", filterParams(p));
-    renderDiff(data);
+    if (seq === state.diffSeq) renderDiff(data); // an answer to a later request is drawn, not this one
   } catch (e) {
     showError(e.message);
   }
@@ -59,13 +83,18 @@ function renderDiff(data) {
   });
   const body = $("changes-table").tBodies[0];
   body.replaceChildren(...data.changes.map((r) => el("tr", {
-    "data-name": r.name, "data-before": r.before, "data-after": r.after, "data-delta": r.delta },
-    el("td", { class: "name" }, r.name),
+    "data-name": r.name, "data-before": r.before, "data-after": r.after, "data-delta": r.delta,
+    "data-self-delta": r.self_delta || 0, "data-folded": r.folded || 0 },
+    el("td", { class: "name" }, r.name, ...(r.folded ? [el("span", {
+      class: "folded", title: `callers with the very same change: ${r.folded_names.join(", ")}` +
+        (r.folded > r.folded_names.length ? ", …" : "") }, ` and ${plural(r.folded, "caller")} with the same change`)] : [])),
     el("td", {}, el("span", { class: "kind " + r.kind }, r.kind)),
     el("td", { class: "num" }, fmtValue(r.before)), el("td", { class: "num" }, fmtValue(r.after)),
     el("td", { class: "num " + (r.delta > 0 ? "up" : "down") },
       `${r.delta > 0 ? "+" : ""}${fmtValue(r.delta)}` +
-        (r.ratio ? ` (×${r.ratio.toFixed(2)})` : r.after ? " (new)" : " (gone)")))));
+        (r.ratio ? ` (×${r.ratio.toFixed(2)})` : r.after ? " (new)" : " (gone)")),
+    el("td", { class: "num " + (r.self_delta > 0 ? "up" : r.self_delta < 0 ? "down" : "") },
+      r.self_delta ? `${r.self_delta > 0 ? "+" : ""}${fmtValue(r.self_delta)}` : "–"))));
   bump("diffs");
 }
 
