@@ -168,3 +168,53 @@ def test_diff_defaults_ranking_and_controls_that_apply_at_once(diff_store, page)
     wait_counter(page, "diffs", seen, timeout=10_000)
     assert page.text_content("#diff-info").endswith("(normalized)")
     assert "before 3,000 ns, after 3,000 ns" in title(page, '#diff-flame g[name="all"]')
+
+
+# -- item 5: [dropped: …] apart ---------------------------------------------------------
+CLAIM = 2_264_920_000_000  # 2264.92 s in one 10 s window: a process that claimed 2^31 drops
+
+
+@pytest.fixture
+def dropped_store(tmp_path):
+    """Three windows of 1 s of sgemm_fwd each; the second also holds another process's
+    [dropped: cupti] sample claiming 2264.92 s."""
+    store = tmp_path / "store"
+    store.mkdir()
+    first = int(time.time()) - 60
+    ends = [first + 10 * i for i in range(3)]
+    for end in ends:
+        write_window(store, end, [([FrameSpec.kernel("sgemm_fwd"), py("backward", 40)], 10**9)])
+    # the second window again, with the claim (another pid, a marker frame as the agent writes it)
+    b = ProfileBuilder(period_ns=1, duration_ns=WINDOW_S * 10**9, time_nanos=(ends[1] - WINDOW_S) * 10**9)
+    b.add([FrameSpec.kernel("sgemm_fwd"), py("backward", 40)], 10**9, 1, {"pid": "100"})
+    b.add([FrameSpec.marker("[dropped: cupti]")], CLAIM, 2**31, {"pid": "200"})
+    (store / file_name(ends[1] * 10**9, PROFILE_SUFFIX)).write_bytes(b.to_bytes())
+    ui = Ui(store)
+    yield ui, ends
+    ui.stop()
+
+
+def test_dropped_claims_are_drawn_apart_from_gpu_time(dropped_store, page):
+    """The chart's scale is the measured GPU time: the three 1 s bars are as tall as the
+    chart allows, and the 2264.92 s claim is a marked series on top, off the scale.
+    The flame graph's total and percentages are the measured 3 s; the claim is a
+    graph of its own below it."""
+    ui, ends = dropped_store
+    open_range(page, ui, (ends[0] - 5) * 1000, (ends[2] + 1) * 1000)
+    bars = page.locator("#chart rect.bar")
+    heights = [float(bars.nth(i).get_attribute("height")) for i in range(bars.count())]
+    assert len(heights) == 3 and min(heights) == max(heights) > 20, heights
+    claim = page.locator("#chart rect.dropped")
+    assert claim.count() == 1 and int(claim.get_attribute("data-value")) == CLAIM
+    assert "off-scale" in claim.get_attribute("class")
+    assert "[dropped: …] claims 2264.920 s" in claim.locator("title").text_content()
+    assert root_total(page) == 3 * 10**9
+    assert page.locator('#flame g[name="[dropped: cupti]"]').count() == 0
+    assert title(page, '#flame g[name="sgemm_fwd"]').startswith("sgemm_fwd: 3,000,000,000 ns (100.00 %)")
+    assert page.is_visible("#dropped")
+    hover = title(page, '#dropped-flame g[name="[dropped: cupti]"]')
+    assert hover.startswith(f"[dropped: cupti]: {CLAIM:,} ns estimated"), hover
+    assert int(page.get_attribute("#total", "data-dropped")) == CLAIM
+    page.click("nav .tab[data-tab=top]")
+    assert page.locator('#top-table tr[data-name="[dropped: cupti]"]').count() == 0
+    assert float(page.locator('#top-table tr[data-name="sgemm_fwd"] td').nth(4).text_content().split()[0]) == 100.0

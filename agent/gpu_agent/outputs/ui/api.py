@@ -278,7 +278,8 @@ class Api:
     def intervals(self, params: dict) -> dict:
         """Bars of GPU time and launches: one per window, or, past MAX_BARS windows,
         one per equal slice of the range. A bar spans from the window before it (or
-        one typical window back) to its own end."""
+        one typical window back) to its own end. What samples through [dropped: …]
+        markers claim is apart (dropped_gpu_ns…), out of the measured values."""
         from_ms, to_ms, files = self._files(params)
         self.cache.prefetch(files, totals_only=True)
         # A bar's end rounds up to the millisecond, so that the range a click on it
@@ -302,13 +303,19 @@ class Api:
                     "gpu_ns": 0,
                     "launches": 0,
                     "pc_samples": 0,
+                    "dropped_gpu_ns": 0,
+                    "dropped_launches": 0,
+                    "dropped_pc_samples": 0,
                     "files": 0,
                 }
                 bars.append(bar)
             bar["end_ms"] = end_ms
-            bar["gpu_ns"] += totals[0]
-            bar["launches"] += totals[1]
-            bar["pc_samples"] += totals[2]
+            bar["gpu_ns"] += totals[0] - totals[3]
+            bar["launches"] += totals[1] - totals[4]
+            bar["pc_samples"] += totals[2] - totals[5]
+            bar["dropped_gpu_ns"] += totals[3]
+            bar["dropped_launches"] += totals[4]
+            bar["dropped_pc_samples"] += totals[5]
             bar["files"] += 1
         return {"from": from_ms, "to": to_ms, "files": len(files), "window_ms": window_ms, "intervals": bars}
 
@@ -335,6 +342,8 @@ class Api:
             "files": merged.files,
             "type": value,
             "total": merged.total(value),
+            "dropped": merged.dropped_total(value),
+            "dropped_tree": merged.dropped_tree(value),
             "filters": filters.describe(),
             "lines": _flag(params, "lines"),
             "tree": merged.tree(value, group, _flag(params, "lines")),

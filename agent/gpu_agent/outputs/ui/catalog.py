@@ -19,6 +19,10 @@ from ...proto import profile_pb2
 # and the graph-replay markers apart from both.
 KERNEL, GRAPH, MARKER, PYTHON, NATIVE = "kernel", "graph", "marker", "python", "native"
 GRAPH_MARKERS = (GRAPH_REPLAY, GRAPH_BEFORE_ATTACH)
+# The agent's markers of lost records ([dropped: cupti]): their values are estimates,
+# and a process that claims 2^31 lost launches claims hours of GPU time in a window.
+# The UI keeps the samples through them apart from measured GPU time (query.Merged).
+DROPPED_PREFIX = "[dropped:"
 
 
 def frame_kind(f: FrameSpec) -> str:
@@ -50,6 +54,8 @@ class Catalog:
         self.frame_name: list[int] = []
         self._frame_ids: dict[FrameSpec, int] = {}
         self.names: list[tuple[str, str]] = []
+        self.dropped_stacks: set[int] = set()  # stacks through a [dropped: …] marker
+        self._dropped_names: set[int] = set()
         self._name_ids: dict[tuple[str, str], int] = {}
         self.frame_line: list[int] = []
         self.line_names: list[tuple[str, str, str, int]] = []  # (function, kind, file, line)
@@ -90,6 +96,8 @@ class Catalog:
         if i is None:
             i = self._name_ids[key] = len(self.names)
             self.names.append(key)
+            if key[1] == MARKER and key[0].startswith(DROPPED_PREFIX):
+                self._dropped_names.add(i)
         return i
 
     def mapping(self, m: MappingSpec) -> int:
@@ -120,7 +128,24 @@ class Catalog:
         if i is None:
             i = self._stack_ids[locations] = len(self.stacks)
             self.stacks.append(tuple(f for loc in locations for f in self.locations[loc]))
+            self._see_dropped(i)
         return i
+
+    def _see_dropped(self, sid: int) -> None:
+        if self._dropped_names and any(self.frame_name[f] in self._dropped_names for f in self.stacks[sid]):
+            self.dropped_stacks.add(sid)
+
+    def dropped_of(self, d: "DecodedProfile") -> tuple[int, int, int]:
+        """A decoded file's (GPU ns, launches, PC samples) through [dropped: …] markers."""
+        out = [0, 0, 0]
+        dropped = self.dropped_stacks
+        if dropped:
+            for sid, g, n, p in zip(d.stacks, d.gpu_ns, d.launches, d.pc_samples):
+                if sid in dropped:
+                    out[0] += g
+                    out[1] += n
+                    out[2] += p
+        return out[0], out[1], out[2]
 
     def stack_of_frames(self, frames: tuple[int, ...]) -> int:
         """A stack given by its frames (what a decoding worker sends, workers.py)."""
@@ -129,6 +154,7 @@ class Catalog:
         if i is None:
             i = self._stack_ids[key] = len(self.stacks)
             self.stacks.append(frames)
+            self._see_dropped(i)
         return i
 
     def labelset(self, labels: tuple[tuple[str, str], ...]) -> int:
@@ -165,6 +191,9 @@ class DecodedProfile:
     launch_total: int = 0
     pc_samples: array = field(default_factory=lambda: array("q"))  # empty: none in the file
     pc_total: int = 0
+    # Of the totals, what its samples through [dropped: …] markers claim (estimates),
+    # set by the cache when it keeps the file (Catalog.dropped_of).
+    dropped: tuple[int, int, int] = (0, 0, 0)
 
     def __len__(self) -> int:
         return len(self.stacks)

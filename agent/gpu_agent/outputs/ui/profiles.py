@@ -221,7 +221,7 @@ class ProfileCache:
         self._rows = 0
         # (GPU ns, launches) of every file decoded so far, kept after its rows are
         # evicted: the interval chart of a long range needs only these.
-        self._totals: dict[tuple, tuple[int, int, int]] = {}
+        self._totals: dict[tuple, tuple[int, ...]] = {}
         self.unreadable: OrderedDict[str, str] = OrderedDict()  # name -> why, the latest, for the status page
         self.unreadable_total = 0  # files refused or unreadable, each counted once
         self.warned = 0  # of them named on stderr
@@ -262,6 +262,7 @@ class ProfileCache:
                 return hit
             if len(self.catalog.stacks) + len(self.catalog.labelsets) > self.catalog_limit:
                 self._restart()
+            catalog = self.catalog
             try:
                 data = read_profile(self.store, f.name)
                 if data is None:
@@ -273,11 +274,11 @@ class ProfileCache:
                             say=False,  # ui.start says it once for the store
                         )
                     return None
-                decoded = decode(data, self.catalog)
+                decoded = decode(data, catalog)
             except ValueError as e:
                 self._unreadable(f.name, str(e))
                 return None
-            self._insert(key, decoded)
+            self._insert(key, decoded, catalog)
         return decoded
 
     def _restart(self) -> None:
@@ -296,9 +297,11 @@ class ProfileCache:
                 self._entries.move_to_end(key)
             return hit
 
-    def _insert(self, key, decoded: DecodedProfile) -> None:
+    def _insert(self, key, decoded: DecodedProfile, catalog: Catalog) -> None:
+        """catalog: the one its ids are of."""
+        decoded.dropped = catalog.dropped_of(decoded)
         with self._lock:
-            self._totals[key] = (decoded.gpu_total, decoded.launch_total, decoded.pc_total)
+            self._totals[key] = (decoded.gpu_total, decoded.launch_total, decoded.pc_total) + decoded.dropped
             if key not in self._entries:
                 self._entries[key] = decoded
                 self._rows += len(decoded)
@@ -334,14 +337,15 @@ class ProfileCache:
             if len(self.catalog.stacks) + len(self.catalog.labelsets) > self.catalog_limit:
                 self._restart()
             keys = {f.name: (f.name, f.size, f.mtime_ns) for f in missing}
+            catalog = self.catalog
 
             def on_file(f: StoreFile, decoded: Optional[DecodedProfile], error: Optional[str]) -> None:
                 if decoded is not None:
-                    self._insert(keys[f.name], decoded)
+                    self._insert(keys[f.name], decoded, catalog)
                 elif error != "unreadable":
                     self._unreadable(f.name, error)  # "unreadable": get() says why
 
-            pool.decode(missing, self.catalog, on_file)
+            pool.decode(missing, catalog, on_file)
 
     def unreadable_latest(self, n: int) -> dict[str, str]:
         with self._lock:
@@ -372,11 +376,12 @@ class ProfileCache:
         with self._lock:
             return self._rows
 
-    def totals(self, f: StoreFile) -> Optional[tuple[int, int, int]]:
-        """(GPU ns, launches, PC samples) of one file, decoding it only the first time."""
+    def totals(self, f: StoreFile) -> Optional[tuple[int, int, int, int, int, int]]:
+        """(GPU ns, launches, PC samples) of one file, then what of them its samples
+        through [dropped: …] markers claim, decoding it only the first time."""
         with self._lock:
             known = self._totals.get((f.name, f.size, f.mtime_ns))
         if known is not None:
             return known
         d = self.get(f)
-        return None if d is None else (d.gpu_total, d.launch_total, d.pc_total)
+        return None if d is None else (d.gpu_total, d.launch_total, d.pc_total) + d.dropped

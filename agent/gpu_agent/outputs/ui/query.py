@@ -23,6 +23,7 @@ from .catalog import KERNEL, Catalog, DecodedProfile
 FILTER_LABELS = ("pid", "comm", "pod", "namespace", "container", "cuda_device")
 VALUE_INDEX = {"gpu_time": 0, "kernel_launches": 1, "pc_samples": 2}
 TOP_ROWS = 300
+DROPPED_ROOT = "dropped (estimated, not in the total)"
 CHANGE_ROWS = 100
 
 
@@ -69,12 +70,16 @@ def parse_filters(params: dict[str, list[str]], prefix: str = "") -> Filters:
 
 class Merged:
     """The filtered sum of a range's rows: {(stack id, label-set id): [GPU ns, launches,
-    PC samples]}."""
+    PC samples]}. Rows through a [dropped: …] marker (estimates of lost records, which
+    one process can inflate past the whole node's GPU time) are kept apart, in
+    `dropped`: the total, the tree, the top table and the diff are measured values
+    only, the dropped ones are drawn apart (dropped_tree), and the download has both."""
 
     def __init__(self, catalog: Catalog, files: list[DecodedProfile], filters: Filters):
         self.catalog = catalog
         self.files = len(files)
         self.rows: dict[tuple[int, int], list[int]] = {}
+        self.dropped: dict[tuple[int, int], list[int]] = {}
         self.by_labelset: dict[int, list[int]] = {}  # unfiltered: the filter menus
         self.comments: list[str] = []
         self.start_ns = min((d.time_nanos for d in files), default=0)
@@ -90,7 +95,7 @@ class Merged:
                 acc[2] += p
         keep_labels = self._labelsets_kept(filters)
         keep_stack: dict[int, bool] = {}
-        rows = self.rows
+        measured, dropped_rows, dropped_stacks = self.rows, self.dropped, catalog.dropped_stacks
         for d in files:
             for sid, lid, g, n, p in zip(d.stacks, d.labelsets, d.gpu_ns, d.launches, d.pc_samples):
                 if keep_labels is not None and lid not in keep_labels:
@@ -101,6 +106,7 @@ class Merged:
                         ok = keep_stack[sid] = self._stack_kept(sid, filters)
                     if not ok:
                         continue
+                rows = dropped_rows if sid in dropped_stacks else measured
                 acc = rows.get((sid, lid))
                 if acc is None:
                     rows[(sid, lid)] = [g, n, p]
@@ -135,11 +141,23 @@ class Merged:
     def total(self, value: int) -> int:
         return sum(v[value] for v in self.rows.values())
 
-    def by_stack(self, value: int) -> dict[int, int]:
+    def by_stack(self, value: int, dropped: bool = False) -> dict[int, int]:
         out: dict[int, int] = {}
-        for (sid, _lid), v in self.rows.items():
+        for (sid, _lid), v in (self.dropped if dropped else self.rows).items():
             out[sid] = out.get(sid, 0) + v[value]
         return out
+
+    def dropped_total(self, value: int) -> int:
+        return sum(v[value] for v in self.dropped.values())
+
+    def dropped_tree(self, value: int) -> Optional[dict]:
+        """The samples through [dropped: …] markers as a tree of their own, or None."""
+        by_stack = {sid: v for sid, v in self.by_stack(value, dropped=True).items() if v}
+        if not by_stack:
+            return None
+        tree = tree_of(self.catalog, [by_stack])
+        tree["name"] = DROPPED_ROOT
+        return tree
 
     def label_values(self, value: int) -> dict[str, list[dict]]:
         """Per filter label, its values in the range with their (unfiltered) totals."""
@@ -247,7 +265,7 @@ class Merged:
         b = ProfileBuilder(
             period_ns=1, duration_ns=max(0, self.end_ns - self.start_ns), time_nanos=self.start_ns, comments=comments
         )
-        for (sid, lid), (g, n, p) in self.rows.items():
+        for (sid, lid), (g, n, p) in list(self.rows.items()) + list(self.dropped.items()):
             b.add([cat.frames[f] for f in cat.stacks[sid]], g, n, dict(cat.labelsets[lid]), p)
         return b.to_bytes()
 

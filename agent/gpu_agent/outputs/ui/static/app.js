@@ -165,6 +165,7 @@ async function refresh(pending) {
     showError(e.message);
     // not the last good graph under an error about another query
     $("flame").replaceChildren();
+    $("dropped").hidden = true;
     state.topRows = [];
     renderTop();
   }
@@ -173,12 +174,15 @@ async function refresh(pending) {
 function renderRange(data) {
   state.data = data;
   $("total").textContent = `${fmtValue(data.total)} in ${plural(data.files, "profile")}` +
-    (data.filters.length ? ` (filtered: ${data.filters.join(", ")})` : "");
+    (data.filters.length ? ` (filtered: ${data.filters.join(", ")})` : "") +
+    (data.dropped ? `; apart: ${fmtValue(data.dropped)} claimed by [dropped: …] (estimated)` : "");
   $("total").dataset.total = data.total;
+  $("total").dataset.dropped = data.dropped || 0;
   renderFilters(data.labels);
   renderGroups(data.group_labels || []);
   renderChips();
   renderFlame(data.tree);
+  renderDropped(data.dropped_tree);
   state.topRows = data.top;
   renderTop();
   const p = rangeParams();
@@ -285,6 +289,22 @@ function renderFlame(tree) {
     });
     applySearch(); // the search stays on across ranges and filters
   }
+}
+
+// Samples through the agent's [dropped: …] markers (launches whose records were lost)
+// claim an estimate, which one process can inflate past the node's whole GPU time: a
+// graph of their own, never part of the measured total or its percentages.
+function renderDropped(tree) {
+  $("dropped").hidden = !tree;
+  $("dropped-flame").replaceChildren();
+  if (!tree) return;
+  const total = tree.value;
+  $("dropped-info").textContent = `${fmtValue(total)} claimed, ` +
+    `${state.data && state.data.total ? (total / state.data.total).toFixed(1) + "× the measured total" : "no measured total"}`;
+  newChart($("dropped-flame"), tree, {
+    details: $("details"),
+    label: (d) => `${named(d.data)}: ${exact(d.data.value)} estimated (${pct(d.data.value, total)} of the dropped; not in the total)`,
+  });
 }
 
 // Search: frames whose name matches a regular expression are highlighted (as in

@@ -16,6 +16,10 @@ function drawChart(data) {
   const span = state.viewTo - state.viewFrom;
   const x = (ms) => ((ms - state.viewFrom) / span) * W;
   const key = { gpu_time: "gpu_ns", kernel_launches: "launches", pc_samples: "pc_samples" }[state.type];
+  // The scale is the measured values': what [dropped: …] markers claim (estimates a
+  // single process can inflate to hours a window) is a series apart, on top, cut at
+  // the chart's top edge and marked there when it is off the scale.
+  const dkey = "dropped_" + key;
   const max = Math.max(1, ...data.intervals.map((b) => b[key]));
   const ns = "http://www.w3.org/2000/svg";
   for (const b of data.intervals) {
@@ -34,6 +38,24 @@ function drawChart(data) {
     title.textContent = `${fmtTime(b.start_ms)} – ${fmtTime(b.end_ms)}: ${fmtValue(b[key])} (${b.files} profiles)`;
     r.append(title);
     svg.append(r);
+    const dropped = b[dkey] || 0;
+    if (dropped > 0) {
+      const room = H - bottom - h - top;
+      const dh = Math.min(room, ((H - top - bottom) * dropped) / max);
+      const d = document.createElementNS(ns, "rect");
+      const off = ((H - top - bottom) * dropped) / max > room;
+      d.setAttribute("x", x0);
+      d.setAttribute("width", Math.max(1, x1 - x0 - 0.5));
+      d.setAttribute("y", H - bottom - h - dh);
+      d.setAttribute("height", Math.max(1, dh));
+      d.setAttribute("class", "dropped" + (off ? " off-scale" : ""));
+      d.dataset.value = dropped;
+      const dt = document.createElementNS(ns, "title");
+      dt.textContent = `${fmtTime(b.start_ms)} – ${fmtTime(b.end_ms)}: [dropped: …] claims ${fmtValue(dropped)} ` +
+        `(estimated; not in the bar's value${off ? ", off the chart's scale" : ""})`;
+      d.append(dt);
+      svg.append(d);
+    }
   }
   for (const [ms, anchor] of [[state.viewFrom, "start"], [state.viewTo, "end"]]) {
     const t = document.createElementNS(ns, "text");
