@@ -6,6 +6,7 @@ Every figure is known exactly from the profiles written."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -218,3 +219,44 @@ def test_dropped_claims_are_drawn_apart_from_gpu_time(dropped_store, page):
     page.click("nav .tab[data-tab=top]")
     assert page.locator('#top-table tr[data-name="[dropped: cupti]"]').count() == 0
     assert float(page.locator('#top-table tr[data-name="sgemm_fwd"] td').nth(4).text_content().split()[0]) == 100.0
+
+
+# -- item 7: an empty store, the chart's axes --------------------------------------------
+def test_an_empty_store_says_so_and_how_to_fill_it(tmp_path, page):
+    store = tmp_path / "empty"
+    store.mkdir()
+    ui = Ui(store)
+    try:
+        page.goto(ui.url)
+        wait_counter(page, "renders", 0)
+        text = page.text_content("#flame .empty")
+        assert f"The store {store} holds no profiles yet." in text, text
+        assert f"`sudo gpu-agent run --output-dir {store}`" in text and f"--store {store} -- CMD`" in text
+        assert page.text_content("#range-info") == "the store is empty"
+        assert page.is_hidden("#error")
+    finally:
+        ui.stop()
+
+
+def test_the_range_chart_has_a_value_axis_and_time_ticks(dropped_store, page):
+    """Three bars of 1 s of GPU time each: the value axis runs to 1 s, with labelled
+    ticks at 0.5 s and 1 s whose grid lines meet the bars' tops; the time axis has
+    ticks at round UTC times, each where its time falls on the chart."""
+    ui, ends = dropped_store
+    open_range(page, ui, (ends[0] - 5) * 1000, (ends[2] + 1) * 1000)
+    ticks = page.locator("#chart text.y-tick")
+    labels = [ticks.nth(i).text_content() for i in range(ticks.count())]
+    assert labels == ["0.5 s", "1 s"], labels
+    top = float(ticks.nth(1).get_attribute("data-y"))
+    bar = page.locator("#chart rect.bar").first
+    assert float(bar.get_attribute("y")) == pytest.approx(top)
+    times = page.locator("#chart text.x-tick")
+    assert times.count() >= 3
+    view_from, view_to = page.evaluate("[state.viewFrom, state.viewTo]")
+    width = float(page.evaluate("$('chart').viewBox.baseVal.width"))
+    for i in range(times.count()):
+        tick = times.nth(i)
+        ms = int(tick.get_attribute("data-ms"))
+        assert view_from <= ms <= view_to and ms % 1000 == 0
+        assert float(tick.get_attribute("x")) == pytest.approx((ms - view_from) / (view_to - view_from) * width)
+        assert re.fullmatch(r"(:\d\d|\d\d:\d\d|\w+ \d+)", tick.text_content()), tick.text_content()

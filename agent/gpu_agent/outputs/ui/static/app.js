@@ -242,6 +242,16 @@ function colour(d) {
   return `hsl(${h}, ${s}%, ${l - 6 + (Math.abs(hash) % 12)}%)`;
 }
 
+// An empty store is said as such, with the commands that fill it (the CLI's options).
+function emptyStore() {
+  const dir = state.store.directory;
+  return `The store ${dir} holds no profiles yet. \`sudo gpu-agent run --output-dir ${dir}\` writes one ` +
+    "every interval (10 s by default) in which CUDA processes run kernels, and `gpu-agent run --output-dir " +
+    `${dir} --ui 127.0.0.1:7071\` serves this page beside it. For one program, \`gpu-agent record -o gpu.pb.gz ` +
+    `--trace run.perfetto-trace --store ${dir} -- CMD\` writes its profile (go tool pprof reads it) and puts its ` +
+    "kernel timeline into the store (the Timeline tab).";
+}
+
 // A user who asked for less motion (prefers-reduced-motion) gets the flame graph's
 // zooms at once, not in 300 ms transitions (and so do the tests: a click during the
 // entry transition could land on another frame).
@@ -250,7 +260,8 @@ const REDUCED_MOTION = window.matchMedia && window.matchMedia("(prefers-reduced-
 function newChart(container, tree, opts) {
   container.replaceChildren();
   if (!tree.value && !(tree.children || []).length) {
-    container.append(el("div", { class: "empty" }, "No samples in this range with these filters."));
+    container.append(el("div", { class: "empty" }, state.store && !state.store.profiles ? emptyStore()
+      : "No samples in this range with these filters."));
     return null;
   }
   const width = Math.max(400, container.clientWidth - 2);
@@ -442,9 +453,7 @@ async function main() {
     showError(e.message);
     return;
   }
-  if (!state.store.profiles) {
-    showError(`The store ${state.store.directory} has no profile yet: \`gpu-agent run\` writes one per interval.`);
-  }
+  // (an empty store: the flame graph says so, and how to fill it: emptyStore)
   setView(HOUR);
   if (state.from === null) {
     const first = await early;

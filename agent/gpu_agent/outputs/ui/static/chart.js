@@ -8,20 +8,43 @@ async function loadChart() {
   drawChart(data);
 }
 
+// A tick of the value axis, in the unit of the axis' top (GPU time: s, ms, µs, ns).
+function fmtTick(v, top, scale) {
+  if (state.type !== "gpu_time") return `${scale.tickFormat(3, "~s")(v)} ${UNIT[state.type]}`;
+  const [u, name] = top >= 1e9 ? [1e9, "s"] : top >= 1e6 ? [1e6, "ms"] : top >= 1e3 ? [1e3, "µs"] : [1, "ns"];
+  return `${Number((v / u).toFixed(3))} ${name}`;
+}
+
 function drawChart(data) {
   const svg = $("chart");
-  const W = svg.clientWidth || 800, H = 72, top = 4, bottom = 14;
+  const W = svg.clientWidth || 800, H = 96, top = 6, bottom = 16;
   svg.replaceChildren();
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   const span = state.viewTo - state.viewFrom;
   const x = (ms) => ((ms - state.viewFrom) / span) * W;
+  const ns = "http://www.w3.org/2000/svg";
+  const add = (tag, attrs, text) => {
+    const e = document.createElementNS(ns, tag);
+    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+    if (text !== undefined) e.textContent = text;
+    svg.append(e);
+    return e;
+  };
   const key = { gpu_time: "gpu_ns", kernel_launches: "launches", pc_samples: "pc_samples" }[state.type];
   // The scale is the measured values': what [dropped: …] markers claim (estimates a
   // single process can inflate to hours a window) is a series apart, on top, cut at
   // the chart's top edge and marked there when it is off the scale.
   const dkey = "dropped_" + key;
-  const max = Math.max(1, ...data.intervals.map((b) => b[key]));
-  const ns = "http://www.w3.org/2000/svg";
+  // The value axis (d3-scale): from 0 to a round value at or above the highest bar,
+  // a few labelled ticks with grid lines; the time axis: UTC ticks at round times,
+  // in d3's multi-scale format (":50", "05:40", "Nov 28").
+  const y = V.scaleLinear().domain([0, Math.max(1, ...data.intervals.map((b) => b[key]))])
+    .range([H - bottom, top]).nice(3);
+  const max = y.domain()[1];
+  const yTicks = y.ticks(3).filter((v) => v > 0);
+  for (const v of yTicks) add("line", { class: "grid", x1: 0, x2: W, y1: y(v), y2: y(v) });
+  const t = V.scaleUtc().domain([state.viewFrom, state.viewTo]).range([0, W]);
+  const tFormat = t.tickFormat();
   for (const b of data.intervals) {
     const r = document.createElementNS(ns, "rect");
     const x0 = x(b.start_ms), x1 = x(b.end_ms);
@@ -40,13 +63,16 @@ function drawChart(data) {
     svg.append(r);
     const dropped = b[dkey] || 0;
     if (dropped > 0) {
-      const room = H - bottom - h - top;
-      const dh = Math.min(room, ((H - top - bottom) * dropped) / max);
+      // on top of its bar; off the scale, up to the chart's edge (through the strip
+      // above the plot, which only such claims reach)
+      const barTop = H - bottom - h;
+      const full = ((H - top - bottom) * dropped) / max;
+      const off = full > barTop - top;
+      const dh = off ? barTop : full;
       const d = document.createElementNS(ns, "rect");
-      const off = ((H - top - bottom) * dropped) / max > room;
       d.setAttribute("x", x0);
       d.setAttribute("width", Math.max(1, x1 - x0 - 0.5));
-      d.setAttribute("y", H - bottom - h - dh);
+      d.setAttribute("y", barTop - dh);
       d.setAttribute("height", Math.max(1, dh));
       d.setAttribute("class", "dropped" + (off ? " off-scale" : ""));
       d.dataset.value = dropped;
@@ -57,13 +83,20 @@ function drawChart(data) {
       svg.append(d);
     }
   }
-  for (const [ms, anchor] of [[state.viewFrom, "start"], [state.viewTo, "end"]]) {
-    const t = document.createElementNS(ns, "text");
-    t.setAttribute("x", anchor === "start" ? 2 : W - 2);
-    t.setAttribute("y", H - 3);
-    t.setAttribute("text-anchor", anchor);
-    t.textContent = fmtTime(ms) + " UTC";
-    svg.append(t);
+  add("line", { class: "axis", x1: 0, x2: W, y1: H - bottom, y2: H - bottom });
+  for (const ms of t.ticks(Math.max(2, Math.round(W / 120)))) {
+    const at = t(ms);
+    add("line", { class: "axis", x1: at, x2: at, y1: H - bottom, y2: H - bottom + 3 });
+    const label = add("text", {
+      class: "x-tick", x: at, y: H - 3, "text-anchor": at < 30 ? "start" : at > W - 30 ? "end" : "middle",
+    }, tFormat(ms));
+    label.dataset.ms = +ms;
+  }
+  for (const v of yTicks) { // over the bars, on a halo; clicks go through to the bars
+    const at = y(v);
+    const label = add("text", { class: "y-tick", x: 3, y: at - 3 < top + 8 ? at + 10 : at - 3 }, fmtTick(v, max, y));
+    label.dataset.value = v;
+    label.dataset.y = at;
   }
   const sel = document.createElementNS(ns, "rect");
   sel.setAttribute("class", "selection");
@@ -75,7 +108,8 @@ function drawChart(data) {
     sel.setAttribute("width", Math.max(1, Math.abs(x(b) - x(a))));
   };
   placeSelection(Math.max(state.from, state.viewFrom), Math.min(state.to, state.viewTo));
-  $("range-info").textContent = `${plural(data.files, "profile")} in view`;
+  $("range-info").textContent = state.store && !state.store.profiles ? "the store is empty"
+    : `${plural(data.files, "profile")} in view (times in UTC)`;
   svg.onmousedown = (ev) => {
     const box = svg.getBoundingClientRect();
     const toMs = (cx) => state.viewFrom + ((cx - box.left) / box.width) * span;
