@@ -7,6 +7,8 @@ Every figure is known exactly from the profiles written."""
 from __future__ import annotations
 
 import re
+import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import pytest
 
 from gpu_agent.profile.pprof import FrameSpec, ProfileBuilder
 from gpu_agent.profile.store import PROFILE_SUFFIX, file_name
+from support.env import agent_cmd
 from support.ui import Ui, counter, open_range, rerendered, root_total, wait_counter
 
 TRAIN = "/srv/job/mytrain.py"
@@ -260,3 +263,57 @@ def test_the_range_chart_has_a_value_axis_and_time_ticks(dropped_store, page):
         assert view_from <= ms <= view_to and ms % 1000 == 0
         assert float(tick.get_attribute("x")) == pytest.approx((ms - view_from) / (view_to - view_from) * width)
         assert re.fullmatch(r"(:\d\d|\d\d:\d\d|\w+ \d+)", tick.text_content()), tick.text_content()
+
+
+# -- Ctrl-C is the UI's: its decoding processes ignore it from their first instruction --
+def _workers(pid: int) -> list[int]:
+    """The UI's decoding processes (multiprocessing's spawn children) now running."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            kids = task.read_text().split()
+        except OSError:
+            continue
+        for kid in kids:
+            try:
+                if b"spawn_main" in Path(f"/proc/{kid}/cmdline").read_bytes():
+                    out.append(int(kid))
+            except OSError:
+                pass
+    return out
+
+
+def _ignored(pid: int) -> int | None:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    return int(re.search(r"^SigIgn:\s*([0-9a-f]+)", status, re.M)[1], 16)
+
+
+def test_the_decoding_processes_ignore_ctrl_c_from_their_start(tmp_path):
+    """A Ctrl-C at the terminal reaches the UI's whole process group. Its decoding
+    processes ignored SIGINT only once their own code ran, so one still starting its
+    interpreter printed "Fatal Python error: init_import_site" and a traceback (the
+    README's pasted block, once in this session's three suite runs). Each now ignores
+    it as it is first seen, polled from the UI's start (before: none of them did)."""
+    store = tmp_path / "store"
+    store.mkdir()
+    proc = subprocess.Popen(
+        agent_cmd("ui", "--profiles", store, "--listen", "127.0.0.1:0"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        first: dict[int, int] = {}
+        deadline = time.monotonic() + 60
+        while len(first) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            for kid in _workers(proc.pid):
+                if kid not in first and (mask := _ignored(kid)) is not None:
+                    first[kid] = mask
+        assert len(first) == 2, first
+        sigint = 1 << (signal.SIGINT - 1)
+        assert all(mask & sigint for mask in first.values()), {k: hex(m) for k, m in first.items()}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -96,7 +96,21 @@ class DecodePool:
 
     def start(self) -> None:
         self._starting = True
-        threading.Thread(target=self._start, name="gpu-agent-ui-pool", daemon=True).start()
+        if threading.current_thread() is not threading.main_thread():
+            threading.Thread(target=self._start, name="gpu-agent-ui-pool", daemon=True).start()
+            return
+        # Ctrl-C is the UI's. A worker that took it while its interpreter still started
+        # (before _serve ignores it) printed a "Fatal Python error: init_import_site"
+        # traceback (test_readme.py, once in three runs of the suite): started with SIGINT
+        # ignored, it ignores it from its first instruction (an ignored signal stays
+        # ignored across exec, and CPython then installs no KeyboardInterrupt handler).
+        # Spawning returns once the child is exec'd (about 6 ms for both).
+        old = signal.getsignal(signal.SIGINT)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            self._start()
+        finally:
+            signal.signal(signal.SIGINT, old if old is not None else signal.SIG_DFL)
 
     def _start(self) -> None:
         try:
