@@ -186,8 +186,10 @@ lint: venv
 	        $(SHIM_SRCS) $(SHIM_BENCH_SRCS) -ldl -lpthread; done
 	for f in shim/mock/*.c; do $(CC) $(CFLAGS_COMMON) -Werror -c -o $(BUILD)/lint/mock.o $$f || exit 1; done
 
+# Also links gpu-agent into $(PREFIX)/bin (install, below): `sudo gpu-agent ...` then
+# finds it where sudo resets PATH to its secure_path.
 run: deps-check
-	$(MAKE) all
+	$(MAKE) all install
 	$(VENV)/bin/gpu-agent run --output-dir ./profiles
 
 # No GPU needed: a Python program launching kernels on the mock CUDA stack
