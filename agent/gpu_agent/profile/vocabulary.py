@@ -21,8 +21,11 @@ GRAPH_BEFORE_ATTACH = "[graph captured before attach]"
 # A fixed value: the records' weights vary around N (shim/src/window.cpp), and a
 # label value that moved with them would split every series.
 DUTY_LABEL = "gpu_time_estimated"
-# A process's launches whose records CUPTI lost (GA_KERNEL_DROPPED totals rows).
-DROPPED_CUPTI = "[dropped: cupti]"
+# The markers of lost records: their values are estimates (the UI keeps the samples
+# through them apart from measured GPU time). A process's launches whose records
+# CUPTI lost (GA_KERNEL_DROPPED totals rows) are DROPPED_CUPTI.
+DROPPED_PREFIX = "[dropped:"
+DROPPED_CUPTI = f"{DROPPED_PREFIX} cupti]"
 DROPPED_COMMENT = (
     f"{DROPPED_CUPTI} samples: launches whose kernel records CUPTI lost (no free "
     "buffer); their gpu_time is an estimate, the process's mean kernel time in the "

@@ -12,17 +12,17 @@ from array import array
 from dataclasses import dataclass, field
 
 from ...profile.pprof import AGENT_MAPPING, CUDA_MAPPING, PYTHON_MAPPING, FrameSpec, MappingSpec
-from ...profile.vocabulary import CUDA_KERNEL_FILENAME, GRAPH_BEFORE_ATTACH, GRAPH_REPLAY
+from ...profile.vocabulary import CUDA_KERNEL_FILENAME, DROPPED_PREFIX, GRAPH_BEFORE_ATTACH, GRAPH_REPLAY
 from ...proto import profile_pb2
 
 # How a frame is drawn: the CUDA kernel leaves apart from the CPU frames above them,
 # and the graph-replay markers apart from both.
 KERNEL, GRAPH, MARKER, PYTHON, NATIVE = "kernel", "graph", "marker", "python", "native"
 GRAPH_MARKERS = (GRAPH_REPLAY, GRAPH_BEFORE_ATTACH)
-# The agent's markers of lost records ([dropped: cupti]): their values are estimates,
-# and a process that claims 2^31 lost launches claims hours of GPU time in a window.
-# The UI keeps the samples through them apart from measured GPU time (query.Merged).
-DROPPED_PREFIX = "[dropped:"
+# The agent's markers of lost records (vocabulary.DROPPED_PREFIX): their values are
+# estimates, and a process that claims 2^31 lost launches claims hours of GPU time in
+# a window. The UI keeps the samples through them apart from measured GPU time
+# (query.Merged).
 
 
 def frame_kind(f: FrameSpec) -> str:
