@@ -48,6 +48,6 @@ int ga_kernel_name(struct pt_regs *ctx)
     return 0;
 }
 
-/* Process attach/exit events carry only the header (ga_ev_proc_attach/_exit). */
+/* Process attach and exit events: procs.h. */
 
 #endif /* GA_BPF_KERNEL_NAMES_H */

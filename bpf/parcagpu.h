@@ -10,6 +10,7 @@
 #include "maps.h"
 #include "stacks.h"
 #include "aggregate.h"
+#include "procs.h"
 
 
 BPF_HASH(pg_sites, struct ga_pg_site_key, struct ga_pg_site, 4096); /* parcagpu.py's MAX_SITES */
@@ -95,7 +96,7 @@ static __always_inline u32 pg_see_proc(u32 tgid)
     if (known)
         return *known;
     u32 start = see_proc(tgid);
-    emit_proc_event(GA_EV_PROC_ATTACH, tgid);
+    emit_proc_attach(tgid);
     return start;
 }
 

@@ -19,6 +19,37 @@ static __always_inline void emit_proc_event(u32 type, u32 tgid)
     events.ringbuf_submit(ev, 0);
 }
 
+/* The process's name: its group leader's comm (the thread that fires `attach` may
+ * be the shim's poller, ga-shim-poll), read at offsets from the running kernel's
+ * BTF (agent/gpu_agent/system/btf.py); the current thread's comm if it is the
+ * leader and the BTF gave none; else all NULs (the agent reads /proc). */
+static __always_inline void proc_comm(u32 tgid, char *comm)
+{
+#if defined(GA_TASK_GROUP_LEADER_OFF) && defined(GA_TASK_COMM_OFF)
+    u64 task = bpf_get_current_task();
+    u64 leader = 0;
+    if (bpf_probe_read_kernel(&leader, sizeof(leader), (const void *)(task + GA_TASK_GROUP_LEADER_OFF)) == 0 &&
+        leader && bpf_probe_read_kernel(comm, GA_COMM_LEN, (const void *)(leader + GA_TASK_COMM_OFF)) == 0)
+        return;
+#endif
+    if ((u32)bpf_get_current_pid_tgid() != tgid || bpf_get_current_comm(comm, GA_COMM_LEN) != 0)
+        __builtin_memset(comm, 0, GA_COMM_LEN);
+}
+
+/* GA_EV_PROC_ATTACH: the agent hears of the process, and its name as it is now. */
+static __always_inline void emit_proc_attach(u32 tgid)
+{
+    struct ga_ev_proc_attach *ev = events.ringbuf_reserve(sizeof(*ev));
+    if (!ev) {
+        count(GA_DROP_RINGBUF_FULL, 1);
+        return;
+    }
+    ev->hdr.type = GA_EV_PROC_ATTACH;
+    ev->hdr.tgid = tgid;
+    proc_comm(tgid, ev->comm);
+    events.ringbuf_submit(ev, 0);
+}
+
 /* ---- attach: the uprobe exists so the kernel raises the semaphore
  * (ref_ctr_offset) in every process mapping the shim; the shim fires it once
  * it has attached. The agent hears of the process here, before its first
@@ -27,7 +58,7 @@ int ga_attach(struct pt_regs *ctx)
 {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     see_proc(tgid);
-    emit_proc_event(GA_EV_PROC_ATTACH, tgid);
+    emit_proc_attach(tgid);
     return 0;
 }
 

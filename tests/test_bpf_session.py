@@ -601,3 +601,50 @@ def test_unchecked_read_user_compiles_to_the_same_program(built):
     plain, renamed = programs
     assert set(DATA_PROBES.values()) <= set(plain) and sum(map(len, plain.values())) > 1000, sorted(plain)
     assert renamed == plain
+
+
+def test_a_process_is_named_by_its_attach_even_once_gone(tmp_path):
+    """The attach event carries the process's name, its leader's comm as BPF read it
+    then. An agent that reads its events only after a short process is gone (under
+    load: the README's workload was labelled `?` in CI, as /proc had nothing left)
+    still names it; and a process the agent meets already running, whose shim's
+    poller thread (ga-shim-poll) fires the attach, is named by its leader, not that
+    thread."""
+    need_ebpf()
+    from support.env import MOCK_APP, mock_env, private_shim
+
+    shim = private_shim(tmp_path / "shim")
+    running, short = tmp_path / "gpu-long-job", tmp_path / "gpu-short-job"
+    for app in (running, short):
+        shutil.copy(MOCK_APP, app)
+    env = mock_env(CUDA_INJECTION64_PATH=str(shim))
+    attached: list[tuple[int, str]] = []
+    long_job = subprocess.Popen([str(running), "--duration", "60", "--sleep-ms", "5"], env=env)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # its shim is loaded: CUDA has started
+            with open(f"/proc/{long_job.pid}/maps") as f:
+                if str(shim) in f.read():
+                    break
+            time.sleep(0.05)
+        s = BpfSession(str(shim))
+        s.on_proc_attach = lambda tgid, comm: attached.append((tgid, comm))
+        s.open()
+        try:
+            _poll_until(s, lambda: any(t == long_job.pid for t, _ in attached), timeout=10)
+            assert (long_job.pid, "gpu-long-job") in attached, attached
+            threads = {
+                open(f"/proc/{long_job.pid}/task/{t}/comm").read().strip()
+                for t in os.listdir(f"/proc/{long_job.pid}/task")
+            }
+            assert "ga-shim-poll" in threads, threads  # the thread that may fire it
+            p = subprocess.Popen([str(short), "--iters", "50"], env=env)
+            assert p.wait(timeout=30) == 0
+            assert not os.path.exists(f"/proc/{p.pid}")  # reaped: /proc says nothing now
+            _poll_until(s, lambda: any(t == p.pid for t, _ in attached), timeout=10)
+            assert (p.pid, "gpu-short-job") in attached, attached
+        finally:
+            s.close()
+    finally:
+        long_job.kill()
+        long_job.wait()

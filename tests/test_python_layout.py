@@ -23,7 +23,7 @@ import pytest
 
 from gpu_agent.probes import contract as C
 from gpu_agent.symbols.python import debug_offsets, layout, merge as M, offsets, symbolize as S
-from gpu_agent.symbols.python.btf import task_fsbase_offset
+from gpu_agent.system.btf import task_offsets
 from support.interpreters import SUPPORTED, TOO_OLD
 
 REPO = Path(__file__).resolve().parent.parent
@@ -389,13 +389,17 @@ def test_merge_mismatches_keep_every_frame_in_order():
     assert M.merge(native, []) == native
 
 
-def test_btf_gives_fsbase_offset():
+def test_btf_gives_the_task_struct_offsets():
     import platform
 
     if platform.machine() != "x86_64" or not os.path.exists("/sys/kernel/btf/vmlinux"):
         pytest.skip("x86_64 with kernel BTF only")
-    off = task_fsbase_offset()
-    assert off is not None and 1000 < off < 20000
+    got = task_offsets()
+    assert got.fsbase is not None and 1000 < got.fsbase < 20000
+    # comm and group_leader are task_struct's own members, both past its first
+    # kilobyte (state, stack, flags ... mm come first) and 8 apart from neither
+    assert got.comm is not None and got.group_leader is not None
+    assert 500 < got.group_leader < 20000 and 500 < got.comm < 20000 and got.comm != got.group_leader
 
 
 def test_debug_offsets_314_variants_are_told_apart():

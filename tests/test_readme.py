@@ -222,7 +222,10 @@ def test_the_try_it_without_a_gpu_block_works_pasted(tmp_path):
         # workload's (the agent watches the node, where other tests' mock processes may run)
         samples = [s for f in (REPO / "demo-profiles").glob("*.pb.gz") for s in raw(f)]
         kernels = {s.frames[0] for s in samples if s.labels.get("comm", "").startswith("python")}
-        assert kernels and kernels <= set(py_workload.KERNELS), ({s.frames[0] for s in samples}, shown[-3000:])
+        assert kernels and kernels <= set(py_workload.KERNELS), (
+            {(s.frames[0], s.labels.get("comm")) for s in samples},
+            shown[-3000:],
+        )
         # Ctrl-C stops the UI with no traceback (its decode workers printed one each)
         assert "Traceback" not in shown, shown[-3000:]
     finally:

@@ -462,8 +462,13 @@ struct ga_ev_new_stack {
 struct ga_ev_proc_exit {
     struct ga_event_hdr hdr;
 };
+#define GA_COMM_LEN 16          /* the kernel's TASK_COMM_LEN */
 struct ga_ev_proc_attach {
     struct ga_event_hdr hdr;
+    char comm[GA_COMM_LEN];  /* the process's name (its leader's comm) as it attached,
+                              * NUL-padded; all NULs where BPF could not read it. The
+                              * agent's name for a process it reads too late to find
+                              * in /proc (a short one, an agent behind on its events) */
 };
 struct ga_ev_published {
     struct ga_event_hdr hdr;

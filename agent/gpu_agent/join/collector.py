@@ -214,10 +214,15 @@ class Collector:
         return c
 
     # -- events (called from session.poll) ---------------------------------
-    def _see(self, pid: int) -> Optional[ProcInfo]:
+    def _see(self, pid: int, comm: str = "") -> Optional[ProcInfo]:
+        """The process's ProcInfo, made at its first sight; comm: its name as its
+        attach event carried it (BPF read it then: the pid may be gone, or already
+        another process's, by the time this agent reads /proc), else /proc's."""
         info = self.procs.get(pid)
+        if info is not None and comm and info.comm == "?":
+            info.comm = comm  # first seen by a launch, once gone, before its attach event
         if info is None:
-            info = ProcInfo(pid, read_comm(pid))
+            info = ProcInfo(pid, comm or read_comm(pid))
             self.procs[pid] = info
             info.pod  # reads /proc/PID/cgroup now, while the process exists (k8s caches it)
             if self.pid_filter is not None:
@@ -229,7 +234,7 @@ class Collector:
         self._see(tgid)
         self.stacks.new_stack(tgid, stack_id, start)
 
-    def _on_proc_attach(self, tgid: int) -> None:
+    def _on_proc_attach(self, tgid: int, comm: str = "") -> None:
         if tgid in self._late_exits:  # the pid is already another process's
             self._late_exits.remove(tgid)
             self._exit_now(tgid)
@@ -239,7 +244,7 @@ class Collector:
             # interval closed: its name, pod and maps are its own. (BPF keeps their
             # stacks apart by start tag; the dead one's rows take the new labels.)
             self._forget_caches({tgid})
-        self._see(tgid)
+        self._see(tgid, comm)
         self._exited_at.pop(tgid, None)
         self.placement.gone.discard(tgid)
         if self.included(tgid):

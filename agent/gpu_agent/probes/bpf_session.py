@@ -32,9 +32,11 @@ from __future__ import annotations
 
 import ctypes as ct
 import os
+import threading
 import time
 from typing import Callable, Optional
 
+from ..system.btf import TaskOffsets, task_offsets
 from . import contract as C
 from . import bpf_maps, paths, preflight
 from .drain import Drain, read_latency, read_totals
@@ -69,13 +71,22 @@ def compile_flags(bpf_dir, inc_dir) -> list[str]:
     return ["-DGA_BPF", f"-I{inc_dir}", f"-I{bpf_dir}", "-Wno-comment", *READ_USER_UNCHECKED]
 
 
+def task_cflags(offsets: TaskOffsets) -> list[str]:
+    """The running kernel's task_struct offsets the BPF program reads (procs.h: a
+    process's name from its group leader); none where its BTF does not give them."""
+    if offsets.group_leader is None or offsets.comm is None:
+        return []
+    return [f"-DGA_TASK_GROUP_LEADER_OFF={offsets.group_leader}", f"-DGA_TASK_COMM_OFF={offsets.comm}"]
+
+
 class BpfSession(PythonMaps):
     """One loaded copy of the BPF program, attached to one shim file.
 
     Public API: open(), poll(timeout_ms) -> int, drain() -> Drain, counters() -> dict[str, int],
     get_stack(tgid, stack_id, start) -> list[int] | None, close(); names (kernel_id -> name).
     Callbacks run inside poll(): on_new_stack(tgid, stack_id, start), on_proc_exit(tgid),
-    on_proc_attach(tgid) (the shim in tgid attached: set up its Python stacks now).
+    on_proc_attach(tgid, comm) (the shim in tgid attached: set up its Python stacks now;
+    comm its name as BPF read it then, "" if it could not).
     Python stacks: set_py_config(tgid, C.PyConfig), del_py_config(tgid),
     get_py_stack(tgid, stack_id, start) -> C.PyStack | None."""
 
@@ -90,7 +101,7 @@ class BpfSession(PythonMaps):
         self.shim_path = os.path.realpath(shim_path)
         self.on_new_stack = on_new_stack
         self.on_proc_exit = on_proc_exit
-        self.on_proc_attach: Optional[Callable[[int], None]] = None
+        self.on_proc_attach: Optional[Callable[[int, str], None]] = None
         # Fixed-size events (_FIXED_EVENTS): on_kernel(C.EvKernel) while tracing
         # (set_trace), on_device(C.EvDevice), on_published(C.EvPublished),
         # on_shape(C.EvShape); PC sampling's (pc_samples.py), parcagpu's too
@@ -111,6 +122,9 @@ class BpfSession(PythonMaps):
 
     # -- lifecycle ---------------------------------------------------------
     def open(self) -> None:
+        # The kernel's BTF (~0.3 s) is parsed beside bcc's import and the USDT set-up.
+        btf = threading.Thread(target=task_offsets, name="gpu-agent-btf", daemon=True)
+        btf.start()
         bcc = preflight.import_bcc()
         from bcc import BPF, USDT
         from bcc.libbcc import lib
@@ -135,6 +149,8 @@ class BpfSession(PythonMaps):
         cflags = compile_flags(bpf_dir, inc_dir)
         if preflight.tracepoint_has_field("sched", "sched_process_exit", "group_dead"):
             cflags.append("-DGA_HAVE_GROUP_DEAD")
+        btf.join()
+        cflags += task_cflags(task_offsets())
         cflags += self.extra_cflags
         try:
             # TRACEPOINT_PROBE (process exit) is attached by bcc itself here.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes as ct
 
+from ..system import procfs
 from . import contract as C
 
 # Fixed-size ring-buffer events: type -> (struct, the session's callback attribute)
@@ -61,8 +62,12 @@ def handle_event(session, buf: bytes, counts: dict) -> None:
         if session.on_proc_exit is not None:
             session.on_proc_exit(hdr.tgid)
     elif hdr.type == C.EventType.GA_EV_PROC_ATTACH:
+        if len(buf) < ct.sizeof(C.EvProcAttach):
+            counts["ev_corrupt"] += 1
+            return
+        ev = C.EvProcAttach.from_buffer_copy(buf)
         if session.on_proc_attach is not None:
-            session.on_proc_attach(hdr.tgid)
+            session.on_proc_attach(hdr.tgid, procfs.comm_text(ev.comm))
     elif hdr.type in _FIXED_EVENTS:
         kind, attr = _FIXED_EVENTS[hdr.type]
         if len(buf) < ct.sizeof(kind):

@@ -66,11 +66,17 @@ def read_maps(pid: int, proc_root: str = "/proc") -> Optional[List[MapEntry]]:
         return None
 
 
+def comm_text(raw: bytes) -> str:
+    """A process's name as text: the kernel's comm bytes (any but NUL, which ends
+    them; the process chooses them) up to the first NUL, invalid UTF-8 replaced."""
+    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
 def read_comm(pid: int) -> str:
     """The process's name as /proc shows it; "?" once it is gone."""
     try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
+        with open(f"/proc/{pid}/comm", "rb") as f:
+            return comm_text(f.read(64)).removesuffix("\n")
     except OSError:
         return "?"
 

@@ -19,6 +19,7 @@ CONTRACT_VERSION_SYMBOL = "gpu_agent_contract_version"
 MAX_FRAMES = 64
 BATCH_MAX = 1024
 NAME_CHUNK = 512
+COMM_LEN = 16
 MAX_NAME_LEN = 64 * 1024
 
 REC_GRAPH = 0x1
@@ -254,7 +255,7 @@ class EvProcExit(ct.Structure):
 
 
 class EvProcAttach(ct.Structure):
-    _fields_ = [("hdr", EventHdr)]
+    _fields_ = [("hdr", EventHdr), ("comm", ct.c_char * COMM_LEN)]
 
 
 class EvPublished(ct.Structure):

@@ -73,12 +73,8 @@ class PythonStacks:
         self.stats = PythonStats()
         self._warned: set = set()
         self._lock = threading.RLock()
-        if enabled:
-            # Parse the kernel's BTF (~0.3 s) now, beside the BPF compile (which
-            # releases the GIL), not when the first Python process attaches.
-            from .btf import task_fsbase_offset
-
-            threading.Thread(target=task_fsbase_offset, name="gpu-agent-btf", daemon=True).start()
+        # (The kernel's BTF, for thread matching, is parsed beside the BPF compile:
+        # BpfSession.open.)
 
     # -- process lifecycle ----------------------------------------------------
     def on_attach(self, pid: int) -> None:

@@ -29,7 +29,7 @@ from typing import Optional
 from ...probes import contract as C
 from ...system import elf as elffile
 from ...system import procfs
-from .btf import task_fsbase_offset
+from ...system.btf import task_offsets
 from .debug_offsets import debug_offsets_size, offsets_from_debug
 from .offsets import (
     MEMBERDEF_OFFSET,
@@ -234,7 +234,7 @@ def compute_layout(interp: Interpreter, mem: ProcMem, machine: Optional[str] = N
         )
 
     machine = machine or platform.machine()
-    fsbase = task_fsbase_offset() if machine in ("x86_64", "AMD64") else None
+    fsbase = task_offsets().fsbase if machine in ("x86_64", "AMD64") else None
     pidns_dev = pidns_ino = 0
     if fsbase is not None:
         flags |= C.PYC_MATCH_PTHREAD

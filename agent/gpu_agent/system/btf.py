@@ -1,17 +1,21 @@
 """Offsets of kernel struct members from the running kernel's BTF (/sys/kernel/btf/vmlinux).
 
-The BPF walker matches Python thread states by pthread_self(), which on
-x86_64 is the thread's fs base: task_struct.thread.fsbase. bcc would compile
-`task->thread.fsbase` against the installed kernel headers, whose layout need
-not be the running kernel's (a 6.1 header package on a 6.18 kernel reads the
-wrong word), so the offset comes from the kernel's own BTF instead and the
-BPF program reads it with bpf_probe_read_kernel().
+bcc would compile `task->thread.fsbase` or `task->group_leader->comm` against the
+installed kernel headers, whose layout need not be the running kernel's (a 6.1
+header package on a 6.18 kernel reads the wrong word), so the offsets come from
+the kernel's own BTF instead and the BPF program reads them with
+bpf_probe_read_kernel(). Two readers:
+- the Python walker matches thread states by pthread_self(), which on x86_64 is
+  the thread's fs base: task_struct.thread.fsbase;
+- a process's attach event carries its name, its group leader's comm: the shim's
+  poller thread (named ga-shim-poll) may be the one that fires it.
 """
 
 from __future__ import annotations
 
-import functools
 import struct
+import threading
+from dataclasses import dataclass
 from typing import Optional
 
 VMLINUX = "/sys/kernel/btf/vmlinux"
@@ -113,11 +117,34 @@ class Btf:
         return None
 
 
-@functools.lru_cache(maxsize=1)
-def task_fsbase_offset(path: str = VMLINUX) -> Optional[int]:
-    """offsetof(struct task_struct, thread.fsbase) in the running kernel, None if unknown."""
-    try:
-        with open(path, "rb") as f:
-            return Btf(f.read()).offset("task_struct", ["thread", "fsbase"])
-    except (OSError, BtfError, struct.error):
-        return None
+@dataclass(frozen=True)
+class TaskOffsets:
+    """Byte offsets in the running kernel's struct task_struct; None: not known."""
+
+    fsbase: Optional[int] = None  # thread.fsbase (x86_64)
+    group_leader: Optional[int] = None  # the thread group's leader (a pointer)
+    comm: Optional[int] = None  # char comm[16]
+
+
+_lock = threading.Lock()
+_parsed: dict[str, TaskOffsets] = {}
+
+
+def task_offsets(path: str = VMLINUX) -> TaskOffsets:
+    """TaskOffsets of the running kernel, parsed once (~0.3 s; callers in several
+    threads wait for the one parse)."""
+    with _lock:
+        got = _parsed.get(path)
+        if got is None:
+            try:
+                with open(path, "rb") as f:
+                    btf = Btf(f.read())
+                got = TaskOffsets(
+                    btf.offset("task_struct", ["thread", "fsbase"]),
+                    btf.offset("task_struct", ["group_leader"]),
+                    btf.offset("task_struct", ["comm"]),
+                )
+            except (OSError, BtfError, struct.error):
+                got = TaskOffsets()
+            _parsed[path] = got
+        return got
