@@ -102,34 +102,40 @@ def test_agent_killed_mid_run_app_finishes_normally(tmp_path, built):
         "--paths",
         "cuLaunchKernel,cudaGraphLaunch",
         "--duration",
-        "3",
+        "120",  # ended by SIGUSR1 once the shim has detached
         "--sleep-ms",
         "1",
         GPU_AGENT_DEBUG="1",
         CUDA_INJECTION64_PATH=str(shim),
     )
-    lines, attached = [], threading.Event()
+    lines, attached, detached = [], threading.Event(), threading.Event()
 
     def read_stderr():
         for line in app.stderr:
             lines.append(line)
             if "attached (pid" in line:
                 attached.set()
+            if "detached (pid" in line:
+                detached.set()
 
     reader = threading.Thread(target=read_stderr, daemon=True)
     reader.start()
     # Killed once the shim says it attached (GPU_AGENT_DEBUG=1), not a fixed second after
-    # the app's start: on a loaded host the app may not have attached by then.
+    # the app's start: on a loaded host the app may not have attached by then. The app
+    # runs until the shim says it detached (a 3 s run once ended first, beside another
+    # test's agent), then SIGUSR1 ends its loop.
     in_time = attached.wait(timeout=30)
     os.kill(a.proc.pid, signal.SIGKILL)
     a.proc.wait()
+    noticed = detached.wait(timeout=30)
+    app.send_signal(signal.SIGUSR1)
     assert app.wait(timeout=60) == 0, "".join(lines)
     reader.join(timeout=10)
     err = "".join(lines)
     assert in_time, err
     # The kernel dropped the semaphore when the agent's uprobe went away; the shim noticed and
     # released CUPTI, and said so (GPU_AGENT_DEBUG=1), without any error.
-    assert "detach" in err.lower(), err
+    assert noticed and "detached (pid" in err and "agent gone" in err, err
     assert "error" not in err.lower(), err
 
 

@@ -7,6 +7,8 @@
  *
  *   mock_workload [--paths all|p1,p2,...] [--iters N] [--sleep-ms M]
  *                 [--duration S] [--threads T] [--list-paths]
+ *                 (SIGUSR1 ends the loop after its current iteration: a test ends a
+ *                 --duration run once what it waits for has happened)
  *   mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel|cuGraphLaunch|cuLaunchKernel-table] [--rate R]
  *                 [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E] [--block B] [--spin-ns S]
  *                 [--work-ns S] [--idle-first-ms M] [--regimes MS:NS] [--end-ms M] [--table-after-ms M]
@@ -24,6 +26,7 @@
 #include <dlfcn.h>
 #include <fatbinary_section.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -378,6 +381,8 @@ static const struct path paths[] = {
 static int g_sel[NPATHS];
 static long g_iters = 1, g_sleep_ms;
 static double g_duration;
+static volatile sig_atomic_t g_stop; /* SIGUSR1 */
+static void on_usr1(int sig) { (void)sig; g_stop = 1; }
 
 static void thread_setup(struct tctx *t)
 {
@@ -411,7 +416,7 @@ static void *thread_main(void *arg)
     memset(&t, 0, sizeof t);
     thread_setup(&t);
     double end = g_duration > 0 ? now_s() + g_duration : 0;
-    for (long it = 0; end ? now_s() < end : it < g_iters; it++) {
+    for (long it = 0; !g_stop && (end ? now_s() < end : it < g_iters); it++) {
         for (size_t i = 0; i < NPATHS; i++)
             if (g_sel[i]) paths[i].launch(&t);
         ck_cu(cuStreamSynchronize(t.s), "cuStreamSynchronize");
@@ -670,6 +675,7 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
+    signal(SIGUSR1, on_usr1);
     const char *spec = "all", *api = "cuLaunchKernel";
     long threads = 1, bench_n = -1, warm = 0;
     double rate = 0, warm_rate = 0;

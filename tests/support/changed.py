@@ -190,6 +190,7 @@ RULES: tuple[tuple[str, tuple[str, ...] | str, str], ...] = (
         + ("tests/faults/test_fifo_swap.py", "tests/faults/test_outputs.py", "tests/faults/test_environment.py"),
         "the host: ELF, /proc, k8s, safe files",
     ),
+    ("agent/gpu_agent/system/btf.py", PYTHON + ("tests/test_bpf_session.py",), "task_struct offsets: threads, names"),
     (
         "agent/gpu_agent/probes/*",
         BPF
