@@ -108,8 +108,16 @@ BPF_HASH(drop_budget, u32, struct ga_drop_budget, 8192);
  * counts), by tgid: read by the agent each interval and said in that process's
  * profile; deleted by the agent once it has reported the exit (LRU: never full). */
 BPF_TABLE("lru_hash", u32, u64, drop_implausible, 4096);
+/* When each process's last attach event went out (bpf_ktime_get_ns), by tgid: at
+ * most one a GA_ATTACH_EVERY_NS (procs.h). Deleted at its exit (LRU: never full). */
+BPF_TABLE("lru_hash", u32, u64, attach_last, 8192);
 
 BPF_RINGBUF_OUTPUT(events, GA_RINGBUF_PAGES);
+/* Each attach event's copy, on a ring of its own (16 KiB: 680 notes) that the
+ * agent's notes thread reads at once (probes/attach_notes.py): a process's maps and
+ * interpreter are read while it lives, however far behind the main ring is. Best
+ * effort: a note the full ring refuses loses nothing (the event still comes). */
+BPF_RINGBUF_OUTPUT(attach_notes, 4);
 
 /* Timelines (gpu-agent record --trace/--events, gpu-agent trace): trace_mode[0]
  * is 0 (none), 1 (every process) or 2 (the tgids in `traced`); kernel_batch then

@@ -36,9 +36,17 @@ static __always_inline void proc_comm(u32 tgid, char *comm)
         __builtin_memset(comm, 0, GA_COMM_LEN);
 }
 
-/* GA_EV_PROC_ATTACH: the agent hears of the process, and its name as it is now. */
+/* GA_EV_PROC_ATTACH: the agent hears of the process, and its name as it is now;
+ * at most once a GA_ATTACH_EVERY_NS a process (the rest counted). */
 static __always_inline void emit_proc_attach(u32 tgid)
 {
+    u64 now = bpf_ktime_get_ns();
+    u64 *last = attach_last.lookup(&tgid);
+    if (last && now - *last < GA_ATTACH_EVERY_NS) {
+        count(GA_CNT_ATTACH_REPEATS, 1);
+        return;
+    }
+    attach_last.update(&tgid, &now);
     struct ga_ev_proc_attach *ev = events.ringbuf_reserve(sizeof(*ev));
     if (!ev) {
         count(GA_DROP_RINGBUF_FULL, 1);
@@ -47,6 +55,11 @@ static __always_inline void emit_proc_attach(u32 tgid)
     ev->hdr.type = GA_EV_PROC_ATTACH;
     ev->hdr.tgid = tgid;
     proc_comm(tgid, ev->comm);
+    struct ga_ev_proc_attach *note = attach_notes.ringbuf_reserve(sizeof(*note));
+    if (note) {
+        __builtin_memcpy(note, ev, sizeof(*note));
+        attach_notes.ringbuf_submit(note, 0);
+    }
     events.ringbuf_submit(ev, 0);
 }
 
@@ -147,6 +160,7 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
         return 0;
     procs.delete(&tgid);
     drop_budget.delete(&tgid);
+    attach_last.delete(&tgid);
     emit_proc_event(GA_EV_PROC_EXIT, tgid);
     return 0;
 }

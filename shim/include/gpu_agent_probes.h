@@ -419,6 +419,10 @@ enum ga_counter {
                                 * in the drop_implausible map, and its profile says so */
     GA_DROP_SHAPE_READ,        /* a period_shape out of contract or unreadable: its span
                                 * is spread by time */
+    GA_CNT_ATTACH_REPEATS,     /* attach probes within GA_ATTACH_EVERY_NS of the same
+                                * process's last one, not sent on (a shim attaches
+                                * once an agent; a process firing it in a loop filled
+                                * the ring buffer: every other process's names lost) */
     GA_COUNTER_MAX
 };
 
@@ -463,6 +467,7 @@ struct ga_ev_proc_exit {
     struct ga_event_hdr hdr;
 };
 #define GA_COMM_LEN 16          /* the kernel's TASK_COMM_LEN */
+#define GA_ATTACH_EVERY_NS 1000000000ull /* one attach event a process a second, at most */
 struct ga_ev_proc_attach {
     struct ga_event_hdr hdr;
     char comm[GA_COMM_LEN];  /* the process's name (its leader's comm) as it attached,

@@ -67,6 +67,7 @@ SHIM = E2E + (
 # The BPF program's core: every probe through real eBPF, exact drains, per-process state.
 BPF = E2E + (
     "tests/test_bpf_session.py",
+    "tests/test_late_events.py",
     "tests/test_contract.py",
     "tests/test_drain_races.py",
     "tests/test_interval_names.py",

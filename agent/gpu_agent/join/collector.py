@@ -66,6 +66,7 @@ class Collector:
             str(shim_path), on_new_stack=self._on_new_stack, on_proc_exit=self._on_proc_exit, cflags=cflags
         )
         self.session.on_proc_attach = self._on_proc_attach
+        self.session.on_attach_note = self._on_attach_note
         self.session.on_device = self.note_device
         self.session.on_published = self._on_published
         self.session.on_shape = lambda ev: self.placement.note_shape(
@@ -233,6 +234,18 @@ class Collector:
     def _on_new_stack(self, tgid: int, stack_id: int, start: int) -> None:
         self._see(tgid)
         self.stacks.new_stack(tgid, stack_id, start)
+
+    def _on_attach_note(self, tgid: int, comm: str) -> None:
+        """The notes thread (probes/attach_notes.py), as soon as tgid's shim attached:
+        its maps, pod and Python stacks read now, while it lives (its attach event may
+        come seconds later to a busy agent, after a short process is gone). Only for a
+        pid this agent has not met: a dead one's state under a reused pid is left to
+        the attach event (_on_proc_attach), which tells the two apart."""
+        if tgid in self.procs or not self.included(tgid):
+            return
+        self.stacks.snapshot(tgid)
+        ProcInfo(tgid, comm).pod  # the pod's labels, cached now (k8s)
+        self.stacks.python.on_attach(tgid)
 
     def _on_proc_attach(self, tgid: int, comm: str = "") -> None:
         if tgid in self._late_exits:  # the pid is already another process's

@@ -39,6 +39,7 @@ from typing import Callable, Optional
 from ..system.btf import TaskOffsets, task_offsets
 from . import contract as C
 from . import bpf_maps, paths, preflight
+from .attach_notes import AttachNotes
 from .drain import Drain, read_latency, read_totals
 from .events import handle_event
 from .cold_names import ColdNames
@@ -102,6 +103,10 @@ class BpfSession(PythonMaps):
         self.on_new_stack = on_new_stack
         self.on_proc_exit = on_proc_exit
         self.on_proc_attach: Optional[Callable[[int, str], None]] = None
+        # on_attach_note(tgid, comm): the same attach, at once, on the notes thread
+        # (attach_notes.py); set before open()
+        self.on_attach_note: Optional[Callable[[int, str], None]] = None
+        self.attach_notes: Optional[AttachNotes] = None
         # Fixed-size events (_FIXED_EVENTS): on_kernel(C.EvKernel) while tracing
         # (set_trace), on_device(C.EvDevice), on_published(C.EvPublished),
         # on_shape(C.EvShape); PC sampling's (pc_samples.py), parcagpu's too
@@ -168,6 +173,8 @@ class BpfSession(PythonMaps):
             self.close()
             raise
         self._bpf[b"events"].open_ring_buffer(self._on_event)
+        if self.on_attach_note is not None:
+            self.attach_notes = AttachNotes(self._lib, self._bpf[b"attach_notes"].map_fd, self.on_attach_note)
         # Timelines' events go out from a program kernel_batch tail-calls (bpf/).
         trace_fn = self._bpf.load_func(b"ga_kernel_batch_trace", BPF.KPROBE)
         self._bpf[b"trace_prog"][ct.c_int(0)] = ct.c_int(trace_fn.fd)
@@ -221,6 +228,9 @@ class BpfSession(PythonMaps):
             return
         if self.attachments is not None:
             self.attachments.close()
+        if self.attach_notes is not None:
+            self.attach_notes.close()
+            self.attach_notes = None
         self.cold_names.close()
         try:
             self._bpf.cleanup()
