@@ -194,6 +194,12 @@ int ga_kernel_batch(struct pt_regs *ctx)
         add_dropped(&bc, dropped);
     u32 *tm = trace_mode.lookup(&zero);
     if (tm && (*tm == 1 || (*tm == 2 && traced.lookup(&tgid)))) {
+        if (dropped) {
+            u64 none = 0;
+            u64 *lost = trace_drops.lookup_or_try_init(&tgid, &none);
+            if (lost)
+                __sync_fetch_and_add(lost, dropped);
+        }
         struct trace_batch *tb = trace_batch_arg.lookup(&zero);
         if (tb) {
             tb->recs = records;

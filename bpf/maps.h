@@ -136,6 +136,11 @@ struct trace_batch {
     u32 pad;
 };
 BPF_PERCPU_ARRAY(trace_batch_arg, struct trace_batch, 1);
+/* Records CUPTI lost, as counted (accept_drops), by traced tgid: a timeline says
+ * its own processes' losses, not the node's (drop_cupti: one process's 2^24 lost
+ * records were every other timeline's). LRU; kept past the exit, for the timeline
+ * built after it. */
+BPF_TABLE("lru_hash", u32, u64, trace_drops, 4096);
 BPF_PROG_ARRAY(trace_prog, 1);
 
 static __always_inline void count(u32 idx, u64 n)

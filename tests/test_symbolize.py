@@ -3,6 +3,8 @@
 import os
 import shutil
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
@@ -215,6 +217,26 @@ def test_frames_survive_process_exit(built, proc_factory):
     p.quit()
     frames = sym.symbolize(p.pid, [p.main + 1, p.foo + 1])
     assert [f.function for f in frames] == ["main_marker_fn", "ns::Widget::compute(int)"]
+
+
+def test_a_zombie_s_empty_maps_do_not_replace_its_snapshot(built, proc_factory):
+    """An exited process not yet reaped reads as no maps, without an error: a second
+    snapshot then (the agent's first event of a short process, after its attach
+    note's snapshot) emptied what the first had read, and every frame, the main
+    executable's too, read [unknown]."""
+    p = proc_factory([str(built / "main_pie")])
+    sym = Symbolizer(resnapshot_interval_s=0)
+    assert sym.snapshot(p.pid)
+    p.p.stdin.write("quit\n")
+    p.p.stdin.flush()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not Path(f"/proc/{p.pid}/stat").read_text().split(") ")[1].startswith("Z"):
+        time.sleep(0.01)  # exited, not reaped: a zombie
+    assert Path(f"/proc/{p.pid}/maps").read_text() == ""
+    assert not sym.snapshot(p.pid)
+    frames = sym.symbolize(p.pid, [p.main + 1, p.foo + 1])
+    assert [f.function for f in frames] == ["main_marker_fn", "ns::Widget::compute(int)"]
+    p.p.wait(5)
 
 
 def test_other_mount_namespace(built, proc_factory, tmp_path):

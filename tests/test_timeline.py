@@ -324,3 +324,52 @@ def test_trace_waits_for_a_process_just_started_to_load_the_shim(tmp_path):
     finally:
         old.kill()
         old.wait()
+
+
+def test_a_timeline_counts_its_own_processes_lost_records_not_the_node_s(firer, tmp_path):
+    """A timeline's `cupti` drop is the lost records of its own processes: another
+    process's claim (2^24 records, a faults test beside this module in the parallel
+    suite) was in every timeline's count, which read the node's drop_cupti."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests" / "probe_firer"))
+    import firer_script as F
+
+    from gpu_agent.join.collector import Collector
+    from gpu_agent.probes import contract as C
+    from gpu_agent.timeline.collect import TimelineCollector
+
+    lib, exe = firer
+    name = b"_Z6kernelv"
+    kid = C.kernel_id(name)
+    col = Collector(str(lib), python_stacks=False)
+    col.open()
+    procs = []
+    try:
+        tc = TimelineCollector(col)
+        for lost in (3, 4000):  # the traced process's, another's
+            script = F.Script().wait().full_name(kid, name).batch([F.rec(kid, 1, 1000)], dropped=lost)
+            path = script.write(tmp_path / f"lost{lost}.bin")
+            procs.append(
+                subprocess.Popen([str(exe), str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            )
+        pids = [int(p.stdout.readline().split()[1]) for p in procs]
+        assert all(p.stdout.readline().startswith("wait") for p in procs)
+        col.session.set_trace(pids=(pids[0],))
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        for p in procs:
+            assert p.wait(timeout=30) == 0
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not all(pid in col.procs and col.procs[pid].exited for pid in pids):
+            col.poll(50)
+        col.poll(0)
+        tl = tc.build(time.time_ns() - 10**9, time.time_ns())
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        col.close()
+    assert set(tl.processes) == {pids[0]}
+    assert [(d.what, d.count) for d in tl.drops if d.what == "cupti"] == [("cupti", 3)]

@@ -418,6 +418,18 @@ class BpfSession(PythonMaps):
         drop_implausible: refused, not in drop_cupti)."""
         return {k.value: v.value for k, v in self._bpf[b"drop_implausible"].items()}
 
+    def trace_drops(self, pids) -> int:
+        """Records CUPTI lost in these traced processes, as BPF counted them (bpf/maps.h
+        trace_drops: each process's own, where drop_cupti is the node's)."""
+        table = self._bpf[b"trace_drops"]
+        total = 0
+        for pid in pids:
+            try:
+                total += table[table.Key(pid)].value
+            except KeyError:
+                pass
+        return total
+
     # -- Python stacks (bpf/python_stack.h) ----------------------------------
     def set_trace(self, every_process: bool = False, pids: tuple[int, ...] = ()) -> None:
         """Timelines: send every kernel record of every process, or of these pids,

@@ -188,6 +188,10 @@ class Symbolizer:
         except OSError:
             return False
         maps = parse_maps(text)
+        if not maps:
+            # An exited process not yet reaped (a zombie) reads as no maps, without an
+            # error: gone, and what an earlier snapshot (its attach note's) read stays.
+            return False
         old = self._procs.get(pid)
         start_time = procfs.start_ticks(pid)
         st = _ProcState()

@@ -196,9 +196,9 @@ class TimelineCollector:
             ("ring_oldest", self.dropped_oldest),
             ("paused", self.not_kept),
             ("impossible", self.refused),
-            # as BPF counted them (the profiles' drop_cupti counts them once each
-            # interval has bounded them; a trace builds no interval)
-            ("cupti", c.session.counters().get("drop_cupti", 0)),
+            # the timeline's processes' own, as BPF counted them (the profiles count
+            # them once each interval has bounded them; a trace builds no interval)
+            ("cupti", c.session.trace_drops(tl.processes)),
         ):
             if n:
                 tl.drops.append(Drop(what, int(n)))
