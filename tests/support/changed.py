@@ -247,6 +247,7 @@ RULES: tuple[tuple[str, tuple[str, ...] | str, str], ...] = (
             "tests/test_interval_names.py",
         )
         + ("tests/test_invariants.py", "tests/test_pid_reuse.py", "tests/test_graphs.py", "tests/test_pcsampling.py")
+        + ("tests/test_late_events.py", "tests/test_timeline.py")
         + ("tests/test_python_stacks.py", "tests/test_windows.py", "tests/test_parcagpu.py", "tests/test_intervals.py")
         + ("tests/faults/test_two_agents.py", "tests/faults/test_uprobe_events.py", "tests/faults/test_flood.py")
         + ("tests/faults/test_hostile_probes.py", "tests/faults/test_trace_flood.py")  # lost records' bounds
