@@ -10,6 +10,7 @@ nothing runs, so each phase's files are known exactly):
 
 from __future__ import annotations
 
+import gzip
 import os
 import re
 import shutil
@@ -547,10 +548,10 @@ def test_agent_windows_take_the_numbered_path(store):
     """The agent numbers frames alike in all its windows (pprof.Numbering), so the UI
     reads its files without walking them (numbered.py): every file of the store takes
     that path, and decodes to exactly the rows the general path reads from the same
-    file without its numbering comment (frames, label sets, values, filter totals)."""
+    file without its numbering (frames, label sets, values, filter totals)."""
     import gzip as gz
 
-    from gpu_agent.profile.vocabulary import NUMBERING_COMMENT
+    from gpu_agent.outputs.ui.views import RawProfile
     from gpu_agent.proto import profile_pb2
     from gpu_agent.outputs.ui.catalog import Catalog
     from gpu_agent.outputs.ui.numbered import decode_numbered
@@ -570,13 +571,10 @@ def test_agent_windows_take_the_numbered_path(store):
     for f in files:
         raw = gz.decompress(f.read_bytes())
         p = profile_pb2.Profile.FromString(raw)
-        comments = [p.string_table[c] for c in p.comment]
-        numberings |= {c for c in comments if c.startswith(NUMBERING_COMMENT)}
+        numberings.add(RawProfile.FromString(raw).numbering)
         fast = decode_numbered(raw, fast_catalog)
         assert fast is not None, f"{f.name}: not read on the numbered path"
-        plain = [c for c in p.comment if not p.string_table[c].startswith(NUMBERING_COMMENT)]
-        del p.comment[:]
-        p.comment.extend(plain)
+        p.DiscardUnknownFields()  # its numbering: profile.proto has no field for it
         general_catalog = Catalog()
         general = decode(p.SerializeToString(), general_catalog)
         assert not general_catalog.numberings  # the general path read it
@@ -589,7 +587,7 @@ def test_agent_windows_take_the_numbered_path(store):
         assert {fast_catalog.labelsets[k]: v for k, v in fast.by_labelset.items()} == {
             general_catalog.labelsets[k]: v for k, v in general.by_labelset.items()
         }
-    assert len(numberings) == 1, numberings  # one agent, one numbering
+    assert len(numberings) == 1 and "" not in numberings, numberings  # one agent, one numbering
     # Its locations were decoded once for all the files, not once per file.
     known = next(iter(fast_catalog.numberings.values()))
     assert len(known.locations) == len(fast_catalog.locations)
@@ -607,11 +605,11 @@ def test_numbered_path_leaves_what_it_cannot_read_exactly_to_the_general_one():
     b = ProfileBuilder(period_ns=1, duration_ns=10, time_nanos=1, numbering=Numbering())
     b.add([FrameSpec.kernel("k1"), FrameSpec.python("f", "/a.py", 3)], 100, 1, {"pid": "1"})
     b.add([FrameSpec.kernel("k2")], 50, 2, {"pid": "2"})
-    good = b.to_proto()
-    assert decode_numbered(good.SerializeToString(), Catalog()).gpu_total == 150
-    undefined = profile_pb2.Profile.FromString(good.SerializeToString())
+    good = gzip.decompress(b.to_bytes())  # with its numbering (a field to_proto has not)
+    assert decode_numbered(good, Catalog()).gpu_total == 150
+    undefined = profile_pb2.Profile.FromString(good)  # unknown fields kept
     undefined.sample[1].location_id.append(999_999)
-    third = profile_pb2.Profile.FromString(good.SerializeToString())
+    third = profile_pb2.Profile.FromString(good)
     third.sample_type.add(type=third.sample_type[0].type, unit=third.sample_type[0].unit)
     for s in third.sample:
         s.value.append(7)

@@ -23,20 +23,24 @@ Strings, functions, locations and mappings are deduplicated; ids start at 1;
 ``string_table[0] == ""``; identical (stack, labels) samples are merged by
 summing their values. With a ``Numbering``, function and location ids are the
 numbering's instead: the same frame has the same location id in every profile
-written with it (the agent's windows), which the profile names in a comment.
+written with it (the agent's windows), which the profile names in a private field
+(vocabulary.NUMBERING_FIELD).
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
 import os
 import secrets
 from dataclasses import dataclass
 from typing import Dict, List, Mapping as TMapping, Optional, Sequence, Tuple, Union
 
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
 from ..proto import profile_pb2
 from ..system.atomic import write_atomic
-from .vocabulary import CUDA_KERNEL_FILENAME, NUMBERING_COMMENT, UNSAMPLED
+from .vocabulary import CUDA_KERNEL_FILENAME, NUMBERING_FIELD, UNSAMPLED
 
 __all__ = [
     "MappingSpec",
@@ -127,6 +131,24 @@ class FrameSpec:
         return cls(function, "python:" + function, filename, int(line), 0, PYTHON_MAPPING)
 
 
+@functools.lru_cache(maxsize=1)
+def _numbering_message():
+    """A message of one string field, NUMBERING_FIELD: what a profile carries its
+    numbering in (built from a descriptor: protobuf encodes it)."""
+    fdp = descriptor_pb2.FileDescriptorProto(name="gpu_agent/numbering.proto", package="gpu_agent.pprof")
+    fdp.syntax = "proto3"
+    m = fdp.message_type.add(name="Numbered")
+    m.field.add(
+        name="numbering",
+        number=NUMBERING_FIELD,
+        type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+        label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL,
+    )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("gpu_agent.pprof.Numbered"))
+
+
 class Numbering:
     """Function and location ids shared by many profiles: in each profile written with
     it, a location id means the same frame (mapping, address, function, line), and so
@@ -143,9 +165,10 @@ class Numbering:
         self._functions: Dict[Tuple[str, str, str], int] = {}
         self._locations: Dict[Tuple, int] = {}
 
-    @property
-    def comment(self) -> str:
-        return NUMBERING_COMMENT + self.id
+    def field(self) -> bytes:
+        """Its id as the profile's NUMBERING_FIELD, serialized: appended to a profile's
+        bytes (a protobuf message is the concatenation of its fields)."""
+        return _numbering_message()(numbering=self.id).SerializeToString()
 
     def full(self) -> bool:
         return len(self._functions) + len(self._locations) >= self.limit
@@ -183,8 +206,6 @@ class ProfileBuilder:
         numbering: Optional[Numbering] = None,
     ):
         self.numbering = numbering
-        if numbering is not None:
-            comments = [*comments, numbering.comment]
         self.period_ns = int(period_ns)
         self.duration_ns = int(duration_ns)
         self.time_nanos = int(time_nanos)
@@ -322,6 +343,8 @@ class ProfileBuilder:
     def to_bytes(self) -> bytes:
         """gzip-compressed serialized profile (deterministic: gzip mtime 0)."""
         raw = self.to_proto().SerializeToString()
+        if self.numbering is not None:
+            raw += self.numbering.field()
         return gzip.compress(raw, compresslevel=6, mtime=0)
 
     def write(self, path: Union[str, os.PathLike]) -> None:

@@ -7,8 +7,13 @@ from __future__ import annotations
 
 # The pprof filename of a kernel frame, in the [cuda] mapping.
 CUDA_KERNEL_FILENAME = "CUDA_KERNEL"
-# The comment that names a profile's Numbering: "gpu-agent numbering <16 hex digits>".
+# The comment that named a profile's Numbering in files written before NUMBERING_FIELD
+# (`go tool pprof -top` printed it as a line of its own): "gpu-agent numbering <16 hex>".
 NUMBERING_COMMENT = "gpu-agent numbering "
+# The field that names it now: profile.proto has none, so a private field number, far
+# past any profile.proto uses; pprof, Parca and every protobuf reader skip a field they
+# do not know (profile/pprof.py writes it, the UI's numbered reader reads it).
+NUMBERING_FIELD = 100_001
 
 UNSAMPLED = "[unsampled]"
 UNKNOWN_STACK = "[stack unavailable]"

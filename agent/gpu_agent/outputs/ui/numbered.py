@@ -1,7 +1,7 @@
 """The agent's own windows, decoded without walking them in Python.
 
 The agent numbers frames alike in all its windows (pprof.Numbering, named in a
-comment): under one numbering a location id, and so a sample's whole list of them,
+private field, vocabulary.NUMBERING_FIELD): under one numbering a location id, and so a sample's whole list of them,
 means the same in every file. Such a file is read with upb doing the walking:
 
 - its locations, parsed as one message, give all their ids at once; only the ids
@@ -56,8 +56,11 @@ def decode_numbered(data: bytes, catalog: Catalog) -> Optional[DecodedProfile]:
         return st[i] if 0 <= i < n_st else ""
 
     comments = [s(c) for c in p.comment]
-    numbering = next((c[len(NUMBERING_COMMENT) :] for c in comments if c.startswith(NUMBERING_COMMENT)), None)
-    if numbering is None or [s(t.type) for t in p.sample_type] != ["gpu_time", "kernel_launches"]:
+    # Its field; a comment in files written before the field
+    numbering = p.numbering or next(
+        (c[len(NUMBERING_COMMENT) :] for c in comments if c.startswith(NUMBERING_COMMENT)), None
+    )
+    if not numbering or [s(t.type) for t in p.sample_type] != ["gpu_time", "kernel_launches"]:
         return None
     raw = p.sample[:]
     n = len(raw)

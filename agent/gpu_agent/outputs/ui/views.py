@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from ...profile.vocabulary import NUMBERING_FIELD
 from ...proto import profile_pb2
 
 _B = descriptor_pb2.FieldDescriptorProto
@@ -19,9 +20,12 @@ _B = descriptor_pb2.FieldDescriptorProto
 def profile_view(name: str, as_bytes: dict[str, set[str]], repeated: dict[str, set[str]] = None) -> dict:
     """The messages of profile.proto under package gpu_agent.ui.<name>, with the fields
     as_bytes[message] read as bytes and the fields repeated[message] made repeated
-    (a concatenation of messages then keeps every occurrence). {message name: class}."""
+    (a concatenation of messages then keeps every occurrence), and the agent's own
+    field in Profile (`numbering`, NUMBERING_FIELD). {message name: class}."""
     fdp = descriptor_pb2.FileDescriptorProto()
     profile_pb2.DESCRIPTOR.CopyToProto(fdp)
+    profile = next(m for m in fdp.message_type if m.name == "Profile")
+    profile.field.add(name="numbering", number=NUMBERING_FIELD, type=_B.TYPE_STRING, label=_B.LABEL_OPTIONAL)
     old, new = "." + fdp.package + ".", f".gpu_agent.ui.{name}."
     fdp.name, fdp.package = f"gpu_agent/ui/{name}.proto", new.strip(".")
     for message in fdp.message_type:
