@@ -29,6 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "probe_firer"))
 import firer_script as F  # noqa: E402
 
 GRAPH_APP = MOCK_DIR / "graph_workload"
+# A replay run lasts a few ms past the shim's attach: on a loaded host (the parallel
+# suite) it was gone before the agent read its maps (every frame [unknown]). Real jobs
+# live longer; the agent's attach notes read a process within ms, not within 0 ms.
+LINGER = ("--linger-ms", "300")
 PY_GRAPH = Path(__file__).resolve().parent / "py_graph_workload.py"
 CAPTURED_BY = {
     "k_attn_scores(float*, int)": "capture_attention",
@@ -90,7 +94,7 @@ def assert_under_capture_functions(samples) -> None:
 def test_capture_functions_exact_ns(graph_app, tmp_path):
     """Capture from two named functions, instantiate, replay 100x."""
     gt = tmp_path / "truth.tsv"
-    samples, _ = record(tmp_path, graph_app, "--replays", "100", env=mock_env(gt))
+    samples, _ = record(tmp_path, graph_app, "--replays", "100", *LINGER, env=mock_env(gt))
     truth = ground_truth(gt)
     assert {v[0] for v in truth.values()} == {100}
     assert_exact(samples, truth)
@@ -102,7 +106,9 @@ def test_reinstantiated_and_several_exec_graphs(graph_app, tmp_path):
     """Two exec graphs from one graph, replayed, destroyed, instantiated again:
     every exec node id maps back to its captured node."""
     gt = tmp_path / "truth.tsv"
-    samples, _ = record(tmp_path, graph_app, "--replays", "50", "--execs", "2", "--reinstantiate", env=mock_env(gt))
+    samples, _ = record(
+        tmp_path, graph_app, "--replays", "50", "--execs", "2", "--reinstantiate", *LINGER, env=mock_env(gt)
+    )
     truth = ground_truth(gt)
     assert {v[0] for v in truth.values()} == {200}
     assert_exact(samples, truth)
@@ -114,7 +120,7 @@ def test_reinstantiated_and_several_exec_graphs(graph_app, tmp_path):
 def test_explicitly_built_graph(graph_app, tmp_path):
     """cuGraphCreate + cuGraphAddKernelNode: each kernel under the function that added it."""
     gt = tmp_path / "truth.tsv"
-    samples, _ = record(tmp_path, graph_app, "--add-nodes", "--replays", "100", env=mock_env(gt))
+    samples, _ = record(tmp_path, graph_app, "--add-nodes", "--replays", "100", *LINGER, env=mock_env(gt))
     assert_exact(samples, ground_truth(gt))
     added_by = {"capture_attention": "add_attention_nodes", "capture_mlp": "add_mlp_nodes"}
     for kernel, fn in CAPTURED_BY.items():

@@ -37,7 +37,19 @@ def test_record_timeline_has_every_kernel_with_its_stacks_on_the_wall_clock(tmp_
     t0 = time.time_ns()
     p = subprocess.run(
         agent_cmd(
-            "record", "-o", prof, "--trace", trace, "--events", ev, "--", MOCK_DIR / "graph_workload", "--replays", "30"
+            "record",
+            "-o",
+            prof,
+            "--trace",
+            trace,
+            "--events",
+            ev,
+            "--",
+            MOCK_DIR / "graph_workload",
+            "--replays",
+            "30",
+            "--linger-ms",  # gone in ms otherwise: its maps unread on a loaded host
+            "300",
         ),
         env=mock_env(gt),
         capture_output=True,
