@@ -100,6 +100,28 @@ def test_clocks_map_globaltimer_through_cupti_to_the_reference():
         nt.to_reference(t, 3, 5)
 
 
+def test_clocks_map_exactly_at_the_wall_clock_s_magnitude():
+    """Issue 46: at about 1.76e18 ns a float's step is 256 ns, and mapping in floats put
+    events 224-352 ns off where upstream's viewer maps within 1 ns (in-kernel events
+    last tens of ns). Each time is mapped in integers: the nearest ns of the exact
+    rational mapping, for a pair of snapshots and for one with the clocks' rates."""
+    from fractions import Fraction
+
+    t = nt.Nanotrace(version=4, session="s", reference_clock=1)
+    t.clocks = {1: (0, 0, 0, 1_000_000_000), 2: (3, 0, 0, 1_000_000_000), 3: (3, 0, 0, 999_999_937)}
+    x0, y0 = 1_764_000_000_000_000_123, 1_764_000_123_456_789_001
+    x1, y1 = x0 + 2_000_000_017, y0 + 2_000_000_101  # the GPU's clock a little slow
+    t.snapshots = [(2, 1, x0, y0, 5), (2, 1, x1, y1, 5), (3, 1, x0, y0, 5)]
+    for dx in (0, 1, 37, 999_999_999, 1_234_567_891, 2_000_000_017, 3_000_000_000):
+        exact = y0 + Fraction(dx * (y1 - y0), x1 - x0)
+        got = nt.to_reference(t, 2, x0 + dx)
+        assert isinstance(got, int) and abs(got - exact) <= Fraction(1, 2), (dx, got, float(exact))
+        one = y0 + Fraction(dx * 1_000_000_000, 999_999_937)  # one snapshot: the rates' ratio
+        assert abs(nt.to_reference(t, 3, x0 + dx) - one) <= Fraction(1, 2), dx
+    floats = y0 + (1_234_567_891 * (y1 - y0)) / (x1 - x0)  # what the float mapping gave
+    assert abs(Fraction(floats) - (y0 + Fraction(1_234_567_891 * (y1 - y0), x1 - x0))) > 1  # 16 ns here, up to 128
+
+
 @pytest.mark.parametrize("compressed", [False, True])
 def test_version_1_reads_as_ctas_with_warps_inside(compressed):
     t = nt.parse(v1_file(compressed))
