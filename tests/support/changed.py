@@ -257,6 +257,7 @@ RULES: tuple[tuple[str, tuple[str, ...] | str, str], ...] = (
     ("agent/gpu_agent/timeline/*", TIMELINE, "timelines and their writers"),
     ("agent/gpu_agent/outputs/*", UI + EXPORT + METRICS, "outputs: export, /metrics, the UI"),
     ("agent/gpu_agent/outputs/ui/*", UI, "the web UI"),
+    ("agent/gpu_agent/outputs/ui/views.py", ("tests/test_pprof.py",), "the numbering's field, as the UI reads it"),
     ("agent/gpu_agent/outputs/export/*", EXPORT, "Parca and OTLP"),
     ("agent/gpu_agent/outputs/metrics.py", METRICS, "/metrics"),
     (
