@@ -315,3 +315,14 @@ def test_the_reader_puts_in_kernel_tracks_below_their_stream(tmp_path):
         while r["parent"][stream] >= 0:
             stream = r["parent"][stream]
         assert any(k[0] == stream and k[1] <= start and start + dur <= k[1] + k[2] for k in r["kernels"])
+
+
+def test_the_reader_counts_packets_not_their_lengths(monkeypatch):
+    """MAX_PACKETS bounds the packets parsed (the count was overwritten by each
+    packet's length, so only a packet over 2.5 MB ever reached the bound)."""
+    from gpu_agent.outputs.ui import timeline
+
+    monkeypatch.setattr(timeline, "MAX_PACKETS", 10)
+    assert timeline.read_kernels(b"\x0a\x00" * 10)["total"] == 0
+    with pytest.raises(timeline.TraceError, match="more than 10 packets"):
+        timeline.read_kernels(b"\x0a\x00" * 11)

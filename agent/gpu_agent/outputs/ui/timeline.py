@@ -82,11 +82,11 @@ def _packets(data: bytes):
     """The Trace message's packets one at a time (field 1, length-delimited): memory
     holds one packet, not the whole trace's objects (739 MiB for a 37 MiB file); at
     most MAX_PACKETS of them."""
-    i = n = 0
+    i = count = 0  # count: packets; n: one packet's length
     view = memoryview(data)
     while i < len(data):
-        n += 1
-        if n > MAX_PACKETS:
+        count += 1
+        if count > MAX_PACKETS:
             raise TraceError(f"more than {MAX_PACKETS:,} packets, more than the page reads: download it")
         if data[i] != 0x0A:
             raise TraceError(f"not a Perfetto trace: byte {i} starts no packet")
