@@ -2,7 +2,8 @@
 with traces made to stall or bloat the Timeline tab's reader (ui/timeline.py): a
 sparse 1 GiB file, a file that grows after the listing, a packet whose length runs
 past the end, and 100 000 slices opened and never closed. Root's UI answers each
-with one 400 line, stays small, and still serves an honest trace."""
+with one 400 line (its views and launch stacks too, from the error it keeps of the
+one parse), stays small, and still serves an honest trace."""
 
 from __future__ import annotations
 
@@ -79,6 +80,11 @@ def test_hostile_traces_in_a_served_store_cost_the_ui_nothing(world_dir):
             status, _, body = http_get(ui.port, f"/api/timeline?file={name}")
             assert status == 400 and body.count(b"\n") <= 1, (what, status, body[:300])
             assert time.monotonic() - t0 < 10, what
+            # its views and stacks: the same line, the trace not parsed again
+            for path in (f"/api/timeline/view?file={name}&t0=0&t1=1000", f"/api/timeline/stack?file={name}&stack=0"):
+                t0 = time.monotonic()
+                status, _, again = http_get(ui.port, path)
+                assert status == 400 and again == body and time.monotonic() - t0 < 1, (what, path, again[:300])
         assert b"more than the page reads" in http_get(ui.port, f"/api/timeline?file={NAMES['sparse']}")[2]
         assert b"open slices" in http_get(ui.port, f"/api/timeline?file={NAMES['nest']}")[2]
         assert rss_mib(ui.proc.pid) - base < 150, (base, rss_mib(ui.proc.pid))

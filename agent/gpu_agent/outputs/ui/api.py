@@ -8,7 +8,9 @@
                    (lines=1: frames split by source line, as pprof's -lines)
   /api/diff        two ranges: the later one's tree coloured by the change, and the changes
   /api/traces      the Perfetto traces in the range (record/trace --store), for the Timeline tab
-  /api/timeline    one trace's kernels by (process, GPU, stream), bounded (ui/timeline.py)
+  /api/timeline    one trace's rows (process, GPU, stream), kernel names and counts (ui/timeline.py)
+  /api/timeline/view   a span of it: its kernels when few, else per-row buckets (busy, counts, marks)
+  /api/timeline/stack  one launch stack of it, as text (the tooltip's)
   /download/profile.pb.gz          the merged range as one pprof (filters applied)
   /download/trace.perfetto-trace   the range's Perfetto traces, where the store has them
   /files/NAME      one store file as it is
@@ -31,7 +33,7 @@ from .profiles import ProfileCache
 from .query import VALUE_INDEX, Filters, Merged, changes, parse_filters, sandwich, scaled, tree_of
 from .workers import DecodePool
 from ...profile.store import PROFILE_SUFFIX, TRACE_SUFFIX, Store, range_name
-from .timeline import MAX_BYTES as MAX_TRACE_BYTES, TraceError, read_kernels
+from .timeline import MAX_BUCKETS, MAX_BYTES as MAX_TRACE_BYTES, MAX_SPAN_NS, Trace, TraceCache, TraceError, parse_trace
 
 MAX_BARS = 360  # the chart's bars; longer ranges sum neighbouring intervals
 WARM_PAUSE_S = 5.0  # how often the warmer looks for new windows
@@ -114,6 +116,20 @@ def _ms(params: dict, name: str, default: Optional[int] = None) -> int:
         raise BadRequest(f"{name}: expected milliseconds since the epoch, got {raw!r}") from None
 
 
+def _int(params: dict, name: str, default: int, lo: int, hi: int, what: str) -> int:
+    """An integer parameter in [lo, hi], or one 400 line that says what it wants."""
+    raw = (params.get(name) or [""])[-1].strip()
+    if raw == "":
+        return default
+    try:
+        v = int(raw)
+    except ValueError:
+        raise BadRequest(f"{name}: expected {what}, got {raw[:40]!r}") from None
+    if not lo <= v <= hi:
+        raise BadRequest(f"{name}: expected {what} in [{lo}, {hi}], got {v}")
+    return v
+
+
 def _flag(params: dict, name: str) -> bool:
     return (params.get(name) or ["0"])[-1] in ("1", "true", "on")
 
@@ -138,6 +154,8 @@ class Api:
         self.started_at = time.monotonic()
         self._requests = 0  # in flight; the warmer waits for them
         self._requests_lock = threading.Lock()
+        self.traces_parsed = TraceCache()
+        self.warmed_trace: Optional[str] = None
 
     # -- the warmer -----------------------------------------------------------
     def start_warming(self, pool: bool = True) -> None:
@@ -176,7 +194,20 @@ class Api:
             self.cache.forget_gone(profiles)
             if self.warm_done_at is None:
                 self.warm_done_at = time.monotonic()
+            self._warm_trace()
             self._stop.wait(WARM_PAUSE_S)
+
+    def _warm_trace(self) -> None:
+        """The newest trace parsed before the Timeline tab asks for it (the tab opens
+        on it): 250 000 kernels take about 2 s to parse here."""
+        traces = self.store.traces()
+        if not traces or traces[-1].name == self.warmed_trace:
+            return
+        self.warmed_trace = traces[-1].name
+        try:
+            self.trace({"file": [self.warmed_trace]})
+        except BadRequest:
+            pass  # said when the page asks for it
 
     # -- routes ---------------------------------------------------------------
     def route(self, path: str, params: dict):
@@ -202,7 +233,11 @@ class Api:
         if path == "/api/traces":
             return HTTPStatus.OK, self.traces(params), "application/json", None
         if path == "/api/timeline":
-            return HTTPStatus.OK, self.timeline(params), "application/json", None
+            return HTTPStatus.OK, self.trace(params).meta(), "application/json", None
+        if path == "/api/timeline/view":
+            return HTTPStatus.OK, self.timeline_view(params), "application/json", None
+        if path == "/api/timeline/stack":
+            return HTTPStatus.OK, self.timeline_stack(params), "application/json", None
         if path == "/download/profile.pb.gz":
             return self.download_profile(params)
         if path == "/download/trace.perfetto-trace":
@@ -230,6 +265,7 @@ class Api:
                 "warm_seconds": (None if self.warm_done_at is None else round(self.warm_done_at - self.started_at, 2)),
                 "unreadable": self.cache.unreadable_latest(20),
                 "unreadable_files": self.cache.unreadable_total,
+                "parsed_traces": len(self.traces_parsed),
             },
             "now_ms": int(time.time() * 1000),
         }
@@ -255,25 +291,53 @@ class Api:
             "traces": [{"name": f.name, "end": f.end_ns // 1_000_000, "bytes": f.size} for f in traces],
         }
 
-    def timeline(self, params: dict) -> dict:
+    def trace(self, params: dict) -> Trace:
+        """The trace file= names, parsed once (TraceCache, keyed by the opened file's
+        identity, so a trace rewritten in place is read again)."""
         name = (params.get("file") or [""])[-1]
         if not name.endswith(TRACE_SUFFIX):
             raise BadRequest("file= names a trace of the store (gpu-….perfetto-trace)", HTTPStatus.NOT_FOUND)
-        f = next((t for t in self.store.traces() if t.name == name), None)
-        if f is None:
+        if not any(t.name == name for t in self.store.traces()):
             raise BadRequest(f"no trace {name!r} in the store", HTTPStatus.NOT_FOUND)
-        if f.size > MAX_TRACE_BYTES:  # said before reading it
-            raise BadRequest(
-                f"{name} is {f.size >> 20} MiB, more than the page reads "
-                f"({MAX_TRACE_BYTES >> 20} MiB): download it for ui.perfetto.dev"
-            )
-        data = self.store.read(name, MAX_TRACE_BYTES)  # grown since the listing: refused below
-        if data is None:
+        opened = self.store.open(name)
+        if opened is None:
             raise BadRequest(f"{name} cannot be read", HTTPStatus.NOT_FOUND)
-        try:
-            return {"file": name, **read_kernels(data)}
-        except TraceError as e:
-            raise BadRequest(f"{name}: {e}") from None
+        fd, st = opened
+        with os.fdopen(fd, "rb") as f:
+            if st.st_size > MAX_TRACE_BYTES:  # said before reading it
+                raise BadRequest(
+                    f"{name} is {st.st_size >> 20} MiB, more than the page reads "
+                    f"({MAX_TRACE_BYTES >> 20} MiB): download it for ui.perfetto.dev"
+                )
+            key = (name, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            try:
+                # grown since the fstat: more than MAX_TRACE_BYTES is refused by the parse
+                return self.traces_parsed.get(key, lambda: parse_trace(f.read(MAX_TRACE_BYTES + 1), name))
+            except TraceError as e:
+                raise BadRequest(f"{name}: {e}") from None
+
+    def timeline_view(self, params: dict) -> dict:
+        """A span of a trace, t0 and t1 in ns from its first kernel (default: all of
+        it), in `buckets` buckets a row when it holds too many kernels to send; mark
+        names the kernel whose launches each bucket counts apart."""
+        trace = self.trace(params)
+        what = "ns from the trace's first kernel"
+        t0 = _int(params, "t0", 0, -MAX_SPAN_NS, MAX_SPAN_NS, what)
+        t1 = _int(params, "t1", max(t0 + 1, trace.end_ns - trace.start_ns), -MAX_SPAN_NS, MAX_SPAN_NS, what)
+        if t0 >= t1:
+            raise BadRequest("t0 must be before t1")
+        buckets = _int(params, "buckets", 1000, 1, MAX_BUCKETS, "a number of buckets")
+        mark = (params.get("mark") or [""])[-1]
+        if len(mark) > 4096:
+            raise BadRequest("mark: a kernel name of at most 4096 characters")
+        return {"file": trace.file, **trace.view(t0, t1, buckets, mark)}
+
+    def timeline_stack(self, params: dict) -> dict:
+        trace = self.trace(params)
+        i = _int(params, "stack", -1, 0, max(0, len(trace.stacks) - 1), "a stack index of the trace")
+        if i < 0 or not trace.stacks:
+            raise BadRequest("stack= names one of the trace's launch stacks")
+        return {"stack": trace.launch_stack(i)}
 
     def intervals(self, params: dict) -> dict:
         """Bars of GPU time and launches: one per window, or, past MAX_BARS windows,

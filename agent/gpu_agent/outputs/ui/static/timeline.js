@@ -1,12 +1,23 @@
 // gpu-agent UI: the Timeline tab. One Perfetto trace of the store (record/trace
 // --store) drawn on a canvas: a row per (process, GPU, stream), each kernel a box at
-// its GPU start and duration. Wheel zooms around the pointer, drag pans, hover names
-// a kernel; a kernel chosen in the flame graph ("On the timeline") is drawn in
-// magenta and counted. Kernel names reach the page as canvas text and text nodes only.
+// its GPU start and duration, named when the box is wide enough. The whole capture is
+// drawn at every zoom: a span holding more kernels than the server sends one by one
+// comes as buckets (ui/timeline.py: each row's busy time and kernel count per bucket,
+// about a pixel wide), drawn as bars as tall as the GPU was busy; zoomed in far
+// enough, the span's kernels come and are drawn one by one. What the page holds: the
+// whole capture's view (TL.overview) and the last one asked for (TL.view), the span on
+// screen with half a screen either side, so a zoom or a pan redraws at once from what
+// is here, and asks for a finer view only when this one is too coarse for it.
+// Wheel zooms around the pointer, drag pans, hover names a kernel and shows its
+// launch stack; a kernel chosen in the flame graph ("On the timeline") is marked in
+// magenta, at least 2 px wide, at every zoom (buckets count its launches apart).
+// Kernel names and stacks reach the page as canvas text and text nodes only.
 "use strict";
 
-const TL = { data: null, x0: 0, x1: 1, highlight: "", drag: null, ROW: 18, GUTTER: 360, AXIS: 22,
-  folded: new Set(), pos: [] };
+const TL = { data: null, file: "", overview: null, view: null, x0: 0, x1: 1, highlight: "", drag: null,
+  ROW: 18, GUTTER: 360, AXIS: 22, LABEL: 40, folded: new Set(), pos: [], asking: false, asked: "",
+  stacks: new Map(), hover: null };
+const KERNEL_BAR = "hsl(130, 50%, 40%)", MARK = "#e600e6", INNER = "#7c3aed";
 
 // Each row's place on the canvas, or -1 under a folded row.
 function layout() {
@@ -40,13 +51,32 @@ async function loadTraces() {
   } catch (e) { showError(e.message); }
 }
 
+function plotWidth() {
+  return Math.max(100, ($("timeline-canvas").parentElement.clientWidth || 1200) - TL.GUTTER);
+}
+
+const SPAN_LIMIT = 4e18;   // ui/timeline.py's MAX_SPAN_NS (2^62): zoomed out past it, the view stops there
+function viewParams(t0, t1, buckets) {
+  const at = (t) => Math.max(-SPAN_LIMIT, Math.min(SPAN_LIMIT, t));
+  return new URLSearchParams({ file: TL.file, t0: at(Math.floor(t0)), t1: at(Math.ceil(t1)), buckets,
+    mark: TL.highlight });
+}
+
+// The trace's rows and names, and the whole capture's view, asked for together.
 async function loadTimeline(name) {
+  const began = performance.now();
   try {
-    TL.data = await getJSON("/api/timeline", new URLSearchParams({ file: name }));
-    TL.folded = new Set();
-    TL.x0 = 0;
-    TL.x1 = Math.max(1, TL.data.end_ns - TL.data.start_ns);
+    TL.file = name;
+    const [data, overview] = await Promise.all([
+      getJSON("/api/timeline", new URLSearchParams({ file: name })),
+      getJSON("/api/timeline/view", new URLSearchParams({ file: name, buckets: Math.min(4096, plotWidth()),
+        mark: TL.highlight })),
+    ]);
+    if (TL.file !== name) return;   // another trace was chosen meanwhile
+    Object.assign(TL, { data, overview, view: null, asked: "", folded: new Set(), stacks: new Map(), x0: 0,
+      x1: Math.max(1, data.end_ns - data.start_ns) });
     drawTimeline();
+    document.body.dataset.timelineLoadMs = Math.round(performance.now() - began);
     bump("timelines");
   } catch (e) {
     TL.data = null;
@@ -55,13 +85,64 @@ async function loadTimeline(name) {
   }
 }
 
-function kernelColour(name) {
+function covers(v) { return v && v.t0 <= TL.x0 && TL.x1 <= v.t1; }
+function bucketNs(v) { return (v.t1 - v.t0) / v.buckets; }
+
+// What the span on screen is drawn from: kernels that cover it, else the finest
+// buckets that do (counting the marked kernel), else the whole capture's. fine: no
+// better view is worth asking for.
+function source() {
+  const views = [TL.view, TL.overview].filter((v) => v && covers(v));
+  const detail = views.find((v) => v.kernels);
+  if (detail) return { v: detail, fine: true };
+  const pxNs = (TL.x1 - TL.x0) / plotWidth();
+  const marked = views.filter((v) => v.mark === TL.highlight);
+  const best = (marked.length ? marked : views).sort((a, b) => bucketNs(a) - bucketNs(b))[0];
+  if (!best) return { v: TL.overview, fine: false };
+  return { v: best, fine: best.mark === TL.highlight && bucketNs(best) <= 1.5 * pxNs };
+}
+
+// A view of the span on screen and half a screen either side, one request at a time
+// (the answer redraws, which asks again if the span moved meanwhile), never the same
+// one twice in a row (an answer coarser than asked, or an error, is not asked again).
+async function askView() {
+  const span = TL.x1 - TL.x0, file = TL.file, began = performance.now();
+  const end = TL.data.end_ns - TL.data.start_ns;
+  const t0 = Math.max(Math.min(0, TL.x0), TL.x0 - span / 2), t1 = Math.min(Math.max(end, TL.x1), TL.x1 + span / 2);
+  const params = viewParams(t0, t1, Math.min(4096, Math.round(plotWidth() * (t1 - t0) / span)));
+  if (TL.asking || params.toString() === TL.asked) return;
+  TL.asking = true;
+  TL.asked = params.toString();
+  try {
+    const v = await getJSON("/api/timeline/view", params);
+    if (file !== TL.file) return;
+    TL.view = v;
+    if (!v.kernels && v.t0 <= 0 && end <= v.t1 && v.mark === TL.highlight) TL.overview = v;   // a new mark's
+    document.body.dataset.timelineViewMs = Math.round(performance.now() - began);
+  } catch (e) {
+    showError(e.message);
+  } finally {
+    TL.asking = false;
+  }
+  drawTimeline();
+  bump("tlviews");
+}
+
+function kernelHash(name) {
   let h = 0;
   for (let i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) >>> 0;
+  return h;
+}
+
+function kernelColour(name) {
+  const h = kernelHash(name);
   return `hsl(${100 + h % 60}, 55%, ${45 + (h >> 8) % 20}%)`;   // the flame graph's kernel greens
 }
 
+function labelColour(name) { return (kernelHash(name) >> 8) % 20 < 8 ? "#fff" : "#0f172a"; }   // on the darker greens: white
+
 function drawTimeline() {
+  const began = performance.now();
   const canvas = $("timeline-canvas"), info = $("timeline-info");
   const d = TL.data;
   const rows = layout();
@@ -71,7 +152,7 @@ function drawTimeline() {
   const g = canvas.getContext("2d");
   g.fillStyle = "#fff";
   g.fillRect(0, 0, canvas.width, canvas.height);
-  if (!d) {
+  if (!d || !TL.overview) {
     info.textContent = "";
     delete info.dataset.kernels;
     return;
@@ -86,23 +167,14 @@ function drawTimeline() {
       : `${Math.round(span * t / 4)} ns`}` : fmtNs(at);
     g.fillText(text, x(at) - (t === 4 ? 60 : 0), 14);
   }
-  const box = (row, start, dur) => {
-    const left = Math.max(TL.GUTTER, x(start));
-    g.fillRect(left, TL.AXIS + TL.pos[row] * TL.ROW + 2, Math.max(1, x(start + dur) - left), TL.ROW - 4);
-  };
-  let drawn = 0, lit = 0, inner = 0;
-  for (const [row, start, dur, ni] of d.kernels) {
-    if (start + dur < TL.x0 || start > TL.x1 || TL.pos[row] < 0) continue;
-    const name = d.names[ni], on = TL.highlight !== "" && name === TL.highlight;
-    g.fillStyle = on ? "#e600e6" : kernelColour(name);
-    box(row, start, dur);
-    drawn++;
-    if (on) lit++;
-  }
+  const { v, fine } = source();
+  const counts = v.kernels ? drawKernels(g, v, x) : drawBuckets(g, v, x);
+  let inner = 0;
   for (const [row, start, dur] of d.inkernel) {
     if (start + dur < TL.x0 || start > TL.x1 || TL.pos[row] < 0) continue;
-    g.fillStyle = "#7c3aed";
-    box(row, start, dur);
+    g.fillStyle = INNER;
+    const left = Math.max(TL.GUTTER, x(start));
+    g.fillRect(left, TL.AXIS + TL.pos[row] * TL.ROW + 2, Math.max(1, x(start + dur) - left), TL.ROW - 4);
     inner++;
   }
   g.fillStyle = "#f7f8fa";
@@ -118,15 +190,81 @@ function drawTimeline() {
     g.fillText(mark + r, 4 + 12 * d.depth[i], TL.AXIS + TL.pos[i] * TL.ROW + 13);
   });
   g.restore();
-  const all = d.kernels.filter(([, , , ni]) => TL.highlight !== "" && d.names[ni] === TL.highlight).length;
-  info.textContent = `${NUMBER.format(d.kernels.length)} kernels on ${plural(rows, "row")}` +
-    (d.truncated ? ` (the first ${NUMBER.format(d.kernels.length)} of ${NUMBER.format(d.total)})` : "") +
+  const ni = TL.highlight === "" ? -1 : d.names.indexOf(TL.highlight);
+  const all = ni < 0 ? 0 : d.counts[ni] || 0;
+  info.textContent = `${NUMBER.format(d.kernels)} kernels on ${plural(rows, "row")}` +
+    (d.truncated ? ` (the first ${NUMBER.format(d.kernels)} of ${NUMBER.format(d.total)})` : "") +
+    (v.kernels ? "" : "; zoomed out: bars are how busy each stream was (zoom in for each kernel)") +
     (d.inkernel.length ? `; ${NUMBER.format(d.inkernel.length)} in-kernel events` +
       (d.inkernel_total > d.inkernel.length ? ` of ${NUMBER.format(d.inkernel_total)}` : "") : "") +
     (TL.highlight ? `; ${NUMBER.format(all)} of ${TL.highlight}` : "") +
     (d.ignored ? `; ${d.ignored}` : "");
-  Object.assign(info.dataset, { kernels: d.kernels.length, rows, drawn, highlighted: all, lit,
-    inkernel: d.inkernel.length, drawnInkernel: inner });
+  Object.assign(info.dataset, { kernels: d.kernels, rows, drawn: counts.drawn, highlighted: all, lit: counts.lit,
+    labels: counts.labels, mode: v.kernels ? "kernels" : "buckets", inkernel: d.inkernel.length,
+    drawnInkernel: inner, drawMs: (performance.now() - began).toFixed(1) });
+  if (!fine) askView();
+}
+
+// Each kernel of the span a box, named when it is wide enough; the marked ones last,
+// at least 2 px wide, so that none hides under its neighbours.
+function drawKernels(g, v, x) {
+  const d = TL.data, lit = [];
+  let drawn = 0, labels = 0;
+  const box = (k, colour, text, minWidth) => {
+    const [row, start, dur, ni] = k;
+    const left = Math.max(TL.GUTTER, x(start)), y = TL.AXIS + TL.pos[row] * TL.ROW + 2;
+    const w = Math.max(minWidth, Math.min(x(start + dur), g.canvas.width) - left);
+    g.fillStyle = colour;
+    g.fillRect(left, y, w, TL.ROW - 4);
+    if (w < TL.LABEL) return;
+    g.save();
+    g.beginPath();
+    g.rect(left, y, w - 2, TL.ROW - 4);
+    g.clip();
+    g.fillStyle = text;
+    g.fillText(d.names[ni], left + 3, y + 11);
+    g.restore();
+    labels++;
+  };
+  for (const k of v.kernels) {
+    const [row, start, dur, ni] = k;
+    if (start + dur < TL.x0 || start > TL.x1 || TL.pos[row] < 0) continue;
+    drawn++;
+    if (TL.highlight !== "" && d.names[ni] === TL.highlight) lit.push(k);
+    else box(k, kernelColour(d.names[ni]), labelColour(d.names[ni]), 1);
+  }
+  for (const k of lit) box(k, MARK, "#fff", 2);
+  return { drawn, lit: lit.length, labels };
+}
+
+// Each row's buckets as bars as tall as the GPU was busy in them (at least 2 px: a
+// bucket with a kernel never looks empty), the marked kernel's buckets in magenta.
+function drawBuckets(g, v, x) {
+  const w = bucketNs(v), h = TL.ROW - 4;
+  let drawn = 0, lit = 0;
+  const marked = v.mark === TL.highlight && TL.highlight !== "";
+  for (const [row, cells, busy, starts, marks] of v.rows) {
+    if (TL.pos[row] < 0) continue;
+    const y = TL.AXIS + TL.pos[row] * TL.ROW + 2;
+    g.fillStyle = KERNEL_BAR;
+    for (let k = 0; k < cells.length; k++) {
+      const t = v.t0 + cells[k] * w;
+      if (t + w < TL.x0 || t > TL.x1) continue;
+      const left = Math.max(TL.GUTTER, x(t)), bar = Math.max(2, Math.round(h * busy[k] / 1000));
+      g.fillRect(left, y + h - bar, Math.max(1, x(t + w) - left), bar);
+      drawn += starts[k];
+    }
+    if (!marked) continue;
+    g.fillStyle = MARK;
+    for (let k = 0; k < cells.length; k++) {
+      const t = v.t0 + cells[k] * w;
+      if (!marks[k] || t + w < TL.x0 || t > TL.x1) continue;
+      const left = Math.max(TL.GUTTER, x(t));
+      g.fillRect(left, y, Math.max(2, x(t + w) - left), h);
+      lit += marks[k];
+    }
+  }
+  return { drawn, lit, labels: 0 };
 }
 
 function fmtNs(ns) {
@@ -134,25 +272,72 @@ function fmtNs(ns) {
     : `${(ns / 1e3).toFixed(1)} µs`;
 }
 
-// The box under the pointer: a kernel, else an in-kernel event ([row, start, dur, name, inner]).
+// What is under the pointer: a kernel ({row, start, dur, name, stack}), else an
+// in-kernel event ({..., inner: true}), else, zoomed out, a bucket ({..., bucket}).
 function kernelAt(px, py) {
   const d = TL.data;
-  if (!d || px < TL.GUTTER) return null;
+  if (!d || !TL.overview || px < TL.GUTTER) return null;
   const row = TL.pos.indexOf(Math.floor((py - TL.AXIS) / TL.ROW));
   if (row < 0) return null;
-  const t = TL.x0 + (px - TL.GUTTER) / ($("timeline-canvas").width - TL.GUTTER) * (TL.x1 - TL.x0);
-  const slack = 2 * (TL.x1 - TL.x0) / ($("timeline-canvas").width - TL.GUTTER);   // 2 px
+  const plot = $("timeline-canvas").width - TL.GUTTER;
+  const t = TL.x0 + (px - TL.GUTTER) / plot * (TL.x1 - TL.x0);
+  const slack = 2 * (TL.x1 - TL.x0) / plot;   // 2 px
   const hit = ([r, s, du]) => r === row && s - slack <= t && t <= s + du + slack;
-  const k = d.kernels.find(hit);
-  if (k) return k;
+  const { v } = source();
+  if (v.kernels) {
+    const k = v.kernels.find(hit);
+    if (k) return { row, start: k[1], dur: k[2], name: d.names[k[3]], stack: k[4] };
+  } else {
+    const w = bucketNs(v), cell = Math.floor((t - v.t0) / w), r = v.rows.find((e) => e[0] === row);
+    const k = r ? r[1].indexOf(cell) : -1;
+    if (k >= 0) return { row, start: v.t0 + cell * w, dur: w, bucket: { busy: r[2][k], starts: r[3][k], marks: r[4][k] } };
+  }
   const e = d.inkernel.find(hit);
-  return e ? [...e, true] : null;
+  return e ? { row, start: e[1], dur: e[2], name: d.names[e[3]], inner: true } : null;
+}
+
+// The tooltip: what is under the pointer, and a kernel's launch stack, asked for once.
+function showTip(k) {
+  const tip = $("timeline-tip"), d = TL.data;
+  TL.hover = k;
+  if (!k) { tip.replaceChildren(); return; }
+  if (k.bucket) {
+    const b = k.bucket;
+    tip.replaceChildren(el("div", {}, `${NUMBER.format(b.starts)} kernels start in ${fmtNs(k.dur)} at ` +
+      `+${fmtNs(k.start)}, the stream busy ${(b.busy / 10).toFixed(1)}%` +
+      (b.marks ? `, ${NUMBER.format(b.marks)} of ${TL.highlight}` : "") + ` (${d.rows[k.row]}); zoom in for each kernel`));
+    return;
+  }
+  const head = el("div", {}, `${k.name}: ${fmtNs(k.dur)} at +${fmtNs(k.start)} (${d.rows[k.row]}` +
+    (k.inner ? ", in-kernel)" : ")"));
+  if (k.inner || k.stack === undefined || k.stack < 0) { tip.replaceChildren(head); return; }
+  const frames = TL.stacks.get(k.stack);
+  if (!frames) {
+    tip.replaceChildren(head);
+    const file = TL.file;
+    getJSON("/api/timeline/stack", new URLSearchParams({ file, stack: k.stack })).then((r) => {
+      if (file !== TL.file) return;
+      TL.stacks.set(k.stack, r.stack);
+      if (TL.hover === k) showTip(k);
+    }).catch((e) => showError(e.message));
+    return;
+  }
+  tip.replaceChildren(head, el("div", { class: "tip-stack" }, "launched from:"),
+    ...frames.map((f) => el("div", { class: "tip-frame" }, f)));
 }
 
 function showTimeline(kernel) {   // from the flame graph's "On the timeline"
   TL.highlight = kernel || "";
   $("timeline-highlight").value = TL.highlight;
   showTab("timeline");
+}
+
+function zoomAt(px, factor) {
+  const canvas = $("timeline-canvas");
+  const at = TL.x0 + (px - TL.GUTTER) / (canvas.width - TL.GUTTER) * (TL.x1 - TL.x0);
+  TL.x0 = at - (at - TL.x0) * factor;
+  TL.x1 = Math.max(TL.x0 + 100, at + (TL.x1 - at) * factor);
+  drawTimeline();
 }
 
 function wireTimeline() {
@@ -163,11 +348,7 @@ function wireTimeline() {
   canvas.onwheel = (e) => {
     if (!TL.data || e.offsetX < TL.GUTTER) return;
     e.preventDefault();
-    const at = TL.x0 + (e.offsetX - TL.GUTTER) / (canvas.width - TL.GUTTER) * (TL.x1 - TL.x0);
-    const k = e.deltaY < 0 ? 0.8 : 1.25;
-    TL.x0 = at - (at - TL.x0) * k;
-    TL.x1 = Math.max(TL.x0 + 100, at + (TL.x1 - at) * k);
-    drawTimeline();
+    zoomAt(e.offsetX, e.deltaY < 0 ? 0.8 : 1.25);
   };
   canvas.onmousedown = (e) => { TL.drag = { x: e.offsetX, x0: TL.x0, x1: TL.x1 }; };
   window.addEventListener("mouseup", () => { TL.drag = null; });
@@ -179,9 +360,7 @@ function wireTimeline() {
       drawTimeline();
       return;
     }
-    const k = kernelAt(e.offsetX, e.offsetY), tip = $("timeline-tip");
-    tip.textContent = k ? `${TL.data.names[k[3]]}: ${fmtNs(k[2])} at +${fmtNs(k[1])} (${TL.data.rows[k[0]]}` +
-      (k[4] ? ", in-kernel)" : ")") : "";
+    showTip(kernelAt(e.offsetX, e.offsetY));
   };
   canvas.onclick = (e) => {
     if (TL.data && e.offsetX < TL.GUTTER) {   // a row's name: fold or unfold what is below it
@@ -193,8 +372,8 @@ function wireTimeline() {
       return;
     }
     const k = kernelAt(e.offsetX, e.offsetY);
-    if (!k || k[4]) return;
-    TL.highlight = TL.data.names[k[3]];
+    if (!k || k.inner || k.bucket) return;
+    TL.highlight = k.name;
     $("timeline-highlight").value = TL.highlight;
     drawTimeline();
   };
