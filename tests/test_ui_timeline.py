@@ -457,7 +457,7 @@ def test_a_trace_past_the_old_cap_is_drawn_whole_and_in_detail(big_store, big_ui
     box = page.locator("#timeline-canvas").bounding_box()  # the info above it may wrap now
     top = int(box["y"]) + 24
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    png = page.screenshot(path=str(SCREENSHOTS / "timeline-big.png"))
+    png = page.screenshot(path=str(SCREENSHOTS / "timeline-big.png"))  # docs/img/ui-timeline-big.png
     pix = _colours(page, png, int(box["x"]) + 360, top, plot - 2, height)
     assert pix["magenta"] >= rare * 2 * 10, pix  # at least 2 px wide, most of a row high
     # zoomed onto 1 ms in the middle, about a sampled launch: the kernels themselves
@@ -472,7 +472,7 @@ def test_a_trace_past_the_old_cap_is_drawn_whole_and_in_detail(big_store, big_ui
     assert 0 < labels <= drawn < 1_000, (labels, drawn)
     box = page.locator("#timeline-canvas").bounding_box()
     top = int(box["y"]) + 24
-    png = page.screenshot(path=str(SCREENSHOTS / "timeline-big-zoomed.png"))
+    png = page.screenshot()
     text = page.evaluate(_DARK, [base64.b64encode(png).decode(), int(box["x"]) + 362, top, plot - 4, height])
     assert text > 200, text  # the names' dark pixels inside the boxes
     # hover over a sampled kernel: its launch stack, frame by frame
@@ -483,6 +483,7 @@ def test_a_trace_past_the_old_cap_is_drawn_whole_and_in_detail(big_store, big_ui
     py = box["y"] + 22 + page.evaluate(f"TL.pos[{k[0]}]") * 18 + 9
     page.mouse.move(px, py)
     page.wait_for_selector("#timeline-tip .tip-frame")
+    page.screenshot(path=str(SCREENSHOTS / "timeline-big-stack.png"))  # docs/img/ui-timeline-stack.png
     names = page.evaluate("TL.data.names")
     lines = page.locator("#timeline-tip div").all_text_contents()
     kernel = next(x for x in tl.kernels if x.start_ns - tl.kernels[0].start_ns == k[1] and x.name == names[k[3]])
@@ -491,7 +492,8 @@ def test_a_trace_past_the_old_cap_is_drawn_whole_and_in_detail(big_store, big_ui
 
     assert lines[2:] == stack_text(tl, kernel.stack_id) and "forward (model.py:" in lines[3], lines
     print(
-        f"\nTimeline of {BIG:,} kernels: first draw {first_draw:.2f} s (page load to drawn, parse included), "
+        f"\nTimeline of {BIG:,} kernels: first draw {first_draw:.2f} s "
+        "(page load to drawn; the warm-up parses the trace meanwhile), "
         f"wheel to redrawn canvas {', '.join(f'{z:.1f}' for z in zoom_ms)} ms, "
         f"the finer view asked, answered and drawn in {view_ms} ms"
     )

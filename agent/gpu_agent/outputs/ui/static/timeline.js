@@ -162,9 +162,9 @@ function drawTimeline() {
   g.font = "11px sans-serif";
   g.fillStyle = "#374151";
   for (let t = 0; t <= 4; t++) {   // the axis: time from the first kernel (zoomed in: from the left edge)
-    const at = TL.x0 + span * t / 4;
-    const text = t && span < 1e6 ? `+${span * t / 4 >= 1e3 ? `${(span * t / 4e3).toFixed(2)} µs`
-      : `${Math.round(span * t / 4)} ns`}` : fmtNs(at);
+    const at = TL.x0 + span * t / 4, step = span * t / 4;
+    const text = t && span < 1e8 ? `+${step >= 1e6 ? `${(step / 1e6).toFixed(3)} ms` : step >= 1e3
+      ? `${(step / 1e3).toFixed(2)} µs` : `${Math.round(step)} ns`}` : fmtNs(at);
     g.fillText(text, x(at) - (t === 4 ? 60 : 0), 14);
   }
   const { v, fine } = source();
