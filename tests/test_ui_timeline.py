@@ -161,6 +161,19 @@ def test_the_timeline_tab_draws_every_kernel_of_the_stored_trace(store, ui, page
         page.mouse.wheel(0, -100)
     page.wait_for_timeout(200)
     assert 0 < int(info.get_attribute("data-drawn")) < len(slices)
+    # a sampled launch's kernel, zoomed onto and hovered: its launch stack as the trace has it
+    names, kernels = page.evaluate("[TL.data.names, TL.overview.kernels]")
+    start_ns = min(s["ts"] for s in slices)  # exact (the page's numbers hold 53 bits)
+    k = next(k for k in kernels if k[4] >= 0)
+    want = next(s for s in slices if s["ts"] - start_ns == k[1] and s["name"] == names[k[3]])["args"]["launch_stack"]
+    page.evaluate(f"TL.x0 = {k[1] - 2 * k[2]}; TL.x1 = {k[1] + 3 * k[2]}; drawTimeline()")
+    box = page.locator("#timeline-canvas").bounding_box()
+    page.mouse.move(
+        box["x"] + 360 + (box["width"] - 360) / 2, box["y"] + 22 + page.evaluate(f"TL.pos[{k[0]}]") * 18 + 9
+    )
+    page.wait_for_selector("#timeline-tip .tip-frame")
+    lines = page.locator("#timeline-tip div").all_text_contents()
+    assert lines[0].startswith(names[k[3]] + ":") and lines[2:] == want and len(want) > 2, (lines, want)
 
 
 def test_a_merged_nanotrace_shows_its_ctas_and_warps_under_the_stream(store, ui, page):

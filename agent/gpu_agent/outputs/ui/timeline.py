@@ -383,6 +383,7 @@ class Trace:
             "file": self.file,
             "start_ns": self.start_ns,
             "end_ns": self.end_ns,
+            "span_ns": self.end_ns - self.start_ns,  # exact: a page's numbers hold 53 bits, not start_ns
             "rows": self.rows,
             "depth": self.depth,
             "parent": self.parent,

@@ -74,7 +74,7 @@ async function loadTimeline(name) {
     ]);
     if (TL.file !== name) return;   // another trace was chosen meanwhile
     Object.assign(TL, { data, overview, view: null, asked: "", folded: new Set(), stacks: new Map(), x0: 0,
-      x1: Math.max(1, data.end_ns - data.start_ns) });
+      x1: Math.max(1, data.span_ns) });
     drawTimeline();
     document.body.dataset.timelineLoadMs = Math.round(performance.now() - began);
     bump("timelines");
@@ -107,7 +107,7 @@ function source() {
 // one twice in a row (an answer coarser than asked, or an error, is not asked again).
 async function askView() {
   const span = TL.x1 - TL.x0, file = TL.file, began = performance.now();
-  const end = TL.data.end_ns - TL.data.start_ns;
+  const end = TL.data.span_ns;
   const t0 = Math.max(Math.min(0, TL.x0), TL.x0 - span / 2), t1 = Math.min(Math.max(end, TL.x1), TL.x1 + span / 2);
   const params = viewParams(t0, t1, Math.min(4096, Math.round(plotWidth() * (t1 - t0) / span)));
   if (TL.asking || params.toString() === TL.asked) return;
@@ -344,7 +344,7 @@ function wireTimeline() {
   const canvas = $("timeline-canvas");
   $("trace-select").onchange = () => loadTimeline($("trace-select").value);
   $("timeline-highlight").onchange = () => { TL.highlight = $("timeline-highlight").value; drawTimeline(); };
-  $("timeline-reset").onclick = () => { if (TL.data) { TL.x0 = 0; TL.x1 = TL.data.end_ns - TL.data.start_ns; drawTimeline(); } };
+  $("timeline-reset").onclick = () => { if (TL.data) { TL.x0 = 0; TL.x1 = TL.data.span_ns; drawTimeline(); } };
   canvas.onwheel = (e) => {
     if (!TL.data || e.offsetX < TL.GUTTER) return;
     e.preventDefault();
