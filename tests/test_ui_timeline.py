@@ -396,6 +396,21 @@ def test_views_of_a_large_trace_hold_every_kernel_and_its_stack(tmp_path):
         if k.end_ns - T0 > a and k.start_ns - T0 < b
     )
     assert got == exp and 100 < len(got) <= MAX_DETAIL
+    # each bucket's busy ns and starts, both ways (per kernel: few in the span; by
+    # bisection: many), against the kernels of one stream counted one by one
+    row = tr.rows.index(next(r for r in tr.rows if r.endswith("stream 13")))
+    mine = [(k.start_ns - T0, k.end_ns - T0) for k in tl.kernels if k.stream == 13]
+    mine = [(s, e) for s, e in mine if e > a and s < b]
+    for nb in (4096, 64):  # 4096 buckets: more than the span's kernels
+        bounds = [a + (b - a) * i // nb for i in range(nb + 1)]
+        lo, hi = tr.row_lo[row], tr.row_lo[row + 1]
+        first = next(i for i in range(lo, hi) if tr.end[i] > a)
+        past = next(i for i in range(lo, hi) if tr.start[i] >= b)
+        busy, starts = tr._busy(row, first, past, bounds)
+        assert (past - first <= nb) == (nb == 4096)
+        want_busy = [sum(max(0, min(e, bounds[i + 1]) - max(s, bounds[i])) for s, e in mine) for i in range(nb)]
+        want_starts = [sum(bounds[i] <= s < bounds[i + 1] for s, _ in mine) for i in range(nb)]
+        assert busy == want_busy and starts == want_starts, nb
     sampled = next(k for k in d["kernels"] if k[4] >= 0)
     first = next(k for k in tl.kernels if k.start_ns - T0 == sampled[1] and tr.names[sampled[3]] == k.name)
     assert tr.launch_stack(sampled[4]) == stack_text(tl, first.stack_id) and first.stack_id is not None
