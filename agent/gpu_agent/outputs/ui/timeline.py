@@ -24,8 +24,10 @@ import re
 import threading
 from array import array
 from bisect import bisect_left, bisect_right
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
+from itertools import accumulate
+from operator import sub
 from typing import Callable, NamedTuple, Optional, Union
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
@@ -194,13 +196,9 @@ class _Stacks:
 
 
 def _offsets(keys: array, n: int) -> array:
-    """Where each of the keys 0..n-1 starts in a sorted array of them (n + 1 offsets)."""
-    lo = array("q", [0]) * (n + 1)
-    for k in keys:
-        lo[k + 1] += 1
-    for i in range(n):
-        lo[i + 1] += lo[i]
-    return lo
+    """Where each of the keys 0..n-1 starts in the keys sorted (n + 1 offsets)."""
+    counts = Counter(keys)
+    return array("q", accumulate((counts.get(k, 0) for k in range(n)), initial=0))
 
 
 def _text(b: bytes) -> str:
@@ -238,34 +236,21 @@ class _Reader:
         add_name, add_stack = self.k_name.append, self.k_stack.append
         resolve = self.stacks.resolve
         for p in _packets(data):
-            seq = p.trusted_packet_sequence_id
             if p.sequence_flags & cleared:
-                gone = seqs.pop(seq, None)
+                gone = seqs.pop(p.trusted_packet_sequence_id, None)
                 if gone is not None:
                     self.n_names -= len(gone.names)
                     self.n_interned -= gone.stack_entries()
             if p.HasField("interned_data"):
-                self._interned(seq, p.interned_data)
+                self._interned(p.trusted_packet_sequence_id, p.interned_data)
             kind = p.WhichOneof("data")
-            if kind == "track_descriptor":
-                self._descriptor(p.track_descriptor)
             if kind != "track_event":
+                if kind == "track_descriptor":
+                    self._descriptor(p.track_descriptor)
                 continue
             e = p.track_event
-            if e.type == begin:
-                stack = open_.get(e.track_uuid)
-                if stack is None:
-                    stack = open_[e.track_uuid] = []
-                elif len(stack) >= MAX_DEPTH:
-                    raise TraceError(f"more than {MAX_DEPTH} open slices on one track")
-                if self.n_open >= MAX_OPEN:
-                    raise TraceError(f"more than {MAX_OPEN:,} slices open at once")
-                sq = seqs.get(seq)
-                name = e.name or (sq.names.get(e.name_iid, "?") if sq else "?")
-                launch = resolve(sq, e.callstack_iid) if sq is not None and e.callstack_iid else -1
-                stack.append((p.timestamp, name, launch))
-                self.n_open += 1
-            elif e.type == end:
+            t = e.type
+            if t == end:  # first: as many as begins, and fewer fields read
                 uuid = e.track_uuid
                 stack = open_.get(uuid)
                 if not stack:
@@ -277,7 +262,9 @@ class _Reader:
                 track = tracks.get(uuid)
                 if track is None or not track.parent:
                     continue  # not on a stream track (under a GPU track): not a kernel
-                ts = max(p.timestamp, start)
+                ts = p.timestamp
+                if ts < start:
+                    ts = start
                 if track.inkernel:
                     self.inner_total += 1
                     if len(self.inner) < MAX_INKERNEL:
@@ -293,6 +280,20 @@ class _Reader:
                         n = name_of[name] = len(name_of)
                     add_name(n)
                     add_stack(launch)
+            elif t == begin:
+                uuid = e.track_uuid
+                stack = open_.get(uuid)
+                if stack is None:
+                    stack = open_[uuid] = []
+                elif len(stack) >= MAX_DEPTH:
+                    raise TraceError(f"more than {MAX_DEPTH} open slices on one track")
+                if self.n_open >= MAX_OPEN:
+                    raise TraceError(f"more than {MAX_OPEN:,} slices open at once")
+                sq = seqs.get(p.trusted_packet_sequence_id)
+                name = e.name or (sq.names.get(e.name_iid, "?") if sq else "?")
+                iid = e.callstack_iid
+                stack.append((p.timestamp, name, resolve(sq, iid) if iid and sq is not None else -1))
+                self.n_open += 1
 
     def _sequence(self, seq: int) -> Optional[_Sequence]:
         s = self.seqs.get(seq)
@@ -536,12 +537,10 @@ def parse_trace(data: bytes, file: str = "", max_kernels: int = MAX_KERNELS) -> 
     stack = array("i", (rd.k_stack[i] for i in order))
     del order, k_row
     row_lo = _offsets(row, len(rows))
-    cum, reach = array("q", [0]) * (n + 1), array("q", [0]) * n
+    cum = array("q", accumulate(map(sub, end, start), initial=0))
+    reach = array("q")
     for r in range(len(rows)):
-        far = -1
-        for i in range(row_lo[r], row_lo[r + 1]):
-            cum[i + 1] = cum[i] + end[i] - start[i]
-            far = reach[i] = max(far, end[i])
+        reach.extend(accumulate(end[row_lo[r] : row_lo[r + 1]], max))
     name_of = dict(rd.name_of)
     for *_, nm in rd.inner:
         name_of.setdefault(nm, len(name_of))
