@@ -225,6 +225,24 @@ def test_version_4_without_a_clock_onto_the_timeline_goes_by_order(tmp_path):
     assert min(e.start_ns for e in tl.inkernel[0].events) == k.start_ns + 750 and inside(tl)
 
 
+def test_a_standalone_file_ending_at_zero_goes_by_order_without_file_at_n(tmp_path):
+    """Issue 46: upstream's trace_writer::write pins its kernel's end at 0 on
+    CLOCK_MONOTONIC_RAW. Read as an absolute time it "matched no kernel of the timeline
+    (the nearest started 1000000.013 ms away)" unless given FILE@N; it goes by name
+    and order now, as a file without absolute time does: the first launch, then the
+    next for a second such file."""
+    tl = timeline()
+    standalone = v4_kernel("gemm_kernel", 5_000_000_000, 3_000)
+    end = max(e.start + e.duration for e in standalone.events)  # on its %globaltimer
+    standalone.snapshots = [(3, 1, end, 0, 0)]  # one snapshot: the kernel's end is 0
+    f = files(tmp_path, a=nt.encode_v4(standalone), b=nt.encode_v4(standalone))
+    lines = place_all(tl, [Spec(f["a"]), Spec(f["b"])])
+    assert [(ik.kernel, ik.placed_by) for ik in tl.inkernel] == [(0, BY_ORDER), (2, BY_ORDER)], lines
+    assert all("(the file has no absolute time)" in ln for ln in lines) and inside(tl), lines
+    k = tl.kernels[0]
+    assert min(e.start_ns for e in tl.inkernel[0].events) == k.start_ns + 750  # its first event, 750 ns in
+
+
 def merged(tmp_path) -> Timeline:
     tl = timeline()
     f = files(

@@ -9,7 +9,8 @@ of a Timeline that ran them (`record --nanotrace`, `timeline merge`).
 - Version 1 has no absolute time: its one kernel goes under a kernel of the same
   name and grid, the n-th such launch for the n-th file of that kernel (or FILE@N),
   its times offsets from that kernel's start. So does a version 4 file whose clocks
-  do not reach CLOCK_MONOTONIC_RAW.
+  do not reach CLOCK_MONOTONIC_RAW, and a standalone one (upstream's
+  trace_writer::write pins its one kernel's end at 0 on that clock).
 Events are kept inside their kernel's slice (the ones cut to it are counted).
 Every file gets one line: where it went, or why nowhere."""
 
@@ -29,6 +30,7 @@ from .nanotrace.model import KERNEL
 BY_CLOCK, BY_ORDER = "clock", "name, grid and order"
 MONOTONIC_RAW = 0  # version 4's clock kind
 MATCH_NS = 1_000_000  # a version 4 kernel this far from every same-named start matches none
+STANDALONE_NS = 1_000_000_000  # a kernel ending within this of 0 on its clock: a standalone file
 
 
 @dataclass
@@ -100,7 +102,8 @@ def _place(tl: Timeline, kix: "_Kernels", nt: Nanotrace, spec: Spec, taken: dict
     if not kernels:
         raise NanotraceError(f"{spec.path}: no kernel track")
     shift = _to_realtime(tl, nt)
-    if shift is None or spec.launch:
+    standalone = shift is not None and _standalone(ix, kernels)
+    if shift is None or spec.launch or standalone:
         if len(kernels) > 1:
             raise NanotraceError(
                 f"{spec.path}: {len(kernels)} kernels and no clock onto the timeline's "
@@ -129,6 +132,13 @@ def _place(tl: Timeline, kix: "_Kernels", nt: Nanotrace, spec: Spec, taken: dict
         f"{spec.path}: {len(placed)} of {len(kernels)} kernels placed by their clock snapshots "
         f"({events} events{cut}){moved}; the first: {said[0].split(': ', 1)[1]}"
     )
+
+
+def _standalone(ix: _Index, kernels: list) -> bool:
+    """A standalone file (upstream's trace_writer::write): its one kernel ends at 0 on
+    CLOCK_MONOTONIC_RAW, its times relative to that end, not the capture's clock. No
+    capture runs a kernel in the first STANDALONE_NS after boot."""
+    return len(kernels) == 1 and abs(_extent(ix, kernels[0].id)[1]) < STANDALONE_NS
 
 
 def _kernel_name(ix: _Index, kt) -> str:
