@@ -22,7 +22,7 @@ from support.ui import Ui, counter, http_get, launch_browser, wait_counter
 CU = "k_cuLaunchKernel(float*, int)"
 SCREENSHOTS = REPO / "build" / "test-ui"  # docs/img/ui-timeline.png is a copy
 
-# coloured pixels of a canvas region (not white, grey or black text)
+# coloured pixels of a canvas region (not white, grey or black text), and dark ones (text)
 _PIXELS = """([b64, x, y, w, h]) => new Promise((done) => {
   const img = new Image();
   img.onload = () => {
@@ -31,29 +31,13 @@ _PIXELS = """([b64, x, y, w, h]) => new Promise((done) => {
     const g = c.getContext("2d");
     g.drawImage(img, 0, 0);
     const d = g.getImageData(x, y, w, h).data;
-    let green = 0, magenta = 0;
+    let green = 0, magenta = 0, dark = 0;
     for (let i = 0; i < d.length; i += 4) {
       if (d[i + 1] > d[i] + 40 && d[i + 1] > d[i + 2] + 20) green++;
       if (d[i] > 200 && d[i + 2] > 200 && d[i + 1] < 60) magenta++;
+      if (d[i] < 70 && d[i + 1] < 70 && d[i + 2] < 90) dark++;
     }
-    done({green, magenta});
-  };
-  img.src = "data:image/png;base64," + b64;
-})"""
-
-
-# dark pixels (text) of a canvas region
-_DARK = """([b64, x, y, w, h]) => new Promise((done) => {
-  const img = new Image();
-  img.onload = () => {
-    const c = document.createElement("canvas");
-    c.width = img.width; c.height = img.height;
-    const g = c.getContext("2d");
-    g.drawImage(img, 0, 0);
-    const d = g.getImageData(x, y, w, h).data;
-    let dark = 0;
-    for (let i = 0; i < d.length; i += 4) if (d[i] < 70 && d[i + 1] < 70 && d[i + 2] < 90) dark++;
-    done(dark);
+    done({green, magenta, dark});
   };
   img.src = "data:image/png;base64," + b64;
 })"""
@@ -501,7 +485,7 @@ def test_a_trace_past_the_old_cap_is_drawn_whole_and_in_detail(big_store, big_ui
     box = page.locator("#timeline-canvas").bounding_box()
     top = int(box["y"]) + 24
     png = page.screenshot()
-    text = page.evaluate(_DARK, [base64.b64encode(png).decode(), int(box["x"]) + 362, top, plot - 4, height])
+    text = page.evaluate(_PIXELS, [base64.b64encode(png).decode(), int(box["x"]) + 362, top, plot - 4, height])["dark"]
     assert text > 200, text  # the names' dark pixels inside the boxes
     # hover over a sampled kernel: its launch stack, frame by frame
     view = page.evaluate("TL.view")
