@@ -20,7 +20,11 @@ def sample_trace() -> nt.Nanotrace:
     """A kernel with two CTAs of two warps, on %globaltimer mapped through CUPTI's
     clock to CLOCK_MONOTONIC_RAW by two snapshots each."""
     t = nt.Nanotrace(version=4, session="gemm", reference_clock=1)
-    t.clocks = {1: (0, 0, 0, 1_000_000_000), 2: (2, 0, 0, 1_000_000_000), 3: (3, 0, 0, 1_000_000_000)}
+    t.clocks = {
+        1: (0, "CLOCK_MONOTONIC_RAW", 0, 1_000_000_000),
+        2: (2, "CUPTI", 0, 1_000_000_000),
+        3: (3, "%globaltimer", 0, 1_000_000_000),
+    }
     t.snapshots = [
         (3, 2, 1_000, 50_000, 5),
         (3, 2, 2_001_000, 2_050_010, 5),
@@ -59,6 +63,26 @@ def test_a_written_file_reads_back_whole():
     assert back.tracks == t.tracks
     assert back.events == t.events
     assert back.clocks == t.clocks and back.snapshots == t.snapshots and back.absolute
+
+
+def test_clock_names_survive_a_read_and_a_write():
+    """Issue 46: the reader kept a clock's name as the file's string id, and the writer
+    wrote that id into a file whose strings it numbers anew: the name pointed at another
+    string (here a track's). Names are text in the model now."""
+    t = sample_trace()
+    once = nt.parse(nt.encode_v4(t))
+    twice = nt.parse(nt.encode_v4(once))
+    assert once.clocks == twice.clocks == t.clocks
+    assert {c[1] for c in twice.clocks.values()} == {"CLOCK_MONOTONIC_RAW", "CUPTI", "%globaltimer"}
+
+
+def test_a_version_1_file_writes_as_version_4_and_reads_back():
+    """Issue 46: writing a version 1 model as version 4 raised struct.error (its clock's
+    name is text). Its tracks, events and arguments read back the same."""
+    v1 = nt.parse(v1_file(False))
+    back = nt.parse(nt.encode_v4(v1))
+    assert back.version == 4 and back.tracks == v1.tracks and back.events == v1.events
+    assert back.clocks == v1.clocks
 
 
 def test_a_written_file_follows_the_format_description():

@@ -25,7 +25,7 @@ def to_nanotrace(tl: Timeline) -> Nanotrace:
     shift = tl.monotonic_raw_pair[1] - tl.monotonic_raw_pair[0] if tl.monotonic_raw_pair else 0
     session = f"gpu-agent on {tl.host}" + ("" if tl.monotonic_raw_pair else " (times are CLOCK_REALTIME)")
     t = Nanotrace(version=4, session=session, reference_clock=1)
-    t.clocks = {1: (MONOTONIC_RAW, 0, 0, 1_000_000_000)}
+    t.clocks = {1: (MONOTONIC_RAW, "CLOCK_MONOTONIC_RAW", 0, 1_000_000_000)}
     ids: dict[tuple, int] = {}
 
     def track(key: tuple, parent: int, name: str, kind: int, source: int, order: int = 0) -> int:

@@ -71,7 +71,7 @@ class Nanotrace:
     version: int
     session: str = ""
     reference_clock: int = 0
-    clocks: dict = field(default_factory=dict)  # id -> (kind, name, device, frequency Hz)
+    clocks: dict = field(default_factory=dict)  # id -> (kind, name (text), device, frequency Hz)
     snapshots: list = field(default_factory=list)  # (source, reference, source ts, reference ts, uncertainty)
     tracks: dict = field(default_factory=dict)  # id -> Track
     events: list = field(default_factory=list)

@@ -161,6 +161,9 @@ def _resolve(
             raise NanotraceError(f"{what}: string {i} named, the file has {len(strings)}")
         return strings[i] if i else ""
 
+    # A clock's name by its text (its string id is this file's: a file written from
+    # the model numbers its strings anew)
+    t.clocks = {cid: (kind, s(name), dev, freq) for cid, (kind, name, dev, freq) in t.clocks.items()}
     for tid, parent, clock, name, kind, _, _, order, _, source in raw_tracks:
         if not tid or tid in t.tracks:
             raise NanotraceError(f"{what}: track id {tid} is zero or given twice")
@@ -237,7 +240,7 @@ def encode_v4(t: Nanotrace) -> bytes:
         chunk(
             CH_CLOCKS,
             b"".join(
-                struct.pack("<IBBHIIQ", cid, kind, 0, 0, nm, dev, freq)
+                struct.pack("<IBBHIIQ", cid, kind, 0, 0, sid(nm if isinstance(nm, str) else ""), dev, freq)
                 for cid, (kind, nm, dev, freq) in t.clocks.items()
             ),
             len(t.clocks),
