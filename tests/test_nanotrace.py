@@ -209,11 +209,12 @@ def test_hostile_files_are_refused_before_they_cost_memory():
     # a track that is its own grandparent
     loop = b"".join(struct.pack("<QQIIBBHiIQ", i, 3 - i, 0, 0, 6, 0, 0, 0, 0, 0) for i in (1, 2))
     assert "loop" in one_line_error(v4_with_body(struct.pack("<IIQQ", 5, 0, len(loop), 2) + loop))
-    # an event on a track the file lacks
+    # an event on a track the file lacks: read past, counted (upstream's viewer carries on)
     ev = bytes([1, 9, 0, 2, 0, 0])
-    assert "lacks" in one_line_error(v4_with_body(struct.pack("<IIQQ", 6, 0, len(ev), 1) + ev))
+    lacking = nt.parse(v4_with_body(struct.pack("<IIQQ", 6, 0, len(ev), 1) + ev))
+    assert lacking.skipped == {"events on a track the file lacks": 1}
     # a string past its bound, and one that is not UTF-8
-    long = struct.pack("<IIQQ", 2, 0, 8, 1) + struct.pack("<I", 1 << 20) + b"abcd"
+    long = struct.pack("<IIQQ", 2, 0, 8, 1) + struct.pack("<I", 1 << 25) + b"abcd"
     assert "string of" in one_line_error(v4_with_body(long))
     bad = struct.pack("<IIQQ", 2, 0, 6, 1) + struct.pack("<I", 2) + b"\xff\xfe"
     assert "UTF-8" in one_line_error(v4_with_body(bad))
@@ -224,6 +225,57 @@ def test_hostile_files_are_refused_before_they_cost_memory():
     v1 = bytearray(v1_file(False))
     struct.pack_into("<I", v1, 12 + 2 + 9 + 24 + 8, 1 << 30)
     assert "cannot fit" in one_line_error(bytes(v1))
+
+
+def _patched(data: bytes, edit) -> bytes:
+    """A written file with its inflated body edited by edit(bytearray) -> bytes."""
+    body = bytearray(zlib.decompress(data[32:]))
+    return v4_with_body(bytes(edit(body)))
+
+
+def test_what_upstream_reads_past_is_read_past_and_counted(tmp_path):
+    """Issue 46: upstream's parser carries on where this reader refused the file: a
+    70 000-byte string argument (which this project's own writer wrote), an argument
+    of a kind past 4, a short tail, events on a track the file lacks, and a clock with
+    no snapshot. Each is read past now, counted, and said in the file's line; the
+    rest of the file is read and placed."""
+    from gpu_agent.timeline.inkernel import Spec, place_all
+    from gpu_agent.timeline.model import KernelEvent, Timeline
+
+    t = sample_trace()
+    t.events[0].args = [("note", "x" * 70_000)]
+    t.events[-1].args = [("k", 7)]  # the last event's: last in the arguments chunk
+    data = nt.encode_v4(t)
+    back = nt.parse(data)
+    assert back.events[0].args == [("note", "x" * 70_000)] and not back.skipped
+
+    def kind_5(body: bytearray) -> bytearray:
+        assert body[-2:] == bytes([0, 7])  # the arguments chunk comes last, ("k", 7) last in it
+        body[-2] = 5
+        return body
+
+    newer = nt.parse(_patched(data, kind_5))
+    assert newer.skipped == {"arguments of a kind past 4 (read as integers)": 1}
+    assert newer.events[0].args == [("note", "x" * 70_000)] and newer.events[-1].args == [("k", 7)]
+    tail = nt.parse(_patched(data, lambda b: b + bytes(10)))
+    assert tail.skipped == {"bytes of a short tail (a chunk's header or body cut off)": 10}
+    assert tail.events == t.events
+    # a warp on a clock with no snapshot: its events have no place; the others are placed
+    t.clocks[4] = (3, "%globaltimer of another GPU", 0, 1_000_000_000)
+    lone = next(tr for tr in t.tracks.values() if tr.kind == WARP)
+    lone.clock = 4
+    f = tmp_path / "f.nanotrace"
+    f.write_bytes(nt.encode_v4(t))
+    raw0, start = 5_000_000_000, 7_000_000 + 50_000  # the kernel's start on the reference clock
+    tl = Timeline(host="h", started_ns=10**18, ended_ns=10**18 + 10**9, monotonic_raw_pair=(10**18, raw0))
+    tl.kernels.append(
+        KernelEvent(7, 10**18 + start - raw0, 10**18 + start - raw0 + 3_000, "gemm_kernel", "gemm_kernel", 0, 1, 1, 1)
+    )
+    lines = place_all(tl, [Spec(str(f))])
+    lost = sum(1 for e in t.events if e.track == lone.id)
+    assert f"read past: {lost} events on a clock with no snapshot toward the reference clock" in lines[0], lines
+    placed = [e for e in t.events if e.track not in (1, lone.id)]  # under the kernel, on a clock that maps
+    assert len(tl.inkernel) == 1 and len(tl.inkernel[0].events) == len(placed), lines
 
 
 def test_an_unknown_chunk_is_skipped():

@@ -75,7 +75,7 @@ def place_all(tl: Timeline, specs: list[Spec], reader: Callable[[str], Nanotrace
             notes.append(f"{e}; not merged")
             continue
         tl.inkernel += placed
-        notes.append(note)
+        notes.append(note + nt.skipped_text())
     return notes
 
 
@@ -90,7 +90,19 @@ class _Index:
         self.extents: dict[int, tuple[float, float]] = {}  # _extent's, once per kernel
         for t in nt.tracks.values():
             self.children.setdefault(t.parent, []).append(t)
+        # A version 4 track on a clock no snapshot leads from to the reference clock:
+        # its events have no place (upstream's viewer leaves them out too), counted.
+        lost = set()
+        if nt.version >= 4:
+            for clock in {t.clock for t in nt.tracks.values()}:
+                try:
+                    to_reference(nt, clock, 0)
+                except NanotraceError:
+                    lost.add(clock)
         for e in nt.events:
+            if e.track in nt.tracks and nt.tracks[e.track].clock in lost:
+                nt.skip("events on a clock with no snapshot toward the reference clock")
+                continue
             self.events.setdefault(e.track, []).append(e)
 
 

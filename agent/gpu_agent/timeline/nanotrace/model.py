@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 
 MAX_FILE = 256 << 20  # bytes of a file we read at all
 MAX_BODY = 1 << 30  # bytes its compressed body may inflate to
-MAX_STRING = 1 << 16  # bytes of one string
+# bytes of one string: the writer writes a 70 000-byte argument, and upstream reads it
+# (the file's budget bounds what its strings cost in all)
+MAX_STRING = 16 << 20
 MAX_EVENTS = 5_000_000  # events of one file (each is a Python object here)
 MAX_TRACKS = 1_000_000
 MAX_ARGS = 10_000_000
@@ -81,6 +83,18 @@ class Nanotrace:
     cluster: tuple = ()
     # clocks.py's snapshot edges by source clock, built on first use (with the list they came from)
     edges: tuple | None = field(default=None, repr=False, compare=False)
+    # what reading (and placing) carried on past where upstream's viewer carries on too,
+    # counted: {what: how many}; said in the file's line (inkernel.place_all)
+    skipped: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def skip(self, what: str, n: int = 1) -> None:
+        self.skipped[what] = self.skipped.get(what, 0) + n
+
+    def skipped_text(self) -> str:
+        """'; read past: 3 events on a track the file lacks, ...' ('' if nothing)."""
+        if not self.skipped:
+            return ""
+        return "; read past: " + ", ".join(f"{n} {what}" for what, n in sorted(self.skipped.items()))
 
     @property
     def absolute(self) -> bool:

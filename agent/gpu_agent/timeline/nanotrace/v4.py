@@ -72,6 +72,9 @@ def parse_v4(data: bytes, what: str, memory: int = DEFAULT_MEMORY) -> Nanotrace:
     raw_tracks, raw_events, args, formats = [], [], [], {}
     r = Reader(body, what)
     while r.left():
+        if r.left() < 24 or struct.unpack_from("<Q", body, r.pos + 8)[0] > r.left() - 24:
+            t.skip("bytes of a short tail (a chunk's header or body cut off)", r.left())
+            break
         ctype, _, size, count = r.unpack("<IIQQ")
         c = Reader(r.view(size), f"{what}: chunk {ctype}")
         if ctype in _RECORDS:
@@ -102,7 +105,7 @@ def parse_v4(data: bytes, what: str, memory: int = DEFAULT_MEMORY) -> Nanotrace:
         elif ctype == CH_EVENTS:
             raw_events += _events(c, count, len(raw_events))
         elif ctype == CH_ARGS:
-            args += _args(c, count, len(args))
+            args += _args(c, count, len(args), t)
         elif ctype == CH_FORMATS:
             _fits(c, count, 3)
             for _ in range(count):
@@ -134,7 +137,7 @@ def _events(c: Reader, count: int, before: int) -> list:
     return out
 
 
-def _args(c: Reader, count: int, before: int) -> list:
+def _args(c: Reader, count: int, before: int, t: Nanotrace) -> list:
     if before + count > MAX_ARGS:
         raise NanotraceError(f"{c.what}: more than {MAX_ARGS} arguments")
     _fits(c, count, 3)
@@ -147,8 +150,10 @@ def _args(c: Reader, count: int, before: int) -> list:
             value = c.zigzag()
         elif kind == 2:
             value = c.unpack("<d")[0]
-        else:
-            raise NanotraceError(f"{c.what}: argument kind {kind} (0-4 are defined)")
+        else:  # a kind newer than this reader: its value read as an unsigned varint
+            value = c.varuint()
+            t.skip("arguments of a kind past 4 (read as integers)")
+            kind = 0
         out.append((name, kind, value))
     return out
 
@@ -190,11 +195,12 @@ def _resolve(
         )
     spelt, room = 0, budget.limit - budget.used
     for i, (track, start, dur, name, kind, parent, corr, first, n_args) in enumerate(raw_events, 1):
-        if track not in t.tracks or parent > len(raw_events) or first + n_args > len(args):
+        if parent > len(raw_events) or first + n_args > len(args):
             raise NanotraceError(
-                f"{what}: event {i} names track {track}, parent {parent} or arguments "
-                f"{first}+{n_args} that the file lacks"
+                f"{what}: event {i} names parent {parent} or arguments {first}+{n_args} that the file lacks"
             )
+        if track not in t.tracks:  # kept (event ids stay each event's place), never placed
+            t.skip("events on a track the file lacks")
         ev_args = [(s(n), s(v) if k == 3 else v) for n, k, v in args[first : first + n_args]]
         text = s(name)
         spelt += len(text) + sum(len(n) + (len(v) if isinstance(v, str) else 0) for n, v in ev_args)
