@@ -76,6 +76,20 @@ def test_clock_names_survive_a_read_and_a_write():
     assert {c[1] for c in twice.clocks.values()} == {"CLOCK_MONOTONIC_RAW", "CUPTI", "%globaltimer"}
 
 
+def test_formats_colours_and_booleans_survive_a_round_trip():
+    """Issue 46: a round trip dropped the format records, the events' colours and the
+    Boolean argument kind (written back as an integer), so the viewer showed unfilled
+    templates and 1 for true."""
+    t = sample_trace()
+    t.formats = {"load": ("load {k} at scale {scale}", 1), "barrier": ("all warps wait", 0)}
+    t.events[0].colour = 0xFF8800
+    t.events[-1].args = [("last", True), ("first", False)]
+    back = nt.parse(nt.encode_v4(nt.parse(nt.encode_v4(t))))
+    assert back.formats == t.formats
+    assert back.events == t.events and back.events[0].colour == 0xFF8800
+    assert [type(v) for _, v in back.events[-1].args] == [bool, bool]
+
+
 def test_a_version_1_file_writes_as_version_4_and_reads_back():
     """Issue 46: writing a version 1 model as version 4 raised struct.error (its clock's
     name is text). Its tracks, events and arguments read back the same."""

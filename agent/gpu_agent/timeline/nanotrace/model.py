@@ -65,7 +65,8 @@ class Event:
     kind: int = SLICE
     parent: int = 0  # event id (1-based), 0: none
     correlation: int = 0
-    args: list = field(default_factory=list)  # [(name, value)]
+    args: list = field(default_factory=list)  # [(name, value)]: a bool is version 4's Boolean kind
+    colour: int = 0  # version 4's event colour (0: none), kept for a written file
 
 
 @dataclass
@@ -77,6 +78,9 @@ class Nanotrace:
     snapshots: list = field(default_factory=list)  # (source, reference, source ts, reference ts, uncertainty)
     tracks: dict = field(default_factory=dict)  # id -> Track
     events: list = field(default_factory=list)
+    # version 4's format records: an event name -> (its tooltip template, its flags byte),
+    # kept for a written file (the viewer fills the templates in)
+    formats: dict = field(default_factory=dict)
     # version 1: the one kernel the file holds (its times are offsets from its start)
     kernel: str = ""
     grid: tuple = ()

@@ -69,7 +69,7 @@ def parse_v4(data: bytes, what: str, memory: int = DEFAULT_MEMORY) -> Nanotrace:
         raise NanotraceError(f"{what}: its body is {len(body)} bytes, its header says {usize}")
     t = Nanotrace(version=4)
     strings: list[str] = []
-    raw_tracks, raw_events, args, formats = [], [], [], {}
+    raw_tracks, raw_events, args = [], [], []
     r = Reader(body, what)
     while r.left():
         if r.left() < 24 or struct.unpack_from("<Q", body, r.pos + 8)[0] > r.left() - 24:
@@ -110,7 +110,7 @@ def parse_v4(data: bytes, what: str, memory: int = DEFAULT_MEMORY) -> Nanotrace:
             _fits(c, count, 3)
             for _ in range(count):
                 label, tooltip = c.varuint(), c.varuint()
-                formats[label] = (tooltip, c.unpack("<B")[0])
+                t.formats[label] = (tooltip, c.unpack("<B")[0])  # string ids: _resolve names them
     return _resolve(t, strings, raw_tracks, raw_events, args, what, budget)
 
 
@@ -130,10 +130,9 @@ def _events(c: Reader, count: int, before: int) -> list:
         parent = c.varuint() if flags & 4 else 0
         corr = c.varuint() if flags & 8 else 0
         first, n_args = (c.varuint(), c.varuint()) if flags & 16 else (0, 0)
-        if flags & 32:
-            c.varuint()  # the colour: the viewer's business
+        colour = c.varuint() if flags & 32 else 0  # the viewer's, kept for a written file
         last[track] = start = last.get(track, 0) + delta
-        out.append((track, start, dur, name, flags & 3, parent, corr, first, n_args))
+        out.append((track, start, dur, name, flags & 3, parent, corr, first, n_args, colour))
     return out
 
 
@@ -188,25 +187,26 @@ def _resolve(
     # Each event names a range of the arguments, and each is copied: events that all
     # named the same 100 000 (459 bytes) took 711 MB. A writer names each argument
     # once, so the events may name at most as many in all as the file holds.
+    t.formats = {s(label): (s(tooltip), fl) for label, (tooltip, fl) in t.formats.items()}
     named = sum(e[8] for e in raw_events)
     if named > len(args):
         raise NanotraceError(
             f"{what}: its events name {named} arguments in all, the file holds {len(args)} (each may be named once)"
         )
     spelt, room = 0, budget.limit - budget.used
-    for i, (track, start, dur, name, kind, parent, corr, first, n_args) in enumerate(raw_events, 1):
+    for i, (track, start, dur, name, kind, parent, corr, first, n_args, colour) in enumerate(raw_events, 1):
         if parent > len(raw_events) or first + n_args > len(args):
             raise NanotraceError(
                 f"{what}: event {i} names parent {parent} or arguments {first}+{n_args} that the file lacks"
             )
         if track not in t.tracks:  # kept (event ids stay each event's place), never placed
             t.skip("events on a track the file lacks")
-        ev_args = [(s(n), s(v) if k == 3 else v) for n, k, v in args[first : first + n_args]]
+        ev_args = [(s(n), s(v) if k == 3 else bool(v) if k == 4 else v) for n, k, v in args[first : first + n_args]]
         text = s(name)
         spelt += len(text) + sum(len(n) + (len(v) if isinstance(v, str) else 0) for n, v in ev_args)
         if spelt > room:
             break
-        t.events.append(Event(track, start, dur, text, kind, parent, corr, ev_args))
+        t.events.append(Event(track, start, dur, text, kind, parent, corr, ev_args, colour))
     budget.charge(spelt, "the strings its events name")
     return t
 
@@ -269,6 +269,7 @@ def encode_v4(t: Nanotrace) -> bytes:
     n_args = 0
     for e in t.events:
         flags = e.kind | (4 if e.parent else 0) | (8 if e.correlation else 0) | (16 if e.args else 0)
+        flags |= 32 if e.colour else 0
         events += _varuint(e.track) + _zigzag(e.start - last.get(e.track, 0)) + _varuint(e.duration)
         events += _varuint(sid(e.name)) + bytes([flags])
         last[e.track] = e.start
@@ -279,7 +280,9 @@ def encode_v4(t: Nanotrace) -> bytes:
         if e.args:
             events += _varuint(n_args) + _varuint(len(e.args))
             for k, v in e.args:
-                if isinstance(v, str):
+                if isinstance(v, bool):
+                    args += _varuint(sid(k)) + bytes([4]) + _varuint(int(v))
+                elif isinstance(v, str):
                     args += _varuint(sid(k)) + bytes([3]) + _varuint(sid(v))
                 elif isinstance(v, float):
                     args += _varuint(sid(k)) + bytes([2]) + struct.pack("<d", v)
@@ -288,7 +291,15 @@ def encode_v4(t: Nanotrace) -> bytes:
                 else:
                     args += _varuint(sid(k)) + bytes([0]) + _varuint(v)
             n_args += len(e.args)
+        if e.colour:
+            events += _varuint(e.colour)
     parts += [chunk(CH_EVENTS, bytes(events), len(t.events)), chunk(CH_ARGS, bytes(args), n_args)]
+    if t.formats:
+        formats = b"".join(
+            _varuint(sid(label)) + _varuint(sid(tooltip)) + bytes([fl & 0xFF])
+            for label, (tooltip, fl) in t.formats.items()
+        )
+        parts.append(chunk(CH_FORMATS, formats, len(t.formats)))
     text = b"".join(struct.pack("<I", len(b)) + b for b in (x.encode() for x in strings))
     parts.insert(1, chunk(CH_STRINGS, text, len(strings)))
     body = b"".join(parts)
