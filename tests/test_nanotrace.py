@@ -160,6 +160,47 @@ def test_clocks_map_exactly_at_the_wall_clock_s_magnitude():
     assert abs(Fraction(floats) - (y0 + Fraction(1_234_567_891 * (y1 - y0), x1 - x0))) > 1  # 16 ns here, up to 128
 
 
+def test_version_1_names_are_the_viewer_s():
+    """Issue 46: cutedsl-trace's viewer fills a label's placeholders ({lane}, {blockX},
+    {N}: the N-th parameter) and puts a thread's track under its warp (lane // 32). The
+    reader appended the lane to a label without {lane} ("Producer 0"), kept event names
+    as templates ("Load {0} of {1}") and made threads warps."""
+
+    def s(text: str) -> bytes:
+        return struct.pack("<H", len(text)) + text.encode()
+
+    formats = [
+        ("Thread {lane}", "", 0),
+        ("Producer", "", 0),
+        ("Load {0} of {1}", "a load", 2),
+        ("CTA {blockX},{blockY}", "", 0),
+    ]
+    body = s("k") + struct.pack("<3I3I", 2, 2, 1, 1, 1, 1) + struct.pack("<IIIQ", len(formats), 1, 3, 3)
+    body += b"".join(s(label) + s(tip) + bytes([n]) for label, tip, n in formats)
+    body += struct.pack("<IIHH", 3, 1, 5, 3)  # block 3 (x 1, y 1 of a 2 x 2 grid), cluster 1, SM 5
+    for fmt, lane, events in ((0, 33, [(0, 10, 3, ())]), (1, 0, [(5, 20, 2, (7, 9))]), (0, 40, [(9, 10, 3, ())])):
+        body += struct.pack("<IHI", 0, fmt, lane) + struct.pack("<I", len(events))
+        for start, dur, efmt, params in events:
+            body += struct.pack("<IIH", start, dur, efmt) + struct.pack(f"<{len(params)}I", *params)
+    t = nt.parse(b"nanotrace\0" + bytes([1, 0]) + body)
+    names = {tr.id: tr for tr in t.tracks.values()}
+
+    def path(tid: int) -> str:
+        out = []
+        while tid:
+            out.append(names[tid].name)
+            tid = names[tid].parent
+        return " / ".join(reversed(out))
+
+    assert sorted(path(tid) for tid in names if not any(tr.parent == tid for tr in names.values())) == [
+        "k / CTA 3 / Producer",
+        "k / CTA 3 / Warp 1 / Thread 33",
+        "k / CTA 3 / Warp 1 / Thread 40",
+    ]
+    assert [e.name for e in t.events] == ["CTA 1,1", "Load 7 of 9", "CTA 1,1"]
+    assert t.events[1].args == [("0", 7), ("1", 9)]
+
+
 @pytest.mark.parametrize("compressed", [False, True])
 def test_version_1_reads_as_ctas_with_warps_inside(compressed):
     t = nt.parse(v1_file(compressed))

@@ -36,7 +36,7 @@ COST_RECORD = 128  # a string's slot, a clock, a snapshot, a format, a version 1
 
 V1_MAGIC, V4_MAGIC = b"nanotrace\0", b"NTRACE4\0"
 # version 4's track kinds (docs/nanotrace.md), and the ones version 1's tracks become
-KERNEL, THREAD_BLOCK, WARP = 4, 6, 7
+KERNEL, THREAD_BLOCK, WARP, GENERIC = 4, 6, 7, 8
 SLICE = 0
 CH_SESSION, CH_STRINGS, CH_CLOCKS, CH_SNAPSHOTS, CH_TRACKS, CH_EVENTS, CH_ARGS, CH_FORMATS = range(1, 9)
 

@@ -4,6 +4,7 @@ reads it so). Read only."""
 
 from __future__ import annotations
 
+import re
 import struct
 from array import array
 
@@ -13,6 +14,7 @@ from .model import (
     COST_RECORD,
     COST_TRACK,
     DEFAULT_MEMORY,
+    GENERIC,
     KERNEL,
     MAX_BODY,
     MAX_ARGS,
@@ -32,6 +34,32 @@ from .model import (
 )
 
 KEYS = tuple(str(k) for k in range(256))  # a parameter's name is its place (at most 255 of an event)
+_PLACE = re.compile(r"\{(blockLinear|blockX|blockY|blockZ|lane|\d+)\}")
+FILLED = 10  # bytes a placeholder may become (a u32 in decimal): what _scan charges for it
+
+
+def fill(template: str, block: tuple, grid: tuple, lane: int, params: tuple) -> str:
+    """A label as cutedsl-trace's viewer shows it (its parser.js formatLabel): {blockLinear},
+    {blockX}, {blockY}, {blockZ} and {lane} from the event's CTA and lane, {N} the N-th
+    parameter (left as it is where there is none)."""
+    gx, gy = max(grid[0], 1), max(grid[1], 1)
+    block_id = block[0]
+    named = {
+        "blockLinear": block_id,
+        "blockX": block_id % gx,
+        "blockY": block_id // gx % gy,
+        "blockZ": block_id // (gx * gy),
+        "lane": lane,
+    }
+
+    def one(m: re.Match) -> str:
+        key = m.group(1)
+        if key in named:
+            return str(named[key])
+        i = int(key)
+        return str(params[i]) if i < len(params) else m.group(0)
+
+    return _PLACE.sub(one, template) if "{" in template else template
 
 
 _H, _HEAD, _TRACK, _COUNT, _EVENT = (struct.Struct(f) for f in ("<H", "<IIIQ", "<IHI", "<I", "<IIH"))
@@ -52,7 +80,9 @@ def _scan(s: Stream, budget: Budget) -> None:
     if n_tracks > MAX_TRACKS or n_events > MAX_EVENTS:
         raise NanotraceError(f"{what}: {n_tracks} tracks and {n_events} events (at most {MAX_TRACKS}, {MAX_EVENTS})")
     budget.charge(
-        (n_formats + n_blocks) * COST_RECORD + (2 * n_tracks + 1) * COST_TRACK, "its formats, blocks and tracks"
+        # a lane's track, its CTA's and (a thread) its warp's, at most
+        (n_formats + n_blocks) * COST_RECORD + (3 * n_tracks + 1) * COST_TRACK,
+        "its formats, blocks and tracks",
     )
     budget.charge(n_events * COST_EVENT, f"its {n_events} events")
     labels, params = array("I"), bytearray()
@@ -71,7 +101,8 @@ def _scan(s: Stream, budget: Budget) -> None:
                 f"{what}: track {i} names block {bi} and format {fmt_id} (the file has {n_blocks} and {n_formats})"
             )
         s.skip(4 * params[fmt_id])
-        budget.charge(labels[fmt_id] + 11, "its lanes' names")  # the label, spelt out in each lane's name
+        # the label, spelt out in each lane's name with its placeholders filled in
+        budget.charge(labels[fmt_id] + 11 + FILLED * params[fmt_id], "its lanes' names")
         count = s.unpack(_COUNT)[0]
         events += count
         if events > n_events:
@@ -83,7 +114,7 @@ def _scan(s: Stream, budget: Budget) -> None:
                 raise NanotraceError(f"{what}: an event of track {i} names format {ev_fmt} (the file has {n_formats})")
             s.skip(4 * params[ev_fmt])
             n_args += params[ev_fmt]
-            named += labels[ev_fmt]
+            named += labels[ev_fmt] + FILLED * params[ev_fmt]
             if n_args > MAX_ARGS or named > budget.limit:
                 break
         if n_args > MAX_ARGS:
@@ -124,6 +155,7 @@ def parse_v1(data: bytes, what: str, memory: int = DEFAULT_MEMORY) -> Nanotrace:
     root = Track(1, 0, 0, t.kernel, KERNEL)
     t.tracks[1] = root
     block_track: dict[int, int] = {}
+    warp_track: dict[tuple[int, int], int] = {}  # (block, warp) -> the track its threads go under
     n_args = 0
     for i in range(n_tracks):
         bi, fmt_id = r.unpack("<IH")
@@ -133,15 +165,22 @@ def parse_v1(data: bytes, what: str, memory: int = DEFAULT_MEMORY) -> Nanotrace:
                 f"{what}: track {i} names block {bi} and format {fmt_id} "
                 f"(the file has {len(blocks)} and {len(formats)})"
             )
-        r.need(4 * formats[fmt_id][1])  # the track's format parameters
+        track_params = r.unpack(f"<{formats[fmt_id][1]}I")  # the track's format parameters
         block_id = blocks[bi][0]
         if bi not in block_track:
             block_track[bi] = len(t.tracks) + 1
             t.tracks[block_track[bi]] = Track(block_track[bi], 1, 0, f"CTA {block_id}", THREAD_BLOCK, block_id)
+        label = formats[fmt_id][0]
+        name = fill(label, blocks[bi], t.grid, lane, track_params) if label else f"lane {lane}"
+        parent, kind = block_track[bi], WARP
+        if "thread" in label.lower():  # the viewer's rule: a thread, under warp lane // 32
+            warp = lane // 32
+            if (bi, warp) not in warp_track:
+                warp_track[(bi, warp)] = len(t.tracks) + 1
+                t.tracks[warp_track[(bi, warp)]] = Track(warp_track[(bi, warp)], parent, 0, f"Warp {warp}", WARP, warp)
+            parent, kind = warp_track[(bi, warp)], GENERIC
         tid = len(t.tracks) + 1
-        label = formats[fmt_id][0] or "lane"  # a template: "Warp {lane}"
-        name = label.replace("{lane}", str(lane)) if "{lane}" in label else f"{label} {lane}"
-        t.tracks[tid] = Track(tid, block_track[bi], 0, name, WARP, lane)
+        t.tracks[tid] = Track(tid, parent, 0, name, kind, lane)
         for _ in range(r.unpack("<I")[0]):
             start, dur, ev_fmt = r.unpack("<IIH")
             if ev_fmt >= len(formats):
@@ -155,7 +194,8 @@ def parse_v1(data: bytes, what: str, memory: int = DEFAULT_MEMORY) -> Nanotrace:
             if n_args > MAX_ARGS:
                 raise NanotraceError(f"{what}: more than {MAX_ARGS} event parameters")
             ev_args = list(zip(KEYS, params))
-            t.events.append(Event(tid, start, dur, formats[ev_fmt][0], args=ev_args))
+            text = fill(formats[ev_fmt][0], blocks[bi], t.grid, lane, params)
+            t.events.append(Event(tid, start, dur, text, args=ev_args))
     if len(t.events) != n_events:
         raise NanotraceError(f"{what}: {len(t.events)} events where its header says {n_events}")
     return t
