@@ -17,7 +17,7 @@ import pytest
 from gpu_agent.profile.pprof import FrameSpec, ProfileBuilder
 from gpu_agent.profile.store import PROFILE_SUFFIX, file_name
 from support.env import agent_cmd
-from support.ui import Ui, counter, open_range, rerendered, root_total, wait_counter
+from support.ui import Ui, counter, http_get, open_range, rerendered, root_total, wait_counter
 
 TRAIN = "/srv/job/mytrain.py"
 WINDOW_S = 10
@@ -222,6 +222,21 @@ def test_dropped_claims_are_drawn_apart_from_gpu_time(dropped_store, page):
     page.click("nav .tab[data-tab=top]")
     assert page.locator('#top-table tr[data-name="[dropped: cupti]"]').count() == 0
     assert float(page.locator('#top-table tr[data-name="sgemm_fwd"] td').nth(4).text_content().split()[0]) == 100.0
+
+
+def test_the_filter_menus_count_measured_values_not_dropped_claims(dropped_store):
+    """Issue 45 item 7: the pid and comm menus' totals counted what [dropped: …] rows
+    claim: pid 200, which made no kernel, read 2264.92 s. The menus count measured GPU
+    time now: pid 100 its 3 s, pid 200 nothing."""
+    import json
+
+    ui, ends = dropped_store
+    status, _, body = http_get(ui.port, f"/api/range?from={(ends[0] - 5) * 1000}&to={(ends[2] + 1) * 1000}")
+    assert status == 200, body
+    data = json.loads(body)
+    pids = {v["value"]: v["total"] for v in data["labels"]["pid"]}
+    assert pids == {"100": 3 * 10**9, "200": 0}, pids
+    assert data["dropped"] == CLAIM and data["total"] == 3 * 10**9
 
 
 # -- item 7: an empty store, the chart's axes --------------------------------------------

@@ -93,6 +93,13 @@ class Merged:
                 acc[0] += g
                 acc[1] += n
                 acc[2] += p
+            if any(d.dropped):  # the menus count measured values: not what [dropped: …] rows claim
+                for sid, lid, g, n, p in zip(d.stacks, d.labelsets, d.gpu_ns, d.launches, d.pc_samples):
+                    if sid in catalog.dropped_stacks:
+                        acc = self.by_labelset[lid]
+                        acc[0] -= g
+                        acc[1] -= n
+                        acc[2] -= p
         keep_labels = self._labelsets_kept(filters)
         keep_stack: dict[int, bool] = {}
         measured, dropped_rows, dropped_stacks = self.rows, self.dropped, catalog.dropped_stacks
