@@ -226,7 +226,9 @@ class Collector:
             info = ProcInfo(pid, comm or read_comm(pid))
             self.procs[pid] = info
             info.pod  # reads /proc/PID/cgroup now, while the process exists (k8s caches it)
-            if self.pid_filter is not None:
+            if self.pid_filter is not None and pid not in self._included:
+                # (its attach note may have decided while it lived: a gone process's
+                # ancestry cannot be read, and `record` would leave it out)
                 self._included[pid] = bool(self.pid_filter(pid))
             self.stacks.snapshot(pid)
         return info
