@@ -15,17 +15,24 @@ import shutil
 import subprocess
 import time
 
+import pytest
+
 from gpu_agent.join.collector import Collector
 from support.env import MOCK_APP, mock_env, need_ebpf, private_shim
 from support.pprof_tool import raw
 
 
-def test_a_short_process_whose_events_wait_is_named_with_its_frames(tmp_path):
+@pytest.mark.parametrize("filtered", [False, True], ids=["every-process", "pid-filter"])
+def test_a_short_process_whose_events_wait_is_named_with_its_frames(tmp_path, filtered):
+    """pid-filter: a filter that can judge a process only while it lives (`record`'s,
+    its ancestry): decided by the attach note, not again once the process is gone (it
+    was, and the process was left out of the profile)."""
     need_ebpf()
     shim = private_shim(tmp_path / "shim")
     app = tmp_path / "gpu-late-job"
     shutil.copy(MOCK_APP, app)
-    col = Collector(str(shim), python_stacks=False)
+    alive = (lambda pid: os.path.exists(f"/proc/{pid}")) if filtered else None
+    col = Collector(str(shim), python_stacks=False, pid_filter=alive)
     col.open()
     try:
         # Nothing polls the main ring while the process runs: its events wait there.
