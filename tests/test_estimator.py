@@ -5,7 +5,7 @@ from collections import defaultdict
 
 import pytest
 
-from gpu_agent.join.estimator import Estimate, EstimatedRow, apportion, estimate
+from gpu_agent.join.estimator import CarriedStacks, Estimate, EstimatedRow, apportion, estimate
 
 K1 = (100, 0, 7, 0, 1)
 K2 = (100, 0, 7, 0, 2)
@@ -101,6 +101,49 @@ def test_orphans_counted_and_ignored():
 def test_accepts_iterables():
     est = estimate([(K1, (10, 2))], [(K1 + (3,), (10, 2, 10, 2))])
     assert est.rows == [EstimatedRow(K1, 3, 10, 2)]
+
+
+def test_a_kernel_sampled_nowhere_here_takes_its_stacks_from_where_it_last_was():
+    carried = CarriedStacks()
+    first = estimate({K1: (400, 4), K2: (100, 1)}, {K1 + (1,): (300, 3, 300, 3), K1 + (2,): (100, 1, 100, 1)}, carried)
+    carried.keep(first.sampled_weights)
+    assert first.unsampled_keys == 1 and first.carried_keys == 0  # K2: never sampled
+    # K1 unsampled here: split 3:1 as before; K2 still [unsampled]
+    second = estimate({K1: (800, 8), K2: (100, 1)}, {}, carried)
+    assert [(r.key, r.stack_id, r.gpu_ns, r.launches) for r in second.rows] == [
+        (K1, 1, 600, 6),
+        (K1, 2, 200, 2),
+        (K2, None, 100, 1),
+    ]
+    assert second.carried_keys == 1 and second.unsampled_keys == 1
+    carried.keep(second.sampled_weights)  # nothing sampled: the earlier split stays
+    # sampled again: its own samples here, and they replace the carried split
+    third = estimate({K1: (100, 1)}, {K1 + (5,): (100, 1, 64, 64)}, carried)
+    carried.keep(third.sampled_weights)
+    assert [(r.stack_id, r.gpu_ns) for r in third.rows] == [(5, 100)] and third.carried_keys == 0
+    assert [(r.stack_id, r.gpu_ns) for r in estimate({K1: (10, 1)}, {}, carried).rows] == [(5, 10)]
+    # another process's key is not K1's
+    assert estimate({K3: (10, 1)}, {}, carried).unsampled_keys == 1
+    carried.forget({100})
+    assert len(carried) == 0 and estimate({K1: (10, 1)}, {}, carried).unsampled_keys == 1
+
+
+def test_carried_stacks_are_bounded():
+    carried = CarriedStacks()
+    many = {K1 + (s,): (s, 1, s, 1) for s in range(1, 101)}
+    carried.keep(estimate({K1: (100, 1)}, many).sampled_weights)
+    assert sorted(carried.get(K1)) == list(range(101 - CarriedStacks.MAX_STACKS, 101))  # the heaviest
+    # the collector's keys: tgid, device, stream, graph, kernel, capture stack, flags, start tag
+    keys = [(100, 0, 7, 0, k, 0, 0, 77) for k in range(CarriedStacks.MAX_KEYS + 10)]
+    for k in keys:
+        carried.keep({k: {1: [1, 1]}})
+    assert len(carried) == 1 + CarriedStacks.MAX_KEYS  # K1's (its own process) and these
+    assert carried.get(keys[0]) is None and carried.get(keys[-1]) == {1: [1, 1]}  # the oldest out
+    # in all: the process with the most gives way
+    carried.MAX_ALL_KEYS = CarriedStacks.MAX_KEYS + 1
+    carried.keep({(200, 0, 7, 0, 1, 0, 0, 5): {1: [1, 1]}})
+    assert len(carried) == carried.MAX_ALL_KEYS and carried.get((200, 0, 7, 0, 1, 0, 0, 5))
+    assert carried.get(K1) is not None and carried.get(keys[10]) is None
 
 
 def _simulate(rng, n_launches, period, stacks, first_forced=True):

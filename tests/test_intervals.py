@@ -31,6 +31,11 @@ from support.windows import launches_at, periods
 
 RATE = 20000
 LOOP_S = 17  # the loop's life; the agent stops 4 s before its end
+# --phases: one launch in RARE_EVERY, in every other ms, is the rare kernel's
+# (not a multiple of the loop's blocks of 50, which start on the ms)
+RARE_EVERY = 777
+RARE_KERNEL = "k_cudaLaunchKernel("
+UNSAMPLED = "[unsampled]"
 JOINED = re.compile(r"(\d+) launches joined to the window before them")
 
 
@@ -68,7 +73,10 @@ def paced_run(tmp_path_factory, built):
     )
     loop = subprocess.Popen(
         [MOCK_APP, "--paths", "cuLaunchKernel", "--bench", str(RATE * LOOP_S * 7 // 10), "--rate", str(RATE)]
-        + ["--gap-ms", "300", "--gap-every-ms", "700", "--block", "50"],
+        + ["--gap-ms", "300", "--gap-every-ms", "700", "--block", "50"]
+        # A rare kernel (test_a_rare_kernel_keeps_its_stack...): one launch in 777
+        # through cudaLaunchKernel, its own kernel, in every other 1 ms.
+        + ["--phases", f"1:cudaLaunchKernel:{RARE_EVERY}"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -89,18 +97,19 @@ def paced_run(tmp_path_factory, built):
     files = sorted(out.glob("*.pb.gz"), key=profile_start_ns)
     starts = [(profile_start_ns(f) - offset) / 1e9 for f in files]
     ends = starts[1:] + [starts[-1] + profile_duration_s(files[-1])]
-    rows = []
+    rows, samples = [], []
     for f, lo, hi in zip(files, starts, ends):
-        n = sum(s.values[1] for s in raw(f) if s.labels.get("pid") == str(loop.pid))
+        samples.append([s for s in raw(f) if s.labels.get("pid") == str(loop.pid)])
+        n = sum(s.values[1] for s in samples[-1])
         rows.append((lo, hi, n, launches_at(trace, hi) - launches_at(trace, lo)))
     if os.environ.get("DBG"):
         for r in rows:
             print("ROW %.3f %.3f %d %.0f %+.2f%%" % (r[0], r[1], r[2], r[3], (r[2] / r[3] - 1) * 100 if r[3] else 0))
-    return rows, trace, err
+    return rows, trace, err, samples
 
 
 def test_each_interval_holds_the_launches_made_in_it(paced_run):
-    rows, trace, err = paced_run
+    rows, trace, err, _ = paced_run
     full = [r for r in rows[:-1] if r[0] >= trace[0][0] + 1.0]  # past the attach's short periods
     assert len(full) >= 3, (rows, err)
     errors = [n / truth - 1 for _, _, n, truth in full]
@@ -111,7 +120,7 @@ def test_each_interval_holds_the_launches_made_in_it(paced_run):
 
 
 def test_a_stop_loses_nothing(paced_run):
-    rows, trace, err = paced_run
+    rows, trace, err, _ = paced_run
     made = launches_at(trace, rows[-1][1]) - launches_at(trace, trace[0][0])
     seen = sum(n for _, _, n, _ in rows)
     assert "did not publish" not in err
@@ -119,6 +128,22 @@ def test_a_stop_loses_nothing(paced_run):
     # last interval's. 8 runs (5 beside a CPU burner): -0.16 to +0.33 %; before:
     # -3.8 % (5 s intervals).
     assert abs(seen / made - 1) < 0.01, (seen, made, rows)
+
+
+def test_a_rare_kernel_keeps_its_stack_in_every_interval(paced_run):
+    """A kernel launched a few times a second (a model's prefill GEMM, once a
+    `generate`) has no sampled launch in most intervals: its stack is sampled at one
+    launch in 64 inside windows, and at its first. Its time went to [unsampled] in
+    those (4.8 % of Llama decode's GPU time on an H200); now each interval splits it
+    by its stacks where it was last sampled (join/estimator.py CarriedStacks)."""
+    rows, trace, err, samples = paced_run
+    rare = [[s for s in interval if s.frames[0].startswith(RARE_KERNEL)] for interval in samples]
+    seen = [ss for ss in rare if ss]
+    assert len(seen) >= 4, ([len(ss) for ss in rare], err[-2000:])
+    unsampled = [sum(s.values[0] for s in ss if UNSAMPLED in s.frames) for ss in seen]
+    assert unsampled == [0] * len(seen), (unsampled, [sum(s.values[0] for s in ss) for ss in seen])
+    # under its own launch path's stack
+    assert all("cudaLaunchKernel" in s.frames for ss in seen for s in ss), [s.frames[:6] for s in seen[-1]]
 
 
 @pytest.mark.parametrize("counter", ["1", "0"], ids=["launch-counter", "clocks"])

@@ -210,6 +210,7 @@ def main(argv=None) -> None:
     iv.add_argument(
         "--periods", action="store_true", help="the shim's period lines against the step log, and pooled rates"
     )
+    iv.add_argument("--verbose", action="store_true", help="print the agent's last lines at its stop")
     iv.add_argument("--keep", default="", metavar="DIR", help="work in DIR, keeping profiles and step logs")
     s = sub.add_parser("smoke", help="one short `gpu-agent record` per case")
     s.add_argument("--workloads", default="eager,graph,driver-graph")

@@ -217,15 +217,32 @@ def profile_stacks(path: Path, pid: int | None = None) -> list[tuple[list[str], 
     return [([fn for lid in smp.location_id for fn in locs[lid]], list(smp.value)) for smp in samples_of(p, pid)]
 
 
-def python_share(path: Path) -> float:
-    """The share of a profile's GPU time whose stack has a Python frame (a .py file)."""
+def python_share(path: Path, pid: int | None = None) -> float:
+    """The share of a profile's GPU time (with pid: that process's) whose stack has a
+    Python frame (a .py file)."""
     p = load_profile(path)
     s = p.string_table
     py_funcs = {f.id for f in p.function if s[f.filename].endswith(".py")}
     py_locs = {loc.id for loc in p.location if any(ln.function_id in py_funcs for ln in loc.line)}
-    total = sum(smp.value[0] for smp in p.sample)
-    py = sum(smp.value[0] for smp in p.sample if py_locs.intersection(smp.location_id))
+    samples = samples_of(p, pid)
+    total = sum(smp.value[0] for smp in samples)
+    py = sum(smp.value[0] for smp in samples if py_locs.intersection(smp.location_id))
     return py / total if total else 0.0
+
+
+def stacks_without_python(path: Path, pid: int | None = None) -> list[tuple[list[str], int]]:
+    """A profile's stacks (with pid: that process's) with no Python frame: (function
+    names from the leaf up, GPU ns), heaviest first."""
+    p = load_profile(path)
+    s = p.string_table
+    funcs = {f.id: f for f in p.function}
+    locs = {loc.id: [funcs[ln.function_id] for ln in loc.line] for loc in p.location}
+    out = []
+    for smp in samples_of(p, pid):
+        fs = [f for lid in smp.location_id for f in locs[lid]]
+        if not any(s[f.filename].endswith(".py") for f in fs):
+            out.append(([s[f.name] for f in fs], smp.value[0]))
+    return sorted(out, key=lambda fv: -fv[1])
 
 
 def merge_kernels(paths) -> dict[str, list[int]]:

@@ -59,7 +59,17 @@ from pathlib import Path
 from typing import NamedTuple
 
 from bench.gpu.fidelity import shares_of, stack_ns
-from bench.gpu.harness import Agent, case_command, clean_env, load_profile, profile_kernels, profile_stacks, shim_env
+from bench.gpu.harness import (
+    Agent,
+    case_command,
+    clean_env,
+    load_profile,
+    profile_kernels,
+    profile_stacks,
+    python_share,
+    shim_env,
+    stacks_without_python,
+)
 from bench.gpu import periods as period_lines
 from bench.gpu.periods import overlap
 from gpu_agent.profile.store import PROFILE_GLOB
@@ -96,6 +106,8 @@ class Interval(NamedTuple):
     t1: int
     kernels: dict  # name -> [gpu_ns, launches], the pid's
     stacks: list  # profile_stacks, the pid's
+    python: float  # the share of the pid's GPU time under a Python frame
+    path: Path
 
 
 def truth(steps: list[float], per_step: list[dict]) -> dict[str, list[float]]:
@@ -162,7 +174,7 @@ def intervals_in(d: Path, pid: int, lo: int, hi: int) -> list[Interval]:
         p = load_profile(f)
         t0, t1 = p.time_nanos, p.time_nanos + p.duration_nanos
         if t1 > lo and t0 < hi:
-            out.append(Interval(t0, t1, profile_kernels(f, pid), profile_stacks(f, pid)))
+            out.append(Interval(t0, t1, profile_kernels(f, pid), profile_stacks(f, pid), python_share(f, pid), f))
     return out
 
 
@@ -204,6 +216,31 @@ def judge(rows: list[tuple[Interval, dict]], start: int) -> dict:
             f"      {r['kernel'][:64]:64s} {r['share_pct']:5.1f} % of GPU time: median error GPU ns "
             f"{r['gpu_ns_median_err_pct']:+6.2f} %, launches {r['launches_median_err_pct']:+6.2f} %"
         )
+    return out
+
+
+def no_python(ivs: list[Interval], pid: int) -> dict:
+    """The share of the process's GPU time on stacks with no Python frame: over all its
+    profiles, in its first, and over the rest (a Python job's launches all come from
+    Python code, so what is here is a stack the agent could not walk)."""
+    ns = [total(iv.kernels)[0] for iv in ivs]
+    off = [(1 - iv.python) * n for iv, n in zip(ivs, ns)]
+    out = {
+        "all": 100 * sum(off) / (sum(ns) or 1),
+        "first": 100 * off[0] / (ns[0] or 1) if ivs else 0.0,
+        "rest": 100 * sum(off[1:]) / (sum(ns[1:]) or 1),
+    }
+    print(
+        f"    GPU time on stacks with no Python frame: {out['all']:.3f} % of the process's;"
+        f" its first profile {out['first']:.3f} %, the rest {out['rest']:.3f} %"
+    )
+    heavy = sorted(
+        ((fs, n, i) for i, iv in enumerate(ivs) if iv.python < 1 for fs, n in stacks_without_python(iv.path, pid)),
+        key=lambda x: -x[1],
+    )[:3]
+    for fs, n, i in heavy:
+        print(f"      profile {i}, {n / 1e6:.2f} GPU ms: {' <- '.join(fs[:24])}")
+    return out
     return out
 
 
@@ -369,7 +406,9 @@ class Bench:
         if self.scraper:
             self.scraper.done.set()
         if self.agent:
-            self.agent.stop()
+            tail = self.agent.stop()
+            if self.a.verbose:
+                print("  the agent's last lines:\n" + tail, flush=True)
         self.agent = self.scraper = None
 
     def window(self, run: Run) -> tuple[int, int, int]:
@@ -395,6 +434,7 @@ def steady(b: Bench, case: str, opts: tuple, floor: bool):
     out = judge(rows, run.start)
     if case not in COLUMNS and rows:
         out["stacks"] = stack_errors(b.exact(case)[1], [iv.stacks for iv, _ in rows])
+    out["no_python_pct"] = no_python(ivs, run.pid)
     # The sum of the whole intervals from the --skip'th second on, as a user sums a
     # range of profiles (edge intervals prorated evenly read a job whose rate ramps up
     # in its first seconds -1.4 % where every interval was within 0.7 %)

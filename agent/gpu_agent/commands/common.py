@@ -79,6 +79,10 @@ def status_line(stats, counters: dict) -> str:
         + (f" stale_join={counters['stale_join']}" if counters.get("stale_join") else "")
         # Short jobs that ran between collection windows: seen, not measured.
         + (f" attached_without_kernels={stats.attached_without_kernels}" if stats.attached_without_kernels else "")
+        # Kernels with no launch sampled in this interval: split by their stacks of an
+        # earlier one (carried), or under [unsampled] (never sampled).
+        + (f" carried_kernels={stats.carried_kernels}" if getattr(stats, "carried_kernels", 0) else "")
+        + (f" unsampled_kernels={stats.unsampled_kernels}" if getattr(stats, "unsampled_kernels", 0) else "")
         # Launches whose records CUPTI lost: [dropped: cupti] samples.
         + (f" dropped_launches={stats.dropped_launches}" if stats.dropped_launches else "")
         # parcagpu's error probes (each kind logged once): why its PC samples may be missing.

@@ -100,6 +100,7 @@ class Collector:
         self._late_exits: list[int] = []
         self._counters_at_interval: dict[str, int] = {}
         self._claims = invariants.DropClaims()
+        self._carried = estimator.CarriedStacks()  # each kernel's stacks where it was last sampled
         # Lost records of each interval within its bound (invariants.bound_drops): the
         # node's drop_cupti sums what was kept; the claims past it, one each for the
         # node's drop_implausible, and by tgid (cumulative, like BPF's drop_implausible
@@ -388,8 +389,10 @@ class Collector:
             for k, v in win_sampled.items()
             if self.included(k[0])
         }
-        est = estimator.estimate(totals, sampled)
+        est = estimator.estimate(totals, sampled, self._carried)
+        self._carried.keep(est.sampled_weights)
         stats.orphan_samples = est.orphan_entries
+        stats.carried_kernels, stats.unsampled_kernels = est.carried_keys, est.unsampled_keys
         mean_ns = estimator.mean_kernel_ns(est.rows)
         if any(row.key[4] == C.KERNEL_DROPPED for row in est.rows):
             comments.append(DROPPED_COMMENT)
@@ -527,3 +530,4 @@ class Collector:
                 for key in [k for k in self.devices if k[0] == pid]:
                     del self.devices[key]
             self.stacks.forget(pids)
+            self._carried.forget(pids)

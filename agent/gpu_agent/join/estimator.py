@@ -23,9 +23,10 @@ Rules:
   total.
 * Integers by largest remainder: floors first, the leftover units go to the
   largest fractional remainders (ties: larger weight, then smaller stack_id).
-* K with no sampled entries, or only zero weights: one row with
-  ``stack_id=None`` carrying all of K's time (rendered under ``[unsampled]``;
-  time is never dropped).
+* K with no sampled entries, or only zero weights: its stacks' weights from the
+  last interval where K was sampled (``carried``, when given: rows counted in
+  ``Estimate.carried_keys``); else one row with ``stack_id=None`` carrying all
+  of K's time (rendered under ``[unsampled]``; time is never dropped).
 * Sampled entries whose K has no total (a race between map drains) are
   ignored and counted in ``Estimate.orphan_entries``.
 * Rows whose gpu_ns and launches both come out 0 are not emitted.
@@ -50,6 +51,7 @@ __all__ = [
     "Estimate",
     "apportion",
     "estimate",
+    "CarriedStacks",
 ]
 
 TotalKey = Tuple[int, int, int, int, int]  # tgid, device_id, stream_id, graph_id, kernel_id
@@ -72,6 +74,8 @@ class Estimate:
     orphan_entries: int = 0  # sampled entries with no matching total (ignored)
     orphan_weighted_ns: Real = 0  # their summed weighted_ns (for diagnostics)
     unsampled_keys: int = 0  # totals that got a single stack_id=None row
+    carried_keys: int = 0  # totals split by their stacks of an earlier interval
+    sampled_weights: Dict[TotalKey, Dict[int, List]] = field(default_factory=dict)  # this one's, by key
 
 
 def _exact(x: Real) -> Union[int, Fraction]:
@@ -126,8 +130,10 @@ def _items(m) -> Iterable:
 def estimate(
     totals: Union[Mapping[TotalKey, TotalValue], Iterable[Tuple[TotalKey, TotalValue]]],
     sampled: Union[Mapping[SampledKey, SampledValue], Iterable[Tuple[SampledKey, SampledValue]]],
+    carried: Optional["CarriedStacks"] = None,
 ) -> Estimate:
-    """Apportion each total across its sampled stacks.  See the module doc.
+    """Apportion each total across its sampled stacks (a key sampled nowhere here:
+    across its stacks in carried, if any).  See the module doc.
 
     Rows come out sorted by key, then stack_id (None only appears alone).
     """
@@ -154,9 +160,13 @@ def estimate(
         acc[0] += wns
         acc[1] += wl
 
+    out.sampled_weights = by_key
     for tk in sorted(tot):
         ns, n = tot[tk]
         stacks = by_key.get(tk)
+        if not _weighed(stacks) and carried is not None:
+            stacks = carried.get(tk)
+            out.carried_keys += stacks is not None
         ids = sorted(stacks) if stacks else []
         wns = [max(stacks[s][0], 0) for s in ids]
         wl = [max(stacks[s][1], 0) for s in ids]
@@ -173,6 +183,67 @@ def estimate(
             if a or b:
                 out.rows.append(EstimatedRow(tk, s, a, b))
     return out
+
+
+def _weighed(stacks) -> bool:
+    return bool(stacks) and any(v[0] > 0 or v[1] > 0 for v in stacks.values())
+
+
+class CarriedStacks:
+    """Each kernel key's stacks as its last sampled interval weighed them, for the
+    intervals where none of its launches was sampled.
+
+    Why: a stack is sampled at one launch in sample_period (and at a function's first
+    launch); a kernel that runs a few times an interval, however long (a model's
+    prefill GEMM and attention, once a `generate`), often has no sampled launch in an
+    interval. Its time went to ``[unsampled]``: 4.8 % of Llama decode's GPU time on an
+    H200 (docs/benchmarks.md). A kernel's launch sites move slowly against a 10 s
+    interval, so its last sampled split is the best estimate there is; a kernel never
+    sampled stays ``[unsampled]``.
+
+    Bounded: MAX_KEYS kernel keys a process (its least recently sampled out first),
+    MAX_ALL_KEYS in all (out of the process with the most), each with its MAX_STACKS
+    heaviest stacks; ``forget`` drops exited processes. Keys are the collector's: the
+    process (tgid) first, its start tag last."""
+
+    MAX_KEYS = 4096
+    MAX_ALL_KEYS = 65536
+    MAX_STACKS = 16
+
+    def __init__(self) -> None:
+        self._by_proc: Dict[Tuple[int, int], Dict[TotalKey, Dict[int, List]]] = {}
+
+    @staticmethod
+    def _proc(key: TotalKey) -> Tuple[int, int]:
+        return key[0], key[-1]  # tgid, process start tag (the key's last field)
+
+    def get(self, key: TotalKey) -> Optional[Dict[int, List]]:
+        keys = self._by_proc.get(self._proc(key))
+        return keys.get(key) if keys else None
+
+    def keep(self, sampled_weights: Mapping[TotalKey, Dict[int, List]]) -> None:
+        """An interval's sampled weights (Estimate.sampled_weights) replace each of
+        their keys' earlier ones."""
+        for key, stacks in sampled_weights.items():
+            if not _weighed(stacks):
+                continue
+            keys = self._by_proc.setdefault(self._proc(key), {})
+            keys.pop(key, None)  # re-inserted last: the most recently sampled
+            if len(stacks) > self.MAX_STACKS:
+                stacks = dict(sorted(stacks.items(), key=lambda kv: (-kv[1][0], -kv[1][1], kv[0]))[: self.MAX_STACKS])
+            keys[key] = {s: list(v) for s, v in stacks.items()}
+            while len(keys) > self.MAX_KEYS:
+                del keys[next(iter(keys))]
+        while len(self) > self.MAX_ALL_KEYS:
+            most = max(self._by_proc.values(), key=len)
+            del most[next(iter(most))]
+
+    def forget(self, tgids) -> None:
+        for proc in [p for p in self._by_proc if p[0] in tgids]:
+            del self._by_proc[proc]
+
+    def __len__(self) -> int:
+        return sum(len(k) for k in self._by_proc.values())
 
 
 def mean_kernel_ns(rows) -> dict[int, float]:

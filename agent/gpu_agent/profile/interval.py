@@ -61,6 +61,10 @@ class IntervalStats:
     samples: int = 0
     unnamed_kernels: int = 0
     orphan_samples: int = 0
+    # Kernels with no sampled launch here, split by their stacks of an earlier
+    # interval (join/estimator.py CarriedStacks), and those left [unsampled].
+    carried_kernels: int = 0
+    unsampled_kernels: int = 0
     excluded_pids: int = 0
     impossible_records: int = 0  # kept out by invariants.py (also in drop_impossible)
     dropped_launches: int = 0  # launches whose records CUPTI lost ([dropped: cupti] samples)
