@@ -134,10 +134,15 @@ class Agent:
         if cpus:
             cmd = ["taskset", "-c", cpus] + cmd
         self.p = subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env or clean_env()
+            # its status lines (stdout) and log (stderr) in one tail
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env or clean_env(),
         )
         seen: list[str] = []
-        for line in self.p.stderr:  # every probe attached once it says "watching"
+        for line in self.p.stdout:  # every probe attached once it says "watching"
             seen.append(line)
             if "watching every process" in line:  # not "also watching" a copy
                 break
@@ -145,7 +150,7 @@ class Agent:
             raise SystemExit("agent failed to start: " + "".join(seen))
         self.log_tail = deque(seen, maxlen=50)
         # a full pipe would block the agent
-        threading.Thread(target=lambda: self.log_tail.extend(self.p.stderr), daemon=True).start()
+        threading.Thread(target=lambda: self.log_tail.extend(self.p.stdout), daemon=True).start()
 
     def cpu_s(self) -> float:
         with open(f"/proc/{self.p.pid}/stat") as f:

@@ -83,6 +83,14 @@ def status_line(stats, counters: dict) -> str:
         # earlier one (carried), or under [unsampled] (never sampled).
         + (f" carried_kernels={stats.carried_kernels}" if getattr(stats, "carried_kernels", 0) else "")
         + (f" unsampled_kernels={stats.unsampled_kernels}" if getattr(stats, "unsampled_kernels", 0) else "")
+        # Stacks named [stack unavailable] (BPF's copy gone), and stacks with no
+        # native frame, since the start.
+        + (f" stacks_missing={counters['agent_stacks_missing']}" if counters.get("agent_stacks_missing") else "")
+        + (
+            f" stacks_without_native={counters['agent_stacks_without_native']}"
+            if counters.get("agent_stacks_without_native")
+            else ""
+        )
         # Launches whose records CUPTI lost: [dropped: cupti] samples.
         + (f" dropped_launches={stats.dropped_launches}" if stats.dropped_launches else "")
         # parcagpu's error probes (each kind logged once): why its PC samples may be missing.

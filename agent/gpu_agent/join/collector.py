@@ -213,6 +213,7 @@ class Collector:
         # spans split by their shapes (the rest by time), and shapes that made no sense
         c.update({f"agent_{k}": v for k, v in self.placement.shape_counts.items()})
         c.update(self.pcs.counts)
+        c.update({f"agent_{k}": v for k, v in self.stacks.counts.items()})
         return c
 
     # -- events (called from session.poll) ---------------------------------

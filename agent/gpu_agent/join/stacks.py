@@ -39,6 +39,11 @@ class StackNames:
         self._queue: "queue.SimpleQueue" = queue.SimpleQueue()
         self._thread: Optional[threading.Thread] = None
         self.lock = threading.RLock()  # _frames and whole stacks' symbolization
+        # Stacks named [stack unavailable]: not in BPF's stacks map when first named
+        # (evicted, or never stored: drop_stack_full, drop_stack_read), and those
+        # stored with no native frame (their Python frames are still spliced in).
+        self.counts = {"stacks_missing": 0, "stacks_without_native": 0}
+        self._missed: set[tuple] = set()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="gpu-agent-symbolize", daemon=True)
@@ -68,6 +73,7 @@ class StackNames:
                 self.python.forget(pid)  # its code objects' names: kept until now
             for key in [k for k in self._frames if k[0] in pids]:
                 del self._frames[key]
+            self._missed = {k for k in self._missed if k[0] not in pids}
 
     def _run(self) -> None:
         """The symbolizing thread: names new stacks ahead of the profiles that use them."""
@@ -88,8 +94,13 @@ class StackNames:
             frames = self._frames.get(key)
             if frames is None:
                 ips = self.session.get_stack(tgid, stack_id, start)
-                if not ips:
+                if ips is None:
+                    if key not in self._missed:  # each stack once (profiles ask again)
+                        self._missed.add(key)
+                        self.counts["stacks_missing"] += 1
                     return []
+                if not any(ips):
+                    self.counts["stacks_without_native"] += 1
                 # 0: where a frame-pointer walk (a parcagpu stack) ended
                 frames = self.symbolizer.symbolize(tgid, [ip for ip in ips if ip])
                 # parcagpu's own callback frames (a parcagpu stack starts inside it)
