@@ -255,6 +255,29 @@ def test_retention_backpressure_pauses_the_capture_and_says_so(tmp_path):
     assert err.count("capture paused") == 1, err
 
 
+def test_retention_counts_only_the_recorded_commands_kernels(tmp_path):
+    """`gpu-agent record` beside another process that injects the shim (a system-wide
+    `run`'s workload, or the other xdist worker's): its kernels neither fill the
+    command's ring nor count in its drops. (The shim's uprobes fire in every process
+    that maps it; record traces every process and keeps the command's.)"""
+    need_ebpf()
+    other = subprocess.Popen(
+        [MOCK_APP, "--bench", "1000000000", "--rate", "20000"],
+        env=mock_env(CUDA_INJECTION64_PATH=str(SHIM)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for retention, what in (("backpressure", "paused"), ("drop-oldest", "ring_oldest")):
+            total, by, err = _record_ring(tmp_path, retention, 100, 1000)
+            assert other.poll() is None  # it launched all along
+            assert other.pid not in {k["pid"] for k in by["kernel"]} and len(by["kernel"]) == 100
+            assert [(d["what"], d["count"]) for d in by["drop"]] == [(what, total - 100)], (retention, err[-1000:])
+    finally:
+        other.kill()
+        other.wait()
+
+
 def test_a_flood_larger_than_the_ring_keeps_the_agent_memory_flat(tmp_path):
     """300 000 kernels through a ring of 1 000: the recording agent's peak RSS is that
     of a 10 000-kernel recording, within what 300 000 kept events would add (~60 MB)."""

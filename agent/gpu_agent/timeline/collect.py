@@ -31,11 +31,12 @@ RETENTIONS = ("drop-oldest", "backpressure")
 
 
 class TimelineCollector:
-    """Kernel events of the collector's session, for the pids the collector includes,
-    in a ring of `ring` events. When it is full, drop-oldest keeps the newest events
-    and counts the ones it let go; backpressure pauses the capture: it says so once,
-    calls on_pause (`trace` returns its targets to the always-on windows), and
-    counts the events that still arrive without keeping them."""
+    """Kernel events of the collector's session, for the pids the collector includes
+    (the others' are neither kept nor counted), in a ring of `ring` events. When it
+    is full, drop-oldest keeps the newest events and counts the ones it let go;
+    backpressure pauses the capture: it says so once, calls on_pause (`trace`
+    returns its targets to the always-on windows), and counts the events that still
+    arrive without keeping them."""
 
     def __init__(
         self,
@@ -58,6 +59,12 @@ class TimelineCollector:
         collector.session.on_device = collector.note_device
 
     def _on_kernel(self, ev: C.EvKernel) -> None:
+        # `record` traces every process (its command's descendants are not known to
+        # BPF) and keeps its own: another process's kernels (a system-wide `run`'s
+        # workload maps the same shim) must neither fill the ring nor count in its
+        # drops. The decision is the collector's, made once per pid while it lives.
+        if not self.collector.included(ev.hdr.tgid):
+            return
         if len(self._raw) >= self.ring:
             if self.retention == "drop-oldest":
                 self.dropped_oldest += 1  # the append below lets the oldest go
