@@ -255,3 +255,39 @@ def test_samples_split_over_launch_stacks_exactly_and_only_for_included_processe
         ("[unsampled]", "wait", 5),
     ]
     assert got[0][1][:2] == ["[stall: wait]", "ka+0x10"] and got[2][1][:2] == ["[stall: wait]", "kb+0x20"]
+
+
+def test_samples_wait_a_few_profiles_for_their_kernels_rows():
+    """add_to_profile: a kernel with no row in this profile keeps its samples for the
+    next ones (its records come on another path, an activity buffer, later), at most
+    HOLD_PROFILES profiles, then puts them under [unsampled]; nothing is held where
+    may_hold says no (the last profile, an exited process)."""
+    from gpu_agent.join.pc_samples import HOLD_PROFILES, PcSamples, add_to_profile
+    from gpu_agent.profile.pprof import FrameSpec
+
+    pcs = PcSamples()
+    pcs.reasons[(1, 2)] = "smsp__pcsamp_warps_issue_stalled_wait"
+    got = []
+
+    def profile(stacks, may_hold=lambda t: True):
+        got.clear()
+        return add_to_profile(
+            pcs,
+            stacks,
+            lambda k: (f"k{k:x}", f"_Zk{k:x}"),
+            lambda t: {"pid": str(t)},
+            lambda t, frames, labels, k: got.append((frames[-1].function, k)),
+            may_hold=may_hold,
+        )
+
+    rows = {(1, 7, 0xA): [([FrameSpec.kernel("_Zka"), FrameSpec.marker("site")], {"pid": "1"}, 100)]}
+    pcs.window[(1, 7, 0xA, 0, 0x10, 2)] = 10
+    assert profile({}) == 0 and not got  # held
+    pcs.window[(1, 7, 0xA, 0, 0x10, 2)] = 5  # more of the same kernel
+    assert profile(rows) == 15 and got == [("site", 5), ("site", 10)]
+    pcs.window[(1, 7, 0xA, 0, 0x10, 2)] = 3
+    for _ in range(HOLD_PROFILES):
+        assert profile({}) == 0
+    assert profile({}) == 3 and got == [("[unsampled]", 3)] and not pcs.held
+    pcs.window[(1, 7, 0xA, 0, 0x10, 2)] = 4
+    assert profile({}, may_hold=lambda t: False) == 4 and got == [("[unsampled]", 4)]

@@ -6,7 +6,8 @@ parcagpu-shaped library's cuda_correlation semaphore is up (an agent attached).
   for that file: another agent on the host may have raised the semaphore first.)
 With PG_SITES_CUBIN=PATH and PG_SITES_KERNEL=NAME=NS@PCS the module is that real
 cubin, its kernel NAME the one launched (sampled on PCS by the mock's PC sampling),
-after one launch of k_warm.
+after one launch of k_warm. With PG_SITES_LINGER_S=S it waits S seconds after the
+loop before it exits.
 """
 
 import ctypes
@@ -54,6 +55,7 @@ def main():
         site_a(f)
         site_b(f)
     lib.cuCtxSynchronize()
+    time.sleep(float(os.environ.get("PG_SITES_LINGER_S", "0")))  # before the exit's flush
     print(json.dumps({"launches": 4 * iters + 1, "gpu_ns": (4 * iters + 1) * 2500}))
 
 

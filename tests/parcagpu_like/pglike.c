@@ -29,6 +29,8 @@
  * PGLIKE_COLD_NAMES=1: kernel_executed hands each name over from a page of its own,
  * file-backed and never touched by this process (a library's string table not yet
  * read looks like this): BPF cannot read it, the agent must.
+ * PGLIKE_FLUSH_MS=M: the activity flush period (default 100; 0: none, so kernel
+ * records come when a buffer fills or at exit, after the PC drains of their launches).
  */
 #define _SDT_HAS_SEMAPHORES 1
 #include <sys/sdt.h>
@@ -459,7 +461,11 @@ int InitializeInjection(void)
         cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
     cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
     cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-    cuptiActivityFlushPeriod(100);
+    /* PGLIKE_FLUSH_MS=0: no periodic flush (CUPTI's default): records come when a
+     * buffer fills and at exit */
+    const char *fl = getenv("PGLIKE_FLUSH_MS");
+    if (!fl || atoi(fl) > 0)
+        cuptiActivityFlushPeriod(fl ? (uint32_t)atoi(fl) : 100);
     atexit(flush_at_exit);
     return 1;
 }

@@ -363,7 +363,7 @@ class Outputs:
             return out
         for w in self.collector.ready_profiles(per_pid=any(b.per_process for b in self.backends), final=final):
             path = None
-            if w.stats.kernels or w.stats.lost_said:
+            if w.stats.kernels or w.stats.lost_said or w.stats.pc_samples:
                 for b in self.backends:
                     path = b.submit(w) or path  # the local file, for the status line
             else:

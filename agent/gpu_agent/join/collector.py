@@ -196,7 +196,9 @@ class Collector:
     def ready_profiles(self, per_pid: bool = False, final: bool = False) -> list[IntervalProfiles]:
         """The profiles of the closed intervals whose shims have all published past
         their end (or waited placement.MAX_HOLD_S; `final`: all), oldest first."""
-        return [self._profiles_of(iv, per_pid) for iv in self.placement.ready(time.monotonic_ns(), final)]
+        ready = self.placement.ready(time.monotonic_ns(), final)
+        # the last one of a final call holds nothing back (PC samples: no next profile)
+        return [self._profiles_of(iv, per_pid, last=final and i == len(ready) - 1) for i, iv in enumerate(ready)]
 
     def counters(self) -> dict:
         c = self.session.counters()
@@ -338,10 +340,13 @@ class Collector:
         """Everything not given out yet, in one profile, now (`record`, tests); with
         per_pid, also one profile per process (one series per process)."""
         self.close_interval()
-        return self._profiles_of(self.placement.merged(self.placement.ready(time.monotonic_ns(), final=True)), per_pid)
+        return self._profiles_of(
+            self.placement.merged(self.placement.ready(time.monotonic_ns(), final=True)), per_pid, last=True
+        )
 
-    def _profiles_of(self, win: Interval, per_pid: bool) -> IntervalProfiles:
-        """A closed interval's profiles (with per_pid, one per process too)."""
+    def _profiles_of(self, win: Interval, per_pid: bool, last: bool = False) -> IntervalProfiles:
+        """A closed interval's profiles (with per_pid, one per process too); last: no
+        profile follows it (the agent stops)."""
         now = win.end_ns
         stats = IntervalStats(waited_ns=win.waited_ns)
 
@@ -399,7 +404,7 @@ class Collector:
             comments.append(DROPPED_COMMENT)
         if any(row.key[6] & C.AGG_PARCAGPU for row in est.rows):
             comments.append(PARCAGPU_COMMENT)
-        if any(self.included(k[0]) for k in self.pcs.window):
+        if any(self.included(k[0]) for k in (*self.pcs.window, *self.pcs.held)):
             comments.append(pc_samples.COMMENT)
         # Attached processes with no kernel here: idle, or no window of theirs ended in
         # this interval (windows come up to 15 s apart; a window's records stand for
@@ -469,13 +474,14 @@ class Collector:
             )
             stats.gpu_ns += row.gpu_ns
             stats.kernels += row.launches
-        pc_samples.add_to_profile(
+        stats.pc_samples = pc_samples.add_to_profile(
             self.pcs,
             kernel_stacks,
             self.kernel_name_or_unknown,
             lambda tgid: {"pid": str(tgid), "comm": self._see(tgid).comm, **self._see(tgid).pod},
             lambda tgid, frames, labels, n: add(tgid, self._see(tgid), frames, 0, 0, labels, n),
             self.included,
+            lambda tgid: not last and not self._see(tgid).exited,
         )
         stats.processes = len(pids)
         stats.attached_without_kernels = len(quiet)

@@ -32,6 +32,11 @@ STALL_PREFIX = "smsp__pcsamp_warps_issue_stalled_"
 NOT_ISSUED_SUFFIX = "_not_issued"
 STALL_LABEL = "stall_reason"
 MAX_NAMES = 65536  # parcagpu PCs' kernel names kept
+# Profiles a kernel's samples wait for its records (PcSamples.held), then go under
+# [unsampled]: a CUPTI activity buffer's records come when it fills, at a flush or at
+# the process's exit (which ends the wait), seconds after the PC drain of the same
+# launches where launches are few.
+HOLD_PROFILES = 3
 COMMENT = (
     "pc_samples: the GPU's program-counter samples (CUPTI PC sampling: the shim's "
     "GPU_AGENT_PC_SAMPLING=1, in its collection windows, not scaled to the whole run; "
@@ -52,6 +57,13 @@ class PcSamples:
         self.reasons: dict[tuple[int, int], str] = {}  # (tgid, index) -> CUPTI's name
         self.cubins = CubinStore(proc_root)
         self.pg_names: "OrderedDict[int, str]" = OrderedDict()  # parcagpu PCs' kernels: id -> name
+        # Samples of a kernel that had no rows in the last profile, held for the next
+        # ones (HOLD_PROFILES at most): CUPTI hands PC samples and kernel records over
+        # on two paths (a PC drain after some launches; an activity buffer when full,
+        # flushed or at exit, later), so an interval's end can fall between a kernel's
+        # samples and its records, and the samples would find no launch stacks.
+        self.held: "Counter[Key]" = Counter()
+        self.held_for: dict[Key, int] = {}  # profiles each held key has waited
         self._cut = Counter()  # reasons parcagpu cut
 
     # -- events (BpfSession callbacks) --------------------------------------
@@ -99,6 +111,13 @@ class PcSamples:
         w, self.window = self.window, Counter()
         return w
 
+    def take_held(self) -> tuple[Counter, dict]:
+        """The samples the last profile held for this one, and how many profiles
+        each has waited."""
+        h, self.held = self.held, Counter()
+        w, self.held_for = self.held_for, {}
+        return h, w
+
     def reason(self, tgid: int, index: int) -> Optional[str]:
         """The short name of a stall reason ("long_scoreboard"); None for a
         _not_issued one (left out)."""
@@ -133,6 +152,9 @@ class PcSamples:
     def forget(self, pids: set[int]) -> None:
         for key in [k for k in self.reasons if k[0] in pids]:
             del self.reasons[key]
+        for key in [k for k in self.held if k[0] in pids]:
+            del self.held[key]
+            self.held_for.pop(key, None)
         self.cubins.forget(pids)
 
 
@@ -155,7 +177,13 @@ def split(n: int, weights: list[int]) -> list[int]:
 
 
 def add_to_profile(
-    pcs: PcSamples, kernel_stacks: dict, kernel_name, base_labels, add, included=lambda tgid: True
+    pcs: PcSamples,
+    kernel_stacks: dict,
+    kernel_name,
+    base_labels,
+    add,
+    included=lambda tgid: True,
+    may_hold=lambda tgid: False,
 ) -> int:
     """Put the window's samples into a profile; returns how many went in.
 
@@ -163,15 +191,20 @@ def add_to_profile(
     kernel's leaf down; labels; GPU ns)], the kernel's rows of the same profile;
     kernel_name(kernel_id) -> (demangled, mangled); base_labels(tgid) -> the labels
     of a kernel with no rows; add(tgid, frames, labels, samples); included(tgid):
-    whether the profile covers that process (`record` keeps its command's)."""
+    whether the profile covers that process (`record` keeps its command's);
+    may_hold(tgid): whether samples of a kernel with no rows here may wait for the
+    next profiles (PcSamples.held, HOLD_PROFILES at most: not in the last profile,
+    nor for a process that has exited, whose records are all in)."""
     from ..profile.vocabulary import UNSAMPLED
 
     added = 0
     by_name: dict = {}  # (tgid, start, mangled name) -> kernel id, built when needed
-    window = pcs.take()
-    if window:
+    window, (held, waited) = pcs.take(), pcs.take_held()
+    if window or held:
         pcs.cubins.wait()  # the parses its samples asked for, within bounds
-    for (tgid, start, kernel_id, crc, pc, index), n in sorted(window.items()):
+    items = [(key, n, 0) for key, n in window.items()] + [(key, n, waited.get(key, 1)) for key, n in held.items()]
+    for key, n, age in sorted(items):
+        tgid, start, kernel_id, crc, pc, index = key
         reason = pcs.reason(tgid, index)
         if reason is None or n <= 0 or not included(tgid):
             continue
@@ -185,11 +218,15 @@ def add_to_profile(
                     (k for (t, s, m), k in by_name.items() if (t, s) == (tgid, start) and m.startswith(named)), None
                 )
             kernel_id = kernel_id if found is None else found
+        stacks = kernel_stacks.get((tgid, start, kernel_id))
+        if not stacks and age < HOLD_PROFILES and may_hold(tgid):
+            pcs.held[key] += n  # its records may come in a later profile's drain
+            pcs.held_for[key] = max(pcs.held_for.get(key, 0), age + 1)
+            continue
         name, mangled = kernel_name(kernel_id)
         if named is not None and not mangled:  # no kernel of that name in the profile
             name, mangled = demangle_kernel(named), named
         top = [stall_frame(reason), pcs.sass_frame(tgid, start, mangled, name, crc, pc)]
-        stacks = kernel_stacks.get((tgid, start, kernel_id))
         if not stacks:
             stacks = [([FrameSpec.kernel(mangled or name, name), FrameSpec.marker(UNSAMPLED)], base_labels(tgid), 1)]
         for (frames, labels, _), k in zip(stacks, split(n, [s[2] for s in stacks])):

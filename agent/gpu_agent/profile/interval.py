@@ -74,5 +74,8 @@ class IntervalStats:
     # The profile says data was lost or refused (drop counters, implausible claims):
     # shipped even when it holds no kernel, so that every drop is said.
     lost_said: bool = False
+    # PC samples put in the profile (shipped even without a kernel: samples whose
+    # kernel's records never came go under [unsampled], not nowhere)
+    pc_samples: int = 0
     # How long the interval waited past its end for its shims to publish (join/placement.py).
     waited_ns: int = 0
