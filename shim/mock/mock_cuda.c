@@ -47,6 +47,7 @@ static pthread_mutex_t g_funcs_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct mock_func *g_all_funcs;      /* every CUfunction ever made (ground truth) */
 static char *g_gt_path;                    /* MOCK_CUDA_GROUND_TRUTH */
 static _Atomic uint64_t g_residual_launches;  /* kernels run while CUPTI's residual lasted */
+static _Atomic uint64_t g_residual_in_flush;  /* ...of them while a cuptiActivityFlushAll ran */
 
 static pthread_mutex_t g_primary_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct mock_ctx *g_primary;
@@ -749,6 +750,7 @@ static void exec_kernel(struct mock_stream *s, const struct launch_desc *d, uint
          * (an H100 paid 1-1.4 us a launch for the process's life). */
         static long residual_ns = -1;
         atomic_fetch_add_explicit(&g_residual_launches, 1, memory_order_relaxed);
+        if (mockcuda_gate.flushing) atomic_fetch_add_explicit(&g_residual_in_flush, 1, memory_order_relaxed);
         spin_env_ns("MOCK_CUPTI_RESIDUAL_LAUNCH_NS", &residual_ns);
     }
     if (__builtin_expect(activity || (graph_id && mockcuda_gate.graph_nodes), 0)) {
@@ -1254,5 +1256,7 @@ __attribute__((destructor)) static void mock_cuda_dtor(void)
     const char *rep = getenv("MOCK_CUDA_REPORT");
     if (rep && *rep == '1')
         fprintf(stderr, "mock libcuda: %llu kernels ran with CUPTI's residual (kernel activity on before, "
-                "no cuptiFinalize since)\n", (unsigned long long)atomic_load(&g_residual_launches));
+                "no cuptiFinalize since), %llu of them while a cuptiActivityFlushAll ran\n",
+                (unsigned long long)atomic_load(&g_residual_launches),
+                (unsigned long long)atomic_load(&g_residual_in_flush));
 }

@@ -144,6 +144,7 @@ struct mock_cupti_gate {
                                         * launches pay the residual (MOCK_CUPTI_RESIDUAL_LAUNCH_NS) */
     volatile uint8_t api[CUPTI_CB_DOMAIN_SIZE][MOCK_MAX_CBID];
     volatile int corr_scrambled;  /* kernel records' correlation ids one launch off (mock_cupti.c) */
+    volatile int flushing;        /* cuptiActivityFlushAll calls in progress (MOCK_CUDA_REPORT) */
 };
 extern struct mock_cupti_gate mockcuda_gate;
 
