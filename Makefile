@@ -146,10 +146,14 @@ $(PPROF):
 	mkdir -p $(BUILD)/tools
 	GO111MODULE=off GOPATH=/usr/share/gocode go build -o $@ github.com/google/pprof
 
+# Two workers, each running whole modules (their module fixtures run once), beside the
+# other's agent, as users run `record` beside a system-wide `run`; the modules that
+# capture take turns (tests/conftest.py).
+PYTEST_WORKERS ?= 2
 test: deps-check
 	$(MAKE) all $(PPROF)
 	$(MAKE) test-viewers
-	$(VPY) -m pytest -q -rs --durations=15 tests
+	$(VPY) -m pytest -q -rs --durations=15 -n $(PYTEST_WORKERS) --dist loadfile tests
 
 unit: all $(PPROF)
 	$(VPY) -m pytest -q -rs -m unit tests

@@ -4,6 +4,7 @@ here or from another test module)."""
 
 from __future__ import annotations
 
+import fcntl
 import sys
 from pathlib import Path
 
@@ -41,10 +42,28 @@ UNIT_MODULES = {
 }
 
 
+# The modules that run `gpu-agent trace`, which holds the node's capture lock (one
+# capture at a time: commands/trace.py). Under pytest-xdist (`make test`: whole modules
+# on two workers) they take turns, each holding this lock while it runs.
+CAPTURE_MODULES = {"test_timeline", "test_trace_flood", "test_trace_surfaces", "test_readme"}
+CAPTURE_TURN = Path("/tmp/gpu-agent-tests-capture.lock")
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.stem in UNIT_MODULES:
             item.add_marker(pytest.mark.unit)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_capture_at_a_time(request):
+    """A capture module's turn (before its own module fixtures, which may capture)."""
+    if request.path.stem not in CAPTURE_MODULES:
+        yield
+        return
+    with open(CAPTURE_TURN, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
 
 
 @pytest.fixture(scope="session")
