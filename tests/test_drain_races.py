@@ -132,3 +132,50 @@ def test_records_after_the_last_drain_keep_their_process_when_it_exits(firer, tm
     assert [(s.values[0], s.labels["comm"]) for s in second] == [(2000, comm)], second
     assert second[0].frames == first[0].frames and "[stack unavailable]" not in first[0].frames
     assert pid not in col.procs  # forgotten after the window that held its last records
+
+
+def test_intervals_given_out_together_keep_a_process_that_exited_in_the_last(firer, tmp_path):
+    """Intervals held for their shims are given out together (ready_profiles). The
+    process forgotten after the first was built (its exit before the oldest interval
+    still held) read comm "?" and [stack unavailable] in the next: the parallel
+    suite's test_run and test_pid_reuse. Now forgetting waits for all of them."""
+    lib, exe = firer
+    script = (
+        F.Script()
+        .attach()
+        .full_name(KID, NAME)
+        .corr(7, 211, STACK, FRAMES, 1)
+        .batch([F.rec(KID, 7, 1000)])
+        .wait()
+        .corr(8, 211, STACK, FRAMES, 1)
+        .batch([F.rec(KID, 8, 2000)])
+        .write(tmp_path / "s.bin")
+    )
+    col = Collector(str(lib), python_stacks=False)
+    col.open()
+    p, pid = start(exe, script)
+    try:
+        assert p.stdout.readline().startswith("wait")
+        wait_for_kernels(col, 1)
+        col.close_interval()  # its first record; nothing given out yet
+        go_on(p)  # its second record, then its exit
+        assert p.wait(timeout=10) == 0
+        wait_for_kernels(col, 2)
+        deadline = time.monotonic() + 10
+        while not (pid in col.procs and col.procs[pid].exited) and time.monotonic() < deadline:
+            col.poll(50)
+        assert col.procs[pid].exited
+        col.close_interval()  # the second record, in an interval begun before the exit
+        col.close_interval()  # one more: the oldest held now began after the exit
+        out = col.ready_profiles(final=True)
+    finally:
+        p.kill()
+        col.close()
+    got = []
+    for i, w in enumerate(out):
+        w.profile.write(tmp_path / f"w{i}.pb.gz")
+        got += [(s.values[0], s.labels["comm"], s.frames[1:]) for s in raw(tmp_path / f"w{i}.pb.gz")]
+    comm = exe.name[:15]
+    assert [(ns, c) for ns, c, _ in got] == [(1000, comm), (2000, comm)], got
+    assert got[0][2] == got[1][2] and "[stack unavailable]" not in got[0][2], got
+    assert pid not in col.procs  # forgotten once both were built

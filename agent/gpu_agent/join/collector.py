@@ -198,7 +198,9 @@ class Collector:
         their end (or waited placement.MAX_HOLD_S; `final`: all), oldest first."""
         ready = self.placement.ready(time.monotonic_ns(), final)
         # the last one of a final call holds nothing back (PC samples: no next profile)
-        return [self._profiles_of(iv, per_pid, last=final and i == len(ready) - 1) for i, iv in enumerate(ready)]
+        out = [self._profiles_of(iv, per_pid, last=final and i == len(ready) - 1) for i, iv in enumerate(ready)]
+        self._forget_exited()  # once every interval given out now is built
+        return out
 
     def counters(self) -> dict:
         c = self.session.counters()
@@ -340,9 +342,11 @@ class Collector:
         """Everything not given out yet, in one profile, now (`record`, tests); with
         per_pid, also one profile per process (one series per process)."""
         self.close_interval()
-        return self._profiles_of(
+        out = self._profiles_of(
             self.placement.merged(self.placement.ready(time.monotonic_ns(), final=True)), per_pid, last=True
         )
+        self._forget_exited()
+        return out
 
     def _profiles_of(self, win: Interval, per_pid: bool, last: bool = False) -> IntervalProfiles:
         """A closed interval's profiles (with per_pid, one per process too); last: no
@@ -486,7 +490,6 @@ class Collector:
         stats.processes = len(pids)
         stats.attached_without_kernels = len(quiet)
         stats.samples = sum(v.launches for v in sampled.values())
-        self._forget_exited()
         return out
 
     def _gpus(self, totals) -> dict[int, int]:
@@ -514,9 +517,17 @@ class Collector:
 
     def _forget_exited(self) -> None:
         """Exited processes have been reported once more; drop their caches so memory
-        stays flat (once no interval still held began before the exit)."""
+        stays flat: once no interval still held began before the exit, none holds a
+        row of theirs (late rows go to the oldest held one), and every interval given
+        out with theirs is built (ready_profiles builds several at once after a hold:
+        forgotten after the first, the next read comm "?" and [stack unavailable], in
+        the parallel suite)."""
         oldest = self.placement.held[0].mono_start
-        gone = {pid for pid, info in self.procs.items() if info.exited and self._exited_at.get(pid, 0) < oldest}
+        exited = {pid for pid, info in self.procs.items() if info.exited and self._exited_at.get(pid, 0) < oldest}
+        if not exited:
+            return
+        held = {k[0] for iv in self.placement.held for rows in (iv.totals, iv.sampled) for k in rows}
+        gone = exited - held
         if gone:
             self._forget_caches(gone)
             self._claims.forget(gone)
