@@ -100,12 +100,18 @@ def test_drop_counts_in_a_loop_stay_within_a_process_s_budget(node, attacker, wo
     started = time.monotonic()
     pid = attack(attacker, s, world_dir)
     seconds = time.monotonic() - started
-    settle(node)
-    after = node.metrics()
-    added = after.get("cupti", 0) - before.get("cupti", 0)
+    # The kept drops count once their interval is out (it waits for its shims: on a
+    # loaded host more than settle()'s 2.5 s, in the parallel suite)
+    deadline = time.monotonic() + 30
+    while True:
+        after = node.metrics()
+        added = after.get("cupti", 0) - before.get("cupti", 0)
+        refused = after.get("implausible", 0) - before.get("implausible", 0)
+        if (added > 0 and refused >= 200 - (int(seconds) + 2)) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     # Within BPF's budget (and each interval's bound: the test below).
     assert 0 < added <= C.MAX_BATCH_DROPS * (int(seconds) + 2), (added, seconds)
-    refused = after.get("implausible", 0) - before.get("implausible", 0)
     assert refused >= 200 - (int(seconds) + 2), after
     node.stop()
     # What was not kept is said: refused by BPF, or past an interval's bound.
@@ -276,3 +282,38 @@ def test_attach_in_a_loop_costs_the_agent_little(node, honest, attacker, world_d
     node.stop()
     h.assert_exact(node.samples())
     assert cpu < 1.0, f"the agent spent {cpu:.2f} s of CPU over the flood"
+
+
+def test_new_kernels_in_every_interval_keep_the_carried_stacks_bounded(node, honest, attacker, world_dir):
+    """Each kernel's stacks where it was last sampled are kept for the intervals where
+    none of its launches is (join/estimator.py CarriedStacks): a process that makes a
+    new kernel for every 8 sampled launches, 8 stacks each, over 6 intervals (12 000 keys,
+    96 000 stacks) keeps at most MAX_KEYS keys of MAX_STACKS stacks: the agent stays
+    under its RSS bound, every record of the attacker's is in its profiles, and the
+    honest workload stays exact."""
+    from gpu_agent.join.estimator import CarriedStacks
+
+    h = honest(*HONEST[:2], "--duration", "12", "--sleep-ms", "5")
+    settle(node, 1.5)
+    s, corr = A.Script(SHIM), 0
+    kernels = 2000
+    for r in range(6):
+        recs = []
+        for k in range(kernels):
+            kid = 0x5EED0000 + r * kernels + k
+            for st in range(8):
+                corr += 1
+                s.correlation(corr, 211, 0x1000 + st, [0x1000 + st], 64)
+                recs.append(rec(kid, corr, 1000 * corr, 1000 * corr + 500))
+        for i in range(0, len(recs), C.BATCH_MAX):
+            s.batch(recs[i : i + C.BATCH_MAX])
+        s.sleep(1100)  # the next round in the next interval
+    pid = attack(attacker, s, world_dir, timeout=240)
+    h.wait()
+    settle(node)
+    node.assert_up()
+    node.stop()
+    mine = attacker_samples(node.samples(), pid)
+    assert sum(smp.values[1] for smp in mine) == 6 * kernels * 8, len(mine)
+    assert CarriedStacks.MAX_KEYS * CarriedStacks.MAX_STACKS < 6 * kernels * 8  # the bound bites here
+    h.assert_exact(node.samples())

@@ -206,9 +206,9 @@ class CarriedStacks:
     heaviest stacks; ``forget`` drops exited processes. Keys are the collector's: the
     process (tgid) first, its start tag last."""
 
-    MAX_KEYS = 4096
-    MAX_ALL_KEYS = 65536
-    MAX_STACKS = 16
+    MAX_KEYS = 2048
+    MAX_ALL_KEYS = 16384
+    MAX_STACKS = 8
 
     def __init__(self) -> None:
         self._by_proc: Dict[Tuple[int, int], Dict[TotalKey, Dict[int, List]]] = {}
