@@ -53,6 +53,33 @@ def window(col: Collector, path: Path) -> list:
     return [s for s in raw(path) if s.frames[0] != "[unsampled]"]
 
 
+def one_record_then_another_and_exit(lib: Path, exe: Path, tmp_path: Path) -> tuple[Collector, subprocess.Popen, int]:
+    """A process that adds a record and waits (for go_on), then adds another and
+    exits; an open Collector that has aggregated the first."""
+    script = (
+        F.Script()
+        .attach()
+        .full_name(KID, NAME)
+        .corr(7, 211, STACK, FRAMES, 1)
+        .batch([F.rec(KID, 7, 1000)])
+        .wait()
+        .corr(8, 211, STACK, FRAMES, 1)
+        .batch([F.rec(KID, 8, 2000)])
+        .write(tmp_path / "s.bin")
+    )
+    col = Collector(str(lib), python_stacks=False)
+    col.open()
+    p, pid = start(exe, script)
+    try:
+        assert p.stdout.readline().startswith("wait")
+        wait_for_kernels(col, 1)
+    except BaseException:
+        p.kill()
+        col.close()
+        raise
+    return col, p, pid
+
+
 def test_a_name_sent_during_the_last_drain_is_in_the_profile(firer, tmp_path):
     lib, exe = firer
     script = (
@@ -94,23 +121,8 @@ def test_a_name_sent_during_the_last_drain_is_in_the_profile(firer, tmp_path):
 
 def test_records_after_the_last_drain_keep_their_process_when_it_exits(firer, tmp_path):
     lib, exe = firer
-    script = (
-        F.Script()
-        .attach()
-        .full_name(KID, NAME)
-        .corr(7, 211, STACK, FRAMES, 1)
-        .batch([F.rec(KID, 7, 1000)])
-        .wait()
-        .corr(8, 211, STACK, FRAMES, 1)
-        .batch([F.rec(KID, 8, 2000)])
-        .write(tmp_path / "s.bin")
-    )
-    col = Collector(str(lib), python_stacks=False)
-    col.open()
-    p, pid = start(exe, script)
+    col, p, pid = one_record_then_another_and_exit(lib, exe, tmp_path)
     try:
-        assert p.stdout.readline().startswith("wait")
-        wait_for_kernels(col, 1)
         real_drain = col.session.drain
 
         def drain_then_the_process_ends():
@@ -140,23 +152,8 @@ def test_intervals_given_out_together_keep_a_process_that_exited_in_the_last(fir
     still held) read comm "?" and [stack unavailable] in the next: the parallel
     suite's test_run and test_pid_reuse. Now forgetting waits for all of them."""
     lib, exe = firer
-    script = (
-        F.Script()
-        .attach()
-        .full_name(KID, NAME)
-        .corr(7, 211, STACK, FRAMES, 1)
-        .batch([F.rec(KID, 7, 1000)])
-        .wait()
-        .corr(8, 211, STACK, FRAMES, 1)
-        .batch([F.rec(KID, 8, 2000)])
-        .write(tmp_path / "s.bin")
-    )
-    col = Collector(str(lib), python_stacks=False)
-    col.open()
-    p, pid = start(exe, script)
+    col, p, pid = one_record_then_another_and_exit(lib, exe, tmp_path)
     try:
-        assert p.stdout.readline().startswith("wait")
-        wait_for_kernels(col, 1)
         col.close_interval()  # its first record; nothing given out yet
         go_on(p)  # its second record, then its exit
         assert p.wait(timeout=10) == 0
