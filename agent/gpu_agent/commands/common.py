@@ -81,8 +81,8 @@ def status_line(stats, counters: dict) -> str:
         + (f" attached_without_kernels={stats.attached_without_kernels}" if stats.attached_without_kernels else "")
         # Kernels with no launch sampled in this interval: split by their stacks of an
         # earlier one (carried), or under [unsampled] (never sampled).
-        + (f" carried_kernels={stats.carried_kernels}" if getattr(stats, "carried_kernels", 0) else "")
-        + (f" unsampled_kernels={stats.unsampled_kernels}" if getattr(stats, "unsampled_kernels", 0) else "")
+        + (f" carried_kernels={stats.carried_kernels}" if stats.carried_kernels else "")
+        + (f" unsampled_kernels={stats.unsampled_kernels}" if stats.unsampled_kernels else "")
         # Stacks named [stack unavailable] (BPF's copy gone), and stacks with no
         # native frame, since the start.
         + (f" stacks_missing={counters['agent_stacks_missing']}" if counters.get("agent_stacks_missing") else "")
