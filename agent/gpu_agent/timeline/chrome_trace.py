@@ -21,7 +21,12 @@ Timestamps are microseconds (the format's unit) from the trace's origin, the
 earliest instant in it (CLOCK_REALTIME ns in otherData.ts_origin_ns): absolute
 epoch µs do not fit a double to the nanosecond, and readers that parse them
 into doubles (speedscope) drew back-to-back kernels overlapping. They are
-written as exact decimals from integer nanoseconds.
+written as exact decimals from integer nanoseconds. One exception: a kernel
+that ends the very nanosecond the next kernel on its row begins is written 1 ns
+shorter. speedscope takes each row's times from its first event in doubles, and
+the rounding put such a next kernel a few 1e-13 µs inside the last one, which
+it then nested wrongly, and its Sandwich view summed a kernel over the rest of
+the row. The Perfetto trace and NDJSON events keep the exact end.
 
 The file is written event by event: memory does not grow with the kernels."""
 
@@ -145,7 +150,7 @@ class _ChromeWriter:
             self.meta("thread_sort_index", pid, row[1], {"sort_index": row[1]})
         return row
 
-    def kernel(self, k: KernelEvent, lane: int, flow: int | None) -> None:
+    def kernel(self, k: KernelEvent, lane: int, flow: int | None, abutted: bool = False) -> None:
         pid, tid = self.gpu_row(k, lane)
         event = {
             "ph": "X",
@@ -156,7 +161,8 @@ class _ChromeWriter:
         }
         if k.mangled and k.name and k.mangled != k.name:
             self.mangled.setdefault(k.name, k.mangled)
-        self.line(event, k.start_ns, kernel_end(k) - k.start_ns)
+        dur = kernel_end(k) - k.start_ns
+        self.line(event, k.start_ns, dur - 1 if abutted and dur > 1 else dur)
         if flow is not None:
             # "bp":"e": the arrow ends on the slice that encloses it, the kernel.
             self.line(
@@ -232,12 +238,20 @@ class _ChromeWriter:
             self.line({"ph": "C", "name": "dropped", "pid": pid, "tid": 0, "args": series}, max(end, self.origin))
 
 
+def _abutted(kernels: list[KernelEvent], lanes: list[int]) -> set[int]:
+    """The kernels (by index) whose end is the start of another kernel on their
+    row: written 1 ns shorter (the module's docstring says why)."""
+    starts = {(k.pid, k.device, k.stream, lanes[i], k.start_ns) for i, k in enumerate(kernels)}
+    return {i for i, k in enumerate(kernels) if (k.pid, k.device, k.stream, lanes[i], kernel_end(k)) in starts}
+
+
 def write_chrome(timeline: Timeline, path) -> None:
     """Write `timeline` to `path` as a Chrome JSON trace."""
     tl = timeline
     # small ints as flow ids: JSON readers parse ids as doubles
     flows, launches = sampled_launches(tl, lambda k, n: n)
     lanes = assign_lanes(tl.kernels)
+    abutted = _abutted(tl.kernels, lanes)
     origin = trace_origin(tl)
     with private_output(path, text=True) as out:
         out.write('{"traceEvents":[\n')
@@ -251,7 +265,7 @@ def write_chrome(timeline: Timeline, path) -> None:
         for (pid, tid, ts), (first, fl) in launches.items():
             w.launch(pid, tid, ts, first, fl)
         for i, k in enumerate(tl.kernels):
-            w.kernel(k, lanes[i], flows.get(i))
+            w.kernel(k, lanes[i], flows.get(i), i in abutted)
         for ik in tl.inkernel:
             w.inkernel(ik)
         w.drops()
