@@ -11,7 +11,7 @@
  *                 --duration run once what it waits for has happened)
  *   mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel|cuGraphLaunch|cuLaunchKernel-table] [--rate R]
  *                 [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E] [--block B] [--spin-ns S]
- *                 [--work-ns S] [--idle-first-ms M] [--regimes MS:NS] [--end-ms M] [--table-after-ms M]
+ *                 [--work-ns S] [--idle-first-ms M] [--regimes MS:NS] [--end-ms M] [--table-after-ms M] [--table-every K]
  *                 [--phases MS:API[:EVERY]]
  *   --cupti-client AT_MS:HOLD_MS  (--bench) another CUPTI client in the process, as
  *                 torch.profiler is: from AT_MS on it tries cuptiSubscribe_v2 every ms
@@ -498,6 +498,11 @@ static launch_fn g_table_launch;
  * does not look), then the driver's pointer (ATen's LazyNVRTC puts it in its table at
  * the first call). */
 static long g_table_after_ms;
+/* --table-every K: only every K-th launch goes through the table, the others through
+ * cuLaunchKernel's import slot (counted from the start): the counter sees part of the
+ * launches, then, once the table holds the driver's pointer, all of them (an H200
+ * Llama decode's first generate: cuBLAS's table filled then) */
+static long g_table_every = 1;
 static launch_fn *g_table_real;
 static double g_table_t0;
 static CUresult table_stub(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
@@ -567,7 +572,7 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
             launch_cuGraphLaunch(&t);
         else if (alt)
             ck_cu(cuLaunchKernel(f, 4, 1, 1, 128, 1, 1, 0, t.s, t.args, NULL), "cuLaunchKernel");
-        else if (table)
+        else if (table && i % g_table_every == 0)
             ck_cu(g_table_launch(f, 4, 1, 1, 128, 1, 1, 0, t.s, t.args, NULL), "cuLaunchKernel (table)");
         else
             ck_cu(cuLaunchKernel(f, 4, 1, 1, 128, 1, 1, 0, t.s, t.args, NULL), "cuLaunchKernel");
@@ -668,7 +673,7 @@ static void usage(void)
                     "                     cuLaunchKernel-table] [--rate R]\n"
                     "                     [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E] [--block B] [--spin-ns S]\n"
                     "                     [--work-ns S] [--idle-first-ms M] [--regimes MS:NS] [--end-ms M]\n"
-                    "                     [--table-after-ms M] [--phases MS:API[:EVERY]]\n"
+                    "                     [--table-after-ms M] [--table-every K] [--phases MS:API[:EVERY]]\n"
                     "                     [--cupti-client AT_MS:HOLD_MS]\n");
     exit(1);
 }
@@ -705,6 +710,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--idle-first-ms")) g_idle_first_ms = atol(v);
         else if (!strcmp(a, "--end-ms")) g_end_ms = atol(v);
         else if (!strcmp(a, "--table-after-ms")) g_table_after_ms = atol(v);
+        else if (!strcmp(a, "--table-every")) g_table_every = atol(v) > 1 ? atol(v) : 1;
         else if (!strcmp(a, "--phases")) {
             g_phase_ms = atol(v);
             const char *c = strchr(v, ':');

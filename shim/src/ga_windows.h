@@ -16,6 +16,7 @@ struct ga_span {
         if (t0) ns += now > t0 ? now - t0 : 0;
         t0 = 0;
     }
+    uint64_t peek(uint64_t now) const noexcept { return ns + (t0 && now > t0 ? now - t0 : 0); }
     uint64_t take(uint64_t now) noexcept {
         uint64_t t = ns + (t0 && now > t0 ? now - t0 : 0);
         if (t0) t0 = now;
@@ -98,6 +99,8 @@ GA_HIDDEN void ga_window_closed(void) noexcept;      /* at each closing */
 GA_HIDDEN void ga_window_last(uint64_t *ns, uint64_t *launches) noexcept;
 GA_HIDDEN uint64_t ga_window_last_busy(void) noexcept; /* its busy-clock ns (0: none) */
 GA_HIDDEN void ga_window_callbacks(bool on, uint64_t now_ns) noexcept; /* launch callbacks on or off */
+/* The launch counter's scan counted more slots at now_ns; `hits` were its hits just before. */
+GA_HIDDEN void ga_window_hook_grew(uint64_t now_ns, uint64_t hits) noexcept;
 GA_HIDDEN uint64_t ga_window_time_ns(void) noexcept; /* time inside windows since attach */
 /* Every launch the callbacks see while attached, in windows or not. */
 GA_HIDDEN extern std::atomic<uint64_t> ga_launch_seq;

@@ -47,8 +47,8 @@ test_teardown; 3 to 12 % in test_windows; 10 % per period in test_periods):
   host makes 36 ms ones) may hold that one's launches and is left out.
 - test_launch_counter: test_a_rate_that_moves_between_count_phases_is_counted,
   test_a_launcher_that_holds_the_driver_s_pointer_is_counted,
-  test_a_period_whose_slots_grew_goes_at_the_clocks (its periods within 5 %: one of
-  them on the clocks, on a steady loop),
+  test_a_period_whose_slots_grew_counts_each_side_on_its_own (its periods within 5 %:
+  the one whose slots grew with its hits after that counted a period later),
   test_the_pointer_is_found_where_seccomp_refuses_process_vm_readv,
   test_a_process_end_adds_nothing and test_a_detach_puts_the_slots_back set counted
   launches against a loop's trace or its launches made; the attach (and the toggled detaches) fall where the host's
@@ -198,8 +198,8 @@ FLAKY: tuple[tuple[str, str], ...] = (
         "hits over 95 % of a loop's launches, the search reading /proc/self/mem",
     ),
     (
-        "tests/test_launch_counter.py::test_a_period_whose_slots_grew_goes_at_the_clocks",
-        "a lazy table found a few polls after it fills: that period on the clocks, every period within 5 %",
+        "tests/test_launch_counter.py::test_a_period_whose_slots_grew_counts_each_side_on_its_own",
+        "a lazy table found a few polls after it fills: every period within 5 % (seen: 0.05-0.8 % for that one)",
     ),
     (
         "tests/test_launch_counter.py::test_a_process_end_adds_nothing",

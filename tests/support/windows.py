@@ -33,7 +33,7 @@ class Period(NamedTuple):
     end: float
     busy_used: bool  # the busy clock's estimate stood
     hook_used: bool  # the launch counter's stood
-    slots_added: bool  # the counter gained slots in it (it goes at the clocks)
+    slots_added: bool  # the counter gained slots in it (its hits after that: at the next calibration)
     cut: bool  # it ended where the launch mix changed (shim/src/mix.cpp), not at its planned end
     rest_rate: int  # launches/s the rest of the period went at
     count_rate: int  # the count phase's launches/s (-1: none)
@@ -41,9 +41,18 @@ class Period(NamedTuple):
     clocks: int  # what the clocks alone said
 
 
+# A period whose counter slots grew gets the launches of its hits after the growth
+# one period later, at the next calibration (shim/src/window.cpp's g_grew_wait).
+MORE_LINE = re.compile(r"period \(pid \d+\): (\d+) launches more for the period that ended at ([\d.]+) s")
+
+
 def periods(stderr: str) -> list[Period]:
-    """Every period line of the shim's stderr, in order."""
-    return [
+    """Every period line of the shim's stderr, in order, with the launches that
+    came later for it (MORE_LINE) in its est."""
+    more: dict[str, int] = {}
+    for m in MORE_LINE.finditer(stderr):
+        more[m[2]] = more.get(m[2], 0) + int(m[1])
+    found = [
         Period(
             float(m[1]) - float(m[2]) / 1e3,
             float(m[1]),
@@ -55,6 +64,8 @@ def periods(stderr: str) -> list[Period]:
         )
         for m in PERIOD_LINE.finditer(stderr)
     ]
+    ends = [m[1] for m in PERIOD_LINE.finditer(stderr)]
+    return [p._replace(est=p.est + more.get(end, 0)) for p, end in zip(found, ends)]
 
 
 def kernel_totals(profile) -> dict[str, list[int]]:
