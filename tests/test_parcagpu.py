@@ -236,6 +236,7 @@ def check_pc_samples(agent, tmp_path, **env):
     assert logged == ["cuptiPCSamplingGetData: CUPTI_ERROR_INSUFFICIENT_PRIVILEGES"], agent.err[-2000:]
     lines = nvdisasm_lines()
     got: Counter = Counter()
+    unplaced = []  # a few stacks that name no site, for the message (2-worker run of 119e503: all of them)
     for s in agent.samples():
         if len(s.values) < 3 or not s.values[2] or "k_warm" in s.frames:
             continue
@@ -248,6 +249,8 @@ def check_pc_samples(agent, tmp_path, **env):
         site = next((f for f in s.frames if f in ("site_a", "site_b", "[unsampled]")), "none")
         assert site == "[unsampled]" or s.labels.get("source") == "parcagpu", s.labels
         got[(pc, stall.group(1), site)] += s.values[2]
+        if site == "none" and len(unplaced) < 3:
+            unplaced.append((s.frames, s.labels))
     totals: Counter = Counter()
     for (pc, reason, _), n in got.items():
         totals[(pc, reason)] += n
@@ -256,7 +259,7 @@ def check_pc_samples(agent, tmp_path, **env):
     for (_, _, site), n in got.items():
         by[site] += n
     # split by GPU time within each profile (3:1), whole samples: off by a few at most
-    assert by["none"] == 0 and by["[unsampled]"] < 0.05 * sum(by.values()), by
+    assert by["none"] == 0 and by["[unsampled]"] < 0.05 * sum(by.values()), (by, unplaced, out[-1500:])
     assert abs(by["site_a"] - 3 * by["site_b"]) <= 0.02 * by["site_a"] + 8, by
 
 
