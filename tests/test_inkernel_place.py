@@ -16,7 +16,7 @@ from gpu_agent.timeline.events_ndjson import EventsError, read_events
 from gpu_agent.timeline.inkernel import BY_CLOCK, BY_ORDER, Spec, base_name, parse_spec, place_all
 from gpu_agent.probes.devices import GpuDevice
 from gpu_agent.timeline.model import Frame, KernelEvent, Timeline
-from support.nanotrace_files import v1_file, v4_kernel
+from support.nanotrace_files import v1_file, v4_kernel, v4_launches
 from support.perfetto_read import hangs_under, read_perfetto
 
 T0 = 1_760_000_000_000_000_000
@@ -202,6 +202,32 @@ def test_a_file_a_few_microseconds_off_cuptis_clock_is_moved_by_its_median(tmp_p
         "5 of 5 kernels placed by their clock snapshots (40 events); the file's times moved 3.6 us after its "
         "clock (its kernels' median offset); the first: 8 events"
     ) in lines[0], lines
+
+
+def test_each_launch_of_a_kernel_goes_under_its_own_launch_by_its_parent_slice(tmp_path):
+    """Issue 46: upstream puts every launch of a kernel under one kernel track and ties
+    each event to its launch's HES slice by Event.parent. Read as one kernel, its
+    events spanned all three launches and went under the first, 16 of 24 cut to its
+    slice. Each launch goes under its own now, whole, at its own offset."""
+    tl = timeline(n=3)
+    offsets = [1_000, 1_100, 900]  # each HES slice this far after CUPTI's start, 3 us long
+    starts = [tl.kernels[2 * i].start_ns - T0 + RAW0 + off for i, off in enumerate(offsets)]
+    lines = place_all(tl, [Spec(files(tmp_path, a=nt.encode_v4(v4_launches("gemm_kernel", starts, 3_000)))["a"])])
+    assert [ik.kernel for ik in tl.inkernel] == [0, 2, 4], lines
+    assert [len(ik.events) for ik in tl.inkernel] == [8, 8, 8] and [len(ik.tracks) for ik in tl.inkernel] == [6] * 3
+    assert sum(ik.clamped for ik in tl.inkernel) == 0 and inside(tl), lines
+    # the HES slices' middles sit 1 us after CUPTI's (3 us in 5): the median is taken out,
+    # each launch keeps its own offset against it
+    assert [min(e.start_ns for e in ik.events) - tl.kernels[ik.kernel].start_ns for ik in tl.inkernel] == [
+        1_000 + 750,
+        1_100 + 750,
+        900 + 750,
+    ]
+    for corr, off in zip((10, 11, 12), ("1.0", "1.1", "0.9")):
+        assert (
+            f"8 events under {GEMM} (correlation id {corr}), by its clock snapshots: its start {off} us after"
+            in (lines[0])
+        ), lines
 
 
 def test_a_kernel_past_the_files_own_offset_is_still_cut_and_counted(tmp_path):

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -16,11 +17,11 @@ from support.agent import Agent
 from support.env import private_shim
 
 
-def workload(*args: str, **env) -> subprocess.Popen:
+def workload(*args: str, shim: Path = SHIM, **env) -> subprocess.Popen:
     # Workloads load the shim the way users do: CUDA_INJECTION64_PATH=$(gpu-agent shim-path).
     return subprocess.Popen(
         [str(MOCK_APP), *args],
-        env=mock_env(**{"CUDA_INJECTION64_PATH": str(SHIM), **env}),
+        env=mock_env(**{"CUDA_INJECTION64_PATH": str(shim), **env}),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -33,8 +34,13 @@ def pids_with(samples, kernel_prefix: str) -> set[str]:
 
 @pytest.fixture
 def agent(tmp_path, built):
+    """An agent of the test's own shim copy (workload(..., shim=agent.shim)): another
+    agent's processes on the host (the other worker's, in a two-worker run) are not
+    its own ("2 attached process(es) show no kernel" where the test made one)."""
     need_ebpf()
-    a = Agent(tmp_path / "profiles")
+    shim = private_shim(tmp_path / "shim")
+    a = Agent(tmp_path / "profiles", "--shim", shim)
+    a.shim = shim
     yield a
     a.kill()
 
@@ -45,15 +51,15 @@ def test_running_late_concurrent_and_killed_processes(agent):
     assert agent.start_lines[0].startswith("gpu-agent: loading the eBPF probes (a few seconds), then watching")
     assert "watching every process" in agent.start_lines[-1], agent.start_lines
     # Started after the agent: covered by the path-based attach.
-    a = workload("--paths", "cuLaunchKernel", "--duration", "2", "--sleep-ms", "2")
-    b = workload("--paths", "cudaLaunchKernel", "--duration", "2", "--sleep-ms", "2")
+    a = workload("--paths", "cuLaunchKernel", "--duration", "2", "--sleep-ms", "2", shim=agent.shim)
+    b = workload("--paths", "cudaLaunchKernel", "--duration", "2", "--sleep-ms", "2", shim=agent.shim)
     victim = workload(
-        "--paths", "cuLaunchKernelEx", "--duration", "30", "--sleep-ms", "2", GPU_AGENT_FLUSH_MS="200"
+        "--paths", "cuLaunchKernelEx", "--duration", "30", "--sleep-ms", "2", GPU_AGENT_FLUSH_MS="200", shim=agent.shim
     )  # SIGKILL skips the exit flush
     time.sleep(1.0)
     victim.kill()  # dies mid-run; the agent must keep going
     assert a.wait(timeout=60) == 0 and b.wait(timeout=60) == 0
-    later = workload("--paths", "cuGraphLaunch", "--iters", "50")
+    later = workload("--paths", "cuGraphLaunch", "--iters", "50", shim=agent.shim)
     assert later.wait(timeout=60) == 0
     time.sleep(1.5)
     assert agent.proc.poll() is None, "the agent died with a workload"
@@ -189,7 +195,7 @@ def test_health_says_unhealthy_while_profiles_are_dropped(agent):
     import resource
 
     pid = agent.proc.pid
-    app = workload("--duration", "12", "--sleep-ms", "2")  # kernels in every window: profiles to write
+    app = workload("--duration", "12", "--sleep-ms", "2", shim=agent.shim)  # kernels in every window: profiles to write
     time.sleep(1.5)
     rc, out = health_of(agent)
     assert rc == 0, out
@@ -217,10 +223,10 @@ def test_a_job_that_ran_between_windows_is_said_not_hidden(agent):
     line says that a process attached and had no kernel in a window, instead of a
     bare processes=0; and so does the profile of another process's kernels."""
     busy = workload(
-        "--paths", "cuLaunchKernel", "--duration", "4", "--sleep-ms", "2", GPU_AGENT_FLUSH_MS="200"
+        "--paths", "cuLaunchKernel", "--duration", "4", "--sleep-ms", "2", GPU_AGENT_FLUSH_MS="200", shim=agent.shim
     )  # continuous
     time.sleep(1.5)  # its kernels are in the profiles before the short job comes
-    w = workload("--iters", "3", GPU_AGENT_DUTY_CYCLE="100000", GPU_AGENT_WINDOW_MS="1")
+    w = workload("--iters", "3", GPU_AGENT_DUTY_CYCLE="100000", GPU_AGENT_WINDOW_MS="1", shim=agent.shim)
     assert w.wait(30) == 0, w.stderr.read()
     assert busy.wait(30) == 0, busy.stderr.read()
     time.sleep(2.5)  # two intervals

@@ -5,6 +5,7 @@ installed by `make test-viewers`) opens the file in Debian's headless Chromium."
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.server
 import json
 import re
@@ -84,6 +85,33 @@ def _us(text: str) -> float:
     return float(m.group(1)) * {"ns": 1e-3, "µs": 1.0, "ms": 1e3, "s": 1e6}[m.group(2)]
 
 
+@contextlib.contextmanager
+def speedscope_page(www: Path):
+    """www/trace.json opened in speedscope (www/speedscope) in headless Chromium, once
+    loaded: (page, the toolbar that names the row on view, page errors, dialogs)."""
+    from playwright.sync_api import sync_playwright
+
+    server = StaticServer(www)
+    try:
+        with sync_playwright() as pw:
+            browser = launch_browser(pw)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 900})
+                errors, dialogs = [], []
+                page.on("pageerror", lambda e: errors.append(str(e)))
+                page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+                base = f"http://127.0.0.1:{server.port}"
+                page.goto(f"{base}/speedscope/index.html#profileURL={base}/trace.json", timeout=15_000)
+                # Loaded: the toolbar names the row on view, "… (1/N)" for N rows.
+                toolbar = page.locator("text=/\\(pid \\d+\\), .* \\(tid \\d+\\)/").first
+                toolbar.wait_for(timeout=15_000)
+                yield page, toolbar, errors, dialogs
+            finally:
+                browser.close()
+    finally:
+        server.stop()
+
+
 def _sandwich(page, screenshot: str) -> dict[str, tuple[float, float]]:
     """speedscope's Sandwich view (key 3) of the row on view: a DOM table, one row per
     frame: symbol -> (total µs, self µs)."""
@@ -149,53 +177,34 @@ def test_speedscope_opens_the_recorded_chrome_trace_on_a_gpu_stream_and_aggregat
         (e["pid"], e["tid"]) for e in events if e["ph"] == "X" and e["pid"] != gpu_pid
     }
 
-    server = StaticServer(www)
-    from playwright.sync_api import sync_playwright
+    with speedscope_page(www) as (page, toolbar, errors, dialogs):
+        body = page.inner_text("body")
+        assert "Something went wrong" not in body and not dialogs and not errors, (body[:500], dialogs, errors)
+        # The first view is the GPU stream (speedscope opens on the lowest pid).
+        title = toolbar.inner_text()
+        assert f"(pid {gpu_pid}), {gpu_row} (tid {gpu_tid})" in title and "(1/" in title, title
+        m = re.search(r"\((\d+)/(\d+)\)", title)
+        assert m and int(m.group(2)) == len(cpu_rows) + 1, (title, rows)
 
-    try:
-        with sync_playwright() as pw:
-            browser = launch_browser(pw)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 900})
-                errors, dialogs = [], []
-                page.on("pageerror", lambda e: errors.append(str(e)))
-                page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-                base = f"http://127.0.0.1:{server.port}"
-                page.goto(f"{base}/speedscope/index.html#profileURL={base}/trace.json", timeout=15_000)
-                # Loaded: the toolbar names the row on view, "… (1/N)" for N rows.
-                toolbar = page.locator("text=/\\(pid \\d+\\), .* \\(tid \\d+\\)/").first
-                toolbar.wait_for(timeout=15_000)
-                body = page.inner_text("body")
-                assert "Something went wrong" not in body and not dialogs and not errors, (body[:500], dialogs, errors)
-                # The first view is the GPU stream (speedscope opens on the lowest pid).
-                title = toolbar.inner_text()
-                assert f"(pid {gpu_pid}), {gpu_row} (tid {gpu_tid})" in title and "(1/" in title, title
-                m = re.search(r"\((\d+)/(\d+)\)", title)
-                assert m and int(m.group(2)) == len(cpu_rows) + 1, (title, rows)
+        # Its time-ordered flame chart (canvas), as a user first sees it.
+        page.wait_for_timeout(500)
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        png = page.screenshot(path=str(SCREENSHOTS / "speedscope.png"))
+        pix = page.evaluate(_COLOURED, [base64.b64encode(png).decode(), 24])
+        # The 20 kernels fill the width in their own pastel colours (an empty
+        # view is white and grey only).
+        assert pix["coloured"] > 0.05 * pix["pixels"] and pix["colours"] >= len(want), pix
 
-                # Its time-ordered flame chart (canvas), as a user first sees it.
-                page.wait_for_timeout(500)
-                SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-                png = page.screenshot(path=str(SCREENSHOTS / "speedscope.png"))
-                pix = page.evaluate(_COLOURED, [base64.b64encode(png).decode(), 24])
-                # The 20 kernels fill the width in their own pastel colours (an empty
-                # view is white and grey only).
-                assert pix["coloured"] > 0.05 * pix["pixels"] and pix["colours"] >= len(want), pix
+        # Left Heavy: the launches of each kernel merged into one bar per kernel.
+        page.keyboard.press("2")
+        page.wait_for_timeout(500)
+        png = page.screenshot(path=str(SCREENSHOTS / "speedscope-left-heavy.png"))
+        heavy = page.evaluate(_COLOURED, [base64.b64encode(png).decode(), 24])
+        assert heavy["coloured"] > 0.05 * heavy["pixels"] and len(want) <= heavy["colours"], heavy
 
-                # Left Heavy: the launches of each kernel merged into one bar per kernel.
-                page.keyboard.press("2")
-                page.wait_for_timeout(500)
-                png = page.screenshot(path=str(SCREENSHOTS / "speedscope-left-heavy.png"))
-                heavy = page.evaluate(_COLOURED, [base64.b64encode(png).decode(), 24])
-                assert heavy["coloured"] > 0.05 * heavy["pixels"] and len(want) <= heavy["colours"], heavy
-
-                # Sandwich: a DOM table, one row per kernel with its launches' summed time.
-                symbols = _sandwich(page, "speedscope-sandwich.png")
-                assert not errors and not dialogs, (errors, dialogs)
-            finally:
-                browser.close()
-    finally:
-        server.stop()
+        # Sandwich: a DOM table, one row per kernel with its launches' summed time.
+        symbols = _sandwich(page, "speedscope-sandwich.png")
+        assert not errors and not dialogs, (errors, dialogs)
     assert set(symbols) == set(want), symbols  # named by kernel, one frame each
     for name, (total, self_time) in symbols.items():
         # speedscope prints 4 significant digits
@@ -259,25 +268,9 @@ def test_speedscope_sums_back_to_back_kernels_whatever_their_rounding(tmp_path):
     assert all(a[1] < b[0] for a, b in zip(written, written[1:]))
     want = {n: sum(float(e["dur"]) for e in events if e["name"] == n) for n in ("k_even(float*)", "k_odd(float*)")}
 
-    server = StaticServer(www)
-    from playwright.sync_api import sync_playwright
-
-    try:
-        with sync_playwright() as pw:
-            browser = launch_browser(pw)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 900})
-                errors = []
-                page.on("pageerror", lambda e: errors.append(str(e)))
-                base = f"http://127.0.0.1:{server.port}"
-                page.goto(f"{base}/speedscope/index.html#profileURL={base}/trace.json", timeout=15_000)
-                page.locator("text=/\\(pid \\d+\\), .* \\(tid \\d+\\)/").first.wait_for(timeout=15_000)
-                symbols = _sandwich(page, "speedscope-back-to-back.png")
-                assert not errors, errors
-            finally:
-                browser.close()
-    finally:
-        server.stop()
+    with speedscope_page(www) as (page, _, errors, dialogs):
+        symbols = _sandwich(page, "speedscope-back-to-back.png")
+        assert not errors and not dialogs, (errors, dialogs)
     assert set(symbols) == set(want), symbols
     for name, (total, self_time) in symbols.items():
         # speedscope prints 4 significant digits

@@ -139,14 +139,14 @@ def test_timeline_merge_reads_only_what_the_invoker_may(world_dir, tmp_path):
     assert out.stat().st_uid == NOBODY and out.stat().st_mode & 0o777 == 0o600  # the invoker's, as record's
 
 
-def nobodys_merge_inputs(d, nanotrace: bytes):
-    """A directory of nobody's with an events file of one kernel `k` and a .nanotrace:
-    (events, nanotrace)."""
+def nobodys_merge_inputs(d, nanotrace: bytes, kernels: list | None = None):
+    """A directory of nobody's with an events file of one kernel `k` (or `kernels`,
+    KernelEvents) and a .nanotrace: (events, nanotrace)."""
     from gpu_agent.timeline import write_events
     from gpu_agent.timeline.model import KernelEvent, Timeline
 
-    tl = Timeline(host="h", started_ns=1, ended_ns=10**9, monotonic_raw_pair=(1, 1))
-    tl.kernels.append(KernelEvent(7, 1000, 9000, "k", "k", 0, 1, 1, 5, grid=(1, 1, 1), block=(1, 1, 1)))
+    tl = Timeline(host="h", started_ns=1, ended_ns=10**12, monotonic_raw_pair=(1, 1))
+    tl.kernels = kernels or [KernelEvent(7, 1000, 9000, "k", "k", 0, 1, 1, 5, grid=(1, 1, 1), block=(1, 1, 1))]
     d.mkdir()
     os.chown(d, NOBODY, NOBODY)
     events, nt_file = d / "e.ndjson", d / "k.nanotrace"
@@ -157,13 +157,13 @@ def nobodys_merge_inputs(d, nanotrace: bytes):
     return events, nt_file
 
 
-def merge_bomb_as_nobody(d, nanotrace: bytes) -> tuple[int, str, float, float]:
+def merge_bomb_as_nobody(d, nanotrace: bytes, kernels: list | None = None) -> tuple[int, str, float, float]:
     """`timeline merge` of a .nanotrace as nobody under sudo, in at most 3 GB and 20 s
     (before the fixes these took GBs, one 12.5 GB of output: bounded so that such a run
     fails rather than takes the machine): (exit code, stderr, peak MiB, seconds)."""
     from support.peak import peak_mib_until_exit
 
-    events, nt_file = nobodys_merge_inputs(d, nanotrace)
+    events, nt_file = nobodys_merge_inputs(d, nanotrace, kernels)
     started = time.monotonic()
     p = subprocess.Popen(
         agent_cmd("timeline", "merge", events, nt_file, "--events", d / "out.ndjson"),
@@ -195,6 +195,39 @@ def test_an_argument_bomb_is_one_line_at_once(world_dir, tmp_path):
     assert len(said) == 1 and "name 10000000 arguments in all, the file holds 100000" in said[0], err
     assert said[0].endswith("not merged") and rc == 1, err  # nothing new placed
     assert peak < 100 and seconds < 10, (peak, seconds)  # seconds: the Python start; the read itself 0.1 s
+
+
+def test_a_kernel_of_many_launches_over_many_tracks_is_placed_at_once(world_dir):
+    """Issue 46: a kernel track's launches are placed one by one (each event names its
+    launch's slice as Event.parent). 20 000 launches of one kernel track with 20 000
+    warp tracks beneath it, one event each: each launch's tracks are found from its own
+    events up to the kernel (walked over the whole subtree per launch, 4e8 steps), and
+    every launch goes under its own kernel of the timeline, in seconds."""
+    from gpu_agent.timeline import nanotrace as nt
+    from gpu_agent.timeline.model import KernelEvent
+    from gpu_agent.timeline.nanotrace.model import KERNEL, WARP
+
+    n, t0 = 20_000, 5_000_000_000
+    f = nt.Nanotrace(version=4, session="launches", reference_clock=1)
+    f.clocks = {1: (0, 0, 0, 1_000_000_000), 3: (3, 0, 0, 1_000_000_000)}
+    f.snapshots = [(3, 1, 0, 0, 100)]
+    f.tracks[1] = nt.Track(1, 0, 1, "Stream 1", 3, 1)
+    f.tracks[2] = nt.Track(2, 1, 1, "k", KERNEL)
+    f.tracks.update({3 + i: nt.Track(3 + i, 2, 1, f"warp {i}", WARP, i) for i in range(n)})
+    f.events = [nt.Event(1, t0 + i * 10_000, 5_000, "k") for i in range(n)]
+    f.events += [nt.Event(3 + i, t0 + i * 10_000 + 1_000, 1_000, "load", parent=1 + i) for i in range(n)]
+    kernels = [
+        KernelEvent(7, t0 + i * 10_000, t0 + i * 10_000 + 5_000, "k", "k", 0, 1, 1, 5 + i, grid=(1, 1, 1))
+        for i in range(n)
+    ]
+    rc, err, peak, seconds = merge_bomb_as_nobody(world_dir / "launches", nt.encode_v4(f), kernels)
+    said = [ln for ln in err.splitlines() if ln.startswith("gpu-agent: nanotrace: ")]
+    assert (
+        rc == 0 and len(said) == 1 and f"{n} of {n} kernels placed by their clock snapshots ({n} events)" in (said[0])
+    ), err[-2000:]
+    assert "cut" not in said[0] and seconds < 20, (said, seconds)  # here: about 4 s, Python's start included
+    out = (world_dir / "launches" / "out.ndjson").read_text()
+    assert out.count('"type": "inkernel"') == n or out.count('"type":"inkernel"') == n, out[:2000]
 
 
 def test_outputs_under_sudo_are_created_as_the_invoker_would(world_dir, tmp_path):

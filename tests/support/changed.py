@@ -202,6 +202,7 @@ RULES: tuple[tuple[str, tuple[str, ...] | str, str], ...] = (
             "tests/test_install_shim.py",
             "tests/test_metrics.py",
             "tests/test_trace_writers.py",
+            "tests/test_trace_viewers.py",
             "tests/test_inkernel_place.py",
             "tests/test_ui_timeline.py",
             "tests/test_build_shim.py",

@@ -76,6 +76,38 @@ def v4_kernel(kernel: str, start_raw: int, span_ns: int, ctas: int = 2, warps: i
     return t
 
 
+def v4_launches(kernel: str, starts_raw: list[int], span_ns: int, ctas: int = 2, warps: int = 2) -> nt.Nanotrace:
+    """Several launches of one kernel as upstream's GpuProcessTrace lays them out
+    (AddKernelTrace with GpuKernelTraceOptions' expected_invocation_count): each
+    launch a slice on its stream's track (its HES kernel event, CLOCK_MONOTONIC_RAW,
+    from starts_raw[i] for span_ns), ONE kernel track beneath the stream, its CTA and
+    warp tracks shared by the launches, and each in-kernel event naming its launch's
+    slice as Event.parent; on %globaltimer, two events a warp a launch."""
+    t = nt.Nanotrace(version=4, session="test", reference_clock=1)
+    t.clocks = {1: (0, 0, 0, 1_000_000_000), 3: (3, 0, 0, 1_000_000_000)}
+    g = GLOBALTIMER_AT_RAW0
+    lo, hi = min(starts_raw), max(starts_raw)
+    t.snapshots = [(3, 1, lo + g - 10_000_000, lo - 10_000_000, 100), (3, 1, hi + g + 10_000_000, hi + 10_000_000, 100)]
+    t.tracks[1] = nt.Track(1, 0, 1, "Stream 13", 3, 13)
+    t.tracks[2] = nt.Track(2, 1, 3, kernel, KERNEL)
+    for start in starts_raw:
+        t.events.append(nt.Event(1, start, span_ns, kernel))
+    warp_tracks, tid = [], 3
+    for cta in range(ctas):
+        t.tracks[tid] = nt.Track(tid, 2, 3, f"CTA {cta}", THREAD_BLOCK, cta)
+        block, tid = tid, tid + 1
+        for warp in range(warps):
+            t.tracks[tid] = nt.Track(tid, block, 3, f"warp {warp}", WARP, warp)
+            warp_tracks.append(tid)
+            tid += 1
+    for launch, start in enumerate(starts_raw, 1):
+        for track in warp_tracks:
+            for k in range(2):
+                at = start + g + (k + 1) * span_ns // 4
+                t.events.append(nt.Event(track, at, span_ns // 5, "mma" if k else "load", parent=launch))
+    return t
+
+
 def v4_arg_bomb(events: int, args: int) -> bytes:
     """A version 4 file of one track whose `events` events all name the same `args`
     arguments (issue 44: 510 bytes of 5 000 x 100 000 asked for about 37 GB)."""

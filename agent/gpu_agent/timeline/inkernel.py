@@ -88,6 +88,8 @@ class _Index:
         self.children: dict[int, list] = {}
         self.events: dict[int, list] = {}
         self.extents: dict[int, tuple[float, float]] = {}  # _extent's, once per kernel
+        self.subtrees: dict[int, list] = {}  # _subtree's, once per kernel (a kernel's launches share it)
+        self.positions: dict[int, dict[int, int]] = {}  # and each track's place in it
         for t in nt.tracks.values():
             self.children.setdefault(t.parent, []).append(t)
         # A version 4 track on a clock no snapshot leads from to the reference clock:
@@ -126,11 +128,12 @@ def _place(tl: Timeline, kix: "_Kernels", nt: Nanotrace, spec: Spec, taken: dict
     # (2.4-2.9 us on H100s, docs/benchmarks.md): the file's kernels, matched once, give
     # that offset (their middles' median against CUPTI's), and are matched again with
     # it taken out.
-    first = [o for o in (_offset(kix, ix, kt, shift) for kt in kernels) if o is not None]
+    launches = [one for kt in kernels for one in _launches(ix, kt)]
+    first = [o for o in (_offset(kix, ix, one, shift) for one in launches) if o is not None]
     align = round(statistics.median(first)) if first else 0
     placed, said = [], []
-    for kt in kernels:
-        ik, note = _by_clock(tl, kix, ix, spec, kt, shift - align)
+    for one in launches:
+        ik, note = _by_clock(tl, kix, ix, spec, one, shift - align)
         said.append(note)
         if ik:
             placed.append(ik)
@@ -141,9 +144,43 @@ def _place(tl: Timeline, kix: "_Kernels", nt: Nanotrace, spec: Spec, taken: dict
     cut = sum(ik.clamped for ik in placed)
     cut = f", {cut} cut to their kernel's slice" if cut else ""
     return placed, (
-        f"{spec.path}: {len(placed)} of {len(kernels)} kernels placed by their clock snapshots "
+        f"{spec.path}: {len(placed)} of {len(launches)} kernels placed by their clock snapshots "
         f"({events} events{cut}){moved}; the first: {said[0].split(': ', 1)[1]}"
     )
+
+
+@dataclass
+class _Launch:
+    """One launch of a file's kernel: its track, its events, and the slice they name
+    as their parent (upstream's HES kernel event on its stream), if any."""
+
+    root: int
+    events: list
+    slice: object = None  # an Event of the file
+
+
+def _launches(ix: _Index, kt) -> list[_Launch]:
+    """A kernel track's launches. Upstream puts every launch of a kernel under one
+    kernel track, its blocks' tracks shared, and ties each event to its launch's
+    slice by Event.parent (GpuKernelTraceOptions' repeated launches): one launch per
+    parent slice, placed on its own. Events naming no parent slice go with the launch
+    that started last before them; a kernel whose events name none is one launch."""
+    nt = ix.nt
+    evs = [e for t in [kt, *_subtree(ix, kt.id)] for e in ix.events.get(t.id, ())]
+    slices = {e.parent: nt.events[e.parent - 1] for e in evs if 0 < e.parent <= len(nt.events)}
+    slices = {p: e for p, e in slices.items() if e.track in nt.tracks and e.duration > 0}
+    if not slices:
+        return [_Launch(kt.id, evs)]
+    order = sorted(slices, key=lambda p: _ref(nt, slices[p].track, slices[p].start))
+    starts = [_ref(nt, slices[p].track, slices[p].start) for p in order]
+    out = {p: _Launch(kt.id, [], slices[p]) for p in order}
+    for e in evs:
+        if e.parent in out:
+            out[e.parent].events.append(e)
+        else:
+            at = bisect.bisect_right(starts, _ref(nt, e.track, e.start)) - 1
+            out[order[max(at, 0)]].events.append(e)
+    return [out[p] for p in order]
 
 
 def _standalone(ix: _Index, kernels: list) -> bool:
@@ -172,6 +209,9 @@ def _subtree(ix: _Index, root: int) -> list:
     A kernel track under it is a kernel of its own, placed on its own: each event is
     placed once (64 kernels nested would place the innermost's events 64 times)."""
 
+    if root in ix.subtrees:
+        return ix.subtrees[root]
+
     def below(tid):
         kids = (t for t in ix.children.get(tid, []) if t.kind != KERNEL)
         return sorted(kids, key=lambda t: (t.order, t.source_id, t.id), reverse=True)
@@ -183,18 +223,35 @@ def _subtree(ix: _Index, root: int) -> list:
             seen.add(t.id)
             out.append(t)
             todo += below(t.id)
+    ix.subtrees[root] = out
     return out
 
 
-def _fill(ik: InKernel, ix: _Index, root: int, k: KernelEvent, at: Callable[[int, int], int]) -> InKernel:
-    """The tracks under `root` and their events into ik, at(track, time) on the
-    timeline's clock, kept inside the kernel's slice."""
+def _fill(
+    ik: InKernel, ix: _Index, root: int, k: KernelEvent, at: Callable[[int, int], int], only: Optional[list] = None
+) -> InKernel:
+    """The tracks under `root` and their events into ik (`only`: those events, and
+    the tracks that hold them), at(track, time) on the timeline's clock, kept inside
+    the kernel's slice."""
     lo, hi = k.start_ns, kernel_end(k)
+    tracks = _subtree(ix, root)
+    if only is not None:  # the tracks of its events and their parents up to root, in the subtree's order
+        if root not in ix.positions:
+            ix.positions[root] = {t.id: i for i, t in enumerate(tracks)}
+        pos = ix.positions[root]
+        want, todo = set(), {e.track for e in only}
+        while todo:  # (the reader refuses loops and bounds the depth)
+            tid = todo.pop()
+            if tid in pos and tid not in want:
+                want.add(tid)
+                todo.add(tracks[pos[tid]].parent)
+        tracks = [tracks[i] for i in sorted(pos[t] for t in want)]
     ids = {}
-    for t in _subtree(ix, root):
+    for t in tracks:
         ids[t.id] = len(ids) + 1
         ik.tracks.append(InKernelTrack(ids[t.id], ids.get(t.parent, 0), t.name))
-    for e in (e for t in ids for e in ix.events.get(t, ())):
+    mine = None if only is None else {id(e) for e in only}
+    for e in (e for t in ids for e in ix.events.get(t, ()) if mine is None or id(e) in mine):
         start, end = at(e.track, e.start), at(e.track, e.start + e.duration)
         s, t = min(max(start, lo), hi), min(max(end, lo), hi)
         ik.clamped += (s, t) != (start, end)
@@ -301,35 +358,53 @@ def _off(ns: float) -> str:
     return f"{abs(ns) / 1e3:.1f} us {'after' if ns >= 0 else 'before'}"
 
 
-def _nearest(kix: _Kernels, ix: _Index, kt, shift: int) -> tuple[str, int, list[tuple[int, int]]]:
-    """The kernel's name, its start on the timeline's clock, and the same-named
-    kernels that started nearest it: (distance, index)."""
-    name = _kernel_name(ix, kt)
-    start = round(_origin(ix, kt.id)) + shift  # (integers: a float of 1.8e18 ns is 256 ns coarse)
+def _span(ix: _Index, one: _Launch) -> tuple[float, float]:
+    """A launch's start and end on the reference clock: its parent slice's, else its
+    kernel's (_extent)."""
+    if one.slice is None:
+        return _extent(ix, one.root)
+    e = one.slice
+    return _ref(ix.nt, e.track, e.start), _ref(ix.nt, e.track, e.start + e.duration)
+
+
+def _nearest(kix: _Kernels, ix: _Index, one: _Launch, shift: int) -> tuple[str, int, list[tuple[int, int]]]:
+    """The kernel's name, the launch's start on the timeline's clock, and the
+    same-named kernels that started nearest it: (distance, index)."""
+    name = _kernel_name(ix, ix.nt.tracks[one.root])
+    start = round(_span(ix, one)[0]) + shift  # (integers: a float of 1.8e18 ns is 256 ns coarse)
     return name, start, kix.nearest(name, start)
 
 
-def _offset(kix: _Kernels, ix: _Index, kt, shift: int) -> Optional[int]:
-    """How far the file's kernel's middle lies after its match's; None: no match.
+def _offset(kix: _Kernels, ix: _Index, one: _Launch, shift: int) -> Optional[int]:
+    """How far the file's launch's middle lies after its match's; None: no match.
     (Middles: CUPTI's kernel is longer than the stamps inside it, 0.8 us on an H100.)"""
-    _, _, cands = _nearest(kix, ix, kt, shift)
+    _, _, cands = _nearest(kix, ix, one, shift)
     if not cands or min(cands)[0] > MATCH_NS:
         return None
     k = kix.tl.kernels[min(cands)[1]]
-    lo, hi = _extent(ix, kt.id)
+    lo, hi = _span(ix, one)
     return round((lo + hi) / 2) + shift - (k.start_ns + kernel_end(k)) // 2
 
 
-def _by_clock(tl: Timeline, kix: _Kernels, ix: _Index, spec: Spec, kt, shift: int) -> tuple[Optional[InKernel], str]:
+def _by_clock(
+    tl: Timeline, kix: _Kernels, ix: _Index, spec: Spec, one: _Launch, shift: int
+) -> tuple[Optional[InKernel], str]:
     """Under the same-named kernel that started nearest."""
     nt = ix.nt
-    name, start, cands = _nearest(kix, ix, kt, shift)
+    name, start, cands = _nearest(kix, ix, one, shift)
     if not cands or min(cands)[0] > MATCH_NS:
         near = f" (the nearest started {min(cands)[0] / 1e6:.3f} ms away)" if cands else ""
         return None, f"{spec.path}: kernel {name} at its clock matches no kernel of the timeline{near}; not merged"
     i = min(cands)[1]
     k = tl.kernels[i]
-    ik = _fill(InKernel(i, spec.path, BY_CLOCK), ix, kt.id, k, lambda track, ts: round(_ref(nt, track, ts)) + shift)
+    ik = _fill(
+        InKernel(i, spec.path, BY_CLOCK),
+        ix,
+        one.root,
+        k,
+        lambda track, ts: round(_ref(nt, track, ts)) + shift,
+        None if one.slice is None else one.events,
+    )
     return ik, (
         f"{spec.path}: {len(ik.events)} events under {k.name or k.mangled} (correlation id "
         f"{k.correlation_id}), by its clock snapshots: its start {_off(start - k.start_ns)} CUPTI's" + _cut(ik)
