@@ -110,8 +110,8 @@ def test_the_pointer_is_found_where_seccomp_refuses_process_vm_readv(tmp_path, b
         # the counter sees no launch before: that part of the period goes at the clocks
         ("--bench", "1500000"),
         # it sees half of them before (a ratio of 2 stands), and the clocks run wrong
-        # (launches of 3 µs for 1.5 s, then 9 µs, as the table fills): as an H200 Llama decode's
-        # first generate, whose period read +46 % at the clocks
+        # (launches of 3 µs for 1.5 s, then 9 µs, as the table fills): as an H200 Llama
+        # decode's first generate, whose period read +46 % at the clocks
         ("--table-every", "2", "--bench", "1000000", "--regimes", "1500:6000"),
     ],
     ids=["none-before", "half-before"],
@@ -123,7 +123,13 @@ def test_a_period_whose_slots_grew_counts_each_side_on_its_own(tmp_path, built, 
     ratio stands for them (on an H200 a torch.compile period read +490 % so, and at the
     clocks a Llama decode's +46 %). The hits before the growth go at the ratio that
     stood (the clocks where none did), those after it at the next period's calibration,
-    one period later; every period within 5 %, the periods after it counted."""
+    one period later.
+    half-before: every period within 5 % and the whole run within 1 % (the mock read
+    +114 % and +118 % for the grown period at the clocks; counted, within 0.05 %, and
+    five runs beside two CPU burners within 0.05 % whole). none-before: the periods
+    after the growth counted, within 5 %; the ones before it and the grown one's part
+    before it are the clocks' (beside two burners they read -6 to +17 %, before this
+    change too: the clocks' own tests bound them)."""
     need_ebpf()
     err, rows, seen, made = record_loop(
         tmp_path, "--api", "cuLaunchKernel-table", "--table-after-ms", "1500", "--spin-ns", "3000", *loop
@@ -132,9 +138,16 @@ def test_a_period_whose_slots_grew_counts_each_side_on_its_own(tmp_path, built, 
     moved = [i for i, r in enumerate(rows) if r[6]]
     assert 1 <= len(moved) <= 2 and moved[-1] < len(rows) - 3, rows
     assert all(r[2] for r in rows[moved[-1] + 2 :]), rows  # calibrated again: counted
-    bad = [(i, round(r[3] / r[5] - 1, 4), r) for i, r in enumerate(rows) if abs(r[3] / r[5] - 1) >= 0.05]
+    # the hits after the growth, counted at the next calibration
+    assert re.search(r"\): \d+ launches more for the period that ended at", err), err[-3000:]
+    half = "--table-every" in loop
+    checked = range(len(rows)) if half else range(moved[-1] + 1, len(rows))
+    bad = [
+        (i, round(rows[i][3] / rows[i][5] - 1, 4), rows[i]) for i in checked if abs(rows[i][3] / rows[i][5] - 1) >= 0.05
+    ]
     assert not bad, (moved, bad, [ln for ln in err.splitlines() if "slots added" in ln or "more for" in ln])
-    assert abs(seen / made - 1) < 0.01, (seen, made)
+    if half:
+        assert abs(seen / made - 1) < 0.01, (seen, made)
 
 
 def test_a_process_end_adds_nothing(tmp_path, built):

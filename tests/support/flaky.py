@@ -47,8 +47,9 @@ test_teardown; 3 to 12 % in test_windows; 10 % per period in test_periods):
   host makes 36 ms ones) may hold that one's launches and is left out.
 - test_launch_counter: test_a_rate_that_moves_between_count_phases_is_counted,
   test_a_launcher_that_holds_the_driver_s_pointer_is_counted,
-  test_a_period_whose_slots_grew_counts_each_side_on_its_own (its periods within 5 %:
-  the one whose slots grew with its hits after that counted a period later),
+  test_a_period_whose_slots_grew_counts_each_side_on_its_own (its counted periods within
+  5 %; the clocks' periods before the growth, beside two burners -6 to +17 %, are not
+  judged there),
   test_the_pointer_is_found_where_seccomp_refuses_process_vm_readv,
   test_a_process_end_adds_nothing and test_a_detach_puts_the_slots_back set counted
   launches against a loop's trace or its launches made; the attach (and the toggled detaches) fall where the host's
@@ -199,7 +200,7 @@ FLAKY: tuple[tuple[str, str], ...] = (
     ),
     (
         "tests/test_launch_counter.py::test_a_period_whose_slots_grew_counts_each_side_on_its_own",
-        "a lazy table found a few polls after it fills: every period within 5 % (seen: 0.05-0.8 % for that one)",
+        "a lazy table found a few polls after it fills: counted periods within 5 % (11 runs beside 2 burners: 0 failed)",
     ),
     (
         "tests/test_launch_counter.py::test_a_process_end_adds_nothing",
