@@ -110,7 +110,9 @@ class Honest:
         self.truth_path = Path(tempfile.mkstemp(dir=tmp, suffix=".truth.tsv")[1])
         self.proc = subprocess.Popen(
             [str(MOCK_APP), *args],
-            env=mock_env(self.truth_path, CUDA_INJECTION64_PATH=str(SHIM), GPU_AGENT_FLUSH_MS="100", **(env or {})),
+            env=mock_env(
+                self.truth_path, **{"CUDA_INJECTION64_PATH": str(SHIM), "GPU_AGENT_FLUSH_MS": "100", **(env or {})}
+            ),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -16,7 +16,7 @@ from pathlib import Path
 from .faultkit import Node
 from . import attacker as A
 
-from support.env import need_ebpf
+from support.env import need_ebpf, private_shim
 
 AS_NOBODY = textwrap.dedent("""
     import http.client, socket, sys, time
@@ -65,8 +65,14 @@ def root_get(url: str) -> int:
 
 def test_the_loopback_ui_serves_root_not_another_local_user(tmp_path, built, honest):
     need_ebpf()
-    h = honest("--paths", "cuLaunchKernel", "--duration", "3", "--sleep-ms", "5")  # a profile to read
-    node = Node(tmp_path / "profiles", "--ui", "127.0.0.1:0")
+    # Its own shim copy: the agent's threads and fds are counted below, and another
+    # agent's process that it attached (the other worker's, in a two-worker run) added
+    # fds of its own (82 -> 104 against a bound of 20 more)
+    shim = private_shim(tmp_path / "shim")
+    h = honest(
+        "--paths", "cuLaunchKernel", "--duration", "3", "--sleep-ms", "5", env={"CUDA_INJECTION64_PATH": str(shim)}
+    )  # a profile to read
+    node = Node(tmp_path / "profiles", "--ui", "127.0.0.1:0", "--shim", shim)
     try:
         url = next(ln[ln.index("http://") :].split()[0] for ln in node.agent.start_lines if " UI on http://" in ln)
         port = urllib.parse.urlsplit(url).port
