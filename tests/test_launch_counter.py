@@ -86,7 +86,10 @@ def test_a_launcher_that_holds_the_driver_s_pointer_is_counted(tmp_path, built):
         tmp_path, "--api", "cuLaunchKernel-table", "--bench", "1000000", "--spin-ns", "3000", "--regimes", "700:6000"
     )
     assert len(rows) >= 5, err[-3000:]
-    assert all(used for _, _, used, *_ in rows), rows
+    # every period counted but one where the search found the pointer, if it was not
+    # found before the loop's first whole period (a loaded two-worker run: its first):
+    # that one's hits after the find are counted at the next calibration
+    assert all(r[2] for r in rows if not r[6]) and sum(r[6] for r in rows) <= 1, rows
     errors = sorted(abs(r[3] / r[5] - 1) for r in rows)
     assert errors[len(errors) // 2] < 0.005 and errors[-1] < 0.05, (errors, rows)
     # the attach is at the loop's start: every launch but the warm-up's went through it
