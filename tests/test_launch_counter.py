@@ -60,6 +60,19 @@ def record_loop(tmp_path, *loop_args: str, wrap: tuple = (), **env: str):
     return stderr, rows, seen, ground_truth(gt)[KERNEL][0]
 
 
+# The loop's trace has a line every TRACE_EVERY launches: a period's truth between two
+# lines is interpolated, good to one block at each edge, and a loaded host that stops
+# the loop between a launch and its line moves that block. A period of 30 000 launches
+# (a loaded two-worker run halves the loop's rate) is then known to about 7 %.
+TRACE_EVERY = 1000
+
+
+def off(r) -> float:
+    """A row's error past what its truth can tell: |estimate - truth| less two blocks,
+    over the truth."""
+    return max(0.0, abs(r[3] - r[5]) - 2 * TRACE_EVERY) / r[5]
+
+
 def test_a_rate_that_moves_between_count_phases_is_counted(tmp_path, built):
     """A loop whose launches take 3 µs and 9 µs in turns of 0.7 s, in periods of about
     0.5 s: most count phases see another rate than the rest of their period. The
@@ -72,7 +85,7 @@ def test_a_rate_that_moves_between_count_phases_is_counted(tmp_path, built):
     assert all(used for _, _, used, *_ in rows), rows
     errors = sorted(abs(r[3] / r[5] - 1) for r in rows)
     # the loop's trace has a line every 1 000 launches; a period holds 25 000 or more
-    assert errors[len(errors) // 2] < 0.005 and errors[-1] < 0.05, (errors, rows)
+    assert errors[len(errors) // 2] < 0.005 and max(map(off, rows)) < 0.05, (errors, rows)
 
 
 def test_a_launcher_that_holds_the_driver_s_pointer_is_counted(tmp_path, built):
@@ -91,7 +104,7 @@ def test_a_launcher_that_holds_the_driver_s_pointer_is_counted(tmp_path, built):
     # that one's hits after the find are counted at the next calibration
     assert all(r[2] for r in rows if not r[6]) and sum(r[6] for r in rows) <= 1, rows
     errors = sorted(abs(r[3] / r[5] - 1) for r in rows)
-    assert errors[len(errors) // 2] < 0.005 and errors[-1] < 0.05, (errors, rows)
+    assert errors[len(errors) // 2] < 0.005 and max(map(off, rows)) < 0.05, (errors, rows)
     # the attach is at the loop's start: every launch but the warm-up's went through it
     hits = re.search(r"launch counter \(pid \d+\): .*?; (\d+) hits", err)
     assert hits and int(hits[1]) > 0.95 * made, (hits and hits[0], made)
@@ -145,9 +158,7 @@ def test_a_period_whose_slots_grew_counts_each_side_on_its_own(tmp_path, built, 
     assert re.search(r"\): \d+ launches more for the period that ended at", err), err[-3000:]
     half = "--table-every" in loop
     checked = range(len(rows)) if half else range(moved[-1] + 1, len(rows))
-    bad = [
-        (i, round(rows[i][3] / rows[i][5] - 1, 4), rows[i]) for i in checked if abs(rows[i][3] / rows[i][5] - 1) >= 0.05
-    ]
+    bad = [(i, round(rows[i][3] / rows[i][5] - 1, 4), rows[i]) for i in checked if off(rows[i]) >= 0.05]
     assert not bad, (moved, bad, [ln for ln in err.splitlines() if "slots added" in ln or "more for" in ln])
     if half:
         assert abs(seen / made - 1) < 0.01, (seen, made)
