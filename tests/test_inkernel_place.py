@@ -230,6 +230,20 @@ def test_each_launch_of_a_kernel_goes_under_its_own_launch_by_its_parent_slice(t
         ), lines
 
 
+def test_parent_slices_on_a_clock_no_snapshot_maps_leave_the_events_one_launch(tmp_path):
+    """The launches' slices on a stream whose clock no snapshot leads from: they cannot
+    be placed, so the kernel's events are one launch again (cut to the launch they are
+    nearest), not a file refused."""
+    tl = timeline(n=3)
+    starts = [tl.kernels[2 * i].start_ns - T0 + RAW0 + 1_000 for i in range(3)]
+    f = v4_launches("gemm_kernel", starts, 3_000)
+    f.clocks[5] = (2, 0, 0, 1_000_000_000)  # a CUPTI clock, no snapshot
+    f.tracks[1] = dataclasses.replace(f.tracks[1], clock=5)
+    lines = place_all(tl, [Spec(files(tmp_path, a=nt.encode_v4(f))["a"])])
+    assert [ik.kernel for ik in tl.inkernel] == [0] and tl.inkernel[0].clamped == 16, lines
+    assert "24 events under" in lines[0] and "not merged" not in lines[0], lines
+
+
 def test_a_kernel_past_the_files_own_offset_is_still_cut_and_counted(tmp_path):
     """One kernel of five 2 us before the rest: after the median comes out, its
     first events start before CUPTI's start of it; they are cut to its slice, counted."""

@@ -432,8 +432,9 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
          * launched adds nothing. */
         uint64_t hits = ga_hook_hits() + 1, hits_on = g_callbacks_hook.take(hits);
         /* Slots counted since the period began (a table the data search found): its
-         * hits mix two coverages, and no ratio stands for them: the clocks do. On an
-         * H200 such periods read up to +490 %. */
+         * hits mix two coverages, and no one ratio stands for them (on an H200 such
+         * periods read up to +490 %): it does not calibrate, and each side of the
+         * growth goes on its own (g_grew_ns, below), or at the clocks. */
         bool moved = ga_hook_epoch() != g_hook_epoch0;
         bool calibrated = !moved && calibrate_hook(seen, hits_on);
         double hook_rest = (double)(hits - 1 - g_hook_p0) - (double)hits_on;

@@ -168,7 +168,7 @@ def _launches(ix: _Index, kt) -> list[_Launch]:
     nt = ix.nt
     evs = [e for t in [kt, *_subtree(ix, kt.id)] for e in ix.events.get(t.id, ())]
     slices = {e.parent: nt.events[e.parent - 1] for e in evs if 0 < e.parent <= len(nt.events)}
-    slices = {p: e for p, e in slices.items() if e.track in nt.tracks and e.duration > 0}
+    slices = {p: e for p, e in slices.items() if e.track in nt.tracks and e.duration > 0 and _placeable(nt, e)}
     if not slices:
         return [_Launch(kt.id, evs)]
     order = sorted(slices, key=lambda p: _ref(nt, slices[p].track, slices[p].start))
@@ -181,6 +181,16 @@ def _launches(ix: _Index, kt) -> list[_Launch]:
             at = bisect.bisect_right(starts, _ref(nt, e.track, e.start)) - 1
             out[order[max(at, 0)]].events.append(e)
     return [out[p] for p in order]
+
+
+def _placeable(nt: Nanotrace, e) -> bool:
+    """Whether an event's clock leads to the reference clock (a slice named as a
+    parent may sit on one no snapshot maps: its events are placed as if it had none)."""
+    try:
+        _ref(nt, e.track, e.start)
+    except NanotraceError:
+        return False
+    return True
 
 
 def _standalone(ix: _Index, kernels: list) -> bool:
