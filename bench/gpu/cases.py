@@ -33,7 +33,8 @@ in-process method of python -m bench.gpu overhead --method inprocess.
 
 --step-log FILE runs steps for --seconds S (else --steps N steps) after --wait and
 appends, about every 0.25 s (--log-every), a line `CLOCK_REALTIME_ns steps_done` (the build's
-step counted; steps whose launches were issued); it prints the counts at the end.
+step counted; steps whose launches were issued), the first one (0 steps) just before the
+build's step; it prints the counts at the end.
 For python -m bench.gpu intervals (bench/gpu/intervals.py), with two more jobs:
   phased    eager and mlp in one process, switching every --phase S seconds; its
             log lines carry one count per case: `ns steps_eager steps_mlp`
@@ -315,6 +316,9 @@ def main(argv=None) -> None:
 
     with torch.no_grad():
         steps = [make_step(w) for w in (["eager", "mlp"] if a.workload == "phased" else [a.workload])]
+        if a.step_log:  # no step yet: the first calls' launches lie after this line, not from the start
+            with open(a.step_log, "a") as log:
+                log.write(f"{time.time_ns()} {' '.join('0' * len(steps))}\n")
         for step in steps:
             step()
         torch.cuda.synchronize()

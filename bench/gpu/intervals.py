@@ -81,14 +81,18 @@ FLOOR = {"GPU_AGENT_DUTY_CYCLE": "1"}  # the shim collects all the time
 
 class StepLog:
     """A case's --step-log: steps done (one count per column) at CLOCK_REALTIME ns,
-    linear between lines; none at the process's start."""
+    linear between lines; none at the process's start (and, in logs of cases.py since
+    2026-11-28, none at its first line, just before the build's step: before that line
+    was written, that step's launches were spread from the process's start)."""
 
     def __init__(self, path: Path, start_ns: int):
         rows = [list(map(int, ln.split())) for ln in path.read_text().splitlines()]
         rows = [r for r in rows if len(r) == len(rows[0])]  # not a line cut short
         self.t = [start_ns] + [r[0] for r in rows]
         self.n = [[0] * (len(rows[0]) - 1)] + [r[1:] for r in rows]
-        self.loop, self.end = self.t[min(2, len(self.t) - 1)], self.t[-1]  # lines before and after --wait
+        # the loop from the line after --wait: the second of those with only the build's step
+        built = [t for t, n in zip(self.t, self.n) if n and all(x == 1 for x in n)]
+        self.loop, self.end = built[1] if len(built) > 1 else self.t[min(2, len(self.t) - 1)], self.t[-1]
 
     def at(self, t: float) -> list[float]:
         i = bisect.bisect_right(self.t, t)
@@ -330,6 +334,7 @@ class Run:
     def finish(self) -> Run:
         out, errs = self.p.communicate(timeout=self.timeout)
         self.end, self.stderr = time.time_ns(), errs
+        self.log_path.with_suffix(".stderr").write_text(errs)  # the period lines, kept with --keep
         if self.p.returncode != 0:
             raise SystemExit(f"{self.case} (pid {self.pid}) failed: {errs[-2000:]}")
         self.steps = last_json(out)["steps"]
@@ -495,7 +500,7 @@ def period_check(run: Run, per: list[dict], lo: int, end: int, ivs: list[Interva
             f"intervals {fmt(out['per_interval'][name])}",
             flush=True,
         )
-    keep = ("len_ms", "on_ms", "seen", "in", "win_ms", "td_ms", "tail_ms", "tail_rate", "rest_ms", "rate")
+    keep = tuple("len_ms on_ms seen in win_ms td_ms tail_ms tail_rate hook_hits hook_ratio rest_ms rate more".split())
     out["rows"] = [
         [round((r["lo"] - run.start) / S, 4), *(r[k] for k in keep), r["count_rate"], r["est"], round(r["true"], 1)]
         for r in rows

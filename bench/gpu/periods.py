@@ -27,17 +27,27 @@ KEYS = ("end", "len_ms", "on_ms", "seen", "in", "win_ms", "td_ms", "tail_ms", "t
 KEYS += ("rest_ms", "rate")
 KEYS += ("count_rate", "est", "clocks")
 JOINED = re.compile(r"(\d+) launches joined to the window before them")
+# a period whose launch counter grew: its launches after the growth, counted a period
+# later (shim/src/window.cpp's g_grew_wait), for the period that ended at that time
+MORE = re.compile(r"period \(pid \d+\): (\d+) launches more for the period that ended at ([\d.]+) s")
 
 
 def parse(stderr: str) -> list[dict]:
     """Every period line: end (s), len_ms, on_ms (callbacks on), seen, in (the window's),
     win_ms, td_ms (teardown stalls), tail_ms, tail_rate, rest_ms, rate (per s, what the
-    rest went at), count_rate, est (launches)."""
-    return [
+    rest went at), count_rate, est (launches, with those counted for it later: more)."""
+    more: dict[float, int] = {}
+    for m in MORE.finditer(stderr):
+        more[round(float(m[2]), 6)] = more.get(round(float(m[2]), 6), 0) + int(m[1])
+    rows = [
         dict(zip(KEYS, (None if g is None else float(g) if "." in g else int(g) for g in m.groups())))
         for m in map(PERIOD.search, stderr.splitlines())
         if m
     ]
+    for r in rows:
+        r["more"] = more.get(round(r["end"], 6), 0)
+        r["est"] += r["more"]
+    return rows
 
 
 def joined(stderr: str) -> int:

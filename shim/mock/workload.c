@@ -11,7 +11,8 @@
  *                 --duration run once what it waits for has happened)
  *   mock_workload --bench N [--api cuLaunchKernel|cudaLaunchKernel|cuGraphLaunch|cuLaunchKernel-table] [--rate R]
  *                 [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E] [--block B] [--spin-ns S]
- *                 [--work-ns S] [--idle-first-ms M] [--regimes MS:NS] [--end-ms M] [--table-after-ms M] [--table-every K]
+ *                 [--work-ns S] [--idle-first-ms M] [--regimes MS:NS] [--end-ms M] [--table-after-ms M]
+ *                 [--table-every K] [--table-fn cuLaunchKernel|cuLaunchKernelEx] [--warm-until-counted 1]
  *                 [--phases MS:API[:EVERY]]
  *   --cupti-client AT_MS:HOLD_MS  (--bench) another CUPTI client in the process, as
  *                 torch.profiler is: from AT_MS on it tries cuptiSubscribe_v2 every ms
@@ -513,6 +514,45 @@ static CUresult table_stub(CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
     return (*g_table_real)(f, gx, gy, gz, bx, by, bz, sh, s, args, extra);
 }
 
+/* --table-fn cuLaunchKernelEx: the table holds the driver's cuLaunchKernelEx (cuBLAS's does), another
+ * counted function than the cuLaunchKernel that the other launches' import slot calls:
+ * the hits' mix of functions tells what share of the launches they stood for. */
+typedef CUresult (*launch_ex_fn)(const CUlaunchConfig *, CUfunction, void **, void **);
+static int g_table_ex;
+static launch_ex_fn g_table_ex_launch, *g_table_ex_real;
+static CUresult table_ex_stub(const CUlaunchConfig *c, CUfunction f, void **args, void **extra)
+{
+    if ((now_s() - g_table_t0) * 1e3 >= (double)g_table_after_ms)
+        __atomic_store_n(&g_table_ex_launch, *g_table_ex_real, __ATOMIC_RELEASE);
+    return (*g_table_ex_real)(c, f, args, extra);
+}
+
+static CUresult table_launch(CUfunction f, struct tctx *t)
+{
+    if (!g_table_ex) return g_table_launch(f, 4, 1, 1, 128, 1, 1, 0, t->s, t->args, NULL);
+    CUlaunchConfig c;
+    memset(&c, 0, sizeof c);
+    c.gridDimX = 4, c.gridDimY = c.gridDimZ = 1, c.blockDimX = 128, c.blockDimY = c.blockDimZ = 1, c.hStream = t->s;
+    return g_table_ex_launch(&c, f, t->args, NULL);
+}
+
+/* --warm-until-counted: the warm-up (--warm-rate) lasts until the launch counter holds
+ * the table's word (the shim wrote its trampoline there), and the loop then goes flat
+ * out: a period that the counter's growth parts into a slow side and a fast one (an H200
+ * Llama's first generate, whose slow start and cuBLAS's table came together). The
+ * warm-up's waits spin: the thread is as busy as in the loop (the first generate's
+ * loads keep it busy), so the busy clock cannot tell the slow side either. */
+static int g_warm_until_counted;
+static int table_counted(void)
+{
+    if (g_table_ex) {
+        launch_ex_fn p = __atomic_load_n(&g_table_ex_launch, __ATOMIC_ACQUIRE);
+        return p != table_ex_stub && p != *g_table_ex_real;
+    }
+    launch_fn p = __atomic_load_n(&g_table_launch, __ATOMIC_ACQUIRE);
+    return p != table_stub && p != *g_table_real;
+}
+
 static int bench(long n, const char *api, double rate, long warm, double warm_rate)
 {
     struct tctx t;
@@ -543,6 +583,13 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
             return 1;
         }
         g_table_launch = g_table_after_ms > 0 ? table_stub : *g_table_real;
+        g_table_ex_real = malloc(sizeof *g_table_ex_real);
+        *(void **)g_table_ex_real = h ? dlsym(h, "cuLaunchKernelEx") : NULL;
+        if (g_table_ex && !*g_table_ex_real) {
+            fprintf(stderr, "mock_workload: no cuLaunchKernelEx in libcuda.so.1\n");
+            return 1;
+        }
+        g_table_ex_launch = g_table_after_ms > 0 ? table_ex_stub : *g_table_ex_real;
         g_table_t0 = now_s();
     }
     if (graph) capture_cuGraphLaunch(&t); /* each launch: a replay of its 3 nodes */
@@ -560,6 +607,10 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
     long turn = 0; /* --phases: the turn the last launch was in (odd: the other path) */
     for (long i = 0; i < n; i++) {
         int alt = 0;
+        if (g_warm_until_counted && table && i < warm && table_counted()) {
+            warm = i; /* the warm-up ends at this launch, and the trace says so */
+            if (trace) fprintf(trace, "%.6f %ld\n", now_s(), i);
+        }
         if (g_phase_ms > 0) {
             long now_turn = (long)((now_s() - t0) * 1e3 / (double)g_phase_ms);
             if (now_turn != turn && trace) fprintf(trace, "%.6f %ld\n", now_s(), i); /* a line at each turn */
@@ -573,7 +624,7 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
         else if (alt)
             ck_cu(cuLaunchKernel(f, 4, 1, 1, 128, 1, 1, 0, t.s, t.args, NULL), "cuLaunchKernel");
         else if (table && i % g_table_every == 0)
-            ck_cu(g_table_launch(f, 4, 1, 1, 128, 1, 1, 0, t.s, t.args, NULL), "cuLaunchKernel (table)");
+            ck_cu(table_launch(f, &t), "cuLaunchKernel (table)");
         else
             ck_cu(cuLaunchKernel(f, 4, 1, 1, 128, 1, 1, 0, t.s, t.args, NULL), "cuLaunchKernel");
         if (g_client_at_ms >= 0 && i % 64 == 0) cupti_client_tick(t0);
@@ -604,7 +655,10 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
                                    : (warm > 0 && warm_rate > 0 ? (double)warm / warm_rate : 0) +
                                          (double)(i + 1 - (warm_rate > 0 ? warm : 0)) / rate);
             double ahead = due - (now_s() - t0);
-            if (ahead > 0) {
+            if (ahead > 0 && warming && g_warm_until_counted) { /* busy, as a first generate's loads */
+                for (double until = now_s() + ahead; now_s() < until;) {
+                }
+            } else if (ahead > 0) {
                 struct timespec ts = {(time_t)ahead, (long)((ahead - (double)(time_t)ahead) * 1e9)};
                 nanosleep(&ts, NULL);
             }
@@ -674,6 +728,7 @@ static void usage(void)
                     "                     [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E] [--block B] [--spin-ns S]\n"
                     "                     [--work-ns S] [--idle-first-ms M] [--regimes MS:NS] [--end-ms M]\n"
                     "                     [--table-after-ms M] [--table-every K] [--phases MS:API[:EVERY]]\n"
+                    "                     [--table-fn cuLaunchKernel|cuLaunchKernelEx] [--warm-until-counted 1]\n"
                     "                     [--cupti-client AT_MS:HOLD_MS]\n");
     exit(1);
 }
@@ -711,6 +766,11 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--end-ms")) g_end_ms = atol(v);
         else if (!strcmp(a, "--table-after-ms")) g_table_after_ms = atol(v);
         else if (!strcmp(a, "--table-every")) g_table_every = atol(v) > 1 ? atol(v) : 1;
+        else if (!strcmp(a, "--warm-until-counted")) g_warm_until_counted = atol(v) != 0;
+        else if (!strcmp(a, "--table-fn")) {
+            if (strcmp(v, "cuLaunchKernel") && strcmp(v, "cuLaunchKernelEx")) usage();
+            g_table_ex = !strcmp(v, "cuLaunchKernelEx");
+        }
         else if (!strcmp(a, "--phases")) {
             g_phase_ms = atol(v);
             const char *c = strchr(v, ':');

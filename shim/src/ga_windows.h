@@ -99,8 +99,9 @@ GA_HIDDEN void ga_window_closed(void) noexcept;      /* at each closing */
 GA_HIDDEN void ga_window_last(uint64_t *ns, uint64_t *launches) noexcept;
 GA_HIDDEN uint64_t ga_window_last_busy(void) noexcept; /* its busy-clock ns (0: none) */
 GA_HIDDEN void ga_window_callbacks(bool on, uint64_t now_ns) noexcept; /* launch callbacks on or off */
-/* The launch counter's scan counted more slots at now_ns; `hits` were its hits just before. */
-GA_HIDDEN void ga_window_hook_grew(uint64_t now_ns, uint64_t hits) noexcept;
+/* The launch counter's scan counted more slots at now_ns; `hits` were its hits just
+ * before, `targets` the counted functions behind the new slots (ga_hook_targets_since). */
+GA_HIDDEN void ga_window_hook_grew(uint64_t now_ns, uint64_t hits, uint64_t targets) noexcept;
 GA_HIDDEN uint64_t ga_window_time_ns(void) noexcept; /* time inside windows since attach */
 /* Every launch the callbacks see while attached, in windows or not. */
 GA_HIDDEN extern std::atomic<uint64_t> ga_launch_seq;

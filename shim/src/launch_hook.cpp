@@ -510,6 +510,12 @@ uint32_t ga_hook_hits_each(uint64_t *out, uint32_t max) noexcept {
     return n;
 }
 
+uint64_t ga_hook_targets_since(uint32_t slots0) noexcept {
+    uint64_t mask = 0;
+    for (uint32_t i = slots0; i < g_n_slots; i++) mask |= 1ull << g_slots[i].tramp;
+    return mask;
+}
+
 ga_hook_stats ga_hook_stats_now(void) noexcept {
     return {g_n_objects, g_n_slots, g_n_tramps, g_refused + g_n_pending, g_data_bytes, g_data_ns};
 }

@@ -33,6 +33,9 @@ GA_HIDDEN uint64_t ga_hook_hits(void) noexcept;
 /* The same, per counted function (GA_HOOK_TARGETS at most), into out; how many. */
 #define GA_HOOK_TARGETS 64
 GA_HIDDEN uint32_t ga_hook_hits_each(uint64_t *out, uint32_t max) noexcept;
+/* The counted functions (bit i: ga_hook_hits_each's i) behind the slots counted after
+ * the first `slots0` (ga_hook_stats's slots before a scan): which ones a scan grew. */
+GA_HIDDEN uint64_t ga_hook_targets_since(uint32_t slots0) noexcept;
 GA_HIDDEN ga_hook_stats ga_hook_stats_now(void) noexcept;
 /* The counted functions' names and hits, one per line, into buf (the probe's report). */
 GA_HIDDEN void ga_hook_describe(char *buf, unsigned size) noexcept;
