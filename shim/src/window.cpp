@@ -105,41 +105,100 @@ static uint64_t g_hook_p0, g_hook_epoch0; /* and the counter's coverage (ga_hook
 static ga_span g_callbacks_hook;
 #define HOOK_UNDECIDED -2.0 /* no period has told yet */
 #define HOOK_WAIT_PERIODS 4
+#define HOOK_MIN_LAUNCHES 64 /* hits or launches a calibration needs (calibrate_hook) */
 static double g_hook_ratio = HOOK_UNDECIDED;
 /* A period in which the counter's slots grew (a table the data search found; cuBLAS's
  * at an H200 Llama's first generate): its hits mix two coverages. The first growth's
  * time, the counter's hits then and those over the callbacks' spans until then (0: none
- * this period). Its hits before it go at the ratio that stood (or the clocks, for that
- * part of the period); its hits after it wait for the next period's calibration
- * (g_grew_wait: their hits, and the clocks' estimate of that part for where none comes),
- * and join the pending period (its span covers them). At the clocks, all of it read +46 %
- * on the H200: the count phase went at 48 000 launches/s, the period at 34 000/s. */
+ * this period). Its hits before it go at the ratio that stood; its hits after it wait
+ * for the next calibration (a wait, below), and join the pending period (its span
+ * covers them). At the clocks, all of it read +46 % on the H200: the count phase went
+ * at 48 000 launches/s, the period at 34 000/s. */
 static uint64_t g_grew_ns, g_grew_hits, g_grew_on, g_grew_cb_ns; /* and the callbacks' time on until then */
-static double g_grew_wait = -1, g_grew_wait_clocks, g_grew_end_s;
-/* Where no ratio stood at the growth (a process whose first periods each added slots:
- * an H200 Llama's), its hits before it wait too, for the same calibration: they were
- * a smaller share of the launches, which the counted functions' mix tells. A function
- * the growth gave no slot to (bit clear in g_grew_mask) kept its coverage, so its
- * share of the hits after the growth (of all) scales the hits before it. At the
- * clocks such a period read +45 % on the H200: the count phase's 43 000 launches/s
- * stood for the 0.9 s before the growth, in which the first generate launched little.
- * Per counted function: hits at the period's start and at the growth. */
-static uint64_t g_p0_each[GA_HOOK_TARGETS], g_grew_each[GA_HOOK_TARGETS], g_grew_mask;
-static double g_grew_wait_before, g_grew_before_share, g_grew_before_clocks;
+/* Per counted function: hits at the period's start, at its first growth, and at the
+ * latest growth (the coverage has stood since); the functions the period's first growth
+ * gave slots to, and those its later ones did. */
+static uint64_t g_p0_each[GA_HOOK_TARGETS], g_grew_each[GA_HOOK_TARGETS], g_last_grew_each[GA_HOOK_TARGETS];
+static uint64_t g_grew_first, g_grew_later;
+/* Hits that wait for a calibration: each stretch of a grown period on either side of
+ * its growth, per counted function, with the share of them made while the callbacks
+ * were off (their launches are the ones to add), the clocks' estimate of them (where
+ * no calibration comes within HOOK_WAIT_PERIODS periods), and the functions that
+ * gained slots after them (mask). Where no ratio stood at the growth (a process whose
+ * first periods each added slots: an H200 Llama's), the hits before it wait too, and
+ * periods that grow in a row add theirs: hits under an older coverage were a smaller
+ * share of the launches, which the counted functions' mix tells. A function no growth
+ * since gave a slot kept its coverage, so its share of the hits since the last growth
+ * (of all) scales a stretch's hits of it. At the clocks such a period read +45 % on
+ * the H200 (the count phase's 43 000 launches/s stood for the 0.9 s before the growth,
+ * in which the first generate launched little), and the one before it, whose hits
+ * went at the clocks as the next period grew again, -98 %. */
+struct grew_wait {
+    uint64_t d[GA_HOOK_TARGETS];
+    uint64_t mask;
+    double off, clocks, end_s;
+};
+#define GREW_WAITS 8
+static grew_wait g_waits[GREW_WAITS];
+static unsigned g_n_waits, g_wait_periods;
+static double g_waits_spilled; /* the clocks' estimate of stretches that found no room */
 
 static void hits_each(uint64_t *out) {
     memset(out, 0, sizeof(uint64_t) * GA_HOOK_TARGETS);
     ga_hook_hits_each(out, GA_HOOK_TARGETS);
 }
 
-/* Hits from `from` to `to`, of all counted functions and of those outside `mask`. */
+/* Hits from `from` to `to` (NULL: from 0), of all counted functions and of those outside `mask`. */
 static void split_hits(const uint64_t *to, const uint64_t *from, uint64_t mask, double *all, double *kept) {
     *all = *kept = 0;
     for (unsigned i = 0; i < GA_HOOK_TARGETS; i++) {
-        double d = to[i] >= from[i] ? (double)(to[i] - from[i]) : 0;
+        uint64_t f = from ? from[i] : 0;
+        double d = to[i] >= f ? (double)(to[i] - f) : 0;
         *all += d;
         if (!(mask >> i & 1)) *kept += d;
     }
+}
+
+/* A stretch's hits (from `from` to `to`), `off` of them made while the callbacks were off. */
+static void wait_for_calibration(const uint64_t *to, const uint64_t *from, uint64_t mask, double off, double clocks,
+                                 double end_s) {
+    if (g_n_waits == GREW_WAITS) {
+        g_waits_spilled += clocks;
+        return;
+    }
+    grew_wait &w = g_waits[g_n_waits++];
+    for (unsigned i = 0; i < GA_HOOK_TARGETS; i++) w.d[i] = to[i] >= from[i] ? to[i] - from[i] : 0;
+    double all, kept;
+    split_hits(w.d, NULL, 0, &all, &kept);
+    w.mask = mask, w.off = all > 0 ? (off < all ? off : all) / all : 0, w.clocks = clocks, w.end_s = end_s;
+}
+
+/* The waiting stretches' launches, at `ratio` (a calibration: > 0) scaled by their
+ * coverage, or at their clocks; each joins the pending period. Returns those that found
+ * none pending (the period's own count takes them). None waits after. */
+static double take_waits(double ratio) {
+    double unjoined = 0;
+    uint64_t now[GA_HOOK_TARGETS];
+    hits_each(now);
+    for (unsigned k = 0; k <= g_n_waits; k++) {
+        double n = g_waits_spilled, end_s = 0;
+        if (k < g_n_waits) {
+            const grew_wait &w = g_waits[k];
+            double all, kept, own_all, own_kept;
+            split_hits(now, g_last_grew_each, w.mask, &all, &kept);
+            split_hits(w.d, NULL, w.mask, &own_all, &own_kept);
+            n = ratio > 0 && kept >= HOOK_MIN_LAUNCHES ? ratio * w.off * own_kept * all / kept : w.clocks;
+            end_s = w.end_s;
+        }
+        if (n < 0.5) continue;
+        bool joined = ga_weights_add_to_pending((uint64_t)(n + 0.5));
+        if (!joined) unjoined += n;
+        if (ga_debug_on >= 2 && k < g_n_waits) /* tests/support/windows.py adds them to that period's line */
+            ga_debug("period (pid %d): %.0f launches more for the period that ended at %.6f s%s", (int)getpid(), n,
+                     end_s, joined ? "" : " (in this one's count)");
+    }
+    g_n_waits = 0, g_wait_periods = 0, g_waits_spilled = 0;
+    return unjoined;
 }
 
 /* ---- cuts: a period that ends where the launchers' mix changed (mix.cpp) ----
@@ -204,20 +263,22 @@ static void new_period(uint64_t start, bool first) {
     if (first && ga_cfg.launch_counter && ga_window_extrapolate) ga_hook_scan(); /* then at each poll */
     g_hook_p0 = ga_hook_hits(), g_hook_epoch0 = ga_hook_epoch();
     if (ga_cfg.launch_counter) hits_each(g_p0_each);
-    g_grew_ns = 0;
+    g_grew_ns = 0, g_grew_first = g_grew_later = 0;
     ga_mix_reset(start);
 }
 
 void ga_window_hook_grew(uint64_t now_ns, uint64_t hits, uint64_t targets) noexcept {
+    for (unsigned k = 0; k < g_n_waits; k++) g_waits[k].mask |= targets; /* they came before it */
+    hits_each(g_last_grew_each);
     if (now_ns <= g_period_start_ns) return;
     if (g_grew_ns) { /* the first growth of the period parts it; a later one's functions changed too */
-        g_grew_mask |= targets;
+        g_grew_later |= targets;
         return;
     }
     g_grew_ns = now_ns, g_grew_hits = hits, g_grew_on = g_callbacks_hook.peek(hits + 1);
     g_grew_cb_ns = g_callbacks.peek(now_ns);
-    g_grew_mask = targets;
-    hits_each(g_grew_each);
+    g_grew_first = targets;
+    memcpy(g_grew_each, g_last_grew_each, sizeof g_grew_each);
 }
 
 void ga_window_begin(uint64_t now_ns) noexcept {
@@ -242,7 +303,7 @@ void ga_window_begin(uint64_t now_ns) noexcept {
     new_period(now_ns, true);
     /* what the snapshots left */
     g_carry_busy = g_carry_hits = g_carry_clocks = 0, g_carry_periods = 0, g_hook_ratio = HOOK_UNDECIDED;
-    g_grew_wait = -1, g_grew_wait_before = 0;
+    g_n_waits = 0, g_wait_periods = 0, g_waits_spilled = 0;
     /* The agent holds its intervals from here on for this process's periods. */
     if (ga_cfg.duty_cycle > 1) ga_published(now_ns, false);
 }
@@ -411,7 +472,6 @@ static double without_callbacks(double ns_per_launch, double cb_ns, double cap) 
  * the clocks stand. Callbacks that saw fewer launches than the counter (CUPTI fires
  * them after three enables since a finalize only), or too few to tell, leave the last
  * ratio standing. A ratio, not a rate: the window's slower launches read the same. */
-#define HOOK_MIN_LAUNCHES 64
 static bool calibrate_hook(uint64_t launches, uint64_t hits) {
     if (!launches || (launches < HOOK_MIN_LAUNCHES && hits < HOOK_MIN_LAUNCHES && hits != launches)) return false;
     double q = hits ? (double)launches / (double)hits : 1e9;
@@ -496,21 +556,12 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
                     (hook_rest >= 1 || g_carry_hits >= 1) && ++g_carry_periods <= HOOK_WAIT_PERIODS;
         /* The slots grew in it (g_grew_ns): each side of the growth on its own. */
         bool grew = moved && g_grew_ns && g_period_had_window && !final && ga_cfg.launch_counter;
-        double grew_more = 0; /* the last such period's hits after its growth, now counted */
-        double grew_end_s = g_grew_end_s;
-        if (g_grew_wait >= 0) {
-            bool counted_now = calibrated && g_hook_ratio > 0;
-            grew_more = counted_now ? g_hook_ratio * g_grew_wait : g_grew_wait_clocks;
-            if (g_grew_wait_before > 0) { /* and its hits before the growth, where no ratio stood */
-                uint64_t now_each[GA_HOOK_TARGETS];
-                double all, kept;
-                hits_each(now_each);
-                split_hits(now_each, g_grew_each, g_grew_mask, &all, &kept);
-                grew_more += counted_now && kept >= HOOK_MIN_LAUNCHES
-                                 ? g_hook_ratio * g_grew_wait_before * g_grew_before_share * all / kept
-                                 : g_grew_before_clocks;
-            }
-            g_grew_wait = -1, g_grew_wait_before = 0;
+        /* Stretches waiting from grown periods before: counted at a calibration; they
+         * wait on while periods grow in a row */
+        double waited = 0;
+        if (g_n_waits || g_waits_spilled > 0) {
+            if (calibrated && g_hook_ratio > 0) waited = take_waits(g_hook_ratio);
+            else if (!moved || final || ++g_wait_periods > HOOK_WAIT_PERIODS) waited = take_waits(0);
         }
         double carried = 0;
         if (grew) {
@@ -524,17 +575,17 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
             double off = (double)len - (double)counted;
             double share = off > 0 && off_before > 0 ? off_before / off : 0;
             if (share > 1) share = 1;
-            g_grew_wait = hook_rest - before, g_grew_wait_clocks = (rest_n + tail_n) * (1 - share);
-            g_grew_end_s = (double)now / 1e9;
-            /* no ratio stood: the hits before it, of the functions the growth left alone */
-            double all_before, kept_before;
-            split_hits(g_grew_each, g_p0_each, g_grew_mask, &all_before, &kept_before);
-            if (g_hook_ratio == HOOK_UNDECIDED && before >= 1 && kept_before > 0) {
-                g_grew_wait_before = before, g_grew_before_share = kept_before / all_before;
-                g_grew_before_clocks = (rest_n + tail_n) * share;
+            uint64_t now_each[GA_HOOK_TARGETS];
+            hits_each(now_each);
+            double end_s = (double)now / 1e9, clocks = rest_n + tail_n;
+            wait_for_calibration(now_each, g_grew_each, g_grew_later, hook_rest - before, clocks * (1 - share), end_s);
+            if (g_hook_ratio > 0) {
+                rest_n = g_hook_ratio * before;
+            } else if (g_hook_ratio == HOOK_UNDECIDED && before >= 1) {
+                wait_for_calibration(g_grew_each, g_p0_each, g_grew_first | g_grew_later, before, clocks * share, end_s);
                 rest_n = 0;
             } else {
-                rest_n = g_hook_ratio > 0 ? g_hook_ratio * before : (rest_n + tail_n) * share;
+                rest_n = clocks * share;
             }
             tail_n = 0;
             carried = g_hook_ratio > 0 ? g_hook_ratio * g_carry_hits : g_carry_clocks;
@@ -550,13 +601,7 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
             carried = g_carry_clocks;
         }
         if (carried >= 0.5 && !ga_weights_add_to_pending((uint64_t)(carried + 0.5))) rest_n += carried;
-        if (grew_more >= 0.5) {
-            bool joined = ga_weights_add_to_pending((uint64_t)(grew_more + 0.5));
-            if (!joined) rest_n += grew_more;
-            if (ga_debug_on >= 2) /* tests/support/windows.py adds them to that period's line */
-                ga_debug("period (pid %d): %.0f launches more for the period that ended at %.6f s%s", (int)getpid(),
-                         grew_more, grew_end_s, joined ? "" : " (in this one's count)");
-        }
+        rest_n += waited;
         if (g_period_had_window) {
             all = seen + (uint64_t)(rest_n + tail_n + 0.5);
             g_extra_n += all - seen, g_extra_ns += rest + tail;
