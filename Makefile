@@ -36,6 +36,7 @@ SHIM_BENCH_SRCS := $(wildcard shim/src/bench/*.cpp)
 MOCK_LIBS := $(MOCK)/libcuda.so.1 $(MOCK)/libcudart.so.13 $(MOCK)/libcupti.so.13
 MOCK_APP  := $(MOCK)/mock_workload
 MOCK_GRAPH_APP := $(MOCK)/graph_workload
+MOCK_LAUNCHERS := $(MOCK)/libmock_launcher1.so $(MOCK)/libmock_launcher2.so
 
 .PHONY: all shim shim-bench mock venv test unit changed flaky lint run bench clean check-cuda-headers proto deps deps-check install demo
 
@@ -68,7 +69,7 @@ $(SHIM_BENCH): $(SHIM_SRCS) $(SHIM_BENCH_SRCS) $(SHIM_HDRS) | $(BUILD)
 	@mkdir -p $(@D)
 	$(SHIM_CXX) -DGA_BENCH_BUILD=1 -o $@ $(SHIM_SRCS) $(SHIM_BENCH_SRCS) -ldl -lpthread
 
-mock: check-cuda-headers $(MOCK_LIBS) $(MOCK_APP) $(MOCK_GRAPH_APP)
+mock: check-cuda-headers $(MOCK_LIBS) $(MOCK_APP) $(MOCK_GRAPH_APP) $(MOCK_LAUNCHERS)
 
 $(MOCK)/libcuda.so.1: shim/mock/mock_cuda.c shim/mock/mock_internal.h | $(MOCK)
 	$(CC) $(CFLAGS_COMMON) -shared -Wl,-soname,libcuda.so.1 -o $@ $< -ldl -lpthread
@@ -87,6 +88,10 @@ $(MOCK)/libcupti.so.13: shim/mock/mock_cupti.c shim/mock/mock_pcsampling.c shim/
 $(MOCK_APP): shim/mock/workload.c $(MOCK)/libcuda.so.1 $(MOCK)/libcudart.so.13
 	$(CC) -O1 -g -fno-inline -fomit-frame-pointer -rdynamic -I$(CUDA_INC) -o $@ $< \
 	    -L$(MOCK) -lcudart -lcuda -Wl,-rpath,'$$ORIGIN' -lpthread
+
+# Two copies of one library that the workload loads late (--libs-after-ms).
+$(MOCK)/libmock_launcher%.so: shim/mock/launcher.c $(MOCK)/libcuda.so.1
+	$(CC) $(CFLAGS_COMMON) -shared -o $@ $< -L$(MOCK) -lcuda
 
 $(MOCK_GRAPH_APP): shim/mock/graph_workload.c shim/include/gpu_agent_shim.h $(MOCK)/libcuda.so.1
 	$(CC) -O1 -g -Wall -fno-inline -fomit-frame-pointer -rdynamic -I$(CUDA_INC) -Ishim/include -o $@ $< \

@@ -13,6 +13,7 @@
  *                 [--warm N --warm-rate R] [--gap-ms G --gap-every-ms E] [--block B] [--spin-ns S]
  *                 [--work-ns S] [--idle-first-ms M] [--regimes MS:NS] [--end-ms M] [--table-after-ms M]
  *                 [--table-every K] [--table-fn cuLaunchKernel|cuLaunchKernelEx] [--warm-until-counted 1]
+ *                 [--libs-after-ms M1,M2]
  *                 [--phases MS:API[:EVERY]]
  *   --cupti-client AT_MS:HOLD_MS  (--bench) another CUPTI client in the process, as
  *                 torch.profiler is: from AT_MS on it tries cuptiSubscribe_v2 every ms
@@ -553,6 +554,35 @@ static int table_counted(void)
     return p != table_stub && p != *g_table_real;
 }
 
+/* --libs-after-ms M1,M2: two launches in three go through libmock_launcher1.so and
+ * libmock_launcher2.so (their import slots of cuLaunchKernelEx), which the loop loads M1
+ * and M2 ms after its start; before a load, through the driver's pointer held on the
+ * heap (not counted). Each load grows the launch counter at the next poll: two loads a
+ * period apart grow it in two periods in a row. With --warm-until-counted the warm-up
+ * ends at the first load. */
+typedef CUresult (*lib_launch_fn)(CUfunction, CUstream, void **);
+static long g_lib_ms[2] = {-1, -1};
+static lib_launch_fn g_lib_launch[2];
+static launch_ex_fn *g_lib_before;
+static double g_lib_t0;
+
+static CUresult lib_launch(CUfunction f, struct tctx *t, int which)
+{
+    if (!g_lib_launch[which] && (now_s() - g_lib_t0) * 1e3 >= (double)g_lib_ms[which]) {
+        void *h = dlopen(which ? "libmock_launcher2.so" : "libmock_launcher1.so", RTLD_NOW | RTLD_LOCAL);
+        g_lib_launch[which] = h ? (lib_launch_fn)dlsym(h, "mock_launcher_launch") : NULL;
+        if (!g_lib_launch[which]) {
+            fprintf(stderr, "mock_workload: libmock_launcher%d.so: %s\n", which + 1, dlerror());
+            exit(1);
+        }
+    }
+    if (g_lib_launch[which]) return g_lib_launch[which](f, t->s, t->args);
+    CUlaunchConfig c;
+    memset(&c, 0, sizeof c);
+    c.gridDimX = 4, c.gridDimY = c.gridDimZ = 1, c.blockDimX = 128, c.blockDimY = c.blockDimZ = 1, c.hStream = t->s;
+    return (*g_lib_before)(&c, f, t->args, NULL);
+}
+
 static int bench(long n, const char *api, double rate, long warm, double warm_rate)
 {
     struct tctx t;
@@ -592,6 +622,17 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
         g_table_ex_launch = g_table_after_ms > 0 ? table_ex_stub : *g_table_ex_real;
         g_table_t0 = now_s();
     }
+    int libs = g_lib_ms[0] >= 0;
+    if (libs) {
+        void *h = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
+        g_lib_before = malloc(sizeof *g_lib_before);
+        *(void **)g_lib_before = h ? dlsym(h, "cuLaunchKernelEx") : NULL;
+        if (table || graph || rt || !*g_lib_before) {
+            fprintf(stderr, "mock_workload: --libs-after-ms takes --api cuLaunchKernel\n");
+            return 1;
+        }
+        g_lib_t0 = now_s();
+    }
     if (graph) capture_cuGraphLaunch(&t); /* each launch: a replay of its 3 nodes */
     CUfunction f = g_fn[K_cuLaunchKernel];
     ck_rt(cudaLaunchKernel((const void *)stub_cudaLaunchKernel, GRID, BLOCK, t.args, 0, (cudaStream_t)t.s), "warmup");
@@ -607,7 +648,7 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
     long turn = 0; /* --phases: the turn the last launch was in (odd: the other path) */
     for (long i = 0; i < n; i++) {
         int alt = 0;
-        if (g_warm_until_counted && table && i < warm && table_counted()) {
+        if (g_warm_until_counted && i < warm && (table ? table_counted() : libs && g_lib_launch[0] != NULL)) {
             warm = i; /* the warm-up ends at this launch, and the trace says so */
             if (trace) fprintf(trace, "%.6f %ld\n", now_s(), i);
         }
@@ -623,6 +664,8 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
             launch_cuGraphLaunch(&t);
         else if (alt)
             ck_cu(cuLaunchKernel(f, 4, 1, 1, 128, 1, 1, 0, t.s, t.args, NULL), "cuLaunchKernel");
+        else if (libs && i % 3 < 2)
+            ck_cu(lib_launch(f, &t, (int)(i % 3)), "cuLaunchKernelEx (library)");
         else if (table && i % g_table_every == 0)
             ck_cu(table_launch(f, &t), "cuLaunchKernel (table)");
         else
@@ -729,6 +772,7 @@ static void usage(void)
                     "                     [--work-ns S] [--idle-first-ms M] [--regimes MS:NS] [--end-ms M]\n"
                     "                     [--table-after-ms M] [--table-every K] [--phases MS:API[:EVERY]]\n"
                     "                     [--table-fn cuLaunchKernel|cuLaunchKernelEx] [--warm-until-counted 1]\n"
+                    "                     [--libs-after-ms M1,M2]\n"
                     "                     [--cupti-client AT_MS:HOLD_MS]\n");
     exit(1);
 }
@@ -766,6 +810,9 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--end-ms")) g_end_ms = atol(v);
         else if (!strcmp(a, "--table-after-ms")) g_table_after_ms = atol(v);
         else if (!strcmp(a, "--table-every")) g_table_every = atol(v) > 1 ? atol(v) : 1;
+        else if (!strcmp(a, "--libs-after-ms")) {
+            if (sscanf(v, "%ld,%ld", &g_lib_ms[0], &g_lib_ms[1]) != 2 || g_lib_ms[0] < 0 || g_lib_ms[1] < 0) usage();
+        }
         else if (!strcmp(a, "--warm-until-counted")) g_warm_until_counted = atol(v) != 0;
         else if (!strcmp(a, "--table-fn")) {
             if (strcmp(v, "cuLaunchKernel") && strcmp(v, "cuLaunchKernelEx")) usage();
