@@ -185,7 +185,9 @@ def test_a_period_whose_slots_grew_counts_each_side_on_its_own(tmp_path, built, 
     half = loop != NONE_BEFORE  # the counter saw launches before the growth: every period
     checked = range(len(rows)) if half else range(moved[-1] + 1, len(rows))
     bad = [(i, round(rows[i][3] / rows[i][5] - 1, 4), rows[i]) for i in checked if off(rows[i]) >= 0.05]
-    assert not bad, (moved, bad, [ln for ln in err.splitlines() if "slots added" in ln or "more for" in ln])
+    lines = [ln[ln.find("): ") + 3 :] for ln in err.splitlines() if "slots added" in ln or "more for" in ln]
+    lines += [ln[ln.find("): ") + 3 :] for _, _, r in bad for ln in err.splitlines() if f"ended at {r[1]:.6f}" in ln]
+    assert not bad, (moved, [b[:2] + b[2][:6] for b in bad], lines)
     if half:
         assert abs(seen / made - 1) < 0.01, (seen, made)
 
