@@ -164,7 +164,8 @@ def test_version_1_names_are_the_viewer_s():
     """Issue 46: cutedsl-trace's viewer fills a label's placeholders ({lane}, {blockX},
     {N}: the N-th parameter) and puts a thread's track under its warp (lane // 32). The
     reader appended the lane to a label without {lane} ("Producer 0"), kept event names
-    as templates ("Load {0} of {1}") and made threads warps."""
+    as templates ("Load {0} of {1}"), made threads warps and dropped each CTA's SM and
+    cluster."""
 
     def s(text: str) -> bytes:
         return struct.pack("<H", len(text)) + text.encode()
@@ -198,7 +199,8 @@ def test_version_1_names_are_the_viewer_s():
         "k / CTA 3 / Warp 1 / Thread 40",
     ]
     assert [e.name for e in t.events] == ["CTA 1,1", "Load 7 of 9", "CTA 1,1"]
-    assert t.events[1].args == [("0", 7), ("1", 9)]
+    # the CTA's SM and cluster, as arguments of each of its events (they were dropped)
+    assert t.events[1].args == [("0", 7), ("1", 9), ("sm", 5), ("cluster", 1)]
 
 
 @pytest.mark.parametrize("compressed", [False, True])
@@ -211,7 +213,8 @@ def test_version_1_reads_as_ctas_with_warps_inside(compressed):
         warp = t.tracks[e.track]
         assert warp.kind == WARP and t.tracks[warp.parent].kind == THREAD_BLOCK
     loads = [e for e in t.events if e.name == "tma load"]
-    assert len(t.events) == 8 and len(loads) == 4 and all(e.args == [("0", 0)] for e in loads)
+    assert len(t.events) == 8 and len(loads) == 4 and all(e.args[0] == ("0", 0) for e in loads)
+    assert {dict(e.args)["sm"] for e in t.events} == {3, 7} and {dict(e.args)["cluster"] for e in t.events} == {0}
     assert sorted(e.start for e in t.events if t.tracks[e.track].source_id == 32) == [32, 32, 132, 132]
 
 

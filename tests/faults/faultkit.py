@@ -156,3 +156,14 @@ def honest(tmp_path):
 def settle(node: Node, seconds: float = 2.5) -> None:
     """Waits for the windows that hold what happened so far to be written."""
     time.sleep(seconds)
+
+
+def counted(node: Node, name: str, want: float, base: float = 0.0, timeout: float = 60.0) -> float:
+    """The counter `name` less `base`, once it reached `want` (or at the deadline), then
+    once more after settle(): a count waited for, not slept for (a loaded two-worker run
+    read 0 of 4 after a 2.5 s sleep), and none past it."""
+    deadline = time.monotonic() + timeout
+    while node.metrics().get(name, 0) - base < want and time.monotonic() < deadline:
+        time.sleep(0.2)
+    settle(node, 1.0)
+    return node.metrics().get(name, 0) - base

@@ -84,7 +84,8 @@ def _scan(s: Stream, budget: Budget) -> None:
         (n_formats + n_blocks) * COST_RECORD + (3 * n_tracks + 1) * COST_TRACK,
         "its formats, blocks and tracks",
     )
-    budget.charge(n_events * COST_EVENT, f"its {n_events} events")
+    # each event's two more arguments, its CTA's SM and cluster (tuples shared per CTA)
+    budget.charge(n_events * (COST_EVENT + 16), f"its {n_events} events")
     labels, params = array("I"), bytearray()
     for _ in range(n_formats):
         labels.append(s.unpack(_H)[0])
@@ -151,6 +152,8 @@ def parse_v1(data: bytes, what: str, memory: int = DEFAULT_MEMORY) -> Nanotrace:
         r.text(r.unpack("<H")[0])  # the tooltip
         formats.append((label, r.unpack("<B")[0]))
     blocks = [r.unpack("<IIHH") for _ in range(n_blocks)]  # block id, cluster id, SM, format
+    # each event keeps its CTA's SM and cluster as arguments, as the viewer shows them
+    placed = [(("sm", b[2]), ("cluster", b[1])) for b in blocks]
     t.clocks[0] = (0, "kernel start (ns)", 0, 1_000_000_000)
     root = Track(1, 0, 0, t.kernel, KERNEL)
     t.tracks[1] = root
@@ -193,7 +196,7 @@ def parse_v1(data: bytes, what: str, memory: int = DEFAULT_MEMORY) -> Nanotrace:
             n_args += len(params)
             if n_args > MAX_ARGS:
                 raise NanotraceError(f"{what}: more than {MAX_ARGS} event parameters")
-            ev_args = list(zip(KEYS, params))
+            ev_args = [*zip(KEYS, params), *placed[bi]]
             text = fill(formats[ev_fmt][0], blocks[bi], t.grid, lane, params)
             t.events.append(Event(tid, start, dur, text, args=ev_args))
     if len(t.events) != n_events:
