@@ -27,8 +27,8 @@ KEYS = ("end", "len_ms", "on_ms", "seen", "in", "win_ms", "td_ms", "tail_ms", "t
 KEYS += ("rest_ms", "rate")
 KEYS += ("count_rate", "est", "clocks")
 JOINED = re.compile(r"(\d+) launches joined to the window before them")
-# a period whose launch counter grew: its launches after the growth, counted a period
-# later (shim/src/window.cpp's g_grew_wait), for the period that ended at that time
+# a period whose launch counter grew: its stretches' launches, counted at a later
+# calibration (shim/src/window.cpp's waits), for the period that ended at that time
 MORE = re.compile(r"period \(pid \d+\): (\d+) launches more for the period that ended at ([\d.]+) s")
 
 

@@ -148,15 +148,22 @@ static void hits_each(uint64_t *out) {
     ga_hook_hits_each(out, GA_HOOK_TARGETS);
 }
 
-/* Hits from `from` to `to` (NULL: from 0), of all counted functions and of those outside `mask`. */
+/* Hits from `from` to `to`, of all counted functions and of those outside `mask`. */
 static void split_hits(const uint64_t *to, const uint64_t *from, uint64_t mask, double *all, double *kept) {
     *all = *kept = 0;
     for (unsigned i = 0; i < GA_HOOK_TARGETS; i++) {
-        uint64_t f = from ? from[i] : 0;
-        double d = to[i] >= f ? (double)(to[i] - f) : 0;
+        double d = to[i] >= from[i] ? (double)(to[i] - from[i]) : 0;
         *all += d;
         if (!(mask >> i & 1)) *kept += d;
     }
+}
+
+/* Of one stretch's hits per counted function, those outside `mask` (0: all). */
+static double hits_outside(const uint64_t *d, uint64_t mask) {
+    double n = 0;
+    for (unsigned i = 0; i < GA_HOOK_TARGETS; i++)
+        if (!(mask >> i & 1)) n += (double)d[i];
+    return n;
 }
 
 /* A stretch's hits (from `from` to `to`), `off` of them made while the callbacks were off. */
@@ -168,8 +175,7 @@ static void wait_for_calibration(const uint64_t *to, const uint64_t *from, uint6
     }
     grew_wait &w = g_waits[g_n_waits++];
     for (unsigned i = 0; i < GA_HOOK_TARGETS; i++) w.d[i] = to[i] >= from[i] ? to[i] - from[i] : 0;
-    double all, kept;
-    split_hits(w.d, NULL, 0, &all, &kept);
+    double all = hits_outside(w.d, 0);
     w.mask = mask, w.off = all > 0 ? (off < all ? off : all) / all : 0, w.clocks = clocks, w.end_s = end_s;
 }
 
@@ -184,10 +190,10 @@ static double take_waits(double ratio) {
         double n = g_waits_spilled, end_s = 0;
         if (k < g_n_waits) {
             const grew_wait &w = g_waits[k];
-            double all, kept, own_all, own_kept;
+            double all, kept;
             split_hits(now, g_last_grew_each, w.mask, &all, &kept);
-            split_hits(w.d, NULL, w.mask, &own_all, &own_kept);
-            n = ratio > 0 && kept >= HOOK_MIN_LAUNCHES ? ratio * w.off * own_kept * all / kept : w.clocks;
+            n = ratio > 0 && kept >= HOOK_MIN_LAUNCHES ? ratio * w.off * hits_outside(w.d, w.mask) * all / kept
+                                                       : w.clocks;
             end_s = w.end_s;
         }
         if (n < 0.5) continue;

@@ -153,7 +153,7 @@ def parse_v1(data: bytes, what: str, memory: int = DEFAULT_MEMORY) -> Nanotrace:
         formats.append((label, r.unpack("<B")[0]))
     blocks = [r.unpack("<IIHH") for _ in range(n_blocks)]  # block id, cluster id, SM, format
     # each event keeps its CTA's SM and cluster as arguments, as the viewer shows them
-    placed = [(("sm", b[2]), ("cluster", b[1])) for b in blocks]
+    cta_args = [(("sm", b[2]), ("cluster", b[1])) for b in blocks]
     t.clocks[0] = (0, "kernel start (ns)", 0, 1_000_000_000)
     root = Track(1, 0, 0, t.kernel, KERNEL)
     t.tracks[1] = root
@@ -196,7 +196,7 @@ def parse_v1(data: bytes, what: str, memory: int = DEFAULT_MEMORY) -> Nanotrace:
             n_args += len(params)
             if n_args > MAX_ARGS:
                 raise NanotraceError(f"{what}: more than {MAX_ARGS} event parameters")
-            ev_args = [*zip(KEYS, params), *placed[bi]]
+            ev_args = [*zip(KEYS, params), *cta_args[bi]]
             text = fill(formats[ev_fmt][0], blocks[bi], t.grid, lane, params)
             t.events.append(Event(tid, start, dur, text, args=ev_args))
     if len(t.events) != n_events:
