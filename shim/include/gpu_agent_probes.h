@@ -25,10 +25,12 @@
  *                     raises a probe's semaphore once per probe, not once per
  *                     uprobe consumer, so a second agent attaching `attach` is
  *                     invisible to the shim. So every agent, when it starts,
- *                     holds a uprobe on `replay` for about a second; a shim
- *                     that is attached and sees this semaphore rise from 0
- *                     fires kernel_name for every known name and `attach`
- *                     again, then `replay` itself (an acknowledgement).
+ *                     holds a uprobe on `replay` for 2 s; a shim that is
+ *                     attached and sees this semaphore rise from 0, or still
+ *                     up 0.8 s after its last replay (another agent's request
+ *                     hid this one's rise), fires kernel_name for every known
+ *                     name and `attach` again, then `replay` itself (an
+ *                     acknowledgement).
  *
  *   cuda_correlation  (u32 correlation_id, u32 cbid, u64 stack_id,
  *                      const u64 *frames, u32 nframes, u32 weight,

@@ -29,6 +29,14 @@ static bool g_block_until_drop;                 /* after OOM: wait for the next 
 static uint64_t g_retry_at_ns;                  /* another CUPTI subscriber: retry later */
 static uint64_t g_next_flush_ns;
 static bool g_replay_asked;                     /* the replay semaphore was up at the last poll */
+static uint64_t g_replayed_ns;                  /* the last replay (or attach, which replays) */
+/* While the replay semaphore stays up, the names go again this often: the kernel
+ * raises a probe's semaphore once, whoever holds it, so an agent that asks while
+ * another's request is up sees no rise (an agent started within 1.5 s of another
+ * got no name of a running process: 3 runs of 4). Every agent holds it for
+ * REPLAY_HOLD_S (agent/gpu_agent/probes/shim_attach.py, 2 s), more than this plus
+ * a poll: one replay comes inside each request, whoever else asks. */
+#define GA_REPLAY_EVERY_NS 800000000ull
 static bool g_devices_told;                     /* gpu_device fired since the attach or replay */
 
 /* ------------------------------------------------------------------ */
@@ -105,6 +113,7 @@ static void do_attach(void) {
     g_stat_attaches.fetch_add(1, std::memory_order_relaxed);
     g_devices_told = false;
     g_replay_asked = ga_replay_semaphore_value() != 0; /* the attach replayed the names */
+    g_replayed_ns = now;
     ga_fire_attach_probe();
     char windows[64];
     if (ga_budget_on())
@@ -154,7 +163,9 @@ void ga_session_poll(void) noexcept {
             /* An agent that started asks for the names it missed: the attach
              * semaphore does not rise for a second agent (gpu_agent_probes.h). */
             bool asked = ga_replay_semaphore_value() != 0;
-            if (asked && !g_replay_asked) {
+            uint64_t t = ga_now_ns();
+            if (asked && (!g_replay_asked || t - g_replayed_ns >= GA_REPLAY_EVERY_NS)) {
+                g_replayed_ns = t;
                 g_devices_told = false;
                 ga_replay_names();
                 ga_pcs_replay();

@@ -5,17 +5,21 @@ The shim announces a kernel's name once, when it first sees it, and again when
 the attach semaphore rises from 0. A second agent does not raise it: the kernel
 counts a uprobe's semaphore once per probe, not once per consumer (seen here:
 two agents, semaphore 1). So each agent, as it starts, holds the `replay`
-probe's semaphore for a moment, and the shim announces its names again."""
+probe's semaphore for REPLAY_HOLD_S, and the shim announces its names again, at
+the rise and every 0.8 s while it stays up: a second agent that asks while the
+first's request is up sees no rise, and gets the next of those."""
 
 from __future__ import annotations
 
 import shutil
+
+import pytest
 import subprocess
 import time
 
 from support.env import MOCK_APP, SHIM, mock_env, need_ebpf
 from support.pprof_tool import raw
-from gpu_agent.probes.shim_attach import REPLAY_HOLD_S
+from gpu_agent.probes import shim_attach
 from gpu_agent.join.collector import Collector
 
 KERNEL = "k_cuLaunchKernel(float*, int)"
@@ -35,13 +39,22 @@ def _kernel_names(col: Collector) -> set[str]:
     return {p.string_table[f.name] for f in p.function if p.string_table[f.filename] == "CUDA_KERNEL"}
 
 
-def test_an_agent_that_attaches_later_gets_the_names(tmp_path, built):
+@pytest.mark.parametrize("when", ["after-the-first-request", "during-the-first-request"])
+def test_an_agent_that_attaches_later_gets_the_names(tmp_path, built, monkeypatch, when):
+    """during: the first agent's request stays up all through (a hold of 60 s), so
+    the second's raises nothing; before the shim replayed while a request stayed up,
+    the second got no name (an agent started within 1.5 s of another: 3 runs of 4
+    had every kernel `[unknown kernel ...]`)."""
     need_ebpf()
     # Our own copy (another inode): no other agent on this host attaches to it.
     shim = tmp_path / "libgpu_agent_shim-two.so"
     shutil.copy(SHIM, shim)
+    hold = shim_attach.REPLAY_HOLD_S
+    if when == "during-the-first-request":
+        monkeypatch.setattr(shim_attach, "REPLAY_HOLD_S", 60.0)
     first = Collector(str(shim), python_stacks=False)
     first.open()
+    monkeypatch.setattr(shim_attach, "REPLAY_HOLD_S", hold)
     opened = time.monotonic()
     second = None
     app = subprocess.Popen(
@@ -52,11 +65,12 @@ def test_an_agent_that_attaches_later_gets_the_names(tmp_path, built):
     )
     try:
         assert _poll_until([first], lambda: first.session.names), "the first agent got no name"
-        # The first agent's own request has ended (agents that start within
-        # REPLAY_HOLD_S of each other share one request: the later one may miss it).
-        _poll_until([first], lambda: time.monotonic() > opened + REPLAY_HOLD_S + 0.3)
+        if when == "after-the-first-request":
+            _poll_until([first], lambda: time.monotonic() > opened + hold + 0.3)
         second = Collector(str(shim), python_stacks=False)
         second.open()
+        if when == "during-the-first-request":
+            assert first.session.attachments.replay_holds, "the first agent's request ended"
         assert _poll_until([first, second], lambda: second.counters()["kernels"] > 50)
         assert _poll_until([first, second], lambda: second.session.names, timeout=10)
         names = _kernel_names(second)

@@ -58,8 +58,11 @@ DATA_PROBES = {  # contract probe -> BPF function
 ATTACH_FN = "ga_attach"
 REPLAY_FN = "ga_replay"
 # How long an agent holds the `replay` probe's semaphore up after it attaches to a
-# shim file: several of the shim's polls (GPU_AGENT_POLL_MS, default 100 ms).
-REPLAY_HOLD_S = 1.5
+# shim file. The kernel raises it once whoever holds it, so a shim replays at its
+# rise and again every 0.8 s while it stays up (shim/src/session.cpp): a hold longer
+# than that and a poll (GPU_AGENT_POLL_MS, default 100 ms) gets one replay, however
+# other agents' holds overlap it.
+REPLAY_HOLD_S = 2.0
 SHIM_BASENAME = "libgpu_agent_shim.so"  # what discover() looks for in /proc/*/maps
 
 
