@@ -8,7 +8,6 @@ pprof. See docs/graphs.md.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from support.env import MOCK_DIR, SHIM, agent_cmd, ground_truth, mock_env, need_ebpf
+from support.env import MOCK_DIR, agent_cmd, ground_truth, mock_env, need_ebpf, private_shim
 from gpu_agent.probes import contract as C
 from gpu_agent.probes.bpf_session import BpfSession
 from gpu_agent.probes.drain import AggKey
@@ -129,15 +128,6 @@ def test_explicitly_built_graph(graph_app, tmp_path):
         for s in mine:
             assert s.frames[1] == GRAPH_REPLAY and added_by[fn] in s.frames, s.frames[:8]
             assert "cuGraphAddKernelNode_v2" in s.frames and "build_graph_explicit" in s.frames
-
-
-def private_shim(tmp_path) -> Path:
-    """A copy of the shim under another name: another inode, which an agent running
-    elsewhere on this machine (attached by path, discovering libgpu_agent_shim.so
-    copies) does not attach to, so only this test's collector decides when it attaches."""
-    shim = tmp_path / "libgpu_agent_shim-graphs.so"
-    shutil.copy(SHIM, shim)
-    return shim
 
 
 def _run_collector(proc, collector, timeout=120, drain_every=1.0):

@@ -40,10 +40,11 @@ def attacker(world_dir, built):
     return A.build(world_dir / "bin")
 
 
-def attack(exe: Path, script: A.Script, world_dir: Path, timeout: float = 120) -> int:
-    """Runs the script as uid 65534 to its end; returns the attacker's pid."""
+def attack(exe: Path, script: A.Script, world_dir: Path, timeout: float = 120, shim: Path = SHIM) -> int:
+    """Runs the script as uid 65534 to its end (through `shim`, which world_dir's
+    users can read); returns the attacker's pid."""
     path = script.write(Path(tempfile.mkstemp(dir=world_dir, suffix=".attack")[1]))
-    p = A.run(exe, SHIM, path)
+    p = A.run(exe, shim, path)
     out, err = p.communicate(timeout=timeout)
     assert p.returncode == 0, f"attacker failed ({p.returncode}): {err}"
     lines = out.split()

@@ -19,7 +19,9 @@ from gpu_agent.profile.vocabulary import DROPPED_CUPTI, DROPPED_REFUSED_LABEL
 
 from support.pprof_tool import pprof, profile_duration_s, raw
 
-from .faultkit import MOCK_APP, SHIM, attack, counted, ground_truth, mock_env, settle
+from support.env import need_ebpf, private_shim
+
+from .faultkit import MOCK_APP, SHIM, Node, attack, counted, ground_truth, mock_env, settle
 
 from . import attacker as A
 
@@ -220,19 +222,29 @@ def honest_names(tmp_path) -> list[bytes]:
     return [k.encode() for k in ground_truth(truth)]
 
 
-def test_no_process_can_rename_another_process_kernels(node, honest, attacker, world_dir, tmp_path):
-    """Item 5: names were global and the first writer won, forever."""
-    victims = honest_names(tmp_path)
-    s = A.Script(SHIM)
-    for name in victims:
-        kid = C.kernel_id(name)
-        s.full_name(kid, b"_Z6hijackv")  # the wrong name
-        s.full_name(kid, (b"_Z6hijack" + b"x" * C.MAX_NAME_LEN)[: C.MAX_NAME_LEN])  # a cut one
-    attack(attacker, s, world_dir)
-    h = honest(*HONEST)
-    h.wait()
-    assert counted(node, "agent_name_spoofed", 2 * len(victims)) == 2 * len(victims)
-    node.stop()
+def test_no_process_can_rename_another_process_kernels(built, honest, attacker, world_dir, tmp_path):
+    """Item 5: names were global and the first writer won, forever. Its own agent on
+    its own shim copy: one that watches the shared shim may know the honest names
+    already (another worker's mock processes launch the same kernels), and a known
+    name's chunks are not looked at again (a two-worker run counted 2 spoofs of 4)."""
+    need_ebpf()
+    shim = private_shim(Path(tempfile.mkdtemp(dir=world_dir)))
+    shim.parent.chmod(0o755)
+    node = Node(tmp_path / "profiles", "--shim", shim)
+    try:
+        victims = honest_names(tmp_path)
+        s = A.Script(shim)
+        for name in victims:
+            kid = C.kernel_id(name)
+            s.full_name(kid, b"_Z6hijackv")  # the wrong name
+            s.full_name(kid, (b"_Z6hijack" + b"x" * C.MAX_NAME_LEN)[: C.MAX_NAME_LEN])  # a cut one
+        attack(attacker, s, world_dir, shim=shim)
+        h = honest(*HONEST, env={"CUDA_INJECTION64_PATH": str(shim)})
+        h.wait()
+        assert counted(node, "agent_name_spoofed", 2 * len(victims)) == 2 * len(victims)
+        node.stop()
+    finally:
+        node.agent.kill()
     h.assert_exact(node.samples())
 
 
