@@ -131,7 +131,9 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.gpu", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     o = sub.add_parser("overhead", help=overhead.__doc__.split("\n")[0])
-    o.add_argument("--method", choices=["sep", "pair", "timeline", "residual", "events", "inprocess"], default="sep")
+    o.add_argument(
+        "--method", choices=["sep", "pair", "side", "timeline", "residual", "events", "inprocess"], default="sep"
+    )
     o.add_argument("--periods", type=int, default=6, help="--method inprocess: attach/detach periods")
     o.add_argument("--on", type=float, default=10.0, help="--method inprocess: seconds the agent watches")
     o.add_argument("--off", type=float, default=6.0, help="--method inprocess: seconds without agent")

@@ -13,7 +13,9 @@ then times --repeats blocks and reports the median block.
     its own phase and round.
   - --method sep shuffles the configs within each round; --method pair runs a
     baseline right before every other config, so that each ratio is taken
-    between neighbours in time.
+    between neighbours in time; --method side runs a baseline process beside
+    every other config's, at the same time, each on half of --cpus (the host's
+    drift between processes is common to both).
 The table gives, per config, the median µs per step, the ratio of means against
 the baseline, and the median of per-round ratios with a bootstrap 95 % interval.
 Diagnostic configs switch one part of the shim off (see CONFIGS), so their
@@ -106,10 +108,16 @@ def cpu_list(spec: str) -> list[str]:
     return out
 
 
-def one(a, workload: str, config: str) -> dict:
+def one(a, workload: str, config: str, cpus_spec: str = "") -> dict:
     """One measurement: a fresh process (N at once for mlp-xN, their mean)."""
+    return finish(workload, config, start(a, workload, config, cpus_spec))
+
+
+def start(a, workload: str, config: str, cpus_spec: str = "") -> list:
+    """The measurement's processes, started (pinned to cpus_spec, or to --cpus)."""
+    spec = cpus_spec or a.cpus
     n = int(workload.split("-x")[1]) if "-x" in workload else 1
-    cpus = cpu_list(a.cpus)
+    cpus = cpu_list(spec)
     cmd = case_command(
         workload.split("-x")[0] if n > 1 else workload,
         steps=int(a.scale * STEPS[workload]),
@@ -119,10 +127,14 @@ def one(a, workload: str, config: str) -> dict:
     )
     procs = []
     for i in range(n):
-        pin = ["taskset", "-c", cpus[i % len(cpus)] if n > 1 else a.cpus] if cpus else []
+        pin = ["taskset", "-c", cpus[i % len(cpus)] if n > 1 else spec] if cpus else []
         procs.append(
             subprocess.Popen(pin + cmd, env=env_of(config), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         )
+    return procs
+
+
+def finish(workload: str, config: str, procs: list) -> dict:
     outs = []
     for p in procs:
         out, err = p.communicate(timeout=900)
@@ -173,30 +185,58 @@ def run(a) -> None:
                         if a.method == "pair"
                         else random.sample(order + ["baseline"], len(order) + 1)
                     )
+                    if a.method == "side":
+                        seq = order
                     for c in seq:
                         t0, c0 = time.monotonic(), agent.cpu_s() if agent else 0.0
-                        rec = one(a, w, c)
-                        rec.update(round=f"{a.tag}{r}", phase=phase, method=a.method)
-                        if agent:
-                            rec["agent_cpu_pct"] = round(100 * (agent.cpu_s() - c0) / (time.monotonic() - t0), 2)
-                            rec["agent_rss_mib"], rec["agent_peak_mib"] = agent.rss_mib()
-                        out.write(json.dumps(rec) + "\n")
-                        out.flush()
-                        print(
-                            f"{phase:8} round {r} {w:12} {c:18} {rec['us_per_step']:9.2f} µs/step"
-                            + (
-                                f"  agent {rec['agent_cpu_pct']:.1f} % CPU, {rec['agent_rss_mib']:.0f} MiB"
-                                if agent
-                                else ""
-                            ),
-                            file=sys.stderr,
-                            flush=True,
-                        )
+                        if a.method == "side":
+                            recs = side(a, w, c, r)
+                        else:
+                            recs = [one(a, w, c)]
+                            recs[0]["round"] = f"{a.tag}{r}"
+                        for rec in recs:
+                            rec.update(phase=phase, method=a.method)
+                            if agent:
+                                rec["agent_cpu_pct"] = round(100 * (agent.cpu_s() - c0) / (time.monotonic() - t0), 2)
+                                rec["agent_rss_mib"], rec["agent_peak_mib"] = agent.rss_mib()
+                            out.write(json.dumps(rec) + "\n")
+                            out.flush()
+                            print(
+                                f"{phase:8} round {rec['round']} {w:12} {rec['config']:18} "
+                                f"{rec['us_per_step']:9.2f} µs/step"
+                                + (
+                                    f"  agent {rec['agent_cpu_pct']:.1f} % CPU, {rec['agent_rss_mib']:.0f} MiB"
+                                    if agent
+                                    else ""
+                                ),
+                                file=sys.stderr,
+                                flush=True,
+                            )
         finally:
             if agent:
                 tail = agent.stop()
                 if a.verbose:
                     print(tail, file=sys.stderr)
+
+
+def side(a, workload: str, config: str, r: int) -> list[dict]:
+    """--method side: the config's process and a baseline process at the same time, on
+    the two halves of --cpus (which half takes which drawn at random), one GPU: both
+    live through the same stretch of the host's drift (process medians moved by up to
+    50 % between rounds, which no number of rounds of processes one after another
+    resolved to 3 points). A pair's ratio is its round's."""
+    cpus = cpu_list(a.cpus)
+    if len(cpus) < 2 or "-x" in workload:
+        raise SystemExit("--method side needs two CPUs or more in --cpus, and one process a workload")
+    halves = [",".join(cpus[: len(cpus) // 2]), ",".join(cpus[len(cpus) // 2 :])]
+    random.shuffle(halves)
+    procs = {c: start(a, workload, c, half) for c, half in zip(("baseline", config), halves)}
+    recs = []
+    for c, half in zip(("baseline", config), halves):
+        rec = finish(workload, c, procs[c])
+        rec.update(round=f"{a.tag}{r}-{config}", cpus=half)
+        recs.append(rec)
+    return recs
 
 
 def timeline(a) -> None:
