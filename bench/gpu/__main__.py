@@ -147,6 +147,9 @@ def main(argv=None) -> None:
     o.add_argument("--shim-env", default="", help="--method inprocess: shim settings, K=V,K=V")
     o.add_argument("--control-cpus", default="", help="--method inprocess: a process without the shim here")
     o.add_argument("--seconds", type=float, default=40.0, help="--method timeline: the loop's length")
+    o.add_argument(
+        "--trace-seconds", type=float, default=0.0, help="--method side: each process times blocks this long"
+    )
     o.add_argument("--rounds", type=int, default=6)
     o.add_argument("--workloads", default="eager,mlp,graph,compiled,driver-graph,mlp-x4")
     o.add_argument(

@@ -125,28 +125,46 @@ def start(a, workload: str, config: str, cpus_spec: str = "") -> list:
         wait=a.wait,
         torch_profiler=config == "torch.profiler",
     )
+    env = env_of(config)
+    if getattr(a, "trace_seconds", 0):
+        # blocks for that long, each with the shim's state (cases.py --trace); the shim's
+        # window and budget lines, where it is loaded
+        steps = max(1, int(a.scale * STEPS[workload]) // 40)
+        cmd = case_command(workload, steps=steps) + ["--trace", str(a.trace_seconds)]
+        if "CUDA_INJECTION64_PATH" in env:
+            env["GPU_AGENT_DEBUG"] = "1"
     procs = []
     for i in range(n):
         pin = ["taskset", "-c", cpus[i % len(cpus)] if n > 1 else spec] if cpus else []
-        procs.append(
-            subprocess.Popen(pin + cmd, env=env_of(config), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        )
+        procs.append(subprocess.Popen(pin + cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     return procs
 
 
-def finish(workload: str, config: str, procs: list) -> dict:
+def finish(workload: str, config: str, procs: list, skip_s: float = 0.0) -> dict:
+    """The processes' results; a --trace process's µs per step is the median of its
+    blocks from skip_s after it was ready, and its trace and shim lines are kept."""
     outs = []
     for p in procs:
         out, err = p.communicate(timeout=900)
         if p.returncode != 0:
             raise SystemExit(f"{workload}/{config} failed: {err[-2000:]}")
-        outs.append(json.loads(out.strip().splitlines()[-1]))
+        lines = [json.loads(ln) for ln in out.strip().splitlines() if ln.startswith("{")]
+        o = lines[-1]
+        if "trace" in o:
+            ready = next((ln["ready"] for ln in lines if "ready" in ln), o["trace"][0][0])
+            o["us_per_step"] = statistics.median(b[1] for b in o["trace"] if b[0] >= ready + skip_s)
+            o["ready"] = ready
+            o["shim_lines"] = [ln for ln in err.splitlines() if ln.startswith("gpu-agent-shim")][-400:]
+        outs.append(o)
     rec = {
         "workload": workload,
         "config": config,
         "us_per_step": statistics.fmean(o["us_per_step"] for o in outs),
         "blocks": [o.get("blocks") for o in outs],
     }
+    for key in ("trace", "ready", "shim_lines"):
+        if key in outs[0]:
+            rec[key] = outs[0][key]
     poller = [o.get("thread_cpu_pct", {}).get("ga-shim-poll") for o in outs]
     if any(poller):
         rec["poller_cpu_pct"] = max(filter(None, poller))
@@ -224,7 +242,9 @@ def side(a, workload: str, config: str, r: int) -> list[dict]:
     the two halves of --cpus (which half takes which drawn at random), one GPU: both
     live through the same stretch of the host's drift (process medians moved by up to
     50 % between rounds, which no number of rounds of processes one after another
-    resolved to 3 points). A pair's ratio is its round's."""
+    resolved to 3 points). A pair's ratio is its round's. With --trace-seconds each
+    process times blocks for that long instead (with the shim's state, and its
+    window lines kept), from --wait seconds on."""
     cpus = cpu_list(a.cpus)
     if len(cpus) < 2 or "-x" in workload:
         raise SystemExit("--method side needs two CPUs or more in --cpus, and one process a workload")
@@ -233,7 +253,7 @@ def side(a, workload: str, config: str, r: int) -> list[dict]:
     procs = {c: start(a, workload, c, half) for c, half in zip(("baseline", config), halves)}
     recs = []
     for c, half in zip(("baseline", config), halves):
-        rec = finish(workload, c, procs[c])
+        rec = finish(workload, c, procs[c], a.wait)
         rec.update(round=f"{a.tag}{r}-{config}", cpus=half)
         recs.append(rec)
     return recs
