@@ -152,7 +152,9 @@ def finish(workload: str, config: str, procs: list, skip_s: float = 0.0) -> dict
         o = lines[-1]
         if "trace" in o:
             ready = next((ln["ready"] for ln in lines if "ready" in ln), o["trace"][0][0])
-            o["us_per_step"] = statistics.median(b[1] for b in o["trace"] if b[0] >= ready + skip_s)
+            kept = [b[1] for b in o["trace"] if b[0] >= ready + skip_s]
+            o["us_per_step"] = statistics.median(kept)
+            o["us_mean"] = statistics.fmean(kept)  # throughput: every block weighs its time
             o["ready"] = ready
             o["shim_lines"] = [ln for ln in err.splitlines() if ln.startswith("gpu-agent-shim")][-400:]
         outs.append(o)
@@ -162,6 +164,8 @@ def finish(workload: str, config: str, procs: list, skip_s: float = 0.0) -> dict
         "us_per_step": statistics.fmean(o["us_per_step"] for o in outs),
         "blocks": [o.get("blocks") for o in outs],
     }
+    if all("us_mean" in o for o in outs):
+        rec["us_mean"] = statistics.fmean(o["us_mean"] for o in outs)
     for key in ("trace", "ready", "shim_lines"):
         if key in outs[0]:
             rec[key] = outs[0][key]
@@ -402,6 +406,13 @@ def summarize(path: str) -> list[dict]:
                 row["paired_median"] = statistics.median(paired)
                 row["paired_ci"] = bootstrap_ci(paired) if len(paired) > 2 else None
                 row["paired_min_max"] = (min(paired), max(paired))
+            # --trace-seconds: the blocks' mean, what a job's step time reads (the median
+            # block leaves the slow blocks out, windows' among them)
+            thru = [runs[k]["us_mean"] / base[k]["us_mean"] - 1 for k in runs if k in base and "us_mean" in runs[k]]
+            if thru:
+                row["throughput_median"] = statistics.median(thru)
+                row["throughput_ci"] = bootstrap_ci(thru) if len(thru) > 2 else None
+                row["throughput_min_max"] = (min(thru), max(thru))
         rows.append(row)
     return rows
 
@@ -409,7 +420,7 @@ def summarize(path: str) -> list[dict]:
 def print_table(path: str) -> None:
     print(
         "| workload | phase | config | runs | µs/step (median) | mean ratio "
-        "| paired median [95 % CI] (min, max) | agent CPU, peak RSS |"
+        "| paired median [95 % CI] (min, max); with --trace-seconds, the blocks' mean too | agent CPU, peak RSS |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for r in summarize(path):
@@ -421,6 +432,13 @@ def print_table(path: str) -> None:
                 lo, hi = r["paired_ci"]
                 paired += f" [{100 * lo:+.1f}, {100 * hi:+.1f}]"
             mn, mx = r["paired_min_max"]
+            paired += f" ({100 * mn:+.1f}, {100 * mx:+.1f})"
+        if "throughput_median" in r:
+            paired += f"; throughput {100 * r['throughput_median']:+.1f} %"
+            if r.get("throughput_ci"):
+                lo, hi = r["throughput_ci"]
+                paired += f" [{100 * lo:+.1f}, {100 * hi:+.1f}]"
+            mn, mx = r["throughput_min_max"]
             paired += f" ({100 * mn:+.1f}, {100 * mx:+.1f})"
         cost = f"{r['agent_cpu_pct']:.1f} %, {r['agent_peak_mib']:.0f} MiB" if "agent_cpu_pct" in r else ""
         print(
