@@ -230,7 +230,7 @@ def test_no_process_can_rename_another_process_kernels(built, honest, attacker, 
     need_ebpf()
     shim = private_shim(Path(tempfile.mkdtemp(dir=world_dir)))
     shim.parent.chmod(0o755)
-    node = Node(tmp_path / "profiles", "--shim", shim)
+    node = Node(tmp_path / "profiles", "--shim", shim, "--discover-interval", "0")  # nor the shared one's processes
     try:
         victims = honest_names(tmp_path)
         s = A.Script(shim)

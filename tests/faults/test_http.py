@@ -93,7 +93,9 @@ def test_the_loopback_ui_serves_root_not_another_local_user(tmp_path, built, hon
     h = honest(
         "--paths", "cuLaunchKernel", "--duration", "3", "--sleep-ms", "5", env={"CUDA_INJECTION64_PATH": str(shim)}
     )  # a profile to read
-    node = Node(tmp_path / "profiles", "--ui", "127.0.0.1:0", "--shim", shim)
+    # and no discovery: the other worker's processes map the shared shim, and attaching
+    # them added their uprobes' fds (79 -> 112 in a two-worker run)
+    node = Node(tmp_path / "profiles", "--ui", "127.0.0.1:0", "--shim", shim, "--discover-interval", "0")
     try:
         url = next(ln[ln.index("http://") :].split()[0] for ln in node.agent.start_lines if " UI on http://" in ln)
         port = urllib.parse.urlsplit(url).port
