@@ -72,6 +72,8 @@ CONFIGS = {
     # diagnostics (their estimates are wrong or absent; they only break the cost down)
     "agent-idle": (True, {"shim": "1", "GPU_AGENT_DUTY_CYCLE": "100000"}, ()),
     "agent-nocounter": (True, {"shim": "1", "GPU_AGENT_LAUNCH_COUNTER": "0"}, ()),
+    # the shim's cost budget at 1 % (the default is 2 %): half the windows
+    "agent-budget1": (True, {"shim": "1", "GPU_AGENT_OVERHEAD_BUDGET": "1"}, ()),
     "agent-nostacks": (True, {"shim": "1", "GPU_AGENT_SAMPLE_PERIOD": "1000000000"}, ()),
     "agent-cbwindowed": (True, {"shim": "1", "GPU_AGENT_EXP_CALLBACKS": "windowed"}, ()),
     "agent-continuous": (True, {"shim": "1", "GPU_AGENT_DUTY_CYCLE": "1"}, ()),
