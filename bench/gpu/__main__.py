@@ -217,6 +217,9 @@ def main(argv=None) -> None:
     )
     iv.add_argument("--verbose", action="store_true", help="print the agent's last lines at its stop")
     iv.add_argument("--keep", default="", metavar="DIR", help="work in DIR, keeping profiles and step logs")
+    iv.add_argument(
+        "--shim-env", default="", help="shim settings of every case process, K=V,K=V (GPU_AGENT_OVERHEAD_BUDGET=1)"
+    )
     s = sub.add_parser("smoke", help="one short `gpu-agent record` per case")
     s.add_argument("--workloads", default="eager,graph,driver-graph")
     s.add_argument(

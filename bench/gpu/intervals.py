@@ -324,7 +324,7 @@ class Run:
         debug = {"GPU_AGENT_DEBUG": "2"} if b.a.periods else {"GPU_AGENT_DEBUG": "1"} if debug else {}
         every = ("--log-every", "0.05") if b.a.periods else ()
         cmd = logged(case, self.log_path, seconds, wait, (*opts, *every))
-        env = shim_env(**FLOOR if floor else {}, **debug)
+        env = shim_env(**{**shim_settings(b.a.shim_env), **(FLOOR if floor else {}), **debug})
         self.real_minus_mono = time.time_ns() - time.monotonic_ns()  # the period lines' clock to the log's
         self.start = time.time_ns()
         self.p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -426,6 +426,11 @@ class Bench:
 
 # A job: a generator that runs its processes, yields, and (resumed once the next job
 # ran, or the agent stopped) returns its figures.
+
+
+def shim_settings(spec: str) -> dict:
+    """--shim-env K=V,K=V: the case processes' shim settings."""
+    return dict(kv.split("=", 1) for kv in filter(None, spec.split(",")))
 
 
 def steady(b: Bench, case: str, opts: tuple, floor: bool):
