@@ -36,10 +36,12 @@ def pids_with(samples, kernel_prefix: str) -> set[str]:
 def agent(tmp_path, built):
     """An agent of the test's own shim copy (workload(..., shim=agent.shim)): another
     agent's processes on the host (the other worker's, in a two-worker run) are not
-    its own ("2 attached process(es) show no kernel" where the test made one)."""
+    its own ("2 attached process(es) show no kernel" where the test made one); nor does
+    it discover them (they map the shared shim, which discovery attaches: the same
+    line again in a two-worker run)."""
     need_ebpf()
     shim = private_shim(tmp_path / "shim")
-    a = Agent(tmp_path / "profiles", "--shim", shim)
+    a = Agent(tmp_path / "profiles", "--shim", shim, "--discover-interval", "0")
     a.shim = shim
     yield a
     a.kill()
@@ -103,7 +105,7 @@ def test_process_running_before_the_agent_is_attached_to(tmp_path, built):
 def test_agent_killed_mid_run_app_finishes_normally(tmp_path, built):
     need_ebpf()
     shim = private_shim(tmp_path / "shim")  # no other agent on the host holds its semaphore
-    a = Agent(tmp_path / "profiles", "--shim", shim)
+    a = Agent(tmp_path / "profiles", "--shim", shim, "--discover-interval", "0")
     app = workload(
         "--paths",
         "cuLaunchKernel,cudaGraphLaunch",
