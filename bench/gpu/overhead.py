@@ -14,8 +14,9 @@ then times --repeats blocks and reports the median block.
   - --method sep shuffles the configs within each round; --method pair runs a
     baseline right before every other config, so that each ratio is taken
     between neighbours in time; --method side runs a baseline process beside
-    every other config's, at the same time, each on half of --cpus (the host's
-    drift between processes is common to both).
+    every other config's, at the same time, each on half of --cpus; with
+    --trace-seconds each times thousands of short blocks, whose mean (throughput)
+    and median are both reported.
 The table gives, per config, the median µs per step, the ratio of means against
 the baseline, and the median of per-round ratios with a bootstrap 95 % interval.
 Diagnostic configs switch one part of the shim off (see CONFIGS), so their
@@ -110,9 +111,9 @@ def cpu_list(spec: str) -> list[str]:
     return out
 
 
-def one(a, workload: str, config: str, cpus_spec: str = "") -> dict:
+def one(a, workload: str, config: str) -> dict:
     """One measurement: a fresh process (N at once for mlp-xN, their mean)."""
-    return finish(workload, config, start(a, workload, config, cpus_spec))
+    return finish(workload, config, start(a, workload, config))
 
 
 def start(a, workload: str, config: str, cpus_spec: str = "") -> list:
@@ -204,13 +205,12 @@ def run(a) -> None:
                 for w in workloads:
                     order = [c for c in todo if not (w == "driver-graph" and c == "torch.profiler")]
                     random.shuffle(order)
-                    seq = (
-                        [x for c in order for x in ("baseline", c)]
-                        if a.method == "pair"
-                        else random.sample(order + ["baseline"], len(order) + 1)
-                    )
-                    if a.method == "side":
+                    if a.method == "side":  # each with its baseline beside it
                         seq = order
+                    elif a.method == "pair":
+                        seq = [x for c in order for x in ("baseline", c)]
+                    else:
+                        seq = random.sample(order + ["baseline"], len(order) + 1)
                     for c in seq:
                         t0, c0 = time.monotonic(), agent.cpu_s() if agent else 0.0
                         if a.method == "side":
@@ -245,12 +245,12 @@ def run(a) -> None:
 
 def side(a, workload: str, config: str, r: int) -> list[dict]:
     """--method side: the config's process and a baseline process at the same time, on
-    the two halves of --cpus (which half takes which drawn at random), one GPU: both
-    live through the same stretch of the host's drift (process medians moved by up to
-    50 % between rounds, which no number of rounds of processes one after another
-    resolved to 3 points). A pair's ratio is its round's. With --trace-seconds each
-    process times blocks for that long instead (with the shim's state, and its
-    window lines kept), from --wait seconds on."""
+    the two halves of --cpus (which half takes which drawn at random), one GPU. A
+    pair's ratio is its round's. With --trace-seconds each process times blocks for
+    that long instead (with the shim's state, and its window lines kept), from --wait
+    seconds on: on an H200, processes had slow stretches of seconds of their own (not
+    the host's: the process beside did not), which five 1.2 s blocks left at ±30
+    points a pair and a minute of 25 ms blocks at ±3 (docs/benchmarks.md)."""
     cpus = cpu_list(a.cpus)
     if len(cpus) < 2 or "-x" in workload:
         raise SystemExit("--method side needs two CPUs or more in --cpus, and one process a workload")
