@@ -11,13 +11,12 @@ first's request is up sees no rise, and gets the next of those."""
 
 from __future__ import annotations
 
-import shutil
-
-import pytest
 import subprocess
 import time
 
-from support.env import MOCK_APP, SHIM, mock_env, need_ebpf
+import pytest
+
+from support.env import MOCK_APP, mock_env, need_ebpf, private_shim
 from support.pprof_tool import raw
 from gpu_agent.probes import shim_attach
 from gpu_agent.join.collector import Collector
@@ -47,8 +46,7 @@ def test_an_agent_that_attaches_later_gets_the_names(tmp_path, built, monkeypatc
     had every kernel `[unknown kernel ...]`)."""
     need_ebpf()
     # Our own copy (another inode): no other agent on this host attaches to it.
-    shim = tmp_path / "libgpu_agent_shim-two.so"
-    shutil.copy(SHIM, shim)
+    shim = private_shim(tmp_path / "shim")
     hold = shim_attach.REPLAY_HOLD_S
     if when == "during-the-first-request":
         monkeypatch.setattr(shim_attach, "REPLAY_HOLD_S", 60.0)
@@ -100,8 +98,7 @@ def test_two_agents_attached_together_give_identical_profiles(tmp_path, built):
     """Both agents' programs run on every probe hit: the same records, the same names,
     the same totals, whichever of them a user looks at."""
     need_ebpf()
-    shim = tmp_path / "libgpu_agent_shim-pair.so"
-    shutil.copy(SHIM, shim)
+    shim = private_shim(tmp_path / "shim")
     agents = [Collector(str(shim), python_stacks=False) for _ in range(2)]
     for a in agents:
         a.open()
