@@ -80,12 +80,16 @@ def test_every_period_estimates_its_own_launches(tmp_path, built):
 def test_a_free_count_piece_in_a_cycle_of_its_own(tmp_path, built):
     """GPU_AGENT_EXP_COUNT=cycle (the benchmark build, shim/src/bench/count_cycle.cpp):
     a free count piece at a random place in each period, ended by a teardown of its
-    own, so that the count phase and its window start a fresh CUPTI cycle. Under the
+    own, so that the count phase and its window start a fresh CUPTI cycle. Here each
+    piece is at its latest place (cycle-edge), ending where the count phase begins:
+    a CI run met that edge by chance, and the piece's cycle ran on into the count
+    phase with no teardown (22 teardowns for 12 windows and 12 pieces; cycle-edge
+    read 21 for 14 and 14 before collection.cpp ended the piece's cycle first). Under the
     mock's CUPTI, which silences a fourth enable and mixes ids after a second, the
     windows' launches must still be counted record for record, each free piece must
     count what the loop launched, and each period's estimate must stay on its own."""
     need_ebpf()
-    err, trace, periods, errors, true, est = run_loop(tmp_path, "--shim", str(BENCH_SHIM), GPU_AGENT_EXP_COUNT="cycle")
+    err, trace, periods, errors, true, est = run_loop(tmp_path, "--shim", str(BENCH_SHIM), GPU_AGENT_EXP_COUNT="cycle-edge")
     pieces = [
         (float(t0), float(t0) + float(ms) / 1e3, int(n))
         for t0, ms, n in re.findall(

@@ -182,7 +182,13 @@ static CUptiResult request_teardown(const char **what) {
  * phase whose window never opened) end in a teardown. */
 static CUptiResult apply_phase(uint64_t now, const char **what) {
     if (ga_td_state.load(std::memory_order_acquire) != GA_TD_LIVE) return CUPTI_SUCCESS;
-    if (g_phase != GA_PHASE_PIECE && ga_exp_piece_running()) ga_exp_piece_stopped(ga_now_ns());
+    if (g_phase != GA_PHASE_PIECE && ga_exp_piece_running()) {
+        ga_exp_piece_stopped(ga_now_ns());
+        /* its cycle ends before anything else: a piece can end where the count phase
+         * begins, which would otherwise run on in the piece's cycle (no count, and
+         * the window a second enable in it) */
+        if (g_teardowns && ga_sub.cbids_on) return request_teardown(what);
+    }
     if (g_phase == GA_PHASE_ON) {
         if (ga_window_on.load(std::memory_order_relaxed) == GA_WIN_OPEN) return CUPTI_SUCCESS;
         g_capture_window = ga_trace_until_ns() > now;

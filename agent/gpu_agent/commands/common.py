@@ -91,6 +91,13 @@ def status_line(stats, counters: dict) -> str:
             if counters.get("agent_stacks_without_native")
             else ""
         )
+        # Python frames named <python code 0x...>: their code object was gone (its
+        # process exited, or it was freed) before the agent read its name; since the start.
+        + (
+            f" python_unnamed_frames={counters['python_unnamed_frames']}"
+            if counters.get("python_unnamed_frames")
+            else ""
+        )
         # Launches whose records CUPTI lost: [dropped: cupti] samples.
         + (f" dropped_launches={stats.dropped_launches}" if stats.dropped_launches else "")
         # parcagpu's error probes (each kind logged once): why its PC samples may be missing.

@@ -218,6 +218,7 @@ class Collector:
         c.update({f"agent_{k}": v for k, v in self.placement.shape_counts.items()})
         c.update(self.pcs.counts)
         c.update({f"agent_{k}": v for k, v in self.stacks.counts.items()})
+        c.update(self.stacks.python.counters())
         return c
 
     # -- events (called from session.poll) ---------------------------------

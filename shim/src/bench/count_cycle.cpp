@@ -12,7 +12,9 @@
  * window's zone, then a teardown (finalize at the next API exit) instead of
  * turning them off; the count phase and window then start a fresh cycle. It costs
  * one more teardown and re-subscription a period. The period's rate pools the
- * free piece with the count phase (window.cpp).
+ * free piece with the count phase (window.cpp). GPU_AGENT_EXP_COUNT=cycle-edge puts
+ * every piece at its latest place, ending where the count phase begins (the case
+ * tests/test_periods.py checks: the piece's cycle must end before the count's).
  *
  * Poller thread only. */
 #include <stdio.h>
@@ -34,6 +36,10 @@ void ga_exp_piece_plan(uint64_t start, uint64_t period_ns, uint64_t slot_ns, uin
     uint64_t a = window_lo >= start + 2 * slot_ns ? window_lo - 2 * slot_ns - start : 0;
     uint64_t b = end >= zone_hi + slot_ns ? end - slot_ns - zone_hi : 0;
     if (a + b == 0) return;
+    if (GA_EXP(count_cycle) == 2 && a) { /* cycle-edge: the latest start, the piece ends at the count phase's edge */
+        g_lo = start + a, g_hi = g_lo + slot_ns;
+        return;
+    }
     uint64_t u = ga_splitmix64(rng) % (a + b);
     g_lo = u < a ? start + u : zone_hi + (u - a);
     g_hi = g_lo + slot_ns;

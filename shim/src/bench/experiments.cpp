@@ -67,7 +67,7 @@ void ga_bench_read_config(char *bad, size_t bad_size) noexcept {
         note(bad, bad_size, what);
     }
     const char *count = getenv("GPU_AGENT_EXP_COUNT");
-    ga_bench.exp_count_cycle = count && !strcmp(count, "cycle");
+    ga_bench.exp_count_cycle = !count ? 0 : !strcmp(count, "cycle") ? 1 : !strcmp(count, "cycle-edge") ? 2 : 0;
     if (count && *count && !ga_bench.exp_count_cycle && strcmp(count, "phase")) { /* phase: the default */
         snprintf(what, sizeof(what), "GPU_AGENT_EXP_COUNT=%s", count);
         note(bad, bad_size, what);

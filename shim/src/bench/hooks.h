@@ -16,7 +16,7 @@ struct ga_bench_config {
     uint32_t exp_internal;          /* GPU_AGENT_EXP_INTERNAL_LAUNCHES=1 */
     uint32_t exp_hold_activity;     /* GPU_AGENT_EXP_HOLD=activity */
     uint32_t exp_late_subscribe;    /* GPU_AGENT_EXP_SUBSCRIBE=late */
-    uint32_t exp_count_cycle;       /* GPU_AGENT_EXP_COUNT=cycle (bench/count_cycle.cpp) */
+    uint32_t exp_count_cycle;       /* GPU_AGENT_EXP_COUNT=cycle (1) or cycle-edge (2) (count_cycle.cpp) */
 };
 GA_HIDDEN extern ga_bench_config ga_bench;
 #define GA_EXP(field) (ga_bench.exp_##field)
