@@ -89,7 +89,8 @@ def test_a_free_count_piece_in_a_cycle_of_its_own(tmp_path, built):
     windows' launches must still be counted record for record, each free piece must
     count what the loop launched, and each period's estimate must stay on its own."""
     need_ebpf()
-    err, trace, periods, errors, true, est = run_loop(tmp_path, "--shim", str(BENCH_SHIM), GPU_AGENT_EXP_COUNT="cycle-edge")
+    shim = ("--shim", str(BENCH_SHIM))
+    err, trace, periods, errors, true, est = run_loop(tmp_path, *shim, GPU_AGENT_EXP_COUNT="cycle-edge")
     pieces = [
         (float(t0), float(t0) + float(ms) / 1e3, int(n))
         for t0, ms, n in re.findall(
