@@ -83,11 +83,11 @@ Random samples:
   sample at 9.3 % is 0.907 ** 135 < 1e-4). Deterministic: pglike says which launches it
   sampled per site, and the test compares the profile's stacks with those counts.
 - test_parcagpu::test_names_in_pages_bpf_cannot_read_are_read_by_the_agent,
-  test_parcagpu's two PC-sample tests and
+  test_parcagpu::test_parcagpu_pc_samples_under_their_kernels_stacks_with_lines and
   test_python_stacks::test_a_job_that_ends_while_native_symbols_load_keeps_its_python_frames:
   the agent reads names and code objects from a live process. The first job now lives
   1 s past its records' flush (a loaded run read them after the exit), the PC-sample
-  jobs 2 s past their loops (a CI run put all 400 000 samples under <python code>
+  job 2 s past its loop (a CI run put all 400 000 samples under <python code>
   frames; an agent stopped 0.8 s after the go until the exit does so every time, and
   python_unnamed_frames on the status line says so); in the last, a
   reused code object lives 50 ms after its launch, and may read as a placeholder (never
