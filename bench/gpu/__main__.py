@@ -23,6 +23,8 @@ package registry).
             into a real capture (bench/gpu/globaltimer.py)
   rateproxy what tracks a job's launch rate between count phases: its thread's CPU
             time, instructions, cycles (bench/gpu/rate_proxy.py)
+  windowcost  where a side-by-side run's throughput cost sits against the shim's
+            windows, from its JSONL (bench/gpu/window_cost.py; its own options)
   table     the overhead table of a JSONL file written before
 Results go, as JSON lines, to --jsonl (appended).
 """
@@ -36,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.gpu import fault_run, fidelity, globaltimer, inprocess, intervals, overhead, rate_proxy
+from bench.gpu import fault_run, fidelity, globaltimer, inprocess, intervals, overhead, rate_proxy, window_cost
 from bench.gpu.cases import STEPS, WORKLOADS
 from bench.gpu.harness import case_command, clean_env, profile_kernels, profile_stacks, python_share
 
@@ -127,10 +129,18 @@ def timeline_check(w: str, path: Path, kernels: dict, t0: int, t1: int) -> bool:
     return good
 
 
+def first_line(module) -> str:
+    """A module's first docstring line, as argparse help (which formats % itself)."""
+    return module.__doc__.split("\n")[0].replace("%", "%%")
+
+
 def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["windowcost"]:  # an analysis of records written before: its own options
+        return window_cost.main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m bench.gpu", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    o = sub.add_parser("overhead", help=overhead.__doc__.split("\n")[0])
+    o = sub.add_parser("overhead", help=first_line(overhead))
     o.add_argument(
         "--method", choices=["sep", "pair", "side", "timeline", "residual", "events", "inprocess"], default="sep"
     )
@@ -165,7 +175,7 @@ def main(argv=None) -> None:
     )
     o.add_argument("--tag", default="", help="prefix of this invocation's round names")
     o.add_argument("--verbose", action="store_true", help="print the agent's last lines at its stop")
-    f = sub.add_parser("fidelity", help=fidelity.__doc__.split("\n")[0])
+    f = sub.add_parser("fidelity", help=first_line(fidelity))
     f.add_argument("--workloads", default="graph,driver-graph,mlp,eager,compiled,mlp-x4")
     f.add_argument("--steps", type=int, default=0, help="steps per run (default: per case)")
     f.add_argument(
@@ -204,7 +214,7 @@ def main(argv=None) -> None:
         metavar="K=V,K=V",
         help="windowed runs: shim settings (an experiment's GPU_AGENT_EXP_* takes the benchmark build)",
     )
-    iv = sub.add_parser("intervals", help=intervals.__doc__.split("\n")[0])
+    iv = sub.add_parser("intervals", help=first_line(intervals))
     iv.add_argument("--workloads", default="eager,mlp", help=f"jobs, from: {', '.join(intervals.JOBS)}")
     iv.add_argument("--seconds", type=float, default=70.0, help="each case's loop (s); the sum ends there")
     iv.add_argument("--interval", type=float, default=10.0, help="the agent's --interval (s)")
@@ -228,10 +238,10 @@ def main(argv=None) -> None:
         metavar="DIR",
         help="also record --trace/--events into DIR and check them against the profile",
     )
-    fr = sub.add_parser("fault", help=fault_run.__doc__.split("\n")[0])
+    fr = sub.add_parser("fault", help=first_line(fault_run))
     fr.add_argument("out", help="directory for its profiles, stderr and fault.jsonl")
     fr.add_argument("--cycles", type=int, default=1000, help="teardowns before the graph thread starts")
-    g = sub.add_parser("globaltimer", help=globaltimer.__doc__.split("\n")[0])
+    g = sub.add_parser("globaltimer", help=first_line(globaltimer))
     g.add_argument("--launches", type=int, default=200, help="launches of the stamping kernel")
     g.add_argument(
         "--gap-seconds",
@@ -239,10 +249,11 @@ def main(argv=None) -> None:
         default=0,
         help="the second half of the launches this long after the first (the clocks' drift)",
     )
-    rp = sub.add_parser("rateproxy", help=rate_proxy.__doc__.split("\n")[0])
+    rp = sub.add_parser("rateproxy", help=first_line(rate_proxy))
     rp.add_argument("--workloads", default="eager,mlp,llama")
     rp.add_argument("--seconds", type=float, default=45.0, help="each process's loop")
     rp.add_argument("--agent", action="store_true", help="each again with the shim, under `gpu-agent run`")
+    sub.add_parser("windowcost", help=first_line(window_cost), add_help=False)  # main() hands it its argv
     t = sub.add_parser("table", help="print the overhead table of --jsonl")
     for p in (o, f, g, t, iv, rp):
         p.add_argument("--jsonl", default="bench-gpu.jsonl", help="results, appended")

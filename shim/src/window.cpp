@@ -49,7 +49,15 @@ static std::atomic<uint64_t> g_attach_ns, g_win_closed_ns, g_win_open_ns;
 static uint64_t slot_ns(void) { return g_slot_ns; }
 
 
-static uint64_t g_period_len_ns; /* of the period that ends (end_period) */
+/* The period that ends (end_period): its span as counted, from the poll that began it
+ * to the poll that ends it. A late poll (a loaded host, a stalled poller) ends a period
+ * after its planned edge; its counts (snapshots of the counter, the busy clock, the
+ * callbacks) run to the poll, so its span and the next one's start are the poll's, not
+ * the plan's: a poll 64 ms late put a counted period's launches over a span 64 ms
+ * short, +10.9 % against the job's own log (tests/test_launch_counter.py, beside
+ * another agent), and the agent splits a period over intervals by its span. */
+static uint64_t g_period_len_ns;
+static uint64_t g_period_at_ns; /* when the current period began, as counted (ga_now_ns) */
 /* With teardowns, each period ends a random part of a slot after its N slots, so
  * that the grid of windows and count phases holds no fixed phase of a periodic
  * workload (count phases that always met a 5 ms burst loop at the same phase read
@@ -253,15 +261,17 @@ static void new_period(uint64_t start, bool first) {
      * its new side (split_at_change). */
     struct ga_mix_change c;
     if (!first && !g_cutting && ga_window_extrapolate && ga_mix_changed_lately(&c)) split_at_change(c);
-    g_period_len_ns = first ? 0 : start - g_period_start_ns;
-    g_period_start_ns = start;
+    uint64_t at = ga_now_ns(); /* the counts' edge: at or after the planned start */
+    if (at < start) at = start;
+    g_period_len_ns = first ? 0 : at - g_period_at_ns;
+    g_period_start_ns = start, g_period_at_ns = at;
     if (first) draw_next(true);
     g_on_slot = g_next_on_slot;
     g_slots = g_next_slots, g_slot_ns = g_next_slot_ns;
     draw_next(false);
     g_jitter_ns = ga_window_extrapolate && slot_ns() ? ga_splitmix64(&g_rng) % slot_ns() : 0;
     ga_exp_piece_plan(start, period_ns(), slot_ns(), start + g_on_slot * slot_ns(), &g_rng);
-    ga_weights_period_edge(first, ga_window_slots(), ga_window_extrapolated, start);
+    ga_weights_period_edge(first, ga_window_slots(), ga_window_extrapolated, at);
     ga_busy_period_edge(); /* the threads seen launching in the ended period sum from here */
     g_edges++;
     g_busy_p0 = ga_busy_now();
@@ -489,7 +499,7 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
     uint64_t all = seen;
     ga_shape_measure(GA_SHAPE_SEQ); /* the callbacks saw every launch */
     if (ga_window_extrapolate) {
-        uint64_t now = ga_now_ns(), len = final ? now - g_period_start_ns : g_period_len_ns;
+        uint64_t now = ga_now_ns(), len = final ? now - g_period_at_ns : g_period_len_ns;
         uint64_t counted = g_callbacks.take(now), held = g_period_td_ns.exchange(0, std::memory_order_relaxed);
         double tail = (double)ga_tail_period_ns(now);
         /* uncounted: the rest, less what the thread spent tearing CUPTI down (it
@@ -576,7 +586,7 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
             if (before > hook_rest) before = hook_rest;
             /* the clocks' part before it: of the time the callbacks were off (new_period
              * has moved the start on) */
-            uint64_t p0 = g_period_start_ns - len;
+            uint64_t p0 = g_period_at_ns - len;
             double off_before = (double)(g_grew_ns > p0 ? g_grew_ns - p0 : 0) - (double)g_grew_cb_ns;
             double off = (double)len - (double)counted;
             double share = off > 0 && off_before > 0 ? off_before / off : 0;
