@@ -35,7 +35,7 @@ def test_cubin_line_table_matches_nvdisasm_for_every_instruction():
 
 
 def test_pc_samples_exact_under_their_launch_stacks_with_lines_and_stall_reasons(tmp_path):
-    out, launched, _ = record(tmp_path, GPU_AGENT_PC_SAMPLING="1", GPU_AGENT_PC_SAMPLING_PERIOD=str(PERIOD))
+    out, launched, err = record(tmp_path, GPU_AGENT_PC_SAMPLING="1", GPU_AGENT_PC_SAMPLING_PERIOD=str(PERIOD))
     assert launched == {"launches": 4 * ITERS + 1, "pc_sampling_active": True}
     assert "pc_samples/count" in pprof("-raw", str(out)).split("Samples:", 1)[1].splitlines()[1]
     lines = nvdisasm_lines()
@@ -61,7 +61,9 @@ def test_pc_samples_exact_under_their_launch_stacks_with_lines_and_stall_reasons
     for (pc, reason), n in per_launch().items():
         want[(pc, reason, "site_a")] = n * 3 * ITERS
         want[(pc, reason, "site_b")] = n * ITERS
-    assert got == want
+    # (a two-worker run put one job's samples under launch stacks with no Python frame
+    # at all, cause not found: the record's own lines go with the message)
+    assert got == want, f"{sorted(set(got) ^ set(want))[:4]}\n{err[-2000:]}"
     assert lines[0x1D0] == 39  # the hot loop's line: most samples land on it
 
 
