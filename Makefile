@@ -153,9 +153,10 @@ $(PPROF):
 
 # PYTEST_WORKERS=2: two workers, each running whole modules (their module fixtures
 # run once) beside the other's agent, as users run `record` beside a system-wide
-# `run`; the modules that capture take turns (tests/conftest.py). 12 min against 22
-# on a 2-core VM; one worker stays the default until two-worker runs come out clean
-# run after run (each so far found a test that fails by chance there: issue 43).
+# `run`; the modules that capture take turns (tests/conftest.py). 13-14 min against
+# 24-26 on a 2-core VM; one worker stays the default until two-worker runs come out
+# clean run after run (of four on 2026-11-28, two were clean; the others found a shim
+# bug, fixed, and a test_pcsampling failure whose cause is open: issue 43).
 PYTEST_WORKERS ?= 1
 test: deps-check
 	$(MAKE) all $(PPROF)
