@@ -187,10 +187,10 @@ def test_a_period_whose_slots_grew_counts_each_side_on_its_own(tmp_path, built, 
     bad = [(i, round(rows[i][3] / rows[i][5] - 1, 4), rows[i]) for i in checked if off(rows[i]) >= 0.05]
     lines = [ln[ln.find("): ") + 3 :] for ln in err.splitlines() if "slots added" in ln or "more for" in ln]
     lines += [ln[ln.find("): ") + 3 :] for _, _, r in bad for ln in err.splitlines() if f"ended at {r[1]:.6f}" in ln]
-    shim = "\n".join(ln for ln in err.splitlines() if "gpu-agent-shim" in ln)
-    assert not bad, f"{moved} {[b[:2] + b[2][:6] for b in bad]}\n{rows}\n" + "\n".join(lines) + "\n" + shim
+    detail = "\n".join([str(rows), *lines, *(ln for ln in err.splitlines() if "gpu-agent-shim" in ln)])
+    assert not bad, f"{moved} {[b[:2] + b[2][:6] for b in bad]}\n{detail}"
     if half:
-        assert abs(seen / made - 1) < 0.01, f"{seen} {made}\n{rows}\n" + "\n".join(lines) + "\n" + shim
+        assert abs(seen / made - 1) < 0.01, f"{seen} {made}\n{detail}"
 
 
 def test_a_process_end_adds_nothing(tmp_path, built):
