@@ -53,6 +53,7 @@ import time
 
 from bench.gpu.cases import STEPS
 from bench.gpu.harness import Agent, case_command, clean_env, cuda_binary, needs_bench_shim, parcagpu_env, shim_env
+from bench.gpu.steal import Steal, fraction_in
 
 # config -> (needs the agent, the workload's environment, extra case args)
 CONFIGS = {
@@ -261,12 +262,20 @@ def side(a, workload: str, config: str, r: int) -> list[dict]:
         raise SystemExit("--method side needs two CPUs or more in --cpus, and one process a workload")
     halves = [",".join(cpus[: len(cpus) // 2]), ",".join(cpus[len(cpus) // 2 :])]
     random.shuffle(halves)
+    # each half's steal (bench/gpu/steal.py): the host's share of those CPUs over time
+    steal = {h: Steal([int(c) for c in h.split(",")]).start() for h in halves}
     procs = {c: start(a, workload, c, half) for c, half in zip(("baseline", config), halves)}
     recs = []
     for c, half in zip(("baseline", config), halves):
         rec = finish(workload, c, procs[c], a.wait)
         rec.update(round=f"{a.tag}{r}-{config}", cpus=half)
         recs.append(rec)
+    for rec in recs:
+        samples = steal[rec["cpus"]].stop()
+        rec["steal"] = samples
+        if "trace" in rec:
+            t0 = rec.get("ready", rec["trace"][0][0]) + a.wait
+            rec["steal_pct"] = round(100 * fraction_in(samples, t0, rec["trace"][-1][0]), 3)
     return recs
 
 

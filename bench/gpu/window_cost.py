@@ -174,6 +174,8 @@ def analyze(base: dict, prof: dict, skip: float, post: float) -> dict:
         / statistics.fmean(x[1] for x in base["trace"] if x[0] >= base["ready"] + skip)
         - 1,
         "locked_frac": sum(locked) * len(used) / (len(a) * ref),
+        # the host's steal of each process's CPUs over its kept blocks (bench/gpu/steal.py)
+        "steal": (prof.get("steal_pct"), base.get("steal_pct")),
     }
 
 
@@ -200,7 +202,9 @@ def row(label: str, r: dict) -> str:
         f"| {label} | {r['windows']} ({src}) | {1e3 * r['W']:.0f} | "
         + " | ".join(f"{1e3 * v:+.1f}" for v in r["locked"])
         + f" | {1e3 * sum(r['locked']):+.1f} | {est} | {100 * r['L']:+.1f} [{100 * r['Lb']:+.1f}] ({r['L_s']:.0f} s)"
-        + f" | {100 * r['total']:+.2f} = {100 * r['locked_frac']:+.2f} + {100 * rest:+.2f} |"
+        + f" | {100 * r['total']:+.2f} = {100 * r['locked_frac']:+.2f} + {100 * rest:+.2f} | "
+        + " / ".join("-" if v is None else f"{v:.1f}" for v in r["steal"])
+        + " |"
     )
 
 
@@ -239,8 +243,8 @@ def main(argv=None) -> None:
     head = ["pair", "windows (source)", "W ms", *PHASES, "locked", "budget est", "L % [base] (span)"]
     for w, ps in pairs(a.files).items():
         rs = [analyze(b, p, a.skip, a.post) for _, b, p in ps]
-        print(f"\n{w}\n| " + " | ".join(head + ["throughput % = locked + rest"]) + " |")
-        print("|" + "---|" * (len(head) + 1))
+        print(f"\n{w}\n| " + " | ".join(head + ["throughput % = locked + rest", "steal % (profiled / base)"]) + " |")
+        print("|" + "---|" * (len(head) + 2))
         for (label, _, _), r in zip(ps, rs):
             print(row(label, r))
         print("\n" + summary(w, rs))
