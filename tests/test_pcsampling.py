@@ -62,7 +62,9 @@ def test_pc_samples_exact_under_their_launch_stacks_with_lines_and_stall_reasons
         want[(pc, reason, "site_a")] = n * 3 * ITERS
         want[(pc, reason, "site_b")] = n * ITERS
     # (a two-worker run put one job's samples under launch stacks with no Python frame
-    # at all, cause not found: the record's own lines go with the message)
+    # at all, cause not found; since then a failed Python set-up is tried again and, if
+    # it never came, said: python_not_set_up and its reason, in the record's own lines,
+    # which go with the message)
     assert got == want, f"{sorted(set(got) ^ set(want))[:4]}\n{err[-2000:]}"
     assert lines[0x1D0] == 39  # the hot loop's line: most samples land on it
 

@@ -272,6 +272,89 @@ def test_wrong_table_is_refused(monkeypatch):
         p.wait()
 
 
+class _Session:
+    """The two calls PythonStacks makes of BpfSession to turn a process's walks on and off."""
+
+    def __init__(self):
+        self.configs: dict = {}
+
+    def set_py_config(self, pid, cfg):
+        self.configs[pid] = cfg
+
+    def del_py_config(self, pid):
+        self.configs.pop(pid, None)
+
+
+def _flaky_probe(monkeypatch, failures):
+    """layout.probe as PythonStacks calls it, raising each of failures in turn first."""
+    from gpu_agent import symbols
+
+    calls, real = [], symbols.python.probe
+
+    def probe(pid):
+        calls.append(pid)
+        if len(calls) <= len(failures):
+            raise failures[len(calls) - 1]
+        return real(pid)
+
+    monkeypatch.setattr(symbols.python, "probe", probe)
+    return calls
+
+
+def test_a_set_up_that_fails_for_a_moment_is_tried_again_by_the_poll_loop(monkeypatch):
+    """A probe races the process it reads (a frame popped between two reads, its maps
+    read while they change). PythonStacks tries again from the poll loop, RETRY_S
+    apart, not only when a new stack shows the eval loop: a short job's few stacks
+    may all be named before that, and would stay native-only for its whole life."""
+    if os.geteuid() != 0:
+        pytest.fail("reads another process's memory: run as root")
+    if not SUPPORTED:
+        pytest.skip("no CPython 3.10+")
+    from gpu_agent.symbols.python import PythonStacks
+
+    calls = _flaky_probe(monkeypatch, [layout.Inconsistent("a frame's code is not a code object"), OSError("maps")])
+    p = subprocess.Popen([SUPPORTED[0][1], "-c", _LIVE], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        session = _Session()
+        stacks = PythonStacks(session)
+        stacks.on_attach(p.pid)
+        assert stacks.procs[p.pid].state == "pending" and len(calls) == 1
+        stacks.retry_due()
+        assert len(calls) == 1  # not before RETRY_S
+        for want in ("pending", "python"):
+            stacks.procs[p.pid].next_try = 0.0  # RETRY_S has passed
+            stacks.retry_due()
+            assert stacks.procs[p.pid].state == want, stacks.procs[p.pid]
+        assert len(calls) == 3 and p.pid in session.configs
+        assert stacks.counters()["python_processes"] == 1
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_a_set_up_that_keeps_failing_gives_up_and_an_exit_before_it_is_counted(monkeypatch, caplog):
+    if not SUPPORTED:
+        pytest.skip("no CPython 3.10+")
+    from gpu_agent.symbols import python as P
+
+    _flaky_probe(monkeypatch, [layout.Inconsistent("a thread state does not point back")] * P.MAX_TRIES)
+    stacks = P.PythonStacks(_Session())
+    stacks.on_attach(4242)
+    for _ in range(2 * P.MAX_TRIES):
+        stacks.procs[4242].next_try = 0.0
+        stacks.retry_due()
+    assert stacks.procs[4242].state == "unsupported" and stacks.procs[4242].tries == P.MAX_TRIES
+    assert stacks.counters()["python_unsupported"] == 1
+    assert "10 tries" in caplog.text
+
+    _flaky_probe(monkeypatch, [OSError("cannot read /proc/4343/maps")] * P.MAX_TRIES)
+    stacks.on_attach(4343)
+    stacks.on_exit(4343)
+    assert stacks.counters()["python_not_set_up"] == 1
+    assert "Python stacks not set up (1 try): cannot read /proc/4343/maps" in caplog.text
+
+
 # ---- line tables against CPython's own co_lines() ----
 
 _DUMP = r"""

@@ -98,6 +98,9 @@ def status_line(stats, counters: dict) -> str:
             if counters.get("python_unnamed_frames")
             else ""
         )
+        # Python processes that exited before their Python stacks could be set up (a
+        # failed probe is tried again up to 10 times, a second apart; warned once a reason).
+        + (f" python_not_set_up={counters['python_not_set_up']}" if counters.get("python_not_set_up") else "")
         # Launches whose records CUPTI lost: [dropped: cupti] samples.
         + (f" dropped_launches={stats.dropped_launches}" if stats.dropped_launches else "")
         # parcagpu's error probes (each kind logged once): why its PC samples may be missing.

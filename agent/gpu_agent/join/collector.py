@@ -130,6 +130,7 @@ class Collector:
     def poll(self, timeout_ms: int) -> None:
         self._apply_late_exits()
         self.session.poll(timeout_ms)
+        self.stacks.python.retry_due()
 
     def drain(self) -> None:
         """Move what BPF aggregated so far into the current interval.

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
 
 from ...probes import contract as C
-from .layout import Layout, NotReady, probe
+from .layout import Inconsistent, Layout, NotReady, probe
 from .merge import is_eval_frame, merge as merge_stacks
 from .offsets import UnsupportedPython
 from .symbolize import PyFrameInfo, PySymbolizer
@@ -41,6 +41,10 @@ log = logging.getLogger("gpu_agent.python")
 __all__ = ["PythonStacks", "Layout", "UnsupportedPython", "probe", "merge_stacks", "PyFrameInfo"]
 
 RETRY_S = 1.0  # a process not (yet) set up is looked at again at most this often
+# ... and by the poll loop (retry_due) at most this many times: a probe can fail for a
+# moment (a thread or frame gone between two reads, a map read while it changes), and a
+# short job's few stacks may all be named before a new one asks for a retry
+MAX_TRIES = 10
 
 
 @dataclass
@@ -60,6 +64,7 @@ class PythonStats:
     stacks: int = 0  # stacks that got Python frames
     frames: int = 0
     unnamed_frames: int = 0  # code object gone before it could be named
+    not_set_up: int = 0  # Python processes that exited before their stacks could be set up
     versions: dict = field(default_factory=dict)  # "3.12.1" -> processes
 
 
@@ -83,14 +88,45 @@ class PythonStacks:
             return
         with self._lock:
             p = self.procs.get(pid)
+            if p is not None and p.state == "none":
+                del self.procs[pid]  # an exited process's, or one that had no Python: tries anew
             if p is None or p.state != "python":
                 self._configure(pid)
 
+    def retry_due(self) -> None:
+        """The poll loop: each process whose set-up failed for now is tried again, at
+        most every RETRY_S and MAX_TRIES times in all. It never waits for the lock
+        (held while the collector's thread names stacks): what is due waits a poll."""
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        # (list() of a dict's items is one step under the GIL: no lock needed to look)
+        if not any(
+            p.state == "pending" and p.tries < MAX_TRIES and now >= p.next_try for p in list(self.procs.values())
+        ):
+            return
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            for pid, p in list(self.procs.items()):
+                if p.state == "pending" and p.tries < MAX_TRIES and now >= p.next_try:
+                    self._configure(pid)
+        finally:
+            self._lock.release()
+
     def on_exit(self, pid: int) -> None:
         """pid exited: BPF stops walking its stacks (a new process may get the pid);
-        the names read from its memory stay until forget()."""
+        the names read from its memory stay until forget(). A process whose set-up
+        never succeeded is counted and said (once per reason)."""
         with self._lock:
             p = self.procs.get(pid)
+            if p is not None and p.state == "pending":
+                p.state = "none"  # not tried again: the pid may be another process's soon
+            if p is not None and p.state == "none" and p.why:
+                self.stats.not_set_up += 1
+                self._warn_once(
+                    "not set up: " + p.why, f"pid {pid}: Python stacks not set up ({_tries(p.tries)}): {p.why}"
+                )
             if p is not None and p.state == "python":
                 try:
                     self.session.del_py_config(pid)
@@ -121,13 +157,21 @@ class PythonStacks:
         except NotReady as e:
             p.state, p.why = "pending", str(e)
             return
+        except Inconsistent as e:
+            if p.tries < MAX_TRIES:
+                p.state, p.why = "pending", str(e)
+                return
+            p.state, p.why = "unsupported", str(e)
+            self.stats.unsupported += 1
+            self._warn_once(str(e), f"pid {pid}: {e} ({_tries(p.tries)}); its stacks stay native-only")
+            return
         except UnsupportedPython as e:
             p.state, p.why = "unsupported", str(e)
             self.stats.unsupported += 1
             self._warn_once(str(e), f"pid {pid}: {e}; its stacks stay native-only")
             return
-        except (OSError, ValueError) as e:  # gone, or unreadable
-            p.state, p.why = "none", str(e)
+        except (OSError, ValueError) as e:  # gone, or unreadable (maybe for a moment)
+            p.state, p.why = "pending", str(e)
             return
         if layout is None:
             p.state = "none"
@@ -228,7 +272,12 @@ class PythonStacks:
             "python_stacks": s.stacks,
             "python_frames": s.frames,
             "python_unnamed_frames": s.unnamed_frames,
+            "python_not_set_up": s.not_set_up,
         }
+
+
+def _tries(n: int) -> str:
+    return f"{n} try" if n == 1 else f"{n} tries"
 
 
 class PyFrame(NamedTuple):

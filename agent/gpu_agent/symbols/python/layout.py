@@ -317,7 +317,7 @@ def _check_live(layout: Layout, mem: ProcMem, t: dict) -> None:
     good_frames = 0
     while ts and nthreads < C.PY_MAX_THREADS:
         if mem.u64(ts + t["ts_interp"]) != interp:
-            raise UnsupportedPython(
+            raise Inconsistent(
                 f"Python {layout.version_str}: a thread state does not "
                 "point back to its interpreter (thread layout differs)"
             )
@@ -332,7 +332,7 @@ def _check_live(layout: Layout, mem: ProcMem, t: dict) -> None:
             if owner < cfg.owner_shim:
                 code = mem.u64(frame + cfg.fr_code) & ~7
                 if mem.u64(code + OB_TYPE) != cfg.code_type:
-                    raise UnsupportedPython(
+                    raise Inconsistent(
                         f"Python {layout.version_str}: a frame's code is not a code object (frame layout differs)"
                     )
                 good_frames += 1
@@ -345,6 +345,12 @@ def _check_live(layout: Layout, mem: ProcMem, t: dict) -> None:
 
 class NotReady(UnsupportedPython):
     """Python is there but not initialized: try again later."""
+
+
+class Inconsistent(UnsupportedPython):
+    """The live threads or frames disagree with the layout. The process runs while
+    they are read, so a thread or frame may go between two reads: the caller tries a
+    few times before it gives up on the process."""
 
 
 def probe(pid: int, proc_root: str = "/proc") -> Optional[Layout]:
