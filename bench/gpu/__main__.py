@@ -160,6 +160,12 @@ def main(argv=None) -> None:
     o.add_argument(
         "--trace-seconds", type=float, default=0.0, help="--method side: each process times blocks this long"
     )
+    o.add_argument(
+        "--gpus",
+        default="",
+        help="--method side: two GPU ordinals (e.g. 0,1): each process of a pair on its own, "
+        "which on which drawn at random (default: both on the one GPU)",
+    )
     o.add_argument("--rounds", type=int, default=6)
     o.add_argument("--workloads", default="eager,mlp,graph,compiled,driver-graph,mlp-x4")
     o.add_argument(

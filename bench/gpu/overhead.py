@@ -122,8 +122,9 @@ def one(a, workload: str, config: str) -> dict:
     return finish(workload, config, start(a, workload, config))
 
 
-def start(a, workload: str, config: str, cpus_spec: str = "") -> list:
-    """The measurement's processes, started (pinned to cpus_spec, or to --cpus)."""
+def start(a, workload: str, config: str, cpus_spec: str = "", gpu: str = "") -> list:
+    """The measurement's processes, started (pinned to cpus_spec, or to --cpus; on the
+    GPU of that ordinal where gpu is given: CUDA_VISIBLE_DEVICES)."""
     spec = cpus_spec or a.cpus
     n = int(workload.split("-x")[1]) if "-x" in workload else 1
     cpus = cpu_list(spec)
@@ -135,6 +136,8 @@ def start(a, workload: str, config: str, cpus_spec: str = "") -> list:
         torch_profiler=config == "torch.profiler",
     )
     env = env_of(config)
+    if gpu:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
     if getattr(a, "trace_seconds", 0):
         # blocks for that long, each with the shim's state (cases.py --trace); the shim's
         # window and budget lines, where it is loaded
@@ -251,8 +254,12 @@ def run(a) -> None:
 
 def side(a, workload: str, config: str, r: int) -> list[dict]:
     """--method side: the config's process and a baseline process at the same time, on
-    the two halves of --cpus (which half takes which drawn at random), one GPU. A
-    pair's ratio is its round's. With --trace-seconds each process times blocks for
+    the two halves of --cpus (which half takes which drawn at random), one GPU, or with
+    --gpus each on its own (drawn at random too). A pair's ratio is its round's. On one
+    H200 the two processes' contexts shared the GPU unevenly: each spent 26-75 % of its
+    blocks 15 % or more slower than its own fast level, so a pair moved by ±20 points
+    whatever it ran (docs/benchmarks.md); two GPUs of one host keep the pair's common
+    host and drop that. With --trace-seconds each process times blocks for
     that long instead (with the shim's state, and its window lines kept), from --wait
     seconds on: on an H200, processes had slow stretches of seconds of their own (not
     the host's: the process beside did not), which five 1.2 s blocks left at ±30
@@ -264,11 +271,15 @@ def side(a, workload: str, config: str, r: int) -> list[dict]:
     random.shuffle(halves)
     # each half's steal (bench/gpu/steal.py): the host's share of those CPUs over time
     steal = {h: Steal([int(c) for c in h.split(",")]).start() for h in halves}
-    procs = {c: start(a, workload, c, half) for c, half in zip(("baseline", config), halves)}
+    gpus = [g for g in getattr(a, "gpus", "").split(",") if g] or ["", ""]
+    if len(gpus) != 2:
+        raise SystemExit("--gpus: two GPU ordinals, e.g. 0,1")
+    random.shuffle(gpus)
+    procs = {c: start(a, workload, c, half, g) for c, half, g in zip(("baseline", config), halves, gpus)}
     recs = []
-    for c, half in zip(("baseline", config), halves):
+    for c, half, g in zip(("baseline", config), halves, gpus):
         rec = finish(workload, c, procs[c], a.wait)
-        rec.update(round=f"{a.tag}{r}-{config}", cpus=half)
+        rec.update(round=f"{a.tag}{r}-{config}", cpus=half, gpu=g)
         recs.append(rec)
     for rec in recs:
         samples = steal[rec["cpus"]].stop()
