@@ -9,7 +9,8 @@ is sampled; a warm-up kernel before that lets the shim see the context. (Without
 GPU_AGENT_PC_SAMPLING=1 it does not wait, and says whether the mock sampled.)
 
   python py_pc_sampling.py ITERS KERNEL_NS PCS [SECONDS]   (PCS: "0x1d0:6,0x1c0:2,0xd0:1")
-(With SECONDS, it repeats the ITERS iterations until that many seconds have passed.)
+(With SECONDS, it repeats the ITERS iterations until that many seconds have passed, or
+until the file PY_PC_SAMPLING_STOP names exists, where that is set.)
 Prints what it launched as JSON.
 """
 
@@ -60,13 +61,14 @@ def main():
         time.sleep(2.5)
     check(lib.cuCtxSynchronize(), "cuCtxSynchronize")
     end = time.monotonic() + seconds
+    stop = os.environ.get("PY_PC_SAMPLING_STOP", "")
     while True:  # ITERS iterations, or for SECONDS if given
         for _ in range(iters):
             site_a(hot)
             site_b(hot)
         check(lib.cuCtxSynchronize(), "cuCtxSynchronize")
         launches += 4 * iters
-        if time.monotonic() >= end:
+        if time.monotonic() >= end or (stop and os.path.exists(stop)):
             break
         time.sleep(0.01)
     print(json.dumps({"launches": launches, "pc_sampling_active": bool(active())}))

@@ -181,9 +181,15 @@ def test_pc_sampling_survives_the_agent_restarting(tmp_path, built):
         GPU_AGENT_DUTY_CYCLE="10",
         GPU_AGENT_WINDOW_MS="20",
     )
+    # The job runs until the second agent has watched it for 6 s (at most 90 s). It ran
+    # a fixed 20 s once, and in a three-worker run the first agent let go of it only 19 s
+    # after its stop was asked (the shim's attached time read 22.7 s): the second agent
+    # came after the job had ended.
+    stop_file = tmp_path / "stop"
+    env["PY_PC_SAMPLING_STOP"] = str(stop_file)
     first = Agent(tmp_path / "first", "--shim", shim)
     p = subprocess.Popen(
-        [sys.executable, str(HERE / "py_pc_sampling.py"), "20", str(KERNEL_NS), "0x1d0:1", "20"],
+        [sys.executable, str(HERE / "py_pc_sampling.py"), "20", str(KERNEL_NS), "0x1d0:1", "90"],
         env=env,
         cwd=HERE,
         stdout=subprocess.PIPE,
@@ -194,7 +200,9 @@ def test_pc_sampling_survives_the_agent_restarting(tmp_path, built):
         time.sleep(4)
         first.stop()
         second = Agent(tmp_path / "second", "--shim", shim)
-        out, err = p.communicate(timeout=90)
+        time.sleep(6)
+        stop_file.touch()
+        out, err = p.communicate(timeout=120)
         second.stop()
     finally:
         p.kill()
