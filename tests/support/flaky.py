@@ -115,7 +115,9 @@ Sleeps standing for an event:
   for trace's own line that it captures; judge the shares by the shims' own counts.
 - test_pcsampling::test_pc_sampling_survives_the_agent_restarting: the first agent is
   stopped 4 s after the workload starts and must hold PC samples by then.
-  Deterministic: poll its output directory for a profile with PC samples.
+  Deterministic: poll its output directory for a profile with PC samples. The
+  workload runs until the second agent has watched it 6 s (a fixed 20 s ended before
+  a first agent that let go 19 s after its stop, in a three-worker run).
 - test_cli_errors::test_record_of_a_missing_command_fails_before_the_probes_load: the
   whole CLI, start to failure, in under 3 s of wall time. Deterministic: check that
   no probe was loaded (no BPF compile: e.g. bcc never imported), not the time.
@@ -323,7 +325,8 @@ FLAKY: tuple[tuple[str, str], ...] = (
     ),
     (
         "tests/test_pcsampling.py::test_pc_sampling_survives_the_agent_restarting",
-        "the first agent stops 4 s after the start and must hold PC samples by then",
+        "the first agent stops 4 s after the start and must hold PC samples by then; "
+        "the job runs until the second has watched it 6 s",
     ),
     (
         "tests/test_cli_errors.py::test_record_of_a_missing_command_fails_before_the_probes_load",
