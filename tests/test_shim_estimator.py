@@ -9,6 +9,11 @@ agent (tests/test_mix_cuts.py) stay the end-to-end check.
 mix.cpp (tests/shim_unit/mix_unit.cpp): where a period's launch mix changes. The
 launch counter's hits per launch function are noted at every poll; a change is cut
 at once and placed at the poll that parts the period into its two sides.
+
+budget.cpp (tests/shim_unit/budget_unit.cpp): each period's window and spacing from
+what the windows cost the process. tests/test_budget.py runs the same rules through
+the mock under a real agent; here every figure is given, so each rule is checked
+exactly, at its bounds too.
 """
 
 from __future__ import annotations
@@ -33,17 +38,27 @@ MLP, EAGER = "74000:0.5", "150000:1"
 POLL_MS = 100  # GPU_AGENT_POLL_MS's default
 
 
-@pytest.fixture(scope="module")
-def mix_unit(tmp_path_factory) -> Path:
-    exe = tmp_path_factory.mktemp("mix") / "mix_unit"
+def build(tmp_path_factory, name: str) -> Path:
+    """tests/shim_unit/NAME.cpp (a shim source with its driver) built on its own."""
+    exe = tmp_path_factory.mktemp(name) / name
     subprocess.run(
         ["g++", "-std=c++17", "-O1", "-fno-exceptions", "-fno-rtti", "-Wall", "-Werror", "-Wno-comment"]
         + ["-I", str(REPO / "shim/src"), "-I", str(REPO / "shim/include"), "-I", CUDA_INC]
-        + ["-o", str(exe), str(HERE / "mix_unit.cpp")],
+        + ["-o", str(exe), str(HERE / f"{name}.cpp")],
         check=True,
         timeout=120,
     )
     return exe
+
+
+@pytest.fixture(scope="module")
+def mix_unit(tmp_path_factory) -> Path:
+    return build(tmp_path_factory, "mix_unit")
+
+
+@pytest.fixture(scope="module")
+def budget_unit(tmp_path_factory) -> Path:
+    return build(tmp_path_factory, "budget_unit")
 
 
 def mix(exe: Path, change_ms: int, end_ms: int, before: str, after: str, burst_ms: int = 0) -> dict:
@@ -88,3 +103,110 @@ def test_a_change_late_in_a_period_is_found_at_its_planned_end(mix_unit):
     that saw it."""
     got = mix(mix_unit, 2900, 3000, MLP, EAGER)
     assert got == {"lately_ms": 3000, "since_ms": 2900}, got
+
+
+# ---- budget.cpp ----
+
+MS = 1_000_000
+CB_NS = 300.0  # budget.cpp's callbacks' cost a launch until the tails measured it
+W_MIN, W_MAX, P_MAX, N_MIN = 100 * MS, 1000 * MS, 15_000 * MS, 10
+
+
+def plans(exe: Path, script: str) -> list[dict]:
+    """budget_unit's PLAN lines, each as {key: number}."""
+    out = subprocess.run([str(exe)], input=script, capture_output=True, text=True, check=True, timeout=10).stdout
+    return [{k: float(v) for k, v in re.findall(r"(\w+)=([-\d.]+)", ln)} for ln in out.splitlines()]
+
+
+def window(switch_ms: float, teardown_ms: float, slow: float, rate_per_ms: float = 100.0) -> str:
+    """One window's notes as collection.cpp and window.cpp make them: its switches and
+    its teardown's stall, then the window (100 ms) at 1 - slow of the count phase's
+    rate, and the count phase (100 ms) at that rate."""
+    base = rate_per_ms / MS  # launches per ns
+    n = int(100 * rate_per_ms * (1 - slow))
+    return (
+        f"stall {int(switch_ms * MS)} switch\nstall {int(teardown_ms * MS)} teardown\n"
+        f"window {100 * MS} {n} {base} {int(100 * rate_per_ms)} {100 * MS}\n"
+    )
+
+
+def test_the_first_period_is_four_slots_and_one_before_any_window_fifteen(budget_unit):
+    """The attach's period: four 100 ms slots (a process shows within half a second);
+    until a window has measured the costs, a steady period's length, 15 slots."""
+    got = plans(budget_unit, "plan first\nplan next\n")
+    assert [(p["slots"], p["slot_ns"]) for p in got] == [(4, W_MIN), (15, W_MIN)], got
+
+
+@pytest.mark.parametrize("fixed_ms, window_ms", [(3.0, 100), (12.34, 123), (23.46, 235), (60.0, 600), (150.0, 1000)])
+def test_the_window_is_ten_times_its_fixed_cost_in_whole_ms_within_its_bounds(budget_unit, fixed_ms, window_ms):
+    """W = 10 x fixed (switches + teardown), rounded to a whole ms, within [100 ms, 1 s]."""
+    got = plans(budget_unit, "tails 1\n" + window(fixed_ms * 0.75, fixed_ms * 0.25, 0.1) + "plan next\n")[-1]
+    assert got["slot_ns"] == window_ms * MS, got
+
+
+@pytest.mark.parametrize("tails", [0, 1])
+@pytest.mark.parametrize("budget_bp", [50, 200, 500])
+@pytest.mark.parametrize("fixed_ms, slow", [(3.0, 0.0), (12.0, 0.1), (12.0, 0.4), (40.0, 0.25)])
+def test_the_spacing_is_the_shortest_that_keeps_the_budget(budget_unit, tails, budget_bp, fixed_ms, slow):
+    """The plan's cost is its model's (fixed + W x (on x slow' + cb), on = 1.5 with the
+    tails, slow' the window's slowdown with the count phase's on top), and the period
+    is the fewest slots that keep it within the budget: one slot fewer would not (but
+    at the floor of 10 slots, or the 15 s ceiling, which is counted)."""
+    script = f"budget {budget_bp}\ntails {tails}\n" + window(fixed_ms / 2, fixed_ms / 2, slow) + "plan next\n"
+    got = plans(budget_unit, script)[-1]
+    w, n = got["slot_ns"], got["slots"]
+    cb = 0.3 * CB_NS * 100.0 / MS  # no tail yet: the guess, one window into its running mean
+    s = slow + cb * (1 - slow)
+    cost = fixed_ms * MS + w * ((1.5 if tails else 1.0) * s + cb)
+    budget = budget_bp / 10_000
+    assert got["cost"] == pytest.approx(cost / (w * n), rel=1e-6), (got, cost)
+    if n == P_MAX // w:  # the ceiling (whole slots under 15 s): over the budget, and counted
+        assert got["over"] == 1 and got["cost"] > budget, got
+        return
+    assert got["over"] == 0 and got["cost"] <= budget, got
+    assert n == N_MIN or cost / (w * (n - 1)) > budget, got
+
+
+def test_slower_windows_are_spaced_further_apart(budget_unit):
+    """The same fixed cost, a window that slows its launches by 40 % instead of 5 %:
+    the same window length, a longer period."""
+    fast, slow = (plans(budget_unit, "tails 1\n" + window(6, 4, s) + "plan next\n")[-1] for s in (0.05, 0.4))
+    assert fast["slot_ns"] == slow["slot_ns"] and slow["slots"] > 2 * fast["slots"], (fast, slow)
+
+
+def test_a_budget_the_ceiling_cannot_keep_is_counted_each_period(budget_unit):
+    """At 0.1 % a window of 100 ms fixed cost would need a period of over 100 s: every
+    plan holds the 15 s ceiling (one window in every 30 s at least) and counts it."""
+    script = "budget 10\ntails 1\n" + window(60, 40, 0.2) + "plan next\n" + window(60, 40, 0.2) + "plan next\n"
+    got = plans(budget_unit, script)
+    assert [(p["slots"], p["slot_ns"], p["over"]) for p in got] == [(15, W_MAX, 1), (15, W_MAX, 2)], got
+    assert all(p["cost"] > 0.001 for p in got), got
+
+
+def test_teardown_stalls_are_a_mean_per_teardown_and_switches_a_sum_per_window(budget_unit):
+    """Two teardowns of 4 ms between two windows cost 4 ms a window, not 8 (each window
+    has one); the switches between two windows add up (7 + 3 ms)."""
+    script = "tails 1\nstall 7000000 switch\nstall 3000000 switch\nstall 4000000 teardown\n"
+    script += f"stall 4000000 teardown\nwindow {100 * MS} 90000 0.001 100000 {100 * MS}\nplan next\n"
+    assert plans(budget_unit, script)[-1]["slot_ns"] == 140 * MS  # 10 x (10 + 4) ms
+
+
+def test_the_count_phase_is_priced_by_the_tails_median(budget_unit):
+    """No tail: the callbacks cost nothing measured (the count phase reads low by
+    their cost, as budget.cpp says). Fewer than 3 tails: their median, at most
+    300 ns a launch (one tail of a wandering job can read anything). From 3 on: the
+    median of the last 15, whole; the count phase's slowdown at most 0.5."""
+    rate = 100.0  # launches a ms (100 000 a second)
+    head = "tails 1\n" + window(6, 4, 0.1, rate)
+
+    def after(*tails: float) -> dict:
+        return plans(budget_unit, head + "".join(f"tail {t}\n" for t in tails) + "plan next\n")[-1]
+
+    assert after()["cb_ns"] == 0 and after()["bias"] == 0
+    assert after(2721.0)["cb_ns"] == CB_NS and after(120.0)["cb_ns"] == 120.0
+    assert after(2721.0, 2500.0, 3000.0)["cb_ns"] == 2721.0
+    assert after(2721.0, 2500.0, 3000.0)["bias"] == pytest.approx(2721.0 * rate / MS)
+    # the last 15 of 20 (8 of 5 000, 7 of 400): 5 000; the last 10 or all 20 would read 400
+    assert after(*[100.0] * 5, *[5000.0] * 8, *[400.0] * 7)["cb_ns"] == 5000.0
+    assert after(-50.0, -20.0, -10.0)["cb_ns"] == 0  # a negative median: nothing
+    assert after(900_000.0, 900_000.0, 900_000.0)["bias"] == 0.5

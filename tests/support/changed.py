@@ -153,6 +153,7 @@ RULES: tuple[tuple[str, tuple[str, ...] | str, str], ...] = (
         ("tests/test_mix_cuts.py", "tests/test_shim_estimator.py"),
         "cuts where the launch mix changes",
     ),
+    ("shim/src/budget.cpp", ("tests/test_shim_estimator.py",), "the windows' plan under the budget, in process"),
     ("shim/include/*", SHIM + FIRER + ("tests/test_python_layout.py",), "the probe contract's header"),
     ("shim/include/gpu_agent_parcagpu.h", PARCAGPU, "parcagpu's probes"),
     ("shim/include/gpu_agent_pcsampling.h", PCSAMPLING, "PC sampling's probes"),
