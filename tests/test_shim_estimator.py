@@ -10,6 +10,10 @@ mix.cpp (tests/shim_unit/mix_unit.cpp): where a period's launch mix changes. The
 launch counter's hits per launch function are noted at every poll; a change is cut
 at once and placed at the poll that parts the period into its two sides.
 
+weights.cpp (tests/shim_unit/weights_unit.cpp): each period's weight, its launches
+over its window's, published one period late with the span its launches were made
+in, which the agent splits over its intervals by overlap (issue 42).
+
 budget.cpp (tests/shim_unit/budget_unit.cpp): each period's window and spacing from
 what the windows cost the process. tests/test_budget.py runs the same rules through
 the mock under a real agent; here every figure is given, so each rule is checked
@@ -19,6 +23,7 @@ exactly, at its bounds too.
 from __future__ import annotations
 
 import os
+import random
 import re
 import subprocess
 from pathlib import Path
@@ -59,6 +64,11 @@ def mix_unit(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def budget_unit(tmp_path_factory) -> Path:
     return build(tmp_path_factory, "budget_unit")
+
+
+@pytest.fixture(scope="module")
+def weights_unit(tmp_path_factory) -> Path:
+    return build(tmp_path_factory, "weights_unit")
 
 
 def mix(exe: Path, change_ms: int, end_ms: int, before: str, after: str, burst_ms: int = 0) -> dict:
@@ -210,3 +220,139 @@ def test_the_count_phase_is_priced_by_the_tails_median(budget_unit):
     assert after(*[100.0] * 5, *[5000.0] * 8, *[400.0] * 7)["cb_ns"] == 5000.0
     assert after(-50.0, -20.0, -10.0)["cb_ns"] == 0  # a negative median: nothing
     assert after(900_000.0, 900_000.0, 900_000.0)["bias"] == 0.5
+
+
+# ---- weights.cpp ----
+
+WQ = 1024  # GA_WQ: weights in fixed point
+
+
+def weigh(exe: Path, script: str) -> tuple[list, list[float], str, list[tuple[float, int]]]:
+    """weights_unit's output: the published weights that carry records, each (period,
+    weight, start_ms, end_ms) (a SHAPE line goes before each; a PUB without one is a
+    window-less period's, for stragglers only), the UNTIL after each call, and the
+    STATS line; and each UNTIL with the number of weights gone out by then."""
+    out = subprocess.run([str(exe)], input=script, capture_output=True, text=True, check=True, timeout=10).stdout
+    pubs, until, shape = [], [], False
+    for ln in out.splitlines():
+        kv = {k: float(v) for k, v in re.findall(r"(\w+)=([-\d.]+)", ln)}
+        if ln.startswith("SHAPE"):
+            shape = True
+        elif ln.startswith("PUB"):
+            if shape:
+                pubs.append((int(kv["seq"]), kv["q"] / WQ, kv["start_ms"], kv["end_ms"]))
+            shape = False
+        elif ln.startswith("UNTIL"):
+            until.append((kv["ms"], len(pubs)))  # and how many had gone out by then
+    return pubs, [u for u, _ in until], out.splitlines()[-1], until
+
+
+def periods(counts: list[tuple[int, int]], length_ms: int = 1000, exit_ms: float | None = None) -> str:
+    """A script: period k (from 1) runs [k-1, k) x length_ms with counts[k-1] = (all, in)
+    launches; an exit at exit_ms (default: the last period's end)."""
+    lines = ["edge first 0"]
+    for k, (n_all, n_in) in enumerate(counts, 1):
+        lines.append(f"launch {n_all} {n_in}")
+        if k < len(counts) or exit_ms is not None:
+            lines.append(f"edge next {k * length_ms}")
+    lines.append(f"exit {exit_ms if exit_ms is not None else len(counts) * length_ms}")
+    return "\n".join(lines) + "\n"
+
+
+def test_each_period_weighs_its_launches_by_its_window_s_with_the_span_they_were_made_in(weights_unit):
+    """A period's records weigh its launches / its window's launches, published when
+    the next period ends (that one could still join it), over the period's own span."""
+    pubs, until, stats, _ = weigh(weights_unit, periods([(1000, 100), (3000, 150), (800, 80)]))
+    assert pubs == [(1, 10.0, 0, 1000), (2, 20.0, 1000, 2000), (3, 10.0, 2000, 3000)], pubs
+    assert until == [0, 0, 1000, 3000], until  # the first period's only once the second ended
+    assert stats == "STATS unweighted=0 joined=0"
+
+
+def test_a_period_whose_window_saw_none_joins_the_pending_one_and_its_span(weights_unit):
+    """Launches of a period whose window saw none have no record to stand for them:
+    they join the period before (its records stand for both), and its span grows to
+    cover them; an idle period (no launch at all) ends the wait."""
+    pubs, until, stats, _ = weigh(weights_unit, periods([(1000, 100), (500, 0), (700, 0), (0, 0), (900, 90)]))
+    assert pubs == [(1, 22.0, 0, 4000), (5, 10.0, 4000, 5000)], pubs  # (and the idle period)
+    assert until == [0, 0, 0, 0, 4000, 5000], until  # out at the idle period's end, not later
+    assert stats == "STATS unweighted=0 joined=1200"
+
+
+def test_launches_before_any_window_launch_go_to_the_first_window_s_period(weights_unit):
+    """With no period before them to join, they are carried on to the next period whose
+    window saw launches, whose span then starts where they did."""
+    pubs, until, _, _ = weigh(weights_unit, periods([(400, 0), (600, 0), (1000, 100)]))
+    assert pubs == [(3, 20.0, 0, 3000)], pubs
+    assert until[1] == 0  # nothing after the carried launches' start may be closed
+
+
+def test_an_exit_mid_period_gives_its_launches_to_the_pending_one(weights_unit):
+    """At a detach or exit the partial period's window has often not opened: its
+    launches join the pending period, whose span ends at the exit."""
+    pubs, until, _, _ = weigh(weights_unit, periods([(1000, 100), (300, 0)], exit_ms=1400))
+    assert pubs == [(1, 13.0, 0, 1400)], pubs
+    assert until[-1] == 1400
+
+
+def test_a_split_gives_the_part_before_a_change_to_the_pending_period(weights_unit):
+    """window.cpp found the launch mix changed at 1 500 ms, inside period 2 (1 000-2 000)
+    whose window saw the new side: about 600 launches before it go to period 1, whose
+    window saw the old side, and the spans part there."""
+    script = "edge first 0\nlaunch 1000 100\nedge next 1000\nlaunch 1000 100\nsplit 1500 600\n"
+    script += "edge next 2000\nlaunch 1000 100\nexit 3000\n"
+    pubs, _, _, _ = weigh(weights_unit, script)
+    assert pubs == [(1, 16.0, 0, 1500), (2, 4.0, 1500, 2000), (3, 10.0, 2000, 3000)], pubs
+
+
+def test_a_hand_on_gives_the_part_after_a_change_to_the_next_window(weights_unit):
+    """The change at 1 600 ms came after period 2's window (on the old side): about 300
+    launches after it go on to the next period with windowed launches, whose span
+    starts at the change."""
+    script = "edge first 0\nlaunch 1000 100\nedge next 1000\nlaunch 1000 100\nhand 1600 300\n"
+    script += "edge next 2000\nlaunch 1000 100\nexit 3000\n"
+    pubs, _, _, _ = weigh(weights_unit, script)
+    assert pubs == [(1, 10.0, 0, 1000), (2, 7.0, 1000, 1600), (3, 13.0, 1600, 3000)], pubs
+
+
+def test_launches_handed_on_to_a_window_that_never_came_join_the_pending_period_at_the_exit(weights_unit):
+    """A hand-on in period 2 (300 launches after 1 600 ms), then the exit at 2 400 ms
+    before period 3's window: they join period 2, whose span runs to the exit: in its
+    kernels rather than unweighed."""
+    script = "edge first 0\nlaunch 1000 100\nedge next 1000\nlaunch 1000 100\nhand 1600 300\n"
+    script += "edge next 2000\nlaunch 200 0\nexit 2400\n"
+    pubs, _, stats, _ = weigh(weights_unit, script)
+    assert pubs == [(1, 10.0, 0, 1000), (2, 12.0, 1000, 2400)], pubs
+    assert "unweighted=0" in stats, stats
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_spans_never_overlap_and_the_weights_add_up_to_every_launch(weights_unit, seed):
+    """Any run of periods (idle ones, window-less ones, in a row too), then an exit
+    mid-period: the records' spans never overlap, every launch is in one of them, the
+    weights times the windows' launches add up to the launches (less each weight's
+    fixed-point rounding, under 1/1024 a record), and the agent is never told to close
+    past a launch whose span has not gone out yet."""
+    rng = random.Random(seed)
+    counts = []
+    for _ in range(40):
+        kind = rng.random()
+        n_all = 0 if kind < 0.1 else rng.randrange(1, 5000)
+        n_in = 0 if kind < 0.3 else min(n_all, rng.randrange(1, 400))
+        counts.append((n_all, n_in))
+    counts[rng.randrange(5, 35)] = (0, 0)  # at least one idle period
+    pubs, _, stats, until = weigh(weights_unit, periods(counts, exit_ms=40_500))
+    assert "unweighted=0" in stats or counts[0][1] == 0, stats
+    spans = sorted((p[2], p[3]) for p in pubs)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans  # no overlap
+    made = {k: c for k, c in enumerate(counts, 1)}
+    for k, (n_all, _) in made.items():  # every period with launches lies in a span
+        lo, hi = (k - 1) * 1000, min(k * 1000, 40_500)
+        assert n_all == 0 or any(a <= lo and hi <= b for a, b in spans), (k, made[k], spans)
+    ins = {k: c[1] for k, c in made.items()}
+    estimate = sum(w * ins[seq] for seq, w, _, _ in pubs)
+    total = sum(c[0] for c in counts)
+    assert total - sum(ins.values()) / WQ - 1 <= estimate <= total, (estimate, total)
+    # what the agent may close (UNTIL) never passes the start of a span still to go out
+    for t, gone in until:
+        assert all(t <= p[2] for p in pubs[gone:]), (t, pubs[gone:][:3])
+    assert until[-1][0] == 40_500

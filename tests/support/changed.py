@@ -154,6 +154,7 @@ RULES: tuple[tuple[str, tuple[str, ...] | str, str], ...] = (
         "cuts where the launch mix changes",
     ),
     ("shim/src/budget.cpp", ("tests/test_shim_estimator.py",), "the windows' plan under the budget, in process"),
+    ("shim/src/weights.cpp", ("tests/test_shim_estimator.py",), "the periods' weights and spans, in process"),
     ("shim/include/*", SHIM + FIRER + ("tests/test_python_layout.py",), "the probe contract's header"),
     ("shim/include/gpu_agent_parcagpu.h", PARCAGPU, "parcagpu's probes"),
     ("shim/include/gpu_agent_pcsampling.h", PCSAMPLING, "PC sampling's probes"),
