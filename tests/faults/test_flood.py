@@ -4,6 +4,8 @@ counted node-wide and shown in the flooding process's own profile, as
 
 from __future__ import annotations
 
+import time
+
 from gpu_agent.profile.vocabulary import DROPPED_CUPTI
 
 from .faultkit import settle
@@ -11,13 +13,22 @@ from .faultkit import settle
 
 def test_lost_records_are_each_process_s_dropped_launches(node, honest):
     calm = honest("--paths", "cuLaunchKernel", "--iters", "300", "--sleep-ms", "5")
+    # Read before the flood starts: read after, on a loaded two-worker run, it missed the
+    # flood's first drops (2 951 counted, 5 725 in the profile).
+    before = node.metrics().get("cupti", 0)
     # One 1 MiB buffer for a burst of launches as fast as the mock goes.
     flood = honest("--bench", "300000", "--api", "cudaLaunchKernel", env={"GPU_AGENT_BUFFER_POOL_MB": "1"})
-    before = node.metrics().get("cupti", 0)
     flood.wait()
     calm.wait()
     settle(node)
-    lost = node.metrics().get("cupti", 0) - before
+    # and until the count holds still for 1.5 s (a loaded agent drains seconds behind)
+    lost, deadline = node.metrics().get("cupti", 0) - before, time.monotonic() + 30
+    while time.monotonic() < deadline:
+        time.sleep(1.5)
+        now = node.metrics().get("cupti", 0) - before
+        if now == lost:
+            break
+        lost = now
     node.stop()
     samples = node.samples()
     mine = [s for s in samples if s.labels.get("pid") == str(flood.proc.pid)]

@@ -139,8 +139,8 @@ Sleeps standing for an event:
   read. Deterministic: count the attach events BPF sent (cnt_attach_repeats).
 - faults/test_cubins::test_a_cubin_bomb_costs_a_child_not_the_agent: the intervals
   while a child parses the bomb, one after another, each under 1 s + WAIT_S + 0.5 s,
-  read off the profiles' own spans once all are out (by file mtimes it failed 2 of 2
-  loaded runs: intervals are held until their periods are published).
+  read off the profiles' own spans once all are out (by file mtimes it failed in 2 of
+  3 parallel runs: intervals are held until their periods are published).
 The browser:
 - test_ui::test_click_into_a_kernel_frame_then_focus_and_hide: 700 ms waits for the
   flame graph's 300 ms transitions before each click (the hide step's click landed on
