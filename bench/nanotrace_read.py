@@ -5,8 +5,8 @@ Writes a version 1 file the way cutedsl-trace lays one out (tests/support/
 nanotrace_files.py's layout: blocks of lanes, each lane a track of u32-offset events,
 two formats, one with an argument), of --events events over --lanes-per-block lanes,
 then reads it with gpu_agent.timeline.nanotrace.read in a fresh process, --rounds
-times, and prints the median wall time, the peak RSS (ru_maxrss of that process), and
-both per event.
+times, and prints the median wall time, the peak RSS (ru_maxrss of that process) and
+what it was before the read, and per event the time and the peak's growth.
 
 Usage: .venv/bin/python bench/nanotrace_read.py [--events 1000000] [--rounds 3]
 """
@@ -28,11 +28,12 @@ READ = r"""
 import resource, sys, time
 sys.path.insert(0, sys.argv[1])
 from gpu_agent.timeline import nanotrace as nt
+r0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 t0 = time.perf_counter()
 t = nt.read(sys.argv[2])
 dt = time.perf_counter() - t0
 n = len(t.events)
-print(n, dt, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+print(n, dt, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, r0)
 """
 
 
@@ -78,14 +79,16 @@ def main(argv=None) -> None:
             )
             if out.returncode:
                 raise SystemExit(out.stderr.strip().splitlines()[-1])
-            n, dt, rss = out.stdout.split()
-            runs.append((int(n), float(dt), int(rss)))
+            n, dt, rss, base = out.stdout.split()
+            runs.append((int(n), float(dt), int(rss), int(base)))
         n = runs[0][0]
         dt = statistics.median(r[1] for r in runs)
         rss = statistics.median(r[2] for r in runs)
+        base = statistics.median(r[3] for r in runs)
         print(
             f"{n} events, file {path.stat().st_size / 1e6:.1f} MB: read in {dt:.2f} s (median of {a.rounds}), "
-            f"peak RSS {rss / 2**20:.0f} MiB; {1e6 * dt / n:.2f} us and {rss / n:.0f} bytes an event"
+            f"peak RSS {rss / 2**20:.0f} MiB ({base / 2**20:.0f} MiB before the read); "
+            f"{1e6 * dt / n:.2f} us and {(rss - base) / n:.0f} bytes an event"
         )
 
 
