@@ -100,17 +100,16 @@ class PythonStacks:
         if not self.enabled:
             return
         now = time.monotonic()
-        # (list() of a dict's items is one step under the GIL: no lock needed to look)
-        if not any(
-            p.state == "pending" and p.tries < MAX_TRIES and now >= p.next_try for p in list(self.procs.values())
-        ):
-            return
-        if not self._lock.acquire(blocking=False):
+
+        def due(p: _Proc) -> bool:
+            return p.state == "pending" and p.tries < MAX_TRIES and now >= p.next_try
+
+        # (list() of a dict's values is one step under the GIL: no lock needed to look)
+        if not any(map(due, list(self.procs.values()))) or not self._lock.acquire(blocking=False):
             return
         try:
-            for pid, p in list(self.procs.items()):
-                if p.state == "pending" and p.tries < MAX_TRIES and now >= p.next_try:
-                    self._configure(pid)
+            for pid in [pid for pid, p in self.procs.items() if due(p)]:
+                self._configure(pid)
         finally:
             self._lock.release()
 
