@@ -255,6 +255,15 @@ def main(argv=None) -> None:
         default=0,
         help="the second half of the launches this long after the first (the clocks' drift)",
     )
+    g.add_argument("--burst", type=int, default=1, help="launches back to back between synchronizations")
+    g.add_argument("--standalone", type=int, default=8, help="launches also written each as a standalone file (spread)")
+    g.add_argument("--keep", default="", help="keep the stamps and the capture here (placement read again offline)")
+    g.add_argument(
+        "--from",
+        dest="from_dir",
+        default="",
+        help="read the stamps and capture a --keep wrote instead of running (no GPU): the merges again",
+    )
     rp = sub.add_parser("rateproxy", help=first_line(rate_proxy))
     rp.add_argument("--workloads", default="eager,mlp,llama")
     rp.add_argument("--seconds", type=float, default=45.0, help="each process's loop")

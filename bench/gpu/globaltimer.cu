@@ -1,8 +1,9 @@
 // globaltimer: in-kernel events from %globaltimer, as cutedsl-trace and
 // nanotrace-cuda record them, for `python -m bench.gpu globaltimer`.
 //
-// Usage: globaltimer OUT LAUNCHES [GAP_S]: the second half of the launches GAP_S
-// seconds after the first (how CUPTI's clock and %globaltimer drift). Writes OUT, text:
+// Usage: globaltimer OUT LAUNCHES [GAP_S [BURST]]: the second half of the launches GAP_S
+// seconds after the first (how CUPTI's clock and %globaltimer drift); BURST launches
+// back to back between synchronizations (default 1). Writes OUT, text:
 //   res MIN_STEP_NS CHANGES SPAN_NS      one thread reading %globaltimer 1<<20 times
 //   snap METHOD GLOBALTIMER RAW_LO RAW_HI  a %globaltimer read between two
 //                                        CLOCK_MONOTONIC_RAW reads, the narrowest of many:
@@ -13,9 +14,14 @@
 //                                        after them, and 2 s later.
 //   clk REALTIME RAW                     CLOCK_REALTIME beside CLOCK_MONOTONIC_RAW, with
 //                                        each snapshot (the narrowest of 20 RAW, RT, RAW)
+//   cts CUPTI RT_LO RT_HI RAW_LO RAW_HI  cuptiGetTimestamp() between two CLOCK_REALTIME
+//                                        reads, between two CLOCK_MONOTONIC_RAW reads (the
+//                                        narrowest of 20), with each snapshot, where the
+//                                        process has CUPTI (the shim loaded it)
 //   ev LAUNCH CTA WARP T0 T1 T2          each warp of each launch of `work`: phase
 //                                        "load" [T0, T1], "mma" [T1, T2]
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,8 +133,35 @@ static void snap_clocks(FILE *f) {
     fprintf(f, "clk %llu %llu\n", (unsigned long long)best_rt, (unsigned long long)((best_lo + best_hi) / 2));
 }
 
+// CUPTI's clock (that of its activity records) beside the host's: the copy the shim
+// loaded, by its soname, else none (a process without the shim has no CUPTI).
+static void snap_cupti(FILE *f) {
+    static int (*get)(uint64_t *) = NULL;
+    static int tried = 0;
+    if (!tried) {
+        tried = 1;
+        const char *names[] = {"libcupti.so.13", "libcupti.so.12", "libcupti.so"};
+        for (int i = 0; i < 3 && !get; i++) {
+            void *h = dlopen(names[i], RTLD_NOW | RTLD_NOLOAD);
+            if (h) *(void **)&get = dlsym(h, "cuptiGetTimestamp");
+        }
+    }
+    if (!get) return;
+    uint64_t best[5] = {0, 0, 0, 0, ~0ull};
+    for (int i = 0; i < 20; i++) {
+        uint64_t c = 0, lo = raw_ns(), r0 = ns_of(CLOCK_REALTIME);
+        int rc = get(&c);
+        uint64_t r1 = ns_of(CLOCK_REALTIME), hi = raw_ns();
+        if (rc == 0 && hi - lo < best[4] - best[3]) best[0] = c, best[1] = r0, best[2] = r1, best[3] = lo, best[4] = hi;
+    }
+    if (best[0])
+        fprintf(f, "cts %llu %llu %llu %llu %llu\n", (unsigned long long)best[0], (unsigned long long)best[1],
+                (unsigned long long)best[2], (unsigned long long)best[3], (unsigned long long)best[4]);
+}
+
 static void snap(FILE *f, uint64_t *d) {
     snap_clocks(f);
+    snap_cupti(f);
     snap_pingpong(f);
     uint64_t best_gt = 0, best_lo = 0, best_hi = ~0ull;
     for (int i = 0; i < 50; i++) {
@@ -144,8 +177,8 @@ static void snap(FILE *f, uint64_t *d) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3 && argc != 4) {
-        fprintf(stderr, "usage: globaltimer OUT LAUNCHES [GAP_S]\n");
+    if (argc < 3 || argc > 5) {
+        fprintf(stderr, "usage: globaltimer OUT LAUNCHES [GAP_S [BURST]]\n");
         return 2;
     }
     int launches = atoi(argv[2]);
@@ -157,7 +190,8 @@ int main(int argc, char **argv) {
     resolution<<<1, 1>>>(d, 1 << 20);
     cudaMemcpy(r, d, sizeof r, cudaMemcpyDeviceToHost);
     fprintf(f, "res %llu %llu %llu\n", (unsigned long long)r[0], (unsigned long long)r[1], (unsigned long long)r[2]);
-    int gap = argc == 4 ? atoi(argv[3]) : 0;
+    int gap = argc >= 4 ? atoi(argv[3]) : 0, burst = argc == 5 ? atoi(argv[4]) : 1;
+    if (burst < 1) burst = 1;
     snap(f, d);
     for (int i = 0; i < launches; i++) {
         if (gap && i == launches / 2) {   // the second half GAP_S later, snapshots around the gap
@@ -167,7 +201,8 @@ int main(int argc, char **argv) {
             snap(f, d);
         }
         work<<<CTAS, WARPS * 32>>>(ev + per * i, 2000);
-        cudaDeviceSynchronize();   // one at a time: each launch's events are its own
+        // each launch's events are its own; BURST of them back to back on one stream
+        if ((i + 1) % burst == 0 || i + 1 == launches || (gap && i + 1 == launches / 2)) cudaDeviceSynchronize();
     }
     snap(f, d);
     struct timespec two = {2, 0};

@@ -17,7 +17,7 @@ free of any snapshot, how much longer CUPTI's kernel is than its stamps' span, a
 from __future__ import annotations
 
 import json
-import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -27,6 +27,8 @@ from pathlib import Path
 from bench.gpu.harness import clean_env, cuda_binary
 from gpu_agent.timeline import nanotrace as nt
 from gpu_agent.timeline.nanotrace.model import KERNEL, THREAD_BLOCK, WARP
+
+STREAM = 3  # version 4's stream track kind
 
 KERNEL_NAME = "work"
 
@@ -46,39 +48,79 @@ def parse(rows: list[list[str]]) -> dict:
             )
         elif r[0] == "clk":
             info.setdefault("clk", []).append((int(r[1]), int(r[2])))
+        elif r[0] == "cts":
+            info.setdefault("cts", []).append(tuple(map(int, r[1:6])))
         elif r[0] == "ev":
             info["launches"].setdefault(int(r[1]), []).append(tuple(map(int, r[2:])))
     return info
 
 
-def to_nanotrace(info: dict, method: str) -> nt.Nanotrace:
-    """The stamps as a version 4 file, its snapshots those of `method`."""
+def to_nanotrace(info: dict, method: str, layout: str = "single", launch: int = 0) -> nt.Nanotrace:
+    """The stamps as a version 4 file, its snapshots those of `method`, laid out as
+    - "single": each launch a kernel track of its own (this bench's first layout);
+    - "multi": upstream's repeated launches (GpuKernelTraceOptions): ONE kernel track
+      under a stream, its CTA and warp tracks shared by the launches, each launch a
+      slice on the stream (its stamps' span, put on CLOCK_MONOTONIC_RAW by the
+      snapshots) that its events name as Event.parent;
+    - "standalone": launch `launch` alone, as upstream's trace_writer::write leaves a
+      file: one snapshot pinning its last stamp at 0 on CLOCK_MONOTONIC_RAW."""
     t = nt.Nanotrace(version=4, session="globaltimer", reference_clock=1)
     t.clocks = {1: (0, 0, 0, 1_000_000_000), 2: (3, 0, 0, 1_000_000_000)}
-    for s in info["snapshots"][method]:
-        t.snapshots.append((2, 1, s["globaltimer"], s["raw_mid"], s["uncertainty_ns"]))
-    for i, warps in sorted(info["launches"].items()):
-        kid = len(t.tracks) + 1
-        t.tracks[kid] = nt.Track(kid, 0, 2, KERNEL_NAME, KERNEL, i)
-        first, last = min(w[2] for w in warps), max(w[4] for w in warps)
-        t.events.append(nt.Event(kid, first, last - first, KERNEL_NAME))
-        ctas = {}
-        for cta, warp, t0, t1, t2 in warps:
-            if cta not in ctas:
-                ctas[cta] = len(t.tracks) + 1
-                t.tracks[ctas[cta]] = nt.Track(ctas[cta], kid, 2, f"CTA {cta}", THREAD_BLOCK, cta)
-            wid = len(t.tracks) + 1
-            t.tracks[wid] = nt.Track(wid, ctas[cta], 2, f"warp {warp}", WARP, warp)
-            t.events += [nt.Event(wid, t0, t1 - t0, "load"), nt.Event(wid, t1, t2 - t1, "mma")]
+    launches = sorted(info["launches"].items())
+    if layout == "standalone":
+        launches = [launches[launch]]
+        t.snapshots = [(2, 1, max(w[4] for w in launches[0][1]), 0, 0)]
+    else:
+        t.snapshots = [(2, 1, s["globaltimer"], s["raw_mid"], s["uncertainty_ns"]) for s in info["snapshots"][method]]
+    if layout != "multi":
+        for i, warps in launches:
+            kid = len(t.tracks) + 1
+            t.tracks[kid] = nt.Track(kid, 0, 2, KERNEL_NAME, KERNEL, i)
+            first, last = min(w[2] for w in warps), max(w[4] for w in warps)
+            t.events.append(nt.Event(kid, first, last - first, KERNEL_NAME))
+            _blocks(t, kid, warps, {})
+        return t
+    t.tracks[1] = nt.Track(1, 0, 1, "Stream 7", STREAM, 7)
+    t.tracks[2] = nt.Track(2, 1, 2, KERNEL_NAME, KERNEL)
+    for _, warps in launches:  # events 1..L: the launches' slices
+        lo = round(nt.to_reference(t, 2, min(w[2] for w in warps)))
+        hi = round(nt.to_reference(t, 2, max(w[4] for w in warps)))
+        t.events.append(nt.Event(1, lo, hi - lo, KERNEL_NAME))
+    shared: dict = {}
+    for n, (_, warps) in enumerate(launches, 1):
+        _blocks(t, 2, warps, shared, parent=n)
     return t
+
+
+def _blocks(t: nt.Nanotrace, kid: int, warps: list, tracks: dict, parent: int = 0) -> None:
+    """A launch's CTA and warp tracks under kernel track kid (those in `tracks`
+    reused), each warp's two phases on them."""
+    for cta, warp, t0, t1, t2 in warps:
+        if (cta, None) not in tracks:
+            tracks[cta, None] = len(t.tracks) + 1
+            t.tracks[tracks[cta, None]] = nt.Track(tracks[cta, None], kid, 2, f"CTA {cta}", THREAD_BLOCK, cta)
+        if (cta, warp) not in tracks:
+            tracks[cta, warp] = len(t.tracks) + 1
+            t.tracks[tracks[cta, warp]] = nt.Track(tracks[cta, warp], tracks[cta, None], 2, f"warp {warp}", WARP, warp)
+        wid = tracks[cta, warp]
+        t.events += [
+            nt.Event(wid, t0, t1 - t0, "load", parent=parent),
+            nt.Event(wid, t1, t2 - t1, "mma", parent=parent),
+        ]
+
+
+def mapping(info: dict, method: str, pair: tuple[int, int]):
+    """%globaltimer -> the timeline's clock by `method`'s snapshots and a (timeline
+    clock, CLOCK_MONOTONIC_RAW) pair; in integers (a float of 1.8e18 ns is 256 ns coarse)."""
+    model = to_nanotrace(info, method)
+    clock, raw = pair
+    return lambda g: round(nt.to_reference(model, 2, g)) - raw + clock
 
 
 def agreement(info: dict, method: str, cupti: list[dict], pair: tuple[int, int]) -> dict:
     """Each launch's stamps mapped by `method`'s snapshots onto CUPTI's clock
     (integers: a float of 1.8e18 ns is 256 ns coarse), against CUPTI's record of it."""
-    model = to_nanotrace(info, method)
-    realtime, raw = pair
-    at = lambda g: round(nt.to_reference(model, 2, g)) - raw + realtime  # noqa: E731
+    at = mapping(info, method, pair)
     start_off, end_off, inside, events = [], [], 0, 0
     for (_, warps), k in zip(sorted(info["launches"].items()), cupti):
         start_off.append(at(min(w[2] for w in warps)) - k["start_ns"])
@@ -102,60 +144,93 @@ def agreement(info: dict, method: str, cupti: list[dict], pair: tuple[int, int])
     }
 
 
+def record(a, d: Path) -> None:
+    """The stamping program under `gpu-agent record --events`: d/stamps.txt, d/t.ndjson."""
+    p = subprocess.run(
+        [sys.executable, "-m", "gpu_agent", "record", "--events", str(d / "t.ndjson"), "-o", str(d / "p.pb.gz")]
+        + ["--", cuda_binary("globaltimer"), str(d / "stamps.txt"), str(a.launches), str(a.gap_seconds), str(a.burst)],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if p.returncode != 0:
+        raise SystemExit(f"record: {p.stderr[-2000:]}")
+
+
+def merge(d: Path, name: str, files: list[str]) -> tuple[list[dict], str, int]:
+    """`gpu-agent timeline merge` of the capture with files: its NDJSON lines, what it
+    said, its exit status."""
+    out = d / f"m-{name}.ndjson"
+    m = subprocess.run(
+        [sys.executable, "-m", "gpu_agent", "timeline", "merge", str(d / "t.ndjson"), *files, "--events", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    lines = [json.loads(x) for x in out.read_text().splitlines()] if m.returncode == 0 else []
+    return lines, m.stderr, m.returncode
+
+
+def placement(lines: list[dict], info: dict, at, half_width: float) -> dict:
+    """Where the merge put each launch's first event, against where the file's own
+    snapshots put it (issue 46: within their half-width, and nothing cut)."""
+    kernels = [x for x in lines if x["type"] == "kernel"]
+    work = sorted(k["start_ns"] for k in kernels if k["name"].startswith(KERNEL_NAME + "("))
+    launches = sorted(info["launches"].items())
+    err, cut, seen, events, first = [], 0, set(), 0, {}
+    for x in lines:
+        if x["type"] == "inkernel":
+            k = kernels[x["kernel"]]
+            n = work.index(k["start_ns"])
+            seen.add(n)
+            cut += x["clamped"]
+            first[x["id"]] = (n, [])
+        elif x["type"] == "inkernel_event":
+            first[x["of"]][1].append(x["start_ns"])
+            events += 1
+    for n, starts in first.values():
+        err.append(min(starts) - at(min(w[2] for w in launches[n][1])))
+    return {
+        "launches_placed": len(seen),
+        "events": events,
+        "cut": cut,
+        "first_event_minus_snapshots_ns": _spread(err),
+        "within_half_width": sum(abs(e) <= half_width for e in err),
+        "half_width_ns": half_width,
+    }
+
+
 def run(a) -> None:
-    exe = cuda_binary("globaltimer")
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
-        p = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "gpu_agent",
-                "record",
-                "--events",
-                str(d / "t.ndjson"),
-                "-o",
-                str(d / "p.pb.gz"),
-                "--",
-                exe,
-                str(d / "stamps.txt"),
-                str(a.launches),
-                str(a.gap_seconds),
-            ],
-            env=clean_env(),
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        if p.returncode != 0:
-            raise SystemExit(f"record: {p.stderr[-2000:]}")
+        if a.from_dir:
+            for f in ("stamps.txt", "t.ndjson"):
+                shutil.copy(Path(a.from_dir) / f, d / f)
+        else:
+            record(a, d)
+        if a.keep:
+            Path(a.keep).mkdir(parents=True, exist_ok=True)
+            for f in ("stamps.txt", "t.ndjson"):
+                shutil.copy(d / f, Path(a.keep) / f)
         info = parse([ln.split() for ln in (d / "stamps.txt").read_text().splitlines()])
-        nt.write_v4(to_nanotrace(info, METHOD), d / "gt.nanotrace")
-        m = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "gpu_agent",
-                "timeline",
-                "merge",
-                str(d / "t.ndjson"),
-                str(d / "gt.nanotrace"),
-                "-o",
-                str(d / "m.json"),
-                "--trace-format",
-                "chrome",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
         lines = [json.loads(x) for x in (d / "t.ndjson").read_text().splitlines()]
-        doc = json.loads((d / "m.json").read_text()) if m.returncode == 0 else {"traceEvents": []}
-    pair = tuple(lines[0]["monotonic_raw_pair"])
-    cupti = sorted(
-        (x for x in lines if x["type"] == "kernel" and x["name"].startswith(KERNEL_NAME + "(")),
-        key=lambda x: x["start_ns"],
-    )
+        pair = tuple(lines[0]["monotonic_raw_pair"])
+        cupti = sorted(
+            (x for x in lines if x["type"] == "kernel" and x["name"].startswith(KERNEL_NAME + "(")),
+            key=lambda x: x["start_ns"],
+        )
+        at = mapping(info, METHOD, pair)
+        half = statistics.median(s["uncertainty_ns"] for s in info["snapshots"][METHOD])
+        merged = {}
+        for layout in ("single", "multi"):
+            nt.write_v4(to_nanotrace(info, METHOD, layout), d / f"{layout}.nanotrace")
+            merged[layout] = merge(d, layout, [str(d / f"{layout}.nanotrace")])
+        n = len(info["launches"])
+        picks = sorted({round(i * (n - 1) / max(1, a.standalone - 1)) for i in range(a.standalone)}) if n else []
+        for i in picks:
+            nt.write_v4(to_nanotrace(info, METHOD, "standalone", i), d / f"sa{i}.nanotrace")
+        merged["standalone"] = merge(d, "standalone", [f"{d / f'sa{i}.nanotrace'}@{i + 1}" for i in picks])
     # method-free: how CUPTI's duration of each launch exceeds its stamps' span
     longer = [
         (k["end_ns"] - k["start_ns"]) - (max(w[4] for w in ws) - min(w[2] for w in ws))
@@ -168,8 +243,9 @@ def run(a) -> None:
     moved = statistics.median(diff[h:]) - statistics.median(diff[:h]) if h else 0
     (rt0, raw0), (rt1, raw1) = info["clk"][0], info["clk"][-1]
     res = {
-        "launches": a.launches,
+        "launches": len(info["launches"]),
         "gap_seconds": a.gap_seconds,
+        "burst": a.burst,
         "cupti_kernels": len(cupti),
         "realtime_vs_raw_ppm": ((rt1 - rt0) / (raw1 - raw0) - 1) * 1e6,
         "clk_over_s": (raw1 - raw0) / 1e9,
@@ -181,12 +257,25 @@ def run(a) -> None:
         "halves_apart_s": apart / 1e9,
         "cupti_vs_globaltimer_ppm": moved / apart * 1e6 if apart else None,
         "by": {mth: agreement(info, mth, cupti, pair) for mth in info["snapshots"]},
-        "merged_with": METHOD,
-        "events_merged": sum(1 for e in doc["traceEvents"] if e.get("cat") == "nanotrace"),
-        "events_cut_by_merge": sum(int(x) for x in re.findall(r"(\d+) cut to their kernel's slice", m.stderr)),
-        "merge_rc": m.returncode,
-        "merge_said": m.stderr.splitlines()[-3:],
+        "placed": {
+            layout: {
+                **placement(ls, info, at, half),
+                "merge_rc": rc,
+                "merge_said": said.splitlines()[-3:],
+            }
+            for layout, (ls, said, rc) in merged.items()
+        },
     }
+    if info.get("cts"):
+        # CUPTI's clock read beside the host's (cuptiGetTimestamp): against CLOCK_REALTIME,
+        # and the stamps mapped through a (CUPTI, CLOCK_MONOTONIC_RAW) pair instead of the
+        # capture's (CLOCK_REALTIME, CLOCK_MONOTONIC_RAW)
+        c = info["cts"]
+        res["cupti_minus_realtime_ns"] = _spread([x[0] - (x[1] + x[2]) // 2 for x in c])
+        res["cupti_read_width_ns"] = _spread([x[4] - x[3] for x in c])
+        best = min(c, key=lambda x: x[4] - x[3])
+        cpair = (best[0], (best[3] + best[4]) // 2)
+        res["by_cupti_pair"] = {mth: agreement(info, mth, cupti, cpair) for mth in info["snapshots"]}
     print(json.dumps(res, indent=1))
     if a.jsonl:
         with open(a.jsonl, "a") as f:
