@@ -7,7 +7,6 @@ the perfetto package's protos and json."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 
 from gpu_agent.timeline import nanotrace as nt
@@ -81,10 +80,9 @@ def test_record_then_merge_put_in_kernel_events_inside_their_kernels(tmp_path, b
     )
     assert p.returncode == 0, p.stderr
     assert f"correlation id {tenth['correlation_id']}), by its clock snapshots: its start " in p.stderr, p.stderr
-    # its 2 us of stamps, 0.3 us after CUPTI's start, are centred in CUPTI's kernel
-    moved = re.search(r"the file's times moved ([\d.]+) us (after|before) its clock", p.stderr)
-    want = (tenth["end_ns"] - tenth["start_ns"]) / 2 - (300 + 1_000)
-    assert moved and abs(float(moved[1]) * (1 if moved[2] == "after" else -1) - want / 1e3) <= 0.051, p.stderr
+    # its 2 us of stamps, 0.3 us after CUPTI's start, fit in the mock's kernel: they stay
+    # where the file's clock and the capture's pair put them (its first event 0.5 us in)
+    assert tenth["end_ns"] - tenth["start_ns"] >= 2_300 and "moved" not in p.stderr, p.stderr
     doc = json.loads(out.read_text())["traceEvents"]
     procs = {e["pid"]: e["args"]["name"] for e in doc if e["ph"] == "M" and e["name"] == "process_name"}
     pid = next(p for p, n in procs.items() if f"#{tenth['correlation_id']} (" in n)
@@ -93,6 +91,7 @@ def test_record_then_merge_put_in_kernel_events_inside_their_kernels(tmp_path, b
         e for e in doc if e["ph"] == "X" and e["name"] == KERNEL and e["ts"] <= ours[0]["ts"] <= e["ts"] + e["dur"]
     )
     assert len(ours) == 8 and all(k["ts"] <= e["ts"] and e["ts"] + e["dur"] <= k["ts"] + k["dur"] for e in ours)
+    assert abs(min(e["ts"] for e in ours) - (k["ts"] + 0.8)) <= 0.002, (k, ours[:2])
 
     # a file that matches nothing is said, and a merge that placed nothing fails
     (tmp_path / "d.nanotrace").write_bytes(v1_file(kernel="no_such_kernel"))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from gpu_agent.timeline import nanotrace as nt
 from gpu_agent.timeline import write_chrome, write_events, write_nanotrace, write_perfetto
+from gpu_agent.timeline.collect import clock_pair
 from gpu_agent.timeline.events_ndjson import EventsError, read_events
 from gpu_agent.timeline.inkernel import BY_CLOCK, BY_ORDER, Spec, base_name, parse_spec, place_all
 from gpu_agent.probes.devices import GpuDevice
@@ -140,7 +141,10 @@ def test_events_past_the_kernel_are_cut_to_its_slice_and_counted(tmp_path):
     assert ik.clamped == 4 and "4 cut to the kernel's slice" in lines[0] and inside(tl)
 
 
-def test_version_4_goes_under_the_launch_its_clock_says(tmp_path):
+def test_version_4_goes_under_the_launch_its_clock_says_and_where_it_says(tmp_path):
+    """Issue 46: a launch its snapshots already put inside its kernel stays where they
+    put it. The median of the middles moved it 0.2 us off its clock (on an H200, a
+    single launch's events sat 1.8-3.1 us off the file's own snapshots)."""
     tl = timeline()
     # the second launch, 1.2 us after CUPTI's start by %globaltimer
     start_raw = tl.kernels[2].start_ns - T0 + RAW0 + 1_200
@@ -151,14 +155,31 @@ def test_version_4_goes_under_the_launch_its_clock_says(tmp_path):
     )
     lines = place_all(tl, [Spec(f["a"]), Spec(f["far"])])
     assert [(ik.kernel, ik.placed_by) for ik in tl.inkernel] == [(2, BY_CLOCK)], lines
-    # its 3 us centred in CUPTI's 5 us: it starts 1 us after CUPTI's start, 0.2 us earlier than its clock says
-    assert "correlation id 11" in lines[0] and "its start 1.0 us after CUPTI's" in lines[0], lines
-    assert lines[0].endswith("; the file's times moved 0.2 us before its clock (its kernels' median offset)")
+    # its 3 us, 1.2 us after CUPTI's start, fit in CUPTI's 5 us: not moved
+    assert "correlation id 11" in lines[0] and lines[0].endswith("its start 1.2 us after CUPTI's"), lines
     ik = tl.inkernel[0]
     assert len(ik.tracks) == 6 and len(ik.events) == 8 and not ik.clamped and inside(tl)
     k = tl.kernels[2]
-    assert min(e.start_ns for e in ik.events) == k.start_ns + 1_000 + 750
+    assert min(e.start_ns for e in ik.events) == k.start_ns + 1_200 + 750
     assert "matches no kernel of the timeline (the nearest started 49.901 ms away); not merged" in lines[1]
+
+
+def test_the_capture_reads_its_clock_pair_in_one_instant():
+    """Issue 46: the capture's (CLOCK_REALTIME, CLOCK_MONOTONIC_RAW) pair was two reads
+    one after the other, 2.4-3.3 us apart in the agent on an H200, and every merged
+    event sat that much early. It is a realtime read between two raw reads now, the
+    narrowest of many. Here each round's reads come 0.1 us and then 5 us apart (the
+    interpreter taken between them: read one after the other, 5 us off), but for one
+    round of 50 ns each."""
+    now, offset = [0], 1_800_000_000_000_000_000
+    gaps = iter([10_000, 100, 5_000] * 20 + [10_000, 50, 50] + [10_000, 100, 5_000] * 100)
+
+    def read(plus: int = 0):
+        now[0] += next(gaps)
+        return now[0] + plus
+
+    realtime, raw = clock_pair(lambda: read(offset), read)
+    assert realtime - raw == offset
 
 
 def v4_kernels(tl: Timeline, offsets: list[int]) -> bytes:
@@ -181,26 +202,27 @@ def v4_kernels(tl: Timeline, offsets: list[int]) -> bytes:
     return nt.encode_v4(t)
 
 
-def test_a_file_a_few_microseconds_off_cuptis_clock_is_moved_by_its_median(tmp_path):
-    """Snapshots and CUPTI's clock 2.6 us apart (an H100's): each event would start
-    before its kernel and be cut. The file's kernels' median offset (of their middles:
-    3 us of stamps in 5 us of CUPTI's kernel) is taken out; what is left of each
-    kernel's own offset stays, and the line says both."""
+def test_a_file_a_few_microseconds_off_cuptis_clock_moves_by_the_least_that_fits(tmp_path):
+    """Snapshots and the capture's clock 2.6 us apart (as an H100 capture read them
+    before the pair was read in one instant): each event would start before its kernel
+    and be cut. The file's times move by the least that puts every launch in its
+    kernel (3 us of stamps in 5 us of CUPTI's: from 2.603 us on, each off it by -2..+2
+    ns); what is left of each kernel's own offset stays, and the line says both."""
     tl = timeline(n=5)
     offsets = [-2_600 - 3 + i for i in range(5)]  # median -2.601 us; each off it by -2..+2 ns
     lines = place_all(tl, [Spec(files(tmp_path, a=v4_kernels(tl, offsets))["a"])])
     assert [ik.kernel for ik in tl.inkernel] == [0, 2, 4, 6, 8] and inside(tl), lines
     assert [min(e.start_ns for e in ik.events) - tl.kernels[ik.kernel].start_ns for ik in tl.inkernel] == [
-        1_750 - 2,
-        1_750 - 1,
-        1_750,
-        1_750 + 1,
-        1_750 + 2,
+        750,
+        750 + 1,
+        750 + 2,
+        750 + 3,
+        750 + 4,
     ]
     assert sum(ik.clamped for ik in tl.inkernel) == 0
     assert (
-        "5 of 5 kernels placed by their clock snapshots (40 events); the file's times moved 3.6 us after its "
-        "clock (its kernels' median offset); the first: 8 events"
+        "5 of 5 kernels placed by their clock snapshots (40 events); the file's times moved 2.6 us after its "
+        "clock (the least that puts its launches in their kernels); the first: 8 events"
     ) in lines[0], lines
 
 
@@ -216,13 +238,14 @@ def test_each_launch_of_a_kernel_goes_under_its_own_launch_by_its_parent_slice(t
     assert [ik.kernel for ik in tl.inkernel] == [0, 2, 4], lines
     assert [len(ik.events) for ik in tl.inkernel] == [8, 8, 8] and [len(ik.tracks) for ik in tl.inkernel] == [6] * 3
     assert sum(ik.clamped for ik in tl.inkernel) == 0 and inside(tl), lines
-    # the HES slices' middles sit 1 us after CUPTI's (3 us in 5): the median is taken out,
-    # each launch keeps its own offset against it
+    # the HES slices (3 us, 0.9-1.1 us after CUPTI's start) fit in CUPTI's 5 us: each
+    # launch where the file's clock puts it
     assert [min(e.start_ns for e in ik.events) - tl.kernels[ik.kernel].start_ns for ik in tl.inkernel] == [
         1_000 + 750,
         1_100 + 750,
         900 + 750,
     ]
+    assert "moved" not in lines[0], lines
     for corr, off in zip((10, 11, 12), ("1.0", "1.1", "0.9")):
         assert (
             f"8 events under {GEMM} (correlation id {corr}), by its clock snapshots: its start {off} us after"
@@ -245,14 +268,13 @@ def test_parent_slices_on_a_clock_no_snapshot_maps_leave_the_events_one_launch(t
 
 
 def test_a_kernel_past_the_files_own_offset_is_still_cut_and_counted(tmp_path):
-    """One kernel of five 2 us before the rest: after the median comes out, its
-    first events start before CUPTI's start of it; they are cut to its slice, counted."""
+    """One kernel of five 2.5 us before the rest, which fit: no move puts all five in
+    their kernels, and the four are not moved for it; the stray's events that start
+    before CUPTI's start of it are cut to its slice, counted."""
     tl = timeline(n=5)
-    lines = place_all(tl, [Spec(files(tmp_path, a=v4_kernels(tl, [0, 0, -2_000, 0, 0]))["a"])])
-    assert [ik.clamped for ik in tl.inkernel] == [0, 0, 4, 0, 0] and inside(tl), lines
-    assert "(40 events, 4 cut to their kernel's slice); the file's times moved 1.0 us after its clock" in lines[0], (
-        lines
-    )
+    lines = place_all(tl, [Spec(files(tmp_path, a=v4_kernels(tl, [0, 0, -2_500, 0, 0]))["a"])])
+    assert [ik.clamped for ik in tl.inkernel] == [0, 0, 8, 0, 0] and inside(tl), lines
+    assert "(40 events, 8 cut to their kernel's slice); the first" in lines[0] and "moved" not in lines[0], lines
 
 
 def test_version_4_without_a_clock_onto_the_timeline_goes_by_order(tmp_path):
@@ -262,7 +284,8 @@ def test_version_4_without_a_clock_onto_the_timeline_goes_by_order(tmp_path):
     lines = place_all(tl, [Spec(f["a"], 3)])
     assert [(ik.kernel, ik.placed_by) for ik in tl.inkernel] == [(4, BY_ORDER)], lines
     k = tl.kernels[4]
-    assert min(e.start_ns for e in tl.inkernel[0].events) == k.start_ns + 750 and inside(tl)
+    # its 3 us centred in CUPTI's 5 us (where it sat is not in the file): 1 us in
+    assert min(e.start_ns for e in tl.inkernel[0].events) == k.start_ns + 1_000 + 750 and inside(tl)
 
 
 def test_a_standalone_file_ending_at_zero_goes_by_order_without_file_at_n(tmp_path):
@@ -280,7 +303,8 @@ def test_a_standalone_file_ending_at_zero_goes_by_order_without_file_at_n(tmp_pa
     assert [(ik.kernel, ik.placed_by) for ik in tl.inkernel] == [(0, BY_ORDER), (2, BY_ORDER)], lines
     assert all("(the file has no absolute time)" in ln for ln in lines) and inside(tl), lines
     k = tl.kernels[0]
-    assert min(e.start_ns for e in tl.inkernel[0].events) == k.start_ns + 750  # its first event, 750 ns in
+    # centred: its first event 1 us + 750 ns in
+    assert min(e.start_ns for e in tl.inkernel[0].events) == k.start_ns + 1_000 + 750
 
 
 def merged(tmp_path) -> Timeline:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import bisect
 import re
-import statistics
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -124,20 +123,25 @@ def _place(tl: Timeline, kix: "_Kernels", nt: Nanotrace, spec: Spec, taken: dict
                 "(CLOCK_MONOTONIC_RAW): cannot tell which launches they were"
             )
         return _by_order(tl, kix, ix, spec, taken, _kernel_name(ix, kernels[0]), kernels[0].id, ())
-    # The recorder's snapshots and CUPTI's clock sit a constant few microseconds apart
-    # (2.4-2.9 us on H100s, docs/benchmarks.md): the file's kernels, matched once, give
-    # that offset (their middles' median against CUPTI's), and are matched again with
-    # it taken out.
+    # The file's snapshots and the capture's clock pair put each launch on the
+    # timeline's clock. Where they put launches partly outside the kernels they match,
+    # the file's times move by the least that puts the most launches inside
+    # (_least_move); where they already fit, not at all: the events stay where the
+    # file's own clock says (issue 46: the median of the middles once moved them
+    # 0.75-3 us off it).
     launches = [one for kt in kernels for one in _launches(ix, kt)]
-    first = [o for o in (_offset(kix, ix, one, shift) for one in launches) if o is not None]
-    align = round(statistics.median(first)) if first else 0
+    align = _least_move([r for r in (_fit(kix, ix, one, shift) for one in launches) if r is not None])
     placed, said = [], []
     for one in launches:
         ik, note = _by_clock(tl, kix, ix, spec, one, shift - align)
         said.append(note)
         if ik:
             placed.append(ik)
-    moved = f"; the file's times moved {_off(-align)} its clock (its kernels' median offset)" if align else ""
+    moved = (
+        f"; the file's times moved {_off(-align)} its clock (the least that puts its launches in their kernels)"
+        if align
+        else ""
+    )
     if len(said) <= 3:
         return placed, "; ".join(said) + moved
     events = sum(len(ik.events) for ik in placed)
@@ -288,7 +292,7 @@ def _by_order(
             raise NanotraceError(f"{spec.path}: {what} ran {len(cands)} times, each has a file already")
         taken[(name, grid)] = n + 1
     k = tl.kernels[cands[n]]
-    origin = _origin(ix, root)
+    origin = _origin(ix, root, k)
     ik = _fill(
         InKernel(cands[n], spec.path, BY_ORDER),
         ix,
@@ -310,10 +314,16 @@ def _ref(nt: Nanotrace, track: int, ts: int) -> float:
     return to_reference(nt, nt.tracks[track].clock, ts)
 
 
-def _origin(ix: _Index, root: int) -> float:
-    """Where the kernel starts on the reference clock: its own slice, else its
-    earliest event (version 1: offsets start at the kernel's start)."""
-    return 0 if ix.nt.version == 1 else _extent(ix, root)[0]
+def _origin(ix: _Index, root: int, k: KernelEvent) -> float:
+    """Where kernel k starts on the file's reference clock, for a file with no clock
+    onto the timeline's. Version 1: its times are offsets from the kernel's start.
+    Version 4: its events' span, centred in k's slice where shorter (on an H200,
+    CUPTI's kernel is 0.5-0.6 us longer than its stamps, and where they sit inside it
+    is not in the file: centred, they are at most half that off)."""
+    if ix.nt.version == 1:
+        return 0
+    lo, hi = _extent(ix, root)
+    return lo - max(0, (kernel_end(k) - k.start_ns) - (hi - lo)) / 2
 
 
 def _extent(ix: _Index, root: int) -> tuple[float, float]:
@@ -385,15 +395,32 @@ def _nearest(kix: _Kernels, ix: _Index, one: _Launch, shift: int) -> tuple[str, 
     return name, start, kix.nearest(name, start)
 
 
-def _offset(kix: _Kernels, ix: _Index, one: _Launch, shift: int) -> Optional[int]:
-    """How far the file's launch's middle lies after its match's; None: no match.
-    (Middles: CUPTI's kernel is longer than the stamps inside it, 0.8 us on an H100.)"""
+def _fit(kix: _Kernels, ix: _Index, one: _Launch, shift: int) -> Optional[tuple[int, int]]:
+    """The moves (taken from the file's times) that put the launch inside its match's
+    slice, as [lo, hi]; a launch longer than its match: the one that centres it.
+    None: no match."""
     _, _, cands = _nearest(kix, ix, one, shift)
     if not cands or min(cands)[0] > MATCH_NS:
         return None
     k = kix.tl.kernels[min(cands)[1]]
     lo, hi = _span(ix, one)
-    return round((lo + hi) / 2) + shift - (k.start_ns + kernel_end(k)) // 2
+    need, room = round(hi) + shift - kernel_end(k), round(lo) + shift - k.start_ns
+    return (need, room) if need <= room else ((need + room) // 2,) * 2
+
+
+def _least_move(ranges: list[tuple[int, int]]) -> int:
+    """The move nearest 0 among those that the most ranges hold (closed ranges; a
+    file's few strays do not drag the rest): 0 where every launch fits as it is."""
+    if not ranges:
+        return 0
+    starts, ends = sorted(r[0] for r in ranges), sorted(r[1] for r in ranges)
+    best, move = -1, 0
+    for a in starts:  # the depth is highest at some range's start, until the next end
+        depth = bisect.bisect_right(starts, a) - bisect.bisect_left(ends, a)
+        here = min(max(0, a), ends[bisect.bisect_left(ends, a)])
+        if depth > best or (depth == best and abs(here) < abs(move)):
+            best, move = depth, here
+    return move
 
 
 def _by_clock(
