@@ -142,7 +142,7 @@ def start(a, workload: str, config: str, cpus_spec: str = "", gpu: str = "") -> 
         # blocks for that long, each with the shim's state (cases.py --trace); the shim's
         # window and budget lines, where it is loaded
         steps = max(1, int(a.scale * STEPS[workload]) // 40)
-        cmd = case_command(workload, steps=steps) + ["--trace", str(a.trace_seconds)]
+        cmd = case_command(workload.split("-x")[0], steps=steps) + ["--trace", str(a.trace_seconds)]
         if "CUDA_INJECTION64_PATH" in env:
             env["GPU_AGENT_DEBUG"] = "2"  # and each period's line, with the plan's costs
     procs = []
@@ -255,7 +255,8 @@ def run(a) -> None:
 def side(a, workload: str, config: str, r: int) -> list[dict]:
     """--method side: the config's process and a baseline process at the same time, on
     the two halves of --cpus (which half takes which drawn at random), one GPU, or with
-    --gpus each on its own (drawn at random too). A pair's ratio is its round's. On one
+    --gpus each on its own (drawn at random too); a workload of N processes (mlp-x4) is
+    N on each side, each side on its own GPU. A pair's ratio is its round's. On one
     H200 the two processes' contexts shared the GPU unevenly: each spent 26-75 % of its
     blocks 15 % or more slower than its own fast level, so a pair moved by ±20 points
     whatever it ran (docs/benchmarks.md); two GPUs of one host keep the pair's common
@@ -265,8 +266,11 @@ def side(a, workload: str, config: str, r: int) -> list[dict]:
     the host's: the process beside did not), which five 1.2 s blocks left at ±30
     points a pair and a minute of 25 ms blocks at ±3 (docs/benchmarks.md)."""
     cpus = cpu_list(a.cpus)
-    if len(cpus) < 2 or "-x" in workload:
-        raise SystemExit("--method side needs two CPUs or more in --cpus, and one process a workload")
+    n = int(workload.split("-x")[1]) if "-x" in workload else 1
+    if len(cpus) < 2 * n:
+        raise SystemExit(f"--method side needs {2 * n} CPUs or more in --cpus (one a process, two sides)")
+    if n > 1 and not getattr(a, "gpus", ""):
+        raise SystemExit("--method side runs a workload of several processes with --gpus only (a side a GPU)")
     halves = [",".join(cpus[: len(cpus) // 2]), ",".join(cpus[len(cpus) // 2 :])]
     random.shuffle(halves)
     # each half's steal (bench/gpu/steal.py): the host's share of those CPUs over time
