@@ -7,6 +7,7 @@ import random
 import struct
 import subprocess
 import sys
+import tracemalloc
 import zlib
 
 import pytest
@@ -48,7 +49,7 @@ def sample_trace() -> nt.Nanotrace:
                         90,
                         "mma" if k else "load",
                         correlation=7 + k,
-                        args=[("k", k), ("bias", -3), ("scale", 0.5), ("tile", "A")][: k + 1],
+                        args=(("k", k), ("bias", -3), ("scale", 0.5), ("tile", "A"))[: k + 1],
                     )
                 )
             tid += 1
@@ -83,7 +84,7 @@ def test_formats_colours_and_booleans_survive_a_round_trip():
     t = sample_trace()
     t.formats = {"load": ("load {k} at scale {scale}", 1), "barrier": ("all warps wait", 0)}
     t.events[0].colour = 0xFF8800
-    t.events[-1].args = [("last", True), ("first", False)]
+    t.events[-1].args = (("last", True), ("first", False))
     back = nt.parse(nt.encode_v4(nt.parse(nt.encode_v4(t))))
     assert back.formats == t.formats
     assert back.events == t.events and back.events[0].colour == 0xFF8800
@@ -200,7 +201,7 @@ def test_version_1_names_are_the_viewer_s():
     ]
     assert [e.name for e in t.events] == ["CTA 1,1", "Load 7 of 9", "CTA 1,1"]
     # the CTA's SM and cluster, as arguments of each of its events (they were dropped)
-    assert t.events[1].args == [("0", 7), ("1", 9), ("sm", 5), ("cluster", 1)]
+    assert t.events[1].args == (("0", 7), ("1", 9), ("sm", 5), ("cluster", 1))
 
 
 @pytest.mark.parametrize("compressed", [False, True])
@@ -301,11 +302,11 @@ def test_what_upstream_reads_past_is_read_past_and_counted(tmp_path):
     from gpu_agent.timeline.model import KernelEvent, Timeline
 
     t = sample_trace()
-    t.events[0].args = [("note", "x" * 70_000)]
-    t.events[-1].args = [("k", 7)]  # the last event's: last in the arguments chunk
+    t.events[0].args = (("note", "x" * 70_000),)
+    t.events[-1].args = (("k", 7),)  # the last event's: last in the arguments chunk
     data = nt.encode_v4(t)
     back = nt.parse(data)
-    assert back.events[0].args == [("note", "x" * 70_000)] and not back.skipped
+    assert back.events[0].args == (("note", "x" * 70_000),) and not back.skipped
 
     def kind_5(body: bytearray) -> bytearray:
         assert body[-2:] == bytes([0, 7])  # the arguments chunk comes last, ("k", 7) last in it
@@ -314,7 +315,7 @@ def test_what_upstream_reads_past_is_read_past_and_counted(tmp_path):
 
     newer = nt.parse(_patched(data, kind_5))
     assert newer.skipped == {"arguments of a kind past 4 (read as integers)": 1}
-    assert newer.events[0].args == [("note", "x" * 70_000)] and newer.events[-1].args == [("k", 7)]
+    assert newer.events[0].args == (("note", "x" * 70_000),) and newer.events[-1].args == (("k", 7),)
     tail = nt.parse(_patched(data, lambda b: b + bytes(10)))
     assert tail.skipped == {"bytes of a short tail (a chunk's header or body cut off)": 10}
     assert tail.events == t.events
@@ -362,7 +363,7 @@ def test_a_file_costs_at_most_its_budget(tmp_path):
     for w in range(2, 66):
         t.tracks[w] = nt.Track(w, 1, 1, f"warp {w}", WARP, w)
     for i in range(50_000):
-        t.events.append(nt.Event(2 + i % 64, 10**12 + i * 37, 20, "mma", args=[("k", i % 7)] * (i % 3)))
+        t.events.append(nt.Event(2 + i % 64, 10**12 + i * 37, 20, "mma", args=(("k", i % 7),) * (i % 3)))
     data = nt.encode_v4(t)
     assert nt.parse(data).events == t.events
     with pytest.raises(nt.NanotraceError, match=r"past its memory budget: .*\(--nanotrace-memory 8 MiB\)$"):
@@ -386,3 +387,24 @@ def test_a_file_costs_at_most_its_budget(tmp_path):
     assert p.returncode == 1 and "(--nanotrace-memory 1 MiB); not merged" in p.stderr, p.stderr
     p = subprocess.run([*merge, *out], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and "50000 events under my_kernel" in p.stderr, p.stderr
+
+
+def test_a_large_version_1_file_is_read_at_under_220_bytes_an_event(tmp_path):
+    """Issue 46: a generated 9.2 M-event sample was refused (MAX_EVENTS was 5 M), and an
+    event read took 339 bytes (3.1 GB for the sample), the read's peak 2.7 KB (a buffer
+    of MAX_FILE for any file). Events have slots now, and those of a lane that share a
+    name and parameters share the name's text and the arguments' tuple: here 189 bytes
+    held and 255 at the peak an event, of 20 000 (tracemalloc, deterministic for a given
+    input; its worst case, a parameter that differs in every other event), where it was
+    359 and 13 KB. The sample itself: docs/benchmarks.md (bench/nanotrace_read.py)."""
+    assert nt.model.MAX_EVENTS >= 9_200_000
+    path = tmp_path / "big.nanotrace"
+    path.write_bytes(v1_file(events_per_lane=5_000))
+    tracemalloc.start()
+    try:
+        t = nt.read(path)
+        held, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(t.events) == 20_000
+    assert held / len(t.events) < 220 and peak / len(t.events) < 300, (held / len(t.events), peak / len(t.events))

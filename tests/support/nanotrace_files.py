@@ -69,7 +69,7 @@ def v4_kernel(kernel: str, start_raw: int, span_ns: int, ctas: int = 2, warps: i
                         start_raw + g + (k + 1) * span_ns // 4,
                         span_ns // 5,
                         "mma" if k else "load",
-                        args=[("k", k), ("scale", 0.5)],
+                        args=(("k", k), ("scale", 0.5)),
                     )
                 )
             tid += 1
@@ -116,7 +116,7 @@ def v4_arg_bomb(events: int, args: int) -> bytes:
     t = nt.Nanotrace(version=4, session="bomb", reference_clock=1)
     t.clocks = {1: (0, 0, 0, 1_000_000_000)}
     t.tracks[1] = nt.Track(1, 0, 1, "k", KERNEL)  # string 1
-    t.events.append(nt.Event(1, 0, 10, "k", args=[("a", 0)] * args))
+    t.events.append(nt.Event(1, 0, 10, "k", args=(("a", 0),) * args))
     raw = v4.encode_v4(t)
     head = struct.calcsize("<8sHHBBHQQ")
     body, out, at = zlib.decompress(raw[head:]), b"", 0

@@ -75,7 +75,7 @@ def to_nanotrace(tl: Timeline) -> Nanotrace:
                 max(0, kernel_end(k) - k.start_ns),
                 k.name or k.mangled,
                 correlation=k.correlation_id,
-                args=args,
+                args=tuple(args),
             )
         )
     for n, ik in enumerate(tl.inkernel):
@@ -95,7 +95,7 @@ def to_nanotrace(tl: Timeline) -> Nanotrace:
                     e.start_ns + shift,
                     e.end_ns - e.start_ns,
                     e.name,
-                    args=[(str(a), v) for a, v in e.args],
+                    args=tuple((str(a), v) for a, v in e.args),
                 )
             )
     return t

@@ -40,7 +40,8 @@ def read(path, memory: int = DEFAULT_MEMORY) -> Nanotrace:
     try:
         fd, _ = open_for_invoker(str(path))
         with os.fdopen(fd, "rb") as f:
-            data = f.read(MAX_FILE + 1)
+            size = os.fstat(f.fileno()).st_size  # (a buffer of MAX_FILE first, whatever the file)
+            data = f.read(min(size, MAX_FILE) + 1 if size else MAX_FILE + 1)
     except OSError as e:
         raise NanotraceError(str(e) if not e.strerror else f"{path}: {e.strerror}") from None
     if len(data) > MAX_FILE:

@@ -6,13 +6,14 @@ from __future__ import annotations
 import struct
 import zlib
 from dataclasses import dataclass, field
+from typing import Sequence
 
 MAX_FILE = 256 << 20  # bytes of a file we read at all
 MAX_BODY = 1 << 30  # bytes its compressed body may inflate to
 # bytes of one string: the writer writes a 70 000-byte argument, and upstream reads it
 # (the file's budget bounds what its strings cost in all)
 MAX_STRING = 16 << 20
-MAX_EVENTS = 5_000_000  # events of one file (each is a Python object here)
+MAX_EVENTS = 20_000_000  # events of one file (each a Python object here, about 200 bytes read)
 MAX_TRACKS = 1_000_000
 MAX_ARGS = 10_000_000
 MAX_DEPTH = 64  # track nesting (GPU > stream > kernel > SM > block > warp > lane is 7)
@@ -56,8 +57,11 @@ class Track:
     order: int = 0
 
 
-@dataclass
+@dataclass(slots=True)
 class Event:
+    """One event (slots: a file may hold millions; version 1's events of a lane that
+    share a name and parameters share their name's text and their arguments' tuple)."""
+
     track: int
     start: int  # in its track's clock
     duration: int
@@ -65,7 +69,7 @@ class Event:
     kind: int = SLICE
     parent: int = 0  # event id (1-based), 0: none
     correlation: int = 0
-    args: list = field(default_factory=list)  # [(name, value)]: a bool is version 4's Boolean kind
+    args: Sequence = ()  # (name, value) pairs: a bool is version 4's Boolean kind
     colour: int = 0  # version 4's event colour (0: none), kept for a written file
 
 

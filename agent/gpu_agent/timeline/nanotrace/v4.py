@@ -201,7 +201,9 @@ def _resolve(
             )
         if track not in t.tracks:  # kept (event ids stay each event's place), never placed
             t.skip("events on a track the file lacks")
-        ev_args = [(s(n), s(v) if k == 3 else bool(v) if k == 4 else v) for n, k, v in args[first : first + n_args]]
+        ev_args = tuple(
+            (s(n), s(v) if k == 3 else bool(v) if k == 4 else v) for n, k, v in args[first : first + n_args]
+        )
         text = s(name)
         spelt += len(text) + sum(len(n) + (len(v) if isinstance(v, str) else 0) for n, v in ev_args)
         if spelt > room:
