@@ -103,8 +103,14 @@ def test_a_cubin_bomb_costs_a_child_not_the_agent(node, honest, attacker, world_
     # (pprof prints a duration to 10 ms)
     assert during and during[0][0] <= started and during[-1][0] + (during[-1][1] + 0.02) * 1e9 >= ended, during
     assert max(d for _, d in during) < 1 + WAIT_S + 0.5, during
+    # One after another: no two overlap, and what lies between two is an interval that
+    # held nothing, so wrote no profile. After a held-up interval the next boundary can
+    # come at once: a run beside two CPU burners read one of 1.95 s and then a gap of
+    # 50 ms, an interval in which no drain ran (the mock's job collects continuously,
+    # and such rows go to the interval open at the drain). None of the job's launches
+    # is left out: assert_exact.
     gaps = [(b[0] - a[0]) / 1e9 - a[1] for a, b in zip(during, during[1:])]
-    assert all(abs(g) < 0.02 for g in gaps), (gaps, during)  # one after another, none left out
+    assert all(-0.02 < g < 1.0 for g in gaps), (gaps, during)
     h.assert_exact(samples)
     # its samples are there, at pc offsets, with no source line
     assert sass_files(samples, pid) == {""}, sass_files(samples, pid)
