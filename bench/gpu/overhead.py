@@ -59,6 +59,8 @@ from bench.gpu.steal import Steal, fraction_in
 CONFIGS = {
     "baseline": (None, {}, ()),
     "shim": (False, {"shim": "1"}, ()),
+    # a second baseline: side by side, its pairs read the design's own spread (A/A)
+    "null": (False, {}, ()),
     "torch.profiler": (False, {}, ("--torch-profiler",)),
     "agent": (True, {"shim": "1"}, ()),
     # the peers: parcagpu as Parca users inject it, loaded alone (its probes' semaphore
