@@ -151,13 +151,12 @@ $(PPROF):
 	mkdir -p $(BUILD)/tools
 	GO111MODULE=off GOPATH=/usr/share/gocode go build -o $@ github.com/google/pprof
 
-# PYTEST_WORKERS=2: two workers, each running whole modules (their module fixtures
-# run once) beside the other's agent, as users run `record` beside a system-wide
-# `run`; the modules that capture take turns (tests/conftest.py). 13-14 min against
-# 24-26 on a 2-core VM; one worker stays the default until two-worker runs come out
-# clean run after run (of four on 2026-11-28, two were clean; the others found a shim
-# bug, fixed, and a test_pcsampling failure whose cause is open: issue 43).
-PYTEST_WORKERS ?= 1
+# Two pytest-xdist workers, each running whole modules (their module fixtures run
+# once) beside the other's agent, as users run `record` beside a system-wide `run`;
+# the modules that capture take turns (tests/conftest.py). 13.7-14.2 min against 25.6
+# with one worker on a 2-core VM (2026-11-29); every chance failure two-worker runs
+# found was fixed at its cause (issue 43). PYTEST_WORKERS=1: one at a time.
+PYTEST_WORKERS ?= 2
 test: deps-check
 	$(MAKE) all $(PPROF)
 	$(MAKE) test-viewers
