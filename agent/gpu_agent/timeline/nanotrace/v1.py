@@ -36,7 +36,7 @@ from .model import (
 
 KEYS = tuple(str(k) for k in range(256))  # a parameter's name is its place (at most 255 of an event)
 _PLACE = re.compile(r"\{(blockLinear|blockX|blockY|blockZ|lane|\d+)\}")
-SHARED = 1 << 16  # argument tuples kept for sharing, at most
+SHARED = 1 << 16  # names and argument tuples kept for sharing, at most (a lane's; the file's)
 FILLED = 10  # bytes a placeholder may become (a u32 in decimal): what _scan charges for it
 
 
@@ -206,6 +206,8 @@ def parse_v1(data: bytes, what: str, memory: int = DEFAULT_MEMORY) -> Nanotrace:
             n_args += k
             got = shared.get((ev_fmt, params))
             if got is None:
+                if len(shared) >= SHARED:  # a lane whose events seldom repeat: kept no longer
+                    shared.clear()
                 if n_args > MAX_ARGS:
                     raise NanotraceError(f"{what}: more than {MAX_ARGS} event parameters")
                 text = fill(formats[ev_fmt][0], blocks[bi], t.grid, lane, params)
