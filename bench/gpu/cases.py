@@ -271,7 +271,9 @@ class ShimState:
 
 def trace_blocks(step, steps: int, seconds: float) -> list[list]:
     """Blocks of `steps` steps for `seconds`: [monotonic s at the end, µs per step,
-    attached, teardowns so far, windows opened so far] each."""
+    attached, teardowns so far, windows opened so far, the launching thread's CPU µs
+    per step] each. The last tells a slower CPU (more CPU time a step) from a wait
+    (the same CPU time, more wall time)."""
     import torch
 
     for _ in range(max(1, steps // 2)):
@@ -279,12 +281,12 @@ def trace_blocks(step, steps: int, seconds: float) -> list[list]:
     torch.cuda.synchronize()
     shim, out, end = ShimState(), [], time.monotonic() + seconds
     while time.monotonic() < end:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         for _ in range(steps):
             step()
         torch.cuda.synchronize()
-        us = (time.perf_counter() - t0) * 1e6 / steps
-        out.append([round(time.monotonic(), 4), round(us, 3), *shim.now()])
+        us, cpu_us = (time.perf_counter() - t0) * 1e6 / steps, (time.thread_time() - c0) * 1e6 / steps
+        out.append([round(time.monotonic(), 4), round(us, 3), *shim.now(), round(cpu_us, 3)])
     return out
 
 

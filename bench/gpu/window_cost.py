@@ -59,7 +59,7 @@ def blocks_of(rec: dict) -> list[tuple[float, float, float, int]]:
     """(start, end, seconds, teardowns so far) per block; steps = block spacing / µs per step."""
     tr = rec["trace"]
     steps = max(1, round(statistics.median((b[0] - a[0]) / (b[1] * 1e-6) for a, b in zip(tr, tr[1:]))))
-    return [(t - us * steps / 1e6, t, us * steps / 1e6, td) for t, us, _, td, _ in tr]
+    return [(t - us * steps / 1e6, t, us * steps / 1e6, td) for t, us, _, td, *_ in tr]
 
 
 def excess_fn(blocks: list, ref: float):
