@@ -27,7 +27,8 @@ import pytest
 
 from support.env import MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf, private_shim
 from support.pprof_tool import profile_duration_s, profile_start_ns, raw
-from support.windows import launches_at, periods
+from support.shared_agent import shared_agents
+from support.windows import launches_at, launches_bracket, periods, read_trace
 
 RATE = 20000
 LOOP_S = 17  # the loop's life; the agent stops 4 s before its end
@@ -37,6 +38,28 @@ RARE_EVERY = 777
 RARE_KERNEL = "k_cudaLaunchKernel("
 UNSAMPLED = "[unsampled]"
 JOINED = re.compile(r"(\d+) launches joined to the window before them")
+
+
+@pytest.fixture(scope="module")
+def agents(tmp_path_factory, built):
+    """The record-like tests' agent (the paced run stops its own)."""
+    yield from shared_agents(tmp_path_factory)
+
+
+def run_loop(agents, gt, *loop_args: str, drop: tuple = (), timeout: float = 180, **env: str):
+    """The mock's loop under the module's agent (as under `record`, with the shim's
+    settings in env, less those named in drop), ended, with its samples."""
+    agent = agents()
+    e = agent.env(gt, **env)
+    for k in drop:
+        e.pop(k, None)
+    w = agent.run([MOCK_APP, "--paths", "cuLaunchKernel", *loop_args], e, timeout=timeout)
+    assert w.returncode == 0, w.stderr[-3000:]
+    return w
+
+
+def kernel_launches(w) -> int:
+    return sum(s.values[1] for s in w.samples if s.files and s.files[0] == "CUDA_KERNEL")
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +170,7 @@ def test_a_rare_kernel_keeps_its_stack_in_every_interval(paced_run):
 
 
 @pytest.mark.parametrize("counter", ["1", "0"], ids=["launch-counter", "clocks"])
-def test_a_short_process_is_counted_whole(tmp_path, built, counter):
+def test_a_short_process_is_counted_whole(agents, tmp_path, counter):
     """A 2 s closed loop whose windows slow its launches (as kernel activity does on a
     GPU), under `record --budget 2`. Checked against the shim's own arithmetic (its
     period lines, GPU_AGENT_DEBUG=2), which the host's load cannot move:
@@ -161,30 +184,24 @@ def test_a_short_process_is_counted_whole(tmp_path, built, counter):
     How close the estimate lands on the truth depends on the load: 9 runs read -1.5 to
     +3.6 %, one beside two CPU burners on this 2-core VM -21.6 % (bench/gpu judges
     that on a GPU)."""
-    need_ebpf()
-    gt, out = tmp_path / "truth.tsv", tmp_path / "short.pb.gz"
-    env = mock_env(
+    gt = tmp_path / "truth.tsv"
+    # as `record --budget 2`: the shim plans the windows
+    p = run_loop(
+        agents,
         gt,
+        *("--bench", "500000", "--rate", "0", "--spin-ns", "4000"),
+        drop=("GPU_AGENT_DUTY_CYCLE", "GPU_AGENT_WINDOW_MS"),
+        GPU_AGENT_OVERHEAD_BUDGET="2.00",
         MOCK_CUPTI_ACTIVITY_LAUNCH_NS="8000",
         MOCK_CUPTI_CALLBACK_NS="150",
         GPU_AGENT_DEBUG="2",
         GPU_AGENT_LAUNCH_COUNTER=counter,
     )
-    env.pop("GPU_AGENT_DUTY_CYCLE")
-    p = subprocess.run(
-        agent_cmd("record", "--budget", "2", "-o", out, "--", MOCK_APP, "--paths", "cuLaunchKernel")
-        + ["--bench", "500000", "--rate", "0", "--spin-ns", "4000"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert p.returncode == 0, p.stderr[-3000:]
     lines = periods(p.stderr)
     joined = sum(int(n) for n in JOINED.findall(p.stderr))
     assert lines, p.stderr[-3000:]
     shim = sum(x.est for x in lines) + joined
-    seen = sum(s.values[1] for s in raw(out) if s.files and s.files[0] == "CUDA_KERNEL")
+    seen = kernel_launches(p)
     # records' weights are rounded one by one without bias: about 0.02 % here
     assert abs(seen / shim - 1) < 0.005, (seen, shim, lines, joined)
     # Until three tails have measured the callbacks' cost, at most 300 ns a launch is
@@ -204,7 +221,7 @@ def test_a_short_process_is_counted_whole(tmp_path, built, counter):
 
 
 @pytest.mark.parametrize("counter", ["1", "0"], ids=["launch-counter", "busy-clock"])
-def test_idle_parts_of_a_period_add_nothing(tmp_path, built, counter):
+def test_idle_parts_of_a_period_add_nothing(agents, tmp_path, counter):
     """A loop busy 0.35 s, then idle 0.35 s, in periods of about 0.5 s (5 slots of 100 ms,
     torn down between windows): most periods are partly idle. Each period's estimate
     (the shim's period lines) against the launches the loop made in its span
@@ -214,26 +231,19 @@ def test_idle_parts_of_a_period_add_nothing(tmp_path, built, counter):
     (shim/src/launch_hook.cpp) counts no launch in the idle part; where it does not
     cover the launches (GPU_AGENT_LAUNCH_COUNTER=0 here) the busy clock (the launching
     thread's CPU time, shim/src/busy.cpp) adds nothing for it either."""
-    need_ebpf()
-    trace_file, out = tmp_path / "launches.txt", tmp_path / "idle.pb.gz"
-    env = mock_env(
+    trace_file = tmp_path / "launches.txt"
+    p = run_loop(
+        agents,
+        None,
+        *("--bench", "1200000", "--rate", "0", "--work-ns", "4000", "--gap-ms", "350", "--gap-every-ms", "350"),
         GPU_AGENT_LAUNCH_COUNTER=counter,
         GPU_AGENT_DEBUG="2",
         GPU_AGENT_DUTY_CYCLE="5",
         GPU_AGENT_WINDOW_MS="100",
         MOCK_LAUNCH_TRACE=str(trace_file),
     )
-    p = subprocess.run(
-        agent_cmd("record", "-o", out, "--", MOCK_APP, "--paths", "cuLaunchKernel")
-        + ["--bench", "1200000", "--rate", "0", "--work-ns", "4000", "--gap-ms", "350", "--gap-every-ms", "350"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert p.returncode == 0, p.stderr[-3000:]
     (tmp_path / "stderr.txt").write_text(p.stderr)
-    trace = [(float(t), int(n)) for t, n in (ln.split() for ln in trace_file.read_text().splitlines())]
+    trace = read_trace(trace_file)
     rows = []
     for x in periods(p.stderr):
         end, length, unused, est = x.end, x.end - x.start, not (x.hook_used if counter == "1" else x.busy_used), x.est
@@ -245,31 +255,44 @@ def test_idle_parts_of_a_period_add_nothing(tmp_path, built, counter):
         # parallel suite run, where a half-period threshold took it for no gap.
         after_gap = bool(rows) and end - length - rows[-1][1] > 0.001
         if end <= trace[-1][0] and (rows or not unused):  # inside the loop, from the first on the busy clock
-            rows.append((end - length, end, unused, est, launches_at(trace, end) - launches_at(trace, end - length)))
+            rows.append((end - length, end, unused, est, launches_bracket(trace, end - length, end)))
             if after_gap:
                 rows[-1] = rows[-1][:2] + ("after a window-less period", None, None)
-    # It stands once a count phase has caught the thread busy (a tenth of its slot at
-    # least): within the loop's first 3 s, whichever slots the count phases take.
-    assert len(rows) >= 8 and rows[0][0] < trace[0][0] + 3, p.stderr[-3000:]
+    # The counter stands from the loop's first periods; the busy clock once a count
+    # phase has caught the thread busy (a tenth of its slot at least), which is the
+    # host's scheduling: within 3 s alone, but 7.7 s into a 19 s loop once in 20 runs
+    # beside two CPU burners. Either way, from then on it stands in every period.
+    assert len(rows) >= 8 and (counter == "0" or rows[0][0] < trace[0][0] + 3), p.stderr[-3000:]
     assert not [r for r in rows if r[2] and r[3] is not None], rows  # and then for every period
-    errors = sorted(abs(est / true - 1) if true else abs(est) / 1e4 for *_, est, true in rows if est is not None)
+    # each estimate's distance outside the launches its span certainly and possibly
+    # held (the trace's lines bound them; interpolating between two lines, a loop
+    # preempted between them put up to 1 000 launches on the wrong side of an edge:
+    # a 90th percentile of 2.34 % once, in a two-worker suite), over the most it held
+    errors = sorted(
+        max(lo - est, est - hi, 0) / max(hi, 1e4) for *_, est, (lo, hi) in (r for r in rows if r[3] is not None)
+    )
     if os.environ.get("DBG"):
         for r in rows:
             if r[3] is not None:
-                print("PERIOD %.3f-%.3f est %d true %.0f" % (r[0], r[1], r[3], r[4]))
-    # 13 runs (about 290 periods), 7 beside two CPU burners: median 0.3-1.6 %, 90th
-    # percentile under 4 %, worst 8.2 % (and 20.5 % once, a period that held the
-    # window-less one's launches before it: now left out); the count phases' rate per
-    # second read the same loop from -100 to +237 %.
+                print("PERIOD %.3f-%.3f est %d true %d-%d" % (r[0], r[1], r[3], *r[4]))
     median, p90 = errors[len(errors) // 2], errors[int(0.9 * len(errors))]
+    if os.environ.get("DBG"):
+        print("IDLE counter=%s n %d median %.5f p90 %.5f worst %.5f" % (counter, len(errors), median, p90, errors[-1]))
+    # Measured against the trace's bracket, 20 runs beside two CPU burners (about 30
+    # periods each; DBG=1 prints these):
     if counter == "1":
-        # counted: 3 runs, median 0.01-0.05 %, 90th percentile 0.08-0.1 %, worst 0.2 %
-        # (the loop's trace is a line every 1 000 launches); the bound is ten times that
-        assert median < 0.01 and p90 < 0.02, (errors, rows)
-    assert median < 0.05 and p90 < 0.1, (errors, rows)
+        # counted: median 0 in every run; 90th percentile 0.008-0.029 % (mean 0.014, sd
+        # 0.007: 1 in 10 000 at about 0.04 %); worst 1.07 % once. (Interpolated in the
+        # trace, a two-worker suite read a 90th percentile of 2.34 % against 2 %.)
+        assert median < 0.0005 and p90 < 0.001, (errors, rows)
+    else:
+        # the busy clock: median 0.09-3.0 % (mean 1.1, sd 0.8: 1 in 10 000 at about 4 %),
+        # 90th percentile 2.6-7.2 % (mean 4.7, sd 1.3: about 9.5 %), worst 10.5 %; the
+        # count phases' rate per second read the same loop from -100 to +237 %.
+        assert median < 0.05 and p90 < 0.1, (errors, rows)
 
 
-def test_a_process_idle_at_the_attach_is_counted_whole(tmp_path, built):
+def test_a_process_idle_at_the_attach_is_counted_whole(agents, tmp_path):
     """A process that sleeps 1.5 s after its first launch (the shim attaches then),
     then launches flat out for about 2 s and exits: as the short processes on an H200
     that slept after warming up (+10 to +30 % each). Two things read it wrong, 6 runs
@@ -280,19 +303,16 @@ def test_a_process_idle_at_the_attach_is_counted_whole(tmp_path, built):
     main thread's CPU time stands for the launching threads' until a window names
     them, and a window-less period's busy time goes at the next period's rate
     (shim/src/busy.cpp, window.cpp): 10 runs from -0.3 to +1.2 %."""
-    need_ebpf()
-    gt, out = tmp_path / "truth.tsv", tmp_path / "idle-first.pb.gz"
-    env = mock_env(gt, GPU_AGENT_DEBUG="2", GPU_AGENT_DUTY_CYCLE="10", GPU_AGENT_WINDOW_MS="100")
-    p = subprocess.run(
-        agent_cmd("record", "-o", out, "--", MOCK_APP, "--paths", "cuLaunchKernel")
-        + ["--bench", "500000", "--rate", "0", "--work-ns", "4000", "--idle-first-ms", "1500"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    gt = tmp_path / "truth.tsv"
+    p = run_loop(
+        agents,
+        gt,
+        *("--bench", "500000", "--rate", "0", "--work-ns", "4000", "--idle-first-ms", "1500"),
+        GPU_AGENT_DEBUG="2",
+        GPU_AGENT_DUTY_CYCLE="10",
+        GPU_AGENT_WINDOW_MS="100",
     )
-    assert p.returncode == 0, p.stderr[-3000:]
-    seen = sum(s.values[1] for s in raw(out) if s.files and s.files[0] == "CUDA_KERNEL")
+    seen = kernel_launches(p)
     made = sum(n for n, _ in ground_truth(gt).values())
     if os.environ.get("DBG"):
         print("WHOLE %+.2f%%" % ((seen / made - 1) * 100))

@@ -16,33 +16,39 @@ pprof.
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from support.env import BENCH_SHIM, MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf
-from support.pprof_tool import raw
-from support.windows import KERNEL, launches_at, periods, run_traced
+from support.env import BENCH_SHIM, MOCK_APP, SHIM, ground_truth
+from support.shared_agent import shared_agents
+from support.windows import KERNEL, launches_at, periods, read_trace
 
 
-def record_loop(tmp_path, *loop_args: str, wrap: tuple = (), **env: str):
-    """The mock's closed loop under `gpu-agent record` in periods of 5 slots of 100 ms:
-    the stderr, each period wholly inside the loop (start, end, counter used, estimate,
-    the clocks' estimate, the loop's launches, slots added in it), and the profile's and
-    the loop's launches."""
-    gt, out, trace_file = tmp_path / "truth.tsv", tmp_path / "c.pb.gz", tmp_path / "launches.txt"
-    e = mock_env(
-        gt,
-        GPU_AGENT_DEBUG="2",
-        GPU_AGENT_DUTY_CYCLE="5",
-        GPU_AGENT_WINDOW_MS="100",
-        MOCK_LAUNCH_TRACE=str(trace_file),
-        **env,
+@pytest.fixture(scope="module")
+def agents(tmp_path_factory, built):
+    yield from shared_agents(tmp_path_factory)
+
+
+def kernel_launches(w) -> int:
+    """The launches in a workload's kernel samples (its pid's, every interval)."""
+    return sum(s.values[1] for s in w.samples if s.files and s.files[0] == "CUDA_KERNEL")
+
+
+def record_loop(agents, tmp_path, *loop_args: str, wrap: tuple = (), **env: str):
+    """The mock's closed loop under the module's agent in periods of 5 slots of 100 ms
+    (as `record --duty-cycle 5`): the stderr, each period wholly inside the loop (start,
+    end, counter used, estimate, the clocks' estimate, the loop's launches, slots added
+    in it), and the profile's and the loop's launches."""
+    gt, trace_file = tmp_path / "truth.tsv", tmp_path / "launches.txt"
+    agent = agents(SHIM)
+    e = agent.env(
+        gt, duty_cycle=5, GPU_AGENT_DEBUG="2", GPU_AGENT_WINDOW_MS="100", MOCK_LAUNCH_TRACE=str(trace_file), **env
     )
-    cmd = agent_cmd("record", "-o", out, "--", *wrap, MOCK_APP, "--paths", "cuLaunchKernel", "--rate", "0", *loop_args)
-    stderr, trace = run_traced(cmd, e, trace_file)
+    w = agent.run([*wrap, MOCK_APP, "--paths", "cuLaunchKernel", "--rate", "0", *loop_args], e, timeout=180)
+    assert w.returncode == 0, w.stderr[-3000:]
+    stderr, trace = w.stderr, read_trace(trace_file)
     rows = [
         (
             p.start,
@@ -56,8 +62,7 @@ def record_loop(tmp_path, *loop_args: str, wrap: tuple = (), **env: str):
         for p in periods(stderr)
         if trace[0][0] <= p.start and p.end <= trace[-1][0]
     ]
-    seen = sum(s.values[1] for s in raw(out) if s.files and s.files[0] == "CUDA_KERNEL")
-    return stderr, rows, seen, ground_truth(gt)[KERNEL][0]
+    return stderr, rows, kernel_launches(w), ground_truth(gt)[KERNEL][0]
 
 
 # The loop's trace has a line every TRACE_EVERY launches: a period's truth between two
@@ -73,13 +78,12 @@ def off(r) -> float:
     return max(0.0, abs(r[3] - r[5]) - 2 * TRACE_EVERY) / r[5]
 
 
-def test_a_rate_that_moves_between_count_phases_is_counted(tmp_path, built):
+def test_a_rate_that_moves_between_count_phases_is_counted(agents, tmp_path):
     """A loop whose launches take 3 µs and 9 µs in turns of 0.7 s, in periods of about
     0.5 s: most count phases see another rate than the rest of their period. The
     clocks (the count phase's rate, per CPU ns) read those periods from -36 to +61 %
     (median 25 %); counted, 4 runs read every period within 0.15 %."""
-    need_ebpf()
-    err, rows, _, _ = record_loop(tmp_path, "--bench", "1000000", "--spin-ns", "3000", "--regimes", "700:6000")
+    err, rows, _, _ = record_loop(agents, tmp_path, "--bench", "1000000", "--spin-ns", "3000", "--regimes", "700:6000")
     assert len(rows) >= 5, err[-3000:]
     # Calibrated from the first count phase on: every period of the loop is counted.
     assert all(used for _, _, used, *_ in rows), rows
@@ -88,15 +92,23 @@ def test_a_rate_that_moves_between_count_phases_is_counted(tmp_path, built):
     assert errors[len(errors) // 2] < 0.005 and max(map(off, rows)) < 0.05, (errors, rows)
 
 
-def test_a_launcher_that_holds_the_driver_s_pointer_is_counted(tmp_path, built):
+def test_a_launcher_that_holds_the_driver_s_pointer_is_counted(agents, tmp_path):
     """The same loop launching through a cuLaunchKernel pointer that dlsym gave and a
     writable variable holds (Triton's launchers, and ATen's NVRTC table that
     torch.compile's static launcher calls through: no import slot of theirs). The
     counter finds the pointer in the loop's writable data and counts through it: every
     period counted, each within 5 % (before: no hit, every period at the clocks)."""
-    need_ebpf()
     err, rows, _, made = record_loop(
-        tmp_path, "--api", "cuLaunchKernel-table", "--bench", "1000000", "--spin-ns", "3000", "--regimes", "700:6000"
+        agents,
+        tmp_path,
+        "--api",
+        "cuLaunchKernel-table",
+        "--bench",
+        "1000000",
+        "--spin-ns",
+        "3000",
+        "--regimes",
+        "700:6000",
     )
     assert len(rows) >= 5, err[-3000:]
     # every period counted but one where the search found the pointer, if it was not
@@ -110,12 +122,11 @@ def test_a_launcher_that_holds_the_driver_s_pointer_is_counted(tmp_path, built):
     assert hits and int(hits[1]) > 0.95 * made, (hits and hits[0], made)
 
 
-def test_the_pointer_is_found_where_seccomp_refuses_process_vm_readv(tmp_path, built):
+def test_the_pointer_is_found_where_seccomp_refuses_process_vm_readv(agents, tmp_path):
     """Docker's default seccomp profile refuses process_vm_readv to a container without
     CAP_SYS_PTRACE: the search reads /proc/self/mem instead, and counts as before."""
-    need_ebpf()
     wrap = (sys.executable, str(Path(__file__).parent / "support" / "no_vm_readv.py"))
-    err, rows, _, made = record_loop(tmp_path, "--api", "cuLaunchKernel-table", "--bench", "400000", wrap=wrap)
+    err, rows, _, made = record_loop(agents, tmp_path, "--api", "cuLaunchKernel-table", "--bench", "400000", wrap=wrap)
     hits = re.search(r"launch counter \(pid \d+\): .*?; (\d+) hits", err)
     assert hits and int(hits[1]) > 0.95 * made, (hits and hits[0], made)
 
@@ -152,7 +163,7 @@ NONE_BEFORE = ("--table-after-ms", "1500", "--bench", "1500000")
     ],
     ids=["none-before", "half-before", "slow-before-no-ratio", "two-in-a-row"],
 )
-def test_a_period_whose_slots_grew_counts_each_side_on_its_own(tmp_path, built, loop):
+def test_a_period_whose_slots_grew_counts_each_side_on_its_own(agents, tmp_path, loop):
     """The table holds a lazy stub for the loop's first 1.5 s (the launches then reach
     the driver through a pointer of the stub's own), then the driver's pointer, which
     the counter finds a few polls later: its hits grow inside one period, and no one
@@ -173,9 +184,8 @@ def test_a_period_whose_slots_grew_counts_each_side_on_its_own(tmp_path, built, 
     after the growth counted, within 5 %; the ones before it and the grown one's part
     before it are the clocks' (beside two burners they read -6 to +17 %, before this
     change too: the clocks' own tests bound them)."""
-    need_ebpf()
     api = () if "--api" in loop else ("--api", "cuLaunchKernel-table")
-    err, rows, seen, made = record_loop(tmp_path, *api, "--spin-ns", "3000", *loop)
+    err, rows, seen, made = record_loop(agents, tmp_path, *api, "--spin-ns", "3000", *loop)
     # the slots grew in one period or two (a scan at the period's edge), never again
     moved = [i for i, r in enumerate(rows) if r[6]]
     assert 1 <= len(moved) <= 2 and moved[-1] < len(rows) - 3, rows
@@ -193,19 +203,18 @@ def test_a_period_whose_slots_grew_counts_each_side_on_its_own(tmp_path, built, 
         assert abs(seen / made - 1) < 0.01, f"{seen} {made}\n{detail}"
 
 
-def test_a_process_end_adds_nothing(tmp_path, built):
+def test_a_process_end_adds_nothing(agents, tmp_path):
     """A 2 s loop that sleeps 0.3 s after warming up (the shim attaches in it), then
     spins 0.5 s after its last launch, as Python finalizes (0.5 s on an H200): the
     partial period at its exit holds its hits, not the last rate times its length.
     Whole: 4 runs within 0.05 %."""
-    need_ebpf()
     err, _, seen, made = record_loop(
-        tmp_path, "--bench", "400000", "--spin-ns", "3000", "--idle-first-ms", "300", "--end-ms", "500"
+        agents, tmp_path, "--bench", "400000", "--spin-ns", "3000", "--idle-first-ms", "300", "--end-ms", "500"
     )
     assert abs(seen / made - 1) < 0.005, (seen, made, err[-3000:])
 
 
-def test_a_detach_puts_the_slots_back(tmp_path, built):
+def test_a_detach_puts_the_slots_back(agents, tmp_path):
     """The benchmark build attaches for 200 ms and detaches for 400 ms, over and over
     (GPU_AGENT_EXP_TOGGLE_MS), under one agent: each detach puts the loop's slot back,
     so the counter's hits are the launches made while attached (about a third), not
@@ -214,28 +223,21 @@ def test_a_detach_puts_the_slots_back(tmp_path, built):
     first period after an attach once took the hits of the last attachment's last
     period as its own (the attach's snapshot ran before the counter's start was set:
     a stop and a start on an H200 read +14 %)."""
-    need_ebpf()
     gt = tmp_path / "truth.tsv"
-    e = mock_env(
+    agent = agents(BENCH_SHIM)
+    e = agent.env(
         gt,
+        duty_cycle=5,
         GPU_AGENT_DEBUG="2",
         GPU_AGENT_WINDOW_MS="20",
         GPU_AGENT_EXP_TOGGLE_MS="200:400",
         GPU_AGENT_POLL_MS="10",
     )
-    out = tmp_path / "d.pb.gz"
-    p = subprocess.run(
-        agent_cmd("record", "--duty-cycle", "5", "--shim", BENCH_SHIM, "-o", out, "--")
-        + [MOCK_APP, "--paths", "cuLaunchKernel", "--bench", "400000", "--rate", "200000"],
-        env=e,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert p.returncode == 0, p.stderr[-3000:]
-    back = [int(n) for n in re.findall(r"detached \(pid \d+\): agent gone; (\d+) launch counter slots", p.stderr)]
-    assert len(back) >= 3 and all(n >= 1 for n in back), p.stderr[-3000:]
-    hits = re.search(r"launch counter \(pid \d+\): .*?; (\d+) hits", p.stderr)
+    w = agent.run([MOCK_APP, "--paths", "cuLaunchKernel", "--bench", "400000", "--rate", "200000"], e, timeout=180)
+    assert w.returncode == 0, w.stderr[-3000:]
+    back = [int(n) for n in re.findall(r"detached \(pid \d+\): agent gone; (\d+) launch counter slots", w.stderr)]
+    assert len(back) >= 3 and all(n >= 1 for n in back), w.stderr[-3000:]
+    hits = re.search(r"launch counter \(pid \d+\): .*?; (\d+) hits", w.stderr)
     made = ground_truth(gt)[KERNEL][0]
     # 200 of every 600 ms attached, give or take a poll at each edge
     assert hits and 0.15 < int(hits[1]) / made < 0.6, (hits and hits[0], made, back)
@@ -243,5 +245,5 @@ def test_a_detach_puts_the_slots_back(tmp_path, built):
     # 4 runs -0.7 to -1.4 %, and -8.3 % beside two CPU burners (an attachment of 200 ms
     # that the loaded host ends before a period calibrates the counter goes at the
     # clocks); +39.8 % before the fix
-    seen = sum(s.values[1] for s in raw(out) if s.files and s.files[0] == "CUDA_KERNEL")
+    seen = kernel_launches(w)
     assert -0.2 < seen / int(hits[1]) - 1 < 0.1, (seen, hits[0], back)

@@ -5,7 +5,7 @@ about 1-1.4 us until cuptiFinalize. The mock models that: it counts the kernels
 that ran with kernel activity enabled earlier and no finalize since
 (MOCK_CUDA_REPORT=1), and it aborts, as a GPU would crash, when a thread calls
 into CUPTI while another is inside cuptiFinalize. These tests run the real shim
-under `gpu-agent record` (real eBPF, Go pprof) on the mock stack:
+under a `gpu-agent run` the module shares (real eBPF, Go pprof) on the mock stack:
 - windows and detaches leave no residual behind, and without the teardown
   (GPU_AGENT_TEARDOWN=0) nearly every launch between windows pays it;
 - threads that launch, sample stacks and replay graphs during hundreds of
@@ -21,8 +21,11 @@ import subprocess
 import sys
 import textwrap
 
-from support.env import BENCH_SHIM, MOCK_APP, MOCK_DIR, agent_cmd, ground_truth, mock_env, need_ebpf
-from support.windows import KERNEL, kernel_totals, shim_exit_stats
+import pytest
+
+from support.env import BENCH_SHIM, MOCK_APP, MOCK_DIR, SHIM, ground_truth, mock_env
+from support.shared_agent import shared_agents
+from support.windows import KERNEL, shim_exit_stats
 
 RESIDUAL = re.compile(
     r"mock libcuda: (\d+) kernels ran with CUPTI's residual .*, (\d+) of them while a cuptiActivityFlushAll ran"
@@ -40,31 +43,23 @@ TEARDOWNS = re.compile(
 EXTRAPOLATED = 0.08
 
 
-def record(tmp_path, *mock_args, duty=5, shim=None, **env):
+@pytest.fixture(scope="module")
+def agents(tmp_path_factory, built):
+    yield from shared_agents(tmp_path_factory)
+
+
+def record(agents, tmp_path, *mock_args, duty=5, shim=None, **env):
+    """The mock under the module's agent of `shim`, as `record --duty-cycle duty`: the
+    workload (its samples read), the truth's path, its stderr and the kernels that ran
+    with CUPTI's residual (the mock's count)."""
     gt = tmp_path / "truth.tsv"
-    out = tmp_path / "t.pb.gz"
-    e = mock_env(gt, **{"GPU_AGENT_WINDOW_MS": "20", "GPU_AGENT_DEBUG": "1", "MOCK_CUDA_REPORT": "1", **env})
-    p = subprocess.run(
-        agent_cmd(
-            "record",
-            "--duty-cycle",
-            str(duty),
-            *(["--shim", shim] if shim else []),
-            "-o",
-            out,
-            "--",
-            MOCK_APP,
-            *mock_args,
-        ),
-        env=e,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert p.returncode == 0, p.stderr[-3000:]
-    residual = RESIDUAL.search(p.stderr)
-    assert residual, p.stderr[-2000:]
-    return out, gt, p.stderr, int(residual.group(1))
+    agent = agents(shim or SHIM)
+    e = agent.env(gt, duty, **{"GPU_AGENT_WINDOW_MS": "20", "GPU_AGENT_DEBUG": "1", "MOCK_CUDA_REPORT": "1", **env})
+    w = agent.run([MOCK_APP, *mock_args], e, timeout=180)
+    assert w.returncode == 0, w.stderr[-3000:]
+    residual = RESIDUAL.search(w.stderr)
+    assert residual, w.stderr[-2000:]
+    return w, gt, w.stderr, int(residual.group(1))
 
 
 def residual_in_flush(err: str) -> int:
@@ -73,11 +68,10 @@ def residual_in_flush(err: str) -> int:
     return int(RESIDUAL.search(err).group(2))
 
 
-def test_windows_leave_no_residual_and_the_estimate_holds(tmp_path, built):
-    need_ebpf()
+def test_windows_leave_no_residual_and_the_estimate_holds(agents, tmp_path):
     # A closed loop (each launch spins 3 us): an open, paced loop catches up after the
     # stalls of a loaded host and reads low (docs/estimator.md: a known limit).
-    out, gt, err, residual = record(tmp_path, "--bench", "900000", "--spin-ns", "3000", "--block", "100")
+    out, gt, err, residual = record(agents, tmp_path, "--bench", "900000", "--spin-ns", "3000", "--block", "100")
     truth = ground_truth(gt)[KERNEL]
     td = TEARDOWNS.search(err)
     windows = shim_exit_stats(err)["windows"]
@@ -93,19 +87,19 @@ def test_windows_leave_no_residual_and_the_estimate_holds(tmp_path, built):
     in_flush = residual_in_flush(err)
     assert residual - in_flush <= 100 * windows, (residual, in_flush, windows)
     assert residual < truth[0] // 100, (residual, in_flush, windows)
-    est_ns, est_launches = kernel_totals(out)[KERNEL]
+    est_ns, est_launches = out.kernel_totals()[KERNEL]
     assert abs(est_launches / truth[0] - 1) < EXTRAPOLATED, (est_launches, truth)
     assert abs(est_ns / truth[1] - 1) < EXTRAPOLATED, (est_ns, truth)
 
 
-def test_the_late_subscription_experiment_windows_without_loss_and_estimates(tmp_path, built):
+def test_the_late_subscription_experiment_windows_without_loss_and_estimates(agents, tmp_path):
     """The benchmark build's GPU_AGENT_EXP_SUBSCRIBE=late (CUPTI subscribed again only
     for the count phase, nothing of it between windows: bench/gpu's in-process A/B)
     still tears down after every window, loses no record, and its estimate holds.
     (Subscribed at the next poll instead of at the count phase's edge, its windows
     came up to a poll late and the estimate read -18 to +7 %.)"""
-    need_ebpf()
     out, gt, err, residual = record(
+        agents,
         tmp_path,
         "--bench",
         "900000",
@@ -113,7 +107,7 @@ def test_the_late_subscription_experiment_windows_without_loss_and_estimates(tmp
         "3000",
         "--block",
         "100",
-        shim=str(BENCH_SHIM),
+        shim=BENCH_SHIM,
         GPU_AGENT_EXP_SUBSCRIBE="late",
     )
     td = TEARDOWNS.search(err)
@@ -122,29 +116,28 @@ def test_the_late_subscription_experiment_windows_without_loss_and_estimates(tmp
     assert int(td.group(4)) == 0 and "(0 lost by CUPTI)" in err, err[-2000:]
     truth = ground_truth(gt)[KERNEL]
     assert residual < truth[0] // 100, residual
-    est_ns, est_launches = kernel_totals(out)[KERNEL]
+    est_ns, est_launches = out.kernel_totals()[KERNEL]
     assert abs(est_launches / truth[0] - 1) < EXTRAPOLATED, (est_launches, truth)
 
 
-def test_without_the_teardown_the_residual_stays(tmp_path, built):
+def test_without_the_teardown_the_residual_stays(agents, tmp_path):
     """The same run with GPU_AGENT_TEARDOWN=0: every launch after the first window
     pays, which is what the mock's count must show (the test above can fail)."""
-    need_ebpf()
-    _, gt, err, residual = record(tmp_path, "--bench", "300000", "--rate", "200000", GPU_AGENT_TEARDOWN="0")
+    _, gt, err, residual = record(agents, tmp_path, "--bench", "300000", "--rate", "200000", GPU_AGENT_TEARDOWN="0")
     assert not TEARDOWNS.search(err)
     assert residual > 0.5 * ground_truth(gt)[KERNEL][0], residual
 
 
-def test_a_detach_leaves_nothing_behind(tmp_path, built):
+def test_a_detach_leaves_nothing_behind(agents, tmp_path):
     """The benchmark build attaches for 200 ms and detaches for 400 ms, over and over
     (GPU_AGENT_EXP_TOGGLE_MS), under one agent, with continuous collection while
     attached: kernel activity is on the whole attachment, so only the teardown at
     each detach takes the residual away from the 400 ms that follow."""
-    need_ebpf()
     # Blocks of 100: the launches of a paced block that starts before a detach's
     # teardown ends all pay, and blocks of 1 000 read 5 to 3 466 (old shim and new
     # alike, 6 runs each); blocks of 100, 505 to 1 104 in 8 runs.
     _, gt, err, residual = record(
+        agents,
         tmp_path,
         "--bench",
         "600000",
@@ -153,7 +146,7 @@ def test_a_detach_leaves_nothing_behind(tmp_path, built):
         "--block",
         "100",
         duty=1,
-        shim=str(BENCH_SHIM),
+        shim=BENCH_SHIM,
         GPU_AGENT_EXP_TOGGLE_MS="200:400",
         GPU_AGENT_POLL_MS="10",
     )
@@ -176,14 +169,14 @@ NO_GRAPH_PATHS = ",".join(
 )
 
 
-def test_threads_never_call_cupti_inside_a_finalize(tmp_path, built):
+def test_threads_never_call_cupti_inside_a_finalize(agents, tmp_path):
     """Four threads launch through every launch path but graphs (a process with
     graphs is not torn down, next test) with a stack
     sample at every launch (cuptiGetTimestamp) while windows of 5 ms open and close
     every 10 ms, each ending in a 3 ms finalize on whichever thread's launch comes
     first: the mock aborts the process if any other thread calls CUPTI meanwhile."""
-    need_ebpf()
     _, _, err, _ = record(
+        agents,
         tmp_path,
         "--paths",
         NO_GRAPH_PATHS,
@@ -201,14 +194,14 @@ def test_threads_never_call_cupti_inside_a_finalize(tmp_path, built):
     assert td and int(td.group(1)) >= 100, err[-2000:]
 
 
-def test_buffers_cupti_keeps_at_a_finalize_go_back_to_the_pool(tmp_path, built):
+def test_buffers_cupti_keeps_at_a_finalize_go_back_to_the_pool(agents, tmp_path):
     """CUPTI does not hand back the empty buffers it holds at cuptiFinalize (an H100's
     1 002 teardowns drained the shim's 64-buffer pool: 127 426 of 180 983 window
     records lost; the mock keeps them too). After a finalize, which frees everything
     CUPTI had, the shim takes them back: hundreds of teardowns on a 2-buffer pool
     lose no record."""
-    need_ebpf()
     out, gt, err, _ = record(
+        agents,
         tmp_path,
         "--paths",
         "cuLaunchKernel",
@@ -270,19 +263,18 @@ def test_the_mock_reports_a_call_during_finalize_as_a_crash(tmp_path, built):
     assert "finalize returned" not in p.stdout
 
 
-def test_a_process_with_graphs_is_not_torn_down(tmp_path, built):
+def test_a_process_with_graphs_is_not_torn_down(agents, tmp_path):
     """On an H100 CUPTI did not start again after a finalize in a process that had
     instantiated a CUDA graph (the mock refuses it the same way). Such a process
     keeps CUPTI subscribed between windows and at its detach, and its windows go
     on; a teardown there would leave it with no window at all."""
-    need_ebpf()
-    _, _, err, _ = record(tmp_path, "--threads", "2", "--duration", "3", duty=2, GPU_AGENT_WINDOW_MS="5")
+    _, _, err, _ = record(agents, tmp_path, "--threads", "2", "--duration", "3", duty=2, GPU_AGENT_WINDOW_MS="5")
     assert "does not start again" not in err, err[-2000:]
     assert "CUPTI stays subscribed between windows" in err, err[-2000:]
     assert shim_exit_stats(err)["windows"] >= 100, err[-2000:]
 
 
-def test_another_cupti_client_between_windows_is_named_and_waited_for(tmp_path, built):
+def test_another_cupti_client_between_windows_is_named_and_waited_for(agents, tmp_path):
     """A profiler in the profiled process (torch.profiler, on the thread that
     launches) subscribes to CUPTI when it is free: between two windows, after a
     teardown. The shim's next subscription is refused; it names the client (as
@@ -290,8 +282,9 @@ def test_another_cupti_client_between_windows_is_named_and_waited_for(tmp_path, 
     (counted as skipped), says so once, and collects again once it lets go. It
     never asks for CUDA 13.3's multi-subscriber mode, where cuptiFinalize beside
     another subscriber does nothing and CUPTI's cost would stay."""
-    need_ebpf()
-    out, gt, err, residual = record(tmp_path, "--bench", "600000", "--rate", "200000", "--cupti-client", "1000:500")
+    out, gt, err, residual = record(
+        agents, tmp_path, "--bench", "600000", "--rate", "200000", "--cupti-client", "1000:500"
+    )
     took = re.search(r"(\d+) ms in\n", err)
     assert took and "cupti-client: released" in err, err[-2000:]
     said = re.findall(r"CUPTI for test-profiler took CUPTI between windows in pid \d+; no window until it lets go", err)

@@ -180,7 +180,8 @@ def analyze(base: dict, prof: dict, skip: float, post: float) -> dict:
 
 
 def pairs(paths: list[str]) -> dict[str, list[tuple[str, dict, dict]]]:
-    """workload -> [(label, baseline record, profiled record)], side traces only."""
+    """ "workload (config)" -> [(label, baseline record, profiled record)], side traces
+    only: each config apart, so that one without windows adds no zeros to another's."""
     out: dict[str, list] = {}
     for i, path in enumerate(paths, 1):
         by: dict = {}
@@ -190,7 +191,7 @@ def pairs(paths: list[str]) -> dict[str, list[tuple[str, dict, dict]]]:
         for (w, rnd), d in by.items():
             prof = [c for c in d if c != "baseline"]
             if "baseline" in d and prof:
-                out.setdefault(w, []).append((f"{i}:{rnd}", d["baseline"], d[prof[0]]))
+                out.setdefault(f"{w} ({prof[0]})", []).append((f"{i}:{rnd}", d["baseline"], d[prof[0]]))
     return out
 
 

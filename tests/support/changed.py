@@ -124,13 +124,17 @@ WINDOWS = (
 )
 # Their workloads run under one `gpu-agent run` a module (support/shared_agent.py): its
 # placement, its shipping and its status lines are what says their profiles are complete.
-SHARED_RUN = ("tests/test_windows.py",)
+SHARED_RUN = (
+    "tests/test_windows.py",
+    "tests/test_launch_counter.py",
+    "tests/test_teardown.py",
+    "tests/test_intervals.py",
+)
 AGENT_RUN = (
     "tests/test_run.py",
     "tests/test_discover.py",
     "tests/test_config.py",
     "tests/faults/test_environment.py",
-    "tests/test_intervals.py",
 ) + SHARED_RUN
 
 # (glob, tests, why). A path takes the union of every rule it matches.

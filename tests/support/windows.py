@@ -6,6 +6,7 @@ from __future__ import annotations
 import bisect
 import re
 import subprocess
+from pathlib import Path
 from typing import NamedTuple
 
 from support.pprof_tool import raw
@@ -103,6 +104,23 @@ def launches_at(trace: list[tuple[float, int]], t: float) -> float:
     return n0 + (n1 - n0) * (t - t0) / (t1 - t0)
 
 
+def launches_bracket(trace: list[tuple[float, int]], lo: float, hi: float) -> tuple[int, int]:
+    """The loop's launches in [lo, hi] as the trace's lines bound them: (those
+    certainly inside, those possibly inside). The lines come every 1 000 launches and
+    at each gap's two ends; between two lines the loop may have been preempted
+    anywhere, so interpolating there can put up to 1 000 launches on the wrong side of
+    an edge (2.3 % of a period once, in a two-worker suite)."""
+    ts = [x for x, _ in trace]
+
+    def made_by(t: float) -> int:  # certainly
+        return trace[bisect.bisect_right(ts, t) - 1][1] if t >= ts[0] else 0
+
+    def at_most_by(t: float) -> int:
+        return trace[min(bisect.bisect_left(ts, t), len(ts) - 1)][1]
+
+    return max(0, made_by(hi) - at_most_by(lo)), at_most_by(hi) - made_by(lo)
+
+
 def launches_between(trace: list[tuple[float, int]], lo: float, hi: float) -> float:
     """The loop's launches in [lo, hi]."""
     return launches_at(trace, hi) - launches_at(trace, lo)
@@ -113,5 +131,9 @@ def run_traced(cmd: list, env: dict, trace_file, timeout: float = 180) -> tuple[
     in env; under `gpu-agent record`): its stderr, and the trace's (seconds, launches)."""
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     assert p.returncode == 0, p.stderr[-3000:]
-    trace = [(float(t), int(n)) for t, n in (ln.split() for ln in trace_file.read_text().splitlines())]
-    return p.stderr, trace
+    return p.stderr, read_trace(trace_file)
+
+
+def read_trace(trace_file) -> list[tuple[float, int]]:
+    """A mock loop's MOCK_LAUNCH_TRACE: (seconds on CLOCK_MONOTONIC, launches so far)."""
+    return [(float(t), int(n)) for t, n in (ln.split() for ln in Path(trace_file).read_text().splitlines())]
