@@ -163,7 +163,7 @@ UNIT_WORKERS ?= 2
 test: deps-check
 	$(MAKE) all $(PPROF)
 	$(MAKE) test-viewers
-	$(VPY) -m pytest -q -rs --durations=15 -n $(PYTEST_WORKERS) --dist loadfile tests
+	$(VPY) -m pytest -q -rs --durations=15 -n $(PYTEST_WORKERS) --dist loadfile --junitxml=build/junit.xml tests
 
 # the modules that need neither eBPF nor a GPU, on two workers: 34 s (61 s on one)
 unit: all $(PPROF)

@@ -135,7 +135,12 @@ def test_launches_no_callback_sees_are_counted_and_weigh_n(agents, tmp_path):
     assert set(named) <= {KERNEL, "_Z18k_cudaLaunchKernelPfi"} and sum(named.values()) == st["records"], named
     est_launches = prof[KERNEL][1]
     assert est_launches == N * named[KERNEL], (est_launches, named)
-    assert abs(est_launches / truth[KERNEL][0] - 1) < 0.15, (est_launches, truth[KERNEL])
+    # How close N x the windowed records comes to the truth is the windows' share of
+    # the launches, which the host's load moves (the weights' count corrects for it
+    # where there is one): 8 runs beside two CPU burners read -7.5 to 0 % (the windows'
+    # share of the time, N x 0.957-0.989), and a two-worker suite -17.2 % once (against
+    # 15 % then). Weights that did not fall back to N would read -80 % (1 each) or more.
+    assert abs(est_launches / truth[KERNEL][0] - 1) < 0.25, (est_launches, truth[KERNEL])
 
 
 def test_outside_windows_nothing_is_collected_and_the_estimate_is_right(agents, tmp_path):
@@ -366,14 +371,20 @@ def test_launches_before_any_window_are_counted(agents, tmp_path):
     Runs of 0.15 s against 1 s periods (N = 50) end before their first window in
     about 85 % of runs."""
     need_ebpf()
-    # Four processes, one after another, under the shared agent.
-    gts = [tmp_path / f"truth{i}.tsv" for i in range(4)]
+    # Processes one after another under the shared agent: four at least, and on until
+    # one has ended before its first window (a loaded two-worker run once had all four
+    # reach a window, which its slower loops do more often): 16 at most, all of them
+    # reaching a window less than 1 in 10 000 times even were each to do so half the
+    # time (0.5 ** 16 = 1.5e-5).
     agent = agents()
-    runs = []
-    for gt in gts:
-        e = agent.env(gt, duty_cycle=50, GPU_AGENT_WINDOW_MS="20", GPU_AGENT_DEBUG="1", **COUNTED)
+    runs, gts, before = [], [], 0
+    while len(runs) < 4 or (not before and len(runs) < 16):
+        gts.append(tmp_path / f"truth{len(runs)}.tsv")
+        e = agent.env(gts[-1], duty_cycle=50, GPU_AGENT_WINDOW_MS="20", GPU_AGENT_DEBUG="1", **COUNTED)
         runs.append(agent.wait(agent.spawn([MOCK_APP, "--bench", "30000", "--rate", RATE], e)))
         assert runs[-1].returncode == 0, runs[-1].stderr
+        m = re.search(r"exit \(pid \d+\):.* (\d+) after the last window, ", runs[-1].stderr)
+        before += bool(m and int(m.group(1)) > 0)
     agent.collect(*runs)
     err = "".join(w.stderr for w in runs)
     after = {
@@ -383,12 +394,12 @@ def test_launches_before_any_window_are_counted(agents, tmp_path):
     for s in (s for w in runs for s in w.samples):
         if s.files and s.files[0] == "CUDA_KERNEL" and (s.system_names[0] or s.frames[0]) == KERNEL:
             est[s.labels["pid"]] = est.get(s.labels["pid"], 0) + s.values[1]
-    assert len(after) == 4, err[-2000:]
+    assert len(after) == len(runs), err[-2000:]
     truth = sorted(ground_truth(gt)[KERNEL][0] for gt in gts)
-    assert truth == [30_000] * 4, truth
+    assert truth == [30_000] * len(runs), truth
     for pid, after_last in after.items():
         assert abs((est.get(pid, 0) + after_last) / 30_000 - 1) < 0.01, (pid, est, after)
-    assert sum(a > 0 for a in after.values()) >= 1  # all four reaching a window: about 1 in 2000
+    assert sum(a > 0 for a in after.values()) >= 1, after
 
 
 def test_record_defaults_to_continuous_exact_collection(tmp_path, built):
