@@ -153,11 +153,10 @@ $(PPROF):
 
 # PYTEST_WORKERS=2: two pytest-xdist workers, each running whole modules (their module
 # fixtures run once) beside the other's agent, as users run `record` beside a
-# system-wide `run`; the modules that capture take turns (tests/conftest.py). 13.7-14.2
-# min against 25.6 with one on a 2-core VM (2026-11-29). One worker stays the default:
-# of six two-worker runs on 2026-11-28/29 three were clean, and the last failed two
-# timing tests of the shim's estimator (test_windows' torn-down edge, test_intervals'
-# idle parts: issue 43).
+# system-wide `run`; the modules that capture take turns (tests/conftest.py). 12.9-13.3
+# min against about 25 with one on a 2-core VM (2026-11-29). One worker stays the
+# default: each two-worker run that failed named a chance failure not seen before
+# (6 found and fixed on 2026-11-28/29; of this session's three runs one was clean).
 PYTEST_WORKERS ?= 1
 UNIT_WORKERS ?= 2
 test: deps-check

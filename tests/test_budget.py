@@ -5,7 +5,8 @@ re-enable's stalls, the slowdown of launches while it is open) and plans window
 length and spacing from it. The mock models those costs: MOCK_CUPTI_FINALIZE_US
 and MOCK_CUPTI_ENABLE_US stall the thread that finalizes or enables,
 MOCK_CUPTI_ACTIVITY_LAUNCH_NS slows each launch while kernel activity is on. These
-run the real shim under `gpu-agent record --budget` (real eBPF, Go pprof).
+run the real shim under a `gpu-agent run` the module shares, with `record --budget`'s
+settings (real eBPF, Go pprof).
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ from __future__ import annotations
 import re
 import subprocess
 
-from support.env import MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf
-from support.windows import KERNEL, kernel_totals
+import pytest
+
+from support.env import MOCK_APP, agent_cmd, ground_truth
+from support.shared_agent import shared_agents
+from support.windows import KERNEL
 
 PLAN = re.compile(
     r"budget \(pid \d+\): ([\d.]+) % asked; last plan one (\d+) ms window every ([\d.]+) s, "
@@ -25,19 +29,22 @@ PLAN = re.compile(
 OPENED = re.compile(r"window opened at ([\d.]+) s")
 
 
-def record(tmp_path, *mock_args, budget="2", **env):
+@pytest.fixture(scope="module")
+def agents(tmp_path_factory, built):
+    yield from shared_agents(tmp_path_factory)
+
+
+def record(agents, tmp_path, *mock_args, budget="2", **env):
+    """The mock under the module's agent as `record --budget B` runs it: the shim
+    plans the windows (no fixed schedule). The workload, the truth's path, its stderr."""
     gt = tmp_path / "truth.tsv"
-    out = tmp_path / "b.pb.gz"
-    e = mock_env(gt, **{"GPU_AGENT_DEBUG": "1", **env})
-    p = subprocess.run(
-        agent_cmd("record", "--budget", budget, "-o", out, "--", MOCK_APP, *mock_args),
-        env=e,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert p.returncode == 0, p.stderr[-3000:]
-    return out, gt, p.stderr
+    agent = agents()
+    e = agent.env(gt, **{"GPU_AGENT_DEBUG": "1", "GPU_AGENT_OVERHEAD_BUDGET": f"{float(budget):.2f}", **env})
+    e.pop("GPU_AGENT_DUTY_CYCLE", None)
+    e.pop("GPU_AGENT_WINDOW_MS", None)
+    w = agent.run([MOCK_APP, *mock_args], e, timeout=180)
+    assert w.returncode == 0, w.stderr[-3000:]
+    return w, gt, w.stderr
 
 
 def plan(err: str) -> dict[str, float]:
@@ -47,21 +54,19 @@ def plan(err: str) -> dict[str, float]:
     return dict(zip(keys, map(float, m.groups())))
 
 
-def test_a_short_process_is_collected_soon_after_the_attach(tmp_path, built):
+def test_a_short_process_is_collected_soon_after_the_attach(agents, tmp_path):
     # The first period after an attach is four 100 ms slots: a 1.5 s job gets a
     # window (at one 100 ms window in 40 it had none in about 60 % of runs).
-    need_ebpf()
-    out, gt, err = record(tmp_path, "--paths", "cuLaunchKernel", "--duration", "1.5", "--sleep-ms", "1")
+    out, gt, err = record(agents, tmp_path, "--paths", "cuLaunchKernel", "--duration", "1.5", "--sleep-ms", "1")
     opened = [float(t) for t in OPENED.findall(err)]
     assert opened, err[-2000:]
-    assert KERNEL in kernel_totals(out), err[-2000:]
-    est_launches = kernel_totals(out)[KERNEL][1]
+    assert KERNEL in out.kernel_totals(), err[-2000:]
+    est_launches = out.kernel_totals()[KERNEL][1]
     truth = ground_truth(gt)[KERNEL][0]
     assert 0.5 < est_launches / truth < 1.5, (est_launches, truth)
 
 
-def test_the_window_grows_with_its_fixed_cost_and_the_spacing_keeps_the_budget(tmp_path, built):
-    need_ebpf()
+def test_the_window_grows_with_its_fixed_cost_and_the_spacing_keeps_the_budget(agents, tmp_path):
     # 30 ms finalize + 30 ms enable: each window costs its process about 60 ms.
     # Each period is planned one ahead: at 0 s the first (4 slots of 100 ms) and the
     # second (15 slots, 1.5 s: nothing measured yet); at 0.4 s the third, which misses
@@ -69,6 +74,7 @@ def test_the_window_grows_with_its_fixed_cost_and_the_spacing_keeps_the_budget(t
     # (the teardown comes at the next launch, after the edge); at 1.9 s the fourth,
     # with both. So the job runs well past 1.9 s.
     _, _, err = record(
+        agents,
         tmp_path,
         "--paths",
         "cuLaunchKernel",
@@ -86,18 +92,18 @@ def test_the_window_grows_with_its_fixed_cost_and_the_spacing_keeps_the_budget(t
     assert p["cost"] <= 2.0 + 1e-6 and p["over"] == 0, p
     assert p["period_s"] >= 10 * p["window_ms"] / 1000 - 1e-3, p
     # Cheap windows (the mock's defaults: 2 ms + 1 ms) stay short and close together.
-    _, _, cheap = record(tmp_path, "--paths", "cuLaunchKernel", "--duration", "3", "--sleep-ms", "1")
+    _, _, cheap = record(agents, tmp_path, "--paths", "cuLaunchKernel", "--duration", "3", "--sleep-ms", "1")
     q = plan(cheap)
     assert q["fixed_ms"] < 20 and q["window_ms"] == 100 and q["period_s"] <= 1.2, q
 
 
-def test_a_budget_the_floor_cannot_keep_is_said_and_counted(tmp_path, built):
+def test_a_budget_the_floor_cannot_keep_is_said_and_counted(agents, tmp_path):
     # 0.2 % of a process whose windows cost 80 ms each would space them 40 s apart;
     # the coverage floor keeps one in every 30 s (periods of at most 15 s). (Even a
     # plan made before its first teardown was timed, on the 40 ms switches alone,
     # asks 20 s: with 30 ms ones such a plan read a cost of 0.204 %, printed 0.20.)
-    need_ebpf()
     _, _, err = record(
+        agents,
         tmp_path,
         "--paths",
         "cuLaunchKernel",
@@ -114,14 +120,13 @@ def test_a_budget_the_floor_cannot_keep_is_said_and_counted(tmp_path, built):
     assert p["cost"] > 0.2, p
 
 
-def test_slow_windows_are_spaced_further_apart(tmp_path, built):
+def test_slow_windows_are_spaced_further_apart(agents, tmp_path):
     # Launch-bound: each launch costs 20 us more while kernel activity is on, so a
     # window slows the loop to a fraction of its rate; the budget spaces windows
     # out by what that costs.
-    need_ebpf()
     loop = ("--paths", "cuLaunchKernel", "--bench", "250000", "--rate", "100000")
-    _, _, slow = record(tmp_path, *loop, MOCK_CUPTI_ACTIVITY_LAUNCH_NS="20000")
-    _, _, fast = record(tmp_path, *loop)
+    _, _, slow = record(agents, tmp_path, *loop, MOCK_CUPTI_ACTIVITY_LAUNCH_NS="20000")
+    _, _, fast = record(agents, tmp_path, *loop)
     s, f = plan(slow), plan(fast)
     assert s["slowdown"] >= 40 and f["slowdown"] < 20, (s, f)
     assert s["period_s"] >= 2 * f["period_s"], (s, f)

@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from support.env import MOCK_DIR, agent_cmd, ground_truth, mock_env, need_ebpf, private_shim
+from support.env import MOCK_DIR, ground_truth, mock_env, need_ebpf, private_shim
 from gpu_agent.probes import contract as C
 from gpu_agent.probes.bpf_session import BpfSession
 from gpu_agent.probes.drain import AggKey
 from gpu_agent.join.collector import Collector
 from gpu_agent.profile.vocabulary import GRAPH_BEFORE_ATTACH, GRAPH_REPLAY, GRAPH_REPLAY_LABEL
 from support.pprof_tool import raw
+from support.shared_agent import shared_agents
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "probe_firer"))
 import firer_script as F  # noqa: E402
@@ -49,17 +50,18 @@ def graph_app(built):
     return GRAPH_APP
 
 
-def record(tmp_path, *cmd, env=None, name="out.pb.gz"):
-    out = tmp_path / name
-    proc = subprocess.run(
-        agent_cmd("--log-level", "debug", "record", "-o", out, "--", *cmd),
-        env=env or mock_env(),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert proc.returncode == 0, proc.stderr + proc.stdout
-    return raw(out), proc
+@pytest.fixture(scope="module")
+def agents(tmp_path_factory, built):
+    yield from shared_agents(tmp_path_factory)
+
+
+def record(agents, gt, *cmd):
+    """cmd under the module's agent as `record` runs it (continuous collection): its
+    samples (its pid's, every interval) and the workload."""
+    agent = agents()
+    w = agent.run(list(cmd), agent.env(gt), timeout=180)
+    assert w.returncode == 0, w.stderr + w.stdout
+    return w.samples, w
 
 
 def per_kernel(samples) -> tuple[dict, dict]:
@@ -90,10 +92,10 @@ def assert_under_capture_functions(samples) -> None:
         assert any(s.labels[GRAPH_REPLAY_LABEL] == "replay_graph" for s in mine)
 
 
-def test_capture_functions_exact_ns(graph_app, tmp_path):
+def test_capture_functions_exact_ns(graph_app, agents, tmp_path):
     """Capture from two named functions, instantiate, replay 100x."""
     gt = tmp_path / "truth.tsv"
-    samples, _ = record(tmp_path, graph_app, "--replays", "100", *LINGER, env=mock_env(gt))
+    samples, _ = record(agents, gt, graph_app, "--replays", "100", *LINGER)
     truth = ground_truth(gt)
     assert {v[0] for v in truth.values()} == {100}
     assert_exact(samples, truth)
@@ -101,13 +103,11 @@ def test_capture_functions_exact_ns(graph_app, tmp_path):
     assert not any(GRAPH_BEFORE_ATTACH in s.frames for s in samples)
 
 
-def test_reinstantiated_and_several_exec_graphs(graph_app, tmp_path):
+def test_reinstantiated_and_several_exec_graphs(graph_app, agents, tmp_path):
     """Two exec graphs from one graph, replayed, destroyed, instantiated again:
     every exec node id maps back to its captured node."""
     gt = tmp_path / "truth.tsv"
-    samples, _ = record(
-        tmp_path, graph_app, "--replays", "50", "--execs", "2", "--reinstantiate", *LINGER, env=mock_env(gt)
-    )
+    samples, _ = record(agents, gt, graph_app, "--replays", "50", "--execs", "2", "--reinstantiate", *LINGER)
     truth = ground_truth(gt)
     assert {v[0] for v in truth.values()} == {200}
     assert_exact(samples, truth)
@@ -116,10 +116,10 @@ def test_reinstantiated_and_several_exec_graphs(graph_app, tmp_path):
     assert len(graphs) == 4, graphs  # 4 exec graphs, each attributed
 
 
-def test_explicitly_built_graph(graph_app, tmp_path):
+def test_explicitly_built_graph(graph_app, agents, tmp_path):
     """cuGraphCreate + cuGraphAddKernelNode: each kernel under the function that added it."""
     gt = tmp_path / "truth.tsv"
-    samples, _ = record(tmp_path, graph_app, "--add-nodes", "--replays", "100", *LINGER, env=mock_env(gt))
+    samples, _ = record(agents, gt, graph_app, "--add-nodes", "--replays", "100", *LINGER)
     assert_exact(samples, ground_truth(gt))
     added_by = {"capture_attention": "add_attention_nodes", "capture_mlp": "add_mlp_nodes"}
     for kernel, fn in CAPTURED_BY.items():
@@ -241,13 +241,13 @@ def test_destroyed_graphs_memory_stays_flat(graph_app, tmp_path):
         assert s.frames[1] == GRAPH_REPLAY and "capture_attention" in s.frames, s.frames[:6]
 
 
-def test_python_capture_stack(built, tmp_path):
+def test_python_capture_stack(agents, tmp_path):
     """Capture from Python: the kernel's stack shows the Python method that captured it."""
     need_ebpf()
     if sys.version_info < (3, 10):
         pytest.fail("needs CPython >= 3.10")
     gt = tmp_path / "truth.tsv"
-    samples, proc = record(tmp_path, sys.executable, PY_GRAPH, "--replays", "100", env=mock_env(gt))
+    samples, proc = record(agents, gt, sys.executable, PY_GRAPH, "--replays", "100")
     assert_exact(samples, ground_truth(gt))
     for kernel, method in (("k_py_attention", "Block.attention"), ("k_py_mlp", "Block.mlp")):
         mine = [s for s in samples if s.frames[0] == kernel]

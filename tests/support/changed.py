@@ -129,6 +129,8 @@ SHARED_RUN = (
     "tests/test_launch_counter.py",
     "tests/test_teardown.py",
     "tests/test_intervals.py",
+    "tests/test_budget.py",
+    "tests/test_graphs.py",
 )
 AGENT_RUN = (
     "tests/test_run.py",
