@@ -58,10 +58,6 @@ def run_loop(agents, gt, *loop_args: str, drop: tuple = (), timeout: float = 180
     return w
 
 
-def kernel_launches(w) -> int:
-    return sum(s.values[1] for s in w.samples if s.files and s.files[0] == "CUDA_KERNEL")
-
-
 @pytest.fixture(scope="module")
 def paced_run(tmp_path_factory, built):
     """The loop under `run --interval 2s`, stopped (SIGTERM) while the loop runs:
@@ -201,7 +197,7 @@ def test_a_short_process_is_counted_whole(agents, tmp_path, counter):
     joined = sum(int(n) for n in JOINED.findall(p.stderr))
     assert lines, p.stderr[-3000:]
     shim = sum(x.est for x in lines) + joined
-    seen = kernel_launches(p)
+    seen = p.kernel_launches()
     # records' weights are rounded one by one without bias: about 0.02 % here
     assert abs(seen / shim - 1) < 0.005, (seen, shim, lines, joined)
     # Until three tails have measured the callbacks' cost, at most 300 ns a launch is
@@ -312,7 +308,7 @@ def test_a_process_idle_at_the_attach_is_counted_whole(agents, tmp_path):
         GPU_AGENT_DUTY_CYCLE="10",
         GPU_AGENT_WINDOW_MS="100",
     )
-    seen = kernel_launches(p)
+    seen = p.kernel_launches()
     made = sum(n for n, _ in ground_truth(gt).values())
     if os.environ.get("DBG"):
         print("WHOLE %+.2f%%" % ((seen / made - 1) * 100))

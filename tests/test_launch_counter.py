@@ -31,11 +31,6 @@ def agents(tmp_path_factory, built):
     yield from shared_agents(tmp_path_factory)
 
 
-def kernel_launches(w) -> int:
-    """The launches in a workload's kernel samples (its pid's, every interval)."""
-    return sum(s.values[1] for s in w.samples if s.files and s.files[0] == "CUDA_KERNEL")
-
-
 def record_loop(agents, tmp_path, *loop_args: str, wrap: tuple = (), **env: str):
     """The mock's closed loop under the module's agent in periods of 5 slots of 100 ms
     (as `record --duty-cycle 5`): the stderr, each period wholly inside the loop (start,
@@ -62,7 +57,7 @@ def record_loop(agents, tmp_path, *loop_args: str, wrap: tuple = (), **env: str)
         for p in periods(stderr)
         if trace[0][0] <= p.start and p.end <= trace[-1][0]
     ]
-    return stderr, rows, kernel_launches(w), ground_truth(gt)[KERNEL][0]
+    return stderr, rows, w.kernel_launches(), ground_truth(gt)[KERNEL][0]
 
 
 # The loop's trace has a line every TRACE_EVERY launches: a period's truth between two
@@ -245,5 +240,5 @@ def test_a_detach_puts_the_slots_back(agents, tmp_path):
     # 4 runs -0.7 to -1.4 %, and -8.3 % beside two CPU burners (an attachment of 200 ms
     # that the loaded host ends before a period calibrates the counter goes at the
     # clocks); +39.8 % before the fix
-    seen = kernel_launches(w)
+    seen = w.kernel_launches()
     assert -0.2 < seen / int(hits[1]) - 1 < 0.1, (seen, hits[0], back)

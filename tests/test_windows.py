@@ -55,10 +55,13 @@ def run_windowed(agents, tmp_path, *mock_args, shim=None, launches=LAUNCHES, rat
     e = agent.env(gt, duty_cycle=N, GPU_AGENT_WINDOW_MS="20", GPU_AGENT_DEBUG="1", **env)
     w = agent.run([MOCK_APP, "--bench", launches, "--rate", rate, *mock_args], e, timeout=120)
     assert w.returncode == 0, w.stderr
-    # Every kernel sample says its numbers are estimates.
-    assert all(
-        s.labels.get("gpu_time_estimated") == "true" for s in w.samples if s.files and s.files[0] == "CUDA_KERNEL"
-    )
+    # Every kernel sample says its numbers are estimates, but where an interval's rows
+    # of the process all weigh 1 (collector.py: then its numbers are exact): a window
+    # that held its whole period's launches, as a late poller on a loaded host makes.
+    # Beside two CPU burners 2 of 16 runs had such a sample (one: 545 of 600 000 launches).
+    kernel = [s for s in w.samples if s.files and s.files[0] == "CUDA_KERNEL"]
+    exact = [(s.frames[:2], s.values) for s in kernel if s.labels.get("gpu_time_estimated") != "true"]
+    assert sum(v[1] for _, v in exact) <= sum(s.values[1] for s in kernel) // 20, (exact, w.stderr[-2000:])
     return w.kernel_totals(), ground_truth(gt), w.stderr
 
 

@@ -65,6 +65,10 @@ class Workload:
     since: int = 0  # the agent's profiles said before it started (SharedAgent._written)
     samples: list[Sample] = field(default_factory=list)
 
+    def kernel_launches(self) -> int:
+        """The launches its kernel samples stand for, all kernels."""
+        return sum(launches for _, launches in self.kernel_totals().values())
+
     def kernel_totals(self) -> dict[str, list[int]]:
         """mangled kernel name -> [gpu_ns, launches] of its kernel samples (as
         support/windows.kernel_totals reads one profile)."""
