@@ -39,9 +39,7 @@ def record(agents, tmp_path, *mock_args, budget="2", **env):
     plans the windows (no fixed schedule). The workload, the truth's path, its stderr."""
     gt = tmp_path / "truth.tsv"
     agent = agents()
-    e = agent.env(gt, **{"GPU_AGENT_DEBUG": "1", "GPU_AGENT_OVERHEAD_BUDGET": f"{float(budget):.2f}", **env})
-    e.pop("GPU_AGENT_DUTY_CYCLE", None)
-    e.pop("GPU_AGENT_WINDOW_MS", None)
+    e = agent.env(gt, budget=float(budget), **{"GPU_AGENT_DEBUG": "1", **env})
     w = agent.run([MOCK_APP, *mock_args], e, timeout=180)
     assert w.returncode == 0, w.stderr[-3000:]
     return w, gt, w.stderr

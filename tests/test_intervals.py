@@ -46,14 +46,13 @@ def agents(tmp_path_factory, built):
     yield from shared_agents(tmp_path_factory)
 
 
-def run_loop(agents, gt, *loop_args: str, drop: tuple = (), timeout: float = 180, **env: str):
-    """The mock's loop under the module's agent (as under `record`, with the shim's
-    settings in env, less those named in drop), ended, with its samples."""
+def run_loop(agents, gt, *loop_args: str, budget: float | None = None, timeout: float = 180, **env: str):
+    """The mock's loop under the module's agent (as under `record`, `--budget` where
+    budget is given, with the shim's settings in env), ended, with its samples."""
     agent = agents()
-    e = agent.env(gt, **env)
-    for k in drop:
-        e.pop(k, None)
-    w = agent.run([MOCK_APP, "--paths", "cuLaunchKernel", *loop_args], e, timeout=timeout)
+    w = agent.run(
+        [MOCK_APP, "--paths", "cuLaunchKernel", *loop_args], agent.env(gt, budget=budget, **env), timeout=timeout
+    )
     assert w.returncode == 0, w.stderr[-3000:]
     return w
 
@@ -181,13 +180,11 @@ def test_a_short_process_is_counted_whole(agents, tmp_path, counter):
     +3.6 %, one beside two CPU burners on this 2-core VM -21.6 % (bench/gpu judges
     that on a GPU)."""
     gt = tmp_path / "truth.tsv"
-    # as `record --budget 2`: the shim plans the windows
     p = run_loop(
         agents,
         gt,
         *("--bench", "500000", "--rate", "0", "--spin-ns", "4000"),
-        drop=("GPU_AGENT_DUTY_CYCLE", "GPU_AGENT_WINDOW_MS"),
-        GPU_AGENT_OVERHEAD_BUDGET="2.00",
+        budget=2,
         MOCK_CUPTI_ACTIVITY_LAUNCH_NS="8000",
         MOCK_CUPTI_CALLBACK_NS="150",
         GPU_AGENT_DEBUG="2",

@@ -113,13 +113,20 @@ class SharedAgent:
             self.lines.put(None)  # the agent is gone
 
     # -- workloads -------------------------------------------------------------
-    def env(self, ground_truth: Path | None = None, duty_cycle: int | None = None, **extra: str) -> dict:
+    def env(
+        self, ground_truth: Path | None = None, duty_cycle: int | None = None, budget: float | None = None, **extra: str
+    ) -> dict:
         """The mock's environment with the shim injected as `record` injects it, and
-        `record --duty-cycle N`'s GPU_AGENT_DUTY_CYCLE (without it: 1, as record's default)."""
+        `record --duty-cycle N`'s GPU_AGENT_DUTY_CYCLE (without it: 1, as record's default)
+        or `record --budget B`'s (the shim plans the windows: no fixed schedule)."""
         e = mock_env(ground_truth, **extra)
         e["CUDA_INJECTION64_PATH"] = str(self.shim)
         if duty_cycle is not None:
             e["GPU_AGENT_DUTY_CYCLE"] = str(duty_cycle)
+        elif budget is not None:  # as agent/gpu_agent/commands/record.py
+            e["GPU_AGENT_OVERHEAD_BUDGET"] = f"{budget:.2f}"
+            e.pop("GPU_AGENT_DUTY_CYCLE", None)
+            e.pop("GPU_AGENT_WINDOW_MS", None)
         return e
 
     def spawn(self, cmd: list, env: dict) -> subprocess.Popen:
