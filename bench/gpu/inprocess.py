@@ -18,6 +18,8 @@ estimate of its launches, and for a case with a fixed number of launches per ste
 (eager) each is set beside the job's own steps in that period: where an estimate
 that reads low in `fidelity` loses its launches. The blocks inside count phases
 are set beside those far from any window too: the count phase's own slowdown.
+A workload of N processes (mlp-x4) runs N at once on one GPU, --cpus split among
+them: each is analysed on its own, and the group's ratio per period is their mean.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import time
 from bench.gpu.cases import STEPS
 from bench.gpu.harness import Agent, clean_env, needs_bench_shim, shim_env
 from bench.gpu import periods as period_lines
-from bench.gpu.overhead import bootstrap_ci
+from bench.gpu.overhead import bootstrap_ci, cpu_list
 
 NEAR = 0.3  # s: a window, its count phase and the teardown after it lie within this of the teardown
 
@@ -187,6 +189,49 @@ def print_phase_profile(w: str, rows: list[dict]) -> None:
         )
 
 
+def cpu_groups(spec: str, n: int) -> list[str]:
+    """--cpus split into n equal groups, one a process (the whole spec for one)."""
+    if n == 1:
+        return [spec]
+    cpus = cpu_list(spec)
+    if len(cpus) < n:
+        raise SystemExit(f"--cpus: {n} processes need {n} CPUs or more")
+    k = len(cpus) // n
+    return [",".join(cpus[i * k : (i + 1) * k]) for i in range(n)]
+
+
+def together(per_process: list[dict]) -> dict:
+    """N processes at once (mlp-x4), each analysed on its own: per attached period, the
+    mean of the processes' ratios (the group's throughput, each process weighing the
+    same), its median over the periods with a bootstrap 95 % interval, and each
+    process's own median beside it."""
+    k = min(len(p["ratios"]) for p in per_process)
+    group = [statistics.fmean(p["ratios"][i] for p in per_process) for i in range(k)]
+    out = {
+        "processes": len(per_process),
+        "ratios": [round(r, 5) for r in group],
+        "per_process": [round(p["median"], 5) for p in per_process if "median" in p],
+        "between_windows": [round(p["between_windows"], 5) for p in per_process if "between_windows" in p],
+    }
+    if group:
+        out["median"] = statistics.median(group)
+        out["ci"] = bootstrap_ci(group) if len(group) > 2 else None
+    return out
+
+
+def together_line(t: dict) -> str:
+    ci = t.get("ci")
+    return (
+        f"attached vs detached {100 * t.get('median', float('nan')):+.2f} %"
+        + (f" [{100 * ci[0]:+.2f}, {100 * ci[1]:+.2f}]" if ci else "")
+        + f" over {len(t['ratios'])} periods; each process "
+        + ", ".join(f"{100 * r:+.2f}" for r in t["per_process"])
+        + " %; between windows "
+        + ", ".join(f"{100 * r:+.2f}" for r in t["between_windows"])
+        + " %"
+    )
+
+
 def start_case(w: str, steps: int, secs: float, env: dict, cpus: str) -> subprocess.Popen:
     pin = ["taskset", "-c", cpus] if cpus else []
     return subprocess.Popen(
@@ -218,7 +263,9 @@ def trace_of(w: str, case: subprocess.Popen, secs: float, periods: list | None =
 def inprocess(a) -> None:
     out = open(a.jsonl, "a")
     for w in a.workloads.split(","):
-        steps = max(1, int(a.scale * STEPS[w]) // 40)
+        base_w, _, nproc = w.partition("-x")  # mlp-x4: four processes of mlp at once, each analysed
+        n = int(nproc or 1)
+        steps = max(1, int(a.scale * STEPS[base_w]) // 40)
         settings = dict(kv.split("=", 1) for kv in filter(None, a.shim_env.split(",")))
         on_ms, off_ms = int(a.on * 1000), int(a.off * 1000)
         if a.toggle:  # one agent throughout; the shim acts detached in each cycle's OFF part
@@ -227,9 +274,9 @@ def inprocess(a) -> None:
         else:
             secs = a.periods * (a.on + a.off + 11) + a.off + 10  # an agent takes about 10 s to start there
         env = shim_env(**settings)
-        cases = [start_case(w, steps, secs, env, a.cpus)]
+        cases = [start_case(base_w, steps, secs, env, c) for c in cpu_groups(a.cpus, n)]
         if a.control_cpus:
-            cases.append(start_case(w, steps, secs, clean_env(), a.control_cpus))
+            cases.append(start_case(base_w, steps, secs, clean_env(), a.control_cpus))
         for case in cases:  # built and warm: the traces start
             if not case.stdout.readline():
                 raise SystemExit(f"{w}: the case failed: {case.stderr.read()[-2000:]}")
@@ -254,7 +301,8 @@ def inprocess(a) -> None:
             watched.append((t_on, time.monotonic()))
             time.sleep(a.off)
         periods: list = []
-        trace = trace_of(w, cases[0], secs, periods)
+        traces = [trace_of(w, c, secs, periods if i == 0 else None) for i, c in enumerate(cases[:n])]
+        trace = traces[0]
         rec = {
             "method": "inprocess",
             "workload": w,
@@ -277,9 +325,12 @@ def inprocess(a) -> None:
                 f"{rec.get('periods_checked', 0)} periods",
                 flush=True,
             )
+        if n > 1:
+            rec["together"] = together([analyse(t, a.settle) for t in traces])
+            print(f"    {w}: {n} processes at once: {together_line(rec['together'])}", flush=True)
         if a.control_cpus:
             control = [
-                [t, us, int(any(lo <= t < hi for lo, hi in watched)), 0] for t, us, *_ in trace_of(w, cases[1], secs)
+                [t, us, int(any(lo <= t < hi for lo, hi in watched)), 0] for t, us, *_ in trace_of(w, cases[n], secs)
             ]
             rec["control"] = {k: v for k, v in analyse(control, a.settle).items() if k != "teardowns"}
         out.write(json.dumps(rec) + "\n")
