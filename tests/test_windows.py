@@ -422,7 +422,9 @@ def test_record_defaults_to_continuous_exact_collection(tmp_path, built):
         timeout=120,
     )
     assert p.returncode == 0, p.stderr
-    ns, launches = kernel_totals(out)[KERNEL]
+    totals = kernel_totals(out)
+    assert KERNEL in totals, (totals, p.stderr)
+    ns, launches = totals[KERNEL]
     assert (launches, ns) == ground_truth(gt)[KERNEL]
     assert not any("gpu_time_estimated" in s.labels for s in raw(out))
 
