@@ -165,7 +165,7 @@ def test_speedscope_opens_the_recorded_chrome_trace_on_a_gpu_stream_and_aggregat
     rows = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
     procs = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
     gpu = {key: name for key, name in rows.items() if procs[key[0]].startswith("GPU")}
-    assert len(gpu) == 1, rows
+    assert len(gpu) == 1, (rows, p.stderr[-3000:])
     (gpu_pid, gpu_tid), gpu_row = next(iter(gpu.items()))
     kernels = [e for e in events if e["ph"] == "X" and (e["pid"], e["tid"]) == (gpu_pid, gpu_tid)]
     want = Counter(k["name"] for k in kernels)
