@@ -270,9 +270,16 @@ class _Lines:
         return line.decode().strip()
 
 
-def test_running_process_semaphore_and_data(firer, tmp_path):
+@pytest.mark.parametrize("uprobes", ["links", "perf events"])
+def test_running_process_semaphore_and_data(firer, tmp_path, monkeypatch, uprobes):
     """A process already running when the agent attaches: its semaphore rises
-    on attach and falls on close, and its probes are seen."""
+    on attach and falls on close, and its probes are seen. Both ways of making
+    uprobes: BPF links (Linux >= 6.6, this kernel), and perf events where the kernel
+    makes no link (before 6.6: here the link is refused as such a kernel refuses it)."""
+    from gpu_agent.probes import shim_attach
+
+    if uprobes == "perf events":
+        monkeypatch.setattr(shim_attach, "_link_uprobe", lambda *a: -1)
     lib, exe = firer
     sc = F.Script().wait().attach().corr(7, 1, S1, FRAMES1, 3).batch([F.rec(K5, 7, 77)]).wait()
     path = sc.write(tmp_path / "running.bin")
@@ -287,6 +294,7 @@ def test_running_process_semaphore_and_data(firer, tmp_path):
         ev = Events()
         s = _open(lib, ev)
         try:
+            assert s.attachments.attach_type == (shim_attach.UPROBE_MULTI if uprobes == "links" else -1)
             assert _semaphore(pid, lib) == 1
             p.stdin.write("go\n")
             p.stdin.flush()

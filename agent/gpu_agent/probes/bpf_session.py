@@ -176,7 +176,7 @@ class BpfSession(PythonMaps):
         if self.on_attach_note is not None:
             self.attach_notes = AttachNotes(self._lib, self._bpf[b"attach_notes"].map_fd, self.on_attach_note)
         # Timelines' events go out from a program kernel_batch tail-calls (bpf/).
-        trace_fn = self._bpf.load_func(b"ga_kernel_batch_trace", BPF.KPROBE)
+        trace_fn = self.attachments.load("ga_kernel_batch_trace")  # as kernel_batch's program was
         self._bpf[b"trace_prog"][ct.c_int(0)] = ct.c_int(trace_fn.fd)
         self._maps = {
             n: self._bpf[n.encode()]

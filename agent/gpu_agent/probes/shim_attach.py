@@ -149,7 +149,10 @@ class ShimAttachments:
         self.bpf, self.lib, self.shim_path = bpf, lib, shim_path
         self.sites = sites  # data-probe sites bcc generated argument readers for
         self._attach_uprobe = _attach_uprobe_fn(lib)
-        self.uprobes: list[tuple[bytes, int]] = []  # (ev_name, perf fd), attach order
+        # How uprobes are made: None until the first attach tries a BPF link, then
+        # UPROBE_MULTI (links) or -1 (perf events, bcc's way), for every program alike
+        self.attach_type: Optional[int] = None
+        self.uprobes: list[tuple[bytes, int]] = []  # (ev_name, link or perf fd), attach order
         self.replay_holds: list[tuple[float, tuple[bytes, int]]] = []  # (until, uprobe)
         self.files_: list[ShimFile] = []
         self.known_ids: set[tuple[int, int]] = set()  # attached or rejected inodes
@@ -206,16 +209,28 @@ class ShimAttachments:
             _, handle = self.replay_holds.pop(0)
             self.detach_handles([handle])
 
-    def attach(self, fn_name: str, path: str, offset: int, ref_ctr_offset: int) -> None:
+    def load(self, fn_name: str):
+        """A program, loaded once (bcc caches it) for the way uprobes are made here:
+        a program for uprobe links says so when it is loaded, and so must a program
+        it tail-calls (the kernel refuses a tail call across attach types)."""
         from bcc import BPF
 
-        fn = self.bpf.load_func(fn_name.encode(), BPF.KPROBE)  # loaded once, cached by bcc
+        kind = -1 if self.attach_type is None else self.attach_type
+        return self.bpf.load_func(fn_name.encode(), BPF.KPROBE, attach_type=kind)
+
+    def attach(self, fn_name: str, path: str, offset: int, ref_ctr_offset: int) -> None:
         ev_name = b"ga_%d_%d_%s_0x%x" % (os.getpid(), len(self.files_), fn_name.encode(), offset)
-        fd = self._attach_uprobe(fn.fd, 0, ev_name, path.encode(), offset, -1, ref_ctr_offset)
+        if self.attach_type is None and self._first_link(fn_name, ev_name, path, offset, ref_ctr_offset):
+            return
+        fn = self.load(fn_name)
+        if self.attach_type == UPROBE_MULTI:
+            fd = _link_uprobe(fn.fd, path, offset, ref_ctr_offset)
+        else:
+            fd = self._attach_uprobe(fn.fd, 0, ev_name, path.encode(), offset, -1, ref_ctr_offset)
         if fd < 0:
             err = ct.get_errno()
-            # bcc's tracefs fallback may have created the event before failing.
-            self.lib.bpf_detach_uprobe(ev_name)
+            if self.attach_type != UPROBE_MULTI:  # bcc's tracefs fallback may have made the event
+                self.lib.bpf_detach_uprobe(ev_name)
             why = os.strerror(err) if err else "unknown error"
             hint = ""
             if ref_ctr_offset:
@@ -226,11 +241,28 @@ class ShimAttachments:
             raise BpfError(f"cannot attach uprobe {fn_name} at {path}+{offset:#x}: {why}{hint}")
         self.uprobes.append((ev_name, fd))
 
+    def _first_link(self, fn_name: str, ev_name: bytes, path: str, offset: int, ref_ctr_offset: int) -> bool:
+        """The first uprobe chooses how all are made: a BPF link (Linux >= 6.6) where
+        the kernel makes one, else a perf event, as bcc makes them. A link's detach
+        waits out a grace period that others' share; a perf event's waits its own
+        under a global lock: 15 uprobes took 1.2-1.5 s to detach as perf events and
+        0.06-0.09 s as links (this project's 6.18 VM; docs/benchmarks.md, "Agent
+        start"). Whether this one was attached (as a link)."""
+        self.attach_type = UPROBE_MULTI
+        fn = self.load(fn_name)
+        fd = _link_uprobe(fn.fd, path, offset, ref_ctr_offset)
+        if fd >= 0:
+            self.uprobes.append((ev_name, fd))
+            return True
+        self.attach_type = -1  # loaded again, for perf events
+        del self.bpf.funcs[fn_name.encode()]
+        os.close(fn.fd)
+        return False
+
     def detach_from(self, first: int) -> None:
         """Detach the uprobes attached since there were `first` (a failed file's)."""
-        for ev_name, pfd in reversed(self.uprobes[first:]):
-            self.lib.bpf_close_perf_event_fd(pfd)
-            self.lib.bpf_detach_uprobe(ev_name)
+        for handle in reversed(self.uprobes[first:]):
+            self._detach_one(handle)
         del self.uprobes[first:]
 
     def detach_handles(self, handles: list) -> None:
@@ -241,6 +273,9 @@ class ShimAttachments:
         self._detach_together(mine)
 
     def _detach_one(self, handle: tuple) -> None:
+        if self.attach_type == UPROBE_MULTI:
+            os.close(handle[1])
+            return
         self.lib.bpf_close_perf_event_fd(handle[1])
         self.lib.bpf_detach_uprobe(handle[0])
 
@@ -329,6 +364,38 @@ def data_sites(probes: dict[str, list[stapsdt.SdtProbe]]) -> frozenset:
     """What bcc's generated argument readers depend on, per data-probe site:
     the probe, the site's address within its page, its argument specs."""
     return frozenset((name, p.pc & 0xFFF, p.args) for name in DATA_PROBES for p in probes.get(name, ()))
+
+
+# BPF_TRACE_UPROBE_MULTI (linux/bpf.h, Linux 6.6): a program for uprobe links
+UPROBE_MULTI = 48
+_BPF_LINK_CREATE = 28
+_SYS_BPF = {"x86_64": 321, "aarch64": 280}.get(os.uname().machine, 321)
+_libc = ct.CDLL(None, use_errno=True)
+_libc.syscall.restype = ct.c_long
+
+
+def _link_uprobe(prog_fd: int, path: str, offset: int, ref_ctr_offset: int) -> int:
+    """One uprobe at path+offset (every process, pid 0) as a BPF link of one site
+    (bpf(BPF_LINK_CREATE), its uprobe_multi part: path, offsets, ref_ctr_offsets,
+    cookies, cnt, flags, pid); the link's fd, or -1 with errno set."""
+    name = ct.create_string_buffer(path.encode())
+    offsets = (ct.c_uint64 * 1)(offset)
+    ref_ctrs = (ct.c_uint64 * 1)(ref_ctr_offset)
+    attr = (ct.c_uint8 * 64)()
+    struct.pack_into("<IIII", attr, 0, prog_fd, 0, UPROBE_MULTI, 0)
+    struct.pack_into(
+        "<QQQQIII",
+        attr,
+        16,
+        ct.addressof(name),
+        ct.addressof(offsets),
+        ct.addressof(ref_ctrs) if ref_ctr_offset else 0,
+        0,
+        1,
+        0,
+        0,
+    )
+    return int(_libc.syscall(_SYS_BPF, _BPF_LINK_CREATE, ct.byref(attr), ct.sizeof(attr)))
 
 
 def _attach_uprobe_fn(lib):
