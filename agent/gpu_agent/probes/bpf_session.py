@@ -4,8 +4,8 @@ Attach (open()): the shim's stapsdt notes are read and checked against the
 contract (shim_attach.read_shim); bcc generates the bpf_usdt_readarg() code for
 the data probes from their argument specs; the uprobes go on the shim FILE, so
 every process that maps it, now or later, is covered, with `attach` (and its
-semaphore) last. shim_attach.py says how, and why through libbcc's 7-argument
-bpf_attach_uprobe().
+semaphore) last. shim_attach.py says how: BPF links where the kernel makes
+them, else perf events through libbcc's 7-argument bpf_attach_uprobe().
 
 Drain (drain()): exact across drains by a generation flip. The BPF program
 has two sets of aggregation maps (totals0/sampled0, totals1/sampled1) and
@@ -17,7 +17,8 @@ set it writes. drain():
      returns from a userspace map-in-map update only after synchronize_rcu()
      (kernel/bpf/syscall.c, maybe_wait_bpf_programs(); the kernel's own
      selftests use it as "kern_sync_rcu"). Uprobe programs that are not
-     sleepable run inside rcu_read_lock() (bpf_prog_run_array_uprobe), so
+     sleepable run inside rcu_read_lock() (bpf_prog_run_array_uprobe; through
+     a link, uprobe_prog_run in kernel/trace/bpf_trace.c), so
      when the update returns every batch that read the old generation has
      finished, and every later batch reads the new one. If the update fails
      (it should not), a 10 ms sleep stands in: uprobe programs never sleep and

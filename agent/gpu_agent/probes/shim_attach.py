@@ -6,8 +6,10 @@ it, running now or started later, is covered. `attach` goes last, with a no-op
 program and ref_ctr_offset = its semaphore's file offset: the kernel raises the
 semaphore in every process mapping the file (now and at every later mmap) and
 drops it when the uprobe goes away; the shim polls it to switch CUPTI on, then
-replays kernel names, which the data probes (already attached) see. Every uprobe
-goes through our own ctypes prototype of libbcc's bpf_attach_uprobe: bcc 0.26's
+replays kernel names, which the data probes (already attached) see. Each uprobe
+is a BPF link of one site (bpf(BPF_LINK_CREATE), uprobe_multi: Linux >= 6.6, whose
+detach is quick: _first_link says why) or, where the kernel makes none, a perf
+event through our own ctypes prototype of libbcc's bpf_attach_uprobe: bcc 0.26's
 Python binding declares only 6 of the C function's 7 arguments, so
 ref_ctr_offset would be stack garbage.
 
