@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
@@ -16,9 +17,30 @@ from pathlib import Path
 import pytest
 
 from support.agent import Agent
-from support.env import MOCK_APP, SHIM, ground_truth, mock_env, need_ebpf
+from support.env import MOCK_APP, ground_truth, mock_env, need_ebpf
+from support.env import SHIM as BUILT_SHIM
 
 from . import attacker as A
+
+
+def _faults_shim() -> Path:
+    """The fault suite's own copy of the shim, one a pytest process, in a directory
+    uid 65534 can read, under a name no agent's discovery looks for: its floods
+    (75 MiB of names, a million `attach` fires, forged batches) reach only the agents
+    of its tests, not an agent another worker's test runs on the shared shim (a
+    three-worker suite read a `record` with no kernel names and a `record --trace`
+    with no kernels while they ran; the uprobes are the file's)."""
+    d = Path(tempfile.mkdtemp(prefix="gpu-agent-faults-shim-"))
+    d.chmod(0o755)
+    atexit.register(shutil.rmtree, d, True)
+    path = d / "libgpu_agent_shim_faults.so"
+    if BUILT_SHIM.exists():
+        shutil.copy(BUILT_SHIM, path)
+        path.chmod(0o755)
+    return path
+
+
+SHIM = _faults_shim()
 
 # What the agent may use while it is attacked (it idles near 100 MiB here; the
 # DaemonSet's limit is 512 Mi). Stated in docs/security.md.
@@ -56,7 +78,7 @@ class Node:
     """`gpu-agent run` (1 s windows, /metrics on a free port) under attack."""
 
     def __init__(self, out_dir: Path, *extra: str):
-        self.agent = Agent(out_dir, "--metrics-addr", "127.0.0.1:0", *extra)
+        self.agent = Agent(out_dir, "--metrics-addr", "127.0.0.1:0", "--shim", SHIM, *extra)
         self.proc = self.agent.proc
         # The "watching" line names the metrics address.
         m = re.search(r"metrics on (http://\S+/metrics)", self.agent.watching_line)

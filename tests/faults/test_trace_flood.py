@@ -14,10 +14,11 @@ from pathlib import Path
 from gpu_agent.probes import contract as C
 from gpu_agent.commands.health import bpf_programs
 
-from support.env import SHIM, agent_cmd, need_ebpf
+from support.env import agent_cmd, need_ebpf
 from support.peak import peak_mib_until_exit
 
 from . import attacker as A
+from .faultkit import SHIM
 from .test_hostile_probes import rec
 
 
