@@ -134,7 +134,10 @@ Sleeps standing for an event:
   launch flood; the name flood is in test_hostile_probes, next): the loss needs the
   flood to outrun a 1 MiB buffer pool, and settle() sleeps 2.5 s for the last
   windows. Deterministic: have the mock's CUPTI lose records on purpose (its null
-  buffers), and wait for a profile written after both workloads exited.
+  buffers), and wait for a profile written after both workloads exited. CHANGED
+  HERE: the count it checks the profile against is the stop's last status line, once
+  everything is read (off /metrics, held still 1.5 s, a three-worker suite missed 562
+  of 4 878).
 - faults/test_hostile_probes::test_a_name_flood_and_names_that_never_finish_stay_bounded:
   settle(node, 1.5) stands for "the honest workload's names are in and a window used
   them" before 75 MiB of names come; the flood is paced by sleeps. Deterministic:
@@ -149,8 +152,20 @@ Sleeps standing for an event:
 - faults/test_cubins::test_a_cubin_bomb_costs_a_child_not_the_agent: the intervals
   while a child parses the bomb, one after another, each under 1 s + WAIT_S + 0.5 s,
   read off the profiles' own spans once all are out (by file mtimes it failed in 2 of
-  3 parallel runs: intervals are held until their periods are published).
+  3 parallel runs: intervals are held until their periods are published). A
+  three-worker suite read one of 5.55 s: its agent now watches a shim copy of its
+  own with discovery off, so other workers' processes add nothing to its loop.
+- faults/test_cubins::test_a_crc_sent_first_never_names_another_process_s_lines:
+  each attacker's samples must find their cubin's lines, parsed by a child (a Python
+  process that imports pyelftools) within the interval and the profile's WAIT_S (2
+  s); once in a three-worker suite nobody's samples had none (the parse came later).
+  Deterministic: parse in one long-lived child, started with the agent, or hold a
+  sample whose parse runs for the next profile with its stacks.
 The browser:
+- test_ui_timeline::test_a_trace_past_the_old_cap_is_drawn_whole_and_in_detail: the
+  highlight's check read the view counter, and the page asks one view at a time, so
+  the reset's answer came first once in a three-worker suite (0 of 24 lit). CHANGED
+  HERE: it waits until the info says 24 are lit (and the zoom until it says kernels).
 - test_ui::test_click_into_a_kernel_frame_then_focus_and_hide: 700 ms waits for the
   flame graph's 300 ms transitions before each click (the hide step's click landed on
   the root once); the module's store splits its two phases by 2.5 s sleeps.
@@ -364,6 +379,10 @@ FLAKY: tuple[tuple[str, str], ...] = (
     (
         "tests/faults/test_cubins.py::test_a_cubin_bomb_costs_a_child_not_the_agent",
         "intervals one after another, none over 1 s + WAIT_S + 0.5 s, while a child parses the bomb",
+    ),
+    (
+        "tests/faults/test_cubins.py::test_a_crc_sent_first_never_names_another_process_s_lines",
+        "each attacker's samples get its own cubin's lines: the child's parse within the interval and WAIT_S",
     ),
     (
         "tests/test_ui.py::test_click_into_a_kernel_frame_then_focus_and_hide",
