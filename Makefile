@@ -151,12 +151,13 @@ $(PPROF):
 	mkdir -p $(BUILD)/tools
 	GO111MODULE=off GOPATH=/usr/share/gocode go build -o $@ github.com/google/pprof
 
-# PYTEST_WORKERS=2: two pytest-xdist workers, each running whole modules (their module
-# fixtures run once) beside the other's agent, as users run `record` beside a
-# system-wide `run`; the modules that capture take turns (tests/conftest.py). 12.9-13.3
-# min against about 25 with one on a 2-core VM (2026-11-29). One worker stays the
-# default: each two-worker run that failed named a chance failure not seen before
-# (6 found and fixed on 2026-11-28/29; of this session's three runs one was clean).
+# PYTEST_WORKERS=N: N pytest-xdist workers, each running whole modules (their module
+# fixtures run once) beside the others' agents, as users run `record` beside a
+# system-wide `run`; the modules that capture take turns (tests/conftest.py). On a
+# 2-core VM (2026-11-29, uprobes as BPF links): 2 workers 11.4 min, 3 workers 8.2-9.0
+# min, against about 21-25 with one. One worker stays the default: of seven
+# three-worker runs four named a chance failure not seen before (each fixed where it
+# was found: tests/support/flaky.py), the last two runs one each.
 PYTEST_WORKERS ?= 1
 UNIT_WORKERS ?= 2
 test: deps-check
