@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from support.agent import Agent
-from support.env import MOCK_APP, ground_truth, mock_env, need_ebpf
+from support.env import MOCK_APP, ground_truth, mock_env, need_ebpf, private_shim
 from support.env import SHIM as BUILT_SHIM
 
 from . import attacker as A
@@ -33,11 +33,7 @@ def _faults_shim() -> Path:
     d = Path(tempfile.mkdtemp(prefix="gpu-agent-faults-shim-"))
     d.chmod(0o755)
     atexit.register(shutil.rmtree, d, True)
-    path = d / "libgpu_agent_shim_faults.so"
-    if BUILT_SHIM.exists():
-        shutil.copy(BUILT_SHIM, path)
-        path.chmod(0o755)
-    return path
+    return private_shim(d) if BUILT_SHIM.exists() else d / "missing.so"
 
 
 SHIM = _faults_shim()

@@ -22,7 +22,7 @@ from gpu_agent.symbols.cubin_store import WAIT_S
 
 from support.pprof_tool import profile_duration_s, profile_start_ns
 
-from support.env import need_ebpf, private_shim
+from support.env import need_ebpf
 
 from .faultkit import SHIM, Node
 
@@ -34,10 +34,10 @@ HOT = b"_Z8hot_loopPfii"
 REAL_DIR = b"/work/main/bench/gpu"
 
 
-def pc_script(crc: int, cubin: bytes, kernel: bytes = HOT, pc: int = 0x1D0, shim: Path = SHIM) -> A.Script:
+def pc_script(crc: int, cubin: bytes, kernel: bytes = HOT, pc: int = 0x1D0) -> A.Script:
     """The kernel's name, its cubin under `crc`, and PC samples naming both."""
     kid = C.kernel_id(kernel)
-    s = A.Script(shim).full_name(kid, kernel)
+    s = A.Script(SHIM).full_name(kid, kernel)
     s.fire("cubin_loaded", crc, s.blob(cubin), len(cubin))
     rec = C.PcRecord(cubin_crc=crc, pc_offset=pc, kernel_id=kid, stall_reason=2, samples=50)
     return s.fire("pc_sample_batch", s.blob(bytes(rec)), 1, 0)
@@ -80,25 +80,22 @@ def sass_files(samples, pid: int) -> set[str]:
 
 def test_a_cubin_bomb_costs_a_child_not_the_agent(tmp_path, built, honest, attacker, world_dir, bomb):
     need_ebpf()
-    # Its intervals' lengths are the test: an agent of its own, over a private copy of
-    # the shim and without discovery, so that other workers' processes (the shared
-    # shim's) and shim copies add no work to its loop (a three-worker suite read one
-    # interval of 5.55 s against the 3.5 s bound, not seen alone beside three burners)
-    shim = private_shim(world_dir / "bomb-shim")
-    node = Node(tmp_path / "profiles", "--shim", shim, "--discover-interval", "0")
+    # Its intervals' lengths are the test: an agent without discovery, so that other
+    # workers' shim copies and their processes add no work to its loop (a three-worker
+    # suite read one interval of 5.55 s against the 3.5 s bound, not seen alone beside
+    # three burners); the fault suite's shim is its own (faultkit.SHIM)
+    node = Node(tmp_path / "profiles", "--discover-interval", "0")
     try:
-        bomb_run(node, shim, honest, attacker, world_dir, bomb)
+        bomb_run(node, honest, attacker, world_dir, bomb)
     finally:
         node.agent.kill()
 
 
-def bomb_run(node, shim, honest, attacker, world_dir, bomb):
-    h = honest(
-        "--paths", "cuLaunchKernel", "--duration", "9", "--sleep-ms", "5", env={"CUDA_INJECTION64_PATH": str(shim)}
-    )  # profiles every second
+def bomb_run(node, honest, attacker, world_dir, bomb):
+    h = honest("--paths", "cuLaunchKernel", "--duration", "9", "--sleep-ms", "5")  # profiles every second
     time.sleep(1.5)
     started = time.time_ns()
-    p = A.run(attacker, shim, pc_script(0xB0B, bomb, shim=shim).sleep(4000).write(world_dir / "bomb.attack"))
+    p = A.run(attacker, SHIM, pc_script(0xB0B, bomb).sleep(4000).write(world_dir / "bomb.attack"))
     out, err = p.communicate(timeout=120)
     assert p.returncode == 0, err
     ended = time.time_ns()
