@@ -78,20 +78,20 @@ def sass_files(samples, pid: int) -> set[str]:
     }
 
 
-def test_a_cubin_bomb_costs_a_child_not_the_agent(tmp_path, built, honest, attacker, world_dir, bomb):
+@pytest.fixture
+def quiet_node(tmp_path, built):
+    """faultkit's node without discovery. The bomb's intervals' lengths are its test, so
+    other workers' shim copies and their processes must add no work to its loop (a
+    three-worker suite read one interval of 5.55 s against the 3.5 s bound, not seen
+    alone beside three burners); the fault suite's shim is its own (faultkit.SHIM)."""
     need_ebpf()
-    # Its intervals' lengths are the test: an agent without discovery, so that other
-    # workers' shim copies and their processes add no work to its loop (a three-worker
-    # suite read one interval of 5.55 s against the 3.5 s bound, not seen alone beside
-    # three burners); the fault suite's shim is its own (faultkit.SHIM)
-    node = Node(tmp_path / "profiles", "--discover-interval", "0")
-    try:
-        bomb_run(node, honest, attacker, world_dir, bomb)
-    finally:
-        node.agent.kill()
+    n = Node(tmp_path / "profiles", "--discover-interval", "0")
+    yield n
+    n.agent.kill()
 
 
-def bomb_run(node, honest, attacker, world_dir, bomb):
+def test_a_cubin_bomb_costs_a_child_not_the_agent(quiet_node, honest, attacker, world_dir, bomb):
+    node = quiet_node
     h = honest("--paths", "cuLaunchKernel", "--duration", "9", "--sleep-ms", "5")  # profiles every second
     time.sleep(1.5)
     started = time.time_ns()
