@@ -161,6 +161,13 @@ def main(argv=None) -> None:
         "--trace-seconds", type=float, default=0.0, help="--method side: each process times blocks this long"
     )
     o.add_argument(
+        "--swap-s",
+        type=float,
+        default=0.0,
+        help="--method side: the pair's processes trade CPUs every this many seconds "
+        "(0: each keeps its half), so that a CPU's slow stretches fall on both",
+    )
+    o.add_argument(
         "--gpus",
         default="",
         help="--method side: two GPU ordinals (e.g. 0,1): each process of a pair on its own, "

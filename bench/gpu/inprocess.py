@@ -35,7 +35,7 @@ import time
 from bench.gpu.cases import STEPS
 from bench.gpu.harness import Agent, clean_env, needs_bench_shim, shim_env
 from bench.gpu import periods as period_lines
-from bench.gpu.overhead import bootstrap_ci, cpu_list
+from bench.gpu.overhead import bootstrap_ci, cpu_groups
 
 NEAR = 0.3  # s: a window, its count phase and the teardown after it lie within this of the teardown
 
@@ -187,17 +187,6 @@ def print_phase_profile(w: str, rows: list[dict]) -> None:
             f"{100 * r['slowdown']:+7.2f} %, {100 * r['share_of_extra']:+6.1f} % of the extra time",
             flush=True,
         )
-
-
-def cpu_groups(spec: str, n: int) -> list[str]:
-    """--cpus split into n equal groups, one a process (the whole spec for one)."""
-    if n == 1:
-        return [spec]
-    cpus = cpu_list(spec)
-    if len(cpus) < n:
-        raise SystemExit(f"--cpus: {n} processes need {n} CPUs or more")
-    k = len(cpus) // n
-    return [",".join(cpus[i * k : (i + 1) * k]) for i in range(n)]
 
 
 def together(per_process: list[dict]) -> dict:

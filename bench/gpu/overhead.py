@@ -43,12 +43,14 @@ CUPTI launch callback costs. One process per round.
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from bench.gpu.cases import STEPS
@@ -122,6 +124,17 @@ def cpu_list(spec: str) -> list[str]:
     return out
 
 
+def cpu_groups(spec: str, n: int) -> list[str]:
+    """--cpus split into n equal groups, one a process (the whole spec for one)."""
+    if n == 1:
+        return [spec]
+    cpus = cpu_list(spec)
+    if len(cpus) < n:
+        raise SystemExit(f"--cpus: {n} processes need {n} CPUs or more")
+    k = len(cpus) // n
+    return [",".join(cpus[i * k : (i + 1) * k]) for i in range(n)]
+
+
 def one(a, workload: str, config: str) -> dict:
     """One measurement: a fresh process (N at once for mlp-xN, their mean)."""
     return finish(workload, config, start(a, workload, config))
@@ -132,7 +145,7 @@ def start(a, workload: str, config: str, cpus_spec: str = "", gpu: str = "") -> 
     GPU of that ordinal where gpu is given: CUDA_VISIBLE_DEVICES)."""
     spec = cpus_spec or a.cpus
     n = int(workload.split("-x")[1]) if "-x" in workload else 1
-    cpus = cpu_list(spec)
+    groups = cpu_groups(spec, n) if spec else []
     cmd = case_command(
         workload.split("-x")[0] if n > 1 else workload,
         steps=int(a.scale * STEPS[workload]),
@@ -152,7 +165,7 @@ def start(a, workload: str, config: str, cpus_spec: str = "", gpu: str = "") -> 
             env["GPU_AGENT_DEBUG"] = "2"  # and each period's line, with the plan's costs
     procs = []
     for i in range(n):
-        pin = ["taskset", "-c", cpus[i % len(cpus)] if n > 1 else spec] if cpus else []
+        pin = ["taskset", "-c", groups[i]] if groups else []
         procs.append(subprocess.Popen(pin + cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     return procs
 
@@ -273,6 +286,43 @@ def run(a) -> None:
                     print(tail, file=sys.stderr)
 
 
+class Swapper(threading.Thread):
+    """--swap-s: the two sides of a pair trade CPU groups every `every` seconds, every
+    thread of each process moved (sched_setaffinity on /proc/PID/task/*). On the H200
+    VMs a CPU has slow stretches of seconds (docs/benchmarks.md), which pinned pairs
+    read as one side's cost; traded, each side spends half of every stretch on each
+    group, so a stretch slows both."""
+
+    def __init__(self, sides: list[list], groups: list[list[str]], every: float):
+        super().__init__(daemon=True)
+        self.sides, self.groups, self.every = sides, groups, every
+        self.swaps, self.done = 0, threading.Event()
+        self.start()
+
+    def place(self, flip: int) -> None:
+        for s, procs in enumerate(self.sides):
+            for i, p in enumerate(procs):
+                cpus = {int(c) for c in self.groups[(s + flip) % 2][i].split(",")}
+                try:
+                    tids = os.listdir(f"/proc/{p.pid}/task")
+                except FileNotFoundError:
+                    continue
+                for tid in tids:
+                    try:
+                        os.sched_setaffinity(int(tid), cpus)
+                    except OSError:
+                        pass  # the thread ended
+
+    def run(self) -> None:
+        while not self.done.wait(self.every):
+            self.swaps += 1
+            self.place(self.swaps % 2)
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join()
+
+
 def side(a, workload: str, config: str, r: int) -> list[dict]:
     """--method side: the config's process and a baseline process at the same time, on
     the two halves of --cpus (which half takes which drawn at random), one GPU, or with
@@ -285,7 +335,9 @@ def side(a, workload: str, config: str, r: int) -> list[dict]:
     that long instead (with the shim's state, and its window lines kept), from --wait
     seconds on: on an H200, processes had slow stretches of seconds of their own (not
     the host's: the process beside did not), which five 1.2 s blocks left at ±30
-    points a pair and a minute of 25 ms blocks at ±3 (docs/benchmarks.md)."""
+    points a pair and a minute of 25 ms blocks at ±3 (docs/benchmarks.md). With
+    --swap-s the two sides trade CPU groups that often (Swapper): a CPU's slow stretch
+    then falls on both, and the A/A pairs spread −4.0 to +0.4 % instead of −12 to +7."""
     cpus = cpu_list(a.cpus)
     n = int(workload.split("-x")[1]) if "-x" in workload else 1
     if len(cpus) < 2 * n:
@@ -301,12 +353,16 @@ def side(a, workload: str, config: str, r: int) -> list[dict]:
         raise SystemExit("--gpus: two GPU ordinals, e.g. 0,1")
     random.shuffle(gpus)
     procs = {c: start(a, workload, c, half, g) for c, half, g in zip(("baseline", config), halves, gpus)}
+    swapper = Swapper(list(procs.values()), [cpu_groups(h, n) for h in halves], a.swap_s) if a.swap_s else None
     recs = []
     for c, half, g in zip(("baseline", config), halves, gpus):
         rec = finish(workload, c, procs[c], a.wait)
         rec.update(round=f"{a.tag}{r}-{config}", cpus=half, gpu=g)
         recs.append(rec)
+    if swapper:
+        swapper.stop()
     for rec in recs:
+        rec["swaps"] = swapper.swaps if swapper else 0
         samples = steal[rec["cpus"]].stop()
         rec["steal"] = samples
         if "trace" in rec:
