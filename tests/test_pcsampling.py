@@ -269,15 +269,17 @@ def test_samples_split_over_launch_stacks_exactly_and_only_for_included_processe
     assert got[0][1][:2] == ["[stall: wait]", "ka+0x10"] and got[2][1][:2] == ["[stall: wait]", "kb+0x20"]
 
 
-def test_samples_wait_a_few_profiles_for_their_kernels_rows():
+def test_samples_wait_for_their_kernels_rows_for_a_bounded_time():
     """add_to_profile: a kernel with no row in this profile keeps its samples for the
     next ones (its records come on another path, an activity buffer, later), at most
-    HOLD_PROFILES profiles, then puts them under [unsampled]; nothing is held where
+    HOLD_S seconds however many profiles go by (a loaded agent's 1 s profiles came
+    faster than a job's exit), then puts them under [unsampled]; nothing is held where
     may_hold says no (the last profile, an exited process)."""
-    from gpu_agent.join.pc_samples import HOLD_PROFILES, PcSamples, add_to_profile
+    from gpu_agent.join.pc_samples import HOLD_S, PcSamples, add_to_profile
     from gpu_agent.profile.pprof import FrameSpec
 
-    pcs = PcSamples()
+    now = [100.0]
+    pcs = PcSamples(clock=lambda: now[0])
     pcs.reasons[(1, 2)] = "smsp__pcsamp_warps_issue_stalled_wait"
     got = []
 
@@ -298,8 +300,14 @@ def test_samples_wait_a_few_profiles_for_their_kernels_rows():
     pcs.window[(1, 7, 0xA, 0, 0x10, 2)] = 5  # more of the same kernel
     assert profile(rows) == 15 and got == [("site", 5), ("site", 10)]
     pcs.window[(1, 7, 0xA, 0, 0x10, 2)] = 3
-    for _ in range(HOLD_PROFILES):
+    for _ in range(10):  # ten profiles in under HOLD_S: still held
         assert profile({}) == 0
-    assert profile({}) == 3 and got == [("[unsampled]", 3)] and not pcs.held
+        now[0] += (HOLD_S - 1) / 10
+    pcs.window[(1, 7, 0xA, 0, 0x20, 2)] = 2  # the kernel's samples at another PC, held from now
+    assert profile({}) == 0
+    now[0] += 1.0  # the first ones' HOLD_S is up, not the newer ones'
+    assert profile({}) == 3 and got == [("[unsampled]", 3)] and pcs.held
+    now[0] += HOLD_S
+    assert profile({}) == 2 and got == [("[unsampled]", 2)] and not pcs.held
     pcs.window[(1, 7, 0xA, 0, 0x10, 2)] = 4
     assert profile({}, may_hold=lambda t: False) == 4 and got == [("[unsampled]", 4)]

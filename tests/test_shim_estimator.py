@@ -356,3 +356,29 @@ def test_the_spans_never_overlap_and_the_weights_add_up_to_every_launch(weights_
     for t, gone in until:
         assert all(t <= p[2] for p in pubs[gone:]), (t, pubs[gone:][:3])
     assert until[-1][0] == 40_500
+
+
+def test_a_record_after_its_launch_s_entry_was_reused_is_late_not_a_launch_no_callback_saw(weights_unit):
+    """Each windowed launch notes its period by correlation id in a table of 65 536
+    entries. A record that comes after a launch 65 536 ids later took its entry (a
+    flush held back: on a loaded 2-core VM a full suite's poller, preempted past a
+    window's end, let 1 543 of 91 691 records come that late at the mock's 200 000
+    launches/s) was counted at its launch: it is late, and said apart from a launch
+    that no callback saw (which would mean the launch counts miss a path)."""
+    tab = 1 << 16
+    script = "\n".join(
+        ["seq 3", "note 100", "note 101", "outside 102", "seq 7", f"note {100 + tab}"]
+        + [f"record {c}" for c in (100, 101, 102, 103, 100 + tab)]
+    )
+    out = subprocess.run([str(weights_unit)], input=script + "\n", capture_output=True, text=True, check=True)
+    rec = {
+        int(m["corr"]): (int(m["period"]), int(m["unseen"]), int(m["outside"]), int(m["late"]))
+        for m in (dict(re.findall(r"(\w+)=(\d+)", ln)) for ln in out.stdout.splitlines() if ln.startswith("RECORD"))
+    }
+    assert rec == {
+        100: (7, 1, 0, 1),  # its entry now holds 100 + 65 536: late, weighed in the current period
+        101: (3, 0, 0, 0),  # noted, in time: its window's period
+        102: (7, 1, 1, 0),  # at a window's edge: outside, not late
+        103: (7, 1, 0, 0),  # never noted: unseen, not late
+        100 + tab: (7, 0, 0, 0),
+    }, out.stdout

@@ -177,6 +177,10 @@ def test_outside_windows_nothing_is_collected_and_the_estimate_is_right(agents, 
     # machine busy with a second agent). Both stay rare: 292 of 101 500 (0.29 %) once in
     # a full suite on this 2-core VM (the shared agent; the poller preempted at an edge),
     # else 0-3; the bound, 0.5 %, is far under what a broken edge rule lets in (+67 %).
+    # A tail's records delivered after the next window opened took the place of that
+    # window's last ones (tail.cpp): unseen and lost alike, over 1 % (up to 1 196) in 5
+    # of 48 runs three at once beside a CPU burner, and once in a three-worker suite;
+    # kept apart by their start times now, 12 such runs read at most 146 of either.
     lost = st["launches"] - (st["records"] - st["unseen"])
     assert 0 <= lost <= st["records"] // 200 and st["unseen"] <= st["records"] // 100, st
     est_ns, est_launches = prof[KERNEL]
@@ -311,14 +315,16 @@ def test_launches_at_a_window_edge_are_not_the_windows(agents, tmp_path, counted
     st = shim_exit_stats(err)
     if os.environ.get("DBG"):
         print(
-            "EDGE counted=%s outside %d windows %d unseen %d records %d"
-            % (counted, outside, st["windows"], st["unseen"], st["records"])
+            "EDGE counted=%s outside %d windows %d unseen %d late %d records %d"
+            % (counted, outside, st["windows"], st["unseen"], st["late"], st["records"])
         )
     # Both edges of every window let launches in: dropped, counted, not unseen. Were
     # the edges not told apart, those 35-40 % of the records would be unseen; what is
     # unseen besides comes in lumps of whole blocks: torn down, 12 runs beside two CPU
     # burners 0-3.25 % of the records (0 in 3 runs, 0.2-1.5 % in 7, 3.1 and 3.25 %), 5.1 % once in a
-    # two-worker suite (against records // 20 then).
+    # two-worker suite (against records // 20 then); most of them a tail's records
+    # delivered late (tail.cpp keeps those apart now: 6 runs beside two others and a
+    # CPU burner read 0-0.33 %, 24 before 0-4.3 %).
     assert outside > st["windows"] * 100, (outside, st)
     assert st["unseen"] <= st["records"] // 10, st
     est_launches, true_launches = prof[KERNEL][1], truth[KERNEL][0]

@@ -225,8 +225,8 @@ static void buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
                 if (!in) continue;
             }
             if (windows) {
-                bool unseen = false, outside = false;
-                uint32_t period = ga_window_period_of(k->correlationId, &unseen, &outside); /* weighed in emit */
+                bool unseen = false, outside = false, late = false;
+                uint32_t period = ga_window_period_of(k->correlationId, &unseen, &outside, &late); /* weighed in emit */
                 periods[n] = period;
                 /* a launch outside the windows: at a window's edge (kernel activity
                  * on, the window not open), or any, with activity held on for PC
@@ -237,9 +237,10 @@ static void buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer,
                     continue;
                 }
                 /* a launch in a window's tail (tail.cpp): counted there, not weighed */
-                if (!(o->flags & GA_REC_GRAPH) && ga_tail_record()) continue;
+                if (!(o->flags & GA_REC_GRAPH) && ga_tail_record(unseen, k->start)) continue;
                 if (GA_UNLIKELY(unseen)) {
                     note_unseen(o->kernel_id);
+                    if (late) ga_stat_late_records.fetch_add(1, std::memory_order_relaxed);
                     /* A graph replay traced but launched outside a window: made
                      * between a window's flag going off and its activity going
                      * off, it is that window's last traced replay, whose end

@@ -55,8 +55,10 @@ GA_HIDDEN void ga_tail_reset(void) noexcept;
 GA_HIDDEN void ga_tail_begin(uint64_t now_ns, uint64_t win_ns, uint64_t win_launches,
                              uint64_t win_busy) noexcept; /* win_busy: its busy-clock ns, 0: none */
 GA_HIDDEN void ga_tail_end(uint64_t now_ns) noexcept;
-GA_HIDDEN void ga_tail_window_opened(void) noexcept;
-GA_HIDDEN bool ga_tail_record(void) noexcept; /* a windowed, non-graph record: the tail's? */
+GA_HIDDEN void ga_tail_window_opened(uint64_t cupti_ts) noexcept; /* its CUPTI time (0: not known) */
+/* A windowed, non-graph record (unseen: no launch callback noted it; its kernel's
+ * CUPTI start): the tail's? */
+GA_HIDDEN bool ga_tail_record(bool unseen, uint64_t start_ns) noexcept;
 GA_HIDDEN void ga_tail_fold(void) noexcept;
 GA_HIDDEN uint64_t ga_tail_period_ns(uint64_t now_ns) noexcept;
 GA_HIDDEN uint64_t ga_tail_period_busy(void) noexcept; /* its busy-clock time (busy.cpp) */
@@ -178,6 +180,9 @@ GA_HIDDEN uint32_t ga_weights_release(bool period_end) noexcept;
  * window-less periods weighed with the period before them (window.cpp). */
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_unweighted, ga_stat_held_overflow, ga_stat_unseen,
     ga_stat_joined;
+/* Of the unseen ones, those whose launch was noted but whose entry a launch
+ * 65 536 later took before the record came (ga_window_period_of). */
+GA_HIDDEN extern std::atomic<uint64_t> ga_stat_late_records;
 /* Launch callback, in a window: note the launch's period by correlation id.
  * Conversion: a record's period (its launch's; the current one, and *unseen set,
  * if no launch callback noted it), and that period's weight x 1024 once the
@@ -197,8 +202,9 @@ GA_HIDDEN bool ga_window_late_last_replay(uint32_t period, uint32_t correlation_
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_left_out_launches, ga_stat_left_out_records,
     ga_stat_left_out_late;
 /* *outside: a launch callback saw it at a window's edge (GA_WIN_EDGE); *unseen
- * is set then too. */
-GA_HIDDEN uint32_t ga_window_period_of(uint32_t correlation_id, bool *unseen, bool *outside) noexcept;
+ * is set then too. *late: unseen, but only because the record came after its
+ * launch's entry went to a launch 65 536 later. */
+GA_HIDDEN uint32_t ga_window_period_of(uint32_t correlation_id, bool *unseen, bool *outside, bool *late) noexcept;
 /* activity.cpp: while windows are on, converted records whose period has not
  * ended wait; this fires those whose weight is now known, and with `all` the
  * rest too, at fallback_q (x 1024; 0: N). */

@@ -254,7 +254,8 @@ void ga_session_at_exit(void) noexcept {
     ga_debug("exit (pid %d): %llu launches collected, %llu kernel records (%llu lost by CUPTI), "
              "%llu windows, "
              "%llu launches seen while attached, %llu after the last window, %llu records "
-             "weighted early, %llu records of unseen launches, %llu launches joined to the window "
+             "weighted early, %llu records of unseen launches (%llu of them late: their launch's entry "
+             "reused), %llu launches joined to the window "
              "before them, %llu graph launches left out (%llu records, %llu of them late), %llu records of "
              "launches outside windows",
              (int)getpid(), (unsigned long long)ga_stat_launches.load(),
@@ -262,7 +263,7 @@ void ga_session_at_exit(void) noexcept {
              (unsigned long long)ga_collect_stat(GA_SC_WINDOWS),
              (unsigned long long)ga_launch_seq.load(), (unsigned long long)ga_stat_unweighted.load(),
              (unsigned long long)ga_stat_held_overflow.load(), (unsigned long long)ga_stat_unseen.load(),
-             (unsigned long long)ga_stat_joined.load(),
+             (unsigned long long)ga_stat_late_records.load(), (unsigned long long)ga_stat_joined.load(),
              (unsigned long long)ga_stat_left_out_launches.load(),
              (unsigned long long)ga_stat_left_out_records.load(),
              (unsigned long long)ga_stat_left_out_late.load(),

@@ -700,7 +700,7 @@ void ga_window_opened(uint64_t cupti_ts) noexcept {
         g_base_rate = (double)(seq - g_closed_seq) / (double)(now - g_closed_ns);
     }
     g_open_seq = seq;
-    ga_tail_window_opened(); /* the records of this cycle count from here */
+    ga_tail_window_opened(cupti_ts); /* the records of this cycle count from here */
     g_open_sample_ns = ga_sample_ns.load(std::memory_order_relaxed);
     g_win_busy0 = ga_busy_now();
     g_count_t0 = 0;

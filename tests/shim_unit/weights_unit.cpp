@@ -13,6 +13,11 @@
  *   hand MS N            window.cpp's ga_weights_hand_on: the next edge gives the
  *                        part after MS, about N launches, to the period after
  *   exit MS              a detach or exit at MS (ga_weights_release(false))
+ *   seq P                the current period number (window.cpp moves it on)
+ *   note CORR            a launch callback in a window (ga_window_note_launch)
+ *   outside CORR         one at a window's edge (ga_window_note_outside)
+ *   record CORR          a kernel record's launch: prints
+ *                        RECORD corr=C period=P unseen=U outside=O late=L
  * What the file publishes is printed as it goes:
  *   PUB seq=P q=Q start_ms=S end_ms=E    ga_weight_publish (Q: the weight x GA_WQ)
  *   SHAPE start_ms=S end_ms=E            ga_shape_publish
@@ -70,6 +75,21 @@ int main(void) {
             continue;
         } else if (!strcmp(op, "hand") && sscanf(line, "%*s %lf %lf", &a, &b) == 2) {
             ga_weights_hand_on((uint64_t)(a * MS_NS), b);
+            continue;
+        } else if (!strcmp(op, "seq") && sscanf(line, "%*s %lf", &a) == 1) {
+            ga_period_seq.store((uint32_t)a);
+            continue;
+        } else if (!strcmp(op, "note") && sscanf(line, "%*s %lf", &a) == 1) {
+            ga_window_note_launch((uint32_t)a);
+            continue;
+        } else if (!strcmp(op, "outside") && sscanf(line, "%*s %lf", &a) == 1) {
+            ga_window_note_outside((uint32_t)a);
+            continue;
+        } else if (!strcmp(op, "record") && sscanf(line, "%*s %lf", &a) == 1) {
+            bool unseen = false, outside = false, late = false;
+            uint32_t period = ga_window_period_of((uint32_t)a, &unseen, &outside, &late);
+            printf("RECORD corr=%u period=%u unseen=%d outside=%d late=%d\n", (uint32_t)a, period, unseen, outside,
+                   late);
             continue;
         } else if (!strcmp(op, "exit") && sscanf(line, "%*s %lf", &a) == 1) {
             g_fake_ns = (uint64_t)(a * MS_NS);

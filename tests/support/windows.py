@@ -84,11 +84,11 @@ def shim_exit_stats(stderr: str) -> dict[str, int]:
     m = re.search(
         r"exit \(pid \d+\): (\d+) launches collected, (\d+) kernel records "
         r"\(\d+ lost by CUPTI\), (\d+) windows"
-        r".*, (\d+) records of unseen launches",
+        r".*, (\d+) records of unseen launches \((\d+) of them late",
         stderr,
     )
     assert m, stderr[-2000:]
-    return dict(zip(("launches", "records", "windows", "unseen"), map(int, m.groups())))
+    return dict(zip(("launches", "records", "windows", "unseen", "late"), map(int, m.groups())))
 
 
 def launches_at(trace: list[tuple[float, int]], t: float) -> float:

@@ -15,6 +15,7 @@ The collector puts them under the kernel's launch stacks (collector.py).
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter, OrderedDict
 from typing import Optional
 
@@ -32,11 +33,14 @@ STALL_PREFIX = "smsp__pcsamp_warps_issue_stalled_"
 NOT_ISSUED_SUFFIX = "_not_issued"
 STALL_LABEL = "stall_reason"
 MAX_NAMES = 65536  # parcagpu PCs' kernel names kept
-# Profiles a kernel's samples wait for its records (PcSamples.held), then go under
+# Seconds a kernel's samples wait for its records (PcSamples.held), then go under
 # [unsampled]: a CUPTI activity buffer's records come when it fills, at a flush or at
 # the process's exit (which ends the wait), seconds after the PC drain of the same
-# launches where launches are few.
-HOLD_PROFILES = 3
+# launches where launches are few. In seconds, not profiles: three profiles of 1 s
+# (the bound until 2026-11-29) ended before a loaded suite's job had exited 1.5 s
+# after its last launch (400 000 samples under [unsampled]); three of the default
+# 10 s are this.
+HOLD_S = 30.0
 COMMENT = (
     "pc_samples: the GPU's program-counter samples (CUPTI PC sampling: the shim's "
     "GPU_AGENT_PC_SAMPLING=1, in its collection windows, not scaled to the whole run; "
@@ -51,19 +55,20 @@ Key = tuple[int, int, int, int, int, int]
 
 
 class PcSamples:
-    def __init__(self, proc_root: str = "/proc"):
+    def __init__(self, proc_root: str = "/proc", clock=time.monotonic):
         self.proc_root = proc_root
+        self.clock = clock
         self.window: "Counter[Key]" = Counter()
         self.reasons: dict[tuple[int, int], str] = {}  # (tgid, index) -> CUPTI's name
         self.cubins = CubinStore(proc_root)
         self.pg_names: "OrderedDict[int, str]" = OrderedDict()  # parcagpu PCs' kernels: id -> name
         # Samples of a kernel that had no rows in the last profile, held for the next
-        # ones (HOLD_PROFILES at most): CUPTI hands PC samples and kernel records over
+        # ones (HOLD_S at most): CUPTI hands PC samples and kernel records over
         # on two paths (a PC drain after some launches; an activity buffer when full,
         # flushed or at exit, later), so an interval's end can fall between a kernel's
         # samples and its records, and the samples would find no launch stacks.
         self.held: "Counter[Key]" = Counter()
-        self.held_for: dict[Key, int] = {}  # profiles each held key has waited
+        self.held_for: dict[Key, float] = {}  # when each held key was first held (clock)
         self._cut = Counter()  # reasons parcagpu cut
 
     # -- events (BpfSession callbacks) --------------------------------------
@@ -112,8 +117,8 @@ class PcSamples:
         return w
 
     def take_held(self) -> tuple[Counter, dict]:
-        """The samples the last profile held for this one, and how many profiles
-        each has waited."""
+        """The samples the last profile held for this one, and when each was first
+        held."""
         h, self.held = self.held, Counter()
         w, self.held_for = self.held_for, {}
         return h, w
@@ -193,7 +198,7 @@ def add_to_profile(
     of a kernel with no rows; add(tgid, frames, labels, samples); included(tgid):
     whether the profile covers that process (`record` keeps its command's);
     may_hold(tgid): whether samples of a kernel with no rows here may wait for the
-    next profiles (PcSamples.held, HOLD_PROFILES at most: not in the last profile,
+    next profiles (PcSamples.held, HOLD_S at most: not in the last profile,
     nor for a process that has exited, whose records are all in)."""
     from ..profile.vocabulary import UNSAMPLED
 
@@ -202,8 +207,9 @@ def add_to_profile(
     window, (held, waited) = pcs.take(), pcs.take_held()
     if window or held:
         pcs.cubins.wait()  # the parses its samples asked for, within bounds
-    items = [(key, n, 0) for key, n in window.items()] + [(key, n, waited.get(key, 1)) for key, n in held.items()]
-    for key, n, age in sorted(items):
+    now = pcs.clock()
+    items = [(key, n, now) for key, n in window.items()] + [(key, n, waited.get(key, now)) for key, n in held.items()]
+    for key, n, since in sorted(items):
         tgid, start, kernel_id, crc, pc, index = key
         reason = pcs.reason(tgid, index)
         if reason is None or n <= 0 or not included(tgid):
@@ -219,9 +225,9 @@ def add_to_profile(
                 )
             kernel_id = kernel_id if found is None else found
         stacks = kernel_stacks.get((tgid, start, kernel_id))
-        if not stacks and age < HOLD_PROFILES and may_hold(tgid):
+        if not stacks and now - since < HOLD_S and may_hold(tgid):
             pcs.held[key] += n  # its records may come in a later profile's drain
-            pcs.held_for[key] = max(pcs.held_for.get(key, 0), age + 1)
+            pcs.held_for[key] = min(pcs.held_for.get(key, since), since)
             continue
         name, mangled = kernel_name(kernel_id)
         if named is not None and not mangled:  # no kernel of that name in the profile
