@@ -101,6 +101,16 @@ Random samples:
   python_unnamed_frames on the status line says so); in the last, a
   reused code object lives 50 ms after its launch, and may read as a placeholder (never
   another's name); its callers and the other stacks must be named.
+- test_parcagpu::test_parcagpu_pc_samples_wait_for_kernel_records_that_come_profiles_later:
+  samples drained during the loop wait for records that come at the exit, 1.5 s after
+  it. CHANGED HERE: they wait HOLD_S (30 s: pc_samples.py) or until the exit, not
+  three profiles, which at 1 s intervals a three-worker suite outran once (384 000 of
+  400 000 samples under [unsampled]).
+- test_windows::test_outside_windows_nothing_is_collected_and_the_estimate_is_right and
+  the edge test's unseen records: a tail's records delivered after the next window
+  opened took that window's last records' place (unseen and lost alike). CHANGED HERE
+  (tail.cpp, by their start times): over 1 % in 5 of 48 runs three at once beside a
+  CPU burner before, at most 0.15 % in 12 after.
 The budget's plan (test_budget): the exit line gives the LAST plan, and which costs
 that plan had measured depends on when the periods fell:
 - test_a_budget_the_floor_cannot_keep_is_said_and_counted: that plan may be one made
@@ -342,6 +352,10 @@ FLAKY: tuple[tuple[str, str], ...] = (
     (
         "tests/test_parcagpu.py::test_parcagpu_pc_samples_under_their_kernels_stacks_with_lines",
         "the job's Python code objects are read while it lives (2 s past its 400 launches)",
+    ),
+    (
+        "tests/test_parcagpu.py::test_parcagpu_pc_samples_wait_for_kernel_records_that_come_profiles_later",
+        "samples wait for records that come at the exit (HOLD_S, was three 1 s profiles)",
     ),
     (
         "tests/test_python_stacks.py::test_a_job_that_ends_while_native_symbols_load_keeps_its_python_frames",
