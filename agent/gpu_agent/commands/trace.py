@@ -95,6 +95,13 @@ def main(args) -> int:
                     f"gpu-agent: pid {pid} is no longer the process that was checked (it exited or exec'd): not traced",
                     file=sys.stderr,
                 )
+        # the capture runs from here: said, so that whoever starts the work it should
+        # see knows when (a test slept 3 s for it, and a loaded host outran that)
+        print(
+            f"gpu-agent: capturing pid {', '.join(map(str, sorted(pids)))} for {args.duration:g} s",
+            file=sys.stderr,
+            flush=True,
+        )
         try:
             end = time.monotonic() + args.duration + SETTLE_S
             while time.monotonic() < end:
