@@ -155,9 +155,10 @@ $(PPROF):
 # fixtures run once) beside the others' agents, as users run `record` beside a
 # system-wide `run`; the modules that capture take turns (tests/conftest.py). On a
 # 2-core VM (2026-11-29, uprobes as BPF links): 2 workers 11.4 min, 3 workers 8.2-9.0
-# min, against about 21-25 with one. One worker stays the default: of seven
-# three-worker runs four named a chance failure not seen before (each fixed where it
-# was found: tests/support/flaky.py), the last two runs one each.
+# min, against about 21-25 with one; on a 2-core AMD EPYC VM the same day, 3 workers
+# 14.0-14.5 min. One worker stays the default: three of that day's four three-worker
+# runs failed by chance, six tests in all (tests/support/flaky.py says which, and the
+# three fixed at their cause), after four of seven the day before.
 PYTEST_WORKERS ?= 1
 UNIT_WORKERS ?= 2
 test: deps-check

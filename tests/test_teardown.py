@@ -153,8 +153,12 @@ def test_a_detach_leaves_nothing_behind(agents, tmp_path):
     detaches = len(re.findall(r"detached \(pid \d+\): agent gone", err))
     td = TEARDOWNS.search(err)
     assert detaches >= 3 and td and int(td.group(1)) >= detaches, err[-2000:]
-    # (without the teardown about two thirds of all launches would pay)
-    assert residual < ground_truth(gt)[KERNEL][0] // 200, (residual, detaches)
+    # (without the teardown about two thirds of all launches would pay.) What pays is
+    # the launches between each detach and its teardown's end, so the host's load
+    # moves it: 1 105-3 692 in 6 runs beside two CPU burners, 3 605 once in a
+    # three-worker suite (against 0.5 %, 3 000, then); 1 % is 1.6 x the worst seen
+    # and 1/60 of the failure's.
+    assert residual < ground_truth(gt)[KERNEL][0] // 100, (residual, detaches)
 
 
 NO_GRAPH_PATHS = ",".join(

@@ -132,6 +132,18 @@ def test_an_unwritable_trace_is_refused_before_the_command_runs(tmp_path):
     assert len(p.stderr.strip().splitlines()) == 1 and "nothing was run" in p.stderr
 
 
+def until_line(stream, prefix: str) -> str:
+    """A child's stderr read up to and with its first line holding `prefix` (what it
+    said so far); fails if the stream ends first."""
+    said = ""
+    while True:
+        line = stream.readline()
+        assert line, said[-2000:]
+        said += line
+        if prefix in line:
+            return said
+
+
 def test_trace_pid_beside_run_is_continuous_for_that_process_only(tmp_path):
     need_ebpf()
     rate, seconds = 2000, 2.0
@@ -152,7 +164,7 @@ def test_trace_pid_beside_run_is_continuous_for_that_process_only(tmp_path):
         for _ in range(2)
     ]
     try:
-        time.sleep(2.0)  # both attached, at the defaults
+        early = [until_line(w.stderr, "attached (pid") for w in work]  # both attached, at the defaults
         target, other = work[0].pid, work[1].pid
         ev = tmp_path / "cap.ndjson"
         cap = subprocess.Popen(
@@ -160,7 +172,9 @@ def test_trace_pid_beside_run_is_continuous_for_that_process_only(tmp_path):
             stderr=subprocess.PIPE,
             text=True,
         )
-        time.sleep(1.0)
+        # it holds the node's capture lock once it says it loads (the second trace then
+        # runs while the first compiles, not inside its capture, which it would slow)
+        said = until_line(cap.stderr, "gpu-agent: loading the eBPF probes")
         second = subprocess.run(
             agent_cmd("trace", "--pid", other, "--duration", "1s", "--events", tmp_path / "no.ndjson"),
             capture_output=True,
@@ -170,7 +184,7 @@ def test_trace_pid_beside_run_is_continuous_for_that_process_only(tmp_path):
         assert second.returncode == 2 and "another capture is running" in second.stderr
         assert len(second.stderr.strip().splitlines()) == 1, second.stderr
         _, err = cap.communicate(timeout=120)
-        assert cap.returncode == 0, err
+        assert cap.returncode == 0, said + err
         _, by = events(ev)
         kernels = by["kernel"]
         assert {k["pid"] for k in kernels} == {target}
@@ -191,8 +205,9 @@ def test_trace_pid_beside_run_is_continuous_for_that_process_only(tmp_path):
         # The uncaptured process kept its window-mode cost: windows open about one
         # tenth of its attached time; the captured one, its 2 s more (about 19 %).
         share = {}
-        for w in work:
+        for w, before in zip(work, early):
             _, werr = w.communicate(timeout=60)
+            werr = before + werr
             m = re.search(r"windows \(pid (\d+)\): open ([\d.]+) %", werr)
             assert m, werr[-2000:]
             share[int(m.group(1))] = float(m.group(2))

