@@ -180,8 +180,8 @@ GA_HIDDEN uint32_t ga_weights_release(bool period_end) noexcept;
  * window-less periods weighed with the period before them (window.cpp). */
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_unweighted, ga_stat_held_overflow, ga_stat_unseen,
     ga_stat_joined;
-/* Of the unseen ones, those whose launch was noted but whose entry a launch
- * 65 536 later took before the record came (ga_window_period_of). */
+/* Of the unseen ones, those that came after a launch 65 536 ids later took their
+ * entry (ga_window_period_of): late, whether noted or not cannot be told. */
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_late_records;
 /* Launch callback, in a window: note the launch's period by correlation id.
  * Conversion: a record's period (its launch's; the current one, and *unseen set,
@@ -202,8 +202,8 @@ GA_HIDDEN bool ga_window_late_last_replay(uint32_t period, uint32_t correlation_
 GA_HIDDEN extern std::atomic<uint64_t> ga_stat_left_out_launches, ga_stat_left_out_records,
     ga_stat_left_out_late;
 /* *outside: a launch callback saw it at a window's edge (GA_WIN_EDGE); *unseen
- * is set then too. *late: unseen, but only because the record came after its
- * launch's entry went to a launch 65 536 later. */
+ * is set then too. *late: unseen, and its entry went to a launch 65 536 ids
+ * later before the record came. */
 GA_HIDDEN uint32_t ga_window_period_of(uint32_t correlation_id, bool *unseen, bool *outside, bool *late) noexcept;
 /* activity.cpp: while windows are on, converted records whose period has not
  * ended wait; this fires those whose weight is now known, and with `all` the

@@ -167,10 +167,11 @@ uint32_t ga_window_period_of(uint32_t correlation_id, bool *unseen, bool *outsid
      * no callback for), or its entry was overwritten. The current period's, the
      * likeliest. The caller counts it: the weights assume the launches the
      * callbacks miss are the same share in and out of the windows. An entry that
-     * holds a newer launch says which: this record came CORR_TAB launches or more
-     * after its own (a flush held back: a loaded host's poller, preempted past a
-     * window's end; the mock's 200 000 launches/s fill the table in 0.33 s), and
-     * its launch was noted: *late (the caller counts it in ga_stat_late_records). */
+     * holds a newer launch says the record came after a launch CORR_TAB ids or
+     * more after its own was noted (a flush held back: a loaded host's poller,
+     * preempted past a window's end; the mock's 200 000 launches/s fill the table
+     * in 0.33 s), so whether a callback had noted its own cannot be told: *late
+     * (the caller counts it in ga_stat_late_records). */
     *late = v && (int32_t)((uint32_t)(v >> 32) - correlation_id) > 0;
     *unseen = true;
     return ga_period_seq.load(std::memory_order_relaxed);
