@@ -180,7 +180,8 @@ def test_outside_windows_nothing_is_collected_and_the_estimate_is_right(agents, 
     # A tail's records delivered after the next window opened took the place of that
     # window's last ones (tail.cpp): unseen and lost alike, over 1 % (up to 1 196) in 5
     # of 48 runs three at once beside a CPU burner, and once in a three-worker suite;
-    # kept apart by their start times now, 12 such runs read at most 146 of either.
+    # kept apart by their start times now (tail.cpp), 1 of 24 such runs was over 1 %
+    # (the rest at most 146): what is left is not found yet (tests/support/flaky.py).
     lost = st["launches"] - (st["records"] - st["unseen"])
     assert 0 <= lost <= st["records"] // 200 and st["unseen"] <= st["records"] // 100, st
     est_ns, est_launches = prof[KERNEL]
@@ -323,8 +324,8 @@ def test_launches_at_a_window_edge_are_not_the_windows(agents, tmp_path, counted
     # unseen besides comes in lumps of whole blocks: torn down, 12 runs beside two CPU
     # burners 0-3.25 % of the records (0 in 3 runs, 0.2-1.5 % in 7, 3.1 and 3.25 %), 5.1 % once in a
     # two-worker suite (against records // 20 then); most of them a tail's records
-    # delivered late (tail.cpp keeps those apart now: 6 runs beside two others and a
-    # CPU burner read 0-0.33 %, 24 before 0-4.3 %).
+    # delivered late (tail.cpp keeps those apart now: 12 runs beside two others and a
+    # CPU burner read 0-1.1 %, 24 before 0-4.3 %).
     assert outside > st["windows"] * 100, (outside, st)
     assert st["unseen"] <= st["records"] // 10, st
     est_launches, true_launches = prof[KERNEL][1], truth[KERNEL][0]
