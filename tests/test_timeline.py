@@ -11,6 +11,7 @@ from collections import defaultdict
 
 from support.env import MOCK_APP, MOCK_DIR, REPO, SHIM, agent_cmd, ground_truth, mock_env, need_ebpf
 from support.agent import Agent
+from support.cli import LOADING, until_line
 from support.peak import peak_mib_until_exit
 from support.pprof_tool import raw
 
@@ -132,18 +133,6 @@ def test_an_unwritable_trace_is_refused_before_the_command_runs(tmp_path):
     assert len(p.stderr.strip().splitlines()) == 1 and "nothing was run" in p.stderr
 
 
-def until_line(stream, prefix: str) -> str:
-    """A child's stderr read up to and with its first line holding `prefix` (what it
-    said so far); fails if the stream ends first."""
-    said = ""
-    while True:
-        line = stream.readline()
-        assert line, said[-2000:]
-        said += line
-        if prefix in line:
-            return said
-
-
 def test_trace_pid_beside_run_is_continuous_for_that_process_only(tmp_path):
     need_ebpf()
     rate, seconds = 2000, 2.0
@@ -174,7 +163,7 @@ def test_trace_pid_beside_run_is_continuous_for_that_process_only(tmp_path):
         )
         # it holds the node's capture lock once it says it loads (the second trace then
         # runs while the first compiles, not inside its capture, which it would slow)
-        said = until_line(cap.stderr, "gpu-agent: loading the eBPF probes")
+        said = until_line(cap.stderr, LOADING)
         second = subprocess.run(
             agent_cmd("trace", "--pid", other, "--duration", "1s", "--events", tmp_path / "no.ndjson"),
             capture_output=True,

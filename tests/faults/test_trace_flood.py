@@ -12,6 +12,7 @@ from pathlib import Path
 
 from gpu_agent.probes import contract as C
 
+from support.cli import until_line
 from support.env import agent_cmd, need_ebpf
 from support.peak import peak_mib_until_exit
 
@@ -48,15 +49,11 @@ def peak_of_trace(attacker: Path, world_dir: Path, tmp_path: Path, batches: int)
             stderr=subprocess.PIPE,
             text=True,
         )
-        said = []  # its lines until the capture runs (its trace mode set, the deadline written)
-        while not (said and said[-1].startswith("gpu-agent: capturing")):
-            line = trace.stderr.readline()
-            assert line, "".join(said)  # it ended first
-            said.append(line)
+        said = until_line(trace.stderr, "gpu-agent: capturing")  # its trace mode set, the deadline written
         victim.stdin.write("go\n")
         victim.stdin.flush()
         peak = peak_mib_until_exit(trace)
-        err = "".join(said) + trace.stderr.read()
+        err = said + trace.stderr.read()
         assert trace.returncode == 0, err
         out, _ = victim.communicate(timeout=120)
         assert victim.returncode == 0 and out.split()[-2:] == ["done", str(s.fires)], out
