@@ -14,6 +14,9 @@ weights.cpp (tests/shim_unit/weights_unit.cpp): each period's weight, its launch
 over its window's, published one period late with the span its launches were made
 in, which the agent splits over its intervals by overlap (issue 42).
 
+tail.cpp (tests/shim_unit/tail_unit.cpp): which of a cycle's kernel records are its
+window's and which its tail's, however CUPTI's buffers come.
+
 budget.cpp (tests/shim_unit/budget_unit.cpp): each period's window and spacing from
 what the windows cost the process. tests/test_budget.py runs the same rules through
 the mock under a real agent; here every figure is given, so each rule is checked
@@ -69,6 +72,11 @@ def budget_unit(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def weights_unit(tmp_path_factory) -> Path:
     return build(tmp_path_factory, "weights_unit")
+
+
+@pytest.fixture(scope="module")
+def tail_unit(tmp_path_factory) -> Path:
+    return build(tmp_path_factory, "tail_unit")
 
 
 def mix(exe: Path, change_ms: int, end_ms: int, before: str, after: str, burst_ms: int = 0) -> dict:
@@ -381,3 +389,59 @@ def test_a_record_after_its_launch_s_entry_was_reused_is_late_not_a_launch_no_ca
         103: (7, 1, 0, 0),  # never noted: unseen, not late
         100 + tab: (7, 0, 0, 0),
     }, out.stdout
+
+
+# ---- tail.cpp ----
+
+
+def tail(exe: Path, script: str) -> list[dict]:
+    """tail_unit's output lines, each as [op, {key: number}]."""
+    out = subprocess.run([str(exe)], input=script, capture_output=True, text=True, check=True, timeout=10).stdout
+    return [[ln.split()[0], {k: float(v) for k, v in re.findall(r"(\w+)=([-\d.]+)", ln)}] for ln in out.splitlines()]
+
+
+# A window opened at 1 ms (CUPTI time) counted 100 launches in 0.1 ms and closed at
+# 21 ms; its tail ran 40 us (poller clock).
+WINDOW = "open 1000000\nbegin 1000 100000 100 21000000\nend 41000\n"
+
+
+def test_a_tails_records_read_before_its_windows_stay_the_tails(tail_unit):
+    """CUPTI hands buffers over from two threads at once (its worker and a flushing
+    thread: the mock does too), so the tail's records can be read before the
+    window's. By count places alone (the first 100 of the cycle are the window's),
+    its 30 would take the window's last 30 places: a CI suite's paced loop read 588
+    of 97 034 launches with no record and as many records weighed with no launch
+    (test_windows.py). A record no callback noted that started after the close is
+    the tail's wherever it comes; the tail's records that carry a window launch's
+    id (half of them on an H100) still go by places."""
+    got = tail(tail_unit, WINDOW + "rec unseen 25000000 30\nrec seen 5000000 100\nrec seen 22000000 20\nfold\n")
+    assert got == [
+        ["REC", {"window": 0, "tail": 30}],
+        ["REC", {"window": 100, "tail": 0}],
+        ["REC", {"window": 0, "tail": 20}],
+        ["NOTE", {"cb_ns": 200}],  # 1 000 ns a launch in the window, 800 in the tail
+        ["STATS", {"tails": 1, "launches": 50}],
+    ], got
+
+
+def test_records_before_the_close_are_the_windows_and_a_late_tail_is_the_last_cycles(tail_unit):
+    """A launch no callback saw inside the window (an internal launch) keeps its place;
+    an earlier tail's record read after the next window opened is that tail's (it
+    started before the opening), and takes none of the new window's places."""
+    script = WINDOW + "rec unseen 20000000 5\nrec seen 5000000 95\nfold\nopen 30000000\nrec unseen 25000000 7\n"
+    script += "begin 0 100000 100 50000000\nrec seen 40000000 100\nrec seen 51000000 1\n"
+    got = tail(tail_unit, script)
+    assert [g for g in got if g[0] == "REC"] == [
+        ["REC", {"window": 5, "tail": 0}],
+        ["REC", {"window": 95, "tail": 0}],
+        ["REC", {"window": 0, "tail": 7}],
+        ["REC", {"window": 100, "tail": 0}],
+        ["REC", {"window": 0, "tail": 1}],
+    ], got
+
+
+def test_without_cuptis_clock_the_places_decide(tail_unit):
+    """No cuptiGetTimestamp (an old CUPTI): no times to go by, so the first records of
+    the cycle, as many as the window counted, are its own."""
+    got = tail(tail_unit, "open 0\nbegin 0 100000 100 0\nrec unseen 25000000 30\nrec seen 5000000 100\n")
+    assert got[:2] == [["REC", {"window": 30, "tail": 0}], ["REC", {"window": 70, "tail": 30}]], got

@@ -177,11 +177,13 @@ def test_outside_windows_nothing_is_collected_and_the_estimate_is_right(agents, 
     # machine busy with a second agent). Both stay rare: 292 of 101 500 (0.29 %) once in
     # a full suite on this 2-core VM (the shared agent; the poller preempted at an edge),
     # else 0-3; the bound, 0.5 %, is far under what a broken edge rule lets in (+67 %).
-    # A tail's records delivered after the next window opened took the place of that
-    # window's last ones (tail.cpp): unseen and lost alike, over 1 % (up to 1 196) in 5
-    # of 48 runs three at once beside a CPU burner, and once in a three-worker suite;
-    # kept apart by their start times now (tail.cpp), 1 of 24 such runs was over 1 %
-    # (the rest at most 146): what is left is not found yet (tests/support/flaky.py).
+    # A tail's records read in another cycle's count places pushed that window's last
+    # ones out (tail.cpp): unseen and lost alike, over 1 % (up to 1 196) in 5 of 48 runs
+    # three at once beside a CPU burner, once in a three-worker suite, and 588 of
+    # 97 034 in a CI suite (a tail's buffer read before its window's). And launches
+    # made while a preempted poller closed a window were noted but not counted in it
+    # (window.cpp): lost 20-251 in 9 of 45 such runs. Both kept apart now (by start
+    # times; the edge before the count): 48 such runs read lost 0-4 and unseen 0-11.
     lost = st["launches"] - (st["records"] - st["unseen"])
     assert 0 <= lost <= st["records"] // 200 and st["unseen"] <= st["records"] // 100, st
     est_ns, est_launches = prof[KERNEL]

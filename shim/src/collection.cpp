@@ -234,9 +234,9 @@ static CUptiResult begin_tail(uint64_t now, const char **what) {
         *what = "cuptiEnableCallback";
         return r;
     }
-    uint64_t win_ns, win_n, t = ga_now_ns();
+    uint64_t win_ns, win_n, close_ts = ga_cupti_timestamp(), t = ga_now_ns();
     ga_window_last(&win_ns, &win_n);
-    ga_tail_begin(t, win_ns, win_n, ga_window_last_busy());
+    ga_tail_begin(t, win_ns, win_n, ga_window_last_busy(), close_ts);
     uint64_t slot = ga_window_period_ns() / (ga_window_slots() ? ga_window_slots() : 1);
     g_tail_until = (t > now ? t : now) + slot / 2;
     return r;

@@ -52,8 +52,9 @@ GA_HIDDEN void ga_budget_note_tail(double cb_ns) noexcept;
  * window: its launches, counted by their records, measure the callbacks' cost. */
 GA_HIDDEN extern std::atomic<uint64_t> ga_sample_ns; /* time in stack samples (callbacks.cpp) */
 GA_HIDDEN void ga_tail_reset(void) noexcept;
-GA_HIDDEN void ga_tail_begin(uint64_t now_ns, uint64_t win_ns, uint64_t win_launches,
-                             uint64_t win_busy) noexcept; /* win_busy: its busy-clock ns, 0: none */
+/* win_busy: its busy-clock ns (0: none); close_ts: the CUPTI time its callbacks went off (0: not known) */
+GA_HIDDEN void ga_tail_begin(uint64_t now_ns, uint64_t win_ns, uint64_t win_launches, uint64_t win_busy,
+                             uint64_t close_ts) noexcept;
 GA_HIDDEN void ga_tail_end(uint64_t now_ns) noexcept;
 GA_HIDDEN void ga_tail_window_opened(uint64_t cupti_ts) noexcept; /* its CUPTI time (0: not known) */
 /* A windowed, non-graph record (unseen: no launch callback noted it; its kernel's
