@@ -287,7 +287,7 @@ def test_another_cupti_client_between_windows_is_named_and_waited_for(agents, tm
     never asks for CUDA 13.3's multi-subscriber mode, where cuptiFinalize beside
     another subscriber does nothing and CUPTI's cost would stay."""
     out, gt, err, residual = record(
-        agents, tmp_path, "--bench", "600000", "--rate", "200000", "--cupti-client", "1000:500"
+        agents, tmp_path, "--bench", "600000", "--rate", "200000", "--block", "100", "--cupti-client", "1000:500"
     )
     took = re.search(r"(\d+) ms in\n", err)
     assert took and "cupti-client: released" in err, err[-2000:]
@@ -298,4 +298,13 @@ def test_another_cupti_client_between_windows_is_named_and_waited_for(agents, tm
     assert skipped >= 2, err[-2000:]  # 500 ms of 100 ms periods
     # and windows again after it: about one in each of the 3 s run's 30 periods, less those skipped
     assert shim_exit_stats(err)["windows"] >= 18, err[-2000:]
-    assert residual < ground_truth(gt)[KERNEL][0] // 100
+    # Nothing lingers once it let go: the teardown's own part of the residual, outside
+    # the windows' last flushes (as test_windows_leave_no_residual_and_the_estimate_holds
+    # judges it). The flushes' part is their length at this paced loop's rate, which the
+    # host's load sets: in blocks of 1 000 it read 0-3 866 of 600 000 in 18 runs three
+    # at once beside a CPU burner, and 9 250 in all once in a three-worker suite (against
+    # 1 %); the part outside them 20-1 026 (whole blocks at an edge). In blocks of 100,
+    # 24 such runs read 22-292 outside them (the bound, 100 a window, is about 2 200),
+    # and 0-3 106 in them.
+    in_flush = residual_in_flush(err)
+    assert residual - in_flush <= 100 * shim_exit_stats(err)["windows"], (residual, in_flush)

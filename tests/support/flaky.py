@@ -113,6 +113,12 @@ Random samples:
   load stretches (beside two burners 1 105-3 692 in 6 runs; bound 1 % of 600 000 now,
   was 0.5 %). Deterministic: the shim logs each detach's launches up to its
   finalize, and the residual is checked against their sum.
+- test_teardown::test_another_cupti_client_between_windows_is_named_and_waited_for: its
+  residual's whole (under 1 %) held the launches of a paced loop during the windows'
+  last flushes, whose length the load sets (9 250 of 600 000 once in a three-worker
+  suite; 0-3 866 in 18 runs three at once beside a CPU burner). CHANGED HERE: judged
+  outside the flushes, as the closed loop's test judges it, in blocks of 100 (22-292
+  in 24 such runs; bound 100 a window, about 2 200).
 - test_parcagpu::test_names_in_pages_bpf_cannot_read_are_read_by_the_agent also
   failed once in a three-worker suite waiting for "also watching parcagpu library"
   (discovery under load; not changed).
@@ -380,6 +386,10 @@ FLAKY: tuple[tuple[str, str], ...] = (
     (
         "tests/test_teardown.py::test_a_detach_leaves_nothing_behind",
         "launches between each detach and its teardown's end pay: the host's load stretches it",
+    ),
+    (
+        "tests/test_teardown.py::test_another_cupti_client_between_windows_is_named_and_waited_for",
+        "a paced loop's launches during the windows' last flushes pay; judged outside them now",
     ),
     (
         "tests/faults/test_trace_flood.py::test_a_flood_into_a_trace_keeps_its_memory_flat",
