@@ -340,10 +340,10 @@ def test_launches_at_a_window_edge_are_not_the_windows(agents, tmp_path, counted
     )
 
 
-def short_run(agents, tmp_path, i: int, launches: int) -> tuple[int, int, int, int]:
+def short_run(agents, tmp_path, i: int, launches: int) -> tuple[int, int, int, int, str]:
     """One short paced run against 1 s periods (N = 50): true launches, estimated
     launches, launches after the last window and launches joined to the window
-    before them (the shim's exit line)."""
+    before them (the shim's exit line), and its stderr."""
     gt = tmp_path / f"truth{i}.tsv"
     agent = agents()
     e = agent.env(gt, duty_cycle=50, GPU_AGENT_WINDOW_MS="20", GPU_AGENT_DEBUG="1", **COUNTED)
@@ -352,7 +352,7 @@ def short_run(agents, tmp_path, i: int, launches: int) -> tuple[int, int, int, i
     m = re.search(r"(\d+) after the last window, .* (\d+) launches joined to the window before them", w.stderr)
     assert m, w.stderr[-2000:]
     est_launches = w.kernel_totals().get(KERNEL, [0, 0])[1]
-    return ground_truth(gt)[KERNEL][0], est_launches, int(m.group(1)), int(m.group(2))
+    return ground_truth(gt)[KERNEL][0], est_launches, int(m.group(1)), int(m.group(2)), w.stderr
 
 
 def test_the_last_periods_launches_join_the_window_before_them(agents, tmp_path):
@@ -367,11 +367,15 @@ def test_the_last_periods_launches_join_the_window_before_them(agents, tmp_path)
     need_ebpf()
     joined_runs = 0
     for i in range(6):
-        true_launches, est_launches, after_last, joined = short_run(agents, tmp_path, i, 210_000)
+        true_launches, est_launches, after_last, joined, err = short_run(agents, tmp_path, i, 210_000)
         if after_last:  # the first window caught no launch: nothing to join (counted, next test)
             continue
-        # One window's few blocks stand for a whole period here: a 1 % bound.
-        assert abs(est_launches / true_launches - 1) < 0.01, (est_launches, joined, true_launches)
+        # One window's few blocks stand for a whole period here: a 1 % bound. 15 runs
+        # three at once beside a CPU burner joined 10 000-12 000 and read -0.05 to
+        # +0.02 %; a three-worker suite read -2.6 % once, with 147 642 joined (its loop
+        # starved in the first period, then caught up): not explained yet, so a failure
+        # says the shim's lines.
+        assert abs(est_launches / true_launches - 1) < 0.01, (est_launches, joined, true_launches, exit_lines(err))
         if joined:
             assert joined > true_launches // 50, (joined, true_launches)  # the tail really was joined
             joined_runs += 1
