@@ -158,7 +158,10 @@ $(PPROF):
 # min, against about 21-25 with one; on a 2-core AMD EPYC VM the same day, 3 workers
 # 14.0-14.5 min. One worker stays the default: three of that day's four three-worker
 # runs failed by chance, six tests in all (tests/support/flaky.py says which, and the
-# three fixed at their cause), after four of seven the day before.
+# three fixed at their cause), after four of seven the day before. On the AMD VM
+# 2026-12-02: one worker 31.1 min (clean; CI 30.2 min, with the failure fixed that day),
+# three workers 14.4 and 14.3 min, one chance failure each (flaky.py: one fixed, one
+# left with its diagnosis); at one worker the two cores stood 54 % idle.
 PYTEST_WORKERS ?= 1
 UNIT_WORKERS ?= 2
 test: deps-check
