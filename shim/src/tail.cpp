@@ -97,10 +97,11 @@ bool ga_tail_record(bool unseen, uint64_t start_ns) noexcept {
     /* One that started after this window closed: this tail's, whenever its buffer
      * comes. Two buffers can be handed over at once (the mock's worker and a
      * flushing thread do; CUPTI's callbacks come from both too), so the tail's can be
-     * read before the window's own records, and in a count place it would push
-     * the window's last record out the same way (588 of 97 034 once in a CI suite). A window's launch that started after the close
-     * was queued, and its callback noted it; one no callback sees (an internal
-     * launch) queued so goes with the tail, its record lost. */
+     * read before the window's own records, and in a count place it would push the
+     * window's last record out the same way (588 of 97 034 once in a CI suite). A
+     * window's launch that started after the close was queued, and its callback
+     * noted it; one no callback sees (an internal launch) queued so goes with the
+     * tail, its record lost. */
     uint64_t keep = g_keep.load(std::memory_order_acquire);
     uint64_t close = keep != UINT64_MAX ? g_close_ts.load(std::memory_order_relaxed) : 0;
     if (unseen && close && start_ns > close + 50000) {
@@ -108,7 +109,7 @@ bool ga_tail_record(bool unseen, uint64_t start_ns) noexcept {
         return true;
     }
     uint64_t n = g_cycle_records.fetch_add(1, std::memory_order_relaxed) + 1;
-    if (GA_LIKELY(n <= g_keep.load(std::memory_order_acquire))) return false;
+    if (GA_LIKELY(n <= keep)) return false;
     g_tail_records.fetch_add(1, std::memory_order_relaxed);
     return true;
 }
