@@ -59,6 +59,11 @@ def build(tmp_path_factory, name: str) -> Path:
     return exe
 
 
+def play(exe: Path, script: str) -> str:
+    """What a driver printed for its script on stdin."""
+    return subprocess.run([str(exe)], input=script, capture_output=True, text=True, check=True, timeout=10).stdout
+
+
 @pytest.fixture(scope="module")
 def mix_unit(tmp_path_factory) -> Path:
     return build(tmp_path_factory, "mix_unit")
@@ -132,7 +137,7 @@ W_MIN, W_MAX, P_MAX, N_MIN = 100 * MS, 1000 * MS, 15_000 * MS, 10
 
 def plans(exe: Path, script: str) -> list[dict]:
     """budget_unit's PLAN lines, each as {key: number}."""
-    out = subprocess.run([str(exe)], input=script, capture_output=True, text=True, check=True, timeout=10).stdout
+    out = play(exe, script)
     return [{k: float(v) for k, v in re.findall(r"(\w+)=([-\d.]+)", ln)} for ln in out.splitlines()]
 
 
@@ -240,7 +245,7 @@ def weigh(exe: Path, script: str) -> tuple[list, list[float], str, list[tuple[fl
     weight, start_ms, end_ms) (a SHAPE line goes before each; a PUB without one is a
     window-less period's, for stragglers only), the UNTIL after each call, and the
     STATS line; and each UNTIL with the number of weights gone out by then."""
-    out = subprocess.run([str(exe)], input=script, capture_output=True, text=True, check=True, timeout=10).stdout
+    out = play(exe, script)
     pubs, until, shape = [], [], False
     for ln in out.splitlines():
         kv = {k: float(v) for k, v in re.findall(r"(\w+)=([-\d.]+)", ln)}
@@ -377,10 +382,10 @@ def test_a_record_after_its_launch_s_entry_was_reused_is_late_not_a_launch_no_ca
         ["seq 3", "note 100", "note 101", "outside 102", "seq 7", f"note {100 + tab}"]
         + [f"record {c}" for c in (100, 101, 102, 103, 100 + tab)]
     )
-    out = subprocess.run([str(weights_unit)], input=script + "\n", capture_output=True, text=True, check=True)
+    out = play(weights_unit, script + "\n")
     rec = {
         int(m["corr"]): (int(m["period"]), int(m["unseen"]), int(m["outside"]), int(m["late"]))
-        for m in (dict(re.findall(r"(\w+)=(\d+)", ln)) for ln in out.stdout.splitlines() if ln.startswith("RECORD"))
+        for m in (dict(re.findall(r"(\w+)=(\d+)", ln)) for ln in out.splitlines() if ln.startswith("RECORD"))
     }
     assert rec == {
         100: (7, 1, 0, 1),  # its entry now holds 100 + 65 536: late, weighed in the current period
@@ -388,15 +393,15 @@ def test_a_record_after_its_launch_s_entry_was_reused_is_late_not_a_launch_no_ca
         102: (7, 1, 1, 0),  # at a window's edge: outside, not late
         103: (7, 1, 0, 0),  # never noted: unseen, not late
         100 + tab: (7, 0, 0, 0),
-    }, out.stdout
+    }, out
 
 
 # ---- tail.cpp ----
 
 
-def tail(exe: Path, script: str) -> list[dict]:
+def tail(exe: Path, script: str) -> list[list]:
     """tail_unit's output lines, each as [op, {key: number}]."""
-    out = subprocess.run([str(exe)], input=script, capture_output=True, text=True, check=True, timeout=10).stdout
+    out = play(exe, script)
     return [[ln.split()[0], {k: float(v) for k, v in re.findall(r"(\w+)=([-\d.]+)", ln)}] for ln in out.splitlines()]
 
 
@@ -406,9 +411,9 @@ WINDOW = "open 1000000\nbegin 1000 100000 100 21000000\nend 41000\n"
 
 
 def test_a_tails_records_read_before_its_windows_stay_the_tails(tail_unit):
-    """CUPTI hands buffers over from two threads at once (its worker and a flushing
-    thread: the mock does too), so the tail's records can be read before the
-    window's. By count places alone (the first 100 of the cycle are the window's),
+    """Buffers can be handed over from two threads at once (the mock's worker and a
+    flushing thread; CUPTI's callbacks come from both too), so the tail's records
+    can be read before the window's. By count places alone (the first 100 of the cycle are the window's),
     its 30 would take the window's last 30 places: a CI suite's paced loop read 588
     of 97 034 launches with no record and as many records weighed with no launch
     (test_windows.py). A record no callback noted that started after the close is
