@@ -25,6 +25,8 @@ package registry).
             time, instructions, cycles (bench/gpu/rate_proxy.py)
   windowcost  where a side-by-side run's throughput cost sits against the shim's
             windows, from its JSONL (bench/gpu/window_cost.py; its own options)
+  subcost   what CUPTI's subscription between windows costs a job's launches, in
+            one process without the shim (bench/gpu/subscription_cost.py; its own options)
   table     the overhead table of a JSONL file written before
 Results go, as JSON lines, to --jsonl (appended).
 """
@@ -38,7 +40,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.gpu import fault_run, fidelity, globaltimer, inprocess, intervals, overhead, rate_proxy, window_cost
+from bench.gpu import (
+    fault_run,
+    fidelity,
+    globaltimer,
+    inprocess,
+    intervals,
+    overhead,
+    rate_proxy,
+    subscription_cost,
+    window_cost,
+)
 from bench.gpu.cases import STEPS, WORKLOADS
 from bench.gpu.harness import case_command, clean_env, profile_kernels, profile_stacks, python_share
 
@@ -138,6 +150,8 @@ def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["windowcost"]:  # an analysis of records written before: its own options
         return window_cost.main(argv[1:])
+    if argv[:1] == ["subcost"]:  # CUPTI through ctypes in one process: its own options
+        return subscription_cost.main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m bench.gpu", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     o = sub.add_parser("overhead", help=first_line(overhead))
@@ -276,6 +290,7 @@ def main(argv=None) -> None:
     rp.add_argument("--seconds", type=float, default=45.0, help="each process's loop")
     rp.add_argument("--agent", action="store_true", help="each again with the shim, under `gpu-agent run`")
     sub.add_parser("windowcost", help=first_line(window_cost), add_help=False)  # main() hands it its argv
+    sub.add_parser("subcost", help=first_line(subscription_cost), add_help=False)
     t = sub.add_parser("table", help="print the overhead table of --jsonl")
     for p in (o, f, g, t, iv, rp):
         p.add_argument("--jsonl", default="bench-gpu.jsonl", help="results, appended")
