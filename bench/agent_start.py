@@ -2,8 +2,8 @@
 set-up before the command starts and the tear-down after it ends (docs/benchmarks.md,
 "Agent start").
 
-Runs `gpu-agent record -o OUT -- true` --rounds times and prints the median wall time,
-then one round's phases from the agent's own code: building the BPF programs
+Runs `gpu-agent record -o OUT -- true` --rounds times and prints the median wall time
+and CPU time (user and system, the agent's children included), then one round's phases from the agent's own code: building the BPF programs
 (clang, in bcc), loading and attaching them (the kernel's verifier), and detaching.
 
 Usage: .venv/bin/python bench/agent_start.py [--rounds 7] [--agent-dir agent] [--bpf-dir bpf]
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -49,9 +50,10 @@ def main() -> None:
     env = dict(os.environ, PYTHONPATH=str(args.agent_dir), GPU_AGENT_BPF_DIR=str(args.bpf_dir))
     py = str(REPO / ".venv" / "bin" / "python")
     shim = str(REPO / "build" / "libgpu_agent_shim.so")
-    walls = []
+    walls, cpus = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.rounds):
+            ru = resource.getrusage(resource.RUSAGE_CHILDREN)
             t = time.perf_counter()
             subprocess.run(
                 [py, "-m", "gpu_agent", "record", "-q", "-o", f"{tmp}/p.pb.gz", "--shim", shim, "--", "true"],
@@ -60,12 +62,14 @@ def main() -> None:
                 capture_output=True,
             )
             walls.append(time.perf_counter() - t)
+            ru2 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpus.append(ru2.ru_utime - ru.ru_utime + ru2.ru_stime - ru.ru_stime)
     phases = subprocess.run(
         [py, "-c", PHASES, str(args.agent_dir), shim], env=env, check=True, capture_output=True, text=True
     ).stdout.strip()
     print(
         f"record -- true: median {statistics.median(walls):.2f} s (min {min(walls):.2f}, max {max(walls):.2f}, "
-        f"{args.rounds} rounds); one round's phases: {phases}"
+        f"{args.rounds} rounds), CPU median {statistics.median(cpus):.2f} s; one round's phases: {phases}"
     )
 
 

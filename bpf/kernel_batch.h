@@ -215,20 +215,19 @@ int ga_kernel_batch(struct pt_regs *ctx)
         accept_drops(tgid, dropped);
         return 0;
     }
-    /* A bounded loop, not bpf_loop(): bcc 0.26 does not relocate BPF-to-BPF
-     * function references, so bpf_loop's callback arrives as NULL and the
-     * verifier rejects it ("R2 type=scalar expected=func"). The verifier walks
-     * every iteration: one chunk here, the rest in ga_kernel_batch_more. */
-    batch_chunk(&bc, 0);
-    /* Decided after the loop, as what follows: a branch before it would double
-     * what the verifier walks through the loop. */
+    /* The records go in ga_kernel_batch_more, a chunk a program: a bounded loop, not
+     * bpf_loop(), since bcc 0.26 does not relocate BPF-to-BPF function references
+     * (bpf_loop's callback arrives as NULL and the verifier rejects it: "R2
+     * type=scalar expected=func"), and the verifier walks every iteration of one.
+     * The losses are decided here, before the loop, in a program without it. */
     struct batch_progress cur = {.recs = records, .tgid = tgid, .count = nrecords, .start = start,
-                                 .gen = gen, .next = GA_BATCH_CHUNK, .dropped = accept_drops(tgid, dropped)};
+                                 .gen = gen, .next = 0, .dropped = accept_drops(tgid, dropped)};
     batch_continue(ctx, &bc, &cur, key);
     return 0;
 }
 
-/* A batch's next chunk (batch_prog[0]), tail-called by the program before it. */
+/* A batch's next chunk (batch_prog[0]), tail-called by the program before it
+ * (kernel_batch first). */
 int ga_kernel_batch_more(struct pt_regs *ctx)
 {
     u64 key = bpf_get_current_pid_tgid();

@@ -149,8 +149,8 @@ BPF_TABLE("lru_hash", u64, struct batch_progress, batch_progress, 4096);
 BPF_PROG_ARRAY(batch_prog, 2);
 #define GA_BATCH_PROG_MORE 0
 #define GA_BATCH_PROG_TRACE 1
-/* A full batch's chain: its chunks, then as many for its events: within the
- * kernel's 33 tail calls a program run. */
+/* A full batch's chain: a tail call for each chunk, then one for each chunk's
+ * events: within the kernel's 33 a program run. */
 _Static_assert(2 * (GA_BATCH_MAX / GA_BATCH_CHUNK) <= 33, "a batch's chain past the tail-call limit");
 /* Records CUPTI lost, as counted (accept_drops), by traced tgid: a timeline says
  * its own processes' losses, not the node's (drop_cupti: one process's 2^24 lost
