@@ -3,8 +3,9 @@ set-up before the command starts and the tear-down after it ends (docs/benchmark
 "Agent start").
 
 Runs `gpu-agent record -o OUT -- true` --rounds times and prints the median wall time
-and CPU time (user and system, the agent's children included), then one round's phases from the agent's own code: building the BPF programs
-(clang, in bcc), loading and attaching them (the kernel's verifier), and detaching.
+and CPU time (user and system, the agent's children included), then one round's
+phases from the agent's own code: building the BPF programs (clang, in bcc), loading
+and attaching them (the kernel's verifier), and detaching.
 
 Usage: .venv/bin/python bench/agent_start.py [--rounds 7] [--agent-dir agent] [--bpf-dir bpf]
 (--agent-dir/--bpf-dir: another checkout's, for a before/after on one machine)

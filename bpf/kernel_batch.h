@@ -159,13 +159,13 @@ static __always_inline void batch_chunk(struct batch_ctx *bc, u32 from)
 
 /* The rest of a batch from cur->next: the next program, or its end. The end adds
  * the accepted losses and, for a traced process, calls the events' program
- * (timeline.h), which deletes the thread's entry; otherwise it goes here. cur is
- * the program's own copy: each program stores it before the call that hands on. */
+ * (timeline.h). cur is the program's own copy: each program stores it before the
+ * call that hands on. */
 static __always_inline void batch_continue(struct pt_regs *ctx, struct batch_ctx *bc, struct batch_progress *cur,
                                            u64 key)
 {
     if (cur->next < cur->count) {
-        if (batch_progress.update(&key, cur) == 0)
+        if (batch_store(key, cur) == 0)
             batch_prog.call(ctx, GA_BATCH_PROG_MORE); /* does not return when it is there */
         count(GA_DROP_BATCH_CHAIN, cur->count - cur->next);
     }
@@ -181,11 +181,10 @@ static __always_inline void batch_continue(struct pt_regs *ctx, struct batch_ctx
                 __sync_fetch_and_add(lost, cur->dropped);
         }
         cur->next = 0;
-        if (batch_progress.update(&key, cur) == 0)
+        if (batch_store(key, cur) == 0)
             batch_prog.call(ctx, GA_BATCH_PROG_TRACE);
         count(GA_DROP_TRACE_FULL, cur->count); /* no trace program: the events are lost */
     }
-    batch_progress.delete(&key);
 }
 
 int ga_kernel_batch(struct pt_regs *ctx)
@@ -233,13 +232,16 @@ int ga_kernel_batch_more(struct pt_regs *ctx)
     u64 key = bpf_get_current_pid_tgid();
     struct batch_progress cur = {};
     bpf_probe_read_kernel(&cur, sizeof(cur), batch_progress.lookup(&key)); /* a miss reads 0s */
-    if (cur.tgid != (u32)(key >> 32) || cur.count == 0)
+    if (cur.tgid != (u32)(key >> 32) || cur.next >= cur.count) {
+        /* Its entry gone between two programs (evicted by a flood of new threads'
+         * batches): how many records went with it is not known here. */
+        count(GA_DROP_BATCH_CHAIN, 1);
         return 0;
+    }
     struct batch_ctx bc = {.recs = cur.recs, .tgid = cur.tgid, .count = cur.count, .start = cur.start,
                            .trace = 0};
     if (batch_maps(&bc, cur.gen) != 0) {
         count(GA_DROP_AGG_FULL, cur.count - cur.next);
-        batch_progress.delete(&key);
         return 0;
     }
     u32 from = cur.next;

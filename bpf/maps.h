@@ -133,8 +133,9 @@ BPF_HASH(traced, u32, u32, 1024);
  * by the firing thread, which runs one probe at a time (a per-CPU slot could be
  * another thread's on a preemptible kernel). The chain is one program run, inside
  * one RCU read side: the drain's barrier holds as for one program, and gen is the
- * generation the whole batch adds to. Deleted at the chain's end (LRU: one a failed
- * tail call leaves goes in time). */
+ * generation the whole batch adds to. A thread's entry is written whole before each
+ * call (batch_store), in place once it is there: it stays for the thread's next
+ * batch (LRU: a gone thread's goes in time). */
 #define GA_BATCH_CHUNK 64
 struct batch_progress {
     u64 recs;
@@ -149,6 +150,17 @@ BPF_TABLE("lru_hash", u64, struct batch_progress, batch_progress, 4096);
 BPF_PROG_ARRAY(batch_prog, 2);
 #define GA_BATCH_PROG_MORE 0
 #define GA_BATCH_PROG_TRACE 1
+/* cur as the thread's entry, before the call to the next program of its chain:
+ * written over in place where it is there (no map update a chunk); 0 once stored. */
+static __always_inline int batch_store(u64 key, struct batch_progress *cur)
+{
+    struct batch_progress *p = batch_progress.lookup(&key);
+    if (p) {
+        __builtin_memcpy(p, cur, sizeof(*cur));
+        return 0;
+    }
+    return batch_progress.update(&key, cur);
+}
 /* A full batch's chain: a tail call for each chunk, then one for each chunk's
  * events: within the kernel's 33 a program run. */
 _Static_assert(2 * (GA_BATCH_MAX / GA_BATCH_CHUNK) <= 33, "a batch's chain past the tail-call limit");

@@ -41,14 +41,14 @@ static __always_inline u32 trace_rec(u32 i, struct batch_ctx *bc)
 
 /* A traced process's batch as events (batch_prog[1]), GA_BATCH_CHUNK records a
  * program, each calling the next, from where kernel_batch's chain left it
- * (batch_progress, next 0): the last one deletes the thread's entry. */
+ * (batch_progress, next 0). */
 int ga_kernel_batch_trace(struct pt_regs *ctx)
 {
     u64 key = bpf_get_current_pid_tgid();
     struct batch_progress cur = {};
     bpf_probe_read_kernel(&cur, sizeof(cur), batch_progress.lookup(&key)); /* a miss reads 0s */
     if (cur.tgid != (u32)(key >> 32) || cur.next >= cur.count) {
-        batch_progress.delete(&key);
+        count(GA_DROP_TRACE_FULL, 1); /* its entry gone (ga_kernel_batch_more): at least one */
         return 0;
     }
     struct batch_ctx bc = {.recs = cur.recs, .tgid = cur.tgid, .count = cur.count,
@@ -68,11 +68,10 @@ int ga_kernel_batch_trace(struct pt_regs *ctx)
     count(GA_DROP_TRACE_FULL, end - from - sent); /* the ring buffer was full (or a record unreadable) */
     if (end < cur.count) {
         cur.next = end;
-        if (batch_progress.update(&key, &cur) == 0)
+        if (batch_store(key, &cur) == 0)
             batch_prog.call(ctx, GA_BATCH_PROG_TRACE);
         count(GA_DROP_TRACE_FULL, cur.count - end);
     }
-    batch_progress.delete(&key);
     return 0;
 }
 

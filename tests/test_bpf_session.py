@@ -528,7 +528,7 @@ def test_a_batch_goes_chunk_by_chunk_once_traced_or_not(firer, tmp_path):
     the next (bpf/maps.h batch_progress): the verifier walks one chunk's loop, not
     GA_BATCH_MAX iterations. Every record of batches on and around chunk edges, up to
     a full one, is added once, and once more as a timeline's event while its process
-    is traced; the chain loses none (drop_batch_chain) and leaves no entry behind."""
+    is traced; the chain loses none (drop_batch_chain)."""
     lib, exe = firer
     chunk = 64  # bpf/maps.h GA_BATCH_CHUNK
     sizes = [1, chunk - 1, chunk, chunk + 1, 2 * chunk + 5, C.BATCH_MAX - 1, C.BATCH_MAX]
@@ -573,7 +573,7 @@ def test_a_batch_goes_chunk_by_chunk_once_traced_or_not(firer, tmp_path):
     traced_ids = sorted(corr for tgid, corr in kernels if tgid == seen[True])
     assert traced_ids == sorted(70000 + i for n in sizes for i in range(n))
     assert not [k for k in kernels if k[0] == seen[False]]
-    assert left == []
+    assert {k.value >> 32 for k, _ in left} <= set(seen.values())  # one entry a firing thread, kept
 
 
 def test_every_bpf_header_compiles_on_its_own(built):

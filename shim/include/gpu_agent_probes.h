@@ -426,7 +426,8 @@ enum ga_counter {
                                 * once an agent; a process firing it in a loop filled
                                 * the ring buffer: every other process's names lost) */
     GA_DROP_BATCH_CHAIN,       /* kernel records lost: a batch's next program could not
-                                * be called (bpf/maps.h batch_progress) */
+                                * be called, or found its entry gone (counted 1:
+                                * bpf/maps.h batch_progress) */
     GA_COUNTER_MAX
 };
 
