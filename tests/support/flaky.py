@@ -42,7 +42,11 @@ test_teardown; 3 to 12 % in test_windows; 10 % per period in test_periods):
   (GPU_AGENT_DEBUG=2), not the loop's truth (-21.6 % once beside two burners); its
   first period's correction is bounded (at most 300 ns a launch), not required to
   be none: whether the first tail ended before the period did is the host's timing
-  (one full run read exactly the 300 ns cap). test_idle_parts_of_a_period_add_nothing and
+  (one full run read exactly the 300 ns cap). Its last check, the profile against
+  the loop's truth within a factor of 2 ("the order of magnitude, whatever the
+  load"), failed once in a three-worker suite on the AMD VM (2026-12-02, [clocks]:
+  196 800 seen of 500 001 made, the shim's periods agreeing with the profile): the
+  busy clock's rest-of-period rate under that load. Not yet re-derived. test_idle_parts_of_a_period_add_nothing and
   test_a_process_idle_at_the_attach_is_counted_whole: a loop's launches per period or
   whole against its own log, on the busy clock (the loop's CPU time per launch is
   fixed, --work-ns, so a busy host moves only where its periods fall). A period's truth
