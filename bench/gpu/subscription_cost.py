@@ -127,12 +127,6 @@ class Cupti:
         return (time.perf_counter() - t) * 1e3
 
 
-def bootstrap(xs: list[float], n: int = 2000) -> tuple[float, float]:
-    rng = random.Random(0)
-    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(n))
-    return meds[int(0.025 * n)], meds[int(0.975 * n) - 1]
-
-
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workload", default="mlp", help="a case of bench/gpu/cases.py")
@@ -144,6 +138,7 @@ def main(argv=None) -> None:
     import torch
 
     from bench.gpu.cases import make_step
+    from bench.gpu.overhead import bootstrap_ci
 
     step = make_step(a.workload)
     sync = torch.cuda.synchronize
@@ -194,7 +189,7 @@ def main(argv=None) -> None:
     print(f"teardown at an API exit: median {statistics.median(teardown_ms):.2f} ms; window records {cupti.records}")
     for s in STATES:
         ratios = [(x / b - 1) * 100 for x, b in zip(us[s], us["none"])]
-        lo, hi = bootstrap(ratios)
+        lo, hi = bootstrap_ci(ratios)
         med = statistics.median(ratios)
         out["states"][s] = {
             "us_median": statistics.median(us[s]),
