@@ -109,6 +109,15 @@ class Cupti:
         for cbid in GRAPH_CBIDS:
             self.check(self.lib.cuptiEnableCallback(1, self.sub, RESOURCE_DOMAIN, cbid), f"resource callback {cbid}")
 
+    def set_up(self, state: str) -> None:
+        """A state of STATES from a finalized CUPTI (window: its state after the window)."""
+        if state != "none":
+            self.register()
+        if state in ("sub", "graph", "window"):
+            self.subscribe()
+        if state in ("graph", "window"):
+            self.graph_callbacks()
+
     def kernels(self, on: bool) -> None:
         f = self.lib.cuptiActivityEnable if on else self.lib.cuptiActivityDisable
         self.check(f(CONCURRENT_KERNEL), "cuptiActivityEnable/Disable")
@@ -165,18 +174,14 @@ def main(argv=None) -> None:
         for s in order:
             t = time.perf_counter()
             if s == "window":
-                cupti.register(), cupti.subscribe(), cupti.graph_callbacks(), cupti.kernels(True)
+                cupti.set_up("graph")
+                cupti.kernels(True)
                 for _ in range(a.window_steps):
                     step()
                 cupti.kernels(False)
                 sync()
                 teardown_ms.append(cupti.teardown())
-            if s != "none":
-                cupti.register()
-            if s in ("sub", "graph", "window"):
-                cupti.subscribe()
-            if s in ("graph", "window"):
-                cupti.graph_callbacks()
+            cupti.set_up(s)
             setup[s].append((time.perf_counter() - t) * 1e3)
             for _ in range(5):
                 step()
