@@ -128,7 +128,9 @@ def test_session_discover_dedups_and_rejects_other_builds(tmp_path, built):
             assert str(SHIM) not in found and str(link) not in found
             assert str(other) not in found and "another build" in s.discover_errors[str(other)]
             assert len(s.attachments.uprobes) - n >= 4 * len(found)  # 3 data probes (1+ site) + attach each
-            assert s.attached_files() == 1 + len(found)
+            # attached_files() counts shim files; found may also hold a parcagpu library
+            # that another test (another pytest worker) maps at the time.
+            assert s.attached_files() == 1 + len([f for f in found.values() if f.source == "shim"])
             assert str(copy) not in {f.path for f in s.discover()}  # attached once
         finally:
             s.close()

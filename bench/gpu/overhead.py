@@ -330,7 +330,7 @@ def side(a, workload: str, config: str, r: int) -> list[dict]:
     """--method side: the config's process and a baseline process at the same time, on
     the two halves of --cpus (which half takes which drawn at random), one GPU, or with
     --gpus each on its own (drawn at random too); a workload of N processes (mlp-x4) is
-    N on each side, each side on its own GPU. A pair's ratio is its round's. On one
+    N on each side (with --gpus, each side on its own GPU). A pair's ratio is its round's. On one
     H200 the two processes' contexts shared the GPU unevenly: each spent 26-75 % of its
     blocks 15 % or more slower than its own fast level, so a pair moved by ±20 points
     whatever it ran (docs/benchmarks.md); two GPUs of one host keep the pair's common
@@ -345,8 +345,8 @@ def side(a, workload: str, config: str, r: int) -> list[dict]:
     n = int(workload.split("-x")[1]) if "-x" in workload else 1
     if len(cpus) < 2 * n:
         raise SystemExit(f"--method side needs {2 * n} CPUs or more in --cpus (one a process, two sides)")
-    if n > 1 and not getattr(a, "gpus", ""):
-        raise SystemExit("--method side runs a workload of several processes with --gpus only (a side a GPU)")
+    # A workload of N processes on one GPU: both sides' 2N processes share it, as the
+    # one-process workloads' two do (the issue's "4 x MLP on one GPU", both sides at once).
     halves = [",".join(cpus[: len(cpus) // 2]), ",".join(cpus[len(cpus) // 2 :])]
     random.shuffle(halves)
     # each half's steal (bench/gpu/steal.py): the host's share of those CPUs over time
