@@ -161,7 +161,9 @@ $(PPROF):
 # three fixed at their cause), after four of seven the day before. On the AMD VM
 # 2026-12-02: one worker 31.1 min (clean; CI 30.2 min, with the failure fixed that day),
 # three workers 14.4 and 14.3 min, one chance failure each (flaky.py: one fixed, one
-# left with its diagnosis); at one worker the two cores stood 54 % idle.
+# left with its diagnosis); at one worker the two cores stood 54 % idle. Later that day,
+# three workers 9.2 and 9.6 min: one run clean, one with two cross-worker failures
+# (test_discover's, fixed; test_parcagpu_sites', not reproduced: flaky.py).
 PYTEST_WORKERS ?= 1
 UNIT_WORKERS ?= 2
 test: deps-check
