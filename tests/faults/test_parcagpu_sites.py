@@ -56,17 +56,25 @@ def build(out: Path, *extra: Path) -> Path:
     return out
 
 
-def wait_for(agent: Agent, text: str, timeout: float = 30.0) -> str:
+def wait_for(agent: Agent, text: str, timeout: float = 30.0, app: "subprocess.Popen | None" = None) -> str:
+    """The agent's stderr line holding text. With app, the process the line is about:
+    its exit before the line fails at once, with its own stderr (a three-worker suite
+    once waited out the 30 s without saying whether the workload still ran)."""
     import select
 
     end, seen = time.monotonic() + timeout, []
     while time.monotonic() < end:
+        if app is not None and app.poll() is not None:
+            raise AssertionError(
+                f"the workload exited ({app.returncode}) before the agent said {text!r}: {app.stderr.read()[-2000:]}"
+            )
         if select.select([agent.proc.stderr], [], [], 0.2)[0]:
             line = agent.proc.stderr.readline()
             seen.append(line)
             if text in line:
                 return line
-    raise AssertionError(f"the agent never said {text!r}: {''.join(seen)[-2000:]}")
+    state = "" if app is None else f" (the workload still running: {app.poll() is None})"
+    raise AssertionError(f"the agent never said {text!r}{state}: {''.join(seen)[-2000:]}")
 
 
 def test_a_library_with_hundreds_of_sites_is_refused_and_honest_ones_still_attach(tmp_path, world_dir, built):
@@ -119,7 +127,7 @@ def test_a_library_with_hundreds_of_sites_is_refused_and_honest_ones_still_attac
             stderr=subprocess.PIPE,
             text=True,
         )
-        wait_for(agent, f"also watching parcagpu library {honest}")
+        wait_for(agent, f"also watching parcagpu library {honest}", app=p)
         go.touch()
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
