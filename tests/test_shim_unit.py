@@ -455,8 +455,12 @@ def test_agent_leaving_detaches_cupti(shim, tools):
     assert p.returncode == 0, err
     assert res["state"] == "0" and c(res, C_ATTACHES) == 1 and c(res, C_DETACHES) == 1, err
     assert "FAKE unsubscribe" in err and "detached" in err and "error" not in err.lower()
-    # ...and tears CUPTI down at the next launch's API exit (nothing lingers)
-    assert err.index("FAKE finalize") > err.index("detached"), err
+    # ...and tears CUPTI down at the next launch's API exit (nothing lingers): after the
+    # detach's unsubscribe, while the job still runs. Not after the "detached" line: the
+    # launching thread may finalize between the unsubscribe and that line's print (a
+    # three-worker suite saw it once, 2026-12-03)
+    assert err.index("FAKE unsubscribe") < err.index("FAKE finalize") < err.index("exit (pid"), err
+    assert "teardowns (pid" in err and ": 1, finalize" in err, err
     assert 0 < c(res, C_LAUNCHES) < 300  # only launches while attached are seen
     assert got["records"] > 0
 

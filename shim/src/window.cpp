@@ -97,6 +97,7 @@ static ga_span g_callbacks_busy;
 static double g_lpb = -1, g_prev_lpb = -1;
 static uint64_t g_win_busy0, g_last_win_busy; /* at the window's opening; the last one's, less its samples' */
 static double g_win_lpb = -1; /* launches per busy ns of the last window whose threads were busy */
+static uint64_t g_count_busy; /* the last count phase's busy ns (the debug line) */
 /* Busy time of periods whose window never opened, outside their callbacks: CUPTI
  * was still down (its teardown waits for an API call: a job that idled over a window
  * and then starts) or held by another client. Nothing counted their launches; the
@@ -529,9 +530,11 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
         double busy_tail = (double)ga_tail_period_busy();
         double busy_rest = busy_len - busy_on - busy_tail - (double)held;
         double lpb = g_lpb == 0 && in ? g_prev_lpb : g_lpb;
+        const char *lpb_from = g_lpb == 0 && in ? "the count phase before" : "the count phase";
         /* before any count phase caught the threads busy, the last busy window's
          * (slowed by its activity, as win_rate is) */
-        if (lpb < 0) lpb = g_win_lpb;
+        if (lpb < 0) lpb = g_win_lpb, lpb_from = "the last busy window";
+        double lpb_raw = lpb;
         bool busy = g_busy_on && lpb >= 0;
         if (busy_rest < 0) busy_rest = 0;
         /* The launch counter, where it is calibrated: the launches made while the
@@ -635,6 +638,13 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
                          g_rate >= 0 ? g_rate * 1e9 : -1.0, (unsigned long long)all,
                          (unsigned long long)(seen + (uint64_t)(clocks_n + 0.5)));
         }
+        if (g_period_had_window && ga_debug_on >= 2 && busy) /* where the busy clock's rate came from */
+            ga_debug("period (pid %d): busy clock at %.1f launches per busy ms (%.1f before the callbacks' bias) from "
+                     "%s; the count phase %llu launches in %.3f ms, %.3f ms busy; the last window %llu in %.3f ms, "
+                     "%.3f ms busy",
+                     (int)getpid(), lpb * 1e6, lpb_raw * 1e6, lpb_from, (unsigned long long)g_count_n,
+                     (double)g_count_ns / 1e6, (double)g_count_busy / 1e6, (unsigned long long)g_last_win_n,
+                     (double)g_last_win_ns / 1e6, (double)g_last_win_busy / 1e6);
         /* a period whose window never opened: its launches join the pending period
          * before it (weights.cpp), counted where the counter is calibrated */
         else if (hooked || (final && busy)) all = seen + (uint64_t)(rest_n + 0.5);
@@ -691,6 +701,7 @@ void ga_window_opened(uint64_t cupti_ts) noexcept {
          * wall clock, where its CPU time per launch moves with what CUPTI does (on
          * the mock, a paced loop whose activity switches stalled read -44 %). */
         uint64_t busy = ga_busy_now() - g_count_busy0;
+        g_count_busy = busy;
         if (g_count_edge == g_edges && g_busy_on && busy * 2 >= g_count_ns) {
             if (g_lpb > 0) g_prev_lpb = g_lpb;
             g_lpb = (double)g_count_n / (double)busy;
