@@ -16,20 +16,24 @@ struct batch_ctx {
     void *latency;
 };
 
-/* This generation's aggregation maps into bc; -1 if they are not there (the agent
- * fills agg_maps/lat_maps before it attaches anything). */
-static __always_inline int batch_maps(struct batch_ctx *bc)
+/* The generation BPF writes now (the agent drains the other). */
+static __always_inline u32 current_gen(void)
 {
     u32 zero = 0;
     u32 *g = generation.lookup(&zero);
-    u32 gen = (g && *g) ? 1 : 0;
+    return (g && *g) ? 1 : 0;
+}
+
+/* Generation gen's aggregation maps into bc; -1 if they are not there (the agent
+ * fills agg_maps/lat_maps before it attaches anything). */
+static __always_inline int batch_maps(struct batch_ctx *bc, u32 gen)
+{
     u32 it = gen, is = gen + 2, il = gen;
     bc->totals = agg_maps.lookup(&it);
     bc->sampled = agg_maps.lookup(&is);
     bc->latency = lat_maps.lookup(&il);
     return (bc->totals && bc->sampled && bc->latency) ? 0 : -1;
 }
-
 
 /* The value of key in map, inserted as zeros if absent; NULL (counted) if the
  * map is full. Insert-then-lookup rather than insert-with-the-values: two

@@ -145,9 +145,52 @@ static __always_inline u32 accept_drops(u32 tgid, u32 dropped)
     return dropped;
 }
 
+/* Records [from, from + GA_BATCH_CHUNK) of the batch, those below its count. */
+static __always_inline void batch_chunk(struct batch_ctx *bc, u32 from)
+{
+#pragma clang loop unroll(disable)
+    for (u32 j = 0; j < GA_BATCH_CHUNK; j++) {
+        u32 i = from + j;
+        if (i >= bc->count)
+            break;
+        batch_one(i, bc);
+    }
+}
+
+/* The rest of a batch from cur->next: the next program, or its end. The end adds
+ * the accepted losses and, for a traced process, calls the events' program
+ * (timeline.h). cur is the program's own copy: each program stores it before the
+ * call that hands on. */
+static __always_inline void batch_continue(struct pt_regs *ctx, struct batch_ctx *bc, struct batch_progress *cur,
+                                           u64 key)
+{
+    if (cur->next < cur->count) {
+        if (batch_store(key, cur) == 0)
+            batch_prog.call(ctx, GA_BATCH_PROG_MORE); /* does not return when it is there */
+        count(GA_DROP_BATCH_CHAIN, cur->count - cur->next);
+    }
+    if (cur->dropped)
+        add_dropped(bc, cur->dropped);
+    u32 zero = 0;
+    u32 *tm = trace_mode.lookup(&zero);
+    if (tm && (*tm == 1 || (*tm == 2 && traced.lookup(&cur->tgid)))) {
+        if (cur->dropped) {
+            u64 none = 0;
+            u64 *lost = trace_drops.lookup_or_try_init(&cur->tgid, &none);
+            if (lost)
+                __sync_fetch_and_add(lost, cur->dropped);
+        }
+        cur->next = 0;
+        if (batch_store(key, cur) == 0)
+            batch_prog.call(ctx, GA_BATCH_PROG_TRACE);
+        count(GA_DROP_TRACE_FULL, cur->count); /* no trace program: the events are lost */
+    }
+}
+
 int ga_kernel_batch(struct pt_regs *ctx)
 {
-    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    u64 key = bpf_get_current_pid_tgid();
+    u32 tgid = key >> 32;
     u64 records = 0;
     u32 nrecords = 0, record_size = 0, dropped = 0;
 
@@ -162,54 +205,51 @@ int ga_kernel_batch(struct pt_regs *ctx)
         accept_drops(tgid, dropped); /* CUPTI's losses still count */
         return 0;
     }
-    u32 zero = 0;
-    u32 *g = generation.lookup(&zero);
-    u32 gen = (g && *g) ? 1 : 0;
-    u32 it = gen, is = gen + 2, il = gen;
+    u32 gen = current_gen();
     struct batch_ctx bc = {.recs = records, .tgid = tgid, .count = nrecords, .start = start,
                            .trace = 0};
-    bc.totals = agg_maps.lookup(&it);
-    bc.sampled = agg_maps.lookup(&is);
-    bc.latency = lat_maps.lookup(&il);
-    if (!bc.totals || !bc.sampled || !bc.latency) {
+    if (batch_maps(&bc, gen) != 0) {
         /* The agent fills agg_maps/lat_maps before it attaches anything. */
         count(GA_DROP_AGG_FULL, nrecords);
         accept_drops(tgid, dropped);
         return 0;
     }
-    /* A bounded loop, not bpf_loop(): bcc 0.26 does not relocate BPF-to-BPF
-     * function references, so bpf_loop's callback arrives as NULL and the
-     * verifier rejects it ("R2 type=scalar expected=func"). The verifier
-     * walks at most GA_BATCH_MAX iterations of this body. */
-#pragma clang loop unroll(disable)
-    for (u32 i = 0; i < GA_BATCH_MAX; i++) {
-        if (i >= nrecords)
-            break;
-        batch_one(i, &bc);
+    /* The records go in ga_kernel_batch_more, a chunk a program: a bounded loop, not
+     * bpf_loop(), since bcc 0.26 does not relocate BPF-to-BPF function references
+     * (bpf_loop's callback arrives as NULL and the verifier rejects it: "R2
+     * type=scalar expected=func"), and the verifier walks every iteration of one.
+     * The losses are decided here, before the loop, in a program without it. */
+    struct batch_progress cur = {.recs = records, .tgid = tgid, .count = nrecords, .start = start,
+                                 .gen = gen, .next = 0, .dropped = accept_drops(tgid, dropped)};
+    batch_continue(ctx, &bc, &cur, key);
+    return 0;
+}
+
+/* A batch's next chunk (batch_prog[0]), tail-called by the program before it
+ * (kernel_batch first). */
+int ga_kernel_batch_more(struct pt_regs *ctx)
+{
+    u64 key = bpf_get_current_pid_tgid();
+    struct batch_progress cur = {};
+    bpf_probe_read_kernel(&cur, sizeof(cur), batch_progress.lookup(&key)); /* a miss reads 0s */
+    if (cur.tgid != (u32)(key >> 32) || cur.next >= cur.count) {
+        /* Its entry gone between two programs (evicted by a flood of new threads'
+         * batches): how many records went with it is not known here. */
+        count(GA_DROP_BATCH_CHAIN, 1);
+        return 0;
     }
-    /* Decided after the loop, as what follows: a branch before it would double
-     * what the verifier walks through the loop. */
-    dropped = accept_drops(tgid, dropped);
-    if (dropped)
-        add_dropped(&bc, dropped);
-    u32 *tm = trace_mode.lookup(&zero);
-    if (tm && (*tm == 1 || (*tm == 2 && traced.lookup(&tgid)))) {
-        if (dropped) {
-            u64 none = 0;
-            u64 *lost = trace_drops.lookup_or_try_init(&tgid, &none);
-            if (lost)
-                __sync_fetch_and_add(lost, dropped);
-        }
-        struct trace_batch *tb = trace_batch_arg.lookup(&zero);
-        if (tb) {
-            tb->recs = records;
-            tb->tgid = tgid;
-            tb->count = nrecords;
-            tb->start = start;
-            trace_prog.call(ctx, 0); /* does not return when the program is there */
-        }
-        count(GA_DROP_TRACE_FULL, nrecords); /* no trace program: the events are lost */
+    struct batch_ctx bc = {.recs = cur.recs, .tgid = cur.tgid, .count = cur.count, .start = cur.start,
+                           .trace = 0};
+    if (batch_maps(&bc, cur.gen) != 0) {
+        count(GA_DROP_AGG_FULL, cur.count - cur.next);
+        return 0;
     }
+    u32 from = cur.next;
+    if (from > GA_BATCH_MAX) /* bounds for the verifier: no chain stores more */
+        from = GA_BATCH_MAX;
+    batch_chunk(&bc, from);
+    cur.next = from + GA_BATCH_CHUNK;
+    batch_continue(ctx, &bc, &cur, key);
     return 0;
 }
 

@@ -124,24 +124,51 @@ BPF_RINGBUF_OUTPUT(attach_notes, 4);
  * also sends each valid record of a traced process as a GA_EV_KERNEL. */
 BPF_ARRAY(trace_mode, u32, 1);
 BPF_HASH(traced, u32, u32, 1024);
-/* The events go out from a program of their own (ga_kernel_batch_trace), tail
- * called at the end of kernel_batch with its batch in trace_batch: inside
- * kernel_batch's loop they would take it past what the verifier walks. The
- * agent puts the program's fd in trace_prog[0]. */
-struct trace_batch {
+/* A kernel_batch probe's batch while its programs run. Its records go
+ * GA_BATCH_CHUNK at a time, each program tail-calling the next (batch_prog[0]:
+ * ga_kernel_batch_more), so that the verifier walks one chunk's loop and not
+ * GA_BATCH_MAX iterations: kernel_batch's 1 024 took 1.28 s of the agent's 2.05 s of
+ * program loads (the 2-core VM, 2026-12-02). A traced process's records then go out
+ * as events the same way (batch_prog[1]: ga_kernel_batch_trace, timeline.h). Keyed
+ * by the firing thread, which runs one probe at a time (a per-CPU slot could be
+ * another thread's on a preemptible kernel). The chain is one program run, inside
+ * one RCU read side: the drain's barrier holds as for one program, and gen is the
+ * generation the whole batch adds to. A thread's entry is written whole before each
+ * call (batch_store), in place once it is there: it stays for the thread's next
+ * batch (LRU: a gone thread's goes in time). */
+#define GA_BATCH_CHUNK 64
+struct batch_progress {
     u64 recs;
     u32 tgid;
     u32 count;
     u32 start;
-    u32 pad;
+    u32 gen;
+    u32 next;    /* the first record no program of the chain has taken */
+    u32 dropped; /* CUPTI's losses as accepted (accept_drops), added at the end */
 };
-BPF_PERCPU_ARRAY(trace_batch_arg, struct trace_batch, 1);
+BPF_TABLE("lru_hash", u64, struct batch_progress, batch_progress, 4096);
+BPF_PROG_ARRAY(batch_prog, 2);
+#define GA_BATCH_PROG_MORE 0
+#define GA_BATCH_PROG_TRACE 1
+/* cur as the thread's entry, before the call to the next program of its chain:
+ * written over in place where it is there (no map update a chunk); 0 once stored. */
+static __always_inline int batch_store(u64 key, struct batch_progress *cur)
+{
+    struct batch_progress *p = batch_progress.lookup(&key);
+    if (p) {
+        __builtin_memcpy(p, cur, sizeof(*cur));
+        return 0;
+    }
+    return batch_progress.update(&key, cur);
+}
+/* A full batch's chain: a tail call for each chunk, then one for each chunk's
+ * events: within the kernel's 33 a program run. */
+_Static_assert(2 * (GA_BATCH_MAX / GA_BATCH_CHUNK) <= 33, "a batch's chain past the tail-call limit");
 /* Records CUPTI lost, as counted (accept_drops), by traced tgid: a timeline says
  * its own processes' losses, not the node's (drop_cupti: one process's 2^24 lost
  * records were every other timeline's). LRU; kept past the exit, for the timeline
  * built after it. */
 BPF_TABLE("lru_hash", u32, u64, trace_drops, 4096);
-BPF_PROG_ARRAY(trace_prog, 1);
 
 static __always_inline void count(u32 idx, u64 n)
 {

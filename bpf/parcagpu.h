@@ -272,7 +272,7 @@ int ga_pg_kernel_executed(struct pt_regs *ctx)
     u64 kernel_id = pg_kernel_id(tgid, start, name);
     pg_send_name(tgid, start, name, kernel_id);
     struct batch_ctx bc = {.recs = 0, .tgid = tgid, .count = 1, .start = start, .trace = 0};
-    if (batch_maps(&bc) != 0) {
+    if (batch_maps(&bc, current_gen()) != 0) {
         count(GA_DROP_AGG_FULL, 1);
         return 0;
     }

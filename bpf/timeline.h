@@ -39,23 +39,39 @@ static __always_inline u32 trace_rec(u32 i, struct batch_ctx *bc)
     return 1;
 }
 
+/* A traced process's batch as events (batch_prog[1]), GA_BATCH_CHUNK records a
+ * program, each calling the next, from where kernel_batch's chain left it
+ * (batch_progress, next 0). */
 int ga_kernel_batch_trace(struct pt_regs *ctx)
 {
-    u32 zero = 0;
-    struct trace_batch *tb = trace_batch_arg.lookup(&zero);
-    if (!tb)
+    u64 key = bpf_get_current_pid_tgid();
+    struct batch_progress cur = {};
+    bpf_probe_read_kernel(&cur, sizeof(cur), batch_progress.lookup(&key)); /* a miss reads 0s */
+    if (cur.tgid != (u32)(key >> 32) || cur.next >= cur.count) {
+        count(GA_DROP_TRACE_FULL, 1); /* its entry gone (ga_kernel_batch_more): at least one */
         return 0;
-    struct batch_ctx bc = {.recs = tb->recs, .tgid = tb->tgid, .count = tb->count,
-                           .start = tb->start, .trace = 1};
-    u32 n = tb->count, sent = 0;
+    }
+    struct batch_ctx bc = {.recs = cur.recs, .tgid = cur.tgid, .count = cur.count,
+                           .start = cur.start, .trace = 1};
+    u32 from = cur.next, sent = 0;
+    if (from > GA_BATCH_MAX) /* bounds for the verifier: no chain stores more */
+        from = GA_BATCH_MAX;
 #pragma clang loop unroll(disable)
-    for (u32 i = 0; i < GA_BATCH_MAX; i++) {
-        if (i >= n)
+    for (u32 j = 0; j < GA_BATCH_CHUNK; j++) {
+        u32 i = from + j;
+        if (i >= cur.count)
             break;
         sent += trace_rec(i, &bc);
     }
+    u32 end = from + GA_BATCH_CHUNK < cur.count ? from + GA_BATCH_CHUNK : cur.count;
     count(GA_CNT_TRACE_EVENTS, sent);
-    count(GA_DROP_TRACE_FULL, n - sent); /* the ring buffer was full (or a record unreadable) */
+    count(GA_DROP_TRACE_FULL, end - from - sent); /* the ring buffer was full (or a record unreadable) */
+    if (end < cur.count) {
+        cur.next = end;
+        if (batch_store(key, &cur) == 0)
+            batch_prog.call(ctx, GA_BATCH_PROG_TRACE);
+        count(GA_DROP_TRACE_FULL, cur.count - end);
+    }
     return 0;
 }
 

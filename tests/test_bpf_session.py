@@ -204,6 +204,7 @@ class TestMainScenario:
             "drop_record_read",
             "drop_ringbuf_full",
             "drop_name_read",
+            "drop_batch_chain",
             "agent_ev_corrupt",
             "agent_callback_errors",
             "agent_drop_name_conflict",
@@ -520,6 +521,59 @@ def test_drains_exact_under_concurrent_batches(firer, tmp_path):
                 p.kill()
                 p.wait()
         s.close()
+
+
+def test_a_batch_goes_chunk_by_chunk_once_traced_or_not(firer, tmp_path):
+    """kernel_batch takes GA_BATCH_CHUNK records a program, each program tail-calling
+    the next (bpf/maps.h batch_progress): the verifier walks one chunk's loop, not
+    GA_BATCH_MAX iterations. Every record of batches on and around chunk edges, up to
+    a full one, is added once, and once more as a timeline's event while its process
+    is traced; the chain loses none (drop_batch_chain)."""
+    lib, exe = firer
+    chunk = 64  # bpf/maps.h GA_BATCH_CHUNK
+    sizes = [1, chunk - 1, chunk, chunk + 1, 2 * chunk + 5, C.BATCH_MAX - 1, C.BATCH_MAX]
+    ev = Events()
+    s = _open(lib, ev)
+    kernels: list = []
+    s.on_kernel = lambda k: kernels.append((k.hdr.tgid, k.rec.correlation_id))
+    try:
+        before = s.counters()
+        seen = {}
+        for traced in (False, True):
+            sc = F.Script().wait()
+            for n in sizes:
+                sc.batch([F.rec(K5, 70000 + i, 10 + i) for i in range(n)])
+            path = sc.write(tmp_path / f"traced{int(traced)}.bin")
+            p = subprocess.Popen([str(exe), str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            pid = int(p.stdout.readline().split()[1])
+            assert p.stdout.readline().startswith("wait")
+            if traced:
+                s.set_trace(pids=(pid,))
+            p.stdin.write("go\n")
+            p.stdin.flush()
+            assert p.wait(timeout=30) == 0
+            _poll_until(s, lambda: pid in ev.exits)
+            seen[traced] = pid
+        drain = s.drain()
+        left = list(s._bpf[b"batch_progress"].items())
+    finally:
+        s.close()
+    after = drain.counters
+    d = {k: after[k] - before.get(k, 0) for k in after}
+    total = sum(sizes)
+    assert d["batches"] == 2 * len(sizes)
+    assert d["kernels"] == 2 * total
+    assert d["drop_batch_chain"] == 0 and d["drop_trace_full"] == 0
+    assert d["trace_events"] == total
+    for traced, pid in seen.items():
+        rows = {k: v for k, v in drain.totals.items() if k.tgid == pid}
+        assert [k.kernel_id for k in rows] == [K5], rows
+        v = next(iter(rows.values()))
+        assert (v.launches, v.gpu_ns) == (total, sum(10 + i for n in sizes for i in range(n))), (traced, v)
+    traced_ids = sorted(corr for tgid, corr in kernels if tgid == seen[True])
+    assert traced_ids == sorted(70000 + i for n in sizes for i in range(n))
+    assert not [k for k in kernels if k[0] == seen[False]]
+    assert {k.value >> 32 for k, _ in left} <= set(seen.values())  # one entry a firing thread, kept
 
 
 def test_every_bpf_header_compiles_on_its_own(built):

@@ -114,8 +114,13 @@ def test_parca_write_raw_end_to_end(tmp_path, ebpf):
         app = workload(
             "--paths",
             "cuLaunchKernel,cudaLaunchKernel,cuGraphLaunch",
+            # 3.5 s: the shim flushes every 1 s from its attach, the agent drains every 1 s
+            # from its "watching" line, just before the app starts: with 2 s, the first
+            # flush came just after a drain and the exit flush just before the next, so
+            # both landed in one interval (one series) whenever the two clocks' phases
+            # met so (every run, once the agent's start got 1.3 s faster)
             "--duration",
-            "2",
+            "3.5",
             "--sleep-ms",
             "2",
             truth=truth_file,

@@ -425,6 +425,9 @@ enum ga_counter {
                                 * process's last one, not sent on (a shim attaches
                                 * once an agent; a process firing it in a loop filled
                                 * the ring buffer: every other process's names lost) */
+    GA_DROP_BATCH_CHAIN,       /* kernel records lost: a batch's next program could not
+                                * be called, or found its entry gone (counted 1:
+                                * bpf/maps.h batch_progress) */
     GA_COUNTER_MAX
 };
 

@@ -140,6 +140,34 @@ def attack_together(exe: Path, scripts: list[A.Script], world_dir: Path) -> list
     return pids
 
 
+def test_full_batches_of_processes_at_once_each_count_whole(node, honest, attacker, world_dir):
+    """kernel_batch's records go GA_BATCH_CHUNK a program, each program tail-calling the
+    next through its thread's entry (bpf/maps.h batch_progress). Eight processes (uid
+    65534) released at once, each firing 20 full batches and one whose count is one
+    past GA_BATCH_MAX: each process's profiles hold its own 20 x GA_BATCH_MAX records,
+    no more; no chain loses a record (drop_batch_chain); the bad batch is refused
+    whole; the honest workload beside stays exact."""
+    h = honest(*HONEST)
+    kid = C.kernel_id(b"_Z5chunkv")
+    full = [rec(kid, i + 1, 1000 * i, 1000 * i + 10) for i in range(C.BATCH_MAX)]
+    scripts = [
+        A.Script(SHIM).full_name(kid, b"_Z5chunkv").wait().batch(full, repeat=20).batch(full[:1], count=C.BATCH_MAX + 1)
+        for _ in range(8)
+    ]
+    before = node.metrics()
+    pids = attack_together(attacker, scripts, world_dir)
+    h.wait()
+    settle(node)
+    after = node.metrics()
+    node.stop()
+    samples = node.samples()
+    for pid in pids:
+        assert sum(smp.values[1] for smp in attacker_samples(samples, pid)) == 20 * C.BATCH_MAX, pid
+    assert after.get("batch_chain", 0) - before.get("batch_chain", 0) == 0, after
+    assert after.get("bad_record", 0) - before.get("bad_record", 0) >= 8, after
+    h.assert_exact(samples)
+
+
 def kernel_launches(node) -> dict[str, float]:
     """gpu_agent_kernel_launches_total summed by pid, from /metrics."""
     text = urllib.request.urlopen(node.metrics_url, timeout=10).read().decode()

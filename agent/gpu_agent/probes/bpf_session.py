@@ -176,9 +176,6 @@ class BpfSession(PythonMaps):
         self._bpf[b"events"].open_ring_buffer(self._on_event)
         if self.on_attach_note is not None:
             self.attach_notes = AttachNotes(self._lib, self._bpf[b"attach_notes"].map_fd, self.on_attach_note)
-        # Timelines' events go out from a program kernel_batch tail-calls (bpf/).
-        trace_fn = self.attachments.load("ga_kernel_batch_trace")  # as kernel_batch's program was
-        self._bpf[b"trace_prog"][ct.c_int(0)] = ct.c_int(trace_fn.fd)
         self._maps = {
             n: self._bpf[n.encode()]
             for n in (

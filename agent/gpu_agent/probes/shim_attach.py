@@ -59,6 +59,9 @@ DATA_PROBES = {  # contract probe -> BPF function
 }
 ATTACH_FN = "ga_attach"
 REPLAY_FN = "ga_replay"
+KERNEL_BATCH_FN = DATA_PROBES["kernel_batch"]
+# batch_prog's slots (bpf/maps.h GA_BATCH_PROG_MORE, GA_BATCH_PROG_TRACE)
+BATCH_CHAIN_FNS = ("ga_kernel_batch_more", "ga_kernel_batch_trace")
 # How long an agent holds the `replay` probe's semaphore up after it attaches to a
 # shim file. The kernel raises it once whoever holds it, so a shim replays at its
 # rise and again every 0.8 s while it stays up (shim/src/session.cpp): a hold longer
@@ -164,7 +167,12 @@ class ShimAttachments:
     def attach_own(self, usdt, probes: dict, loads: list) -> None:
         """The data probes by library path (every site bcc generated code for),
         then the semaphore last: the shim only starts CUPTI once everything listens."""
-        for _binpath, fn_name, vaddr, _pid in usdt.enumerate_active_probes():
+        # kernel_batch last: its chain's programs (bpf/maps.h batch_progress) are put in
+        # place first, loaded for the way the probes before it were made.
+        sites = sorted(usdt.enumerate_active_probes(), key=lambda p: p[1] == KERNEL_BATCH_FN.encode())
+        for _binpath, fn_name, vaddr, _pid in sites:
+            if fn_name == KERNEL_BATCH_FN.encode():
+                self.fill_batch_chain()
             self.attach(fn_name.decode(), self.shim_path, elf.vaddr_to_offset(loads, vaddr), 0)
         att = probes["attach"][0]
         self.attach(ATTACH_FN, self.shim_path, att.pc_offset, att.semaphore_offset)
@@ -172,6 +180,12 @@ class ShimAttachments:
         st = os.stat(self.shim_path)
         self.files_ = [ShimFile(self.shim_path, self.shim_path, 0, {(st.st_dev, st.st_ino)})]
         self.known_ids = {(st.st_dev, st.st_ino)}
+
+    def fill_batch_chain(self) -> None:
+        """The programs a kernel_batch probe tail-calls (batch_prog): its next chunk,
+        and a traced process's events. Loaded as the probes are made (load())."""
+        for slot, fn in enumerate(BATCH_CHAIN_FNS):
+            self.bpf[b"batch_prog"][ct.c_int(slot)] = ct.c_int(self.load(fn).fd)
 
     def close(self) -> None:
         """Detach `attach` (the semaphore drops, the shim stops CUPTI) before the data
