@@ -196,7 +196,7 @@ def test_a_short_process_is_counted_whole(agents, tmp_path, counter):
     shim = sum(x.est for x in lines) + joined
     seen = p.kernel_launches()
     # records' weights are rounded one by one without bias: about 0.02 % here
-    assert abs(seen / shim - 1) < 0.005, (seen, shim, lines, joined)
+    assert abs(seen / shim - 1) < 0.005, (seen, shim, joined, [(x.est, x.clocks) for x in lines], agents().stderr[-8:])
     # Until three tails have measured the callbacks' cost, at most 300 ns a launch is
     # taken out of the first period's count phase (none before its first tail, which
     # may or may not have ended by then); K_CB's guess took out 1 280 ns here.
