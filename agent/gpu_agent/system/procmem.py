@@ -11,7 +11,14 @@ import struct
 
 
 class ProcMemError(OSError):
-    pass
+    def __str__(self) -> str:  # the message alone ("[Errno 0] ..." said nothing)
+        return self.strerror or super().__str__()
+
+
+# The highest offset pread takes (an off_t): no user address is above it, and a
+# pointer read from a process may be anything (one >= 2**63 raised OverflowError,
+# not OSError, and `record` died of it on an H200: tests/faults/test_python_frames.py).
+OFF_MAX = (1 << 63) - 1
 
 
 class ProcMem:
@@ -34,7 +41,7 @@ class ProcMem:
             pass
 
     def read(self, addr: int, n: int) -> bytes:
-        if addr <= 0 or n < 0 or addr + n >= 1 << 64:
+        if addr <= 0 or n < 0 or addr + n > OFF_MAX:
             raise ProcMemError(0, f"bad address {addr:#x}")
         try:
             data = os.pread(self._fd, n, addr)

@@ -117,7 +117,7 @@ class TraceTarget:
         """The deadline into the checked image; False if that image is gone."""
         try:
             return os.pwrite(self._fd, struct.pack("<Q", deadline_ns), self.addr) == 8
-        except OSError:
+        except (OSError, OverflowError):  # an address past an off_t (procmem.OFF_MAX)
             return False
 
     def close(self) -> None:

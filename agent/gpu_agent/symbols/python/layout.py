@@ -307,7 +307,16 @@ def compute_layout(interp: Interpreter, mem: ProcMem, machine: Optional[str] = N
 
 
 def _check_live(layout: Layout, mem: ProcMem, t: dict) -> None:
-    """The thread list and frames must make sense before BPF may follow them."""
+    """The thread list and frames must make sense before BPF may follow them. A
+    pointer there that reads nowhere (a frame freed between two reads; one the process
+    forged, tests/faults/test_python_frames.py) makes them inconsistent: tried again."""
+    try:
+        _walk_live(layout, mem, t)
+    except ProcMemError as e:
+        raise Inconsistent(f"Python {layout.version_str}: a thread or frame pointer reads nowhere ({e})") from None
+
+
+def _walk_live(layout: Layout, mem: ProcMem, t: dict) -> None:
     cfg = layout.config
     interp = mem.u64(cfg.runtime + cfg.rt_interp_head)
     if not interp:
