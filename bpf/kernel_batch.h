@@ -231,8 +231,7 @@ int ga_kernel_batch_more(struct pt_regs *ctx)
 {
     u64 key = bpf_get_current_pid_tgid();
     struct batch_progress cur = {};
-    bpf_probe_read_kernel(&cur, sizeof(cur), batch_progress.lookup(&key)); /* a miss reads 0s */
-    if (cur.tgid != (u32)(key >> 32) || cur.next >= cur.count) {
+    if (!batch_resume(key, &cur)) {
         /* Its entry gone between two programs (evicted by a flood of new threads'
          * batches): how many records went with it is not known here. */
         count(GA_DROP_BATCH_CHAIN, 1);

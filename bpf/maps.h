@@ -161,6 +161,13 @@ static __always_inline int batch_store(u64 key, struct batch_progress *cur)
     }
     return batch_progress.update(&key, cur);
 }
+/* The thread's entry, as the program before it in the chain stored it: 1 where it is
+ * there and has records left, 0 where it went (an LRU eviction) or is done. */
+static __always_inline int batch_resume(u64 key, struct batch_progress *cur)
+{
+    bpf_probe_read_kernel(cur, sizeof(*cur), batch_progress.lookup(&key)); /* a miss reads 0s */
+    return cur->tgid == (u32)(key >> 32) && cur->next < cur->count;
+}
 /* A full batch's chain: a tail call for each chunk, then one for each chunk's
  * events: within the kernel's 33 a program run. */
 _Static_assert(2 * (GA_BATCH_MAX / GA_BATCH_CHUNK) <= 33, "a batch's chain past the tail-call limit");

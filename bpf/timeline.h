@@ -46,8 +46,7 @@ int ga_kernel_batch_trace(struct pt_regs *ctx)
 {
     u64 key = bpf_get_current_pid_tgid();
     struct batch_progress cur = {};
-    bpf_probe_read_kernel(&cur, sizeof(cur), batch_progress.lookup(&key)); /* a miss reads 0s */
-    if (cur.tgid != (u32)(key >> 32) || cur.next >= cur.count) {
+    if (!batch_resume(key, &cur)) {
         count(GA_DROP_TRACE_FULL, 1); /* its entry gone (ga_kernel_batch_more): at least one */
         return 0;
     }

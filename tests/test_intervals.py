@@ -37,7 +37,9 @@ LOOP_S = 17  # the loop's life; the agent stops 4 s before its end
 RARE_EVERY = 777
 RARE_KERNEL = "k_cudaLaunchKernel("
 UNSAMPLED = "[unsampled]"
-JOINED = re.compile(r"(\d+) launches joined to the window before them")
+# what each period's records stand for, as the shim publishes it (weights.cpp): once
+# each, wherever its launches came from (a period line's own, launches joined to it)
+PUBLISHED = re.compile(r"period \(pid \d+\): (\d+) launches published over \d+ records")
 
 
 @pytest.fixture(scope="module")
@@ -191,12 +193,15 @@ def test_a_short_process_is_counted_whole(agents, tmp_path, counter):
         GPU_AGENT_LAUNCH_COUNTER=counter,
     )
     lines = periods(p.stderr)
-    joined = sum(int(n) for n in JOINED.findall(p.stderr))
-    assert lines, p.stderr[-3000:]
-    shim = sum(x.est for x in lines) + joined
+    published = [int(n) for n in PUBLISHED.findall(p.stderr)]
+    assert lines and published, p.stderr[-3000:]
+    # Not the period lines plus the exit line's joined launches: a period whose window
+    # saw no launch (its loop starved under load) is in both, its launches joined to
+    # the one before (two three-worker suites read 28.9 % and 17 % too many, 2026-12-03)
+    shim = sum(published)
     seen = p.kernel_launches()
     # records' weights are rounded one by one without bias: about 0.02 % here
-    assert abs(seen / shim - 1) < 0.005, (seen, shim, joined, [(x.est, x.clocks) for x in lines], agents().stderr[-8:])
+    assert abs(seen / shim - 1) < 0.005, (seen, published, [(x.est, x.clocks) for x in lines], agents().stderr[-8:])
     # Until three tails have measured the callbacks' cost, at most 300 ns a launch is
     # taken out of the first period's count phase (none before its first tail, which
     # may or may not have ended by then); K_CB's guess took out 1 280 ns here.

@@ -220,6 +220,9 @@ static void publish_now(uint32_t seq, uint64_t all, uint64_t in, uint64_t start,
     }
     ga_shape_publish(start, end); /* before the span's records go (held.cpp) */
     ga_weight_publish(seq, g_last_q, start, end);
+    if (in > left && ga_debug_on >= 2) /* what the records stand for, once (tests/test_intervals.py) */
+        ga_debug("period (pid %d): %llu launches published over %llu records", (int)getpid(),
+                 (unsigned long long)all, (unsigned long long)(in - left));
 }
 
 /* A GPU-bound job runs its window's kernels long after their launches, and the

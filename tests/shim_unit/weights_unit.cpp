@@ -29,6 +29,8 @@
 #include <time.h>
 
 ga_config ga_cfg;
+int ga_debug_on; /* 0: weights.cpp's debug lines stay off here */
+void ga_debug(const char *, ...) {}
 std::atomic<uint32_t> ga_period_seq;
 std::atomic<uint64_t> ga_stat_launches;
 
