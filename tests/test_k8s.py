@@ -231,3 +231,29 @@ def test_sweep_forgets_processes_gone_for_a_whole_period(tmp_path):
     assert md.proc_labels(60)["container"] == "trainer", "kept one more period: its last window still needs it"
     md.sweep()
     assert 60 not in md._cgroups and 61 in md._cgroups
+
+
+def test_a_process_keeps_its_pod_after_k8s_forgot_it(tmp_path):
+    """The interval of a process's last launches may be built after k8s's sweep forgot
+    the process (a refresh after it was seen gone: one second under `--kube-refresh
+    1s`; a held interval, a loaded agent): its ProcInfo keeps the labels it found
+    complete. test_k8s_e2e's samples of an exited pod process once had none."""
+    import shutil
+
+    from gpu_agent.profile.interval import ProcInfo
+
+    root = fake_proc(tmp_path, {70: "containerd-v2-systemd"})
+    md = k8s.PodMetadata(FakeSource(podlist()), proc_root=root, log=lambda m: None)
+    md.refresh()
+    k8s.configure(md)
+    try:
+        info = ProcInfo(70, "trainer")
+        want = {"pod": "trainer-7d9f8c6b5-x2kqp", "namespace": "ml-team", "container": "trainer"}
+        assert info.pod == want  # first sight, while it runs
+        shutil.rmtree(Path(root) / "70")
+        md.sweep()
+        md.sweep()  # gone for a whole period: forgotten
+        assert k8s.proc_labels(70) == {}
+        assert info.pod == want
+    finally:
+        k8s.configure(None)

@@ -189,10 +189,12 @@ def test_a_merged_nanotrace_shows_its_ctas_and_warps_under_the_stream(store, ui,
     tip = page.locator("#timeline-tip").text_content()
     assert tip.startswith(d["names"][name] + ":") and tip.endswith(", in-kernel)"), tip
     # a click on the stream's name folds its in-kernel rows, a second unfolds them
+    # (waited for: the rows are said at the click, what was drawn at the next frame's
+    # draw; a three-worker suite read 2 rows and 8 drawn events once)
     page.mouse.click(box["x"] + 20, box["y"] + 22 + page.evaluate(f"TL.pos[{stream}]") * 18 + 9)
-    assert int(info.get_attribute("data-rows")) == rows - 6 and int(info.get_attribute("data-drawn-inkernel")) == 0
+    page.wait_for_selector(f'#timeline-info[data-rows="{rows - 6}"][data-drawn-inkernel="0"]', state="attached")
     page.mouse.click(box["x"] + 20, box["y"] + 22 + page.evaluate(f"TL.pos[{stream}]") * 18 + 9)
-    assert int(info.get_attribute("data-rows")) == rows
+    page.wait_for_selector(f'#timeline-info[data-rows="{rows}"][data-drawn-inkernel="8"]', state="attached")
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "timeline-inkernel.png"))
 

@@ -274,6 +274,14 @@ Three-worker suites of 2026-12-03 (525 s and 484 s; the default stays one worker
   period's est equalled the joined count. A period whose window saw no launch (the loop
   starved under load) is in its line and joined to the period before. CHANGED HERE:
   the profile is checked against the shim's "published" lines (weights.cpp), once each.
+- test_ui_timeline::test_a_merged_nanotrace_shows_its_ctas_and_warps_under_the_stream:
+  the fold's click said 2 rows while 8 in-kernel events were still drawn (the rows are
+  set at the click, the drawn count at the next draw). CHANGED HERE: it waits for both,
+  and after the unfold for all rows and the 8 events drawn again.
+- test_k8s_e2e::test_pod_labels_on_profiles_and_metrics: a sample of a pod's exited
+  process had no pod labels. k8s forgets a process a refresh (1 s here) after it saw
+  it gone, and its last interval was built later. A defect, not the test's: a process's
+  ProcInfo keeps its labels once complete (test_k8s's unit case fails without it).
 - test_ui_timeline's store fixture, once (4 errors): the record's timeline held no
   slice at all. Not found; a failure now says the record's stderr.
 

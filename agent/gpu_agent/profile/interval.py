@@ -15,16 +15,26 @@ class ProcInfo:
     pid: int
     comm: str
     exited: bool = False
+    _pod: Optional[dict] = field(default=None, repr=False, compare=False)
 
     @property
     def pod(self) -> dict:
-        """pod/namespace/container where known (k8s.proc_labels; {} outside Kubernetes)."""
+        """pod/namespace/container where known (k8s.proc_labels; {} outside Kubernetes).
+        Kept once complete (the container found), for as long as the process is this
+        agent's: k8s forgets a process a refresh after it was seen gone, and its last
+        intervals may be built later than that (under load; held for a shim's
+        publication): they lost its pod (test_k8s_e2e, a three-worker suite)."""
+        if self._pod is not None:
+            return self._pod
         try:
             from ..system import k8s
 
-            return k8s.proc_labels(self.pid)
+            labels = k8s.proc_labels(self.pid)
         except Exception:  # metadata is best effort
             return {}
+        if "container" in labels:
+            self._pod = labels
+        return labels
 
 
 @dataclass
