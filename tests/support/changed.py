@@ -78,7 +78,7 @@ BPF = E2E + (
 )
 PARCAGPU = ("tests/test_parcagpu.py", "tests/faults/test_parcagpu_sites.py", "tests/faults/test_cold_names.py")
 PCSAMPLING = ("tests/test_pcsampling.py", "tests/test_ui_pc_samples.py", "tests/faults/test_cubins.py")
-PYTHON = ("tests/test_python_stacks.py", "tests/test_python_layout.py")
+PYTHON = ("tests/test_python_stacks.py", "tests/test_python_layout.py", "tests/faults/test_python_frames.py")
 TIMELINE = (
     "tests/test_timeline.py",
     "tests/test_trace_writers.py",
@@ -196,8 +196,9 @@ RULES: tuple[tuple[str, tuple[str, ...] | str, str], ...] = (
         "agent/gpu_agent/system/*",
         ("tests/test_elf.py", "tests/test_symbolize.py", "tests/test_contract.py")
         + K8S
-        + ("tests/faults/test_fifo_swap.py", "tests/faults/test_outputs.py", "tests/faults/test_environment.py"),
-        "the host: ELF, /proc, k8s, safe files",
+        + ("tests/faults/test_fifo_swap.py", "tests/faults/test_outputs.py", "tests/faults/test_environment.py")
+        + PYTHON,
+        "the host: ELF, /proc (a process's memory), k8s, safe files",
     ),
     ("agent/gpu_agent/system/btf.py", PYTHON + ("tests/test_bpf_session.py",), "task_struct offsets: threads, names"),
     (
@@ -244,8 +245,9 @@ RULES: tuple[tuple[str, tuple[str, ...] | str, str], ...] = (
         ("tests/test_pprof.py", "tests/test_export.py", "tests/test_ui.py", "tests/test_ui_pc_samples.py")
         + ("tests/test_ui_views.py", "tests/test_ui_timeline.py", "tests/test_graphs.py", "tests/test_pcsampling.py")
         + ("tests/faults/test_flood.py", "tests/faults/test_environment.py")
-        + ("tests/faults/test_hostile_probes.py", "tests/faults/test_trace_flood.py"),
-        "profiles: vocabulary, pprof, the store",
+        + ("tests/faults/test_hostile_probes.py", "tests/faults/test_trace_flood.py")
+        + K8S,
+        "profiles: vocabulary, pprof, the store, a process's pod",
     ),
     (
         "agent/gpu_agent/join/*",
