@@ -186,7 +186,8 @@ def test_a_period_whose_slots_grew_counts_each_side_on_its_own(agents, tmp_path,
     assert 1 <= len(moved) <= 2 and moved[-1] < len(rows) - 3, rows
     assert all(r[2] for r in rows[moved[-1] + 2 :]), rows  # calibrated again: counted
     # the hits after the growth, counted at the next calibration
-    assert re.search(r"\): \d+ launches more for the period that ended at", err), err[-3000:]
+    more = re.search(r"\): \d+ launches more for the period that ended at", err)
+    assert more, (moved, rows, [ln for ln in err.splitlines() if "slots added" in ln], err[-2000:])
     half = loop != NONE_BEFORE  # the counter saw launches before the growth: every period
     checked = range(len(rows)) if half else range(moved[-1] + 1, len(rows))
     bad = [(i, round(rows[i][3] / rows[i][5] - 1, 4), rows[i]) for i in checked if off(rows[i]) >= 0.05]
