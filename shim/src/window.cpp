@@ -637,14 +637,14 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
                          hooked ? "" : " (not used)", moved ? " (slots added)" : "", g_cutting ? " (cut)" : "", rest / 1e6, rate * 1e9,
                          g_rate >= 0 ? g_rate * 1e9 : -1.0, (unsigned long long)all,
                          (unsigned long long)(seen + (uint64_t)(clocks_n + 0.5)));
+            if (ga_debug_on >= 2 && busy) /* where the busy clock's rate came from */
+                ga_debug("period (pid %d): busy clock at %.1f launches per busy ms (%.1f before the callbacks' bias) "
+                         "from %s; the count phase %llu launches in %.3f ms, %.3f ms busy; the last window %llu in "
+                         "%.3f ms, %.3f ms busy",
+                         (int)getpid(), lpb * 1e6, lpb_raw * 1e6, lpb_from, (unsigned long long)g_count_n,
+                         (double)g_count_ns / 1e6, (double)g_count_busy / 1e6, (unsigned long long)g_last_win_n,
+                         (double)g_last_win_ns / 1e6, (double)g_last_win_busy / 1e6);
         }
-        if (g_period_had_window && ga_debug_on >= 2 && busy) /* where the busy clock's rate came from */
-            ga_debug("period (pid %d): busy clock at %.1f launches per busy ms (%.1f before the callbacks' bias) from "
-                     "%s; the count phase %llu launches in %.3f ms, %.3f ms busy; the last window %llu in %.3f ms, "
-                     "%.3f ms busy",
-                     (int)getpid(), lpb * 1e6, lpb_raw * 1e6, lpb_from, (unsigned long long)g_count_n,
-                     (double)g_count_ns / 1e6, (double)g_count_busy / 1e6, (unsigned long long)g_last_win_n,
-                     (double)g_last_win_ns / 1e6, (double)g_last_win_busy / 1e6);
         /* a period whose window never opened: its launches join the pending period
          * before it (weights.cpp), counted where the counter is calibrated */
         else if (hooked || (final && busy)) all = seen + (uint64_t)(rest_n + 0.5);
