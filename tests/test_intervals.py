@@ -28,9 +28,10 @@ import pytest
 from support.env import MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf, private_shim
 from support.pprof_tool import profile_duration_s, profile_start_ns, raw
 from support.shared_agent import shared_agents
-from support.windows import launches_at, launches_bracket, periods, read_trace
+from support.windows import launches_at, launches_bracket, periods, read_trace, stall_slack
 
 RATE = 20000
+POLL_S = 0.01  # the shim notes its count every 10 ms (GPU_AGENT_POLL_MS)
 LOOP_S = 17  # the loop's life; the agent stops 4 s before its end
 # --phases: one launch in RARE_EVERY, in every other ms, is the rare kernel's
 # (not a multiple of the loop's blocks of 50, which start on the ms)
@@ -88,7 +89,7 @@ def paced_run(tmp_path_factory, built):
         GPU_AGENT_TEARDOWN="0",
         # Its count noted every 10 ms (every 100 ms at the defaults, against 10 s
         # intervals): the loop's gaps start and end between two notes.
-        GPU_AGENT_POLL_MS="10",
+        GPU_AGENT_POLL_MS=str(int(POLL_S * 1000)),
         MOCK_LAUNCH_TRACE=str(trace_file),
     )
     loop = subprocess.Popen(
@@ -132,11 +133,14 @@ def test_each_interval_holds_the_launches_made_in_it(paced_run):
     rows, trace, err, _ = paced_run
     full = [r for r in rows[:-1] if r[0] >= trace[0][0] + 1.0]  # past the attach's short periods
     assert len(full) >= 3, (rows, err)
-    errors = [n / truth - 1 for _, _, n, truth in full]
+    # What the shim's polls could not place: an edge in a stop of the whole process
+    # (its poller stopped too) and the burst after it (support/windows.stall_slack).
+    slack = [stall_slack(trace, lo, POLL_S, RATE) + stall_slack(trace, hi, POLL_S, RATE) for lo, hi, _, _ in full]
+    errors = [max(0.0, abs(n - truth) - s) / truth for (_, _, n, truth), s in zip(full, slack)]
     # Placed by their spans, each interval reads its periods' counts prorated: 40 full
     # intervals of 8 runs (5 beside a CPU burner) read within 0.04 %; whole periods
     # read -20 % or +20 %. The pacing's sleeps set the spread: 1 % leaves 25 times it.
-    assert max(map(abs, errors)) < 0.01, (errors, rows)
+    assert max(errors) < 0.01, (errors, slack, rows)
 
 
 def test_a_stop_loses_nothing(paced_run):

@@ -37,7 +37,13 @@ test_teardown; 3 to 12 % in test_windows; 10 % per period in test_periods):
   per 2 s interval split by the spans' shapes, and up to a
   SIGTERM, against the loop's own log; counted periods, so only the pacing and the
   stop's timing move them). Deterministic: the loop's launches by count, the stop at
-  a launch count the shim is told of. test_a_short_process_is_counted_whole was
+  a launch count the shim is told of. The first failed once in CI (2026-12-03, one
+  worker): one edge's intervals -1.09 % and +1.20 %. Reproduced by stopping the loop
+  (SIGSTOP) 30 ms every 0.37 s: pairs up to 1.5 %. Its poller stops with it, and the
+  burst that catches up the pacing is spread over the stop. Each interval is now
+  judged beyond the launches its edges' stops could move (support/windows.stall_slack:
+  none without a stop; 6 runs with stops of 20-30 ms pass, spread by time still fails
+  at 4.7-10.6 %). test_a_short_process_is_counted_whole was
   made deterministic: it checks the profile against the shim's own period lines
   (GPU_AGENT_DEBUG=2), not the loop's truth (-21.6 % once beside two burners); its
   first period's correction is bounded (at most 300 ns a launch), not required to
@@ -316,7 +322,7 @@ LOGS = REPO / "build" / "flaky"
 FLAKY: tuple[tuple[str, str], ...] = (
     (
         "tests/test_intervals.py::test_each_interval_holds_the_launches_made_in_it",
-        "a paced loop's launches per 2 s interval against its own log; 1 % bound on counted periods",
+        "a paced loop's launches per 2 s interval against its own log; 1 % bound beyond a whole-process stop's slack",
     ),
     (
         "tests/test_intervals.py::test_a_stop_loses_nothing",

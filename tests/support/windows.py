@@ -126,6 +126,29 @@ def launches_between(trace: list[tuple[float, int]], lo: float, hi: float) -> fl
     return launches_at(trace, hi) - launches_at(trace, lo)
 
 
+def stall_slack(trace: list[tuple[float, int]], t: float, poll_s: float, rate: float) -> float:
+    """The launches a shim polling every poll_s could not place on the right side of t.
+
+    The shim notes its launch count at every poll (shape.cpp) and spreads a span's
+    launches linearly between two notes. Where the whole process stopped (a VM's
+    vCPU taken away, SIGSTOP, a long preemption), its poller stopped too: the next
+    note comes after the loop has resumed and caught up with its pacing in a burst,
+    and the burst is spread over the stop. So where t lies within a poll of a pause
+    longer than a poll that ends in a burst (more than 1.5 times the rate's launches
+    in the poll after it), the launches in the poll before the pause and after it
+    may fall on either side of t; elsewhere none. Seen on a CI machine: one edge's
+    interval -1.09 % and the next +1.20 %; here the loop stopped 30 ms every 0.37 s
+    (SIGSTOP) read such pairs up to 1.5 %, each within this slack."""
+    slack = 0.0
+    for (ta, _), (tb, _) in zip(trace, trace[1:]):
+        if tb - ta <= poll_s or not ta - poll_s <= t <= tb + poll_s:
+            continue
+        after = launches_between(trace, tb, tb + poll_s)
+        if after > 1.5 * rate * poll_s:
+            slack += launches_between(trace, ta - poll_s, ta) + after
+    return slack
+
+
 def run_traced(cmd: list, env: dict, trace_file, timeout: float = 180) -> tuple[str, list[tuple[float, int]]]:
     """Run a mock loop that writes its launches over time (MOCK_LAUNCH_TRACE=trace_file
     in env; under `gpu-agent record`): its stderr, and the trace's (seconds, launches)."""
