@@ -287,6 +287,9 @@ static void new_period(uint64_t start, bool first) {
 void ga_window_hook_grew(uint64_t now_ns, uint64_t hits, uint64_t targets) noexcept {
     for (unsigned k = 0; k < g_n_waits; k++) g_waits[k].mask |= targets; /* they came before it */
     hits_each(g_last_grew_each);
+    if (ga_debug_on >= 2)
+        ga_debug("launch counter (pid %d): slots grew at %.6f s, in the period from %.6f s", (int)getpid(),
+                 (double)now_ns / 1e9, (double)g_period_start_ns / 1e9);
     if (now_ns <= g_period_start_ns) return;
     if (g_grew_ns) { /* the first growth of the period parts it; a later one's functions changed too */
         g_grew_later |= targets;

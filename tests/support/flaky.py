@@ -293,7 +293,10 @@ Three-worker suites of 2026-12-03 (525 s and 484 s; the default stays one worker
   "slots added" and no "launches more" line came (its growth was not parted:
   window.cpp's ga_window_hook_grew leaves a growth at or before the period's start
   to the clocks, which the mock read +114 % for this loop). Not fixed; a failure now
-  says the rows and the grown periods' lines.
+  says the rows, the grown periods' lines and where the slots grew (a new debug line,
+  window.cpp). 0 in 16 runs beside two burners and 4 alone (2026-12-03): the growths
+  fell 0.26-0.40 s into 0.5 s periods; one found in the poll that ends its period
+  still leaves a few hits after it, and their "launches more" line.
 - test_ui_timeline's store fixture, once (4 errors): the record's timeline held no
   slice at all. Not found; a failure now says the record's stderr.
 
