@@ -464,8 +464,8 @@ static double thread_cpu_s(void)
  * that stops to synchronize or to load data); the pacing resumes after it.
  * MOCK_LAUNCH_TRACE=path: the loop's own launches over time, for checking the
  * shim's estimate period by period (GPU_AGENT_DEBUG=2): one line "seconds
- * launches" (CLOCK_MONOTONIC, launches so far) at the start, every 1 000, and
- * after each gap. */
+ * launches" (CLOCK_MONOTONIC, launches so far) at the start, every 1 000
+ * (MOCK_LAUNCH_TRACE_EVERY: every that many), and after each gap. */
 static double g_gap_ms, g_gap_every_ms;
 static long g_block = 1000; /* --block: launches between two pacing sleeps */
 static long g_spin_ns;      /* --spin-ns: CPU work after each launch (a closed loop: a slower
@@ -644,6 +644,8 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
     double gaps_s = 0, next_gap_s = g_gap_every_ms / 1e3;
     const char *trace_path = getenv("MOCK_LAUNCH_TRACE");
     FILE *trace = trace_path ? fopen(trace_path, "w") : NULL;
+    const char *every_env = getenv("MOCK_LAUNCH_TRACE_EVERY");
+    long trace_every = every_env && atol(every_env) > 0 ? atol(every_env) : 1000;
     if (trace) fprintf(trace, "%.6f 0\n", t0);
     long turn = 0; /* --phases: the turn the last launch was in (odd: the other path) */
     for (long i = 0; i < n; i++) {
@@ -683,7 +685,7 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
             while (now_s() < until) {
             }
         }
-        if (trace && (i + 1) % 1000 == 0) fprintf(trace, "%.6f %ld\n", now_s(), i + 1);
+        if (trace && (i + 1) % trace_every == 0) fprintf(trace, "%.6f %ld\n", now_s(), i + 1);
         int warming = i < warm && warm_rate > 0;
         if (g_gap_ms > 0 && i % 1000 == 999 && now_s() - t0 >= next_gap_s) {
             long gap_ns = (long)(g_gap_ms * 1e6);

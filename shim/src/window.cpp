@@ -81,7 +81,7 @@ static double g_rate = -1;                 /* launches per ns of the last count 
 static double g_prev_rate = -1;
 /* For the budget's measure of a window's slowdown: the launch counter and time at
  * the last window's opening and closing, the undisturbed rate and count phase then. */
-static uint64_t g_open_seq, g_closed_seq, g_closed_ns, g_count_n, g_count_ns;
+static uint64_t g_open_seq, g_open_seq_ns, g_closed_seq, g_closed_ns, g_count_n, g_count_ns;
 static double g_base_rate = -1;
 static uint64_t g_period_win_ns;           /* window time in the current period */
 static uint64_t g_last_win_ns, g_last_win_n; /* the last window's length (less its samples') and launches */
@@ -713,7 +713,7 @@ void ga_window_opened(uint64_t cupti_ts) noexcept {
         /* the callbacks counted every launch since the last window */
         g_base_rate = (double)(seq - g_closed_seq) / (double)(now - g_closed_ns);
     }
-    g_open_seq = seq;
+    g_open_seq = seq, g_open_seq_ns = now;
     ga_tail_window_opened(cupti_ts); /* the records of this cycle count from here */
     g_open_sample_ns = ga_sample_ns.load(std::memory_order_relaxed);
     g_win_busy0 = ga_busy_now();
@@ -768,6 +768,9 @@ void ga_window_closed(void) noexcept {
         if (ga_trace_until_ns() <= now) /* a capture's window is not the budget's */
             ga_budget_note_window(dt, seq - g_open_seq, g_base_rate, g_count_n, g_count_ns);
         g_closed_seq = seq, g_closed_ns = now;
+        if (ga_debug_on >= 2) /* tests/test_windows.py sets the loop's own launches in it against its records */
+            ga_debug("window (pid %d): open from %.6f to %.6f s (CLOCK_MONOTONIC), %llu launches", (int)getpid(),
+                     (double)g_open_seq_ns / 1e9, (double)now / 1e9, (unsigned long long)(seq - g_open_seq));
         /* less the time its stack samples took, which a count phase does not pay */
         uint64_t sampled = ga_sample_ns.load(std::memory_order_relaxed) - g_open_sample_ns;
         g_last_win_ns = dt > sampled ? dt - sampled : 0, g_last_win_n = seq - g_open_seq;

@@ -154,6 +154,11 @@ Random samples:
   thread hand buffers over at once: 588 of 97 034 in a CI suite). And a poller
   preempted while it closed a window let launches be noted as the window's but not
   counted in it (lost 20-251 in 9 of 45 runs three at once beside a CPU burner).
+  Its records against the share of time windows were open read 1.22 of it once in a
+  three-worker suite (2026-12-03: 0.98-1.016 in 14 runs beside two burners): a loop
+  whose pacing caught up inside windows. CHANGED HERE: set against the loop's own
+  launches inside each window's open span (its log a line every 50 launches, the
+  spans from a new debug line, window.cpp): -0.19 to +0.28 % in 21 runs, bound 1 %.
   CHANGED HERE (tail.cpp: by start times against the window's opening and closing,
   tests/shim_unit/tail_unit.cpp; window.cpp: the edge before the count): over 1 % in
   5 of 48 such runs at first, 1 of 24 with the opening alone, none of 48 now (unseen
