@@ -23,7 +23,7 @@ import re
 import statistics
 
 from support.env import BENCH_SHIM, MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf
-from support.windows import KERNEL, kernel_totals, launches_between, run_traced, shim_exit_stats
+from support.windows import KERNEL, kernel_totals, launches_between, launches_bracket, run_traced, shim_exit_stats
 from support.windows import periods as period_lines
 
 
@@ -90,17 +90,24 @@ def test_a_free_count_piece_in_a_cycle_of_its_own(tmp_path, built):
     count what the loop launched, and each period's estimate must stay on its own."""
     need_ebpf()
     shim = ("--shim", str(BENCH_SHIM))
-    err, trace, periods, errors, true, est = run_loop(tmp_path, *shim, GPU_AGENT_EXP_COUNT="cycle-edge")
+    err, trace, periods, errors, true, est = run_loop(
+        tmp_path, *shim, GPU_AGENT_EXP_COUNT="cycle-edge", MOCK_LAUNCH_TRACE_EVERY="50"
+    )
     pieces = [
         (float(t0), float(t0) + float(ms) / 1e3, int(n))
         for t0, ms, n in re.findall(
             r"free count piece \(pid \d+\): from ([\d.]+) s \(CLOCK_MONOTONIC\) for ([\d.]+) ms: (\d+) launches", err
         )
     ]
-    inside = [(lo, hi, n) for lo, hi, n in pieces if lo >= trace[0][0] and hi <= trace[-1][0]]
-    assert len(inside) >= 2, err[-3000:]
-    for lo, hi, n in inside:  # the piece's callbacks fired: it counted what the loop launched
-        assert abs(n / launches_between(trace, lo, hi) - 1) < 0.2, (lo, hi, n, launches_between(trace, lo, hi))
+    # Each piece against the launches its span certainly and possibly held, by the loop's
+    # log (a line every 50 launches): a piece that a late poller left 0.1 ms long held
+    # none or one, which a ratio read as -100 % (once in a three-worker suite).
+    inside = [
+        (lo, hi, n, launches_bracket(trace, lo, hi)) for lo, hi, n in pieces if trace[0][0] <= lo < hi <= trace[-1][0]
+    ]
+    assert sum(sure >= 100 for *_, (sure, _) in inside) >= 2, (inside, err[-3000:])
+    for lo, hi, n, (sure, maybe) in inside:  # the piece's callbacks fired: it counted what the loop launched
+        assert 0.8 * sure <= n <= 1.2 * maybe, (lo, hi, n, sure, maybe)
     st = shim_exit_stats(err)
     teardowns = int(re.search(r"teardowns \(pid \d+\): (\d+)", err)[1])
     assert teardowns >= st["windows"] + len(pieces) - 1, (teardowns, st["windows"], len(pieces))

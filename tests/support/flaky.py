@@ -21,6 +21,10 @@ test_teardown; 3 to 12 % in test_windows; 10 % per period in test_periods):
   test_a_free_count_piece_in_a_cycle_of_its_own (the piece at its latest place, ending
   where the count phase begins: at a random place, one CI run in many met that edge by
   chance, and the piece's cycle ran on into the count phase without its teardown).
+  A piece a late poller left 0.1 ms long (0 launches of 0.39 interpolated) read
+  -100 % once in a three-worker suite (2026-12-03). CHANGED HERE: each piece within
+  the bracket of the loop's log, a line every 50 launches (57 pieces of ~100 ms in 3
+  runs beside two burners: every count inside its bracket of 100).
   Deterministic: check the estimator's arithmetic exactly against the inputs it used,
   which the shim can log (each period's counted launches, count-phase launches and
   time, windowed launches: GPU_AGENT_DEBUG=2, or the audit file's per-window counts),
