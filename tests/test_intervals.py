@@ -114,7 +114,7 @@ def paced_run(tmp_path_factory, built):
                 p.kill()
                 p.wait()
     offset = time.time_ns() - time.monotonic_ns()
-    trace = [(float(t), int(n)) for t, n in (ln.split() for ln in trace_file.read_text().splitlines())]
+    trace = read_trace(trace_file)
     files = sorted(out.glob("*.pb.gz"), key=profile_start_ns)
     starts = [(profile_start_ns(f) - offset) / 1e9 for f in files]
     ends = starts[1:] + [starts[-1] + profile_duration_s(files[-1])]

@@ -40,7 +40,7 @@ import pytest
 from support.agent import Agent
 from support.env import MOCK_APP, mock_env, need_ebpf, private_shim
 from support.pprof_tool import profile_duration_s, profile_start_ns, raw
-from support.windows import periods
+from support.windows import periods, read_trace
 
 RATE = 20000
 TURN_S = 2.0
@@ -119,8 +119,7 @@ def turns(tmp_path_factory, built):
     ends = starts[1:] + [starts[-1] + profile_duration_s(files[-1])]
     result = {}
     for name, loop in loops.items():
-        text = (tmp_path / f"launches-{name}.txt").read_text()
-        trace = [(float(t), int(n)) for t, n in (ln.split() for ln in text.splitlines())]
+        trace = read_trace(tmp_path / f"launches-{name}.txt")
         rows = []
         for f, lo, hi in zip(files, starts, ends):
             got = [0, 0]
