@@ -20,6 +20,7 @@ from support.env import MOCK_DIR, ground_truth, mock_env, need_ebpf, private_shi
 from gpu_agent.probes import contract as C
 from gpu_agent.probes.bpf_session import BpfSession
 from gpu_agent.probes.drain import AggKey
+from gpu_agent.commands.common import status_line
 from gpu_agent.join.collector import Collector
 from gpu_agent.profile.vocabulary import GRAPH_BEFORE_ATTACH, GRAPH_REPLAY, GRAPH_REPLAY_LABEL
 from support.pprof_tool import raw
@@ -161,7 +162,7 @@ def test_agent_attached_after_capture(graph_app, tmp_path):
         try:
             _run_collector(proc, col)
             assert proc.wait(10) == 0, proc.stderr.read()
-            builder, _ = col.build_profile()
+            builder, stats = col.build_profile()
             counters = col.counters()
         finally:
             col.close()
@@ -187,6 +188,9 @@ def test_agent_attached_after_capture(graph_app, tmp_path):
     ]
     assert counters["graph_node_unknown"] == 4 * 100
     assert counters["graph_attributed"] == 100
+    # and the status line says so (a profile full of the marker has its reason in the log)
+    line = status_line(stats, counters)
+    assert f" graph_kernels_without_capture=400 graph_capture_stacks={counters['graph_nodes']}" in line, line
 
 
 def test_destroyed_graphs_memory_stays_flat(graph_app, tmp_path):

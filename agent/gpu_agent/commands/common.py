@@ -112,6 +112,15 @@ def status_line(stats, counters: dict) -> str:
         # Periods whose launches were split over the intervals by their shapes (the
         # rest by time): so far, in all.
         + (f" shaped_spans={counters['agent_shaped_spans']}" if counters.get("agent_shaped_spans") else "")
+        # Graph kernels whose node's capture stack was never seen (captured before
+        # the attach: [graph captured before attach]), and the capture stacks seen;
+        # since the start.
+        + (
+            f" graph_kernels_without_capture={counters['graph_node_unknown']}"
+            f" graph_capture_stacks={counters.get('graph_nodes', 0)}"
+            if counters.get("graph_node_unknown")
+            else ""
+        )
     )
 
 
