@@ -117,6 +117,26 @@ def test_a_launcher_that_holds_the_driver_s_pointer_is_counted(agents, tmp_path)
     assert hits and int(hits[1]) > 0.95 * made, (hits and hits[0], made)
 
 
+def test_a_pointer_dlsym_gives_after_the_attach_is_counted_from_its_first_launch(agents, tmp_path):
+    """torch.compile: the process compiles for seconds after the attach (CPU, no
+    launch), then ATen's LazyNVRTC asks dlsym for the driver's cuLaunchKernel at its
+    first launch and keeps it in its table. The counter hands out its trampoline there
+    (the dlsym of every counted object while attached), so every launch through the
+    table is a hit from the first, and the period across the loop's start is counted
+    too. Before: the table's word was found by a later search of the data (here the
+    workload's 32nd poll), the launches until then were no hit, and the period across
+    the start went at the busy clock, which took the spin for launching (on an H200 a
+    torch.compile first interval read +21.6 %)."""
+    loop = ("--api", "cuLaunchKernel-table", "--table-lazy", "1", "--busy-first-ms", "2500")
+    err, rows, seen, made = record_loop(agents, tmp_path, *loop, "--bench", "600000", "--spin-ns", "3000")
+    counted = re.search(r"launch counter \(pid \d+\): .*?cuLaunchKernel in [^:;]+: (\d+)", err)
+    assert counted and int(counted[1]) == made, ([ln for ln in err.splitlines() if "launch counter" in ln], made)
+    assert len(rows) >= 3 and not any(r[6] for r in rows) and all(r[2] for r in rows), rows
+    # the periods across the loop's start (a period whose window saw no launch joins
+    # the one before it): the whole profile holds the loop's launches
+    assert abs(seen / made - 1) < 0.01, (seen, made, [ln for ln in err.splitlines() if "period (pid" in ln][:12])
+
+
 def test_the_pointer_is_found_where_seccomp_refuses_process_vm_readv(agents, tmp_path):
     """Docker's default seccomp profile refuses process_vm_readv to a container without
     CAP_SYS_PTRACE: the search reads /proc/self/mem instead, and counts as before."""

@@ -495,6 +495,10 @@ static void cupti_client_tick(double t0);
 typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                               CUstream, void **, void **);
 static launch_fn g_table_launch;
+/* The driver's own pointer to a function, as cuBLAS's static cudart takes it (from
+ * cuGetProcAddress, which the launch counter does not answer): dlsym's RTLD_DEFAULT,
+ * which it leaves alone (it answers lookups by a handle: --table-lazy). */
+static void *driver_fn(const char *name) { return dlsym(RTLD_DEFAULT, name); }
 /* --table-after-ms M: the table holds a lazy stub of ours for the loop's first M ms,
  * which launches through its own copy of the pointer, on the heap (where the counter
  * does not look), then the driver's pointer (ATen's LazyNVRTC puts it in its table at
@@ -514,6 +518,28 @@ static CUresult table_stub(CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
         __atomic_store_n(&g_table_launch, *g_table_real, __ATOMIC_RELEASE);
     return (*g_table_real)(f, gx, gy, gz, bx, by, bz, sh, s, args, extra);
 }
+
+/* --table-lazy 1: the table holds a lazy stub until the loop's first launch through it,
+ * which asks dlsym (the workload's own import of it) for the driver's cuLaunchKernel
+ * and puts the answer in the table: ATen's LazyNVRTC at torch.compile's first launch,
+ * which comes after the compile, long after the attach. */
+static int g_table_lazy;
+static CUresult table_lazy_stub(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                unsigned bz, unsigned sh, CUstream s, void **args, void **extra)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
+    launch_fn p = h ? (launch_fn)dlsym(h, "cuLaunchKernel") : NULL;
+    if (!p) {
+        fprintf(stderr, "mock_workload: no cuLaunchKernel in libcuda.so.1\n");
+        exit(1);
+    }
+    __atomic_store_n(&g_table_launch, p, __ATOMIC_RELEASE);
+    return p(f, gx, gy, gz, bx, by, bz, sh, s, args, extra);
+}
+
+/* --busy-first-ms M: the thread spins M ms before the loop, launching nothing (a
+ * compile's CPU time: the busy clock takes it for launching). */
+static long g_busy_first_ms;
 
 /* --table-fn cuLaunchKernelEx: the table holds the driver's cuLaunchKernelEx (cuBLAS's does), another
  * counted function than the cuLaunchKernel that the other launches' import slot calls:
@@ -551,7 +577,7 @@ static int table_counted(void)
         return p != table_ex_stub && p != *g_table_ex_real;
     }
     launch_fn p = __atomic_load_n(&g_table_launch, __ATOMIC_ACQUIRE);
-    return p != table_stub && p != *g_table_real;
+    return p != table_stub && p != table_lazy_stub && p != *g_table_real;
 }
 
 /* --libs-after-ms M1,M2: two launches in three go through libmock_launcher1.so and
@@ -605,16 +631,15 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
         return 1;
     }
     if (table) {
-        void *h = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
         g_table_real = malloc(sizeof *g_table_real);
-        *(void **)g_table_real = h ? dlsym(h, "cuLaunchKernel") : NULL;
+        *(void **)g_table_real = driver_fn("cuLaunchKernel");
         if (!*g_table_real) {
             fprintf(stderr, "mock_workload: no cuLaunchKernel in libcuda.so.1\n");
             return 1;
         }
-        g_table_launch = g_table_after_ms > 0 ? table_stub : *g_table_real;
+        g_table_launch = g_table_lazy ? table_lazy_stub : g_table_after_ms > 0 ? table_stub : *g_table_real;
         g_table_ex_real = malloc(sizeof *g_table_ex_real);
-        *(void **)g_table_ex_real = h ? dlsym(h, "cuLaunchKernelEx") : NULL;
+        *(void **)g_table_ex_real = driver_fn("cuLaunchKernelEx");
         if (g_table_ex && !*g_table_ex_real) {
             fprintf(stderr, "mock_workload: no cuLaunchKernelEx in libcuda.so.1\n");
             return 1;
@@ -624,9 +649,8 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
     }
     int libs = g_lib_ms[0] >= 0;
     if (libs) {
-        void *h = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
         g_lib_before = malloc(sizeof *g_lib_before);
-        *(void **)g_lib_before = h ? dlsym(h, "cuLaunchKernelEx") : NULL;
+        *(void **)g_lib_before = driver_fn("cuLaunchKernelEx");
         if (table || graph || rt || !*g_lib_before) {
             fprintf(stderr, "mock_workload: --libs-after-ms takes --api cuLaunchKernel\n");
             return 1;
@@ -639,6 +663,11 @@ static int bench(long n, const char *api, double rate, long warm, double warm_ra
     if (g_idle_first_ms > 0) {
         struct timespec ts = {(time_t)(g_idle_first_ms / 1000), (g_idle_first_ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);
+    }
+    if (g_busy_first_ms > 0) {
+        double until = now_s() + (double)g_busy_first_ms / 1e3;
+        while (now_s() < until) {
+        }
     }
     double t0 = now_s(), c0 = thread_cpu_s();
     double gaps_s = 0, next_gap_s = g_gap_every_ms / 1e3;
@@ -774,7 +803,7 @@ static void usage(void)
                     "                     [--work-ns S] [--idle-first-ms M] [--regimes MS:NS] [--end-ms M]\n"
                     "                     [--table-after-ms M] [--table-every K] [--phases MS:API[:EVERY]]\n"
                     "                     [--table-fn cuLaunchKernel|cuLaunchKernelEx] [--warm-until-counted 1]\n"
-                    "                     [--libs-after-ms M1,M2]\n"
+                    "                     [--libs-after-ms M1,M2] [--table-lazy 1] [--busy-first-ms M]\n"
                     "                     [--cupti-client AT_MS:HOLD_MS]\n");
     exit(1);
 }
@@ -811,6 +840,8 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--idle-first-ms")) g_idle_first_ms = atol(v);
         else if (!strcmp(a, "--end-ms")) g_end_ms = atol(v);
         else if (!strcmp(a, "--table-after-ms")) g_table_after_ms = atol(v);
+        else if (!strcmp(a, "--table-lazy")) g_table_lazy = atol(v) != 0;
+        else if (!strcmp(a, "--busy-first-ms")) g_busy_first_ms = atol(v);
         else if (!strcmp(a, "--table-every")) g_table_every = atol(v) > 1 ? atol(v) : 1;
         else if (!strcmp(a, "--libs-after-ms")) {
             if (sscanf(v, "%ld,%ld", &g_lib_ms[0], &g_lib_ms[1]) != 2 || g_lib_ms[0] < 0 || g_lib_ms[1] < 0) usage();

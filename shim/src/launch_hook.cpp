@@ -21,7 +21,13 @@
  * (not its RELRO part) is searched too, for 8-byte words that hold the address of a
  * driver launch function (dlsym's, in libcuda.so.1): each such word is a slot like
  * an import slot. A table filled after the search (a lazy stub's first call) is
- * found by a later one (the data pass, scan_data). The words are read with
+ * found by a later one (the data pass, scan_data), and the launches before that
+ * went uncounted: ATen's table takes its pointer at torch.compile's first launch,
+ * seconds after the attach. So the counted objects' imports of dlsym go to a stub of
+ * ours while attached (dlsym_stub): asked for a driver launch function by a handle,
+ * it answers with the trampoline for it, and the launches through the table are hits
+ * from the first (a later search adopts the word, so that a detach puts it back).
+ * The words are read with
  * process_vm_readv on ourselves, so that a page the
  * program made unreadable ends the read of its chunk, not the program (/proc/self/mem
  * where a seccomp filter refuses process_vm_readv). What the
@@ -51,6 +57,7 @@
 #include <link.h>
 #include <stdio.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -113,9 +120,61 @@ const char ga_hook_tramps[1] = {0};
 
 static_assert(HOOK_TRAMPS == 64, "the .rept above");
 
+/* The dlsym stubs, one per distinct dlsym the imports held (glibc has two versions of
+ * it): stub i asks ga_dlsym_wants(handle, name) with the caller's arguments saved; on
+ * yes it jumps to ga_dlsym_answer(handle, name, i), else to the real dlsym itself, so
+ * that the caller's return address is dlsym's caller still (RTLD_NEXT and
+ * RTLD_DEFAULT look up from the caller's object). */
+#define DLSYM_STUBS 4
+#define DLSYM_BYTES 64
+extern "C" {
+GA_HIDDEN void *ga_dlsym_real[DLSYM_STUBS];
+GA_HIDDEN extern const char ga_dlsym_stubs[];
+GA_HIDDEN int ga_dlsym_wants(void *handle, const char *name) noexcept;
+GA_HIDDEN void *ga_dlsym_answer(void *handle, const char *name, unsigned i) noexcept;
+}
+#if HOOK_ON
+__asm__(".text\n"
+        ".p2align 6\n"
+        ".globl ga_dlsym_stubs\n"
+        ".hidden ga_dlsym_stubs\n"
+        ".type ga_dlsym_stubs, @function\n"
+        "ga_dlsym_stubs:\n"
+        ".altmacro\n"
+        ".macro ga_dlsym_stub i\n"
+        "  .p2align 6\n"
+        "  endbr64\n"
+        "  push %rdi\n"
+        "  push %rsi\n"
+        "  sub $8, %rsp\n" /* the call below on a 16-byte boundary */
+        "  call ga_dlsym_wants\n"
+        "  add $8, %rsp\n"
+        "  pop %rsi\n"
+        "  pop %rdi\n"
+        "  test %eax, %eax\n"
+        "  jz 1f\n"
+        "  mov $\\i, %edx\n"
+        "  jmp ga_dlsym_answer\n"
+        "1:\n"
+        "  jmp *ga_dlsym_real+8*\\i(%rip)\n"
+        ".endm\n"
+        ".set ga_di, 0\n"
+        ".rept 4\n"
+        "  ga_dlsym_stub %ga_di\n"
+        "  .set ga_di, ga_di+1\n"
+        ".endr\n"
+        ".noaltmacro\n"
+        ".size ga_dlsym_stubs, .-ga_dlsym_stubs\n");
+#else
+const char ga_dlsym_stubs[1] = {0};
+#endif
+static_assert(DLSYM_STUBS == 4, "the .rept above");
+
 struct slot {
     uintptr_t addr, orig, base; /* the slot, what it held, its object's load address */
-    uint32_t tramp;
+    uintptr_t val;              /* what it holds now: a trampoline, or a dlsym stub */
+    uint32_t tramp;             /* the trampoline's number (HOOK_TRAMPS: a dlsym stub) */
+    bool adopted;               /* a handed-out trampoline's word (counted before its search) */
 };
 static slot g_slots[HOOK_SLOTS];
 static uint32_t g_n_slots, g_n_tramps, g_refused;
@@ -130,6 +189,14 @@ struct pending {
 static pending g_pending[HOOK_PENDING];
 static uint32_t g_n_pending;
 static uint32_t g_tramp_name[HOOK_TRAMPS];
+/* tramp_for's: the poller's scans and the threads that ask dlsym */
+static pthread_mutex_t g_tramp_mu = PTHREAD_MUTEX_INITIALIZER;
+/* While attached (from the first scan to the restore): each driver launch function's
+ * address in libcuda.so.1 (0: none), for the dlsym stubs' answers. */
+static uintptr_t g_drv_addr[N_NAMES];
+static bool g_handout_on;
+static uint64_t g_handed_mask; /* the trampolines the stubs handed out */
+static uint64_t g_handouts;
 
 static uint64_t now_ns(void) {
     struct timespec ts;
@@ -172,12 +239,41 @@ static bool write_slot(uintptr_t addr, uintptr_t v, bool relro) {
 }
 
 static int tramp_for(uintptr_t real, uint32_t name) {
-    for (uint32_t i = 0; i < g_n_tramps; i++)
-        if ((uintptr_t)__atomic_load_n(&ga_hook_real[i], __ATOMIC_RELAXED) == real) return (int)i;
-    if (g_n_tramps >= HOOK_TRAMPS) return -1;
-    __atomic_store_n(&ga_hook_real[g_n_tramps], (void *)real, __ATOMIC_RELEASE);
-    g_tramp_name[g_n_tramps] = name;
-    return (int)g_n_tramps++;
+    pthread_mutex_lock(&g_tramp_mu);
+    int t = -1;
+    uint32_t n = __atomic_load_n(&g_n_tramps, __ATOMIC_RELAXED);
+    for (uint32_t i = 0; i < n && t < 0; i++)
+        if ((uintptr_t)__atomic_load_n(&ga_hook_real[i], __ATOMIC_RELAXED) == real) t = (int)i;
+    if (t < 0 && n < HOOK_TRAMPS) {
+        __atomic_store_n(&ga_hook_real[n], (void *)real, __ATOMIC_RELEASE);
+        g_tramp_name[n] = name;
+        __atomic_store_n(&g_n_tramps, n + 1, __ATOMIC_RELEASE);
+        t = (int)n;
+    }
+    pthread_mutex_unlock(&g_tramp_mu);
+    return t;
+}
+
+/* ---- the dlsym stubs' side (any thread) ---- */
+int ga_dlsym_wants(void *handle, const char *name) noexcept {
+    /* a handle of the caller's (not RTLD_DEFAULT, RTLD_NEXT: those depend on the
+     * caller), and a driver launch function's name */
+    if (!__atomic_load_n(&g_handout_on, __ATOMIC_ACQUIRE) || handle == RTLD_DEFAULT || handle == RTLD_NEXT || !name)
+        return 0;
+    int n = name_index(name);
+    return n >= 0 && name[0] == 'c' && name[1] == 'u';
+}
+
+void *ga_dlsym_answer(void *handle, const char *name, unsigned i) noexcept {
+    typedef void *(*dlsym_fn)(void *, const char *);
+    void *p = ((dlsym_fn)__atomic_load_n(&ga_dlsym_real[i], __ATOMIC_ACQUIRE))(handle, name);
+    int n = name_index(name);
+    if (!p || n < 0 || (uintptr_t)p != __atomic_load_n(&g_drv_addr[n], __ATOMIC_ACQUIRE)) return p;
+    int t = tramp_for((uintptr_t)p, (uint32_t)n);
+    if (t < 0) return p;
+    __atomic_fetch_or(&g_handed_mask, 1ull << t, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&g_handouts, 1, __ATOMIC_RELAXED);
+    return (void *)tramp_addr((uint32_t)t);
 }
 
 /* Extent of an object: its segments, and which of them are writable or RELRO. */
@@ -220,7 +316,36 @@ static bool count_slot(const extent &x, uintptr_t addr, uint32_t name, uintptr_t
     if (!relro && !x.in(addr, PT_LOAD, true)) return g_refused++, false;
     int t = g_n_slots < HOOK_SLOTS ? tramp_for(real, name) : -1;
     if (t < 0 || !write_slot(addr, tramp_addr((uint32_t)t), relro)) return g_refused++, false;
-    g_slots[g_n_slots++] = {addr, v, x.info->dlpi_addr, (uint32_t)t};
+    g_slots[g_n_slots++] = {addr, v, x.info->dlpi_addr, tramp_addr((uint32_t)t), (uint32_t)t, false};
+    return true;
+}
+
+/* A word that holds a trampoline a dlsym stub handed out: kept as a slot (counted
+ * already), so that a detach puts the driver's pointer back. */
+static void adopt_slot(const extent &x, uintptr_t addr, uintptr_t v) {
+    uint32_t t = (uint32_t)((v - (uintptr_t)ga_hook_tramps) / TRAMP_BYTES);
+    if (v != tramp_addr(t) || !(__atomic_load_n(&g_handed_mask, __ATOMIC_RELAXED) & (1ull << t)) ||
+        g_n_slots >= HOOK_SLOTS)
+        return;
+    for (uint32_t i = 0; i < g_n_slots; i++)
+        if (g_slots[i].addr == addr) return;
+    g_slots[g_n_slots++] = {addr, (uintptr_t)ga_hook_real[t], x.info->dlpi_addr, v, t, true};
+}
+
+/* An import slot of dlsym: to the stub for the dlsym it holds (a new one while there
+ * is room), so that a driver launch function asked for by a handle is counted. */
+static bool hook_dlsym_slot(const extent &x, uintptr_t addr, uintptr_t v) {
+    uintptr_t stubs = (uintptr_t)ga_dlsym_stubs;
+    if (!HOOK_ON || (v >= stubs && v < stubs + DLSYM_STUBS * DLSYM_BYTES) || g_n_slots >= HOOK_SLOTS) return false;
+    unsigned i = 0;
+    while (i < DLSYM_STUBS && ga_dlsym_real[i] && (uintptr_t)ga_dlsym_real[i] != v) i++;
+    if (i == DLSYM_STUBS) return g_refused++, false;
+    if (!ga_dlsym_real[i]) __atomic_store_n(&ga_dlsym_real[i], (void *)v, __ATOMIC_RELEASE);
+    bool relro = x.in(addr, PT_GNU_RELRO, false);
+    if (!relro && !x.in(addr, PT_LOAD, true)) return g_refused++, false;
+    uintptr_t stub = stubs + (uintptr_t)i * DLSYM_BYTES;
+    if (!write_slot(addr, stub, relro)) return g_refused++, false;
+    g_slots[g_n_slots++] = {addr, v, x.info->dlpi_addr, stub, HOOK_TRAMPS, false};
     return true;
 }
 
@@ -322,6 +447,7 @@ static uint64_t scan_data(const extent &x, scan_ctx *c, uint64_t from, uint64_t 
             g_data_bytes += (uint64_t)got;
             for (size_t w = 0; w < (size_t)got / 8; w++) {
                 uintptr_t v = buf[w];
+                if (is_tramp(v)) adopt_slot(x, a + w * 8, v);
                 if (v < c->drv_lo || v > c->drv_hi) continue;
                 for (uint32_t n = 0; n < N_NAMES; n++)
                     if (c->drv[n] == v) {
@@ -407,11 +533,17 @@ static int scan_object(struct dl_phdr_info *info, size_t, void *data) {
         if (!x.contains((uintptr_t)&syms[si], sizeof(ElfW(Sym)))) continue;
         uint32_t off = syms[si].st_name;
         if (off >= strsz) continue;
-        int n = name_index((const char *)strtab + off);
-        if (n < 0) continue;
+        const char *sym = (const char *)strtab + off;
+        int n = name_index(sym);
+        bool dlsym_slot = n < 0 && off + 6 <= strsz && !strcmp(sym, "dlsym");
+        if (n < 0 && !dlsym_slot) continue;
         uintptr_t addr = base + r[i].r_offset;
         if (!x.contains(addr, 8)) continue;
         uintptr_t v = __atomic_load_n((uintptr_t *)addr, __ATOMIC_ACQUIRE);
+        if (dlsym_slot) { /* lazy binding, not resolved yet: to the dlsym the shim binds (glibc has one) */
+            hook_dlsym_slot(x, addr, v >= lo && v < hi ? (uintptr_t)&dlsym : v);
+            continue;
+        }
         if (v >= lo && v < hi) {
             /* lazy binding, not resolved yet: to what the loader would bind it, the
              * global scope's definition, where there is one; else retried */
@@ -461,6 +593,8 @@ unsigned ga_hook_scan(void) noexcept {
         if (c.drv[i] > c.drv_hi) c.drv_hi = c.drv[i];
     }
     if (cu) dlclose(cu);
+    for (unsigned i = 0; i < N_NAMES; i++) __atomic_store_n(&g_drv_addr[i], c.drv[i], __ATOMIC_RELEASE);
+    __atomic_store_n(&g_handout_on, true, __ATOMIC_RELEASE);
     uint64_t t0 = now_ns();
     dl_iterate_phdr(scan_object, &c);
     g_data_ns += now_ns() - t0;
@@ -479,7 +613,7 @@ static int restore_object(struct dl_phdr_info *info, size_t, void *data) {
     for (uint32_t i = 0; i < g_n_slots; i++) {
         slot &s = g_slots[i];
         if (s.base != info->dlpi_addr || !s.addr || !x.contains(s.addr, 8)) continue;
-        if (__atomic_load_n((uintptr_t *)s.addr, __ATOMIC_ACQUIRE) == tramp_addr(s.tramp) &&
+        if (__atomic_load_n((uintptr_t *)s.addr, __ATOMIC_ACQUIRE) == s.val &&
             write_slot(s.addr, s.orig, x.in(s.addr, PT_GNU_RELRO, false)))
             c->done++;
         s.addr = 0;
@@ -489,6 +623,7 @@ static int restore_object(struct dl_phdr_info *info, size_t, void *data) {
 
 unsigned ga_hook_restore(void) noexcept {
     restore_ctx c{0};
+    __atomic_store_n(&g_handout_on, false, __ATOMIC_RELEASE);
     if (HOOK_ON && g_n_slots) dl_iterate_phdr(restore_object, &c);
     /* slots of objects unloaded since are gone with them */
     g_n_slots = 0, g_n_objects = 0, g_n_pending = 0, g_refused = 0, g_adds = 0, g_scans = 0;
@@ -512,7 +647,8 @@ uint32_t ga_hook_hits_each(uint64_t *out, uint32_t max) noexcept {
 
 uint64_t ga_hook_targets_since(uint32_t slots0) noexcept {
     uint64_t mask = 0;
-    for (uint32_t i = slots0; i < g_n_slots; i++) mask |= 1ull << g_slots[i].tramp;
+    for (uint32_t i = slots0; i < g_n_slots; i++)
+        if (g_slots[i].tramp < HOOK_TRAMPS && !g_slots[i].adopted) mask |= 1ull << g_slots[i].tramp;
     return mask;
 }
 
@@ -524,10 +660,13 @@ void ga_hook_describe(char *buf, unsigned size) noexcept {
     unsigned len = 0;
     buf[0] = 0;
     for (uint32_t i = 0; i < g_n_tramps && len + 1 < size; i++) {
+        unsigned long long hits = __atomic_load_n(&ga_hook_hit[i * 8], __ATOMIC_RELAXED);
+        if (!hits) continue; /* the functions called: a log line holds 512 bytes */
         Dl_info d;
         const char *lib = dladdr(ga_hook_real[i], &d) && d.dli_fname ? d.dli_fname : "?";
-        int w = snprintf(buf + len, size - len, "%s%s in %s: %llu", len ? "; " : "", k_names[g_tramp_name[i]], lib,
-                         (unsigned long long)__atomic_load_n(&ga_hook_hit[i * 8], __ATOMIC_RELAXED));
+        const char *b = strrchr(lib, '/');
+        int w = snprintf(buf + len, size - len, "%s%s in %s: %llu", len ? "; " : "", k_names[g_tramp_name[i]],
+                         b ? b + 1 : lib, hits);
         if (w < 0) break;
         len += (unsigned)w;
     }

@@ -37,7 +37,7 @@ GA_HIDDEN uint32_t ga_hook_hits_each(uint64_t *out, uint32_t max) noexcept;
  * the first `slots0` (ga_hook_stats's slots before a scan): which ones a scan grew. */
 GA_HIDDEN uint64_t ga_hook_targets_since(uint32_t slots0) noexcept;
 GA_HIDDEN ga_hook_stats ga_hook_stats_now(void) noexcept;
-/* The counted functions' names and hits, one per line, into buf (the probe's report). */
+/* The counted functions that were called, their objects and hits, into buf (the exit line, the probe's report). */
 GA_HIDDEN void ga_hook_describe(char *buf, unsigned size) noexcept;
 
 #endif
