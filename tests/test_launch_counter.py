@@ -131,6 +131,7 @@ def test_a_pointer_dlsym_gives_after_the_attach_is_counted_from_its_first_launch
     err, rows, seen, made = record_loop(agents, tmp_path, *loop, "--bench", "600000", "--spin-ns", "3000")
     counted = re.search(r"launch counter \(pid \d+\): .*?cuLaunchKernel in [^:;]+: (\d+)", err)
     assert counted and int(counted[1]) == made, ([ln for ln in err.splitlines() if "launch counter" in ln], made)
+    assert re.search(r"launch counter \(pid \d+\): .*?; 1 pointers handed out by dlsym;", err), counted[0]
     assert len(rows) >= 3 and not any(r[6] for r in rows) and all(r[2] for r in rows), rows
     # the periods across the loop's start (a period whose window saw no launch joins
     # the one before it): the whole profile holds the loop's launches

@@ -428,8 +428,8 @@ void ga_collect_log_exit(void) noexcept {
         char what[512];
         ga_hook_describe(what, sizeof(what));
         ga_debug("launch counter (pid %d): %u slots in %u objects, %u left alone, %.1f MB of data searched, scans %.1f ms; "
-                 "%llu hits%s%s",
+                 "%llu pointers handed out by dlsym; %llu hits%s%s",
                  (int)getpid(), h.slots, h.objects, h.refused, (double)h.data_bytes / 1e6, (double)h.scan_ns / 1e6,
-                 (unsigned long long)ga_hook_hits(), *what ? ": " : "", what);
+                 (unsigned long long)h.handouts, (unsigned long long)ga_hook_hits(), *what ? ": " : "", what);
     }
 }

@@ -653,7 +653,8 @@ uint64_t ga_hook_targets_since(uint32_t slots0) noexcept {
 }
 
 ga_hook_stats ga_hook_stats_now(void) noexcept {
-    return {g_n_objects, g_n_slots, g_n_tramps, g_refused + g_n_pending, g_data_bytes, g_data_ns};
+    return {g_n_objects, g_n_slots, g_n_tramps, g_refused + g_n_pending, g_data_bytes, g_data_ns,
+            __atomic_load_n(&g_handouts, __ATOMIC_RELAXED)};
 }
 
 void ga_hook_describe(char *buf, unsigned size) noexcept {

@@ -17,6 +17,7 @@ struct ga_hook_stats {
     uint32_t refused;   /* slots left alone (no room, unwritable, unresolved) */
     uint64_t data_bytes; /* writable data searched for driver pointers, in all */
     uint64_t scan_ns;   /* the scans' time, in all */
+    uint64_t handouts;  /* trampolines the dlsym stubs answered with, in all */
 };
 
 /* Count the launches through every loaded object's imports of the CUDA launch

@@ -287,7 +287,7 @@ RULES: tuple[tuple[str, tuple[str, ...] | str, str], ...] = (
     ),
     ("agent/gpu_agent/commands/run.py", AGENT_RUN + METRICS + ("tests/test_streaming.py",), "`run`"),
     ("agent/gpu_agent/commands/health.py", ("tests/test_run.py", "tests/faults/test_trace_flood.py"), "`health`"),
-    ("agent/gpu_agent/commands/common.py", ("tests/test_invariants.py",), "the status line"),
+    ("agent/gpu_agent/commands/common.py", ("tests/test_invariants.py", "tests/test_graphs.py"), "the status line"),
     ("agent/gpu_agent/commands/kube.py", K8S, "pods"),
     (
         "agent/gpu_agent/commands/outputs.py",
