@@ -294,9 +294,18 @@ def test_a_period_whose_window_saw_none_joins_the_pending_one_and_its_span(weigh
 def test_launches_before_any_window_launch_go_to_the_first_window_s_period(weights_unit):
     """With no period before them to join, they are carried on to the next period whose
     window saw launches, whose span then starts where they did."""
-    pubs, until, _, _ = weigh(weights_unit, periods([(400, 0), (600, 0), (1000, 100)]))
+    script = periods([(400, 0), (600, 0), (1000, 100)])
+    pubs, until, _, _ = weigh(weights_unit, script)
     assert pubs == [(3, 20.0, 0, 3000)], pubs
     assert until[1] == 0  # nothing after the carried launches' start may be closed
+    # and its shape knows which launches were made where: the carried ones before the
+    # period, its own in it (spread by time over the whole span, a compile's few
+    # launches before a torch.compile loop put 18 586 of the loop's in the interval
+    # before it started, on an H200)
+    shapes = [ln for ln in play(weights_unit, script).splitlines() if ln.startswith("SHAPE")]
+    assert shapes == [
+        "SHAPE start_ms=0.000 end_ms=3000.000 own_start_ms=2000.000 own_end_ms=3000.000 before=1000 own=1000 all=2000"
+    ], shapes
 
 
 def test_an_exit_mid_period_gives_its_launches_to_the_pending_one(weights_unit):

@@ -172,7 +172,15 @@ enum { GA_SHAPE_NONE = 0, GA_SHAPE_SEQ, GA_SHAPE_HITS };
 GA_HIDDEN void ga_shape_reset(uint64_t now_ns) noexcept; /* at attach */
 GA_HIDDEN void ga_shape_sample(uint64_t now_ns) noexcept;
 GA_HIDDEN void ga_shape_measure(int measure) noexcept;
-GA_HIDDEN void ga_shape_publish(uint64_t start_ns, uint64_t end_ns) noexcept;
+/* A published span: [start, end) holds the launches carried from window-less periods
+ * before the period (`before`, made in [start, own_start)), the period's own (`own`,
+ * in [own_start, own_end)) and those of window-less periods joined after it (the rest,
+ * in [own_end, end)). */
+struct ga_published_span {
+    uint64_t start, own_start, own_end, end;
+    uint64_t before, own, all;
+};
+GA_HIDDEN void ga_shape_publish(const ga_published_span &s) noexcept;
 /* weights.cpp's part of it: publishes what is due; the last weight (x GA_WQ) */
 GA_HIDDEN uint32_t ga_weights_release(bool period_end) noexcept;
 /* Launches no record stands for: before the first window with launches, at a

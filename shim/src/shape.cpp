@@ -57,6 +57,13 @@ bool count_at(uint64_t t, bool hits, double *v, uint64_t *epoch = nullptr) {
     *v = va + (vb - va) * (double)(t - a.t) / (double)(b.t - a.t);
     return true;
 }
+
+/* The count's share at t of [t0, t1] (false: no shape there, or the counter counted
+ * more slots inside it, when its hits are no shape of it). */
+bool measured(uint64_t t0, uint64_t t1, bool hits, double *a0, double *a1) {
+    uint64_t e0 = 0, e1 = 0;
+    return count_at(t0, hits, a0, &e0) && count_at(t1, hits, a1, &e1) && *a1 - *a0 >= 1 && (!hits || e0 == e1);
+}
 } // namespace
 
 void ga_shape_sample(uint64_t now_ns) noexcept {
@@ -72,21 +79,51 @@ void ga_shape_reset(uint64_t now_ns) noexcept {
 
 void ga_shape_measure(int measure) noexcept { g_measure = measure; }
 
-void ga_shape_publish(uint64_t start_ns, uint64_t end_ns) noexcept {
-    if (ga_cfg.duty_cycle <= 1 || end_ns <= start_ns || g_measure == GA_SHAPE_NONE) return; /* the clocks: by time */
-    bool hits = g_measure == GA_SHAPE_HITS;
-    ga_shape_sample(ga_now_ns()); /* a detach's or an exit's span ends now */
+void ga_shape_publish(const ga_published_span &sp) noexcept {
+    uint64_t start_ns = sp.start, end_ns = sp.end;
+    if (ga_cfg.duty_cycle <= 1 || end_ns <= start_ns) return;
+    bool have = g_measure != GA_SHAPE_NONE, hits = g_measure == GA_SHAPE_HITS;
+    if (have) ga_shape_sample(ga_now_ns()); /* a detach's or an exit's span ends now */
     double a0, a1, v;
-    uint64_t e0 = 0, e1 = 0;
-    if (!count_at(start_ns, hits, &a0, &e0) || !count_at(end_ns, hits, &a1, &e1) || a1 - a0 < 1) return;
-    /* the counter counted more slots inside the span: its hits are no shape of it */
-    if (hits && e0 != e1) return;
     uint16_t shares[GA_SHAPE_KNOTS];
     double span = (double)(end_ns - start_ns), prev = 0;
+    if (have && measured(start_ns, end_ns, hits, &a0, &a1)) { /* the count's own shape */
+        for (unsigned j = 0; j + 1 < GA_SHAPE_KNOTS; j++) {
+            uint64_t t = start_ns + (uint64_t)(span * (double)(j + 1) / GA_SHAPE_KNOTS);
+            if (!count_at(t, hits, &v)) return;
+            double f = (v - a0) / (a1 - a0);
+            prev = f < prev ? prev : f > 1 ? 1 : f;
+            shares[j] = (uint16_t)(prev * GA_SHAPE_ONE + 0.5);
+        }
+        shares[GA_SHAPE_KNOTS - 1] = GA_SHAPE_ONE;
+        ga_fire_period_shape(start_ns, end_ns, shares, GA_SHAPE_KNOTS);
+        return;
+    }
+    /* No shape of the whole span (the clocks, or a counter that grew in it), but its
+     * pieces' launches are known: the ones carried from before the period over their
+     * stretch, the period's own over its (by the count where it has a shape there),
+     * the ones joined after it over theirs. A torch.compile period on an H200 whose
+     * span began with the compile's few launches 1.6 s before the loop put 18 586 of
+     * the loop's launches in the interval before it started, spread by time. */
+    double all = (double)sp.all, before = (double)sp.before, own = (double)sp.own;
+    if (sp.all < 1 || before + own > all || sp.own_start < start_ns || sp.own_end > end_ns ||
+        sp.own_end < sp.own_start || (before < 1 && sp.own_end == end_ns))
+        return; /* one piece: by time */
+    double o0 = 0, o1 = 0;
+    bool own_shape = have && sp.own_end > sp.own_start && measured(sp.own_start, sp.own_end, hits, &o0, &o1);
     for (unsigned j = 0; j + 1 < GA_SHAPE_KNOTS; j++) {
         uint64_t t = start_ns + (uint64_t)(span * (double)(j + 1) / GA_SHAPE_KNOTS);
-        if (!count_at(t, hits, &v)) return;
-        double f = (v - a0) / (a1 - a0);
+        double n; /* launches in [start, t] */
+        if (t < sp.own_start) {
+            n = before * (double)(t - start_ns) / (double)(sp.own_start - start_ns);
+        } else if (t < sp.own_end) {
+            double g = (double)(t - sp.own_start) / (double)(sp.own_end - sp.own_start);
+            if (own_shape && count_at(t, hits, &v)) g = (v - o0) / (o1 - o0);
+            n = before + own * (g < 0 ? 0 : g > 1 ? 1 : g);
+        } else {
+            n = before + own + (all - before - own) * (double)(t - sp.own_end) / (double)(end_ns - sp.own_end);
+        }
+        double f = n / all;
         prev = f < prev ? prev : f > 1 ? 1 : f;
         shares[j] = (uint16_t)(prev * GA_SHAPE_ONE + 0.5);
     }

@@ -62,6 +62,7 @@ static ga_extrapolate_fn g_extrapolate;    /* its launches from the counted ones
  * Seq 0: none. */
 static uint32_t g_pend_seq;
 static uint64_t g_pend_all, g_pend_in, g_pend_start, g_pend_end;
+static uint64_t g_pend_own_start, g_pend_own_end, g_pend_before, g_pend_own; /* its pieces (ga_published_span) */
 /* ga_weights_split: the next period's end gives [its start, g_split_at) and about
  * g_split_n launches to the pending period (0: none) */
 static uint64_t g_split_at, g_split_n, g_split_in;
@@ -193,7 +194,7 @@ uint32_t ga_window_period_of(uint32_t correlation_id, bool *unseen, bool *outsid
  * see where in a launch CUPTI's switch took effect. So a period's weight is
  * computed after the flush that follows its publication is due (the records
  * are in by then): publish_pending queues it, ga_window_release_records does it. */
-struct due_period { uint32_t seq; uint64_t all, in, start, end; };
+struct due_period { uint32_t seq; uint64_t in; ga_published_span span; };
 #define DUE_MAX 8u
 static due_period g_due[DUE_MAX];
 static unsigned g_due_n;
@@ -205,7 +206,8 @@ static void carry(uint64_t launches, uint64_t since) {
     g_carry_all += launches;
 }
 
-static void publish_now(uint32_t seq, uint64_t all, uint64_t in, uint64_t start, uint64_t end) {
+static void publish_now(uint32_t seq, uint64_t in, const ga_published_span &span) {
+    uint64_t all = span.all, start = span.start, end = span.end;
     uint32_t newest = 0;
     uint64_t left = ga_activity_leave_out_last_replays(seq, &newest);
     g_period_last_corr[seq % QRING].store((uint64_t)seq << 32 | newest, std::memory_order_relaxed);
@@ -218,7 +220,7 @@ static void publish_now(uint32_t seq, uint64_t all, uint64_t in, uint64_t start,
         carry(all, start);
         if (!g_last_q) g_last_q = g_slots * WQ;
     }
-    ga_shape_publish(start, end); /* before the span's records go (held.cpp) */
+    ga_shape_publish(span); /* before the span's records go (held.cpp) */
     ga_weight_publish(seq, g_last_q, start, end);
     if (in > left && ga_debug_on >= 2) /* what the records stand for, once (tests/test_intervals.py) */
         ga_debug("period (pid %d): %llu launches published over %llu records", (int)getpid(),
@@ -240,7 +242,7 @@ static void publish_due(bool all = true) {
         bool waiting = !all && cur - d.seq <= DUE_WAIT && (uint32_t)(last >> 32) == d.seq &&
                        ga_activity_newest_held(d.seq) < (uint32_t)last;
         if (waiting) g_due[keep++] = d;
-        else publish_now(d.seq, d.all, d.in, d.start, d.end);
+        else publish_now(d.seq, d.in, d.span);
     }
     g_due_n = keep;
 }
@@ -248,7 +250,9 @@ static void publish_due(bool all = true) {
 static void publish_pending(void) {
     if (!g_pend_seq) return;
     if (g_due_n == DUE_MAX) publish_due(); /* too many waiting: no more waiting */
-    g_due[g_due_n++] = {g_pend_seq, g_pend_all, g_pend_in, g_pend_start, g_pend_end};
+    g_due[g_due_n++] = {g_pend_seq, g_pend_in,
+                        {g_pend_start, g_pend_own_start, g_pend_own_end, g_pend_end, g_pend_before, g_pend_own,
+                         g_pend_all}};
     g_pend_seq = 0;
 }
 
@@ -316,6 +320,7 @@ static void end_period(uint64_t edge_ns, bool first = false, bool final = false)
             publish_pending();
             g_pend_seq = seq, g_pend_all = all + g_carry_all, g_pend_in = in;
             g_pend_start = g_carry_all ? g_carry_start : start, g_pend_end = end;
+            g_pend_own_start = start, g_pend_own_end = end, g_pend_before = g_carry_all, g_pend_own = all;
             g_carry_all = 0;
             if (hand) carry(hand, end);
         }
@@ -386,7 +391,7 @@ uint64_t ga_weights_published_until(void) noexcept {
      * pending, of the carried launches, else the current period's. */
     uint64_t until = g_cur_start;
     for (unsigned i = 0; i < g_due_n; i++)
-        if (g_due[i].start < until) until = g_due[i].start;
+        if (g_due[i].span.start < until) until = g_due[i].span.start;
     if (g_pend_seq && g_pend_start < until) until = g_pend_start;
     if (g_carry_all && g_carry_start < until) until = g_carry_start;
     return until;

@@ -20,7 +20,8 @@
  *                        RECORD corr=C period=P unseen=U outside=O late=L
  * What the file publishes is printed as it goes:
  *   PUB seq=P q=Q start_ms=S end_ms=E    ga_weight_publish (Q: the weight x GA_WQ)
- *   SHAPE start_ms=S end_ms=E            ga_shape_publish
+ *   SHAPE start_ms=S end_ms=E own_start_ms=O own_end_ms=F before=B own=N all=A
+ *                                        ga_shape_publish (the span's pieces)
  *   UNTIL ms=T                            ga_weights_published_until after each call
  *   STATS unweighted=U joined=J           at the end */
 #include "../../shim/src/weights.cpp"
@@ -45,8 +46,10 @@ static const uint64_t MS_NS = 1000000;
 void ga_weight_publish(uint32_t period, uint32_t q, uint64_t start, uint64_t end) noexcept {
     printf("PUB seq=%u q=%u start_ms=%.3f end_ms=%.3f\n", period, q, (double)start / MS_NS, (double)end / MS_NS);
 }
-void ga_shape_publish(uint64_t start, uint64_t end) noexcept {
-    printf("SHAPE start_ms=%.3f end_ms=%.3f\n", (double)start / MS_NS, (double)end / MS_NS);
+void ga_shape_publish(const ga_published_span &s) noexcept {
+    printf("SHAPE start_ms=%.3f end_ms=%.3f own_start_ms=%.3f own_end_ms=%.3f before=%llu own=%llu all=%llu\n",
+           (double)s.start / MS_NS, (double)s.end / MS_NS, (double)s.own_start / MS_NS, (double)s.own_end / MS_NS,
+           (unsigned long long)s.before, (unsigned long long)s.own, (unsigned long long)s.all);
 }
 void ga_weight_set_default(uint32_t) noexcept {}
 void ga_weight_drop_through(uint32_t, uint32_t) noexcept {}
