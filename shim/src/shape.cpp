@@ -13,9 +13,11 @@
  *
  * The count is the one the period's estimate stands on: the launch callbacks where
  * they stay on between windows (no teardowns: they see every launch), the launch
- * counter where it is calibrated (launch_hook.cpp; its ratio to the launches is the
- * period's, so its shares are theirs, unless it counted more slots inside the span).
- * Else (the clocks) no shape goes, and the agent spreads the span by time.
+ * counter where it is calibrated or its hits wait for a calibration (launch_hook.cpp;
+ * its ratio to the launches is the period's, so its shares are theirs, unless it
+ * counted more slots inside the span). Else (the clocks) the span's pieces give its
+ * shape where it has several (ga_published_span), and otherwise none goes: the agent
+ * spreads the span by time.
  * Poller thread only, and at a detach or exit (the poller stopped). */
 #include "ga_internal.h"
 #include "ga_probes.h"
@@ -106,9 +108,13 @@ void ga_shape_publish(const ga_published_span &sp) noexcept {
      * span began with the compile's few launches 1.6 s before the loop put 18 586 of
      * the loop's launches in the interval before it started, spread by time. */
     double all = (double)sp.all, before = (double)sp.before, own = (double)sp.own;
-    if (sp.all < 1 || before + own > all || sp.own_start < start_ns || sp.own_end > end_ns ||
-        sp.own_end < sp.own_start || (before < 1 && sp.own_end == end_ns))
-        return; /* one piece: by time */
+    if (sp.all < 1 || before + own > all || sp.own_start < start_ns || sp.own_end > end_ns || sp.own_end < sp.own_start)
+        return;
+    /* Launches joined with no stretch of their own (a waiting stretch's, counted at a
+     * calibration: window.cpp's take_waits) go with the period's own. */
+    if (sp.own_end == end_ns) own = all - before;
+    if (sp.own_start == start_ns) own += before, before = 0;
+    if (before < 1 && sp.own_end == end_ns) return; /* one piece: by time */
     double o0 = 0, o1 = 0;
     bool own_shape = have && sp.own_end > sp.own_start && measured(sp.own_start, sp.own_end, hits, &o0, &o1);
     for (unsigned j = 0; j + 1 < GA_SHAPE_KNOTS; j++) {
