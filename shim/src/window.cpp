@@ -553,10 +553,7 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
         bool calibrated = !moved && calibrate_hook(seen, hits_on);
         double hook_rest = (double)(hits - 1 - g_hook_p0) - (double)hits_on;
         bool hooked = g_hook_ratio > 0 && !moved;
-        /* the hits are the launches' shape where the counter is calibrated, and where
-         * they wait for a calibration too (one ratio will scale them all) */
-        bool waiting = g_hook_ratio == HOOK_UNDECIDED && ga_cfg.launch_counter && !moved;
-        ga_shape_measure(hooked || waiting ? GA_SHAPE_HITS : GA_SHAPE_NONE);
+        ga_shape_measure(hooked ? GA_SHAPE_HITS : GA_SHAPE_NONE);
         if (hook_rest < 0) hook_rest = 0;
         double tail_n = tail_rate * tail, rest_n = rate * rest;
         if (busy) {
