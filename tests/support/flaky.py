@@ -309,6 +309,23 @@ Three-worker suites of 2026-12-03 (525 s and 484 s; the default stays one worker
 - test_ui_timeline's store fixture, once (4 errors): the record's timeline held no
   slice at all. Not found; a failure now says the record's stderr.
 
+Three-worker suites, 2026-12-03 (third session): 534.0 s and 543.8 s clean; one at
+a248950 (534.4 s) failed two, and one that a rebuild of the shim crossed failed more:
+- test_windows::test_records_completing_periods_after_their_launch_keep_their_periods_weight:
+  whole -0.84 % (bound 0.5 %); 0 in 4 runs beside two burners. Not re-derived.
+- test_hostile_probes::test_forged_drops_of_many_processes_stay_within_each_interval_s_bound:
+  its implausible count read 0 of 5 after a 2.5 s sleep. CHANGED HERE: waited for
+  (faultkit.counted), as the others there.
+- test_launch_counter::...[two-in-a-row] whole -4.2 % (bound 1 %) and
+  test_intervals::test_idle_parts_of_a_period_add_nothing[busy-clock] p90 0.116 (bound
+  0.1), both in the suite a rebuild crossed (its compile on both CPUs beside three
+  workers); 0 in 5 runs each beside two burners.
+- test_intervals::test_each_interval_holds_the_launches_made_in_it, once in a `-n 2`
+  run of five modules (its message lost); 0 in 4 runs beside two burners and 5 alone.
+- new: test_launch_counter::test_a_pointer_dlsym_gives_after_the_attach_is_counted_from_its_first_launch:
+  its hits against the table's launches are exact; the whole run within 1 % depends
+  on the period across the loop's start (0 in 4 runs beside two burners).
+
     python tests/support/flaky.py [--runs N] [--seconds S] [--burners B] [NODEID...]
 
 Rounds of one run of each test (a pytest process of its own, no plugin that retries),
@@ -361,8 +378,16 @@ FLAKY: tuple[tuple[str, str], ...] = (
         "as the one above, through a pointer in the loop's data; hits over 95 % of the launches",
     ),
     (
+        "tests/test_launch_counter.py::test_a_pointer_dlsym_gives_after_the_attach_is_counted_from_its_first_launch",
+        "hits exactly the table's launches (deterministic); the whole run within 1 % (the period across its start)",
+    ),
+    (
         "tests/test_launch_counter.py::test_the_pointer_is_found_where_seccomp_refuses_process_vm_readv",
         "hits over 95 % of a loop's launches, the search reading /proc/self/mem",
+    ),
+    (
+        "tests/test_windows.py::test_records_completing_periods_after_their_launch_keep_their_periods_weight",
+        "whole within 0.5 %, records 150 ms late, gaps of 40 ms (-0.84 % once in a three-worker suite)",
     ),
     (
         "tests/test_launch_counter.py::test_a_period_whose_slots_grew_counts_each_side_on_its_own",
