@@ -14,6 +14,10 @@ weights.cpp (tests/shim_unit/weights_unit.cpp): each period's weight, its launch
 over its window's, published one period late with the span its launches were made
 in, which the agent splits over its intervals by overlap (issue 42).
 
+shape.cpp (tests/shim_unit/shape_unit.cpp): how a published span's launches spread
+over it, from the count noted at every poll, or from its pieces (the launches carried
+from before its period, its own) where no count shapes it.
+
 tail.cpp (tests/shim_unit/tail_unit.cpp): which of a cycle's kernel records are its
 window's and which its tail's, however CUPTI's buffers come.
 
@@ -51,7 +55,8 @@ def build(tmp_path_factory, name: str) -> Path:
     exe = tmp_path_factory.mktemp(name) / name
     subprocess.run(
         ["g++", "-std=c++17", "-O1", "-fno-exceptions", "-fno-rtti", "-Wall", "-Werror", "-Wno-comment"]
-        + ["-I", str(REPO / "shim/src"), "-I", str(REPO / "shim/include"), "-I", CUDA_INC]
+        + ["-I", str(REPO / "shim/src"), "-I", str(REPO / "shim/include"), "-I", str(REPO / "shim/third_party")]
+        + ["-I", CUDA_INC]
         + ["-o", str(exe), str(HERE / f"{name}.cpp")],
         check=True,
         timeout=120,
@@ -77,6 +82,11 @@ def budget_unit(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def weights_unit(tmp_path_factory) -> Path:
     return build(tmp_path_factory, "weights_unit")
+
+
+@pytest.fixture(scope="module")
+def shape_unit(tmp_path_factory) -> Path:
+    return build(tmp_path_factory, "shape_unit")
 
 
 @pytest.fixture(scope="module")
@@ -459,3 +469,69 @@ def test_without_cuptis_clock_the_places_decide(tail_unit):
     the cycle, as many as the window counted, are its own."""
     got = tail(tail_unit, "open 0\nbegin 0 100000 100 0\nrec unseen 25000000 30\nrec seen 5000000 100\n")
     assert got[:2] == [["REC", {"window": 30, "tail": 0}], ["REC", {"window": 70, "tail": 30}]], got
+
+
+# ---- shape.cpp ----
+
+KNOTS = 32  # GA_SHAPE_KNOTS: a shape is the share of the span's launches before each knot
+
+
+def shapes(exe: Path, script: str) -> list[list[float] | None]:
+    """shape_unit's output: each publish's shares at the knots, or None (by time)."""
+    out = []
+    for ln in play(exe, script).splitlines():
+        out.append(None if ln == "NONE" else [float(x) for x in ln.split()[1:]])
+    return out
+
+
+def knot_ms(j: int, start: float, end: float) -> float:
+    return start + (end - start) * (j + 1) / KNOTS
+
+
+def test_a_span_that_carried_launches_begin_is_split_by_its_pieces(shape_unit):
+    """On the clocks (no count gives a shape), a span that 10 launches carried from the
+    compile's window-less periods begin, 2 s before its period's own 1 000: the 10 over
+    their stretch, the 1 000 over theirs. By time the span put 18 586 of a torch.compile
+    loop's launches in the interval before the loop (H200); a span with nothing carried
+    still goes by time."""
+    got = shapes(shape_unit, "measure none\npublish 0 3000 2000 3000 10 1000 1010\npublish 0 3000 0 3000 0 1000 1000\n")
+    carried, plain = got
+    assert plain is None
+    for j in range(KNOTS - 1):
+        t = knot_ms(j, 0, 3000)
+        want = (10 * t / 2000 if t < 2000 else 10 + 1000 * (t - 2000) / 1000) / 1010
+        assert carried[j] == pytest.approx(want, abs=1e-4), (j, carried)
+    assert carried[-1] == 1.0
+
+
+def test_the_period_s_own_piece_follows_its_count_where_the_counter_did_not_grow_in_it(shape_unit):
+    """The counter grew at the period's start (a table found), so its hits are no shape
+    of the whole span; inside the period's own stretch they are: 800 launches in its
+    first half, 200 in its second, and the shares follow them, not the time."""
+    script = (
+        "measure hits\n"
+        + "".join(
+            f"sample {ms} 0 {hits} {ep}\n"
+            for ms, hits, ep in [(0, 0, 1), (1000, 5, 1), (2000, 10, 2), (2500, 810, 2), (3000, 1010, 2)]
+        )
+        + "publish 0 3000 2000 3000 10 1000 1010\n"
+    )
+    (got,) = shapes(shape_unit, script)
+    j = 24  # 2343.75 ms: 10 + 800 x 0.6875 of the hits in [2000, 2500]
+    assert knot_ms(j, 0, 3000) == 2343.75
+    assert got[j] == pytest.approx((10 + 550) / 1010, abs=1e-4), got
+    # and the carried piece by time before it
+    assert got[9] == pytest.approx(10 * knot_ms(9, 0, 3000) / 2000 / 1010, abs=1e-4), got
+
+
+def test_a_count_that_shapes_the_whole_span_stands(shape_unit):
+    """Where the count gives the whole span's shape (the launch callbacks, no
+    teardowns), it stands, pieces or not: half the launches in the first second."""
+    script = (
+        "measure seq\n"
+        + "".join(f"sample {ms} {seq} 0 1\n" for ms, seq in [(0, 0), (1000, 500), (2000, 510), (3000, 1010)])
+        + "publish 0 3000 2000 3000 510 500 1010\n"
+    )
+    (got,) = shapes(shape_unit, script)
+    j = 9  # 937.5 ms
+    assert got[j] == pytest.approx(500 * knot_ms(j, 0, 3000) / 1000 / 1010, abs=1e-4), got

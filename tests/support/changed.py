@@ -153,7 +153,11 @@ RULES: tuple[tuple[str, tuple[str, ...] | str, str], ...] = (
     ("shim/src/session.cpp", AGENT_RUN + ("tests/faults/test_two_agents.py",), "attach and detach"),
     ("shim/src/tail.cpp", WINDOWS, "the windows' tails"),
     ("shim/src/launch_hook.*", WINDOWS + ("tests/test_hot_path.py",), "the launch counter"),
-    ("shim/src/shape.cpp", ("tests/test_intervals.py", "tests/test_placement.py"), "the spans' shapes"),
+    (
+        "shim/src/shape.cpp",
+        ("tests/test_intervals.py", "tests/test_placement.py", "tests/test_shim_estimator.py"),
+        "the spans' shapes",
+    ),
     (
         "shim/src/mix.cpp",
         ("tests/test_mix_cuts.py", "tests/test_shim_estimator.py"),
