@@ -24,7 +24,7 @@
  * found by a later one (the data pass, scan_data), and the launches before that
  * went uncounted: ATen's table takes its pointer at torch.compile's first launch,
  * seconds after the attach. So the counted objects' imports of dlsym go to a stub of
- * ours while attached (dlsym_stub): asked for a driver launch function by a handle,
+ * ours while attached (ga_dlsym_stubs): asked for a driver launch function by a handle,
  * it answers with the trampoline for it, and the launches through the table are hits
  * from the first (a later search adopts the word, so that a detach puts it back).
  * The words are read with
@@ -308,16 +308,26 @@ struct extent {
     }
 };
 
+/* Point the object's slot at `val` (trampoline `tramp`, or HOOK_TRAMPS: a dlsym stub),
+ * kept to be put back to `orig` at a detach; inside the object's writable or RELRO
+ * segments only. */
+static bool writable(const extent &x, uintptr_t addr) {
+    return x.in(addr, PT_GNU_RELRO, false) || x.in(addr, PT_LOAD, true);
+}
+static bool put_slot(const extent &x, uintptr_t addr, uintptr_t orig, uintptr_t val, uint32_t tramp) {
+    if (!writable(x, addr) || !write_slot(addr, val, x.in(addr, PT_GNU_RELRO, false))) return g_refused++, false;
+    g_slots[g_n_slots++] = {addr, orig, x.info->dlpi_addr, val, tramp, false};
+    return true;
+}
+
 /* Count one slot, whose calls go to `real`. */
 static bool count_slot(const extent &x, uintptr_t addr, uint32_t name, uintptr_t real) {
     uintptr_t v = __atomic_load_n((uintptr_t *)addr, __ATOMIC_ACQUIRE);
     if (is_tramp(v)) return false;
-    bool relro = x.in(addr, PT_GNU_RELRO, false);
-    if (!relro && !x.in(addr, PT_LOAD, true)) return g_refused++, false;
+    if (!writable(x, addr)) return g_refused++, false; /* before a trampoline is taken for it */
     int t = g_n_slots < HOOK_SLOTS ? tramp_for(real, name) : -1;
-    if (t < 0 || !write_slot(addr, tramp_addr((uint32_t)t), relro)) return g_refused++, false;
-    g_slots[g_n_slots++] = {addr, v, x.info->dlpi_addr, tramp_addr((uint32_t)t), (uint32_t)t, false};
-    return true;
+    if (t < 0) return g_refused++, false;
+    return put_slot(x, addr, v, tramp_addr((uint32_t)t), (uint32_t)t);
 }
 
 /* A word that holds a trampoline a dlsym stub handed out: kept as a slot (counted
@@ -341,12 +351,7 @@ static bool hook_dlsym_slot(const extent &x, uintptr_t addr, uintptr_t v) {
     while (i < DLSYM_STUBS && ga_dlsym_real[i] && (uintptr_t)ga_dlsym_real[i] != v) i++;
     if (i == DLSYM_STUBS) return g_refused++, false;
     if (!ga_dlsym_real[i]) __atomic_store_n(&ga_dlsym_real[i], (void *)v, __ATOMIC_RELEASE);
-    bool relro = x.in(addr, PT_GNU_RELRO, false);
-    if (!relro && !x.in(addr, PT_LOAD, true)) return g_refused++, false;
-    uintptr_t stub = stubs + (uintptr_t)i * DLSYM_BYTES;
-    if (!write_slot(addr, stub, relro)) return g_refused++, false;
-    g_slots[g_n_slots++] = {addr, v, x.info->dlpi_addr, stub, HOOK_TRAMPS, false};
-    return true;
+    return put_slot(x, addr, v, stubs + (uintptr_t)i * DLSYM_BYTES, HOOK_TRAMPS);
 }
 
 struct scan_ctx {

@@ -61,8 +61,8 @@ static ga_extrapolate_fn g_extrapolate;    /* its launches from the counted ones
  * for them; on an H200 that lost 3.1 % of a 4 s eager run's launches.
  * Seq 0: none. */
 static uint32_t g_pend_seq;
-static uint64_t g_pend_all, g_pend_in, g_pend_start, g_pend_end;
-static uint64_t g_pend_own_start, g_pend_own_end, g_pend_before, g_pend_own; /* its pieces (ga_published_span) */
+static uint64_t g_pend_in;
+static ga_published_span g_pend; /* its span, launches and their pieces */
 /* ga_weights_split: the next period's end gives [its start, g_split_at) and about
  * g_split_n launches to the pending period (0: none) */
 static uint64_t g_split_at, g_split_n, g_split_in;
@@ -250,9 +250,7 @@ static void publish_due(bool all = true) {
 static void publish_pending(void) {
     if (!g_pend_seq) return;
     if (g_due_n == DUE_MAX) publish_due(); /* too many waiting: no more waiting */
-    g_due[g_due_n++] = {g_pend_seq, g_pend_in,
-                        {g_pend_start, g_pend_own_start, g_pend_own_end, g_pend_end, g_pend_before, g_pend_own,
-                         g_pend_all}};
+    g_due[g_due_n++] = {g_pend_seq, g_pend_in, g_pend};
     g_pend_seq = 0;
 }
 
@@ -284,8 +282,8 @@ static void end_period(uint64_t edge_ns, bool first = false, bool final = false)
             uint64_t hand = g_hand_at > start && g_hand_at < edge_ns ? (g_hand_n < all ? g_hand_n : all) : 0;
             all -= hand;
             if (g_pend_seq) {
-                g_pend_all += all;
-                g_pend_end = hand ? g_hand_at : edge_ns; /* the pending records stand for this period too */
+                g_pend.all += all;
+                g_pend.end = hand ? g_hand_at : edge_ns; /* the pending records stand for this period too */
                 ga_stat_joined.fetch_add(all, std::memory_order_relaxed);
             } else {
                 carry(all, start);
@@ -306,7 +304,7 @@ static void end_period(uint64_t edge_ns, bool first = false, bool final = false)
                 all > in - g_split_in) {
                 if (g_split_in) in -= g_split_in, ga_weight_drop_through(seq, g_split_corr);
                 uint64_t x = g_split_n < all - in ? g_split_n : all - in;
-                g_pend_all += x, g_pend_end = g_split_at;
+                g_pend.all += x, g_pend.end = g_split_at;
                 all -= x, start = g_split_at;
             }
             /* a period whose window saw the old side, where the mix changed after it
@@ -318,9 +316,8 @@ static void end_period(uint64_t edge_ns, bool first = false, bool final = false)
                 all -= hand, end = g_hand_at;
             }
             publish_pending();
-            g_pend_seq = seq, g_pend_all = all + g_carry_all, g_pend_in = in;
-            g_pend_start = g_carry_all ? g_carry_start : start, g_pend_end = end;
-            g_pend_own_start = start, g_pend_own_end = end, g_pend_before = g_carry_all, g_pend_own = all;
+            g_pend_seq = seq, g_pend_in = in;
+            g_pend = {g_carry_all ? g_carry_start : start, start, end, end, g_carry_all, all, all + g_carry_all};
             g_carry_all = 0;
             if (hand) carry(hand, end);
         }
@@ -329,7 +326,7 @@ static void end_period(uint64_t edge_ns, bool first = false, bool final = false)
     /* At a detach or exit, launches carried on to a window that never came join the
      * pending period (its span covers them): in its kernels rather than unweighed. */
     if (final && g_carry_all && g_pend_seq) {
-        g_pend_all += g_carry_all, g_pend_end = edge_ns;
+        g_pend.all += g_carry_all, g_pend.end = edge_ns;
         ga_stat_joined.fetch_add(g_carry_all, std::memory_order_relaxed);
         g_carry_all = 0;
     }
@@ -381,7 +378,7 @@ uint32_t ga_weights_release(bool period_end) noexcept {
  * out (its span covers them). False when nothing is pending. */
 bool ga_weights_add_to_pending(uint64_t launches) noexcept {
     if (!g_pend_seq) return false;
-    g_pend_all += launches;
+    g_pend.all += launches;
     ga_stat_joined.fetch_add(launches, std::memory_order_relaxed);
     return true;
 }
@@ -392,7 +389,7 @@ uint64_t ga_weights_published_until(void) noexcept {
     uint64_t until = g_cur_start;
     for (unsigned i = 0; i < g_due_n; i++)
         if (g_due[i].span.start < until) until = g_due[i].span.start;
-    if (g_pend_seq && g_pend_start < until) until = g_pend_start;
+    if (g_pend_seq && g_pend.start < until) until = g_pend.start;
     if (g_carry_all && g_carry_start < until) until = g_carry_start;
     return until;
 }
