@@ -19,6 +19,8 @@
  * before the period begin it (ga_published_span), and otherwise none goes: the agent
  * spreads the span by time.
  * Poller thread only, and at a detach or exit (the poller stopped). */
+#include <math.h>
+
 #include "ga_internal.h"
 #include "ga_probes.h"
 #include "launch_hook.h"
@@ -81,24 +83,32 @@ void ga_shape_reset(uint64_t now_ns) noexcept {
 
 void ga_shape_measure(int measure) noexcept { g_measure = measure; }
 
+/* The span's shape from share_at(t), the share of its launches before t (NaN: none
+ * there, so no shape), at each knot; never falling, at most 1. */
+template <class F> static void fire_shape(uint64_t start_ns, uint64_t end_ns, F share_at) {
+    uint16_t shares[GA_SHAPE_KNOTS];
+    double span = (double)(end_ns - start_ns), prev = 0;
+    for (unsigned j = 0; j + 1 < GA_SHAPE_KNOTS; j++) {
+        double f = share_at(start_ns + (uint64_t)(span * (double)(j + 1) / GA_SHAPE_KNOTS));
+        if (f != f) return;
+        prev = f < prev ? prev : f > 1 ? 1 : f;
+        shares[j] = (uint16_t)(prev * GA_SHAPE_ONE + 0.5);
+    }
+    shares[GA_SHAPE_KNOTS - 1] = GA_SHAPE_ONE;
+    ga_fire_period_shape(start_ns, end_ns, shares, GA_SHAPE_KNOTS);
+}
+
 void ga_shape_publish(const ga_published_span &sp) noexcept {
     uint64_t start_ns = sp.start, end_ns = sp.end;
     if (ga_cfg.duty_cycle <= 1 || end_ns <= start_ns) return;
     bool have = g_measure != GA_SHAPE_NONE, hits = g_measure == GA_SHAPE_HITS;
     if (have) ga_shape_sample(ga_now_ns()); /* a detach's or an exit's span ends now */
-    double a0, a1, v;
-    uint16_t shares[GA_SHAPE_KNOTS];
-    double span = (double)(end_ns - start_ns), prev = 0;
+    double a0, a1;
     if (have && measured(start_ns, end_ns, hits, &a0, &a1)) { /* the count's own shape */
-        for (unsigned j = 0; j + 1 < GA_SHAPE_KNOTS; j++) {
-            uint64_t t = start_ns + (uint64_t)(span * (double)(j + 1) / GA_SHAPE_KNOTS);
-            if (!count_at(t, hits, &v)) return;
-            double f = (v - a0) / (a1 - a0);
-            prev = f < prev ? prev : f > 1 ? 1 : f;
-            shares[j] = (uint16_t)(prev * GA_SHAPE_ONE + 0.5);
-        }
-        shares[GA_SHAPE_KNOTS - 1] = GA_SHAPE_ONE;
-        ga_fire_period_shape(start_ns, end_ns, shares, GA_SHAPE_KNOTS);
+        fire_shape(start_ns, end_ns, [&](uint64_t t) {
+            double v;
+            return count_at(t, hits, &v) ? (v - a0) / (a1 - a0) : NAN;
+        });
         return;
     }
     /* No shape of the whole span (the clocks, or a counter that grew in it), but its
@@ -118,12 +128,11 @@ void ga_shape_publish(const ga_published_span &sp) noexcept {
      * read within 0.12 % the same day.) */
     if (before < 1) return;
     /* those joined with no stretch: where they were made is not known, so by time */
-    double joined = sp.own_end == end_ns ? all - before - own : 0;
+    double joined = sp.own_end == end_ns ? all - before - own : 0, span = (double)(end_ns - start_ns);
     double o0 = 0, o1 = 0;
     bool own_shape = have && sp.own_end > sp.own_start && measured(sp.own_start, sp.own_end, hits, &o0, &o1);
-    for (unsigned j = 0; j + 1 < GA_SHAPE_KNOTS; j++) {
-        uint64_t t = start_ns + (uint64_t)(span * (double)(j + 1) / GA_SHAPE_KNOTS);
-        double n = joined * (double)(t - start_ns) / span; /* launches in [start, t] */
+    fire_shape(start_ns, end_ns, [&](uint64_t t) {
+        double n = joined * (double)(t - start_ns) / span, v; /* launches in [start, t] */
         if (t < sp.own_start) {
             n += before * (double)(t - start_ns) / (double)(sp.own_start - start_ns);
         } else if (t < sp.own_end) {
@@ -133,10 +142,6 @@ void ga_shape_publish(const ga_published_span &sp) noexcept {
         } else {
             n += before + own + (all - before - own - joined) * (double)(t - sp.own_end) / (double)(end_ns - sp.own_end);
         }
-        double f = n / all;
-        prev = f < prev ? prev : f > 1 ? 1 : f;
-        shares[j] = (uint16_t)(prev * GA_SHAPE_ONE + 0.5);
-    }
-    shares[GA_SHAPE_KNOTS - 1] = GA_SHAPE_ONE;
-    ga_fire_period_shape(start_ns, end_ns, shares, GA_SHAPE_KNOTS);
+        return n / all;
+    });
 }
