@@ -535,3 +535,58 @@ def test_a_count_that_shapes_the_whole_span_stands(shape_unit):
     (got,) = shapes(shape_unit, script)
     j = 9  # 937.5 ms
     assert got[j] == pytest.approx(500 * knot_ms(j, 0, 3000) / 1000 / 1010, abs=1e-4), got
+
+
+def ramp_with_a_growth(measure: str) -> str:
+    """A span of 2.4 s that ramps up (a first generate: 10 launches a poll through
+    function 0 until 1.5 s, then 400), with function 1 making a fifth as many through
+    slots the counter gains at 0.9 s (cuBLAS's table, grown twice that way on an H200
+    Llama's first period); the launches: function 0's and all of function 1's."""
+    lines, f0, f1, seen1 = [f"measure {measure}\n"], 0.0, 0.0, 0.0
+    for ms in range(0, 2500, 100):
+        if ms:
+            step = 10 if ms <= 1500 else 400
+            f0, f1 = f0 + step, f1 + step / 4
+            seen1 = seen1 + step / 4 if ms > 900 else 0
+        epoch = 2 if ms >= 900 else 1
+        lines.append(f"each {f0:.0f} {seen1:.0f}\n")
+        if ms == 900:
+            lines.append("grew 900 2\n")
+        lines.append(f"sample {ms} 0 {f0 + seen1:.0f} {epoch}\n")
+    return "".join(lines)
+
+
+def ramp_truth(t: float) -> float:
+    """ramp_with_a_growth's launches (function 0's and 1's) before t ms."""
+    slow = min(t, 1500) / 100 * 10
+    fast = max(0.0, t - 1500) / 100 * 400
+    return (slow + fast) * 1.25
+
+
+def test_a_span_whose_counter_grew_in_it_follows_its_hits_each_piece_scaled(shape_unit):
+    """Hits before a growth are of a smaller coverage: the piece before it goes by its
+    hits scaled by the share the functions that kept their slots held since (1.25 here),
+    so the shares follow the launches; before, such a span went by time (its 1.5 s
+    knot at 62.5 % where 4 % of its launches had been made), calibrated or waiting."""
+    total = ramp_truth(2400)
+    for measure in ("hits", "waiting"):
+        (got,) = shapes(shape_unit, ramp_with_a_growth(measure) + f"publish 0 2400 0 2400 0 {total:.0f} {total:.0f}\n")
+        assert got is not None, measure
+        for j in range(KNOTS - 1):
+            assert got[j] == pytest.approx(ramp_truth(knot_ms(j, 0, 2400)) / total, abs=2e-4), (measure, j, got)
+    # the knot at 1 500 ms: 4 % made, by time 62.5 %
+    assert ramp_truth(1500) / total == pytest.approx(0.04, abs=0.001)
+
+
+def test_waiting_hits_shape_a_span_only_where_they_are_most_of_its_launches(shape_unit):
+    """Before the counter's first calibration nothing says what share of the launches
+    it sees: its hits shape a span only where they are at least half of its launches
+    (here 3 times fewer: by time), and a growth whose functions took nearly all the
+    hits since leaves no scale for the piece before it (by time, calibrated too)."""
+    total = ramp_truth(2400)
+    script = ramp_with_a_growth("waiting") + f"publish 0 2400 0 2400 0 {3 * total:.0f} {3 * total:.0f}\n"
+    assert shapes(shape_unit, script) == [None]
+    # function 0 stops at the growth: 0 hits of it since, so no scale for before
+    script = "measure hits\neach 0 0\nsample 0 0 0 1\neach 100 0\nsample 500 0 100 1\n"
+    script += "each 100 0\ngrew 900 2\nsample 900 0 100 2\neach 100 900\nsample 2400 0 1000 2\n"
+    assert shapes(shape_unit, script + "publish 0 2400 0 2400 0 1000 1000\n") == [None]

@@ -282,7 +282,11 @@ static CUptiResult step_windows(uint64_t now, const char **what) {
     if (ga_cfg.launch_counter && ga_window_extrapolate) {
         uint64_t hits = ga_hook_hits();
         uint32_t slots0 = ga_hook_stats_now().slots;
-        if (ga_hook_scan()) ga_window_hook_grew(now, hits, ga_hook_targets_since(slots0));
+        if (ga_hook_scan()) {
+            uint64_t grew = ga_hook_targets_since(slots0);
+            ga_window_hook_grew(now, hits, grew);
+            ga_shape_grew(now, grew);
+        }
     }
     ga_shape_sample(now); /* the launches so far, for the spans' shapes (shape.cpp) */
     ga_mix_sample(now);   /* and per launch function, for the mix's changes (mix.cpp) */

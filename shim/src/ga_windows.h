@@ -168,9 +168,12 @@ GA_HIDDEN void ga_weight_drop_through(uint32_t period, uint32_t corr) noexcept;
  * records go). ga_shape_measure: which count stands for the launches now (window.cpp,
  * at each period's end): the launch callbacks' (no teardowns), the launch counter's,
  * or none (the clocks). */
-enum { GA_SHAPE_NONE = 0, GA_SHAPE_SEQ, GA_SHAPE_HITS };
+enum { GA_SHAPE_NONE = 0, GA_SHAPE_SEQ, GA_SHAPE_HITS, GA_SHAPE_HITS_WAITING /* no calibration yet */ };
 GA_HIDDEN void ga_shape_reset(uint64_t now_ns) noexcept; /* at attach */
 GA_HIDDEN void ga_shape_sample(uint64_t now_ns) noexcept;
+/* A scan counted more slots at now_ns, for the functions in `targets` (bit i:
+ * ga_hook_hits_each's i): the poller, before that poll's sample. */
+GA_HIDDEN void ga_shape_grew(uint64_t now_ns, uint64_t targets) noexcept;
 GA_HIDDEN void ga_shape_measure(int measure) noexcept;
 /* A published span: [start, end) holds the launches carried from window-less periods
  * before the period (`before`, made in [start, own_start)), the period's own (`own`,

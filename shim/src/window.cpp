@@ -553,7 +553,11 @@ uint64_t ga_window_extrapolated(uint64_t in, uint64_t seen, bool final) noexcept
         bool calibrated = !moved && calibrate_hook(seen, hits_on);
         double hook_rest = (double)(hits - 1 - g_hook_p0) - (double)hits_on;
         bool hooked = g_hook_ratio > 0 && !moved;
-        ga_shape_measure(hooked ? GA_SHAPE_HITS : GA_SHAPE_NONE);
+        /* the hits are the launches' shape where the counter is calibrated (a growth
+         * inside a span is shape.cpp's), and may be where it waits for its first
+         * calibration (where they are most of the span's launches) */
+        bool undecided = g_hook_ratio == HOOK_UNDECIDED && ga_cfg.launch_counter;
+        ga_shape_measure(g_hook_ratio > 0 ? GA_SHAPE_HITS : undecided ? GA_SHAPE_HITS_WAITING : GA_SHAPE_NONE);
         if (hook_rest < 0) hook_rest = 0;
         double tail_n = tail_rate * tail, rest_n = rate * rest;
         if (busy) {
