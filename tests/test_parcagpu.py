@@ -63,9 +63,13 @@ def build_pglike(directory: Path) -> Path:
     return lib
 
 
-def run_workload(agent: Agent, lib: Path, gt: Path, iters: int, **env: str) -> dict:
+def run_workload(agent: Agent, lib: Path, gt: Path, iters: int, linger: bool = False, **env: str) -> dict:
     """The workload, started once this test's agent watches lib: another agent on the
-    host (the suite runs beside one) may raise the semaphore first."""
+    host (the suite runs beside one) may raise the semaphore first. linger: it lives
+    after its loop until the agent's profiles hold all of its launches (60 s at most)."""
+    release = lib.parent / "release"
+    if linger:
+        env["PG_SITES_LINGER_UNTIL"] = str(release)
     e = mock_env(gt, CUDA_INJECTION64_PATH=str(lib), **env)
     go = lib.parent / "go"
     p = subprocess.Popen(
@@ -77,6 +81,12 @@ def run_workload(agent: Agent, lib: Path, gt: Path, iters: int, **env: str) -> d
     )
     wait_for_line(agent, f"also watching parcagpu library {lib}")
     go.touch()
+    deadline = time.monotonic() + 60
+    while linger and p.poll() is None and time.monotonic() < deadline:
+        if sum(s.values[1] for s in agent.samples() if s.files and s.files[0] == "CUDA_KERNEL") >= 4 * iters + 1:
+            break
+        time.sleep(0.3)
+    release.touch()
     out, err = p.communicate(timeout=120)
     assert p.returncode == 0, err
     return json.loads(out.strip().splitlines()[-1])
@@ -140,13 +150,14 @@ def test_names_in_pages_bpf_cannot_read_are_read_by_the_agent(agent, tmp_path):
     resident, BPF cannot fault it in, and every record of that kernel stayed
     [unknown kernel]. pglike hands every name over from a page it never touched:
     the agent reads them from /proc/PID/mem, and the kernels are named and exact.
-    The job lives 1 s after its loop, over its records' periodic flush (100 ms): a
-    loaded two-worker run, whose job exited at once, got its records at the exit's
+    The job lives after its loop until the agent's profiles hold all of its launches:
+    a loaded two-worker run, whose job exited at once, got its records at the exit's
     flush and read them after the process was gone (its names and Python frames too:
-    what a process that has exited holds is not readable, which no agent can help)."""
+    what a process that has exited holds is not readable, which no agent can help),
+    and 1 s after its loop was not enough beside two pytest neighbours (flaky.py)."""
     lib = build_pglike(tmp_path / "pg")
     gt = tmp_path / "truth.tsv"
-    run_workload(agent, lib, gt, 300, PGLIKE_RATE="0", PGLIKE_COLD_NAMES="1", PG_SITES_LINGER_S="1.0")
+    run_workload(agent, lib, gt, 300, linger=True, PGLIKE_RATE="0", PGLIKE_COLD_NAMES="1")
     out = agent.stop()
     ((launches, gpu_ns),) = ground_truth(gt).values()
     ns, n, sources = by_site(agent.samples())  # no [unknown kernel]

@@ -56,6 +56,11 @@ def main():
         site_b(f)
     lib.cuCtxSynchronize()
     time.sleep(float(os.environ.get("PG_SITES_LINGER_S", "0")))  # before the exit's flush
+    # or until the test has seen every launch in the agent's profiles (the agent read
+    # what it reads from this process while it lived), at most 60 s
+    until, deadline = os.environ.get("PG_SITES_LINGER_UNTIL"), time.monotonic() + 60
+    while until and not os.path.exists(until) and time.monotonic() < deadline:
+        time.sleep(0.05)
     print(json.dumps({"launches": 4 * iters + 1, "gpu_ns": (4 * iters + 1) * 2500}))
 
 

@@ -102,6 +102,19 @@ Beside another pytest worker (three-worker suite, this project's 2-core AMD VM,
   waited 30 s for "also watching parcagpu library" and saw only test_discover's copy
   attached. Not reproduced: 3 runs of both modules on two workers at once passed.
   Not yet explained.
+Beside two other workers (`-n 3` over seven agent modules, this VM, 2026-12-03: 2 of
+54 failed in one run of two):
+- test_intervals::test_a_rare_kernel_keeps_its_stack_in_every_interval put all of the
+  rare kernel's time under [unsampled] in every interval: its first launch inside a
+  window is its one sure sample (callbacks.cpp's seen set), and none of its later ones
+  (1 in 64 inside windows) was drawn. 4 of 4 pass beside two burners; its message now
+  holds the agent's last lines. Not yet explained.
+- test_launch_counter::test_a_pointer_dlsym_gives_after_the_attach_is_counted_from_its_first_launch
+  (on the list below; its message was lost).
+`make flaky FLAKY_NEIGHBOURS=2` (flaky.py --neighbours) runs each test beside two pytest
+processes that run other agent modules over and over (NEIGHBOUR_MODULES, never the
+test's own), started NEIGHBOUR_START_S before it: a three-worker suite's load, with its
+agents, eBPF, mock loops and clang, which two CPU burners are not.
 Random samples:
 - test_windows::test_reused_correlation_ids_do_not_join_stale_samples: the shim
   samples one launch in 64 at random (seeded from the clock and the thread,
@@ -118,8 +131,11 @@ Random samples:
 - test_parcagpu::test_names_in_pages_bpf_cannot_read_are_read_by_the_agent,
   test_parcagpu::test_parcagpu_pc_samples_under_their_kernels_stacks_with_lines and
   test_python_stacks::test_a_job_that_ends_while_native_symbols_load_keeps_its_python_frames:
-  the agent reads names and code objects from a live process. The first job now lives
-  1 s past its records' flush (a loaded run read them after the exit), the PC-sample
+  the agent reads names and code objects from a live process. The first job lived
+  1 s past its records' flush (a loaded run read them after the exit), and beside two
+  pytest neighbours (--neighbours, 2026-12-03) one kernel's name was lost even so:
+  CHANGED HERE, it lives until the agent's profiles hold all its launches (pg_sites'
+  PG_SITES_LINGER_UNTIL, 60 s at most), an event, not a duration. The PC-sample
   job 2 s past its loop (a CI run put all 400 000 samples under <python code>
   frames; an agent stopped 0.8 s after the go until the exit does so every time, and
   python_unnamed_frames on the status line says so); in the last, a
@@ -358,6 +374,10 @@ FLAKY: tuple[tuple[str, str], ...] = (
         "the profiles' sum up to a SIGTERM against the loop's log; 1 % bound (the shim hears of it within a poll)",
     ),
     (
+        "tests/test_intervals.py::test_a_rare_kernel_keeps_its_stack_in_every_interval",
+        "a rare kernel's first launch in a window is its one sure sample; all [unsampled] once beside two workers",
+    ),
+    (
         "tests/test_intervals.py::test_a_short_process_is_counted_whole",
         "the shim's own period arithmetic now (was: a 2 s loop against its truth, -21.6 % beside two burners)",
     ),
@@ -475,7 +495,7 @@ FLAKY: tuple[tuple[str, str], ...] = (
     ),
     (
         "tests/test_parcagpu.py::test_names_in_pages_bpf_cannot_read_are_read_by_the_agent",
-        "the names are read from /proc/PID/mem while the job lives (1 s past its records' flush)",
+        "the names are read from /proc/PID/mem while the job lives (until the profiles hold its launches)",
     ),
     (
         "tests/test_parcagpu.py::test_parcagpu_pc_samples_under_their_kernels_stacks_with_lines",
@@ -566,10 +586,49 @@ def burn(n: int) -> list[subprocess.Popen]:
     return [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(n)]
 
 
+# --neighbours: the modules a three-worker suite runs beside a test (agents, eBPF, mock
+# loops, clang): each neighbour runs one of them after another, over and over.
+NEIGHBOUR_MODULES = (
+    "tests/test_windows.py",
+    "tests/test_teardown.py",
+    "tests/faults/test_hostile_probes.py",
+    "tests/test_timeline.py",
+    "tests/test_launch_counter.py",
+    "tests/test_periods.py",
+)
+
+
+NEIGHBOUR_START_S = 4.0
+
+
+def neighbours(n: int, target_modules: set[str]) -> list[subprocess.Popen]:
+    """n pytest processes that run NEIGHBOUR_MODULES (but the tested ones: xdist never
+    runs a module twice at once) one after another until stopped, as the other
+    workers of a three-worker suite do; their verdicts are not this run's."""
+    mods = [m for m in NEIGHBOUR_MODULES if m not in target_modules]
+    procs = []
+    for i in range(n):
+        order = " ".join(mods[i % len(mods) :] + mods[: i % len(mods)])
+        loop = f"while :; do for m in {order}; do {sys.executable} -m pytest -q -p no:cacheprovider $m; done; done"
+        procs.append(
+            subprocess.Popen(
+                ["sh", "-c", loop],
+                cwd=REPO,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        )
+    return procs
+
+
 def stop(procs: list[subprocess.Popen]) -> None:
     for p in procs:
         if p.poll() is None:
-            p.kill()
+            try:
+                os.killpg(p.pid, signal.SIGKILL)  # a neighbour's pytest and its agents too
+            except ProcessLookupError:  # a burner: no group of its own
+                p.kill()
         p.wait()
 
 
@@ -603,13 +662,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=20, help="runs of each test (FLAKY_RUNS)")
     ap.add_argument("--seconds", type=float, default=3600, help="the bound on the whole (default: one hour)")
     ap.add_argument("--burners", type=int, default=2, help="CPU-burning processes beside the tests")
+    ap.add_argument(
+        "--neighbours",
+        type=int,
+        default=0,
+        help="pytest processes running other agent modules beside the tests (a three-worker suite's load)",
+    )
     ap.add_argument("tests", nargs="*", help="node ids (FLAKY_TESTS; default: the list above)")
     a = ap.parse_args(argv)
     tests = [t for arg in a.tests for t in arg.replace(",", " ").split()] or [t for t, _ in FLAKY]
     deadline = time.monotonic() + a.seconds
     print(
         f"make flaky: {len(tests)} test(s), {a.runs} run(s) each, within {a.seconds:.0f} s, "
-        f"beside {a.burners} CPU burner(s) on {os.cpu_count()} CPU(s)",
+        f"beside {a.burners} CPU burner(s) and {a.neighbours} pytest neighbour(s) on {os.cpu_count()} CPU(s)",
         flush=True,
     )
     runs = {t: 0 for t in tests}
@@ -622,7 +687,13 @@ def main(argv: list[str] | None = None) -> int:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                verdict, secs, out = run_once(t, left)
+                near = neighbours(a.neighbours, {t.split("::")[0]})
+                if near:
+                    time.sleep(NEIGHBOUR_START_S)  # their agents up before the test's
+                try:
+                    verdict, secs, out = run_once(t, left)
+                finally:
+                    stop(near)
                 if verdict == "cut":
                     print(f"[{r}/{a.runs}] {t}: cut at the deadline", flush=True)
                     continue
