@@ -34,6 +34,19 @@ GA_HIDDEN uint64_t ga_hook_hits(void) noexcept;
 /* The same, per counted function (GA_HOOK_TARGETS at most), into out; how many. */
 #define GA_HOOK_TARGETS 64
 GA_HIDDEN uint32_t ga_hook_hits_each(uint64_t *out, uint32_t max) noexcept;
+/* Hits from `from` to `to` (ga_hook_hits_each's, GA_HOOK_TARGETS each), of all counted
+ * functions and of those outside `mask` (bit i: function i): the share of the hits
+ * that functions which kept their slots hold scales hits of an older coverage
+ * (window.cpp's waiting stretches, shape.cpp's pieces). */
+static inline void ga_hook_split(const uint64_t *to, const uint64_t *from, uint64_t mask, double *all,
+                                 double *kept) {
+    *all = *kept = 0;
+    for (unsigned i = 0; i < GA_HOOK_TARGETS; i++) {
+        double d = to[i] >= from[i] ? (double)(to[i] - from[i]) : 0;
+        *all += d;
+        if (!(mask >> i & 1)) *kept += d;
+    }
+}
 /* The counted functions (bit i: ga_hook_hits_each's i) behind the slots counted after
  * the first `slots0` (ga_hook_stats's slots before a scan): which ones a scan grew. */
 GA_HIDDEN uint64_t ga_hook_targets_since(uint32_t slots0) noexcept;

@@ -131,11 +131,7 @@ bool pieces_of(uint64_t t0, uint64_t t1, hit_pieces *p) {
         for (uint32_t j = i; j < m; j++) mask |= g_growths[in[j] % GROWTHS].mask;
         double all = 0, kept = 0;
         if (mask) {
-            const uint64_t *last = g_growths[in[m - 1] % GROWTHS].each;
-            for (unsigned f = 0; f < GA_HOOK_TARGETS; f++) {
-                double d = ref[f] >= last[f] ? (double)(ref[f] - last[f]) : 0;
-                all += d, kept += mask >> f & 1 ? 0 : d;
-            }
+            ga_hook_split(ref, g_growths[in[m - 1] % GROWTHS].each, mask, &all, &kept);
             if (kept < MIN_KEPT) return false;
         }
         p->scale[i] = mask ? all / kept : 1;

@@ -157,16 +157,6 @@ static void hits_each(uint64_t *out) {
     ga_hook_hits_each(out, GA_HOOK_TARGETS);
 }
 
-/* Hits from `from` to `to`, of all counted functions and of those outside `mask`. */
-static void split_hits(const uint64_t *to, const uint64_t *from, uint64_t mask, double *all, double *kept) {
-    *all = *kept = 0;
-    for (unsigned i = 0; i < GA_HOOK_TARGETS; i++) {
-        double d = to[i] >= from[i] ? (double)(to[i] - from[i]) : 0;
-        *all += d;
-        if (!(mask >> i & 1)) *kept += d;
-    }
-}
-
 /* Of one stretch's hits per counted function, those outside `mask` (0: all). */
 static double hits_outside(const uint64_t *d, uint64_t mask) {
     double n = 0;
@@ -200,7 +190,7 @@ static double take_waits(double ratio) {
         if (k < g_n_waits) {
             const grew_wait &w = g_waits[k];
             double all, kept;
-            split_hits(now, g_last_grew_each, w.mask, &all, &kept);
+            ga_hook_split(now, g_last_grew_each, w.mask, &all, &kept);
             n = ratio > 0 && kept >= HOOK_MIN_LAUNCHES ? ratio * w.off * hits_outside(w.d, w.mask) * all / kept
                                                        : w.clocks;
             end_s = w.end_s;
