@@ -164,9 +164,9 @@ $(PPROF):
 # left with its diagnosis); at one worker the two cores stood 54 % idle. Later that day,
 # three workers 9.2 and 9.6 min: one run clean, one with two cross-worker failures
 # (test_discover's, fixed; test_parcagpu_sites', not reproduced: flaky.py). 2026-12-03,
-# this VM: of seven three-worker suites (529-544 s) six were clean, one had two chance
-# failures; one worker 1 270 s. `make flaky FLAKY_NEIGHBOURS=2` runs the listed tests
-# under that load.
+# this VM: of nine three-worker suites (486-564 s) six were clean, three had two chance
+# failures each (flaky.py names them); one worker 1 270 s. `make flaky
+# FLAKY_NEIGHBOURS=2` runs the listed tests beside other agent modules.
 PYTEST_WORKERS ?= 1
 UNIT_WORKERS ?= 2
 test: deps-check

@@ -119,6 +119,14 @@ A full three-worker suite the same day (564 s) failed two:
 - faults/test_python_frames::test_a_thread_list_pointing_past_user_memory_leaves_the_agent_up
   read the honest job's samples 2.5 s after its exit, before the agent's stop: 4 623
   of 5 555 launches. CHANGED HERE: read after the stop (every held interval written).
+And the next three-worker suite (486 s, at ce306ec) failed two others:
+- test_launch_counter::test_a_period_whose_slots_grew_counts_each_side_on_its_own[half-before]
+  found no "launches more for the period" line (the grown period's hits after the
+  growth waited for no calibration: where the growth fell against the period's edges
+  is the host's scheduling). Not yet explained.
+- test_trace_viewers::test_speedscope_opens_the_recorded_chrome_trace_on_a_gpu_stream_and_aggregates_kernels:
+  its `record` of the graph workload wrote no sample at all (samples=0 drops=0). Not
+  yet explained.
 `make flaky FLAKY_NEIGHBOURS=2` (flaky.py --neighbours) runs each test beside two pytest
 processes that run other agent modules over and over (NEIGHBOUR_MODULES, never the
 test's own), started NEIGHBOUR_START_S before it: a three-worker suite's load, with its
@@ -420,6 +428,10 @@ FLAKY: tuple[tuple[str, str], ...] = (
     (
         "tests/test_launch_counter.py::test_a_period_whose_slots_grew_counts_each_side_on_its_own",
         "a lazy table found polls after it fills: counted periods within 5 % (11 runs beside 2 burners: none failed)",
+    ),
+    (
+        "tests/test_trace_viewers.py::test_speedscope_opens_the_recorded_chrome_trace_on_a_gpu_stream_and_aggregates_kernels",
+        "a graph workload's `record`: no sample at all once in a three-worker suite (not explained)",
     ),
     (
         "tests/test_launch_counter.py::test_a_process_end_adds_nothing",
