@@ -34,6 +34,9 @@ GA_HIDDEN uint64_t ga_hook_hits(void) noexcept;
 /* The same, per counted function (GA_HOOK_TARGETS at most), into out; how many. */
 #define GA_HOOK_TARGETS 64
 GA_HIDDEN uint32_t ga_hook_hits_each(uint64_t *out, uint32_t max) noexcept;
+/* Hits or launches a calibration needs, and the kept hits that scale an older
+ * coverage (ga_hook_split) need. */
+#define GA_HOOK_MIN_HITS 64
 /* Hits from `from` to `to` (ga_hook_hits_each's, GA_HOOK_TARGETS each), of all counted
  * functions and of those outside `mask` (bit i: function i): the share of the hits
  * that functions which kept their slots hold scales hits of an older coverage

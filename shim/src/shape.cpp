@@ -54,7 +54,6 @@ struct growth {
 constexpr uint32_t GROWTHS = 16;
 growth g_growths[GROWTHS];
 uint32_t g_ng; /* growths noted */
-constexpr double MIN_KEPT = 64; /* hits a coverage's scale needs (window.cpp's HOOK_MIN_LAUNCHES) */
 
 const sample &nth(uint32_t i) { return g_ring[i % RING]; }
 
@@ -132,7 +131,7 @@ bool pieces_of(uint64_t t0, uint64_t t1, hit_pieces *p) {
         double all = 0, kept = 0;
         if (mask) {
             ga_hook_split(ref, g_growths[in[m - 1] % GROWTHS].each, mask, &all, &kept);
-            if (kept < MIN_KEPT) return false;
+            if (kept < GA_HOOK_MIN_HITS) return false;
         }
         p->scale[i] = mask ? all / kept : 1;
         if (!count_at(p->edge[i], true, &p->v[i]) || !count_at(p->edge[i + 1], true, &p->v[i + 1])) return false;

@@ -114,7 +114,6 @@ static uint64_t g_hook_p0, g_hook_epoch0; /* and the counter's coverage (ga_hook
 static ga_span g_callbacks_hook;
 #define HOOK_UNDECIDED -2.0 /* no period has told yet */
 #define HOOK_WAIT_PERIODS 4
-#define HOOK_MIN_LAUNCHES 64 /* hits or launches a calibration needs (calibrate_hook) */
 static double g_hook_ratio = HOOK_UNDECIDED;
 /* A period in which the counter's slots grew (a table the data search found; cuBLAS's
  * at an H200 Llama's first generate): its hits mix two coverages. The first growth's
@@ -191,7 +190,7 @@ static double take_waits(double ratio) {
             const grew_wait &w = g_waits[k];
             double all, kept;
             ga_hook_split(now, g_last_grew_each, w.mask, &all, &kept);
-            n = ratio > 0 && kept >= HOOK_MIN_LAUNCHES ? ratio * w.off * hits_outside(w.d, w.mask) * all / kept
+            n = ratio > 0 && kept >= GA_HOOK_MIN_HITS ? ratio * w.off * hits_outside(w.d, w.mask) * all / kept
                                                        : w.clocks;
             end_s = w.end_s;
         }
@@ -483,7 +482,7 @@ static double without_callbacks(double ns_per_launch, double cb_ns, double cap) 
  * them after three enables since a finalize only), or too few to tell, leave the last
  * ratio standing. A ratio, not a rate: the window's slower launches read the same. */
 static bool calibrate_hook(uint64_t launches, uint64_t hits) {
-    if (!launches || (launches < HOOK_MIN_LAUNCHES && hits < HOOK_MIN_LAUNCHES && hits != launches)) return false;
+    if (!launches || (launches < GA_HOOK_MIN_HITS && hits < GA_HOOK_MIN_HITS && hits != launches)) return false;
     double q = hits ? (double)launches / (double)hits : 1e9;
     if (q >= 0.95) g_hook_ratio = q <= 4.0 ? q : -1;
     return q >= 0.95;

@@ -7,7 +7,8 @@ parcagpu-shaped library's cuda_correlation semaphore is up (an agent attached).
 With PG_SITES_CUBIN=PATH and PG_SITES_KERNEL=NAME=NS@PCS the module is that real
 cubin, its kernel NAME the one launched (sampled on PCS by the mock's PC sampling),
 after one launch of k_warm. With PG_SITES_LINGER_S=S it waits S seconds after the
-loop before it exits.
+loop before it exits, and with PG_SITES_LINGER_UNTIL=FILE until FILE exists (60 s at
+most: the test makes it once the agent's profiles hold every launch).
 """
 
 import ctypes
@@ -56,8 +57,6 @@ def main():
         site_b(f)
     lib.cuCtxSynchronize()
     time.sleep(float(os.environ.get("PG_SITES_LINGER_S", "0")))  # before the exit's flush
-    # or until the test has seen every launch in the agent's profiles (the agent read
-    # what it reads from this process while it lived), at most 60 s
     until, deadline = os.environ.get("PG_SITES_LINGER_UNTIL"), time.monotonic() + 60
     while until and not os.path.exists(until) and time.monotonic() < deadline:
         time.sleep(0.05)
