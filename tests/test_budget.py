@@ -119,11 +119,13 @@ def test_a_budget_the_floor_cannot_keep_is_said_and_counted(agents, tmp_path):
 
 
 def test_slow_windows_are_spaced_further_apart(agents, tmp_path):
-    # Launch-bound: each launch costs 20 us more while kernel activity is on, so a
-    # window slows the loop to a fraction of its rate; the budget spaces windows
-    # out by what that costs.
-    loop = ("--paths", "cuLaunchKernel", "--bench", "250000", "--rate", "100000")
-    _, _, slow = record(agents, tmp_path, *loop, MOCK_CUPTI_ACTIVITY_LAUNCH_NS="20000")
+    # Launch-bound: each launch costs 60 us more while kernel activity is on, so a
+    # window slows the loop, paced at 20 us a launch, to about a third of its rate
+    # (slowdown about 68 %); the budget spaces windows out by what that costs. The
+    # loop without that cost has 20 us a launch to spend, and paces every 100
+    # launches (2 ms), so that a 100 ms window's rate is not a whole block off.
+    loop = ("--paths", "cuLaunchKernel", "--bench", "125000", "--rate", "50000", "--block", "100")
+    _, _, slow = record(agents, tmp_path, *loop, MOCK_CUPTI_ACTIVITY_LAUNCH_NS="60000")
     _, _, fast = record(agents, tmp_path, *loop)
     s, f = plan(slow), plan(fast)
     assert s["slowdown"] >= 40 and f["slowdown"] < 20, (s, f)

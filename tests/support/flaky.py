@@ -206,7 +206,12 @@ that plan had measured depends on when the periods fell:
 - test_the_window_grows_with_its_fixed_cost_and_the_spacing_keeps_the_budget: the
   third period is planned with or without the first window's teardown;
 - test_slow_windows_are_spaced_further_apart: the slowdown is a ratio of wall-clock
-  launch rates (>= 40 % slowed, < 20 % not).
+  launch rates (>= 40 % slowed, < 20 % not). A one-worker CI run (2026-12-03) read the
+  loop without the added cost at 24.8 %: paced at 10 us a launch in blocks of 1 000
+  (10 ms), a launch in a window under load had no time to spare, and a 100 ms window
+  held 10 blocks +-1. CHANGED HERE: 20 us a launch in blocks of 100 (2 ms), 60 us
+  added: alone 1.3-1.9 % against 68.1-68.7 % (3 runs); beside three neighbours
+  0.8-1.5 % against 75.1-86.7 % (7 runs), periods 1.0 s against 5.9-6.9 s.
   Deterministic: the shim logs every plan with the costs it had measured
   (GPU_AGENT_DEBUG=2), and the test reads the first plan made with all of them.
 Sleeps standing for an event:
