@@ -155,6 +155,22 @@ class Honest:
         assert dict(n) == {k: v[0] for k, v in truth.items()}, f"launches {dict(n)} != truth {truth}"
         assert dict(ns) == {k: v[1] for k, v in truth.items()}, f"GPU ns {dict(ns)} != truth {truth}"
 
+    def assert_exact_once_written(self, node: Node, timeout: float = 60.0) -> None:
+        """assert_exact on the running node's profiles, once they hold as many of this
+        pid's launches as it made (or at the deadline): its intervals waited for, not
+        slept for (a three-worker suite read none of them 4 s after the process that
+        held them was gone)."""
+        want, pid = sum(v[0] for v in self.truth().values()), str(self.proc.pid)
+        deadline = time.monotonic() + timeout
+        while True:
+            samples = node.samples()
+            if sum(s.values[1] for s in samples if s.labels.get("pid") == pid) >= want:
+                break
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.5)
+        self.assert_exact(samples)
+
 
 @pytest.fixture
 def honest(tmp_path):

@@ -127,6 +127,21 @@ And the next three-worker suite (486 s, at ce306ec) failed two others:
 - test_trace_viewers::test_speedscope_opens_the_recorded_chrome_trace_on_a_gpu_stream_and_aggregates_kernels:
   its `record` of the graph workload wrote no sample at all (samples=0 drops=0). Not
   yet explained.
+A one-worker CI run (2026-12-03, stop 65) failed test_budget's slow windows (below).
+A three-worker suite at 06b8ccc (561 s, fifth session) failed two:
+- test_launch_counter::test_a_period_whose_slots_grew_counts_each_side_on_its_own[two-in-a-row]
+  found no row with slots added, its rows 1.1-1.6 s apart: a period whose window did
+  not open prints no period line (its launches join the one before), and the growths
+  fell in such periods. CHANGED HERE: where the slots grew is read from the shim's
+  own "slots grew at" lines, the rows after it from its time; a failure says the
+  shim's period, window and growth lines. 0 in 4 runs beside three neighbours (the
+  periods each had a window then).
+- faults/test_published::test_forged_spans_and_marks_stay_the_attacker_s_own read the
+  honest job's samples 4 s after the attacker (whose mark held the intervals) was
+  gone, and found none. CHANGED HERE: read once the running node's profiles hold all
+  its launches (Honest.assert_exact_once_written, 60 s at most), then exactly; and
+  test_forged_drop_counts_are_refused_and_counted_as_implausible waits for its count
+  (faultkit.counted) instead of settle(). 0 in 4 runs each beside three neighbours.
 `make flaky FLAKY_NEIGHBOURS=2` (flaky.py --neighbours) runs each test beside two pytest
 processes that run other agent modules over and over (NEIGHBOUR_MODULES, never the
 test's own), started NEIGHBOUR_START_S before it: a three-worker suite's load, with its
@@ -211,7 +226,7 @@ that plan had measured depends on when the periods fell:
   (10 ms), a launch in a window under load had no time to spare, and a 100 ms window
   held 10 blocks +-1. CHANGED HERE: 20 us a launch in blocks of 100 (2 ms), 60 us
   added: alone 1.3-1.9 % against 68.1-68.7 % (3 runs); beside three neighbours
-  0.8-1.5 % against 75.1-86.7 % (7 runs), periods 1.0 s against 5.9-6.9 s.
+  0.5-1.5 % against 75.1-86.7 % (8 runs), periods 1.0 s against 5.9-6.9 s.
   Deterministic: the shim logs every plan with the costs it had measured
   (GPU_AGENT_DEBUG=2), and the test reads the first plan made with all of them.
 Sleeps standing for an event:
@@ -437,6 +452,14 @@ FLAKY: tuple[tuple[str, str], ...] = (
     (
         "tests/test_trace_viewers.py::test_speedscope_opens_the_recorded_chrome_trace_on_a_gpu_stream_and_aggregates_kernels",
         "a graph workload's `record`: no sample at all once in a three-worker suite (not explained)",
+    ),
+    (
+        "tests/faults/test_published.py::test_forged_spans_and_marks_stay_the_attacker_s_own",
+        "the honest job's intervals, held by a forged mark, read before the stop (none 4 s after, once in a suite)",
+    ),
+    (
+        "tests/faults/test_hostile_probes.py::test_forged_drop_counts_are_refused_and_counted_as_implausible",
+        "the node's implausible count read off /metrics once counted (was 2.5 s after the attack)",
     ),
     (
         "tests/test_launch_counter.py::test_a_process_end_adds_nothing",
