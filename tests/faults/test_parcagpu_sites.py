@@ -74,7 +74,7 @@ def wait_for(agent: Agent, text: str, timeout: float = 30.0, app: "subprocess.Po
             if text in line:
                 return line
     state = "" if app is None else f" (the workload still running: {app.poll() is None})"
-    raise AssertionError(f"the agent never said {text!r}{state}: {''.join(seen)[-2000:]}")
+    raise AssertionError(f"the agent never said {text!r}{state}: {''.join(seen)[-2000:]}\n{agent.where()}")
 
 
 def test_a_library_with_hundreds_of_sites_is_refused_and_honest_ones_still_attach(tmp_path, world_dir, built):

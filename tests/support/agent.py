@@ -47,6 +47,22 @@ class Agent:
             self.proc.kill()
             self.proc.wait()
 
+    def where(self) -> str:
+        """Where the agent's threads are, for a failure's message: each thread's name,
+        state and kernel wait (a wait that never ends says which call it is in)."""
+        if self.proc.poll() is not None:
+            return f"the agent exited ({self.proc.returncode})"
+        out = []
+        for task in sorted(Path(f"/proc/{self.proc.pid}/task").glob("*")):
+            try:
+                name = (task / "comm").read_text().strip()
+                state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                stack = (task / "stack").read_text().split()[1::2][:6]  # root only
+            except OSError:
+                continue
+            out.append(f"{task.name} {name} {state} {' < '.join(stack)}")
+        return "agent threads:\n" + "\n".join(out)
+
     def samples(self):
         """Every profile's samples. A profile is read once: the agent writes each whole,
         by a rename (a test that polls reads only the new ones)."""
