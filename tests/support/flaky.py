@@ -467,7 +467,7 @@ FLAKY: tuple[tuple[str, str], ...] = (
     ),
     (
         "tests/faults/test_parcagpu_sites.py::test_a_library_with_hundreds_of_sites_is_refused_and_honest_ones_still_attach",
-        "waits 30 s for discovery to refuse a hostile library; twice in three-worker suites it never did (not explained)",
+        "waits 30 s for discovery to refuse a hostile library; twice in three-worker suites it never did (unexplained)",
     ),
     (
         "tests/faults/test_published.py::test_forged_spans_and_marks_stay_the_attacker_s_own",
