@@ -19,6 +19,7 @@ import pytest
 from support.env import MOCK_APP, agent_cmd, ground_truth
 from support.shared_agent import shared_agents
 from support.windows import KERNEL
+from support import measures
 
 PLAN = re.compile(
     r"budget \(pid \d+\): ([\d.]+) % asked; last plan one (\d+) ms window every ([\d.]+) s, "
@@ -128,6 +129,9 @@ def test_slow_windows_are_spaced_further_apart(agents, tmp_path):
     _, _, slow = record(agents, tmp_path, *loop, MOCK_CUPTI_ACTIVITY_LAUNCH_NS="60000")
     _, _, fast = record(agents, tmp_path, *loop)
     s, f = plan(slow), plan(fast)
+    measures.note(
+        slowdown_slow=s["slowdown"], slowdown_fast=f["slowdown"], period_slow=s["period_s"], period_fast=f["period_s"]
+    )
     assert s["slowdown"] >= 40 and f["slowdown"] < 20, (s, f)
     assert s["period_s"] >= 2 * f["period_s"], (s, f)
     assert s["cost"] <= 2.0 + 1e-6, s

@@ -29,6 +29,7 @@ from support.env import MOCK_APP, agent_cmd, ground_truth, mock_env, need_ebpf, 
 from support.pprof_tool import profile_duration_s, profile_start_ns, raw
 from support.shared_agent import shared_agents
 from support.windows import launches_at, launches_bracket, periods, read_trace, stall_slack
+from support import measures
 
 RATE = 20000
 POLL_S = 0.01  # the shim notes its count every 10 ms (GPU_AGENT_POLL_MS)
@@ -278,6 +279,7 @@ def test_idle_parts_of_a_period_add_nothing(agents, tmp_path, counter):
             if r[3] is not None:
                 print("PERIOD %.3f-%.3f est %d true %d-%d" % (r[0], r[1], r[3], *r[4]))
     median, p90 = errors[len(errors) // 2], errors[int(0.9 * len(errors))]
+    measures.note(median=median, p90=p90, worst=errors[-1])
     if os.environ.get("DBG"):
         print("IDLE counter=%s n %d median %.5f p90 %.5f worst %.5f" % (counter, len(errors), median, p90, errors[-1]))
     # Measured against the trace's bracket, 20 runs beside two CPU burners (about 30

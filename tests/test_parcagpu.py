@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import select
 import subprocess
 import sys
 import time
@@ -79,7 +78,7 @@ def run_workload(agent: Agent, lib: Path, gt: Path, iters: int, linger: bool = F
         stderr=subprocess.PIPE,
         text=True,
     )
-    wait_for_line(agent, f"also watching parcagpu library {lib}")
+    agent.wait_for_line(f"also watching parcagpu library {lib}")
     go.touch()
     deadline = time.monotonic() + 60
     while linger and p.poll() is None and time.monotonic() < deadline:
@@ -90,19 +89,6 @@ def run_workload(agent: Agent, lib: Path, gt: Path, iters: int, linger: bool = F
     out, err = p.communicate(timeout=120)
     assert p.returncode == 0, err
     return json.loads(out.strip().splitlines()[-1])
-
-
-def wait_for_line(agent: Agent, text: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    seen = []
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([agent.proc.stderr], [], [], 0.2)
-        if ready:
-            line = agent.proc.stderr.readline()
-            seen.append(line)
-            if text in line:
-                return
-    pytest.fail(f"the agent never said {text!r}: {''.join(seen)[-2000:]}")
 
 
 @pytest.fixture

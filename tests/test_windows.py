@@ -31,6 +31,7 @@ from support.env import shim_without_cbid
 from support.pprof_tool import raw
 from support.shared_agent import shared_agents
 from support.windows import KERNEL, kernel_totals, launches_between, read_trace, shim_exit_stats
+from support import measures
 
 from gpu_agent.probes.audit import audit_rows
 
@@ -322,6 +323,7 @@ def test_records_completing_periods_after_their_launch_keep_their_periods_weight
     # read 10 009 of 600 001 (its periods a quarter window-less). The records' weights
     # are judged on the rest.
     unweighted = int(re.search(r"(\d+) after the last window", err).group(1))
+    measures.note(whole=est_launches / (true_launches - unweighted) - 1, unweighted=unweighted / true_launches)
     assert unweighted <= true_launches // 20, exit_lines(err)
     assert abs(est_launches / (true_launches - unweighted) - 1) < 0.005, (est_launches, true_launches, exit_lines(err))
 

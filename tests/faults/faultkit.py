@@ -102,7 +102,9 @@ class Node:
         return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
     def assert_up(self) -> None:
-        assert self.proc.poll() is None, "the agent died: " + self.proc.stderr.read()
+        if self.proc.poll() is not None:
+            err = self.agent.err_so_far()
+            raise AssertionError("the agent died: " + err)
         assert self.rss_mib() < RSS_BOUND_MIB, f"agent peak RSS {self.rss_mib():.0f} MiB"
 
     def stop(self) -> str:

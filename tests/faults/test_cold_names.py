@@ -19,7 +19,7 @@ from support.env import mock_env, need_ebpf, private_shim
 
 from .attacker import as_nobody
 from .faultkit import RSS_BOUND_MIB
-from .test_parcagpu_sites import build, wait_for
+from .test_parcagpu_sites import build
 
 PAGES = 5000
 FLOOD_C = r"""
@@ -100,7 +100,7 @@ def test_names_a_process_hands_over_cold_are_bounded_and_counted(tmp_path, world
     )
     try:
         assert attacker.stdout.readline().strip() == "up", attacker.stderr.read()
-        wait_for(agent, f"also watching parcagpu library {hostile}")
+        agent.wait_for_line(f"also watching parcagpu library {hostile}")
         out, err = attacker.communicate(timeout=60)
         assert "flood 0" in out, (out, err)
         time.sleep(2.0)

@@ -12,7 +12,6 @@ import queue
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -56,27 +55,6 @@ def build(out: Path, *extra: Path) -> Path:
     return out
 
 
-def wait_for(agent: Agent, text: str, timeout: float = 30.0, app: "subprocess.Popen | None" = None) -> str:
-    """The agent's stderr line holding text. With app, the process the line is about:
-    its exit before the line fails at once, with its own stderr (a three-worker suite
-    once waited out the 30 s without saying whether the workload still ran)."""
-    import select
-
-    end, seen = time.monotonic() + timeout, []
-    while time.monotonic() < end:
-        if app is not None and app.poll() is not None:
-            raise AssertionError(
-                f"the workload exited ({app.returncode}) before the agent said {text!r}: {app.stderr.read()[-2000:]}"
-            )
-        if select.select([agent.proc.stderr], [], [], 0.2)[0]:
-            line = agent.proc.stderr.readline()
-            seen.append(line)
-            if text in line:
-                return line
-    state = "" if app is None else f" (the workload still running: {app.poll() is None})"
-    raise AssertionError(f"the agent never said {text!r}{state}: {''.join(seen)[-2000:]}\n{agent.where()}")
-
-
 def test_a_library_with_hundreds_of_sites_is_refused_and_honest_ones_still_attach(tmp_path, world_dir, built):
     need_ebpf()
     flood_c = world_dir / "flood.c"
@@ -107,7 +85,7 @@ def test_a_library_with_hundreds_of_sites_is_refused_and_honest_ones_still_attac
     )
     try:
         assert holder.stdout.readline().strip() == "up", holder.stderr.read()
-        refused = wait_for(agent, f"not watching {hostile}")
+        refused = agent.wait_for_line(f"not watching {hostile}")
         assert f"{SITES + 1} sites" in refused and refused.count("\n") == 1, refused  # + pglike.c's own
         # An honest parcagpu-shaped workload after it is attached.
         gt = tmp_path / "truth.tsv"
@@ -127,7 +105,7 @@ def test_a_library_with_hundreds_of_sites_is_refused_and_honest_ones_still_attac
             stderr=subprocess.PIPE,
             text=True,
         )
-        wait_for(agent, f"also watching parcagpu library {honest}", app=p)
+        agent.wait_for_line(f"also watching parcagpu library {honest}", app=p)
         go.touch()
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
@@ -143,14 +121,6 @@ def test_a_library_with_hundreds_of_sites_is_refused_and_honest_ones_still_attac
         holder.kill()
         holder.wait()
         agent.kill()
-
-
-def stderr_lines(agent: Agent) -> "queue.Queue[str]":
-    """The agent's stderr lines, read by a thread as they come (select() on a buffered
-    pipe misses lines that arrive together)."""
-    q: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [q.put(ln) for ln in agent.proc.stderr], daemon=True).start()
-    return q
 
 
 def wait_all(lines: "queue.Queue[str]", texts: set[str], timeout: float = 30.0) -> list[str]:
@@ -199,7 +169,7 @@ def test_an_owner_s_files_are_freed_when_no_process_maps_them(tmp_path, world_di
         assert p.stdout.readline().strip() == "up", p.stderr.read()
         return p
 
-    holders, lines = [], stderr_lines(agent)
+    holders, lines = [], agent.lines()
     try:
         holders = [hold(c) for c in copies[:8]]
         wait_all(lines, {f"also watching parcagpu library {c}" for c in copies[:8]})

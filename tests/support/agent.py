@@ -2,14 +2,67 @@
 
 from __future__ import annotations
 
+import queue
 import signal
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from support.env import agent_cmd
 from support.pprof_tool import raw
+
+
+class StderrLines:
+    """A process's stderr lines, read by a thread as they come. A select() on the pipe
+    before each readline() missed lines that came together: the reader's buffer held
+    the second, and the pipe said nothing more (a three-worker suite waited 30 s for an
+    agent's "not watching" line printed right after an "also watching" one). The pipe is
+    the thread's alone from here: proc.communicate() then reads stdout only."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.queue: "queue.Queue[str | None]" = queue.Queue()
+        self.heard: list[str] = []
+        err, proc.stderr = proc.stderr, None
+
+        def read() -> None:
+            for line in err:
+                self.heard.append(line)
+                self.queue.put(line)
+            self.queue.put(None)
+
+        self.thread = threading.Thread(target=read, daemon=True)
+        self.thread.start()
+
+    def wait(self, text: str, timeout: float = 30.0, app: "subprocess.Popen | None" = None, where=None) -> str:
+        """The next line holding text. With app, the process the line is about: its exit
+        before the line fails at once, with its own stderr (a three-worker suite once
+        waited out the 30 s without saying whether the workload still ran); where(): more
+        for the failure's message."""
+        end, seen = time.monotonic() + timeout, []
+        while time.monotonic() < end:
+            if app is not None and app.poll() is not None:
+                said = app.stderr.read()[-2000:]
+                raise AssertionError(f"the workload exited ({app.returncode}) before the agent said {text!r}: {said}")
+            try:
+                line = self.queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if line is None:
+                break
+            seen.append(line)
+            if text in line:
+                return line
+        state = "" if app is None else f" (the workload still running: {app.poll() is None})"
+        more = f"\n{where()}" if where else ""
+        raise AssertionError(f"never said {text!r}{state}: {''.join(seen)[-2000:]}{more}")
+
+    def all(self) -> str:
+        """Every line read, once the process has ended."""
+        self.thread.join(timeout=10)
+        return "".join(self.heard)
 
 
 class Agent:
@@ -34,12 +87,30 @@ class Agent:
                 break
         else:
             pytest.fail("agent did not start: " + "".join(seen))
+        self._stderr: StderrLines | None = None  # read by a thread once a test waits on it
+
+    def lines(self) -> "queue.Queue[str | None]":
+        """The agent's stderr lines from here on, as they come (None at its end)."""
+        if self._stderr is None:
+            self._stderr = StderrLines(self.proc)
+        return self._stderr.queue
+
+    def wait_for_line(self, text: str, timeout: float = 30.0, app: "subprocess.Popen | None" = None) -> str:
+        """The next stderr line holding text (StderrLines.wait), or a failure that says
+        where the agent's threads wait."""
+        self.lines()
+        return self._stderr.wait(text, timeout, app, self.where)
 
     def stop(self) -> str:
         self.proc.send_signal(signal.SIGTERM)
-        out, self.err = self.proc.communicate(timeout=60)
+        out, err = self.proc.communicate(timeout=60)
+        self.err = err if self._stderr is None else self._stderr.all()
         assert self.proc.returncode == 0, self.err
         return out
+
+    def err_so_far(self) -> str:
+        """Its stderr once it has exited, however it was read."""
+        return self.proc.stderr.read() if self._stderr is None else self._stderr.all()
 
     def kill(self) -> None:
         """At a test's end: an agent the test left running goes, whatever state it is in."""

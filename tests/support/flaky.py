@@ -152,8 +152,15 @@ The next, at d325139 (559 s), failed two:
   yet: only the shim's exit line does.
 - faults/test_parcagpu_sites::test_a_library_with_hundreds_of_sites_is_refused_and_honest_ones_still_attach:
   30 s and no "not watching" line for the hostile library; the agent had said only
-  that it watched test_discover's copy of the shim (as on 2026-12-02). Not explained;
-  a failure now says where each of the agent's threads waits (Agent.where()).
+  that it watched test_discover's copy of the shim (as on 2026-12-02). The next suite
+  (d91a637) failed it again, and Agent.where() said every agent thread idle: the line
+  had been printed. The discovery pass prints its "also watching" and "not watching"
+  lines back to back; the test's readline() took both from the pipe, returned the
+  first, and its select() on the pipe never saw the second, held in the reader's
+  buffer. Only a copy that another worker's test_discover maps at the time makes two
+  lines in one pass. CHANGED HERE: support/agent.py's StderrLines reads a process's
+  stderr in a thread, and every wait on an agent's line (Agent.wait_for_line) or the
+  UI's (test_ui_store's bomb line, the same pattern) takes lines from it.
 `make flaky FLAKY_NEIGHBOURS=2` (flaky.py --neighbours) runs each test beside two pytest
 processes that run other agent modules over and over (NEIGHBOUR_MODULES, never the
 test's own), started NEIGHBOUR_START_S before it: a three-worker suite's load, with its
@@ -409,6 +416,10 @@ import sys
 import time
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a script (make flaky): tests/ holds `support`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from support import measures  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 LOGS = REPO / "build" / "flaky"
 
@@ -467,7 +478,7 @@ FLAKY: tuple[tuple[str, str], ...] = (
     ),
     (
         "tests/faults/test_parcagpu_sites.py::test_a_library_with_hundreds_of_sites_is_refused_and_honest_ones_still_attach",
-        "waits 30 s for discovery to refuse a hostile library; twice in three-worker suites it never did (unexplained)",
+        "waited for a line by select() on a buffered pipe: missed one printed with another (StderrLines now)",
     ),
     (
         "tests/faults/test_published.py::test_forged_spans_and_marks_stay_the_attacker_s_own",
@@ -732,8 +743,16 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="pytest processes running other agent modules beside the tests (a three-worker suite's load)",
     )
+    ap.add_argument(
+        "--measures",
+        action="store_true",
+        help="print what the tests noted run after run (support/measures.py), and stop",
+    )
     ap.add_argument("tests", nargs="*", help="node ids (FLAKY_TESTS; default: the list above)")
     a = ap.parse_args(argv)
+    if a.measures:
+        print(measures.summary())
+        return 0
     tests = [t for arg in a.tests for t in arg.replace(",", " ").split()] or [t for t, _ in FLAKY]
     deadline = time.monotonic() + a.seconds
     print(
