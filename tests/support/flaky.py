@@ -126,7 +126,12 @@ And the next three-worker suite (486 s, at ce306ec) failed two others:
   is the host's scheduling). Not yet explained.
 - test_trace_viewers::test_speedscope_opens_the_recorded_chrome_trace_on_a_gpu_stream_and_aggregates_kernels:
   its `record` of the graph workload wrote no sample at all (samples=0 drops=0). Not
-  yet explained.
+  reproduced. A likely way: `record` reaped its command (child.poll()) while the
+  agent's attach-notes thread had not yet handled the command's note; the collector's
+  included() decides a pid it meets first by whether /proc/PID exists, so a note
+  handled after the reap left the command out whole, and nothing counts that.
+  CHANGED HERE: `record` waits for its command with waitid(WNOWAIT) and reaps it only
+  after the profile is written, so its pid and /proc stay the command's.
 A one-worker CI run (2026-12-03, stop 65) failed test_budget's slow windows (below).
 A three-worker suite at 06b8ccc (561 s, fifth session) failed two:
 - test_launch_counter::test_a_period_whose_slots_grew_counts_each_side_on_its_own[two-in-a-row]
