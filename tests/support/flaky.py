@@ -694,6 +694,7 @@ def neighbours(n: int, target_modules: set[str]) -> list[subprocess.Popen]:
             subprocess.Popen(
                 ["sh", "-c", loop],
                 cwd=REPO,
+                env={**os.environ, measures.NEIGHBOURS_ENV: "-1"},  # its figures are not noted
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,
@@ -712,13 +713,14 @@ def stop(procs: list[subprocess.Popen]) -> None:
         p.wait()
 
 
-def run_once(nodeid: str, timeout: float) -> tuple[str, float, str]:
+def run_once(nodeid: str, timeout: float, near: int = 0) -> tuple[str, float, str]:
     """One pytest process for one test: (passed|failed|skipped|error|cut, seconds, output)."""
     cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-p", "no:rerunfailures", nodeid]
     t0 = time.monotonic()
     # A session of its own: at the deadline the run goes with whatever it started.
+    env = {**os.environ, measures.NEIGHBOURS_ENV: str(near)}  # for the figures it notes
     p = subprocess.Popen(
-        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
     try:
         out, _ = p.communicate(timeout=max(1.0, timeout))
@@ -779,7 +781,7 @@ def main(argv: list[str] | None = None) -> int:
                 if near:
                     time.sleep(NEIGHBOUR_START_S)  # their agents up before the test's
                 try:
-                    verdict, secs, out = run_once(t, left)
+                    verdict, secs, out = run_once(t, left, len(near))
                 finally:
                     stop(near)
                 if verdict == "cut":

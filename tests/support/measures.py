@@ -20,14 +20,18 @@ import time
 from support.env import BUILD
 
 MEASURES = BUILD / "measures.jsonl"
+NEIGHBOURS_ENV = "GA_TEST_NEIGHBOURS"  # set by flaky.py for the tests it runs beside neighbours
 
 
 def note(**figures: float) -> None:
     """The running test's figures (PYTEST_CURRENT_TEST names it), appended whole."""
+    if os.environ.get(NEIGHBOURS_ENV) == "-1":
+        return  # a neighbour's run (flaky.py --neighbours): its load is not the one noted
     test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" ", 1)[0]
     row = {
         "test": test,
         "workers": int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")),
+        "neighbours": int(os.environ.get(NEIGHBOURS_ENV, "0")),  # flaky.py --neighbours
         "load1": round(os.getloadavg()[0], 2),
         "at": round(time.time(), 1),
         **{k: round(float(v), 6) for k, v in figures.items()},
@@ -38,8 +42,8 @@ def note(**figures: float) -> None:
 
 
 def summary(path=MEASURES) -> str:
-    """Each test's figures: n, min, median, 90th percentile, max, by worker count."""
-    groups: dict[tuple[str, int, str], list[float]] = {}
+    """Each test's figures: n, min, median, 90th percentile, max, by worker and neighbour count."""
+    groups: dict[tuple[str, tuple[int, int], str], list[float]] = {}
     try:
         lines = path.read_text().splitlines()
     except FileNotFoundError:
@@ -50,14 +54,14 @@ def summary(path=MEASURES) -> str:
         except ValueError:
             continue
         for k, v in row.items():
-            if k not in ("test", "workers", "load1", "at") and isinstance(v, (int, float)):
-                groups.setdefault((row["test"], row["workers"], k), []).append(v)
+            if k not in ("test", "workers", "neighbours", "load1", "at") and isinstance(v, (int, float)):
+                groups.setdefault((row["test"], (row["workers"], row.get("neighbours", 0)), k), []).append(v)
     out = []
-    for (test, workers, k), vs in sorted(groups.items()):
+    for (test, (workers, near), k), vs in sorted(groups.items()):
         vs.sort()
         n = len(vs)
         out.append(
-            f"{test} {k} ({workers} worker(s)): n {n}, min {vs[0]:.4g}, median {vs[n // 2]:.4g}, "
+            f"{test} {k} ({workers} worker(s), {near} neighbour(s)): n {n}, min {vs[0]:.4g}, median {vs[n // 2]:.4g}, "
             f"p90 {vs[int(0.9 * (n - 1))]:.4g}, max {vs[-1]:.4g}"
         )
     return "\n".join(out)
