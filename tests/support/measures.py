@@ -14,7 +14,9 @@ count, which the test's comment then quotes.
 from __future__ import annotations
 
 import json
+import math
 import os
+import statistics
 import time
 
 from support.env import BUILD
@@ -60,8 +62,9 @@ def summary(path=MEASURES) -> str:
     for (test, (workers, near), k), vs in sorted(groups.items()):
         vs.sort()
         n = len(vs)
+        p90 = vs[max(0, math.ceil(0.9 * n) - 1)]  # nearest rank
         out.append(
-            f"{test} {k} ({workers} worker(s), {near} neighbour(s)): n {n}, min {vs[0]:.4g}, median {vs[n // 2]:.4g}, "
-            f"p90 {vs[int(0.9 * (n - 1))]:.4g}, max {vs[-1]:.4g}"
+            f"{test} {k} ({workers} worker(s), {near} neighbour(s)): n {n}, min {vs[0]:.4g}, "
+            f"median {statistics.median(vs):.4g}, p90 {p90:.4g}, max {vs[-1]:.4g}"
         )
     return "\n".join(out)
