@@ -90,10 +90,16 @@ def test_the_window_grows_with_its_fixed_cost_and_the_spacing_keeps_the_budget(a
     assert abs(p["window_ms"] - min(1000, round(10 * p["fixed_ms"]))) <= 1, p
     assert p["cost"] <= 2.0 + 1e-6 and p["over"] == 0, p
     assert p["period_s"] >= 10 * p["window_ms"] / 1000 - 1e-3, p
-    # Cheap windows (the mock's defaults: 2 ms + 1 ms) stay short and close together.
+    # Cheap windows (the mock's defaults: 2 ms + 1 ms) stay short and close together:
+    # alone, a fixed cost under 10 ms, so the shortest window (100 ms) about every
+    # 1.2 s. The stalls are timed on the wall clock, so a loaded host stretches them:
+    # a three-worker suite read 13.15 ms, a 131 ms window every 2.49 s. The same rule
+    # then, and well below the dear windows.
     _, _, cheap = record(agents, tmp_path, "--paths", "cuLaunchKernel", "--duration", "3", "--sleep-ms", "1")
     q = plan(cheap)
-    assert q["fixed_ms"] < 20 and q["window_ms"] == 100 and q["period_s"] <= 1.2, q
+    measures.note(fixed_dear=p["fixed_ms"], fixed_cheap=q["fixed_ms"], period_cheap=q["period_s"])
+    assert q["fixed_ms"] < p["fixed_ms"] / 2 and abs(q["window_ms"] - max(100, round(10 * q["fixed_ms"]))) <= 1, (p, q)
+    assert q["window_ms"] < p["window_ms"] and q["period_s"] < p["period_s"] and q["cost"] <= 2.0 + 1e-6, (p, q)
 
 
 def test_a_budget_the_floor_cannot_keep_is_said_and_counted(agents, tmp_path):

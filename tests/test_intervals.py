@@ -138,6 +138,7 @@ def test_each_interval_holds_the_launches_made_in_it(paced_run):
     # (its poller stopped too) and the burst after it (support/windows.stall_slack).
     slack = [stall_slack(trace, lo, POLL_S, RATE) + stall_slack(trace, hi, POLL_S, RATE) for lo, hi, _, _ in full]
     errors = [max(0.0, abs(n - truth) - s) / truth for (_, _, n, truth), s in zip(full, slack)]
+    measures.note(worst=max(errors))
     # Placed by their spans, each interval reads its periods' counts prorated: 40 full
     # intervals of 8 runs (5 beside a CPU burner) read within 0.04 %; whole periods
     # read -20 % or +20 %. The pacing's sleeps set the spread: 1 % leaves 25 times it.
@@ -148,6 +149,7 @@ def test_a_stop_loses_nothing(paced_run):
     rows, trace, err, _ = paced_run
     made = launches_at(trace, rows[-1][1]) - launches_at(trace, trace[0][0])
     seen = sum(n for _, _, n, _ in rows)
+    measures.note(whole=seen / made - 1)
     assert "did not publish" not in err
     # The launches after the stop (the shim hears of it within its poll) are not the
     # last interval's. 8 runs (5 beside a CPU burner): -0.16 to +0.33 %; before:

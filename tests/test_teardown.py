@@ -26,6 +26,7 @@ import pytest
 from support.env import BENCH_SHIM, MOCK_APP, MOCK_DIR, SHIM, ground_truth, mock_env
 from support.shared_agent import shared_agents
 from support.windows import KERNEL, shim_exit_stats
+from support import measures
 
 RESIDUAL = re.compile(
     r"mock libcuda: (\d+) kernels ran with CUPTI's residual .*, (\d+) of them while a cuptiActivityFlushAll ran"
@@ -88,6 +89,7 @@ def test_windows_leave_no_residual_and_the_estimate_holds(agents, tmp_path):
     assert residual - in_flush <= 100 * windows, (residual, in_flush, windows)
     assert residual < truth[0] // 100, (residual, in_flush, windows)
     est_ns, est_launches = out.kernel_totals()[KERNEL]
+    measures.note(launches=est_launches / truth[0] - 1, gpu_ns=est_ns / truth[1] - 1, residual=residual / truth[0])
     assert abs(est_launches / truth[0] - 1) < EXTRAPOLATED, (est_launches, truth)
     assert abs(est_ns / truth[1] - 1) < EXTRAPOLATED, (est_ns, truth)
 

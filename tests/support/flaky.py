@@ -166,6 +166,14 @@ The next, at d325139 (559 s), failed two:
   lines in one pass. CHANGED HERE: support/agent.py's StderrLines reads a process's
   stderr in a thread, and every wait on an agent's line (Agent.wait_for_line) or the
   UI's (test_ui_store's bomb line, the same pattern) takes lines from it.
+Then, at cd99ac3 and 0188ef9, two clean suites (539 s, 556 s). The next at 0188ef9
+(529 s) failed one:
+- test_budget::test_the_window_grows_with_its_fixed_cost_and_the_spacing_keeps_the_budget:
+  the cheap windows' fixed cost read 13.15 ms (bound 20), so a 131 ms window (bound:
+  exactly 100) every 2.49 s: their stalls are timed on the wall clock, and a loaded host
+  stretches them. CHANGED HERE: the cheap plan follows the same rule (ten times its
+  fixed cost, at least 100 ms) and stays below the dear one (30 + 30 ms stalls: half
+  its fixed cost, a shorter window, closer together); support/measures.py notes both.
 `make flaky FLAKY_NEIGHBOURS=2` (flaky.py --neighbours) runs each test beside two pytest
 processes that run other agent modules over and over (NEIGHBOUR_MODULES, never the
 test's own), started NEIGHBOUR_START_S before it: a three-worker suite's load, with its
