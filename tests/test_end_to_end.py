@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -130,6 +132,27 @@ def test_record_returns_the_commands_exit_code(tmp_path, built):
         timeout=60,
     )
     assert proc.returncode == 7, proc.stderr
+
+
+def test_record_keeps_its_command_s_pid_until_the_profile_is_written():
+    """`record` learns of its command's exit without reaping it (commands/record.py's
+    exited()): until the profile is written, /proc/PID is still the command's, which the
+    pid filter reads for a process its events name first after the exit (a note handled
+    late left a short command out whole, silently)."""
+    from gpu_agent.commands.record import exited
+
+    child = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    try:
+        assert not exited(child.pid)
+        child.stdin.close()  # the command ends
+        for _ in range(500):
+            if exited(child.pid):
+                break
+            time.sleep(0.01)
+        assert exited(child.pid) and Path(f"/proc/{child.pid}").exists()  # a zombie: its pid held
+        assert Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    finally:
+        assert child.wait(timeout=10) == 0  # its status still there for the reap
 
 
 def test_shim_path_prints_the_built_shim(built):
