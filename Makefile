@@ -165,8 +165,11 @@ $(PPROF):
 # three workers 9.2 and 9.6 min: one run clean, one with two cross-worker failures
 # (test_discover's, fixed; test_parcagpu_sites', not reproduced: flaky.py). 2026-12-03,
 # this VM: of nine three-worker suites (486-564 s) six were clean, three had two chance
-# failures each (flaky.py names them); one worker 1 270 s. `make flaky
-# FLAKY_NEIGHBOURS=2` runs the listed tests beside other agent modules.
+# failures each (flaky.py names them); one worker 1 270 s. 2026-12-03 (fifth session):
+# seven three-worker suites (529-602 s), three clean; the other four failed seven
+# tests by chance, each fixed at its cause (flaky.py), the last four suites one failure
+# in all. `make flaky FLAKY_NEIGHBOURS=2` runs the listed tests beside other agent
+# modules; build/measures.jsonl keeps what the load-sensitive tests measured.
 PYTEST_WORKERS ?= 1
 UNIT_WORKERS ?= 2
 test: deps-check
