@@ -166,9 +166,9 @@ $(PPROF):
 # (test_discover's, fixed; test_parcagpu_sites', not reproduced: flaky.py). 2026-12-03,
 # this VM: of nine three-worker suites (486-564 s) six were clean, three had two chance
 # failures each (flaky.py names them); one worker 1 270 s. 2026-12-03 (fifth session):
-# seven three-worker suites (529-602 s), three clean; the other four failed seven
-# tests by chance, each fixed at its cause (flaky.py), the last four suites one failure
-# in all. `make flaky FLAKY_NEIGHBOURS=2` runs the listed tests beside other agent
+# seven three-worker suites (529-602 s), three clean; six chance failures in five
+# tests, each fixed at its cause (flaky.py), the last four suites one in all; one
+# worker 1 255 s, clean. `make flaky FLAKY_NEIGHBOURS=2` runs the listed tests beside other agent
 # modules; build/measures.jsonl keeps what the load-sensitive tests measured.
 PYTEST_WORKERS ?= 1
 UNIT_WORKERS ?= 2
