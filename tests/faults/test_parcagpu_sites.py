@@ -131,6 +131,8 @@ def wait_all(lines: "queue.Queue[str]", texts: set[str], timeout: float = 30.0) 
             line = lines.get(timeout=max(0.01, end - time.monotonic()))
         except queue.Empty:
             break
+        if line is None:  # the agent's stderr ended
+            break
         seen.append(line)
         left = {t for t in left if t not in line}
     assert not left, f"the agent never said {sorted(left)}: {''.join(seen)[-2000:]}"
