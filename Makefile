@@ -166,8 +166,8 @@ $(PPROF):
 # (test_discover's, fixed; test_parcagpu_sites', not reproduced: flaky.py). 2026-12-03,
 # this VM: of nine three-worker suites (486-564 s) six were clean, three had two chance
 # failures each (flaky.py names them); one worker 1 270 s. 2026-12-03 (fifth session):
-# seven three-worker suites (529-602 s), three clean; six chance failures in five
-# tests, each fixed at its cause (flaky.py), the last four suites one in all; one
+# eight three-worker suites (529-602 s), three clean; eight chance failures in seven
+# tests, five of them fixed at their cause, two left with a diagnosis (flaky.py); one
 # worker 1 255 s, clean. `make flaky FLAKY_NEIGHBOURS=2` runs the listed tests beside other agent
 # modules; build/measures.jsonl keeps what the load-sensitive tests measured.
 PYTEST_WORKERS ?= 1

@@ -176,6 +176,15 @@ Then, at cd99ac3 and 0188ef9, two clean suites (539 s, 556 s). The next at 0188e
   stretches them. CHANGED HERE: the cheap plan follows the same rule (ten times its
   fixed cost, at least 100 ms) and stays below the dear one (30 + 30 ms stalls: half
   its fixed cost, a shorter window, closer together); support/measures.py notes both.
+The last suite of the fifth session (at 7bd3bed, 549 s) failed two, neither fixed:
+- test_launch_counter::...[half-before]: no "launches more" line. The grown period had
+  its window; the slots grew 21 ms before its end (30125.6206 s in the period ending
+  30125.6413 s), so few hits came after the growth. Whether none did, or the line is
+  not printed for a few, is not yet read from window.cpp.
+- faults/test_cold_names::test_names_a_process_hands_over_cold_are_bounded_and_counted:
+  (named, refused, lost) = (0, 0, 0). /metrics was read 2 s after the attacker's exit
+  (a sleep standing for an event), and the profiles after the stop held no name of it
+  either. Alone, after the change to StderrLines, it passed. Not explained.
 `make flaky FLAKY_NEIGHBOURS=2` (flaky.py --neighbours) runs each test beside two pytest
 processes that run other agent modules over and over (NEIGHBOUR_MODULES, never the
 test's own), started NEIGHBOUR_START_S before it: a three-worker suite's load, with its
@@ -494,6 +503,10 @@ FLAKY: tuple[tuple[str, str], ...] = (
     (
         "tests/faults/test_parcagpu_sites.py::test_a_library_with_hundreds_of_sites_is_refused_and_honest_ones_still_attach",
         "waited for a line by select() on a buffered pipe: missed one printed with another (StderrLines now)",
+    ),
+    (
+        "tests/faults/test_cold_names.py::test_names_a_process_hands_over_cold_are_bounded_and_counted",
+        "counts read off /metrics 2 s after the attacker's exit; (0, 0, 0) once in a three-worker suite",
     ),
     (
         "tests/faults/test_published.py::test_forged_spans_and_marks_stay_the_attacker_s_own",
