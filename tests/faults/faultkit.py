@@ -163,14 +163,10 @@ class Honest:
         slept for (a three-worker suite read none of them 4 s after the process that
         held them was gone)."""
         want, pid = sum(v[0] for v in self.truth().values()), str(self.proc.pid)
-        deadline = time.monotonic() + timeout
-        while True:
-            samples = node.samples()
-            if sum(s.values[1] for s in samples if s.labels.get("pid") == pid) >= want:
-                break
-            if time.monotonic() >= deadline:
-                break
+        deadline, samples = time.monotonic() + timeout, node.samples()
+        while sum(s.values[1] for s in samples if s.labels.get("pid") == pid) < want and time.monotonic() < deadline:
             time.sleep(0.5)
+            samples = node.samples()
         self.assert_exact(samples)
 
 

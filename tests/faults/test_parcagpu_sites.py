@@ -8,7 +8,6 @@ gives its sites and its owner's quota back."""
 from __future__ import annotations
 
 import os
-import queue
 import shutil
 import subprocess
 import sys
@@ -123,22 +122,6 @@ def test_a_library_with_hundreds_of_sites_is_refused_and_honest_ones_still_attac
         agent.kill()
 
 
-def wait_all(lines: "queue.Queue[str]", texts: set[str], timeout: float = 30.0) -> list[str]:
-    """Lines read until each of texts was in one; they are returned."""
-    end, left, seen = time.monotonic() + timeout, set(texts), []
-    while left and time.monotonic() < end:
-        try:
-            line = lines.get(timeout=max(0.01, end - time.monotonic()))
-        except queue.Empty:
-            break
-        if line is None:  # the agent's stderr ended
-            break
-        seen.append(line)
-        left = {t for t in left if t not in line}
-    assert not left, f"the agent never said {sorted(left)}: {''.join(seen)[-2000:]}"
-    return seen
-
-
 def test_an_owner_s_files_are_freed_when_no_process_maps_them(tmp_path, world_dir, built):
     """Issue 30: parcagpu files are counted per library and freed when unmapped. uid
     65534 maps 8 copies (its quota) and a 9th, which is refused; once the 8 are
@@ -174,15 +157,14 @@ def test_an_owner_s_files_are_freed_when_no_process_maps_them(tmp_path, world_di
     holders, lines = [], agent.lines()
     try:
         holders = [hold(c) for c in copies[:8]]
-        wait_all(lines, {f"also watching parcagpu library {c}" for c in copies[:8]})
+        lines.wait_all({f"also watching parcagpu library {c}" for c in copies[:8]})
         holders.append(hold(copies[8]))
-        refused = [ln for ln in wait_all(lines, {f"not watching {copies[8]}"}) if str(copies[8]) in ln]
+        refused = [ln for ln in lines.wait_all({f"not watching {copies[8]}"}) if str(copies[8]) in ln]
         assert "already has 8 parcagpu files" in refused[-1], refused
         for p in holders[:8]:
             p.kill()
             p.wait()
-        wait_all(
-            lines,
+        lines.wait_all(
             {f"no process maps parcagpu library {c} any more" for c in copies[:8]}
             | {f"also watching parcagpu library {copies[8]}"},
         )

@@ -59,6 +59,21 @@ class StderrLines:
         more = f"\n{where()}" if where else ""
         raise AssertionError(f"never said {text!r}{state}: {''.join(seen)[-2000:]}{more}")
 
+    def wait_all(self, texts: set[str], timeout: float = 30.0) -> list[str]:
+        """Lines read until each of texts was in one; they are returned."""
+        end, left, seen = time.monotonic() + timeout, set(texts), []
+        while left and time.monotonic() < end:
+            try:
+                line = self.queue.get(timeout=max(0.01, end - time.monotonic()))
+            except queue.Empty:
+                break
+            if line is None:  # the process's stderr ended
+                break
+            seen.append(line)
+            left = {t for t in left if t not in line}
+        assert not left, f"never said {sorted(left)}: {''.join(seen)[-2000:]}"
+        return seen
+
     def all(self) -> str:
         """Every line read, once the process has ended."""
         self.thread.join(timeout=10)
@@ -89,17 +104,16 @@ class Agent:
             pytest.fail("agent did not start: " + "".join(seen))
         self._stderr: StderrLines | None = None  # read by a thread once a test waits on it
 
-    def lines(self) -> "queue.Queue[str | None]":
-        """The agent's stderr lines from here on, as they come (None at its end)."""
+    def lines(self) -> StderrLines:
+        """The agent's stderr lines from here on, as they come."""
         if self._stderr is None:
             self._stderr = StderrLines(self.proc)
-        return self._stderr.queue
+        return self._stderr
 
     def wait_for_line(self, text: str, timeout: float = 30.0, app: "subprocess.Popen | None" = None) -> str:
         """The next stderr line holding text (StderrLines.wait), or a failure that says
         where the agent's threads wait."""
-        self.lines()
-        return self._stderr.wait(text, timeout, app, self.where)
+        return self.lines().wait(text, timeout, app, self.where)
 
     def stop(self) -> str:
         self.proc.send_signal(signal.SIGTERM)

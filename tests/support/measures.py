@@ -6,9 +6,10 @@ really puts on it: two CPU burners, or two pytest neighbours, load some tests le
 a three-worker suite does (test_intervals' busy clock read a 90th percentile of
 4.1-5.8 % beside two neighbours and 13.1 % in a suite). So each such test notes its
 figure here on every run, passed or failed: one JSON line in build/measures.jsonl
-(git-ignored; a clean clone starts empty), with the suite's worker count and the
-host's load then. `flaky.py --measures` prints each figure's distribution by worker
-count, which the test's comment then quotes.
+(git-ignored; a clean clone starts empty), with the suite's worker count, the
+neighbours flaky.py ran it beside, and the host's load then. `flaky.py --measures`
+prints each figure's distribution by worker and neighbour count, which the test's
+comment then quotes.
 """
 
 from __future__ import annotations
